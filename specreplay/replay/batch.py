@@ -1,0 +1,114 @@
+"""RoundBatch: whole rounds of a position-trace archive as flat numpy arrays for kernels.
+
+Terms (SPEC §1): a **round** drafts positions 1..d; each position row carries the drafter's
+candidates (a CSR slice of the flat candidate arrays). A batch always holds whole rounds, in archive
+order. Request, family and bucket are small integer codes into the tables of the
+:class:`~specreplay.replay.stream.ArchiveReader` that produced the batch; ``round_key`` is the
+stable 64-bit request key used by counter-based random numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+import polars as pl
+from numpy.typing import NDArray
+
+__all__ = ["RoundBatch", "concat_batches"]
+
+
+@dataclass(frozen=True)
+class RoundBatch:
+    """Whole rounds as flat arrays (n_pos position rows, n_rounds rounds, nnz candidates).
+
+    Attributes
+    ----------
+    offsets : int64, (n_pos + 1,)
+        Position row i's candidates are ``[offsets[i], offsets[i + 1])``.
+    cand_ids : int64, (nnz,)
+    draft_logprobs : float64, (nnz,)
+        Full-vocabulary draft log-probabilities (−inf allowed).
+    target_probs : float64, (nnz,)
+    emitted_q : float64, (nnz,) or (0,) when the archive has no emitted_q.
+    position : int64, (n_pos,)
+        Draft position 1..d.
+    drafted_idx : int32, (n_pos,)
+        Index of drafted_id within the row's candidates; −1 when the archive has no drafted_id.
+    accepted : int8, (n_pos,)
+        1/0, or −1 when the archive has no accepted column.
+    round_offsets : int64, (n_rounds + 1,)
+        Round r's position rows are ``[round_offsets[r], round_offsets[r + 1])``.
+    round_request : int64, (n_rounds,)
+        Request code (index into the reader's request table).
+    round_key : uint64, (n_rounds,)
+        Stable request key of the round's request.
+    round_index : int64, (n_rounds,)
+        The archived round number.
+    round_family : int32, (n_rounds,)
+        Family code.
+    round_bucket : int32, (n_rounds,)
+        Context-bucket code.
+    round_context : int64, (n_rounds,)
+        context_tokens at the start of the round.
+    round_depth : int32, (n_rounds,)
+        Number of positions recorded in the round.
+    measured_accepted : int32, (n_rounds,)
+        MEASURED A: leading True values of ``accepted``; −1 without that column.
+    extras : polars.DataFrame
+        Carried-through columns, one row per position row (no columns when there are none).
+    """
+
+    offsets: NDArray[np.int64]
+    cand_ids: NDArray[np.int64]
+    draft_logprobs: NDArray[np.float64]
+    target_probs: NDArray[np.float64]
+    emitted_q: NDArray[np.float64]
+    position: NDArray[np.int64]
+    drafted_idx: NDArray[np.int32]
+    accepted: NDArray[np.int8]
+    round_offsets: NDArray[np.int64]
+    round_request: NDArray[np.int64]
+    round_key: NDArray[np.uint64]
+    round_index: NDArray[np.int64]
+    round_family: NDArray[np.int32]
+    round_bucket: NDArray[np.int32]
+    round_context: NDArray[np.int64]
+    round_depth: NDArray[np.int32]
+    measured_accepted: NDArray[np.int32]
+    extras: pl.DataFrame
+
+    @property
+    def n_positions(self) -> int:
+        """Number of position rows."""
+        return int(self.position.shape[0])
+
+    @property
+    def n_rounds(self) -> int:
+        """Number of rounds."""
+        return int(self.round_index.shape[0])
+
+
+_OFFSET_FIELDS = {"offsets": "cand_ids", "round_offsets": "position"}
+
+
+def concat_batches(batches: list[RoundBatch]) -> RoundBatch:
+    """Concatenate batches in order (offsets rebased), e.g. to compare streamed and whole reads."""
+    if not batches:
+        raise ValueError("no batch to concatenate")
+    out: dict[str, object] = {}
+    for f in fields(RoundBatch):
+        name = f.name
+        if name == "extras":
+            out[name] = pl.concat([b.extras for b in batches], how="vertical")
+        elif name in _OFFSET_FIELDS:
+            parts = [getattr(batches[0], name)]
+            base = int(parts[0][-1])
+            for b in batches[1:]:
+                arr = getattr(b, name)
+                parts.append(arr[1:] + base)
+                base += int(arr[-1])
+            out[name] = np.concatenate(parts)
+        else:
+            out[name] = np.concatenate([getattr(b, name) for b in batches])
+    return RoundBatch(**out)  # type: ignore[arg-type]

@@ -1,0 +1,180 @@
+"""Per-row validation kernel over the flat (CSR) list columns of a chunk (SPEC §2.1).
+
+One jitted pass checks every rule that looks at a single row's lists, and finds the drafted
+candidate's index. Rules spanning rows (order, duplicates, constancy) live in
+:mod:`specreplay.replay.stream`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+from numba import njit, prange
+from numpy.typing import NDArray
+
+__all__ = ["ROW_RULES", "TOL", "check_rows"]
+
+TOL: Final[float] = 1e-6
+"""Tolerance on Σ target_probs ≤ 1 and Σ exp(draft_logprobs) ≤ 1 (SPEC §2.1)."""
+
+OK, EMPTY, DUP_CAND, NEG_CAND, NONFINITE_LP, LP_POS, LP_SUM = 0, 1, 2, 3, 4, 5, 6
+NONFINITE_TP, TP_RANGE, TP_SUM, NOT_IN_CANDS, NONFINITE_EQ, EQ_RANGE, EQ_SUM, EQ_ZERO = (
+    7,
+    8,
+    9,
+    10,
+    11,
+    12,
+    13,
+    14,
+)
+
+ROW_RULES: Final[dict[int, str]] = {
+    EMPTY: "empty candidate lists",
+    DUP_CAND: "duplicate cand_ids",
+    NEG_CAND: "negative cand_id",
+    NONFINITE_LP: "NaN or +inf in draft_logprobs",
+    LP_POS: "draft log-probability > 0",
+    LP_SUM: "Σ exp(draft_logprobs) > 1 + 1e-6",
+    NONFINITE_TP: "NaN or inf in target_probs",
+    TP_RANGE: "target probability < 0 or > 1",
+    TP_SUM: "Σ target_probs > 1 + 1e-6",
+    NOT_IN_CANDS: "drafted_id not in cand_ids",
+    NONFINITE_EQ: "NaN or inf in emitted_q",
+    EQ_RANGE: "emitted_q value < 0 or > 1",
+    EQ_SUM: "emitted_q does not sum to 1 (±1e-6)",
+    EQ_ZERO: "emitted_q is 0 at drafted_id (the logged draft had probability 0)",
+}
+
+
+@njit(parallel=True, cache=True)
+def check_rows(
+    offsets: NDArray[np.int64],
+    cand: NDArray[np.int64],
+    lp: NDArray[np.float64],
+    tp: NDArray[np.float64],
+    eq: NDArray[np.float64],
+    drafted: NDArray[np.int64],
+    has_eq: bool,
+    has_drafted: bool,
+    code: NDArray[np.int8],
+    detail: NDArray[np.float64],
+    drafted_idx: NDArray[np.int32],
+) -> None:
+    """Check each row's lists; write the first failing rule's code per row.
+
+    Parameters
+    ----------
+    offsets : int64, shape (n + 1,)
+        Row i's candidates are ``[offsets[i], offsets[i + 1])`` of the flat arrays.
+    cand, lp, tp : int64 / float64 / float64, shape (nnz,)
+        cand_ids, draft_logprobs, target_probs, flattened.
+    eq : float64, shape (nnz,) or (0,)
+        emitted_q flattened (ignored unless ``has_eq``).
+    drafted : int64, shape (n,) or (0,)
+        drafted_id per row (ignored unless ``has_drafted``).
+    code : int8, shape (n,)
+        Output: 0 when the row passes, else the first failing rule (see ``ROW_RULES``).
+    detail : float64, shape (n,)
+        Output: the offending sum or value where the rule has one, else NaN.
+    drafted_idx : int32, shape (n,)
+        Output: index of drafted_id within the row's candidates, −1 if absent.
+    """
+    n = offsets.shape[0] - 1
+    for i in prange(n):
+        a = offsets[i]
+        b = offsets[i + 1]
+        code[i] = OK
+        detail[i] = np.nan
+        drafted_idx[i] = -1
+        if b <= a:
+            code[i] = EMPTY
+            continue
+        # duplicates: insertion sort of a copy (rows are short: tens of candidates)
+        k = b - a
+        buf = np.empty(k, np.int64)
+        dup = False
+        neg = False
+        for j in range(k):
+            x = cand[a + j]
+            if x < 0:
+                neg = True
+            m = j
+            while m > 0 and buf[m - 1] > x:
+                buf[m] = buf[m - 1]
+                m -= 1
+            if m > 0 and buf[m - 1] == x:
+                dup = True
+            buf[m] = x
+        if dup:
+            code[i] = DUP_CAND
+            continue
+        if neg:
+            code[i] = NEG_CAND
+            continue
+        s = 0.0
+        bad = OK
+        for j in range(a, b):
+            v = lp[j]
+            if np.isnan(v) or v == np.inf:
+                bad = NONFINITE_LP
+                detail[i] = v
+                break
+            if v > 0.0:
+                bad = LP_POS
+                detail[i] = v
+                break
+            s += np.exp(v)
+        if bad == OK and s > 1.0 + TOL:
+            bad = LP_SUM
+            detail[i] = s
+        if bad != OK:
+            code[i] = bad
+            continue
+        s = 0.0
+        for j in range(a, b):
+            v = tp[j]
+            if not np.isfinite(v):
+                bad = NONFINITE_TP
+                detail[i] = v
+                break
+            if v < 0.0 or v > 1.0:
+                bad = TP_RANGE
+                detail[i] = v
+                break
+            s += v
+        if bad == OK and s > 1.0 + TOL:
+            bad = TP_SUM
+            detail[i] = s
+        if bad != OK:
+            code[i] = bad
+            continue
+        if has_drafted:
+            for j in range(k):
+                if cand[a + j] == drafted[i]:
+                    drafted_idx[i] = j
+                    break
+            if drafted_idx[i] < 0:
+                code[i] = NOT_IN_CANDS
+                detail[i] = drafted[i]
+                continue
+        if has_eq:
+            s = 0.0
+            for j in range(a, b):
+                v = eq[j]
+                if not np.isfinite(v):
+                    bad = NONFINITE_EQ
+                    detail[i] = v
+                    break
+                if v < 0.0 or v > 1.0:
+                    bad = EQ_RANGE
+                    detail[i] = v
+                    break
+                s += v
+            if bad == OK and abs(s - 1.0) > TOL:
+                bad = EQ_SUM
+                detail[i] = s
+            if bad == OK and has_drafted and eq[a + drafted_idx[i]] == 0.0:
+                bad = EQ_ZERO
+            code[i] = bad

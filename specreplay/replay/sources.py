@@ -1,0 +1,334 @@
+"""Finding archive files and reading them as raw chunks with row or line locations (SPEC §2.1).
+
+An archive path is one Parquet file, one JSON Lines file, or a directory of shards read in sorted
+path order (``*.parquet`` if it holds any, else ``*.jsonl``/``*.ndjson``; other files such as a
+``SYNTH.json`` manifest are ignored). Parquet files are streamed with polars ``collect_batches``;
+JSON Lines are parsed line by line with Python's ``json`` (so ``-Infinity`` is read as −inf, the
+convention Python and JavaScript use for a draft log-probability of a token that cannot be drafted),
+because polars names no line in its errors and drops unknown fields.
+
+Each chunk carries, per row, its location: the 0-based row within its Parquet file, or the 1-based
+physical line of its JSON Lines file (blank lines counted). Columns are cast to the canonical dtypes
+of :mod:`specreplay.replay.schema`; problems of type and shape become :class:`Issue` records.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import polars as pl
+from numpy.typing import NDArray
+
+from specreplay.errors import SpecReplayError
+from specreplay.replay.schema import (
+    INT_COLUMNS,
+    LIST_COLUMNS,
+    REQUIRED,
+    SCHEMA_V1,
+)
+
+__all__ = ["ArchiveFile", "Issue", "RawChunk", "format_location", "list_archive", "read_chunks"]
+
+_INT64_MAX: Final[int] = int(np.iinfo(np.int64).max)
+_JSONL_SUFFIXES: Final[tuple[str, ...]] = (".jsonl", ".ndjson", ".json")
+
+
+@dataclass(frozen=True)
+class ArchiveFile:
+    """One file of an archive: its index in sorted path order, path and format."""
+
+    index: int
+    path: Path
+    kind: str  # "parquet" | "jsonl"
+
+
+@dataclass(frozen=True)
+class Issue:
+    """A validation problem at one row: ``loc`` is the row (Parquet) or line (JSONL)."""
+
+    loc: int
+    message: str
+
+
+@dataclass(frozen=True)
+class RawChunk:
+    """Rows read from one file, cast to canonical dtypes.
+
+    Attributes
+    ----------
+    file : ArchiveFile
+    frame : polars.DataFrame
+        Schema-v1 columns in canonical dtypes plus any carried-through columns.
+    locs : ndarray of int64, shape (len(frame),)
+        Location of each row (0-based Parquet row or 1-based JSONL line).
+    issues : list of Issue
+        Problems found while reading (rows with such a problem are not in ``frame``).
+    """
+
+    file: ArchiveFile
+    frame: pl.DataFrame
+    locs: NDArray[np.int64]
+    issues: list[Issue]
+
+
+def format_location(file: ArchiveFile, loc: int) -> str:
+    """Return the SPEC §2.1 prefix of a message about row/line ``loc`` of ``file``."""
+    if file.kind == "jsonl":
+        return f"{file.path}:line {loc}"
+    return f"{file.path}: row {loc} (0-based)"
+
+
+def list_archive(path: Path) -> list[ArchiveFile]:
+    """Return the files of an archive in sorted path order; raise on a missing or empty one."""
+    if not path.exists():
+        raise SpecReplayError(f"{path}: no such file or directory")
+    if path.is_file():
+        return [ArchiveFile(0, path, _kind_of(path))]
+    parquet = sorted(p for p in path.iterdir() if p.is_file() and p.suffix == ".parquet")
+    files = parquet or sorted(
+        p for p in path.iterdir() if p.is_file() and p.suffix in _JSONL_SUFFIXES
+    )
+    files = [p for p in files if not p.name.startswith(".")]
+    if not files:
+        raise SpecReplayError(f"{path}: directory holds no .parquet or .jsonl shard")
+    return [ArchiveFile(i, p, _kind_of(p)) for i, p in enumerate(files)]
+
+
+def _kind_of(path: Path) -> str:
+    if path.suffix == ".parquet":
+        return "parquet"
+    if path.suffix in _JSONL_SUFFIXES:
+        return "jsonl"
+    raise SpecReplayError(f"{path}: unknown archive format (expected .parquet, .jsonl or .ndjson)")
+
+
+def read_chunks(file: ArchiveFile, chunk_rows: int) -> Iterator[RawChunk]:
+    """Yield the rows of one archive file in chunks of about ``chunk_rows`` rows."""
+    if file.kind == "parquet":
+        yield from _parquet_chunks(file, chunk_rows)
+    else:
+        yield from _jsonl_chunks(file, chunk_rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parquet
+
+
+def _dtype_ok(name: str, dtype: pl.DataType) -> bool:
+    if name in ("request_id", "family", "logging_arm"):
+        return isinstance(dtype, pl.String | pl.Categorical | pl.Enum)
+    if name in INT_COLUMNS:
+        return dtype.is_integer()
+    if name == "accepted":
+        return isinstance(dtype, pl.Boolean)
+    if name in LIST_COLUMNS:
+        if not isinstance(dtype, pl.List | pl.Array):
+            return False
+        inner = dtype.inner
+        return inner.is_integer() if name == "cand_ids" else inner.is_float()
+    return True
+
+
+_EXPECTED: Final[dict[str, str]] = {
+    "request_id": "string",
+    "family": "string",
+    "logging_arm": "string",
+    "context_tokens": "integer",
+    "round": "integer",
+    "position": "integer",
+    "drafted_id": "integer",
+    "accepted": "boolean",
+    "cand_ids": "list of integers",
+    "draft_logprobs": "list of floats",
+    "target_probs": "list of floats",
+    "emitted_q": "list of floats",
+}
+
+
+def _check_parquet_schema(file: ArchiveFile) -> pl.Schema:
+    try:
+        schema = pl.scan_parquet(file.path).collect_schema()
+    except Exception as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SpecReplayError(f"{file.path}: cannot read as Parquet: {msg}") from None
+    for name in REQUIRED:
+        if name not in schema:
+            raise SpecReplayError(f"{file.path}: missing required column {name!r}")
+    for name, dtype in schema.items():
+        if name in SCHEMA_V1 and not _dtype_ok(name, dtype):
+            raise SpecReplayError(
+                f"{file.path}: column {name!r} has type {dtype}; expected {_EXPECTED[name]}"
+            )
+    return schema
+
+
+def _parquet_chunks(file: ArchiveFile, chunk_rows: int) -> Iterator[RawChunk]:
+    schema = _check_parquet_schema(file)
+    start = 0
+    for batch in pl.scan_parquet(file.path).collect_batches(
+        chunk_size=chunk_rows, maintain_order=True
+    ):
+        n = batch.height
+        locs = np.arange(start, start + n, dtype=np.int64)
+        frame, issues = _to_canonical(batch, schema, locs)
+        yield RawChunk(file, frame, locs, issues)
+        start += n
+
+
+def _to_canonical(
+    batch: pl.DataFrame, schema: pl.Schema, locs: NDArray[np.int64]
+) -> tuple[pl.DataFrame, list[Issue]]:
+    """Cast to canonical dtypes, reporting integers that do not fit in int64 as issues.
+
+    A value that cannot be cast becomes null; the caller reports nulls (and drops those rows).
+    """
+    issues: list[Issue] = []
+    exprs: list[pl.Expr] = []
+    for name in batch.columns:
+        target = SCHEMA_V1.get(name)
+        if target is None:
+            exprs.append(pl.col(name))
+            continue
+        col = batch.get_column(name)
+        if name in INT_COLUMNS and schema[name] == pl.UInt64:
+            big = (col > _INT64_MAX).fill_null(False)
+            if big.any():
+                i = int(big.arg_true()[0])
+                issues.append(Issue(int(locs[i]), f"{name} = {col[i]} does not fit in int64"))
+        dtype = schema[name]
+        if name == "cand_ids" and isinstance(dtype, pl.List | pl.Array) and dtype.inner == pl.UInt64:
+            big_list = (col.cast(pl.List(pl.UInt64)).list.max() > _INT64_MAX).fill_null(False)
+            if big_list.any():
+                i = int(big_list.arg_true()[0])
+                issues.append(Issue(int(locs[i]), "a cand_id does not fit in int64"))
+        exprs.append(pl.col(name).cast(target, strict=False))
+    frame = batch.select(exprs)
+    return frame, issues
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON Lines
+
+
+def _jsonl_chunks(file: ArchiveFile, chunk_rows: int) -> Iterator[RawChunk]:
+    try:
+        fh = file.path.open("r", encoding="utf-8")
+    except OSError as exc:
+        raise SpecReplayError(f"{file.path}: cannot open: {exc.strerror}") from None
+    state = _JsonlState()
+    with fh:
+        lineno = 0
+        rows: list[dict[str, Any]] = []
+        locs: list[int] = []
+        issues: list[Issue] = []
+        try:
+            for line in fh:
+                lineno += 1
+                if not line.strip():
+                    continue
+                row, problem = _parse_line(line, state)
+                if problem is not None:
+                    issues.append(Issue(lineno, problem))
+                else:
+                    rows.append(row)
+                    locs.append(lineno)
+                if len(rows) >= chunk_rows:
+                    yield _jsonl_chunk(file, rows, locs, issues, state)
+                    rows, locs, issues = [], [], []
+        except UnicodeDecodeError:
+            raise SpecReplayError(f"{file.path}:line {lineno + 1}: not valid UTF-8") from None
+        if rows or issues or lineno == 0:
+            yield _jsonl_chunk(file, rows, locs, issues, state)
+
+
+@dataclass
+class _JsonlState:
+    """Columns declared by a file's first row (optional ones must then appear in every row)."""
+
+    declared: tuple[str, ...] | None = None
+    extras: dict[str, type] | None = None
+
+
+def _jsonl_chunk(
+    file: ArchiveFile,
+    rows: list[dict[str, Any]],
+    locs: list[int],
+    issues: list[Issue],
+    state: _JsonlState,
+) -> RawChunk:
+    present = state.declared if state.declared is not None else REQUIRED
+    extras = state.extras or {}
+    schema: dict[str, pl.DataType] = {c: SCHEMA_V1[c] for c in present}
+    py_to_pl: dict[type, pl.DataType] = {
+        str: pl.String(),
+        int: pl.Int64(),
+        float: pl.Float64(),
+        bool: pl.Boolean(),
+    }
+    for name, typ in extras.items():
+        schema[name] = py_to_pl[typ]
+    data = {c: [r.get(c) for r in rows] for c in schema}
+    frame = pl.DataFrame(data, schema=schema, strict=False)
+    return RawChunk(file, frame, np.asarray(locs, dtype=np.int64), issues)
+
+
+def _parse_line(line: str, state: _JsonlState) -> tuple[dict[str, Any], str | None]:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return {}, f"invalid JSON: {exc.msg} at column {exc.colno}"
+    if not isinstance(obj, dict):
+        return {}, "expected a JSON object"
+    for name in REQUIRED:
+        if name not in obj or obj[name] is None:
+            return {}, f"missing required column {name!r}"
+    if state.declared is None:
+        state.declared = tuple(c for c in SCHEMA_V1 if c in obj)
+        state.extras = {}
+    extras = state.extras if state.extras is not None else {}
+    for name in state.declared:
+        if name not in obj:
+            return {}, f"missing value in column {name!r} (present in the file's first row)"
+    for name, value in obj.items():
+        if name in SCHEMA_V1 and name not in state.declared:
+            return {}, f"column {name!r} appears here but not in the file's first row"
+        if name in SCHEMA_V1:
+            problem = _check_value(name, value)
+            if problem is not None:
+                return {}, problem
+        elif value is not None:
+            typ = type(value)
+            if typ not in (str, int, float, bool):
+                return {}, f"column {name!r} must be a string, number or boolean"
+            seen = extras.setdefault(name, typ)
+            if seen is not typ and not (seen is float and typ is int):
+                return {}, f"column {name!r} is {typ.__name__} here but {seen.__name__} above"
+    return obj, None
+
+
+def _check_value(name: str, value: Any) -> str | None:
+    exp = _EXPECTED[name]
+    if value is None:
+        return f"missing value in column {name!r}"
+    if exp == "string":
+        ok = isinstance(value, str)
+    elif exp == "integer":
+        ok = type(value) is int
+        if ok and not -_INT64_MAX - 1 <= value <= _INT64_MAX:
+            return f"{name} = {value} does not fit in int64"
+    elif exp == "boolean":
+        ok = type(value) is bool
+    elif name == "cand_ids":
+        ok = isinstance(value, list) and all(type(x) is int for x in value)
+        if ok and any(not -_INT64_MAX - 1 <= x <= _INT64_MAX for x in value):
+            return "a cand_id does not fit in int64"
+    else:
+        ok = isinstance(value, list) and all(type(x) in (float, int) for x in value)
+    if not ok:
+        return f"column {name!r} should be {exp}, got {json.dumps(value)[:40]}"
+    return None

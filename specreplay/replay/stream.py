@@ -1,0 +1,484 @@
+"""Reading, validating and streaming a position-trace archive in batches of whole rounds.
+
+:class:`ArchiveReader` walks the archive's files in sorted path order, chunk by chunk, checks every
+rule of SPEC §2.1 as it goes (row rules in :mod:`~specreplay.replay.rowcheck`, order rules in
+:mod:`~specreplay.replay.ordercheck`) and yields :class:`~specreplay.replay.batch.RoundBatch` objects
+of whole rounds: the incomplete last round of a chunk is carried into the next one (SPEC §5), so
+memory is bounded by the batch size plus tables that grow with the number of requests.
+
+Errors: with ``max_errors=1`` (every command but ``validate``) the first error raises
+:class:`~specreplay.errors.SpecReplayError`; otherwise up to ``max_errors`` errors are collected in
+``reader.errors`` (in archive order within each chunk) and no batch is yielded after the first one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from numpy.typing import NDArray
+
+from specreplay.errors import SpecReplayError
+from specreplay.replay import ordercheck, rowcheck
+from specreplay.replay.batch import RoundBatch
+from specreplay.replay.buckets import Buckets
+from specreplay.replay.schema import LIST_COLUMNS, OPTIONAL, SCHEMA_V1
+from specreplay.replay.sources import (
+    ArchiveFile,
+    Issue,
+    RawChunk,
+    format_location,
+    list_archive,
+    read_chunks,
+)
+from specreplay.sim.rng import request_key
+
+__all__ = ["ArchiveReader", "FileInfo"]
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """An input file as results.json lists it (sha256 is filled in by the report)."""
+
+    path: Path
+    rows: int
+
+
+@dataclass
+class _Rows:
+    """Validated position rows not yet emitted (flat arrays; lens gives the CSR row lengths)."""
+
+    lens: NDArray[np.int64]
+    cand: NDArray[np.int64]
+    lp: NDArray[np.float64]
+    tp: NDArray[np.float64]
+    eq: NDArray[np.float64]
+    pos: NDArray[np.int64]
+    didx: NDArray[np.int32]
+    acc: NDArray[np.int8]
+    req: NDArray[np.int64]
+    rnd: NDArray[np.int64]
+    ctx: NDArray[np.int64]
+    fam: NDArray[np.int64]
+    extras: pl.DataFrame
+
+    @property
+    def n(self) -> int:
+        return int(self.pos.shape[0])
+
+    def split(self, k: int) -> tuple[_Rows, _Rows]:
+        """Return rows [0, k) and [k, n)."""
+        nnz = int(self.lens[:k].sum())
+        flat = {"cand", "lp", "tp"} | ({"eq"} if self.eq.shape[0] else set())
+        head: dict[str, object] = {}
+        tail: dict[str, object] = {}
+        for f in fields(_Rows):
+            v = getattr(self, f.name)
+            if f.name in flat:
+                head[f.name], tail[f.name] = v[:nnz], v[nnz:]
+            elif f.name == "eq":
+                head[f.name], tail[f.name] = v, v
+            elif f.name == "extras":
+                head[f.name], tail[f.name] = v.slice(0, k), v.slice(k)
+            else:
+                head[f.name], tail[f.name] = v[:k], v[k:]
+        return _Rows(**head), _Rows(**tail)  # type: ignore[arg-type]
+
+    @staticmethod
+    def concat(parts: list[_Rows]) -> _Rows:
+        if len(parts) == 1:
+            return parts[0]
+        out: dict[str, object] = {}
+        for f in fields(_Rows):
+            vals = [getattr(p, f.name) for p in parts]
+            if f.name == "extras":
+                out[f.name] = pl.concat(vals, how="vertical")
+            else:
+                out[f.name] = np.concatenate(vals)
+        return _Rows(**out)  # type: ignore[arg-type]
+
+
+def _flat(col: pl.Series, dtype: type[np.generic]) -> NDArray[np.generic]:
+    values = col.list.explode(keep_nulls=False, empty_as_null=False)
+    return np.ascontiguousarray(values.to_numpy(), dtype=dtype)
+
+
+class ArchiveReader:
+    """Validate and stream a position-trace archive (SPEC §2.1, §5).
+
+    Parameters
+    ----------
+    path : Path
+        A Parquet file, a JSON Lines file, or a directory of shards.
+    buckets : Buckets, optional
+        Context buckets (default: SPEC's five).
+    batch_rows : int
+        Emit a batch once this many position rows of whole rounds are pending.
+    chunk_rows : int
+        Rows read from a file at a time.
+    logging_arm : str, optional
+        The arm that drafted the archive when it has no logging_arm column (``--logging-arm``).
+    max_errors : int or None
+        1: raise at the first error; k: collect up to k errors; None: collect all.
+
+    Attributes
+    ----------
+    requests : list of str
+        Request ids by request code (first appearance order).
+    request_keys : list of numpy.uint64
+        Stable request key of each request code.
+    families : list of str
+        Family names by family code (first appearance order).
+    request_family : list of int
+        Family code of each request code.
+    errors : list of str
+        Collected error lines (``max_errors != 1``).
+    files : list of FileInfo
+        Files read so far with their row counts.
+    columns : frozenset of str
+        Optional schema columns present in the archive.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        buckets: Buckets | None = None,
+        batch_rows: int = 500_000,
+        chunk_rows: int = 100_000,
+        logging_arm: str | None = None,
+        max_errors: int | None = 1,
+    ) -> None:
+        self.path = Path(path)
+        self.buckets = buckets if buckets is not None else Buckets.parse()
+        self.batch_rows = max(1, batch_rows)
+        self.chunk_rows = max(1, chunk_rows)
+        self.max_errors = max_errors
+        self.archive_files: list[ArchiveFile] = list_archive(self.path)
+        self.requests: list[str] = []
+        self.request_keys: list[np.uint64] = []
+        self.request_family: list[int] = []
+        self.families: list[str] = []
+        self.errors: list[str] = []
+        self.truncated = False
+        self.files: list[FileInfo] = []
+        self.columns: frozenset[str] = frozenset()
+        self.extra_columns: tuple[str, ...] = ()
+        self.logging_arm: str | None = logging_arm
+        self._arm_from_option = logging_arm is not None
+        self._arm_first: str | None = None
+        self._req_code: dict[str, int] = {}
+        self._fam_code: dict[str, int] = {}
+        self._carry = ordercheck.Carry()
+        self._first_file: ArchiveFile | None = None
+
+    # -- public ----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[RoundBatch]:
+        """Yield batches of whole rounds in archive order, validating as it goes."""
+        pending: list[_Rows] = []
+        n_pending = 0
+        for file in self.archive_files:
+            self._carry.new_file()
+            rows_in_file = 0
+            for chunk in read_chunks(file, self.chunk_rows):
+                rows_in_file += chunk.frame.height + len(chunk.issues)
+                rows = self._check_chunk(chunk)
+                if self.errors or self.truncated:
+                    continue
+                if rows is None or rows.n == 0:
+                    continue
+                pending.append(rows)
+                n_pending += rows.n
+                if n_pending >= self.batch_rows:
+                    allrows = _Rows.concat(pending)
+                    cut = _last_round_start(allrows)
+                    if cut > 0:
+                        head, tail = allrows.split(cut)
+                        yield self._to_batch(head)
+                        pending, n_pending = [tail], tail.n
+                    else:
+                        pending, n_pending = [allrows], allrows.n
+            self.files.append(FileInfo(file.path, rows_in_file))
+            if self.truncated:
+                break
+        if pending and not self.errors:
+            yield self._to_batch(_Rows.concat(pending))
+
+    def validate(self) -> list[str]:
+        """Read the whole archive; return the collected errors (empty when it is valid)."""
+        for _ in self:
+            pass
+        return self.errors
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def _report(self, file: ArchiveFile, issues: list[Issue]) -> None:
+        for issue in sorted(issues, key=lambda x: x.loc):
+            line = f"{format_location(file, issue.loc)}: {issue.message}"
+            if self.max_errors == 1:
+                raise SpecReplayError(line)
+            if self.max_errors is not None and len(self.errors) >= self.max_errors:
+                self.truncated = True
+                return
+            self.errors.append(line)
+
+    def _check_columns(self, chunk: RawChunk) -> None:
+        present = frozenset(c for c in OPTIONAL if c in chunk.frame.columns)
+        extras = tuple(c for c in chunk.frame.columns if c not in SCHEMA_V1)
+        if self._first_file is None:
+            self._first_file = chunk.file
+            self.columns = present
+            self.extra_columns = extras
+            if "logging_arm" in present and self._arm_from_option:
+                raise SpecReplayError(
+                    f"{chunk.file.path}: --logging-arm given but the archive has a logging_arm "
+                    "column; drop one of them"
+                )
+            return
+        if chunk.frame.height == 0:
+            return
+        if present != self.columns:
+            diff = sorted(present ^ self.columns)
+            raise SpecReplayError(
+                f"{chunk.file.path}: optional columns {diff} differ from "
+                f"{self._first_file.path} (every file must have the same columns)"
+            )
+
+    def _check_chunk(self, chunk: RawChunk) -> _Rows | None:
+        self._check_columns(chunk)
+        issues = list(chunk.issues)
+        frame, locs = chunk.frame, chunk.locs
+        reported = {i.loc for i in issues}
+        # nulls, and nulls inside lists, drop the row
+        present = [c for c in frame.columns if c in SCHEMA_V1]
+        if frame.height:
+            null_masks = {c: frame.get_column(c).is_null().to_numpy() for c in present}
+            for c in present:
+                if c in LIST_COLUMNS:
+                    col = frame.get_column(c)
+                    if col.list.explode(keep_nulls=True, empty_as_null=False).null_count():
+                        inner = col.list.eval(pl.element().is_null().any()).list.first()
+                        null_masks[c] = null_masks[c] | inner.fill_null(False).to_numpy()
+            bad = np.zeros(frame.height, dtype=bool)
+            for c in present:
+                m = null_masks[c] & ~bad
+                for i in np.flatnonzero(m):
+                    if int(locs[i]) not in reported:
+                        issues.append(Issue(int(locs[i]), f"missing or non-numeric value in {c!r}"))
+                bad |= null_masks[c]
+            if bad.any():
+                frame, locs = frame.filter(~bad), locs[~bad]
+        rows, more = self._check_rows(chunk.file, frame, locs)
+        issues.extend(more)
+        self._report(chunk.file, issues)
+        return rows
+
+    def _check_rows(
+        self, file: ArchiveFile, frame: pl.DataFrame, locs: NDArray[np.int64]
+    ) -> tuple[_Rows | None, list[Issue]]:
+        issues: list[Issue] = []
+        n = frame.height
+        if n == 0:
+            return None, issues
+        has_eq = "emitted_q" in self.columns
+        has_drafted = "drafted_id" in self.columns
+        has_acc = "accepted" in self.columns
+        list_cols = [c for c in LIST_COLUMNS if c in frame.columns]
+        lens = {c: frame.get_column(c).list.len().to_numpy().astype(np.int64) for c in list_cols}
+        lens0 = lens["cand_ids"]
+        for c in list_cols[1:]:
+            for i in np.flatnonzero(lens[c] != lens0):
+                issues.append(
+                    Issue(
+                        int(locs[i]),
+                        f"list lengths differ: cand_ids has {lens0[i]}, {c} has {lens[c][i]}",
+                    )
+                )
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lens0, out=offsets[1:])
+        cand = _flat(frame.get_column("cand_ids"), np.int64)
+        lp = _flat(frame.get_column("draft_logprobs"), np.float64)
+        tp = _flat(frame.get_column("target_probs"), np.float64)
+        ragged = any((lens[c] != lens0).any() for c in list_cols[1:])
+        if ragged:  # lengths differ: check the rest only on well-formed rows
+            ok = np.ones(n, dtype=bool)
+            for c in list_cols[1:]:
+                ok &= lens[c] == lens0
+            rows, _ = self._check_rows(file, frame.filter(ok), locs[ok])
+            return None, issues + _
+        eq = (
+            _flat(frame.get_column("emitted_q"), np.float64)
+            if has_eq
+            else np.zeros(0, dtype=np.float64)
+        )
+        drafted = (
+            frame.get_column("drafted_id").to_numpy().astype(np.int64)
+            if has_drafted
+            else np.zeros(0, dtype=np.int64)
+        )
+        code = np.empty(n, dtype=np.int8)
+        detail = np.empty(n, dtype=np.float64)
+        didx = np.empty(n, dtype=np.int32)
+        rowcheck.check_rows(offsets, cand, lp, tp, eq, drafted, has_eq, has_drafted, code, detail, didx)
+        for i in np.flatnonzero(code):
+            msg = rowcheck.ROW_RULES[int(code[i])]
+            if not np.isnan(detail[i]):
+                msg += f" ({detail[i]:.10g})"
+            issues.append(Issue(int(locs[i]), msg))
+        # codes for requests and families, in first-appearance order
+        req = self._codes(frame.get_column("request_id"), self._req_code, self.requests)
+        fam = self._codes(frame.get_column("family"), self._fam_code, self.families)
+        while len(self.request_keys) < len(self.requests):
+            self.request_keys.append(request_key(self.requests[len(self.request_keys)]))
+        self._carry.ensure(len(self.requests))
+        rnd = frame.get_column("round").to_numpy().astype(np.int64)
+        pos = frame.get_column("position").to_numpy().astype(np.int64)
+        ctx = frame.get_column("context_tokens").to_numpy().astype(np.int64)
+        acc = (
+            frame.get_column("accepted").cast(pl.Int8).to_numpy().astype(np.int8)
+            if has_acc
+            else np.full(n, -1, dtype=np.int8)
+        )
+        ocode = np.empty(n, dtype=np.int8)
+        cfile = np.empty(n, dtype=np.int64)
+        cloc = np.empty(n, dtype=np.int64)
+        c = self._carry
+        ordercheck.check_order(
+            req, rnd, pos, ctx, fam, acc, locs, file.index,
+            c.scalars, c.pos_file, c.pos_loc, c.req, ocode, cfile, cloc,
+        )  # fmt: skip
+        for i in np.flatnonzero(ocode):
+            issues.append(Issue(int(locs[i]), self._order_message(i, int(ocode[i]), cfile, cloc,
+                                                                  frame, file)))  # fmt: skip
+        for i in np.flatnonzero(c.req[:, ordercheck.R_FAM] >= 0):
+            if self.request_family[int(i)] < 0:
+                self.request_family[int(i)] = int(c.req[i, ordercheck.R_FAM])
+        if "logging_arm" in self.columns:
+            arms = frame.get_column("logging_arm")
+            if self._arm_first is None:
+                self._arm_first = str(arms[0])
+                self.logging_arm = self._arm_first
+                self._arm_loc = (file, int(locs[0]))
+            for i in np.flatnonzero((arms != self._arm_first).to_numpy()):
+                f0, l0 = self._arm_loc
+                issues.append(
+                    Issue(
+                        int(locs[i]),
+                        f"logging_arm {arms[int(i)]!r} differs from {self._arm_first!r} "
+                        f"(first at {format_location(f0, l0)})",
+                    )
+                )
+        extras = frame.select([c for c in frame.columns if c not in SCHEMA_V1])
+        rows = _Rows(lens0, cand, lp, tp, eq, pos, didx, acc, req, rnd, ctx, fam, extras)
+        return rows, issues
+
+    def _codes(self, col: pl.Series, table: dict[str, int], names: list[str]) -> NDArray[np.int64]:
+        uniq, first, inverse = np.unique(
+            col.cast(pl.String).to_numpy().astype(str), return_index=True, return_inverse=True
+        )
+        codes = np.empty(len(uniq), dtype=np.int64)
+        for k in np.argsort(first, kind="stable"):
+            name = str(uniq[k])
+            code = table.get(name)
+            if code is None:
+                code = len(names)
+                table[name] = code
+                names.append(name)
+                if table is self._req_code:
+                    self.request_family.append(-1)
+            codes[k] = code
+        return codes[inverse.reshape(-1)]
+
+    def _order_message(
+        self,
+        i: int,
+        code: int,
+        cfile: NDArray[np.int64],
+        cloc: NDArray[np.int64],
+        frame: pl.DataFrame,
+        file: ArchiveFile,
+    ) -> str:
+        rid = frame.get_column("request_id")[i]
+        rnd = frame.get_column("round")[i]
+        pos = frame.get_column("position")[i]
+        where = ""
+        if cfile[i] >= 0:
+            where = f"; first at {self._cite(int(cfile[i]), int(cloc[i]), file)}"
+        if code == ordercheck.POS_DUP:
+            return f"duplicate (request_id={rid!r}, round={rnd}, position={pos}){where}"
+        if code == ordercheck.POS_GAP:
+            return f"gap in positions of round {rnd} of request {rid!r}: {pos} follows {cloc[i]}"
+        if code == ordercheck.POS_START:
+            return f"round {rnd} of request {rid!r} starts at position {pos}, not 1"
+        if code == ordercheck.CTX_VARIES:
+            ctx = frame.get_column("context_tokens")[i]
+            return f"context_tokens {ctx} varies within round {rnd} of request {rid!r}{where}"
+        if code == ordercheck.FAM_CHANGES:
+            fam = frame.get_column("family")[i]
+            return f"request {rid!r} changes family to {fam!r}{where}"
+        if code == ordercheck.ACC_AFTER_FALSE:
+            return f"accepted True after a False in round {rnd} of request {rid!r}{where}"
+        if code == ordercheck.ROUND_ORDER:
+            return f"round {rnd} of request {rid!r} comes after a later round{where}"
+        if code == ordercheck.ROUND_SPLIT:
+            return f"rows of round {rnd} of request {rid!r} are not contiguous{where}"
+        if code == ordercheck.ROUND_SPLIT_FILES:
+            return f"round {rnd} of request {rid!r} is split across files{where}"
+        return f"{ordercheck.ORDER_RULES[code]} (request {rid!r}, round {rnd}, position {pos})"
+
+    def _cite(self, file_index: int, loc: int, current: ArchiveFile) -> str:
+        f = self.archive_files[file_index]
+        if f.index == current.index:
+            return f"line {loc}" if f.kind == "jsonl" else f"row {loc}"
+        return format_location(f, loc)
+
+    # -- batches ---------------------------------------------------------------------------
+
+    def _to_batch(self, rows: _Rows) -> RoundBatch:
+        n = rows.n
+        new = np.ones(n, dtype=bool)
+        new[1:] = (rows.req[1:] != rows.req[:-1]) | (rows.rnd[1:] != rows.rnd[:-1])
+        starts = np.flatnonzero(new)
+        round_offsets = np.append(starts, n).astype(np.int64)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(rows.lens, out=offsets[1:])
+        req = rows.req[starts]
+        keys = np.asarray(self.request_keys, dtype=np.uint64)[req]
+        ctx = rows.ctx[starts]
+        if rows.acc.shape[0] and rows.acc[0] >= 0:
+            measured = np.add.reduceat((rows.acc == 1).astype(np.int32), starts).astype(np.int32)
+        else:
+            measured = np.full(starts.shape[0], -1, dtype=np.int32)
+        return RoundBatch(
+            offsets=offsets,
+            cand_ids=rows.cand,
+            draft_logprobs=rows.lp,
+            target_probs=rows.tp,
+            emitted_q=rows.eq,
+            position=rows.pos,
+            drafted_idx=rows.didx,
+            accepted=rows.acc,
+            round_offsets=round_offsets,
+            round_request=req,
+            round_key=keys,
+            round_index=rows.rnd[starts],
+            round_family=rows.fam[starts].astype(np.int32),
+            round_bucket=self.buckets.assign(ctx),
+            round_context=ctx,
+            round_depth=np.diff(round_offsets).astype(np.int32),
+            measured_accepted=measured,
+            extras=rows.extras,
+        )
+
+
+def _last_round_start(rows: _Rows) -> int:
+    """Index of the first row of the last round in ``rows`` (rows before it are whole rounds)."""
+    n = rows.n
+    k = n - 1
+    while k > 0 and rows.req[k - 1] == rows.req[n - 1] and rows.rnd[k - 1] == rows.rnd[n - 1]:
+        k -= 1
+    return k

@@ -1,0 +1,948 @@
+"""A seeded toy draft/target model pair with real prefix dependence, and one live round.
+
+The toy stands in for a serving engine's two models so that the synthetic archive (issue 1, SPEC §7)
+looks like production: heavy-tailed target laws over a 129,280-token vocabulary, a drafter that is
+good at position 1 and worse at position 5, worse on long contexts and on hard families, and whose
+errors compound along the drafted prefix (so accepted prefixes are not a random sample of drafted
+ones, SPEC §3.2).
+
+Terms
+-----
+state key
+    A uint64 hash of (family, context length, last two tokens). The target law at a position is a
+    pure function of (family, state key); it is what the ``toy_state`` archive column records.
+explicit set
+    The ``n_explicit`` (64) most probable token ids of a state, ``rank_to_token(0..n_explicit-1)``
+    of the state's pseudo-random permutation of the vocabulary. Each has an explicit logit.
+tail
+    Every other token: rank ``r = 0 .. VOCAB_SIZE - n_explicit - 1`` maps to token
+    ``rank_to_token(n_explicit + r)`` and has probability ``ts·(G(r) − G(r + 1))`` with
+    ``G(x) = (1 + x / c)^(−a)``: a closed-form power law whose sum telescopes, so each law is
+    normalised exactly and no dense vocabulary array is ever built. ``ts`` is chosen so that the
+    first tail token weighs ``rho`` times the least probable explicit token (``rho ≤ 1``): the
+    explicit set really is the top of the law.
+target law
+    Zipf logits ``−β·log(1 + k)`` on the explicit ranks k, with a per-state sharpness
+    ``β = β_family·exp(spread_family·z)`` (z a unit-variance logistic draw keyed by the state), so
+    every family mixes confident and uncertain states, and families peak differently.
+draft law
+    The same explicit ids with logits ``κ_family·ℓ_k + σ·ε_k`` (ε unit-variance logistic keyed by
+    the state) and its own tail. The noise scale
+    ``σ = σ_family·(1 + g_pos·(j − 1))·(1 + g_ctx·max(0, log2(ctx / ctx_ref)))·(1 + g_s·min(S, cap))``
+    grows with the position j in the round, the context length and the *surprise*
+    ``S = Σ_{i<j} max(0, log q1_i(x_i) − log p_i(x_i))`` of the drafted prefix (q1 the draft law at
+    temperature 1): a drafted token the target finds implausible puts the drafter off its training
+    distribution for the rest of the round. Candidates are the draft's top ``n_candidates``
+    explicit ids, in decreasing draft probability (ties to the lower rank).
+round
+    Positions 1..d are drafted autoregressively, each state built from the previously drafted
+    tokens; the target verifies by standard rejection sampling (SPEC §1) with the counter-based
+    uniforms of :mod:`specreplay.sim.rng`: the draft draw u at (round, j, STREAM_DRAFT), the accept
+    draw v at (round, j, STREAM_ACCEPT), the correction draw at (round, j, STREAM_RESIDUAL) for the
+    first rejected position j, and the bonus draw at (round, d + 1, STREAM_RESIDUAL). A round
+    retains 1 + A tokens; they advance the history and the context length.
+
+The kernels are module-level ``@njit(cache=True)`` functions over arrays; the model parameters reach
+them as two float64 arrays built by :meth:`ToyPair.packed`. This module depends only on NumPy and
+Numba (no polars).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit, uint64
+from numpy.typing import NDArray
+
+from specreplay.sim.rng import (
+    STREAM_ACCEPT,
+    STREAM_DRAFT,
+    STREAM_RESIDUAL,
+    mix64,
+    uniform,
+)
+
+__all__ = [
+    "FAMILIES",
+    "VOCAB_SIZE",
+    "DraftLaw",
+    "LiveRound",
+    "RoundStart",
+    "TargetLaw",
+    "ToyPair",
+    "draft_law",
+    "family_index",
+    "greedy_law",
+    "live_round",
+    "logging_law",
+    "rank_to_token",
+    "state_key",
+    "tail_pmf",
+    "target_law",
+]
+
+VOCAB_SIZE = 129_280
+FAMILIES: tuple[str, ...] = ("code", "chat", "math", "translation")
+
+# --- packed parameter layout (see ToyPair.packed) -----------------------------------------------
+_F_BETA, _F_SPREAD, _F_SIGMA, _F_KAPPA = 0, 1, 2, 3
+_G_RHO_T, _G_RHO_D, _G_TAIL_C, _G_TAIL_A = 0, 1, 2, 3
+_G_POS, _G_CTX, _G_CTX_REF, _G_SURP, _G_SURP_CAP, _G_BETA_MAX = 4, 5, 6, 7, 8, 9
+_N_GLOBAL = 10
+
+# --- hashing constants (uint64-wrapped: STACK-NOTES gotcha 2) -----------------------------------
+_GOLDEN = uint64(0x9E3779B97F4A7C15)
+_M1 = uint64(0xBF58476D1CE4E5B9)
+_SALT_STATE = uint64(0x70F5_7A7E_C0DE_0001)
+_SALT_PERM1 = uint64(0x70F5_7A7E_C0DE_0002)
+_SALT_PERM2 = uint64(0x70F5_7A7E_C0DE_0003)
+_SALT_BETA = uint64(0x70F5_7A7E_C0DE_0004)
+_SALT_DRAFT = uint64(0x70F5_7A7E_C0DE_0005)
+_MASK17 = uint64(0x1FFFF)  # the permutation acts on [0, 2^17) and cycle-walks into [0, VOCAB_SIZE)
+_ODD1 = uint64(0x0B5AD)
+_ODD2 = uint64(0x1C69B)
+_ODD3 = uint64(0x0D2F3)
+_VOCAB_U = uint64(VOCAB_SIZE)
+_INV_2_53 = 1.0 / 9007199254740992.0
+_LOGISTIC_SCALE = math.sqrt(3.0) / math.pi  # unit variance for the standard logistic
+
+
+# ================================================================================================
+# kernels
+# ================================================================================================
+
+
+@njit(inline="always", cache=True)
+def _fold(h: np.uint64, k: np.uint64) -> np.uint64:
+    return mix64(h + _GOLDEN + k * _M1)
+
+
+@njit(inline="always", cache=True)
+def _logistic(h: np.uint64) -> float:
+    """Unit-variance logistic variate from 64 hash bits (53-bit uniform in (0, 1))."""
+    u = (float(h >> uint64(11)) + 0.5) * _INV_2_53
+    return math.log(u / (1.0 - u)) * _LOGISTIC_SCALE
+
+
+@njit(cache=True)
+def _state_key(family: np.int64, context: np.int64, t1: np.int64, t2: np.int64) -> np.uint64:
+    """State key of (family, context length, last two tokens ``t1, t2``), as uint64."""
+    h = _fold(_SALT_STATE, uint64(family))
+    h = _fold(h, uint64(context))
+    h = _fold(h, uint64(t1))
+    return _fold(h, uint64(t2))
+
+
+@njit(inline="always", cache=True)
+def _perm17(x: np.uint64, k1: np.uint64, k2: np.uint64) -> np.uint64:
+    """Keyed bijection of [0, 2^17): odd multiplies, xorshifts and keyed adds, all mod 2^17."""
+    x = (x + k1) & _MASK17
+    x = (x * _ODD1) & _MASK17
+    x = x ^ (x >> uint64(8))
+    x = x ^ (k2 & _MASK17)
+    x = (x * _ODD2) & _MASK17
+    x = x ^ (x >> uint64(9))
+    x = (x + (k1 >> uint64(23))) & _MASK17
+    x = (x * _ODD3) & _MASK17
+    return x ^ (x >> uint64(7))
+
+
+@njit(cache=True)
+def _rank_to_token(rank: np.int64, k1: np.uint64, k2: np.uint64) -> np.int64:
+    """Token id of a rank in [0, VOCAB_SIZE) (cycle-walking: a permutation of the vocabulary)."""
+    x = _perm17(uint64(rank), k1, k2)
+    while x >= _VOCAB_U:
+        x = _perm17(x, k1, k2)
+    return np.int64(x)
+
+
+@njit(cache=True)
+def _perm_keys(key: np.uint64) -> tuple[np.uint64, np.uint64]:
+    return _fold(key, _SALT_PERM1), _fold(key, _SALT_PERM2)
+
+
+@njit(cache=True)
+def _tail_consts(n_tail: np.int64, c: float, a: float) -> tuple[float, float]:
+    """Return (1 − G(1), 1 − G(n_tail)) for G(x) = (1 + x/c)^(−a), both accurate near 0."""
+    one_m_g1 = -math.expm1(-a * math.log1p(1.0 / c))
+    one_m_gn = -math.expm1(-a * math.log1p(n_tail / c))
+    return one_m_g1, one_m_gn
+
+
+@njit(cache=True)
+def _normalise(
+    logits: NDArray[np.float64],
+    rho: float,
+    c: float,
+    a: float,
+    out_prob: NDArray[np.float64],
+    out_logprob: NDArray[np.float64],
+) -> float:
+    """Normalise explicit logits plus the power-law tail over the full vocabulary.
+
+    Parameters
+    ----------
+    logits : float64 (K,)
+        Explicit logits (any offset).
+    rho, c, a : float
+        Tail floor (first tail token weighs ``rho`` × the least explicit one), tail scale and
+        exponent of ``G(x) = (1 + x/c)^(−a)``.
+    out_prob, out_logprob : float64 (K,)
+        Written: explicit probabilities and their logs (full-vocabulary normalisation).
+
+    Returns
+    -------
+    float
+        Tail scale ``ts``: tail rank r has probability ``ts·(G(r) − G(r + 1))``; the tail mass is
+        ``ts·(1 − G(VOCAB_SIZE − K))``, so explicit + tail sums to 1 (telescoping).
+    """
+    k_exp = logits.shape[0]
+    lmax = logits.max()
+    lmin = logits.min()
+    s = 0.0
+    for k in range(k_exp):
+        s += math.exp(logits[k] - lmax)
+    one_m_g1, one_m_gn = _tail_consts(np.int64(VOCAB_SIZE - k_exp), c, a)
+    w_floor = rho * math.exp(lmin - lmax)
+    z = s + w_floor * one_m_gn / one_m_g1
+    log_z = math.log(z)
+    for k in range(k_exp):
+        out_prob[k] = math.exp(logits[k] - lmax) / z
+        out_logprob[k] = (logits[k] - lmax) - log_z
+    return w_floor / (one_m_g1 * z)
+
+
+@njit(cache=True)
+def _target_logits(
+    key: np.uint64, family: np.int64, fp: NDArray[np.float64], gp: NDArray[np.float64], out: NDArray[np.float64]
+) -> None:
+    """Zipf logits ``−β·log(1 + k)`` with the state's sharpness β; writes out (K,)."""
+    z = _logistic(_fold(key, _SALT_BETA))
+    beta = min(fp[family, _F_BETA] * math.exp(fp[family, _F_SPREAD] * z), gp[_G_BETA_MAX])
+    for k in range(out.shape[0]):
+        out[k] = -beta * math.log1p(float(k))
+
+
+@njit(cache=True)
+def _target_at(
+    key: np.uint64,
+    family: np.int64,
+    fp: NDArray[np.float64],
+    gp: NDArray[np.float64],
+    ids: NDArray[np.int64],
+    lt: NDArray[np.float64],
+    p: NDArray[np.float64],
+    logp: NDArray[np.float64],
+) -> float:
+    """Target law of a state: writes ids, logits lt, probs p and log-probs logp (all (K,)).
+
+    Returns the tail scale ``ts`` (see :func:`_normalise`).
+    """
+    k1, k2 = _perm_keys(key)
+    for k in range(ids.shape[0]):
+        ids[k] = _rank_to_token(np.int64(k), k1, k2)
+    _target_logits(key, family, fp, gp, lt)
+    return _normalise(lt, gp[_G_RHO_T], gp[_G_TAIL_C], gp[_G_TAIL_A], p, logp)
+
+
+@njit(cache=True)
+def _draft_sigma(
+    family: np.int64,
+    context: np.int64,
+    position: np.int64,
+    surprise: float,
+    fp: NDArray[np.float64],
+    gp: NDArray[np.float64],
+) -> float:
+    ctx_term = max(0.0, math.log2(max(float(context), 1.0) / gp[_G_CTX_REF]))
+    return (
+        fp[family, _F_SIGMA]
+        * (1.0 + gp[_G_POS] * (position - 1))
+        * (1.0 + gp[_G_CTX] * ctx_term)
+        * (1.0 + gp[_G_SURP] * min(surprise, gp[_G_SURP_CAP]))
+    )
+
+
+@njit(cache=True)
+def _draft_from_target(
+    key: np.uint64,
+    family: np.int64,
+    sigma: float,
+    fp: NDArray[np.float64],
+    gp: NDArray[np.float64],
+    lt: NDArray[np.float64],
+    q1: NDArray[np.float64],
+    logq1: NDArray[np.float64],
+) -> float:
+    """Draft law (temperature 1) from the target logits lt: writes q1, logq1 (K,); returns ts."""
+    k_exp = lt.shape[0]
+    ld = np.empty(k_exp)
+    hd = _fold(key, _SALT_DRAFT)
+    kappa = fp[family, _F_KAPPA]
+    for k in range(k_exp):
+        ld[k] = kappa * lt[k] + sigma * _logistic(_fold(hd, uint64(k)))
+    return _normalise(ld, gp[_G_RHO_D], gp[_G_TAIL_C], gp[_G_TAIL_A], q1, logq1)
+
+
+@njit(cache=True)
+def _position_laws(
+    key: np.uint64,
+    family: np.int64,
+    context: np.int64,
+    position: np.int64,
+    surprise: float,
+    fp: NDArray[np.float64],
+    gp: NDArray[np.float64],
+    ids: NDArray[np.int64],
+    p: NDArray[np.float64],
+    logq1: NDArray[np.float64],
+    cand: NDArray[np.int64],
+) -> float:
+    """Both laws at one position.
+
+    Parameters
+    ----------
+    key, family, context, position, surprise
+        State key, family index, context length at this position, position 1..d in the round and
+        the surprise of the drafted prefix.
+    fp : float64 (len(FAMILIES), 4); gp : float64 (10,)
+        Packed :class:`ToyPair`.
+    ids : int64 (K,)
+        Written: explicit token ids.
+    p : float64 (K,)
+        Written: target probabilities of ``ids``.
+    logq1 : float64 (K,)
+        Written: draft log-probabilities (full vocabulary, temperature 1) of ``ids``.
+    cand : int64 (n_cand,)
+        Written: indices into ``ids`` of the draft's top ``n_cand``, decreasing draft
+        probability, ties to the lower rank.
+
+    Returns
+    -------
+    float
+        The target tail scale ``ts``.
+    """
+    k_exp = ids.shape[0]
+    lt = np.empty(k_exp)
+    logp = np.empty(k_exp)
+    q1 = np.empty(k_exp)
+    ts = _target_at(key, family, fp, gp, ids, lt, p, logp)
+    sigma = _draft_sigma(family, context, position, surprise, fp, gp)
+    _draft_from_target(key, family, sigma, fp, gp, lt, q1, logq1)
+    order = np.argsort(-logq1, kind="mergesort")
+    for i in range(cand.shape[0]):
+        cand[i] = order[i]
+    return ts
+
+
+@njit(cache=True)
+def _policy_q(
+    logprobs: NDArray[np.float64], greedy: bool, temperature: float, out: NDArray[np.float64]
+) -> None:
+    """Logging policy over the candidates: writes q (n,) from draft log-probs (n,).
+
+    Greedy: point mass on the highest log-probability, ties to the lower index. Otherwise
+    ``softmax(logprobs / temperature)`` over all given candidates (SPEC §3.1).
+    """
+    n = logprobs.shape[0]
+    if greedy:
+        best = 0
+        for i in range(1, n):
+            if logprobs[i] > logprobs[best]:
+                best = i
+        for i in range(n):
+            out[i] = 0.0
+        out[best] = 1.0
+        return
+    m = -np.inf
+    for i in range(n):
+        m = max(m, logprobs[i] / temperature)
+    s = 0.0
+    for i in range(n):
+        e = math.exp(logprobs[i] / temperature - m)
+        out[i] = e
+        s += e
+    for i in range(n):
+        out[i] /= s
+
+
+@njit(cache=True)
+def _policy_q_alloc(logprobs: NDArray[np.float64], greedy: bool, temperature: float) -> NDArray[np.float64]:
+    out = np.empty(logprobs.shape[0])
+    _policy_q(logprobs, greedy, temperature, out)
+    return out
+
+
+@njit(cache=True)
+def _draw_cdf(q: NDArray[np.float64], u: float) -> np.int64:
+    """CDF inversion: the first index whose cumulative sum exceeds u (last positive if none)."""
+    c = 0.0
+    last = -1
+    for i in range(q.shape[0]):
+        if q[i] > 0.0:
+            last = i
+            c += q[i]
+            if u < c:
+                return np.int64(i)
+    return np.int64(last)
+
+
+@njit(cache=True)
+def _surprise_step(surprise: float, logq1_x: float, p_x: float) -> float:
+    """Add ``max(0, log q1(x) − log p(x))`` of a drafted token to the prefix surprise."""
+    return surprise + max(0.0, logq1_x - math.log(p_x))
+
+
+@njit(cache=True)
+def _sample_residual(
+    ids: NDArray[np.int64],
+    p: NDArray[np.float64],
+    cand: NDArray[np.int64],
+    q: NDArray[np.float64],
+    ts: float,
+    key: np.uint64,
+    gp: NDArray[np.float64],
+    u: float,
+) -> np.int64:
+    """Draw one token from ``r ∝ max(0, p − q)`` over the full vocabulary (SPEC §1).
+
+    Parameters
+    ----------
+    ids, p : int64, float64 (K,)
+        Explicit ids of the target state and their target probabilities.
+    cand : int64 (n,); q : float64 (n,)
+        Candidate indices into ``ids`` and the law the drafter sampled from. With ``n = 0`` (or
+        q = 0) this samples the target law itself (the bonus token).
+    ts : float
+        Target tail scale; key : uint64 the target state key (tail rank → token map).
+    gp : float64 (10,)
+        Packed globals; u : uniform in [0, 1).
+
+    Returns
+    -------
+    int64
+        The token id: candidates first (in candidate order), then the other explicit ids (rank
+        order), then the tail by closed-form inversion of its CDF.
+    """
+    k_exp = ids.shape[0]
+    n = cand.shape[0]
+    is_cand = np.zeros(k_exp, dtype=np.bool_)
+    total = 0.0
+    for i in range(n):
+        is_cand[cand[i]] = True
+        total += max(0.0, p[cand[i]] - q[i])
+    for k in range(k_exp):
+        if not is_cand[k]:
+            total += p[k]
+    c = gp[_G_TAIL_C]
+    a = gp[_G_TAIL_A]
+    n_tail = np.int64(VOCAB_SIZE - k_exp)
+    _, one_m_gn = _tail_consts(n_tail, c, a)
+    total += ts * one_m_gn
+    t = u * total
+    for i in range(n):
+        w = max(0.0, p[cand[i]] - q[i])
+        if t < w:
+            return ids[cand[i]]
+        t -= w
+    for k in range(k_exp):
+        if not is_cand[k]:
+            if t < p[k]:
+                return ids[k]
+            t -= p[k]
+    # tail: smallest r with ts·(1 − G(r + 1)) > t, i.e. r = floor(c·(y^(−1/a) − 1)), y = 1 − t/ts
+    y = 1.0 - t / ts
+    r = n_tail - 1
+    if y > 0.0:
+        x = c * math.expm1(-math.log(y) / a)
+        if x < float(n_tail - 1):
+            r = max(np.int64(0), np.int64(math.floor(x)))
+    k1, k2 = _perm_keys(key)
+    return _rank_to_token(np.int64(k_exp) + r, k1, k2)
+
+
+@njit(cache=True)
+def _target_law_alloc(
+    key: np.uint64, family: np.int64, n_explicit: np.int64, fp: NDArray[np.float64], gp: NDArray[np.float64]
+) -> tuple[NDArray[np.int64], NDArray[np.float64], float]:
+    ids = np.empty(n_explicit, dtype=np.int64)
+    lt = np.empty(n_explicit)
+    p = np.empty(n_explicit)
+    logp = np.empty(n_explicit)
+    ts = _target_at(key, family, fp, gp, ids, lt, p, logp)
+    return ids, p, ts
+
+
+@njit(cache=True)
+def _draft_law_alloc(
+    key: np.uint64,
+    family: np.int64,
+    context: np.int64,
+    position: np.int64,
+    surprise: float,
+    n_explicit: np.int64,
+    fp: NDArray[np.float64],
+    gp: NDArray[np.float64],
+) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.float64], float]:
+    ids = np.empty(n_explicit, dtype=np.int64)
+    lt = np.empty(n_explicit)
+    p = np.empty(n_explicit)
+    logp = np.empty(n_explicit)
+    q1 = np.empty(n_explicit)
+    logq1 = np.empty(n_explicit)
+    _target_at(key, family, fp, gp, ids, lt, p, logp)
+    sigma = _draft_sigma(family, context, position, surprise, fp, gp)
+    ts = _draft_from_target(key, family, sigma, fp, gp, lt, q1, logq1)
+    return ids, q1, logq1, ts
+
+
+@njit(cache=True)
+def _ranks_to_tokens(key: np.uint64, ranks: NDArray[np.int64]) -> NDArray[np.int64]:
+    k1, k2 = _perm_keys(key)
+    out = np.empty(ranks.shape[0], dtype=np.int64)
+    for i in range(ranks.shape[0]):
+        out[i] = _rank_to_token(ranks[i], k1, k2)
+    return out
+
+
+@njit(cache=True)
+def _uniform_triple(
+    seed: np.uint64, rkey: np.uint64, rnd: np.int64, position: np.int64
+) -> tuple[float, float, float]:
+    """The (draft, accept, residual) uniforms of one (round, position)."""
+    return (
+        uniform(seed, rkey, rnd, position, STREAM_DRAFT),
+        uniform(seed, rkey, rnd, position, STREAM_ACCEPT),
+        uniform(seed, rkey, rnd, position, STREAM_RESIDUAL),
+    )
+
+
+# ================================================================================================
+# Python API
+# ================================================================================================
+
+
+@dataclass(frozen=True)
+class ToyPair:
+    """All parameters of the toy draft/target pair (seed-independent; defaults calibrated).
+
+    Per-family tuples follow :data:`FAMILIES` (code, chat, math, translation).
+
+    Attributes
+    ----------
+    n_explicit : int
+        Size of each state's explicit set (its most probable token ids).
+    target_beta, target_spread : tuple of float
+        Median Zipf exponent of the target logits per family, and the per-state log-sharpness
+        spread (β = target_beta·exp(target_spread·z), z unit-variance logistic).
+    draft_sigma, draft_kappa : tuple of float
+        Draft logit noise scale per family (its difficulty) and the draft's logit scale (κ > 1:
+        overconfident drafter).
+    target_tail_floor, draft_tail_floor : float
+        ``rho`` of each law: weight of the first tail token relative to the least explicit one.
+    tail_scale, tail_exponent : float
+        ``c`` and ``a`` of the tail ``G(x) = (1 + x/c)^(−a)``.
+    position_growth, context_growth, context_ref : float
+        Draft noise growth per position, per doubling of the context beyond ``context_ref``.
+    surprise_growth, surprise_cap : float
+        Draft noise growth per nat of drafted-prefix surprise, and its cap.
+    beta_max : float
+        Cap on a state's Zipf exponent (keeps every explicit probability well above underflow).
+    """
+
+    n_explicit: int = 64
+    target_beta: tuple[float, float, float, float] = (2.4, 1.6, 2.2, 1.8)
+    target_spread: tuple[float, float, float, float] = (0.5, 0.5, 0.5, 0.5)
+    draft_sigma: tuple[float, float, float, float] = (0.6, 0.8, 0.7, 1.1)
+    draft_kappa: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
+    target_tail_floor: float = 0.5
+    draft_tail_floor: float = 0.5
+    tail_scale: float = 200.0
+    tail_exponent: float = 0.6
+    position_growth: float = 0.12
+    context_growth: float = 0.07
+    context_ref: float = 2048.0
+    surprise_growth: float = 0.15
+    surprise_cap: float = 8.0
+    beta_max: float = 16.0
+    _packed: tuple[NDArray[np.float64], NDArray[np.float64]] | None = field(
+        default=None, init=False, repr=False, compare=False, hash=False
+    )
+
+    def __post_init__(self) -> None:
+        n_fam = len(FAMILIES)
+        for name in ("target_beta", "target_spread", "draft_sigma", "draft_kappa"):
+            if len(getattr(self, name)) != n_fam:
+                raise ValueError(f"ToyPair.{name} needs one value per family {FAMILIES}")
+        if not 2 <= self.n_explicit <= 1024:
+            raise ValueError(f"ToyPair.n_explicit must be in 2..1024, got {self.n_explicit}")
+        if not (0.0 < self.target_tail_floor <= 1.0 and 0.0 < self.draft_tail_floor <= 1.0):
+            raise ValueError("tail floors must be in (0, 1] so the explicit set is the top of a law")
+        if self.tail_scale <= 0.0 or self.tail_exponent <= 0.0:
+            raise ValueError("tail_scale and tail_exponent must be positive")
+
+    def packed(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Return the kernel form: ``fp`` float64 (len(FAMILIES), 4) and ``gp`` float64 (10,)."""
+        if self._packed is None:
+            fp = np.column_stack(
+                [self.target_beta, self.target_spread, self.draft_sigma, self.draft_kappa]
+            ).astype(np.float64)
+            gp = np.zeros(_N_GLOBAL)
+            gp[_G_RHO_T] = self.target_tail_floor
+            gp[_G_RHO_D] = self.draft_tail_floor
+            gp[_G_TAIL_C] = self.tail_scale
+            gp[_G_TAIL_A] = self.tail_exponent
+            gp[_G_POS] = self.position_growth
+            gp[_G_CTX] = self.context_growth
+            gp[_G_CTX_REF] = self.context_ref
+            gp[_G_SURP] = self.surprise_growth
+            gp[_G_SURP_CAP] = self.surprise_cap
+            gp[_G_BETA_MAX] = self.beta_max
+            fp.setflags(write=False)
+            gp.setflags(write=False)
+            object.__setattr__(self, "_packed", (fp, gp))
+        assert self._packed is not None
+        return self._packed
+
+
+@dataclass(frozen=True)
+class RoundStart:
+    """Where a round starts: family, context length and the last two emitted tokens."""
+
+    family: str
+    context_tokens: int
+    history: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class TargetLaw:
+    """Target law of one state over the full vocabulary.
+
+    Attributes
+    ----------
+    ids : int64 (n_explicit,)
+        Explicit token ids (distinct), in rank order.
+    probs : float64 (n_explicit,)
+        Their probabilities.
+    tail_scale : float
+        Tail rank r (token ``rank_to_token(key, n_explicit + r)``) has probability
+        ``tail_scale·(G(r) − G(r + 1))``, see :func:`tail_pmf`.
+    tail_mass : float
+        Total tail probability; ``probs.sum() + tail_mass == 1`` up to rounding.
+    """
+
+    ids: NDArray[np.int64]
+    probs: NDArray[np.float64]
+    tail_scale: float
+    tail_mass: float
+
+
+@dataclass(frozen=True)
+class DraftLaw:
+    """Draft law (temperature 1) of one position over the full vocabulary.
+
+    Attributes
+    ----------
+    ids : int64 (n_explicit,)
+        The same explicit ids as the target law of the state.
+    probs, logprobs : float64 (n_explicit,)
+        Draft probabilities of ``ids`` and their logs.
+    tail_scale, tail_mass : float
+        As in :class:`TargetLaw`, for the draft's own tail.
+    candidates : int64 (n_explicit,)
+        Indices into ``ids`` in decreasing draft probability (ties to the lower rank); the top
+        ``n`` are the drafter's candidates.
+    """
+
+    ids: NDArray[np.int64]
+    probs: NDArray[np.float64]
+    logprobs: NDArray[np.float64]
+    tail_scale: float
+    tail_mass: float
+    candidates: NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class LiveRound:
+    """One round run live (see :func:`live_round`).
+
+    Attributes
+    ----------
+    drafted : int64 (depth,)
+        Drafted token ids at positions 1..depth (all drafted before verification).
+    accepted : bool (depth,)
+        The verifier's decisions; False after the first rejection.
+    n_accepted : int
+        A, the number of leading accepted positions.
+    emitted : int64 (1 + A,)
+        Accepted drafts then the correction (or bonus) token.
+    next_start : RoundStart
+        Start of the next round (context advanced by 1 + A).
+    cand_ids, draft_logprobs, target_probs, q : list of arrays (depth entries, each (n_cand,))
+        Per position: candidate ids (int64), their full-vocabulary draft log-probabilities,
+        target probabilities, and the law the drafter sampled from.
+    state_keys : uint64 (depth,)
+        Target state key at each position (the archive's ``toy_state``).
+    """
+
+    drafted: NDArray[np.int64]
+    accepted: NDArray[np.bool_]
+    n_accepted: int
+    emitted: NDArray[np.int64]
+    next_start: RoundStart
+    cand_ids: list[NDArray[np.int64]]
+    draft_logprobs: list[NDArray[np.float64]]
+    target_probs: list[NDArray[np.float64]]
+    q: list[NDArray[np.float64]]
+    state_keys: NDArray[np.uint64]
+
+
+def family_index(family: str) -> int:
+    """Return the index of ``family`` in :data:`FAMILIES` (ValueError if unknown)."""
+    try:
+        return FAMILIES.index(family)
+    except ValueError:
+        raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}") from None
+
+
+def state_key(family: str, context_tokens: int, history: tuple[int, int]) -> np.uint64:
+    """Return the state key of (family, context length, last two tokens)."""
+    t1, t2 = history
+    return np.uint64(
+        _state_key(np.int64(family_index(family)), np.int64(context_tokens), np.int64(t1), np.int64(t2))
+    )
+
+
+def _tail_mass(pair: ToyPair, tail_scale: float) -> float:
+    _, one_m_gn = _tail_consts(np.int64(VOCAB_SIZE - pair.n_explicit), pair.tail_scale, pair.tail_exponent)
+    return float(tail_scale * one_m_gn)
+
+
+def target_law(pair: ToyPair, family: str, key: np.uint64) -> TargetLaw:
+    """Return the target law of state ``key`` in ``family``."""
+    fp, gp = pair.packed()
+    ids, p, ts = _target_law_alloc(np.uint64(key), np.int64(family_index(family)), np.int64(pair.n_explicit), fp, gp)
+    return TargetLaw(ids=ids, probs=p, tail_scale=float(ts), tail_mass=_tail_mass(pair, float(ts)))
+
+
+def draft_law(
+    pair: ToyPair,
+    family: str,
+    key: np.uint64,
+    *,
+    context_tokens: int,
+    position: int,
+    surprise: float = 0.0,
+) -> DraftLaw:
+    """Return the draft law at a position of state ``key``.
+
+    Parameters
+    ----------
+    pair : ToyPair
+    family : str
+    key : uint64
+        Target state key of the position.
+    context_tokens : int
+        Context length at this position (round-start context + position − 1).
+    position : int
+        Position 1..d in the round.
+    surprise : float
+        Surprise of the drafted prefix (0 at position 1).
+    """
+    fp, gp = pair.packed()
+    ids, q1, logq1, ts = _draft_law_alloc(
+        np.uint64(key),
+        np.int64(family_index(family)),
+        np.int64(context_tokens),
+        np.int64(position),
+        float(surprise),
+        np.int64(pair.n_explicit),
+        fp,
+        gp,
+    )
+    order = np.argsort(-logq1, kind="stable").astype(np.int64)
+    return DraftLaw(
+        ids=ids,
+        probs=q1,
+        logprobs=logq1,
+        tail_scale=float(ts),
+        tail_mass=_tail_mass(pair, float(ts)),
+        candidates=order,
+    )
+
+
+def tail_pmf(pair: ToyPair, tail_scale: float, ranks: NDArray[np.int64]) -> NDArray[np.float64]:
+    """Tail probabilities ``tail_scale·(G(r) − G(r + 1))`` of tail ranks (vectorised NumPy)."""
+    r = np.asarray(ranks, dtype=np.float64)
+    c, a = pair.tail_scale, pair.tail_exponent
+    g_r = np.exp(-a * np.log1p(r / c))
+    out: NDArray[np.float64] = tail_scale * g_r * -np.expm1(-a * np.log1p(1.0 / (c + r)))
+    return out
+
+
+def rank_to_token(key: np.uint64, ranks: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Token ids of vocabulary ranks of state ``key`` (ranks < n_explicit: the explicit set)."""
+    out: NDArray[np.int64] = _ranks_to_tokens(np.uint64(key), np.asarray(ranks, dtype=np.int64))
+    return out
+
+
+def logging_law(
+    temperature: float = 0.7, *, greedy: bool = False
+) -> Callable[[NDArray[np.float64]], NDArray[np.float64]]:
+    """Return the logging policy as a law callable: ``softmax(logprobs / T)`` or greedy.
+
+    It calls the same jitted kernel as the generator, so :func:`live_round` with it reproduces the
+    generator bit for bit.
+    """
+    if not greedy and not temperature > 0.0:
+        raise ValueError(f"temperature must be > 0 (use greedy), got {temperature}")
+    t = float(temperature)
+
+    def law(cand_logprobs: NDArray[np.float64]) -> NDArray[np.float64]:
+        out: NDArray[np.float64] = _policy_q_alloc(
+            np.ascontiguousarray(cand_logprobs, dtype=np.float64), greedy, t
+        )
+        return out
+
+    return law
+
+
+def greedy_law(cand_logprobs: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Point mass on the highest draft log-probability (ties to the lower index)."""
+    out: NDArray[np.float64] = _policy_q_alloc(
+        np.ascontiguousarray(cand_logprobs, dtype=np.float64), True, 1.0
+    )
+    return out
+
+
+def _check_q(q: NDArray[np.float64], n: int, position: int) -> NDArray[np.float64]:
+    if q.shape != (n,):
+        raise ValueError(f"law returned shape {q.shape} at position {position}, expected ({n},)")
+    if not np.all(np.isfinite(q)) or np.any(q < 0.0):
+        raise ValueError(f"law returned a negative or non-finite value at position {position}")
+    if abs(float(q.sum()) - 1.0) > 1e-9:
+        raise ValueError(f"law sums to {float(q.sum())!r} at position {position}, expected 1")
+    return q
+
+
+def live_round(
+    pair: ToyPair,
+    start: RoundStart,
+    law: Callable[[NDArray[np.float64]], NDArray[np.float64]],
+    *,
+    depth: int,
+    seed: int,
+    request_key: np.uint64,
+    round_index: int,
+    n_candidates: int = 32,
+) -> LiveRound:
+    """Run one round live from ``start`` with the drafter sampling from ``law``.
+
+    Parameters
+    ----------
+    pair : ToyPair
+    start : RoundStart
+        Round-start state (family, context length, last two emitted tokens).
+    law : callable
+        ``law(cand_logprobs) -> q``: float64 (n_candidates,) draft log-probabilities of the
+        candidates (decreasing) to the law over them the drafter samples from (sums to 1).
+    depth : int
+        Positions drafted (≥ 1).
+    seed, request_key, round_index
+        Keys of the counter-based uniforms; the same keys as the generator give the same uniforms.
+    n_candidates : int
+        Candidates per position (the drafter's top-k support, ≤ ``pair.n_explicit``).
+
+    Returns
+    -------
+    LiveRound
+    """
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    if not 1 <= n_candidates <= pair.n_explicit:
+        raise ValueError(f"n_candidates must be in 1..{pair.n_explicit}, got {n_candidates}")
+    fp, gp = pair.packed()
+    fam = np.int64(family_index(start.family))
+    seed_u = np.uint64(seed)
+    rkey = np.uint64(request_key)
+    rnd = np.int64(round_index)
+    ctx0 = int(start.context_tokens)
+    t1, t2 = int(start.history[0]), int(start.history[1])
+    k_exp = pair.n_explicit
+
+    drafted = np.empty(depth, dtype=np.int64)
+    keys = np.empty(depth, dtype=np.uint64)
+    cand_ids: list[NDArray[np.int64]] = []
+    draft_lp: list[NDArray[np.float64]] = []
+    target_p: list[NDArray[np.float64]] = []
+    qs: list[NDArray[np.float64]] = []
+    laws: list[tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64], float]] = []
+    x_idx: list[int] = []
+    surprise = 0.0
+    for j in range(1, depth + 1):
+        key = _state_key(fam, np.int64(ctx0 + j - 1), np.int64(t1), np.int64(t2))
+        ids = np.empty(k_exp, dtype=np.int64)
+        p = np.empty(k_exp)
+        logq1 = np.empty(k_exp)
+        cand = np.empty(n_candidates, dtype=np.int64)
+        ts = float(
+            _position_laws(key, fam, np.int64(ctx0 + j - 1), np.int64(j), surprise, fp, gp, ids, p, logq1, cand)
+        )
+        c_lp = logq1[cand]
+        q = _check_q(np.asarray(law(c_lp.copy()), dtype=np.float64), n_candidates, j)
+        u = float(uniform(seed_u, rkey, rnd, np.int64(j), STREAM_DRAFT))
+        x = int(_draw_cdf(q, u))
+        tok = int(ids[cand[x]])
+        surprise = float(_surprise_step(surprise, c_lp[x], p[cand[x]]))
+        drafted[j - 1] = tok
+        keys[j - 1] = key
+        cand_ids.append(ids[cand])
+        draft_lp.append(c_lp)
+        target_p.append(p[cand])
+        qs.append(q)
+        laws.append((ids, p, cand, ts))
+        x_idx.append(x)
+        t1, t2 = t2, tok
+
+    accepted = np.zeros(depth, dtype=np.bool_)
+    n_acc = 0
+    for j in range(1, depth + 1):
+        v = float(uniform(seed_u, rkey, rnd, np.int64(j), STREAM_ACCEPT))
+        x = x_idx[j - 1]
+        if v * qs[j - 1][x] < target_p[j - 1][x]:  # SPEC §1: accept when v·q(x) < p(x)
+            accepted[j - 1] = True
+            n_acc += 1
+        else:
+            break
+    if n_acc < depth:
+        j = n_acc + 1
+        ids, p, cand, ts = laws[j - 1]
+        u = float(uniform(seed_u, rkey, rnd, np.int64(j), STREAM_RESIDUAL))
+        y = int(_sample_residual(ids, p, cand, qs[j - 1], ts, keys[j - 1], gp, u))
+    else:
+        key = _state_key(fam, np.int64(ctx0 + depth), np.int64(t1), np.int64(t2))
+        ids, p, ts_b = _target_law_alloc(key, fam, np.int64(k_exp), fp, gp)
+        u = float(uniform(seed_u, rkey, rnd, np.int64(depth + 1), STREAM_RESIDUAL))
+        y = int(
+            _sample_residual(ids, p, np.empty(0, dtype=np.int64), np.empty(0), float(ts_b), key, gp, u)
+        )
+    emitted = np.append(drafted[:n_acc], np.int64(y)).astype(np.int64)
+    hist = (int(start.history[0]), int(start.history[1]), *(int(t) for t in emitted))
+    next_start = RoundStart(
+        family=start.family, context_tokens=ctx0 + 1 + n_acc, history=(hist[-2], hist[-1])
+    )
+    return LiveRound(
+        drafted=drafted,
+        accepted=accepted,
+        n_accepted=n_acc,
+        emitted=emitted,
+        next_start=next_start,
+        cand_ids=cand_ids,
+        draft_logprobs=draft_lp,
+        target_probs=target_p,
+        q=qs,
+        state_keys=keys,
+    )
