@@ -96,6 +96,18 @@ class TraceWriter:
         self._n += frame.height
         self._maybe_flush()
 
+    def end_shard(self) -> None:
+        """Write everything buffered as one shard now (the caller ends it at a round boundary)."""
+        if self.format != "parquet-dir":
+            return
+        self._flush_rows()
+        if self._frames:
+            frame = pl.concat(self._frames, how="vertical")
+            self._frames = []
+            self._n = 0
+            if frame.height:
+                self._write_shard(frame)
+
     def close(self) -> list[Path]:
         """Write what is buffered and return the files written."""
         if self._closed:

@@ -88,10 +88,11 @@ VOCAB_SIZE = 129_280
 FAMILIES: tuple[str, ...] = ("code", "chat", "math", "translation")
 
 # --- packed parameter layout (see ToyPair.packed) -----------------------------------------------
-_F_BETA, _F_SPREAD, _F_SIGMA, _F_KAPPA = 0, 1, 2, 3
+_F_GAP, _F_GAP_SPREAD, _F_SLOPE, _F_SIGMA, _F_KAPPA = 0, 1, 2, 3, 4
 _G_RHO_T, _G_RHO_D, _G_TAIL_C, _G_TAIL_A = 0, 1, 2, 3
-_G_POS, _G_CTX, _G_CTX_REF, _G_SURP, _G_SURP_CAP, _G_BETA_MAX = 4, 5, 6, 7, 8, 9
-_N_GLOBAL = 10
+_G_POS, _G_CTX, _G_CTX_REF, _G_SURP, _G_SURP_CAP, _G_GAP_MAX = 4, 5, 6, 7, 8, 9
+_G_SLOPE_SPREAD, _G_SIGMA_SPREAD = 10, 11
+_N_GLOBAL = 12
 
 # --- hashing constants (uint64-wrapped: STACK-NOTES gotcha 2) -----------------------------------
 _GOLDEN = uint64(0x9E3779B97F4A7C15)
@@ -99,8 +100,10 @@ _M1 = uint64(0xBF58476D1CE4E5B9)
 _SALT_STATE = uint64(0x70F5_7A7E_C0DE_0001)
 _SALT_PERM1 = uint64(0x70F5_7A7E_C0DE_0002)
 _SALT_PERM2 = uint64(0x70F5_7A7E_C0DE_0003)
-_SALT_BETA = uint64(0x70F5_7A7E_C0DE_0004)
-_SALT_DRAFT = uint64(0x70F5_7A7E_C0DE_0005)
+_SALT_GAP = uint64(0x70F5_7A7E_C0DE_0004)
+_SALT_SLOPE = uint64(0x70F5_7A7E_C0DE_0005)
+_SALT_DRAFT = uint64(0x70F5_7A7E_C0DE_0006)
+_SALT_SIGMA = uint64(0x70F5_7A7E_C0DE_0007)
 _MASK17 = uint64(0x1FFFF)  # the permutation acts on [0, 2^17) and cycle-walks into [0, VOCAB_SIZE)
 _ODD1 = uint64(0x0B5AD)
 _ODD2 = uint64(0x1C69B)
@@ -219,11 +222,20 @@ def _normalise(
 def _target_logits(
     key: np.uint64, family: np.int64, fp: NDArray[np.float64], gp: NDArray[np.float64], out: NDArray[np.float64]
 ) -> None:
-    """Zipf logits ``−β·log(1 + k)`` with the state's sharpness β; writes out (K,)."""
-    z = _logistic(_fold(key, _SALT_BETA))
-    beta = min(fp[family, _F_BETA] * math.exp(fp[family, _F_SPREAD] * z), gp[_G_BETA_MAX])
-    for k in range(out.shape[0]):
-        out[k] = -beta * math.log1p(float(k))
+    """Explicit target logits of a state; writes out (K,).
+
+    ``ℓ_0 = 0`` and ``ℓ_k = −g − β·log(k)`` for k ≥ 1: a top token ahead by the state's
+    confidence gap g, then a power-law shoulder of slope β. Per state
+    ``g = gap_family + gap_spread_family·z1`` (capped) and ``β = slope_family·exp(slope_spread·z2)``
+    with z1, z2 unit-variance logistic draws keyed by the state.
+    """
+    z1 = _logistic(_fold(key, _SALT_GAP))
+    z2 = _logistic(_fold(key, _SALT_SLOPE))
+    gap = min(fp[family, _F_GAP] + fp[family, _F_GAP_SPREAD] * z1, gp[_G_GAP_MAX])
+    slope = fp[family, _F_SLOPE] * math.exp(gp[_G_SLOPE_SPREAD] * z2)
+    out[0] = 0.0
+    for k in range(1, out.shape[0]):
+        out[k] = -gap - slope * math.log(float(k))
 
 
 @njit(cache=True)
@@ -250,6 +262,7 @@ def _target_at(
 
 @njit(cache=True)
 def _draft_sigma(
+    key: np.uint64,
     family: np.int64,
     context: np.int64,
     position: np.int64,
@@ -260,6 +273,7 @@ def _draft_sigma(
     ctx_term = max(0.0, math.log2(max(float(context), 1.0) / gp[_G_CTX_REF]))
     return (
         fp[family, _F_SIGMA]
+        * math.exp(gp[_G_SIGMA_SPREAD] * _logistic(_fold(key, _SALT_SIGMA)))
         * (1.0 + gp[_G_POS] * (position - 1))
         * (1.0 + gp[_G_CTX] * ctx_term)
         * (1.0 + gp[_G_SURP] * min(surprise, gp[_G_SURP_CAP]))
@@ -330,7 +344,7 @@ def _position_laws(
     logp = np.empty(k_exp)
     q1 = np.empty(k_exp)
     ts = _target_at(key, family, fp, gp, ids, lt, p, logp)
-    sigma = _draft_sigma(family, context, position, surprise, fp, gp)
+    sigma = _draft_sigma(key, family, context, position, surprise, fp, gp)
     _draft_from_target(key, family, sigma, fp, gp, lt, q1, logq1)
     order = np.argsort(-logq1, kind="mergesort")
     for i in range(cand.shape[0]):
@@ -494,7 +508,7 @@ def _draft_law_alloc(
     q1 = np.empty(n_explicit)
     logq1 = np.empty(n_explicit)
     _target_at(key, family, fp, gp, ids, lt, p, logp)
-    sigma = _draft_sigma(family, context, position, surprise, fp, gp)
+    sigma = _draft_sigma(key, family, context, position, surprise, fp, gp)
     ts = _draft_from_target(key, family, sigma, fp, gp, lt, q1, logq1)
     return ids, q1, logq1, ts
 
@@ -523,6 +537,9 @@ def _uniform_triple(
 # ================================================================================================
 # Python API
 # ================================================================================================
+
+
+_FAMILY_FIELDS = ("target_gap", "target_gap_spread", "target_slope", "draft_sigma", "draft_kappa")
 
 
 @dataclass(frozen=True)
@@ -554,27 +571,30 @@ class ToyPair:
     """
 
     n_explicit: int = 64
-    target_beta: tuple[float, float, float, float] = (2.4, 1.6, 2.2, 1.8)
-    target_spread: tuple[float, float, float, float] = (0.5, 0.5, 0.5, 0.5)
+    target_gap: tuple[float, float, float, float] = (4.5, 3.0, 4.0, 3.5)
+    target_gap_spread: tuple[float, float, float, float] = (1.5, 1.5, 1.5, 1.5)
+    target_slope: tuple[float, float, float, float] = (0.8, 0.7, 0.8, 0.7)
     draft_sigma: tuple[float, float, float, float] = (0.6, 0.8, 0.7, 1.1)
     draft_kappa: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
-    target_tail_floor: float = 0.5
-    draft_tail_floor: float = 0.5
-    tail_scale: float = 200.0
+    slope_spread: float = 0.3
+    sigma_spread: float = 0.5
+    target_tail_floor: float = 0.3
+    draft_tail_floor: float = 0.3
+    tail_scale: float = 50.0
     tail_exponent: float = 0.6
     position_growth: float = 0.12
     context_growth: float = 0.07
     context_ref: float = 2048.0
     surprise_growth: float = 0.15
     surprise_cap: float = 8.0
-    beta_max: float = 16.0
+    gap_max: float = 30.0
     _packed: tuple[NDArray[np.float64], NDArray[np.float64]] | None = field(
         default=None, init=False, repr=False, compare=False, hash=False
     )
 
     def __post_init__(self) -> None:
         n_fam = len(FAMILIES)
-        for name in ("target_beta", "target_spread", "draft_sigma", "draft_kappa"):
+        for name in _FAMILY_FIELDS:
             if len(getattr(self, name)) != n_fam:
                 raise ValueError(f"ToyPair.{name} needs one value per family {FAMILIES}")
         if not 2 <= self.n_explicit <= 1024:
@@ -587,9 +607,7 @@ class ToyPair:
     def packed(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Return the kernel form: ``fp`` float64 (len(FAMILIES), 4) and ``gp`` float64 (10,)."""
         if self._packed is None:
-            fp = np.column_stack(
-                [self.target_beta, self.target_spread, self.draft_sigma, self.draft_kappa]
-            ).astype(np.float64)
+            fp = np.column_stack([getattr(self, f) for f in _FAMILY_FIELDS]).astype(np.float64)
             gp = np.zeros(_N_GLOBAL)
             gp[_G_RHO_T] = self.target_tail_floor
             gp[_G_RHO_D] = self.draft_tail_floor
@@ -600,7 +618,9 @@ class ToyPair:
             gp[_G_CTX_REF] = self.context_ref
             gp[_G_SURP] = self.surprise_growth
             gp[_G_SURP_CAP] = self.surprise_cap
-            gp[_G_BETA_MAX] = self.beta_max
+            gp[_G_GAP_MAX] = self.gap_max
+            gp[_G_SLOPE_SPREAD] = self.slope_spread
+            gp[_G_SIGMA_SPREAD] = self.sigma_spread
             fp.setflags(write=False)
             gp.setflags(write=False)
             object.__setattr__(self, "_packed", (fp, gp))

@@ -1,0 +1,190 @@
+"""The ``specreplay`` command line: parses options, calls the Python API, prints and writes.
+
+Every command turns :class:`~specreplay.errors.SpecReplayError` into one line on stderr and exit
+code 2, with no traceback. Progress bars go to stderr so stdout stays parseable. Heavy imports
+(the toy model, arviz, matplotlib) happen inside the commands that need them, so ``--help`` is fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from specreplay.errors import SpecReplayError
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    name="specreplay",
+    help="Statistical replay and bootstrap simulator for speculative decoding.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    add_completion=False,
+)
+
+SeedOpt = Annotated[
+    int,
+    typer.Option("--seed", help="Seed of every random draw (recorded in results.json).", min=0),
+]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Replace OUT even if specreplay did not write it.")
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+BucketsOpt = Annotated[
+    str,
+    typer.Option(
+        "--buckets",
+        help="Context buckets NAME:LO-HI,NAME:<HI,NAME:>=LO (half-open, K = 1024).",
+    ),
+]
+
+
+def _default_buckets() -> str:
+    from specreplay.replay.buckets import DEFAULT_BUCKETS
+
+    return DEFAULT_BUCKETS
+
+
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    """Map the project's error type to one line on stderr and exit code 2."""
+    try:
+        yield
+    except SpecReplayError as err:
+        typer.echo(f"error: {err.message}", err=True)
+        raise typer.Exit(code=2) from None
+
+
+@contextmanager
+def _progress(quiet: bool, what: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """Yield ``advance(n)`` driving a rich progress bar on stderr (a no-op when quiet)."""
+    if quiet or not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,}/{task.total:,}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def synth(
+    out: Annotated[Path, typer.Argument(help="Folder to write the archive shards into.")],
+    requests: Annotated[int, typer.Option("--requests", help="Number of requests.", min=1)] = 2000,
+    rounds: Annotated[int, typer.Option("--rounds", help="Rounds per request.", min=1)] = 64,
+    shard_requests: Annotated[
+        int, typer.Option("--shard-requests", help="Requests per Parquet shard.", min=1)
+    ] = 250,
+    seed: SeedOpt = 0,
+    force: ForceOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Log a synthetic position-trace archive from the built-in toy draft/target model pair.
+
+    The logging arm top32:t0.7@5 drafts autoregressively and the target verifies by rejection
+    sampling, as a serving engine would; every position's laws and decisions are recorded.
+    """
+    with _user_errors():
+        from specreplay.workflows import run_synth
+
+        summary = run_synth(
+            out,
+            n_requests=requests,
+            rounds=rounds,
+            shard_requests=shard_requests,
+            seed=seed,
+            force=force,
+            progress=lambda what, total: _progress(quiet, what, total),
+        )
+        typer.echo(summary)
+
+
+@app.command()
+def validate(
+    path: Annotated[Path, typer.Argument(help="Archive: Parquet file, JSONL file or shard folder.")],
+    all_errors: Annotated[
+        bool, typer.Option("--all", help="List every error, not only the first 20.")
+    ] = False,
+    buckets: BucketsOpt = "",
+    logging_arm: Annotated[
+        str | None,
+        typer.Option("--logging-arm", help="Arm that drafted the archive, if it has no column."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Also write results.json/TABLES.md/cells here.")
+    ] = None,
+    force: ForceOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Check an archive against schema v1 and report its counts and MEASURED acceptance.
+
+    Exit status 0 when valid, 2 with up to 20 error lines (all with --all) otherwise.
+    """
+    with _user_errors():
+        from specreplay.workflows import run_validate
+
+        ok, text = run_validate(
+            path,
+            max_errors=None if all_errors else 20,
+            buckets=buckets or _default_buckets(),
+            logging_arm=logging_arm,
+            out=out,
+            force=force,
+            progress=lambda what, total: _progress(quiet, what, total),
+        )
+        if not ok:
+            typer.echo(text, err=True)
+            raise typer.Exit(code=2)
+        typer.echo(text)
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path(
+        "specreplay-out/demo"
+    ),
+    requests: Annotated[
+        int, typer.Option("--requests", help="Requests in the built-in archive.", min=1)
+    ] = 2000,
+    seed: SeedOpt = 0,
+    force: ForceOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Generate the built-in synthetic archive and tell its story, verdicts first.
+
+    Writes OUT/archive (the archive), OUT/results.json, OUT/TABLES.md and OUT/cells.parquet.
+    """
+    with _user_errors():
+        from specreplay.workflows import run_demo
+
+        text = run_demo(
+            out,
+            n_requests=requests,
+            seed=seed,
+            force=force,
+            progress=lambda what, total: _progress(quiet, what, total),
+        )
+        typer.echo(text)
+
+
+def main() -> Any:  # pragma: no cover - console entry point
+    """Run the app (the console script calls ``app`` directly)."""
+    return app()

@@ -1,0 +1,431 @@
+"""Synthetic replay archive from the toy model pair (SPEC §2.1 schema v1, §7).
+
+The generator logs an archive the way a serving engine would: per request, rounds of the logging
+arm (by default ``top32:t0.7@5``: the draft's top-32 candidates, q = softmax(logprob / 0.7) over
+them, depth 5) verified by standard rejection sampling against the toy target
+(:mod:`specreplay.sim.toy`). Every (request, round, position) is a row; positions after the first
+rejection are recorded (the target scored all of them in one pass) with ``accepted = False``.
+
+Requests are independent and every draw is counter-based (:mod:`specreplay.sim.rng`), keyed by
+(seed, request key, round, position, stream), so the kernel runs requests in parallel and the
+archive is identical for any thread count or shard size. A request's family, starting context
+(log-uniform over [context_min, context_max], spanning every default bucket) and starting history
+use round 0, position 0 (a position no round uses), streams 0..3.
+
+This module depends on NumPy, Numba and polars (the frames are the writer's input).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+from numba import njit, prange
+from numpy.typing import NDArray
+
+from specreplay.sim.rng import (
+    STREAM_ACCEPT,
+    STREAM_DRAFT,
+    STREAM_RESIDUAL,
+    request_key,
+    uniform,
+)
+from specreplay.sim.toy import (
+    FAMILIES,
+    VOCAB_SIZE,
+    RoundStart,
+    ToyPair,
+    _draw_cdf,
+    _policy_q,
+    _position_laws,
+    _sample_residual,
+    _state_key,
+    _surprise_step,
+    _target_law_alloc,
+)
+
+__all__ = [
+    "FRAME_SCHEMA",
+    "SynthConfig",
+    "SynthShard",
+    "logging_arm_name",
+    "request_ids",
+    "request_start",
+    "simulate_shard",
+    "synth_frames",
+]
+
+FRAME_SCHEMA: dict[str, pl.DataType] = {
+    "request_id": pl.String(),
+    "family": pl.String(),
+    "context_tokens": pl.Int64(),
+    "round": pl.Int64(),
+    "position": pl.Int64(),
+    "cand_ids": pl.List(pl.Int64()),
+    "draft_logprobs": pl.List(pl.Float64()),
+    "target_probs": pl.List(pl.Float64()),
+    "drafted_id": pl.Int64(),
+    "accepted": pl.Boolean(),
+    "logging_arm": pl.String(),
+    "emitted_q": pl.List(pl.Float64()),
+    "toy_state": pl.UInt64(),
+}
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """What to generate.
+
+    Attributes
+    ----------
+    n_requests, rounds, depth : int
+        Requests, rounds per request and drafted positions per round.
+    temperature, top_k : float, int
+        Logging policy: ``top_k`` candidates (≤ ``pair.n_explicit``), q = softmax(logprob / T).
+    greedy : bool
+        Log a greedy drafter instead (point mass on the top candidate; arm ``greedy@depth``).
+    requests_per_shard : int
+        Requests per frame yielded by :func:`synth_frames`.
+    context_min, context_max : int
+        Starting contexts are log-uniform on [context_min, context_max].
+    pair : ToyPair
+        The model pair.
+    """
+
+    n_requests: int = 2000
+    rounds: int = 64
+    depth: int = 5
+    temperature: float = 0.7
+    top_k: int = 32
+    greedy: bool = False
+    requests_per_shard: int = 250
+    context_min: int = 256
+    context_max: int = 131_072
+    pair: ToyPair = field(default_factory=ToyPair)
+
+    def __post_init__(self) -> None:
+        if self.n_requests < 1 or self.rounds < 1 or self.requests_per_shard < 1:
+            raise ValueError("n_requests, rounds and requests_per_shard must be >= 1")
+        if not 1 <= self.depth <= 127:
+            raise ValueError(f"depth must be in 1..127, got {self.depth}")
+        if not 1 <= self.top_k <= self.pair.n_explicit:
+            raise ValueError(f"top_k must be in 1..{self.pair.n_explicit}, got {self.top_k}")
+        if not self.greedy and not self.temperature > 0.0:
+            raise ValueError(f"temperature must be > 0 (use greedy=True), got {self.temperature}")
+        if not 1 <= self.context_min <= self.context_max:
+            raise ValueError("need 1 <= context_min <= context_max")
+
+
+def logging_arm_name(cfg: SynthConfig) -> str:
+    """Canonical arm of the logging policy (SPEC §3.1): ``top32:t0.7@5`` or ``greedy@5``."""
+    if cfg.greedy:
+        return f"greedy@{cfg.depth}"
+    return f"top{cfg.top_k}:t{cfg.temperature:g}@{cfg.depth}"
+
+
+def request_ids(n_requests: int) -> list[str]:
+    """Request ids ``synth-00000``… (zero-padded to at least 5 digits)."""
+    width = max(5, len(str(n_requests - 1)))
+    return [f"synth-{i:0{width}d}" for i in range(n_requests)]
+
+
+# ================================================================================================
+# kernels
+# ================================================================================================
+
+
+@njit(cache=True)
+def _request_start(
+    seed: np.uint64, rkey: np.uint64, log_ctx_min: float, log_ctx_max: float, n_families: np.int64
+) -> tuple[np.int64, np.int64, np.int64, np.int64]:
+    """(family index, starting context, history token 1, history token 2) of a request."""
+    u0 = uniform(seed, rkey, np.int64(0), np.int64(0), np.int64(0))
+    u1 = uniform(seed, rkey, np.int64(0), np.int64(0), np.int64(1))
+    u2 = uniform(seed, rkey, np.int64(0), np.int64(0), np.int64(2))
+    u3 = uniform(seed, rkey, np.int64(0), np.int64(0), np.int64(3))
+    fam = np.int64(u0 * n_families)
+    ctx = np.int64(round(math.exp(log_ctx_min + u1 * (log_ctx_max - log_ctx_min))))
+    return fam, ctx, np.int64(u2 * VOCAB_SIZE), np.int64(u3 * VOCAB_SIZE)
+
+
+@njit(parallel=True, cache=True)
+def _simulate(
+    seed: np.uint64,
+    rkeys: NDArray[np.uint64],
+    rounds: np.int64,
+    depth: np.int64,
+    n_cand: np.int64,
+    greedy: bool,
+    temperature: float,
+    log_ctx_min: float,
+    log_ctx_max: float,
+    fp: NDArray[np.float64],
+    gp: NDArray[np.float64],
+    n_explicit: np.int64,
+    fam_out: NDArray[np.int64],
+    round_ctx: NDArray[np.int64],
+    round_hist: NDArray[np.int64],
+    round_bonus: NDArray[np.int64],
+    cand_ids: NDArray[np.int64],
+    draft_lp: NDArray[np.float64],
+    target_p: NDArray[np.float64],
+    emitted_q: NDArray[np.float64],
+    drafted: NDArray[np.int64],
+    accepted: NDArray[np.bool_],
+    states: NDArray[np.uint64],
+) -> None:
+    """Simulate ``rkeys.shape[0]`` requests; rows in (request, round, position) order.
+
+    Parameters
+    ----------
+    seed : uint64; rkeys : uint64 (n,)
+        Seed and request keys.
+    rounds, depth, n_cand : int64
+        Rounds per request, positions per round, candidates per position.
+    greedy, temperature : logging policy.
+    log_ctx_min, log_ctx_max : float
+        Log of the starting-context range.
+    fp, gp : packed :class:`~specreplay.sim.toy.ToyPair`; n_explicit its explicit-set size.
+    fam_out : int64 (n,)
+        Written: family index per request.
+    round_ctx : int64 (n·rounds,); round_hist : int64 (n·rounds, 2); round_bonus : int64 (n·rounds,)
+        Written per round: start context, start history, and the correction/bonus token.
+    cand_ids, draft_lp, target_p, emitted_q : (n·rounds·depth, n_cand)
+        Written per row (int64, float64, float64, float64).
+    drafted : int64 (rows,); accepted : bool (rows,); states : uint64 (rows,)
+        Written per row.
+    """
+    n_req = rkeys.shape[0]
+    for i in prange(n_req):
+        rkey = rkeys[i]
+        fam, ctx, t1, t2 = _request_start(seed, rkey, log_ctx_min, log_ctx_max, np.int64(fp.shape[0]))
+        fam_out[i] = fam
+        ids = np.empty((depth, n_explicit), dtype=np.int64)
+        p = np.empty((depth, n_explicit))
+        logq1 = np.empty((depth, n_explicit))
+        cand = np.empty((depth, n_cand), dtype=np.int64)
+        ts = np.empty(depth)
+        xs = np.empty(depth, dtype=np.int64)
+        for r in range(rounds):
+            rr = i * rounds + r
+            round_ctx[rr] = ctx
+            round_hist[rr, 0] = t1
+            round_hist[rr, 1] = t2
+            a = t1
+            b = t2
+            surprise = 0.0
+            for j in range(1, depth + 1):
+                row = rr * depth + (j - 1)
+                key = _state_key(fam, ctx + j - 1, a, b)
+                ts[j - 1] = _position_laws(
+                    key, fam, ctx + j - 1, np.int64(j), surprise, fp, gp,
+                    ids[j - 1], p[j - 1], logq1[j - 1], cand[j - 1],
+                )  # fmt: skip
+                for c in range(n_cand):
+                    k = cand[j - 1, c]
+                    cand_ids[row, c] = ids[j - 1, k]
+                    draft_lp[row, c] = logq1[j - 1, k]
+                    target_p[row, c] = p[j - 1, k]
+                _policy_q(draft_lp[row], greedy, temperature, emitted_q[row])
+                x = _draw_cdf(emitted_q[row], uniform(seed, rkey, r, j, STREAM_DRAFT))
+                xs[j - 1] = x
+                tok = cand_ids[row, x]
+                drafted[row] = tok
+                states[row] = key
+                accepted[row] = False
+                surprise = _surprise_step(surprise, draft_lp[row, x], target_p[row, x])
+                a = b
+                b = tok
+            n_acc = 0
+            for j in range(1, depth + 1):  # SPEC §1: accept x when v·q(x) < p(x), stop at first no
+                row = rr * depth + (j - 1)
+                x = xs[j - 1]
+                v = uniform(seed, rkey, r, j, STREAM_ACCEPT)
+                if v * emitted_q[row, x] < target_p[row, x]:
+                    accepted[row] = True
+                    n_acc += 1
+                else:
+                    break
+            if n_acc < depth:  # correction from the residual at the first rejected position
+                j = n_acc + 1
+                row = rr * depth + (j - 1)
+                y = _sample_residual(
+                    ids[j - 1], p[j - 1], cand[j - 1], emitted_q[row], ts[j - 1], states[row], gp,
+                    uniform(seed, rkey, r, j, STREAM_RESIDUAL),
+                )  # fmt: skip
+            else:  # bonus token from the target at position depth + 1
+                key = _state_key(fam, ctx + depth, a, b)
+                ids_b, p_b, ts_b = _target_law_alloc(key, fam, n_explicit, fp, gp)
+                y = _sample_residual(
+                    ids_b, p_b, np.empty(0, dtype=np.int64), np.empty(0), ts_b, key, gp,
+                    uniform(seed, rkey, r, depth + 1, STREAM_RESIDUAL),
+                )  # fmt: skip
+            round_bonus[rr] = y
+            if n_acc >= 1:
+                t1 = drafted[rr * depth + n_acc - 1]
+            else:
+                t1 = t2
+            t2 = y
+            ctx += 1 + n_acc
+
+
+# ================================================================================================
+# Python API
+# ================================================================================================
+
+
+@dataclass(frozen=True)
+class SynthShard:
+    """Raw arrays of one shard (requests ``first .. first + n - 1``).
+
+    Attributes
+    ----------
+    request_ids : list of str (n,)
+    family : int64 (n,)
+        Index into :data:`~specreplay.sim.toy.FAMILIES`.
+    round_context : int64 (n·rounds,)
+        Context at the start of each round.
+    round_history : int64 (n·rounds, 2)
+        Last two emitted tokens at the start of each round.
+    round_final : int64 (n·rounds,)
+        The round's correction or bonus token (its last emitted token).
+    cand_ids : int64 (rows, top_k); draft_logprobs, target_probs, emitted_q : float64 (rows, top_k)
+    drafted_id : int64 (rows,); accepted : bool (rows,); toy_state : uint64 (rows,)
+        Per row, rows = n·rounds·depth in (request, round, position) order.
+    """
+
+    request_ids: list[str]
+    family: NDArray[np.int64]
+    round_context: NDArray[np.int64]
+    round_history: NDArray[np.int64]
+    round_final: NDArray[np.int64]
+    cand_ids: NDArray[np.int64]
+    draft_logprobs: NDArray[np.float64]
+    target_probs: NDArray[np.float64]
+    emitted_q: NDArray[np.float64]
+    drafted_id: NDArray[np.int64]
+    accepted: NDArray[np.bool_]
+    toy_state: NDArray[np.uint64]
+
+    def round_start(self, request: int, rnd: int) -> RoundStart:
+        """The :class:`~specreplay.sim.toy.RoundStart` of round ``rnd`` of local request ``request``."""
+        n_rounds = self.round_context.shape[0] // len(self.request_ids)
+        rr = request * n_rounds + rnd
+        return RoundStart(
+            family=FAMILIES[int(self.family[request])],
+            context_tokens=int(self.round_context[rr]),
+            history=(int(self.round_history[rr, 0]), int(self.round_history[rr, 1])),
+        )
+
+
+def request_start(cfg: SynthConfig, seed: int, request_id: str) -> RoundStart:
+    """The start of round 0 of a request, as the generator draws it."""
+    fam, ctx, t1, t2 = _request_start(
+        np.uint64(seed),
+        request_key(request_id),
+        math.log(cfg.context_min),
+        math.log(cfg.context_max),
+        np.int64(len(FAMILIES)),
+    )
+    return RoundStart(family=FAMILIES[int(fam)], context_tokens=int(ctx), history=(int(t1), int(t2)))
+
+
+def simulate_shard(cfg: SynthConfig, seed: int, ids: list[str]) -> SynthShard:
+    """Simulate the requests ``ids`` (any ids; the generator uses :func:`request_ids`)."""
+    n = len(ids)
+    n_rounds = n * cfg.rounds
+    rows = n_rounds * cfg.depth
+    k = cfg.top_k
+    fp, gp = cfg.pair.packed()
+    rkeys = np.array([request_key(s) for s in ids], dtype=np.uint64)
+    out = SynthShard(
+        request_ids=list(ids),
+        family=np.empty(n, dtype=np.int64),
+        round_context=np.empty(n_rounds, dtype=np.int64),
+        round_history=np.empty((n_rounds, 2), dtype=np.int64),
+        round_final=np.empty(n_rounds, dtype=np.int64),
+        cand_ids=np.empty((rows, k), dtype=np.int64),
+        draft_logprobs=np.empty((rows, k)),
+        target_probs=np.empty((rows, k)),
+        emitted_q=np.empty((rows, k)),
+        drafted_id=np.empty(rows, dtype=np.int64),
+        accepted=np.empty(rows, dtype=np.bool_),
+        toy_state=np.empty(rows, dtype=np.uint64),
+    )
+    _simulate(
+        np.uint64(seed),
+        rkeys,
+        np.int64(cfg.rounds),
+        np.int64(cfg.depth),
+        np.int64(k),
+        cfg.greedy,
+        float(cfg.temperature),
+        math.log(cfg.context_min),
+        math.log(cfg.context_max),
+        fp,
+        gp,
+        np.int64(cfg.pair.n_explicit),
+        out.family,
+        out.round_context,
+        out.round_history,
+        out.round_final,
+        out.cand_ids,
+        out.draft_logprobs,
+        out.target_probs,
+        out.emitted_q,
+        out.drafted_id,
+        out.accepted,
+        out.toy_state,
+    )
+    return out
+
+
+def _list_column(name: str, values: NDArray[np.generic], inner: pl.DataType) -> pl.Series:
+    """A List column from a (rows, k) array without a Python loop per row."""
+    return pl.Series(name, values).cast(pl.List(inner))
+
+
+def shard_frame(cfg: SynthConfig, shard: SynthShard) -> pl.DataFrame:
+    """The archive rows of a shard, with exactly the columns and dtypes of :data:`FRAME_SCHEMA`."""
+    n = len(shard.request_ids)
+    per_request = cfg.rounds * cfg.depth
+    req_idx = np.repeat(np.arange(n), per_request)
+    fam_names = pl.Series("family", FAMILIES, dtype=pl.String)
+    return pl.DataFrame(
+        [
+            pl.Series("request_id", shard.request_ids, dtype=pl.String).gather(req_idx),
+            fam_names.gather(np.repeat(shard.family, per_request)),
+            pl.Series("context_tokens", np.repeat(shard.round_context, cfg.depth), dtype=pl.Int64),
+            pl.Series(
+                "round", np.tile(np.repeat(np.arange(cfg.rounds), cfg.depth), n), dtype=pl.Int64
+            ),
+            pl.Series(
+                "position", np.tile(np.arange(1, cfg.depth + 1), n * cfg.rounds), dtype=pl.Int64
+            ),
+            _list_column("cand_ids", shard.cand_ids, pl.Int64()),
+            _list_column("draft_logprobs", shard.draft_logprobs, pl.Float64()),
+            _list_column("target_probs", shard.target_probs, pl.Float64()),
+            pl.Series("drafted_id", shard.drafted_id, dtype=pl.Int64),
+            pl.Series("accepted", shard.accepted, dtype=pl.Boolean),
+            pl.repeat(logging_arm_name(cfg), n * per_request, dtype=pl.String, eager=True).alias(
+                "logging_arm"
+            ),
+            _list_column("emitted_q", shard.emitted_q, pl.Float64()),
+            pl.Series("toy_state", shard.toy_state, dtype=pl.UInt64),
+        ]
+    )
+
+
+def synth_frames(cfg: SynthConfig, seed: int) -> Iterator[pl.DataFrame]:
+    """Yield the synthetic archive, one frame per shard of whole requests, in request order.
+
+    Rows are in (request, round, position) order with the columns of :data:`FRAME_SCHEMA`. The
+    frames are the same for any ``requests_per_shard`` once concatenated, and for any thread count.
+    """
+    ids = request_ids(cfg.n_requests)
+    for lo in range(0, cfg.n_requests, cfg.requests_per_shard):
+        shard = simulate_shard(cfg, seed, ids[lo : lo + cfg.requests_per_shard])
+        yield shard_frame(cfg, shard)

@@ -1,0 +1,144 @@
+"""Plain-text (Markdown) tables for people: the same figures as results.json, labelled.
+
+Nulls print as ``—``; a footnote lists each distinct reason.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from specreplay.report import fmt
+
+if TYPE_CHECKING:
+    from specreplay.workflows import ArchiveScan
+
+__all__ = ["archive_summary", "markdown_table", "measured_tables"]
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """Render a Markdown table (first column left-aligned, the others right-aligned)."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    line = (
+        lambda cells: "| "
+        + " | ".join(
+            c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells)
+        )
+        + " |"
+    )
+    sep = "|" + "|".join(
+        ("-" * (w + 2)) if i == 0 else ("-" * (w + 1) + ":") for i, w in enumerate(widths)
+    ) + "|"
+    return "\n".join([line(header), sep, *[line(r) for r in rows]])
+
+
+def _index(cells: list[dict[str, Any]]) -> dict[tuple[str | None, str | None], dict[str, Any]]:
+    return {(c["family"], c["bucket"]): c for c in cells}
+
+
+def measured_tables(cells: list[dict[str, Any]], scan: ArchiveScan) -> str:
+    """Tables of MEASURED R by family × bucket and of per-position survival."""
+    arm = scan.arm
+    idx = _index(cells)
+    families = [c["family"] for c in cells if c["level"] == "family"]
+    buckets = [c["bucket"] for c in cells if c["level"] == "bucket"]
+    reasons: dict[str, int] = {}
+
+    def r_cell(c: dict[str, Any] | None) -> str:
+        if c is None:
+            return "—"
+        v = c["arms"][arm]
+        if v["R"] is None:
+            reasons.setdefault(v["null_reason"], len(reasons) + 1)
+            return f"— [{reasons[v['null_reason']]}]"
+        return f"{v['R']:.4f} ({c['n_requests']})"
+
+    out = [
+        f"## MEASURED R (retained tokens per round) of {arm}, by family × context bucket",
+        "",
+        "Each cell: R (requests). R = Σ(1 + A) / #rounds, A = leading accepted drafts of a round.",
+        "",
+    ]
+    rows = [[f, *[r_cell(idx.get((f, b))) for b in buckets], r_cell(idx.get((f, None)))] for f in families]
+    rows.append(["all", *[r_cell(idx.get((None, b))) for b in buckets], r_cell(idx.get((None, None)))])
+    out.append(markdown_table(["family", *buckets, "all"], rows))
+    for title, keys in (
+        ("family", [(f, None) for f in families]),
+        ("context bucket", [(None, b) for b in buckets]),
+    ):
+        pooled = idx[(None, None)]["survival"]
+        depth = len(pooled)
+        out += [
+            "",
+            f"## MEASURED per-position survival P(A ≥ j) of {arm}, by {title}",
+            "",
+        ]
+        srows: list[list[str]] = []
+        for key in [*keys, (None, None)]:
+            c = idx.get(key)
+            label = (key[0] or key[1] or "all") if key != (None, None) else "all"
+            vals = []
+            for j in range(depth):
+                s = c["survival"][j] if c is not None and j < len(c["survival"]) else None
+                if s is None or s["value"] is None:
+                    if s is not None:
+                        reasons.setdefault(s["null_reason"], len(reasons) + 1)
+                        vals.append(f"— [{reasons[s['null_reason']]}]")
+                    else:
+                        vals.append("—")
+                else:
+                    vals.append(fmt(s["value"]))
+            srows.append([label, *vals])
+        out.append(markdown_table([title, *[f"j={j + 1}" for j in range(depth)]], srows))
+    if reasons:
+        out += ["", *[f"[{k}] {r}" for r, k in reasons.items()]]
+    out += ["", "All figures MEASURED (counted from the archive's `accepted` column)."]
+    return "\n".join(out) + "\n"
+
+
+def archive_summary(scan: ArchiveScan, display: object = None) -> str:
+    """A few lines describing the archive: counts, columns, depth coverage, pooled R.
+
+    ``display`` replaces the archive path shown (e.g. the final path of a temporary folder).
+    """
+    r = scan.reader
+    m = scan.measured
+    rows = sum(f.rows for f in r.files)
+    n_rounds = int(m.sums.n.sum())
+    fam_req = np.bincount(
+        np.asarray(r.request_family, dtype=np.int64), minlength=len(r.families)
+    )
+    fams = ", ".join(f"{name} {int(k):,}" for name, k in zip(r.families, fam_req, strict=True))
+    bucket_rounds = np.bincount(m.sums.bucket, weights=m.sums.n, minlength=len(r.buckets.names))
+    bks = ", ".join(
+        f"{name} {int(k):,}" for name, k in zip(r.buckets.names, bucket_rounds, strict=True) if k
+    )
+    filled = m.max_depth > 0
+    dmin = int(m.min_depth[filled].min()) if filled.any() else 0
+    dmax = int(m.max_depth[filled].max()) if filled.any() else 0
+    if dmin == dmax:
+        depth = (
+            f"every round records positions 1..{dmax}: depths ≤ {dmax} replayable, "
+            "deeper ones UNSUPPORTED"
+        )
+    else:
+        depth = (
+            f"rounds record {dmin}..{dmax} positions: depth d is supported in a cell only "
+            "where every round has ≥ d positions"
+        )
+    optional = ", ".join(sorted(r.columns)) or "none"
+    carried = ", ".join(r.extra_columns) or "none"
+    pooled = scan.cells()[0]["arms"][scan.arm]
+    lines = [
+        f"archive {display or r.path}: VALID, {len(r.files)} file(s), {rows:,} rows",
+        f"requests {len(r.requests):,} · rounds {n_rounds:,} · positions {m.positions:,}",
+        f"requests by family: {fams}",
+        f"rounds by context bucket: {bks}",
+        f"logging arm: {r.logging_arm or '— (none recorded)'} · optional columns: {optional} · "
+        f"carried: {carried}",
+        f"depth coverage: {depth}",
+        f"MEASURED R pooled: {fmt(pooled['R'])} retained tokens/round"
+        + (f" ({pooled['null_reason']})" if pooled["R"] is None else ""),
+    ]
+    return "\n".join(lines)
