@@ -119,7 +119,9 @@ def synth(
 
 @app.command()
 def validate(
-    path: Annotated[Path, typer.Argument(help="Archive: Parquet file, JSONL file or shard folder.")],
+    path: Annotated[
+        Path, typer.Argument(help="Archive: Parquet file, JSONL file or shard folder.")
+    ],
     all_errors: Annotated[
         bool, typer.Option("--all", help="List every error, not only the first 20.")
     ] = False,

@@ -264,7 +264,8 @@ def validate_json(doc: Any, schema: dict[str, Any], where: str = "$") -> list[st
     if types is not None:
         names = [types] if isinstance(types, str) else list(types)
         ok = any(
-            isinstance(doc, _TYPES[t]) and not (t in ("integer", "number") and isinstance(doc, bool))
+            isinstance(doc, _TYPES[t])
+            and not (t in ("integer", "number") and isinstance(doc, bool))
             for t in names
         )
         if not ok:

@@ -20,16 +20,18 @@ __all__ = ["archive_summary", "markdown_table", "measured_tables"]
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     """Render a Markdown table (first column left-aligned, the others right-aligned)."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    line = (
-        lambda cells: "| "
-        + " | ".join(
-            c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells)
+
+    def line(cells: list[str]) -> str:
+        padded = (c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells))
+        return "| " + " | ".join(padded) + " |"
+
+    sep = (
+        "|"
+        + "|".join(
+            ("-" * (w + 2)) if i == 0 else ("-" * (w + 1) + ":") for i, w in enumerate(widths)
         )
-        + " |"
+        + "|"
     )
-    sep = "|" + "|".join(
-        ("-" * (w + 2)) if i == 0 else ("-" * (w + 1) + ":") for i, w in enumerate(widths)
-    ) + "|"
     return "\n".join([line(header), sep, *[line(r) for r in rows]])
 
 
@@ -60,8 +62,13 @@ def measured_tables(cells: list[dict[str, Any]], scan: ArchiveScan) -> str:
         "Each cell: R (requests). R = Σ(1 + A) / #rounds, A = leading accepted drafts of a round.",
         "",
     ]
-    rows = [[f, *[r_cell(idx.get((f, b))) for b in buckets], r_cell(idx.get((f, None)))] for f in families]
-    rows.append(["all", *[r_cell(idx.get((None, b))) for b in buckets], r_cell(idx.get((None, None)))])
+    rows = [
+        [f, *[r_cell(idx.get((f, b))) for b in buckets], r_cell(idx.get((f, None)))]
+        for f in families
+    ]
+    rows.append(
+        ["all", *[r_cell(idx.get((None, b))) for b in buckets], r_cell(idx.get((None, None)))]
+    )
     out.append(markdown_table(["family", *buckets, "all"], rows))
     for title, keys in (
         ("family", [(f, None) for f in families]),
@@ -98,7 +105,7 @@ def measured_tables(cells: list[dict[str, Any]], scan: ArchiveScan) -> str:
 
 
 def archive_summary(scan: ArchiveScan, display: object = None) -> str:
-    """A few lines describing the archive: counts, columns, depth coverage, pooled R.
+    """Describe the archive in a few lines: counts, columns, depth coverage, pooled R.
 
     ``display`` replaces the archive path shown (e.g. the final path of a temporary folder).
     """
@@ -106,9 +113,7 @@ def archive_summary(scan: ArchiveScan, display: object = None) -> str:
     m = scan.measured
     rows = sum(f.rows for f in r.files)
     n_rounds = int(m.sums.n.sum())
-    fam_req = np.bincount(
-        np.asarray(r.request_family, dtype=np.int64), minlength=len(r.families)
-    )
+    fam_req = np.bincount(np.asarray(r.request_family, dtype=np.int64), minlength=len(r.families))
     fams = ", ".join(f"{name} {int(k):,}" for name, k in zip(r.families, fam_req, strict=True))
     bucket_rounds = np.bincount(m.sums.bucket, weights=m.sums.n, minlength=len(r.buckets.names))
     bks = ", ".join(

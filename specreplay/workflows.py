@@ -245,4 +245,11 @@ def run_demo(
         f"specreplay demo: built-in synthetic archive, {n_requests:,} requests, seed {seed} "
         f"(written to {out}/archive)\n"
     )
-    return head + "\n" + archive_summary(scan, out / "archive") + "\n\n" + tables + f"\nOutputs: {out}/"
+    return (
+        head
+        + "\n"
+        + archive_summary(scan, out / "archive")
+        + "\n\n"
+        + tables
+        + f"\nOutputs: {out}/"
+    )

@@ -15,6 +15,7 @@ Examples
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -26,9 +27,7 @@ from specreplay.errors import SpecReplayError
 
 __all__ = ["DEFAULT_BUCKETS", "UNBUCKETED", "UNKNOWN", "Buckets"]
 
-DEFAULT_BUCKETS: Final[str] = (
-    "<4K:<4K,4K-16K:4K-16K,16K-32K:16K-32K,32K-64K:32K-64K,>=64K:>=64K"
-)
+DEFAULT_BUCKETS: Final[str] = "<4K:<4K,4K-16K:4K-16K,16K-32K:16K-32K,32K-64K:32K-64K,>=64K:>=64K"
 UNBUCKETED: Final[str] = "unbucketed"
 UNKNOWN: Final[str] = "unknown"
 _INF: Final[int] = np.iinfo(np.int64).max
@@ -118,7 +117,7 @@ class Buckets:
         if not names:
             raise SpecReplayError("--buckets: no bucket given")
         order = sorted(range(len(ranges)), key=lambda i: ranges[i])
-        for i, j in zip(order, order[1:], strict=False):
+        for i, j in itertools.pairwise(order):
             if ranges[j][0] < ranges[i][1]:
                 raise SpecReplayError(f"--buckets: ranges of {names[i]!r} and {names[j]!r} overlap")
         return cls(

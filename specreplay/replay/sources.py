@@ -201,7 +201,11 @@ def _to_canonical(
                 i = int(big.arg_true()[0])
                 issues.append(Issue(int(locs[i]), f"{name} = {col[i]} does not fit in int64"))
         dtype = schema[name]
-        if name == "cand_ids" and isinstance(dtype, pl.List | pl.Array) and dtype.inner == pl.UInt64:
+        if (
+            name == "cand_ids"
+            and isinstance(dtype, pl.List | pl.Array)
+            and dtype.inner == pl.UInt64
+        ):
             big_list = (col.cast(pl.List(pl.UInt64)).list.max() > _INT64_MAX).fill_null(False)
             if big_list.any():
                 i = int(big_list.arg_true()[0])

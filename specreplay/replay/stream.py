@@ -2,7 +2,8 @@
 
 :class:`ArchiveReader` walks the archive's files in sorted path order, chunk by chunk, checks every
 rule of SPEC §2.1 as it goes (row rules in :mod:`~specreplay.replay.rowcheck`, order rules in
-:mod:`~specreplay.replay.ordercheck`) and yields :class:`~specreplay.replay.batch.RoundBatch` objects
+:mod:`~specreplay.replay.ordercheck`) and yields
+:class:`~specreplay.replay.batch.RoundBatch` objects
 of whole rounds: the incomplete last round of a chunk is carried into the next one (SPEC §5), so
 memory is bounded by the batch size plus tables that grow with the number of requests.
 
@@ -101,9 +102,14 @@ class _Rows:
         return _Rows(**out)  # type: ignore[arg-type]
 
 
-def _flat(col: pl.Series, dtype: type[np.generic]) -> NDArray[np.generic]:
+def _flat_int(col: pl.Series) -> NDArray[np.int64]:
     values = col.list.explode(keep_nulls=False, empty_as_null=False)
-    return np.ascontiguousarray(values.to_numpy(), dtype=dtype)
+    return np.ascontiguousarray(values.to_numpy(), dtype=np.int64)
+
+
+def _flat_float(col: pl.Series) -> NDArray[np.float64]:
+    values = col.list.explode(keep_nulls=False, empty_as_null=False)
+    return np.ascontiguousarray(values.to_numpy(), dtype=np.float64)
 
 
 class ArchiveReader:
@@ -300,9 +306,9 @@ class ArchiveReader:
                 )
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lens0, out=offsets[1:])
-        cand = _flat(frame.get_column("cand_ids"), np.int64)
-        lp = _flat(frame.get_column("draft_logprobs"), np.float64)
-        tp = _flat(frame.get_column("target_probs"), np.float64)
+        cand = _flat_int(frame.get_column("cand_ids"))
+        lp = _flat_float(frame.get_column("draft_logprobs"))
+        tp = _flat_float(frame.get_column("target_probs"))
         ragged = any((lens[c] != lens0).any() for c in list_cols[1:])
         if ragged:  # lengths differ: check the rest only on well-formed rows
             ok = np.ones(n, dtype=bool)
@@ -310,11 +316,7 @@ class ArchiveReader:
                 ok &= lens[c] == lens0
             rows, _ = self._check_rows(file, frame.filter(ok), locs[ok])
             return None, issues + _
-        eq = (
-            _flat(frame.get_column("emitted_q"), np.float64)
-            if has_eq
-            else np.zeros(0, dtype=np.float64)
-        )
+        eq = _flat_float(frame.get_column("emitted_q")) if has_eq else np.zeros(0, dtype=np.float64)
         drafted = (
             frame.get_column("drafted_id").to_numpy().astype(np.int64)
             if has_drafted
@@ -323,7 +325,9 @@ class ArchiveReader:
         code = np.empty(n, dtype=np.int8)
         detail = np.empty(n, dtype=np.float64)
         didx = np.empty(n, dtype=np.int32)
-        rowcheck.check_rows(offsets, cand, lp, tp, eq, drafted, has_eq, has_drafted, code, detail, didx)
+        rowcheck.check_rows(
+            offsets, cand, lp, tp, eq, drafted, has_eq, has_drafted, code, detail, didx
+        )
         for i in np.flatnonzero(code):
             msg = rowcheck.ROW_RULES[int(code[i])]
             if not np.isnan(detail[i]):
@@ -346,17 +350,17 @@ class ArchiveReader:
         ocode = np.empty(n, dtype=np.int8)
         cfile = np.empty(n, dtype=np.int64)
         cloc = np.empty(n, dtype=np.int64)
-        c = self._carry
+        cr = self._carry
         ordercheck.check_order(
             req, rnd, pos, ctx, fam, acc, locs, file.index,
-            c.scalars, c.pos_file, c.pos_loc, c.req, ocode, cfile, cloc,
+            cr.scalars, cr.pos_file, cr.pos_loc, cr.req, ocode, cfile, cloc,
         )  # fmt: skip
         for i in np.flatnonzero(ocode):
-            issues.append(Issue(int(locs[i]), self._order_message(i, int(ocode[i]), cfile, cloc,
-                                                                  frame, file)))  # fmt: skip
-        for i in np.flatnonzero(c.req[:, ordercheck.R_FAM] >= 0):
-            if self.request_family[int(i)] < 0:
-                self.request_family[int(i)] = int(c.req[i, ordercheck.R_FAM])
+            msg = self._order_message(int(i), int(ocode[i]), cfile, cloc, frame, file)
+            issues.append(Issue(int(locs[i]), msg))
+        for k in np.flatnonzero(cr.req[:, ordercheck.R_FAM] >= 0):
+            if self.request_family[int(k)] < 0:
+                self.request_family[int(k)] = int(cr.req[k, ordercheck.R_FAM])
         if "logging_arm" in self.columns:
             arms = frame.get_column("logging_arm")
             if self._arm_first is None:

@@ -88,11 +88,11 @@ VOCAB_SIZE = 129_280
 FAMILIES: tuple[str, ...] = ("code", "chat", "math", "translation")
 
 # --- packed parameter layout (see ToyPair.packed) -----------------------------------------------
-_F_GAP, _F_GAP_SPREAD, _F_SLOPE, _F_SIGMA, _F_KAPPA = 0, 1, 2, 3, 4
+_F_GAP, _F_GAP_SPREAD, _F_SLOPE, _F_HAZARD, _F_SIGMA, _F_KAPPA = 0, 1, 2, 3, 4, 5
 _G_RHO_T, _G_RHO_D, _G_TAIL_C, _G_TAIL_A = 0, 1, 2, 3
 _G_POS, _G_CTX, _G_CTX_REF, _G_SURP, _G_SURP_CAP, _G_GAP_MAX = 4, 5, 6, 7, 8, 9
-_G_SLOPE_SPREAD, _G_SIGMA_SPREAD = 10, 11
-_N_GLOBAL = 12
+_G_SLOPE_SPREAD, _G_SIGMA_SPREAD, _G_MISS_RANKS, _G_MISS_MARGIN = 10, 11, 12, 13
+_N_GLOBAL = 14
 
 # --- hashing constants (uint64-wrapped: STACK-NOTES gotcha 2) -----------------------------------
 _GOLDEN = uint64(0x9E3779B97F4A7C15)
@@ -104,6 +104,7 @@ _SALT_GAP = uint64(0x70F5_7A7E_C0DE_0004)
 _SALT_SLOPE = uint64(0x70F5_7A7E_C0DE_0005)
 _SALT_DRAFT = uint64(0x70F5_7A7E_C0DE_0006)
 _SALT_SIGMA = uint64(0x70F5_7A7E_C0DE_0007)
+_SALT_MISS = uint64(0x70F5_7A7E_C0DE_0008)
 _MASK17 = uint64(0x1FFFF)  # the permutation acts on [0, 2^17) and cycle-walks into [0, VOCAB_SIZE)
 _ODD1 = uint64(0x0B5AD)
 _ODD2 = uint64(0x1C69B)
@@ -128,6 +129,12 @@ def _logistic(h: np.uint64) -> float:
     """Unit-variance logistic variate from 64 hash bits (53-bit uniform in (0, 1))."""
     u = (float(h >> uint64(11)) + 0.5) * _INV_2_53
     return math.log(u / (1.0 - u)) * _LOGISTIC_SCALE
+
+
+@njit(inline="always", cache=True)
+def _unit(h: np.uint64) -> float:
+    """53-bit uniform in [0, 1) from 64 hash bits."""
+    return float(h >> uint64(11)) * _INV_2_53
 
 
 @njit(cache=True)
@@ -261,20 +268,17 @@ def _target_at(
 
 
 @njit(cache=True)
-def _draft_sigma(
-    key: np.uint64,
+def _draft_difficulty(
     family: np.int64,
     context: np.int64,
     position: np.int64,
     surprise: float,
-    fp: NDArray[np.float64],
     gp: NDArray[np.float64],
 ) -> float:
+    """Multiplier of the draft's miss hazard and noise: position, context and prefix surprise."""
     ctx_term = max(0.0, math.log2(max(float(context), 1.0) / gp[_G_CTX_REF]))
     return (
-        fp[family, _F_SIGMA]
-        * math.exp(gp[_G_SIGMA_SPREAD] * _logistic(_fold(key, _SALT_SIGMA)))
-        * (1.0 + gp[_G_POS] * (position - 1))
+        (1.0 + gp[_G_POS] * (position - 1))
         * (1.0 + gp[_G_CTX] * ctx_term)
         * (1.0 + gp[_G_SURP] * min(surprise, gp[_G_SURP_CAP]))
     )
@@ -284,20 +288,37 @@ def _draft_sigma(
 def _draft_from_target(
     key: np.uint64,
     family: np.int64,
-    sigma: float,
+    difficulty: float,
     fp: NDArray[np.float64],
     gp: NDArray[np.float64],
     lt: NDArray[np.float64],
     q1: NDArray[np.float64],
     logq1: NDArray[np.float64],
 ) -> float:
-    """Draft law (temperature 1) from the target logits lt: writes q1, logq1 (K,); returns ts."""
+    """Draft law (temperature 1) from the target logits lt: writes q1, logq1 (K,); returns ts.
+
+    Logits ``κ·ℓ_k + σ·ε_k`` with ``σ = σ_family·exp(σ_spread·z)·difficulty``; then, with
+    probability ``1 − exp(−hazard_family·difficulty)`` (a *miss*), one of the target's next
+    ``miss_ranks`` plausible tokens is promoted above the draft's top by a margin in
+    ``miss_margin·[0.5, 1.5)``: the drafter is confidently wrong.
+    """
     k_exp = lt.shape[0]
     ld = np.empty(k_exp)
     hd = _fold(key, _SALT_DRAFT)
     kappa = fp[family, _F_KAPPA]
+    sigma = fp[family, _F_SIGMA] * math.exp(gp[_G_SIGMA_SPREAD] * _logistic(_fold(key, _SALT_SIGMA)))
+    sigma *= difficulty
+    top = -np.inf
     for k in range(k_exp):
         ld[k] = kappa * lt[k] + sigma * _logistic(_fold(hd, uint64(k)))
+        top = max(top, ld[k])
+    hazard = fp[family, _F_HAZARD] * difficulty
+    h_miss = _fold(key, _SALT_MISS)
+    if _unit(h_miss) < -math.expm1(-hazard):
+        h2 = mix64(h_miss)
+        n_ranks = min(np.int64(gp[_G_MISS_RANKS]), np.int64(k_exp - 1))
+        m = 1 + np.int64(_unit(h2) * n_ranks)
+        ld[m] = top + gp[_G_MISS_MARGIN] * (0.5 + _unit(mix64(h2)))
     return _normalise(ld, gp[_G_RHO_D], gp[_G_TAIL_C], gp[_G_TAIL_A], q1, logq1)
 
 
@@ -344,8 +365,8 @@ def _position_laws(
     logp = np.empty(k_exp)
     q1 = np.empty(k_exp)
     ts = _target_at(key, family, fp, gp, ids, lt, p, logp)
-    sigma = _draft_sigma(key, family, context, position, surprise, fp, gp)
-    _draft_from_target(key, family, sigma, fp, gp, lt, q1, logq1)
+    difficulty = _draft_difficulty(family, context, position, surprise, gp)
+    _draft_from_target(key, family, difficulty, fp, gp, lt, q1, logq1)
     order = np.argsort(-logq1, kind="mergesort")
     for i in range(cand.shape[0]):
         cand[i] = order[i]
@@ -508,8 +529,8 @@ def _draft_law_alloc(
     q1 = np.empty(n_explicit)
     logq1 = np.empty(n_explicit)
     _target_at(key, family, fp, gp, ids, lt, p, logp)
-    sigma = _draft_sigma(key, family, context, position, surprise, fp, gp)
-    ts = _draft_from_target(key, family, sigma, fp, gp, lt, q1, logq1)
+    difficulty = _draft_difficulty(family, context, position, surprise, gp)
+    ts = _draft_from_target(key, family, difficulty, fp, gp, lt, q1, logq1)
     return ids, q1, logq1, ts
 
 
@@ -539,7 +560,14 @@ def _uniform_triple(
 # ================================================================================================
 
 
-_FAMILY_FIELDS = ("target_gap", "target_gap_spread", "target_slope", "draft_sigma", "draft_kappa")
+_FAMILY_FIELDS = (
+    "target_gap",
+    "target_gap_spread",
+    "target_slope",
+    "draft_hazard",
+    "draft_sigma",
+    "draft_kappa",
+)
 
 
 @dataclass(frozen=True)
@@ -574,10 +602,13 @@ class ToyPair:
     target_gap: tuple[float, float, float, float] = (4.5, 3.0, 4.0, 3.5)
     target_gap_spread: tuple[float, float, float, float] = (1.5, 1.5, 1.5, 1.5)
     target_slope: tuple[float, float, float, float] = (0.8, 0.7, 0.8, 0.7)
-    draft_sigma: tuple[float, float, float, float] = (0.6, 0.8, 0.7, 1.1)
+    draft_hazard: tuple[float, float, float, float] = (0.12, 0.16, 0.14, 0.2)
+    draft_sigma: tuple[float, float, float, float] = (0.3, 0.3, 0.3, 0.3)
     draft_kappa: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
     slope_spread: float = 0.3
     sigma_spread: float = 0.5
+    miss_ranks: int = 8
+    miss_margin: float = 2.0
     target_tail_floor: float = 0.3
     draft_tail_floor: float = 0.3
     tail_scale: float = 50.0
@@ -621,6 +652,8 @@ class ToyPair:
             gp[_G_GAP_MAX] = self.gap_max
             gp[_G_SLOPE_SPREAD] = self.slope_spread
             gp[_G_SIGMA_SPREAD] = self.sigma_spread
+            gp[_G_MISS_RANKS] = self.miss_ranks
+            gp[_G_MISS_MARGIN] = self.miss_margin
             fp.setflags(write=False)
             gp.setflags(write=False)
             object.__setattr__(self, "_packed", (fp, gp))

@@ -135,7 +135,7 @@ def _survival(
 
 
 def excluded_unbucketed(m: MeasuredArchive, buckets: Buckets) -> list[dict[str, Any]]:
-    """The ``excluded`` entry for rounds outside every bucket (empty when there are none)."""
+    """Return the ``excluded`` entry for rounds outside every bucket (empty when there are none)."""
     sums = m.sums
     rounds = int(sums.n[sums.bucket == buckets.unbucketed_code].sum())
     if rounds == 0:

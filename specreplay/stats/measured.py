@@ -125,7 +125,9 @@ class MeasuredAccumulator:
             grow = max(size, 2 * self._n.shape[0])
             self._n = np.concatenate([self._n, np.zeros(grow - self._n.shape[0], np.int64)])
             self._t = np.concatenate([self._t, np.zeros(grow - self._t.shape[0], np.float64)])
-            self._fam = np.concatenate([self._fam, np.full(grow - self._fam.shape[0], -1, np.int32)])
+            self._fam = np.concatenate(
+                [self._fam, np.full(grow - self._fam.shape[0], -1, np.int32)]
+            )
         self._n += np.bincount(key, minlength=self._n.shape[0])
         self._t += np.bincount(key, weights=(1 + a).astype(np.float64), minlength=self._t.shape[0])
         self._fam[key] = batch.round_family

@@ -1,0 +1,23 @@
+"""Shared fixtures: a small synthetic archive built once per test session (2 cores in CI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specreplay.replay.writer import TraceWriter
+
+
+@pytest.fixture(scope="session")
+def small_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 3-shard Parquet archive from the toy model pair: 48 requests × 8 rounds × 5 positions."""
+    from specreplay.sim.synth import SynthConfig, synth_frames
+
+    out = tmp_path_factory.mktemp("archive") / "small"
+    cfg = SynthConfig(n_requests=48, rounds=8, requests_per_shard=16)
+    with TraceWriter(out, format="parquet-dir") as w:
+        for frame in synth_frames(cfg, seed=7):
+            w.append_frame(frame)
+            w.end_shard()
+    return out
