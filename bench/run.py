@@ -1,0 +1,15 @@
+"""Run every benchmark in bench/ (each prints ratios against a baseline measured in the same run)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHES = ["stream_memory.py"]
+
+if __name__ == "__main__":
+    here = Path(__file__).parent
+    for name in BENCHES:
+        print(f"== {name}", flush=True)
+        subprocess.run([sys.executable, str(here / name)], check=True)
