@@ -242,9 +242,11 @@ def test_output_dir_refuses_foreign_folder_and_is_atomic(tmp_path: Path) -> None
     out = tmp_path / "out"
     out.mkdir()
     (out / "precious.txt").write_text("mine")
-    with pytest.raises(SpecReplayError, match="not empty and was not written by specreplay"):
-        with output_dir(out, force=False):
-            pass
+    with (
+        pytest.raises(SpecReplayError, match="not empty and was not written by specreplay"),
+        output_dir(out, force=False),
+    ):
+        pass
     with output_dir(out, force=True) as tmp:
         (tmp / "results.json").write_text("{}")
     assert not (out / "precious.txt").exists() and (out / "results.json").exists()

@@ -42,7 +42,7 @@ ORDER_RULES: Final[dict[int, str]] = {
     CTX_NEG: "context_tokens < 0",
     POS_START: "round does not start at position 1",
     POS_DUP: "duplicate (request_id, round, position)",
-    POS_GAP: "gap in positions inside a round",
+    POS_GAP: "positions out of order or with a gap inside a round",
     CTX_VARIES: "context_tokens varies within a round",
     FAM_CHANGES: "request changes family",
     ACC_AFTER_FALSE: "accepted True after a False in the same round",
@@ -91,6 +91,7 @@ def check_order(
     fam: NDArray[np.int64],
     acc: NDArray[np.int8],
     locs: NDArray[np.int64],
+    after_drop: NDArray[np.bool_],
     file_idx: int,
     carry: NDArray[np.int64],
     pos_file: NDArray[np.int64],
@@ -110,6 +111,9 @@ def check_order(
         accepted as 1/0, or −1 everywhere when the archive has no such column.
     locs : int64, shape (n,)
         Row/line location of each row (for citations).
+    after_drop : bool, shape (n,)
+        True where a row dropped for a bad value came just before: position continuity is then
+        not checked, so one bad row causes one error.
     file_idx : int
         Index of the chunk's file in the archive.
     carry : int64, shape (10,)
@@ -142,18 +146,22 @@ def check_order(
         if ctx[i] < 0:
             code[i] = CTX_NEG
             continue
-        # family is fixed per request
-        if reqtab[r, R_FAM] < 0:
-            reqtab[r, R_FAM] = fam[i]
-            reqtab[r, R_FAM_FILE] = file_idx
-            reqtab[r, R_FAM_LOC] = locs[i]
-        elif reqtab[r, R_FAM] != fam[i]:
-            code[i] = FAM_CHANGES
-            cite_file[i] = reqtab[r, R_FAM_FILE]
-            cite_loc[i] = reqtab[r, R_FAM_LOC]
-            continue
         same_round = carry[C_PREV_REQ] == r and carry[C_PREV_ROUND] == rnd[i]
         if not same_round:
+            # a new round: reset its state (also when it is itself misplaced, so that its later
+            # rows are checked against it and not reported again)
+            for q in range(max(carry[C_MAXPOS], 0) + 1):
+                pos_file[q] = -1
+            carry[C_MAXPOS] = 0
+            carry[C_PREV_REQ] = r
+            carry[C_PREV_ROUND] = rnd[i]
+            carry[C_PREV_POS] = 0
+            carry[C_CTX] = ctx[i]
+            carry[C_FAM] = fam[i]
+            carry[C_FALSE_FILE] = -1
+            carry[C_FALSE_LOC] = -1
+            carry[C_START_FILE] = file_idx
+            carry[C_START_LOC] = locs[i]
             last = reqtab[r, R_LAST_ROUND]
             if last >= 0 and rnd[i] <= last:
                 cite_file[i] = reqtab[r, R_LAST_FILE]
@@ -164,44 +172,40 @@ def check_order(
                     code[i] = ROUND_SPLIT_FILES
                 else:
                     code[i] = ROUND_SPLIT
-                # follow the offending round so its later rows are not all reported again
-                carry[C_PREV_REQ] = r
-                carry[C_PREV_ROUND] = rnd[i]
-                carry[C_PREV_POS] = p
-                continue
-            # a new round: reset its state
-            for q in range(max(carry[C_MAXPOS], 0) + 1):
-                pos_file[q] = -1
-            carry[C_MAXPOS] = p
-            carry[C_PREV_REQ] = r
-            carry[C_PREV_ROUND] = rnd[i]
-            carry[C_PREV_POS] = 0
-            carry[C_CTX] = ctx[i]
-            carry[C_FALSE_FILE] = -1
-            carry[C_FALSE_LOC] = -1
-            carry[C_START_FILE] = file_idx
-            carry[C_START_LOC] = locs[i]
-            reqtab[r, R_LAST_ROUND] = rnd[i]
-            reqtab[r, R_LAST_FILE] = file_idx
-            reqtab[r, R_LAST_LOC] = locs[i]
-            if p != 1:
-                code[i] = POS_START
-                carry[C_PREV_POS] = p
-                pos_file[p] = file_idx
-                pos_loc[p] = locs[i]
-                continue
+            else:
+                reqtab[r, R_LAST_ROUND] = rnd[i]
+                reqtab[r, R_LAST_FILE] = file_idx
+                reqtab[r, R_LAST_LOC] = locs[i]
+        # position bookkeeping happens for every row, so one bad row causes one error
         prev = carry[C_PREV_POS]
-        if pos_file[p] >= 0:
-            code[i] = POS_DUP
-            cite_file[i] = pos_file[p]
-            cite_loc[i] = pos_loc[p]
-            continue
-        pos_file[p] = file_idx
-        pos_loc[p] = locs[i]
+        dup = pos_file[p] >= 0
+        if dup:
+            dup_file = pos_file[p]
+            dup_loc = pos_loc[p]
+        else:
+            pos_file[p] = file_idx
+            pos_loc[p] = locs[i]
         carry[C_PREV_POS] = p
         carry[C_MAXPOS] = max(carry[C_MAXPOS], p)
-        if p != prev + 1:
-            code[i] = POS_GAP
+        if code[i] != OK:
+            continue
+        # family is fixed per request
+        if reqtab[r, R_FAM] < 0:
+            reqtab[r, R_FAM] = fam[i]
+            reqtab[r, R_FAM_FILE] = file_idx
+            reqtab[r, R_FAM_LOC] = locs[i]
+        elif reqtab[r, R_FAM] != fam[i]:
+            code[i] = FAM_CHANGES
+            cite_file[i] = reqtab[r, R_FAM_FILE]
+            cite_loc[i] = reqtab[r, R_FAM_LOC]
+            continue
+        if dup:
+            code[i] = POS_DUP
+            cite_file[i] = dup_file
+            cite_loc[i] = dup_loc
+            continue
+        if p != prev + 1 and not after_drop[i]:
+            code[i] = POS_START if prev == 0 else POS_GAP
             cite_loc[i] = prev  # the position it follows, not a row
             continue
         if ctx[i] != carry[C_CTX]:

@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
-__all__ = ["ROW_RULES", "TOL", "check_rows"]
+__all__ = ["NONFINITE", "ROW_RULES", "TOL", "check_rows"]
 
 TOL: Final[float] = 1e-6
 """Tolerance on Σ target_probs ≤ 1 and Σ exp(draft_logprobs) ≤ 1 (SPEC §2.1)."""
@@ -30,6 +30,8 @@ NONFINITE_TP, TP_RANGE, TP_SUM, NOT_IN_CANDS, NONFINITE_EQ, EQ_RANGE, EQ_SUM, EQ
     14,
 )
 
+NONFINITE: Final[frozenset[int]] = frozenset({NONFINITE_LP, NONFINITE_TP, NONFINITE_EQ})
+
 ROW_RULES: Final[dict[int, str]] = {
     EMPTY: "empty candidate lists",
     DUP_CAND: "duplicate cand_ids",
@@ -43,7 +45,7 @@ ROW_RULES: Final[dict[int, str]] = {
     NOT_IN_CANDS: "drafted_id not in cand_ids",
     NONFINITE_EQ: "NaN or inf in emitted_q",
     EQ_RANGE: "emitted_q value < 0 or > 1",
-    EQ_SUM: "emitted_q does not sum to 1 (±1e-6)",
+    EQ_SUM: "emitted_q does not sum to 1 within 1e-6",
     EQ_ZERO: "emitted_q is 0 at drafted_id (the logged draft had probability 0)",
 }
 

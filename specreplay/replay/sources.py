@@ -221,7 +221,7 @@ def _to_canonical(
 
 def _jsonl_chunks(file: ArchiveFile, chunk_rows: int) -> Iterator[RawChunk]:
     try:
-        fh = file.path.open("r", encoding="utf-8")
+        fh = file.path.open("r", encoding="utf-8-sig")
     except OSError as exc:
         raise SpecReplayError(f"{file.path}: cannot open: {exc.strerror}") from None
     state = _JsonlState()
@@ -283,14 +283,16 @@ def _jsonl_chunk(
 
 def _parse_line(line: str, state: _JsonlState) -> tuple[dict[str, Any], str | None]:
     try:
-        obj = json.loads(line)
+        obj = json.loads(line.rstrip("\r\n"))
     except json.JSONDecodeError as exc:
-        return {}, f"invalid JSON: {exc.msg} at column {exc.colno}"
+        return {}, f"invalid JSON: {exc.msg} at column {exc.pos + 1}"
     if not isinstance(obj, dict):
         return {}, "expected a JSON object"
     for name in REQUIRED:
-        if name not in obj or obj[name] is None:
+        if name not in obj:
             return {}, f"missing required column {name!r}"
+        if obj[name] is None:
+            return {}, f"missing value in column {name!r}"
     if state.declared is None:
         state.declared = tuple(c for c in SCHEMA_V1 if c in obj)
         state.extras = {}

@@ -180,6 +180,7 @@ class ArchiveReader:
         self._fam_code: dict[str, int] = {}
         self._carry = ordercheck.Carry()
         self._first_file: ArchiveFile | None = None
+        self._last_loc: dict[int, int] = {}
 
     # -- public ----------------------------------------------------------------------------
 
@@ -233,6 +234,8 @@ class ArchiveReader:
             self.errors.append(line)
 
     def _check_columns(self, chunk: RawChunk) -> None:
+        if chunk.frame.height == 0:
+            return
         present = frozenset(c for c in OPTIONAL if c in chunk.frame.columns)
         extras = tuple(c for c in chunk.frame.columns if c not in SCHEMA_V1)
         if self._first_file is None:
@@ -259,32 +262,62 @@ class ArchiveReader:
         issues = list(chunk.issues)
         frame, locs = chunk.frame, chunk.locs
         reported = {i.loc for i in issues}
-        # nulls, and nulls inside lists, drop the row
         present = [c for c in frame.columns if c in SCHEMA_V1]
+        bad = np.zeros(frame.height, dtype=bool)
         if frame.height:
-            null_masks = {c: frame.get_column(c).is_null().to_numpy() for c in present}
+            # nulls (and nulls inside lists) drop the row
             for c in present:
-                if c in LIST_COLUMNS:
-                    col = frame.get_column(c)
-                    if col.list.explode(keep_nulls=True, empty_as_null=False).null_count():
-                        inner = col.list.eval(pl.element().is_null().any()).list.first()
-                        null_masks[c] = null_masks[c] | inner.fill_null(False).to_numpy()
-            bad = np.zeros(frame.height, dtype=bool)
-            for c in present:
-                m = null_masks[c] & ~bad
-                for i in np.flatnonzero(m):
+                col = frame.get_column(c)
+                mask = col.is_null().to_numpy()
+                if (
+                    c in LIST_COLUMNS
+                    and col.list.explode(keep_nulls=True, empty_as_null=False).null_count()
+                ):
+                    inner = col.list.eval(pl.element().is_null().any()).list.first()
+                    mask = mask | inner.fill_null(False).to_numpy()
+                for i in np.flatnonzero(mask & ~bad):
                     if int(locs[i]) not in reported:
                         issues.append(Issue(int(locs[i]), f"missing or non-numeric value in {c!r}"))
-                bad |= null_masks[c]
-            if bad.any():
-                frame, locs = frame.filter(~bad), locs[~bad]
-        rows, more = self._check_rows(chunk.file, frame, locs)
+                bad |= mask
+            # list lengths must agree within a row
+            list_cols = [c for c in LIST_COLUMNS if c in frame.columns]
+            lens = {c: frame.get_column(c).list.len().to_numpy() for c in list_cols}
+            for c in list_cols[1:]:
+                differ = (lens[c] != lens["cand_ids"]) & ~bad
+                for i in np.flatnonzero(differ):
+                    issues.append(
+                        Issue(
+                            int(locs[i]),
+                            f"list lengths differ: cand_ids has {lens['cand_ids'][i]}, "
+                            f"{c} has {lens[c][i]}",
+                        )
+                    )
+                bad |= differ
+        dropped = np.sort(
+            np.array([i.loc for i in chunk.issues] + [int(x) for x in locs[bad]], dtype=np.int64)
+        )
+        if bad.any():
+            frame, locs = frame.filter(~bad), locs[~bad]
+        # a row dropped between two kept rows (or before the first) disables continuity checks
+        last = self._last_loc.get(chunk.file.index, -1)
+        prev = np.concatenate([[last], locs[:-1]]).astype(np.int64)
+        after_drop = (
+            np.searchsorted(dropped, locs, side="left")
+            - np.searchsorted(dropped, prev, side="right")
+        ) > 0
+        if locs.shape[0]:
+            self._last_loc[chunk.file.index] = int(locs[-1])
+        rows, more = self._check_rows(chunk.file, frame, locs, after_drop)
         issues.extend(more)
         self._report(chunk.file, issues)
         return rows
 
     def _check_rows(
-        self, file: ArchiveFile, frame: pl.DataFrame, locs: NDArray[np.int64]
+        self,
+        file: ArchiveFile,
+        frame: pl.DataFrame,
+        locs: NDArray[np.int64],
+        after_drop: NDArray[np.bool_],
     ) -> tuple[_Rows | None, list[Issue]]:
         issues: list[Issue] = []
         n = frame.height
@@ -293,29 +326,12 @@ class ArchiveReader:
         has_eq = "emitted_q" in self.columns
         has_drafted = "drafted_id" in self.columns
         has_acc = "accepted" in self.columns
-        list_cols = [c for c in LIST_COLUMNS if c in frame.columns]
-        lens = {c: frame.get_column(c).list.len().to_numpy().astype(np.int64) for c in list_cols}
-        lens0 = lens["cand_ids"]
-        for c in list_cols[1:]:
-            for i in np.flatnonzero(lens[c] != lens0):
-                issues.append(
-                    Issue(
-                        int(locs[i]),
-                        f"list lengths differ: cand_ids has {lens0[i]}, {c} has {lens[c][i]}",
-                    )
-                )
+        lens0 = frame.get_column("cand_ids").list.len().to_numpy().astype(np.int64)
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lens0, out=offsets[1:])
         cand = _flat_int(frame.get_column("cand_ids"))
         lp = _flat_float(frame.get_column("draft_logprobs"))
         tp = _flat_float(frame.get_column("target_probs"))
-        ragged = any((lens[c] != lens0).any() for c in list_cols[1:])
-        if ragged:  # lengths differ: check the rest only on well-formed rows
-            ok = np.ones(n, dtype=bool)
-            for c in list_cols[1:]:
-                ok &= lens[c] == lens0
-            rows, _ = self._check_rows(file, frame.filter(ok), locs[ok])
-            return None, issues + _
         eq = _flat_float(frame.get_column("emitted_q")) if has_eq else np.zeros(0, dtype=np.float64)
         drafted = (
             frame.get_column("drafted_id").to_numpy().astype(np.int64)
@@ -329,8 +345,11 @@ class ArchiveReader:
             offsets, cand, lp, tp, eq, drafted, has_eq, has_drafted, code, detail, didx
         )
         for i in np.flatnonzero(code):
-            msg = rowcheck.ROW_RULES[int(code[i])]
-            if not np.isnan(detail[i]):
+            rule = int(code[i])
+            msg = rowcheck.ROW_RULES[rule]
+            if rule == rowcheck.NOT_IN_CANDS:
+                msg += f" ({int(drafted[i])})"
+            elif rule in rowcheck.NONFINITE or not np.isnan(detail[i]):
                 msg += f" ({detail[i]:.10g})"
             issues.append(Issue(int(locs[i]), msg))
         # codes for requests and families, in first-appearance order
@@ -352,7 +371,7 @@ class ArchiveReader:
         cloc = np.empty(n, dtype=np.int64)
         cr = self._carry
         ordercheck.check_order(
-            req, rnd, pos, ctx, fam, acc, locs, file.index,
+            req, rnd, pos, ctx, fam, acc, locs, after_drop, file.index,
             cr.scalars, cr.pos_file, cr.pos_loc, cr.req, ocode, cfile, cloc,
         )  # fmt: skip
         for i in np.flatnonzero(ocode):
@@ -372,8 +391,8 @@ class ArchiveReader:
                 issues.append(
                     Issue(
                         int(locs[i]),
-                        f"logging_arm {arms[int(i)]!r} differs from {self._arm_first!r} "
-                        f"(first at {format_location(f0, l0)})",
+                        f"logging_arm {arms[int(i)]!r} differs from {self._arm_first!r}; "
+                        f"first at {self._cite(f0.index, l0, file)}",
                     )
                 )
         extras = frame.select([c for c in frame.columns if c not in SCHEMA_V1])
