@@ -53,7 +53,11 @@ def analytic_round_e(alpha: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 def run(pair: ToyPair, n_requests: int, seed: int, *, quiet: bool = False) -> dict[str, float]:
-    """Simulate and print the calibration table; return headline numbers."""
+    """Simulate and print the calibration table; return headline numbers.
+
+    The ± is a rounds-level SE (rounds of one request are correlated, so it understates the
+    request-clustered SE); the dyadic columns are SIMULATED relative changes of R, in percent.
+    """
     cfg = SynthConfig(n_requests=n_requests, pair=pair)
     ids = request_ids(n_requests)
     t0 = time.perf_counter()
@@ -100,7 +104,7 @@ def run(pair: ToyPair, n_requests: int, seed: int, *, quiet: bool = False) -> di
     if not quiet:
         print(f"simulate {n_requests} requests x {cfg.rounds} rounds: {t1 - t0:.2f} s")
         print(
-            f"{'cell':28s} {'rounds':>7s} {'R top32:t0.7@5':>12s} {'greedy@5':>7s}  "
+            f"{'cell':28s} {'rounds':>7s} {'R top32:t0.7@5 ±SE':>12s} {'greedy@5':>7s}  "
             + " ".join(f"{'dyadic' + str(b):>9s}" for b in BITS)
         )
     line("pooled", np.ones(a_log.shape[0], dtype=bool))
@@ -119,7 +123,9 @@ def run(pair: ToyPair, n_requests: int, seed: int, *, quiet: bool = False) -> di
         print("  short contexts (<4K):                       ", np.round(surv[short].mean(0), 4))
         print("  conditional P(accept j | accepted j-1), j=2..5:", np.round(cond, 4))
         ana = e_float.mean()
-        print(f"path-bias: MEASURED R {1 + a_log.mean():.4f} vs analytic (path assumption) {ana:.4f}")
+        print(
+            f"path-bias: MEASURED R {1 + a_log.mean():.4f} vs analytic (path assumption) {ana:.4f}"
+        )
     return res
 
 

@@ -1,4 +1,4 @@
-"""Run every benchmark in bench/ (each prints ratios against a baseline measured in the same run)."""
+"""Run every benchmark in bench/ (each prints ratios against a baseline from the same run)."""
 
 from __future__ import annotations
 

@@ -190,5 +190,7 @@ def demo(
 def main() -> Any:  # pragma: no cover - console entry point
     """Run the app (the console script calls ``app`` directly)."""
     return app()
+
+
 if __name__ == "__main__":  # python -m specreplay.cli
     app()

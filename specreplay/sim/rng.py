@@ -1,8 +1,8 @@
 """Counter-based random numbers: a uniform is a pure function of its keys.
 
-Every random draw of specreplay is ``uniform(seed, request_key, round, position, stream)``: no state,
-so results do not depend on threads, batch sizes or shard layout (SPEC §3.2, §5), and a test can
-recompute the exact uniform any kernel used. The mixer is splitmix64 (Steele, Lea & Flood 2014,
+Every random draw of specreplay is ``uniform(seed, request_key, round, position, stream)``: no
+state, so results do not depend on threads, batch sizes or shard layout (SPEC §3.2, §5), and a test
+can recompute the exact uniform any kernel used. The mixer is splitmix64 (Steele, Lea & Flood 2014,
 "Fast splittable pseudorandom number generators"); keys are folded in one at a time, each through a
 full avalanche, so nearby keys give unrelated streams.
 
@@ -27,7 +27,9 @@ __all__ = [
     "STREAM_RESIDUAL",
     "mix64",
     "request_key",
+    "stream_bits",
     "uniform",
+    "uniform_bits",
     "uniform_py",
 ]
 
@@ -57,7 +59,11 @@ def _fold(h: np.uint64, k: np.uint64) -> np.uint64:
 
 @njit(inline="always", cache=True)
 def uniform_bits(
-    seed: np.uint64, key: np.uint64, rnd: np.int64, position: np.int64, stream: np.int64
+    seed: np.uint64,
+    key: np.uint64,
+    rnd: int | np.int64,
+    position: int | np.int64,
+    stream: int | np.int64,
 ) -> np.uint64:
     """Return 64 random bits keyed by (seed, request key, round, position, stream)."""
     h = mix64(uint64(seed) + _GOLDEN)
@@ -68,8 +74,22 @@ def uniform_bits(
 
 
 @njit(inline="always", cache=True)
+def stream_bits(base: np.uint64, counter: int | np.int64) -> np.uint64:
+    """Return the ``counter``-th 64 random bits of the stream whose base is ``base``.
+
+    ``base`` is a :func:`uniform_bits` value; this is splitmix64's own sequence started there,
+    one multiply-add and one mix per draw, for loops that draw many numbers under one key.
+    """
+    return mix64(base + (uint64(counter) + uint64(1)) * _GOLDEN)
+
+
+@njit(inline="always", cache=True)
 def uniform(
-    seed: np.uint64, key: np.uint64, rnd: np.int64, position: np.int64, stream: np.int64
+    seed: np.uint64,
+    key: np.uint64,
+    rnd: int | np.int64,
+    position: int | np.int64,
+    stream: int | np.int64,
 ) -> float:
     """Return a 53-bit uniform in [0, 1) keyed by (seed, request key, round, position, stream)."""
     return float(uniform_bits(seed, key, rnd, position, stream) >> uint64(11)) * _INV_2_53

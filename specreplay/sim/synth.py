@@ -26,14 +26,11 @@ import polars as pl
 from numba import njit, prange
 from numpy.typing import NDArray
 
-from specreplay.sim.rng import (
-    STREAM_ACCEPT,
-    STREAM_DRAFT,
-    STREAM_RESIDUAL,
-    request_key,
-    uniform,
-)
+from specreplay.sim.rng import request_key, uniform
 from specreplay.sim.toy import (
+    _STREAM_ACCEPT,
+    _STREAM_DRAFT,
+    _STREAM_RESIDUAL,
     FAMILIES,
     VOCAB_SIZE,
     RoundStart,
@@ -54,6 +51,7 @@ __all__ = [
     "logging_arm_name",
     "request_ids",
     "request_start",
+    "shard_frame",
     "simulate_shard",
     "synth_frames",
 ]
@@ -151,6 +149,105 @@ def _request_start(
     return fam, ctx, np.int64(u2 * VOCAB_SIZE), np.int64(u3 * VOCAB_SIZE)
 
 
+@njit(cache=True)
+def _simulate_request(
+    i: int,
+    seed: np.uint64,
+    rkeys: NDArray[np.uint64],
+    rounds: np.int64,
+    depth: np.int64,
+    n_cand: np.int64,
+    greedy: bool,
+    temperature: float,
+    log_ctx_min: float,
+    log_ctx_max: float,
+    fp: NDArray[np.float64],
+    gp: NDArray[np.float64],
+    n_explicit: np.int64,
+    fam_out: NDArray[np.int64],
+    round_ctx: NDArray[np.int64],
+    round_hist: NDArray[np.int64],
+    round_bonus: NDArray[np.int64],
+    cand_ids: NDArray[np.int64],
+    draft_lp: NDArray[np.float64],
+    target_p: NDArray[np.float64],
+    emitted_q: NDArray[np.float64],
+    drafted: NDArray[np.int64],
+    accepted: NDArray[np.bool_],
+    states: NDArray[np.uint64],
+) -> None:
+    """Simulate request ``i`` of ``rkeys`` into its rows (see :func:`_simulate` for the arrays)."""
+    rkey = rkeys[i]
+    fam, ctx, t1, t2 = _request_start(seed, rkey, log_ctx_min, log_ctx_max, np.int64(fp.shape[0]))
+    fam_out[i] = fam
+    ids = np.empty((depth, n_explicit), dtype=np.int64)
+    p = np.empty((depth, n_explicit))
+    logq1 = np.empty((depth, n_explicit))
+    cand = np.empty((depth, n_cand), dtype=np.int64)
+    ts = np.empty(depth)
+    xs = np.empty(depth, dtype=np.int64)
+    for r in range(rounds):
+        rr = i * rounds + r
+        round_ctx[rr] = ctx
+        round_hist[rr, 0] = t1
+        round_hist[rr, 1] = t2
+        a = t1
+        b = t2
+        surprise = 0.0
+        for j in range(1, depth + 1):
+            row = rr * depth + (j - 1)
+            key = _state_key(fam, ctx + j - 1, a, b)
+            ts[j - 1] = _position_laws(
+                key, fam, ctx + j - 1, np.int64(j), surprise, fp, gp,
+                ids[j - 1], p[j - 1], logq1[j - 1], cand[j - 1],
+            )  # fmt: skip
+            for c in range(n_cand):
+                k = cand[j - 1, c]
+                cand_ids[row, c] = ids[j - 1, k]
+                draft_lp[row, c] = logq1[j - 1, k]
+                target_p[row, c] = p[j - 1, k]
+            _policy_q(draft_lp[row], greedy, temperature, emitted_q[row])
+            x = _draw_cdf(
+                emitted_q[row], uniform(seed, rkey, np.int64(r), np.int64(j), _STREAM_DRAFT)
+            )
+            xs[j - 1] = x
+            tok = cand_ids[row, x]
+            drafted[row] = tok
+            states[row] = key
+            accepted[row] = False
+            surprise = _surprise_step(surprise, draft_lp[row, x], target_p[row, x])
+            a = b
+            b = tok
+        n_acc = 0
+        for j in range(1, depth + 1):  # SPEC §1: accept x when v·q(x) < p(x), stop at first no
+            row = rr * depth + (j - 1)
+            x = xs[j - 1]
+            v = uniform(seed, rkey, np.int64(r), np.int64(j), _STREAM_ACCEPT)
+            if v * emitted_q[row, x] < target_p[row, x]:
+                accepted[row] = True
+                n_acc += 1
+            else:
+                break
+        if n_acc < depth:  # correction from the residual at the first rejected position
+            j = n_acc + 1
+            row = rr * depth + (j - 1)
+            y = _sample_residual(
+                ids[j - 1], p[j - 1], cand[j - 1], emitted_q[row], ts[j - 1], states[row], gp,
+                uniform(seed, rkey, np.int64(r), np.int64(j), _STREAM_RESIDUAL),
+            )  # fmt: skip
+        else:  # bonus token from the target at position depth + 1
+            key = _state_key(fam, ctx + depth, a, b)
+            ids_b, p_b, ts_b = _target_law_alloc(key, fam, n_explicit, fp, gp)
+            y = _sample_residual(
+                ids_b, p_b, np.empty(0, dtype=np.int64), np.empty(0), ts_b, key, gp,
+                uniform(seed, rkey, np.int64(r), np.int64(depth + 1), _STREAM_RESIDUAL),
+            )  # fmt: skip
+        round_bonus[rr] = y
+        t1 = drafted[rr * depth + n_acc - 1] if n_acc >= 1 else t2
+        t2 = y
+        ctx += 1 + n_acc
+
+
 @njit(parallel=True, cache=True)
 def _simulate(
     seed: np.uint64,
@@ -198,78 +295,33 @@ def _simulate(
     drafted : int64 (rows,); accepted : bool (rows,); states : uint64 (rows,)
         Written per row.
     """
-    n_req = rkeys.shape[0]
-    for i in prange(n_req):
-        rkey = rkeys[i]
-        fam, ctx, t1, t2 = _request_start(seed, rkey, log_ctx_min, log_ctx_max, np.int64(fp.shape[0]))
-        fam_out[i] = fam
-        ids = np.empty((depth, n_explicit), dtype=np.int64)
-        p = np.empty((depth, n_explicit))
-        logq1 = np.empty((depth, n_explicit))
-        cand = np.empty((depth, n_cand), dtype=np.int64)
-        ts = np.empty(depth)
-        xs = np.empty(depth, dtype=np.int64)
-        for r in range(rounds):
-            rr = i * rounds + r
-            round_ctx[rr] = ctx
-            round_hist[rr, 0] = t1
-            round_hist[rr, 1] = t2
-            a = t1
-            b = t2
-            surprise = 0.0
-            for j in range(1, depth + 1):
-                row = rr * depth + (j - 1)
-                key = _state_key(fam, ctx + j - 1, a, b)
-                ts[j - 1] = _position_laws(
-                    key, fam, ctx + j - 1, np.int64(j), surprise, fp, gp,
-                    ids[j - 1], p[j - 1], logq1[j - 1], cand[j - 1],
-                )  # fmt: skip
-                for c in range(n_cand):
-                    k = cand[j - 1, c]
-                    cand_ids[row, c] = ids[j - 1, k]
-                    draft_lp[row, c] = logq1[j - 1, k]
-                    target_p[row, c] = p[j - 1, k]
-                _policy_q(draft_lp[row], greedy, temperature, emitted_q[row])
-                x = _draw_cdf(emitted_q[row], uniform(seed, rkey, r, j, STREAM_DRAFT))
-                xs[j - 1] = x
-                tok = cand_ids[row, x]
-                drafted[row] = tok
-                states[row] = key
-                accepted[row] = False
-                surprise = _surprise_step(surprise, draft_lp[row, x], target_p[row, x])
-                a = b
-                b = tok
-            n_acc = 0
-            for j in range(1, depth + 1):  # SPEC §1: accept x when v·q(x) < p(x), stop at first no
-                row = rr * depth + (j - 1)
-                x = xs[j - 1]
-                v = uniform(seed, rkey, r, j, STREAM_ACCEPT)
-                if v * emitted_q[row, x] < target_p[row, x]:
-                    accepted[row] = True
-                    n_acc += 1
-                else:
-                    break
-            if n_acc < depth:  # correction from the residual at the first rejected position
-                j = n_acc + 1
-                row = rr * depth + (j - 1)
-                y = _sample_residual(
-                    ids[j - 1], p[j - 1], cand[j - 1], emitted_q[row], ts[j - 1], states[row], gp,
-                    uniform(seed, rkey, r, j, STREAM_RESIDUAL),
-                )  # fmt: skip
-            else:  # bonus token from the target at position depth + 1
-                key = _state_key(fam, ctx + depth, a, b)
-                ids_b, p_b, ts_b = _target_law_alloc(key, fam, n_explicit, fp, gp)
-                y = _sample_residual(
-                    ids_b, p_b, np.empty(0, dtype=np.int64), np.empty(0), ts_b, key, gp,
-                    uniform(seed, rkey, r, depth + 1, STREAM_RESIDUAL),
-                )  # fmt: skip
-            round_bonus[rr] = y
-            if n_acc >= 1:
-                t1 = drafted[rr * depth + n_acc - 1]
-            else:
-                t1 = t2
-            t2 = y
-            ctx += 1 + n_acc
+    for i in prange(rkeys.shape[0]):  # requests are independent: counter-based uniforms
+        _simulate_request(
+            i,
+            seed,
+            rkeys,
+            rounds,
+            depth,
+            n_cand,
+            greedy,
+            temperature,
+            log_ctx_min,
+            log_ctx_max,
+            fp,
+            gp,
+            n_explicit,
+            fam_out,
+            round_ctx,
+            round_hist,
+            round_bonus,
+            cand_ids,
+            draft_lp,
+            target_p,
+            emitted_q,
+            drafted,
+            accepted,
+            states,
+        )
 
 
 # ================================================================================================
@@ -311,7 +363,7 @@ class SynthShard:
     toy_state: NDArray[np.uint64]
 
     def round_start(self, request: int, rnd: int) -> RoundStart:
-        """The :class:`~specreplay.sim.toy.RoundStart` of round ``rnd`` of local request ``request``."""
+        """Return the start of round ``rnd`` of the shard's ``request``-th request."""
         n_rounds = self.round_context.shape[0] // len(self.request_ids)
         rr = request * n_rounds + rnd
         return RoundStart(
@@ -322,7 +374,7 @@ class SynthShard:
 
 
 def request_start(cfg: SynthConfig, seed: int, request_id: str) -> RoundStart:
-    """The start of round 0 of a request, as the generator draws it."""
+    """Return the start of round 0 of a request, as the generator draws it."""
     fam, ctx, t1, t2 = _request_start(
         np.uint64(seed),
         request_key(request_id),
@@ -330,7 +382,9 @@ def request_start(cfg: SynthConfig, seed: int, request_id: str) -> RoundStart:
         math.log(cfg.context_max),
         np.int64(len(FAMILIES)),
     )
-    return RoundStart(family=FAMILIES[int(fam)], context_tokens=int(ctx), history=(int(t1), int(t2)))
+    return RoundStart(
+        family=FAMILIES[int(fam)], context_tokens=int(ctx), history=(int(t1), int(t2))
+    )
 
 
 def simulate_shard(cfg: SynthConfig, seed: int, ids: list[str]) -> SynthShard:
@@ -384,12 +438,12 @@ def simulate_shard(cfg: SynthConfig, seed: int, ids: list[str]) -> SynthShard:
 
 
 def _list_column(name: str, values: NDArray[np.generic], inner: pl.DataType) -> pl.Series:
-    """A List column from a (rows, k) array without a Python loop per row."""
+    """Build a List column from a (rows, k) array (Array series, then cast: no per-row loop)."""
     return pl.Series(name, values).cast(pl.List(inner))
 
 
 def shard_frame(cfg: SynthConfig, shard: SynthShard) -> pl.DataFrame:
-    """The archive rows of a shard, with exactly the columns and dtypes of :data:`FRAME_SCHEMA`."""
+    """Return a shard's archive rows, with exactly the columns and dtypes of FRAME_SCHEMA."""
     n = len(shard.request_ids)
     per_request = cfg.rounds * cfg.depth
     req_idx = np.repeat(np.arange(n), per_request)

@@ -22,14 +22,18 @@ tail
     first tail token weighs ``rho`` times the least probable explicit token (``rho ≤ 1``): the
     explicit set really is the top of the law.
 target law
-    Zipf logits ``−β·log(1 + k)`` on the explicit ranks k, with a per-state sharpness
-    ``β = β_family·exp(spread_family·z)`` (z a unit-variance logistic draw keyed by the state), so
-    every family mixes confident and uncertain states, and families peak differently.
+    Logits ``ℓ_0 = 0``, ``ℓ_k = −g − β·log k`` (k ≥ 1) on the explicit ranks: a top token ahead by
+    the state's confidence gap g, then a power-law shoulder of slope β, both drawn per state around
+    family values (unit-variance logistic draws keyed by the state), so every family mixes
+    confident and uncertain states and families differ in how sharply their laws peak.
 draft law
-    The same explicit ids with logits ``κ_family·ℓ_k + σ·ε_k`` (ε unit-variance logistic keyed by
-    the state) and its own tail. The noise scale
-    ``σ = σ_family·(1 + g_pos·(j − 1))·(1 + g_ctx·max(0, log2(ctx / ctx_ref)))·(1 + g_s·min(S, cap))``
-    grows with the position j in the round, the context length and the *surprise*
+    The same explicit ids with logits ``κ_family·ℓ_k + σ·ε_k`` (ε unit-variance triangular keyed by
+    the state) and its own tail; with probability ``1 − exp(−hazard_family·D)`` the state is a
+    *miss*: one of the target's next plausible tokens is promoted above the draft's top (the drafter
+    is confidently wrong). The difficulty
+    ``D = (1 + g_pos·(j − 1))·(1 + g_ctx·max(0, log2(ctx / ctx_ref)))·(1 + g_s·min(S, cap))``
+    scales both σ and the hazard; it grows with the position j in the round, the context length and
+    the *surprise*
     ``S = Σ_{i<j} max(0, log q1_i(x_i) − log p_i(x_i))`` of the drafted prefix (q1 the draft law at
     temperature 1): a drafted token the target finds implausible puts the drafter off its training
     distribution for the rest of the round. Candidates are the draft's top ``n_candidates``
@@ -64,6 +68,8 @@ from specreplay.sim.rng import (
     mix64,
     uniform,
 )
+
+Int = int | np.int64  # integer scalars of the kernels (numba types both as int64)
 
 __all__ = [
     "FAMILIES",
@@ -110,8 +116,14 @@ _ODD1 = uint64(0x0B5AD)
 _ODD2 = uint64(0x1C69B)
 _ODD3 = uint64(0x0D2F3)
 _VOCAB_U = uint64(VOCAB_SIZE)
+_STREAM_DRAFT = np.int64(STREAM_DRAFT)
+_STREAM_ACCEPT = np.int64(STREAM_ACCEPT)
+_STREAM_RESIDUAL = np.int64(STREAM_RESIDUAL)
 _INV_2_53 = 1.0 / 9007199254740992.0
 _LOGISTIC_SCALE = math.sqrt(3.0) / math.pi  # unit variance for the standard logistic
+_TRIANGULAR_SCALE = math.sqrt(6.0)  # unit variance for u1 + u2 − 1
+_MAX_EXPLICIT = 1024
+_LOG_K = np.log(np.maximum(np.arange(_MAX_EXPLICIT, dtype=np.float64), 1.0))  # log k, log 0 := 0
 
 
 # ================================================================================================
@@ -137,8 +149,14 @@ def _unit(h: np.uint64) -> float:
     return float(h >> uint64(11)) * _INV_2_53
 
 
+@njit(inline="always", cache=True)
+def _triangular(h: np.uint64) -> float:
+    """Unit-variance symmetric triangular variate from 64 hash bits (two 53-bit uniforms)."""
+    return (_unit(h) + _unit(mix64(h)) - 1.0) * _TRIANGULAR_SCALE
+
+
 @njit(cache=True)
-def _state_key(family: np.int64, context: np.int64, t1: np.int64, t2: np.int64) -> np.uint64:
+def _state_key(family: Int, context: Int, t1: Int, t2: Int) -> np.uint64:
     """State key of (family, context length, last two tokens ``t1, t2``), as uint64."""
     h = _fold(_SALT_STATE, uint64(family))
     h = _fold(h, uint64(context))
@@ -161,7 +179,7 @@ def _perm17(x: np.uint64, k1: np.uint64, k2: np.uint64) -> np.uint64:
 
 
 @njit(cache=True)
-def _rank_to_token(rank: np.int64, k1: np.uint64, k2: np.uint64) -> np.int64:
+def _rank_to_token(rank: Int, k1: np.uint64, k2: np.uint64) -> np.int64:
     """Token id of a rank in [0, VOCAB_SIZE) (cycle-walking: a permutation of the vocabulary)."""
     x = _perm17(uint64(rank), k1, k2)
     while x >= _VOCAB_U:
@@ -175,7 +193,7 @@ def _perm_keys(key: np.uint64) -> tuple[np.uint64, np.uint64]:
 
 
 @njit(cache=True)
-def _tail_consts(n_tail: np.int64, c: float, a: float) -> tuple[float, float]:
+def _tail_consts(n_tail: Int, c: float, a: float) -> tuple[float, float]:
     """Return (1 − G(1), 1 − G(n_tail)) for G(x) = (1 + x/c)^(−a), both accurate near 0."""
     one_m_g1 = -math.expm1(-a * math.log1p(1.0 / c))
     one_m_gn = -math.expm1(-a * math.log1p(n_tail / c))
@@ -214,20 +232,26 @@ def _normalise(
     lmin = logits.min()
     s = 0.0
     for k in range(k_exp):
-        s += math.exp(logits[k] - lmax)
+        e = math.exp(logits[k] - lmax)
+        out_prob[k] = e
+        s += e
     one_m_g1, one_m_gn = _tail_consts(np.int64(VOCAB_SIZE - k_exp), c, a)
     w_floor = rho * math.exp(lmin - lmax)
     z = s + w_floor * one_m_gn / one_m_g1
     log_z = math.log(z)
     for k in range(k_exp):
-        out_prob[k] = math.exp(logits[k] - lmax) / z
+        out_prob[k] /= z
         out_logprob[k] = (logits[k] - lmax) - log_z
     return w_floor / (one_m_g1 * z)
 
 
 @njit(cache=True)
 def _target_logits(
-    key: np.uint64, family: np.int64, fp: NDArray[np.float64], gp: NDArray[np.float64], out: NDArray[np.float64]
+    key: np.uint64,
+    family: Int,
+    fp: NDArray[np.float64],
+    gp: NDArray[np.float64],
+    out: NDArray[np.float64],
 ) -> None:
     """Explicit target logits of a state; writes out (K,).
 
@@ -242,13 +266,13 @@ def _target_logits(
     slope = fp[family, _F_SLOPE] * math.exp(gp[_G_SLOPE_SPREAD] * z2)
     out[0] = 0.0
     for k in range(1, out.shape[0]):
-        out[k] = -gap - slope * math.log(float(k))
+        out[k] = -gap - slope * _LOG_K[k]
 
 
 @njit(cache=True)
 def _target_at(
     key: np.uint64,
-    family: np.int64,
+    family: Int,
     fp: NDArray[np.float64],
     gp: NDArray[np.float64],
     ids: NDArray[np.int64],
@@ -269,15 +293,14 @@ def _target_at(
 
 @njit(cache=True)
 def _draft_difficulty(
-    family: np.int64,
-    context: np.int64,
-    position: np.int64,
+    context: Int,
+    position: Int,
     surprise: float,
     gp: NDArray[np.float64],
 ) -> float:
     """Multiplier of the draft's miss hazard and noise: position, context and prefix surprise."""
     ctx_term = max(0.0, math.log2(max(float(context), 1.0) / gp[_G_CTX_REF]))
-    return (
+    return float(
         (1.0 + gp[_G_POS] * (position - 1))
         * (1.0 + gp[_G_CTX] * ctx_term)
         * (1.0 + gp[_G_SURP] * min(surprise, gp[_G_SURP_CAP]))
@@ -287,7 +310,7 @@ def _draft_difficulty(
 @njit(cache=True)
 def _draft_from_target(
     key: np.uint64,
-    family: np.int64,
+    family: Int,
     difficulty: float,
     fp: NDArray[np.float64],
     gp: NDArray[np.float64],
@@ -306,11 +329,13 @@ def _draft_from_target(
     ld = np.empty(k_exp)
     hd = _fold(key, _SALT_DRAFT)
     kappa = fp[family, _F_KAPPA]
-    sigma = fp[family, _F_SIGMA] * math.exp(gp[_G_SIGMA_SPREAD] * _logistic(_fold(key, _SALT_SIGMA)))
+    sigma = fp[family, _F_SIGMA] * math.exp(
+        gp[_G_SIGMA_SPREAD] * _logistic(_fold(key, _SALT_SIGMA))
+    )
     sigma *= difficulty
     top = -np.inf
     for k in range(k_exp):
-        ld[k] = kappa * lt[k] + sigma * _logistic(_fold(hd, uint64(k)))
+        ld[k] = kappa * lt[k] + sigma * _triangular(_fold(hd, uint64(k)))
         top = max(top, ld[k])
     hazard = fp[family, _F_HAZARD] * difficulty
     h_miss = _fold(key, _SALT_MISS)
@@ -325,9 +350,9 @@ def _draft_from_target(
 @njit(cache=True)
 def _position_laws(
     key: np.uint64,
-    family: np.int64,
-    context: np.int64,
-    position: np.int64,
+    family: Int,
+    context: Int,
+    position: Int,
     surprise: float,
     fp: NDArray[np.float64],
     gp: NDArray[np.float64],
@@ -365,19 +390,37 @@ def _position_laws(
     logp = np.empty(k_exp)
     q1 = np.empty(k_exp)
     ts = _target_at(key, family, fp, gp, ids, lt, p, logp)
-    difficulty = _draft_difficulty(family, context, position, surprise, gp)
+    difficulty = _draft_difficulty(context, position, surprise, gp)
     _draft_from_target(key, family, difficulty, fp, gp, lt, q1, logq1)
-    order = np.argsort(-logq1, kind="mergesort")
-    for i in range(cand.shape[0]):
-        cand[i] = order[i]
+    _top_indices(logq1, cand)
     return ts
+
+
+@njit(cache=True)
+def _top_indices(x: NDArray[np.float64], out: NDArray[np.int64]) -> None:
+    """Write the indices of the ``out.shape[0]`` largest values of x (n,), decreasing.
+
+    Ties go to the lower index (a stable descending insertion into the kept prefix).
+    """
+    n_keep = out.shape[0]
+    filled = 0
+    for k in range(x.shape[0]):
+        v = x[k]
+        if filled == n_keep and not v > x[out[n_keep - 1]]:
+            continue
+        pos = min(filled, n_keep - 1)
+        while pos > 0 and v > x[out[pos - 1]]:
+            out[pos] = out[pos - 1]
+            pos -= 1
+        out[pos] = k
+        filled = min(filled + 1, n_keep)
 
 
 @njit(cache=True)
 def _policy_q(
     logprobs: NDArray[np.float64], greedy: bool, temperature: float, out: NDArray[np.float64]
 ) -> None:
-    """Logging policy over the candidates: writes q (n,) from draft log-probs (n,).
+    """Apply the logging policy to the candidates: writes q (n,) from draft log-probs (n,).
 
     Greedy: point mass on the highest log-probability, ties to the lower index. Otherwise
     ``softmax(logprobs / temperature)`` over all given candidates (SPEC §3.1).
@@ -405,7 +448,9 @@ def _policy_q(
 
 
 @njit(cache=True)
-def _policy_q_alloc(logprobs: NDArray[np.float64], greedy: bool, temperature: float) -> NDArray[np.float64]:
+def _policy_q_alloc(
+    logprobs: NDArray[np.float64], greedy: bool, temperature: float
+) -> NDArray[np.float64]:
     out = np.empty(logprobs.shape[0])
     _policy_q(logprobs, greedy, temperature, out)
     return out
@@ -481,12 +526,12 @@ def _sample_residual(
     for i in range(n):
         w = max(0.0, p[cand[i]] - q[i])
         if t < w:
-            return ids[cand[i]]
+            return np.int64(ids[cand[i]])
         t -= w
     for k in range(k_exp):
         if not is_cand[k]:
             if t < p[k]:
-                return ids[k]
+                return np.int64(ids[k])
             t -= p[k]
     # tail: smallest r with ts·(1 − G(r + 1)) > t, i.e. r = floor(c·(y^(−1/a) − 1)), y = 1 − t/ts
     y = 1.0 - t / ts
@@ -501,7 +546,11 @@ def _sample_residual(
 
 @njit(cache=True)
 def _target_law_alloc(
-    key: np.uint64, family: np.int64, n_explicit: np.int64, fp: NDArray[np.float64], gp: NDArray[np.float64]
+    key: np.uint64,
+    family: Int,
+    n_explicit: Int,
+    fp: NDArray[np.float64],
+    gp: NDArray[np.float64],
 ) -> tuple[NDArray[np.int64], NDArray[np.float64], float]:
     ids = np.empty(n_explicit, dtype=np.int64)
     lt = np.empty(n_explicit)
@@ -514,11 +563,11 @@ def _target_law_alloc(
 @njit(cache=True)
 def _draft_law_alloc(
     key: np.uint64,
-    family: np.int64,
-    context: np.int64,
-    position: np.int64,
+    family: Int,
+    context: Int,
+    position: Int,
     surprise: float,
-    n_explicit: np.int64,
+    n_explicit: Int,
     fp: NDArray[np.float64],
     gp: NDArray[np.float64],
 ) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.float64], float]:
@@ -529,7 +578,7 @@ def _draft_law_alloc(
     q1 = np.empty(n_explicit)
     logq1 = np.empty(n_explicit)
     _target_at(key, family, fp, gp, ids, lt, p, logp)
-    difficulty = _draft_difficulty(family, context, position, surprise, gp)
+    difficulty = _draft_difficulty(context, position, surprise, gp)
     ts = _draft_from_target(key, family, difficulty, fp, gp, lt, q1, logq1)
     return ids, q1, logq1, ts
 
@@ -541,18 +590,6 @@ def _ranks_to_tokens(key: np.uint64, ranks: NDArray[np.int64]) -> NDArray[np.int
     for i in range(ranks.shape[0]):
         out[i] = _rank_to_token(ranks[i], k1, k2)
     return out
-
-
-@njit(cache=True)
-def _uniform_triple(
-    seed: np.uint64, rkey: np.uint64, rnd: np.int64, position: np.int64
-) -> tuple[float, float, float]:
-    """The (draft, accept, residual) uniforms of one (round, position)."""
-    return (
-        uniform(seed, rkey, rnd, position, STREAM_DRAFT),
-        uniform(seed, rkey, rnd, position, STREAM_ACCEPT),
-        uniform(seed, rkey, rnd, position, STREAM_RESIDUAL),
-    )
 
 
 # ================================================================================================
@@ -580,35 +617,46 @@ class ToyPair:
     ----------
     n_explicit : int
         Size of each state's explicit set (its most probable token ids).
-    target_beta, target_spread : tuple of float
-        Median Zipf exponent of the target logits per family, and the per-state log-sharpness
-        spread (β = target_beta·exp(target_spread·z), z unit-variance logistic).
+    target_gap, target_gap_spread : tuple of float
+        Per family: median confidence gap g (nats between the target's top token and the next)
+        and its per-state spread (g = gap + spread·z, z unit-variance logistic; capped at
+        ``gap_max``). A larger gap peaks the law more sharply.
+    target_slope : tuple of float
+        Per family: median slope β of the power-law shoulder ``−g − β·log k`` (per state
+        β = slope·exp(slope_spread·z)). A flatter shoulder leaves more small candidates, which is
+        what coarse dyadic quantization of q destroys.
+    draft_hazard : tuple of float
+        Per family: miss hazard at position 1 on short contexts (its difficulty); a miss promotes
+        one of the target's next ``miss_ranks`` tokens above the draft's top by
+        ``miss_margin·[0.5, 1.5)`` nats.
     draft_sigma, draft_kappa : tuple of float
-        Draft logit noise scale per family (its difficulty) and the draft's logit scale (κ > 1:
-        overconfident drafter).
+        Per family: draft logit noise scale (per state ×exp(sigma_spread·z)) and the draft's
+        logit scale κ (κ < 1: a flatter, less confident drafter; κ/T ≈ 1 makes the tempered q
+        track p in the shoulder).
     target_tail_floor, draft_tail_floor : float
         ``rho`` of each law: weight of the first tail token relative to the least explicit one.
     tail_scale, tail_exponent : float
         ``c`` and ``a`` of the tail ``G(x) = (1 + x/c)^(−a)``.
     position_growth, context_growth, context_ref : float
-        Draft noise growth per position, per doubling of the context beyond ``context_ref``.
+        Growth of the draft difficulty (hazard and noise) per position after the first, and per
+        doubling of the context beyond ``context_ref``.
     surprise_growth, surprise_cap : float
-        Draft noise growth per nat of drafted-prefix surprise, and its cap.
-    beta_max : float
-        Cap on a state's Zipf exponent (keeps every explicit probability well above underflow).
+        Growth of the draft difficulty per nat of drafted-prefix surprise, and its cap.
+    gap_max : float
+        Cap on a state's confidence gap (keeps every explicit probability far from underflow).
     """
 
     n_explicit: int = 64
-    target_gap: tuple[float, float, float, float] = (4.5, 3.0, 4.0, 3.5)
-    target_gap_spread: tuple[float, float, float, float] = (1.5, 1.5, 1.5, 1.5)
-    target_slope: tuple[float, float, float, float] = (0.8, 0.7, 0.8, 0.7)
-    draft_hazard: tuple[float, float, float, float] = (0.12, 0.16, 0.14, 0.2)
-    draft_sigma: tuple[float, float, float, float] = (0.3, 0.3, 0.3, 0.3)
-    draft_kappa: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
+    target_gap: tuple[float, float, float, float] = (6.3, 4.8, 5.8, 5.3)
+    target_gap_spread: tuple[float, float, float, float] = (0.7, 0.7, 0.7, 0.7)
+    target_slope: tuple[float, float, float, float] = (0.7, 0.5, 0.6, 0.55)
+    draft_hazard: tuple[float, float, float, float] = (0.17, 0.22, 0.2, 0.295)
+    draft_sigma: tuple[float, float, float, float] = (0.15, 0.15, 0.15, 0.15)
+    draft_kappa: tuple[float, float, float, float] = (0.7, 0.7, 0.7, 0.7)
     slope_spread: float = 0.3
     sigma_spread: float = 0.5
     miss_ranks: int = 8
-    miss_margin: float = 2.0
+    miss_margin: float = 3.5
     target_tail_floor: float = 0.3
     draft_tail_floor: float = 0.3
     tail_scale: float = 50.0
@@ -616,7 +664,7 @@ class ToyPair:
     position_growth: float = 0.12
     context_growth: float = 0.07
     context_ref: float = 2048.0
-    surprise_growth: float = 0.15
+    surprise_growth: float = 0.3
     surprise_cap: float = 8.0
     gap_max: float = 30.0
     _packed: tuple[NDArray[np.float64], NDArray[np.float64]] | None = field(
@@ -628,10 +676,14 @@ class ToyPair:
         for name in _FAMILY_FIELDS:
             if len(getattr(self, name)) != n_fam:
                 raise ValueError(f"ToyPair.{name} needs one value per family {FAMILIES}")
-        if not 2 <= self.n_explicit <= 1024:
-            raise ValueError(f"ToyPair.n_explicit must be in 2..1024, got {self.n_explicit}")
+        if not 2 <= self.n_explicit <= _MAX_EXPLICIT:
+            raise ValueError(
+                f"ToyPair.n_explicit must be in 2..{_MAX_EXPLICIT}, got {self.n_explicit}"
+            )
         if not (0.0 < self.target_tail_floor <= 1.0 and 0.0 < self.draft_tail_floor <= 1.0):
-            raise ValueError("tail floors must be in (0, 1] so the explicit set is the top of a law")
+            raise ValueError(
+                "tail floors must be in (0, 1] so the explicit set is the top of a law"
+            )
         if self.tail_scale <= 0.0 or self.tail_exponent <= 0.0:
             raise ValueError("tail_scale and tail_exponent must be positive")
 
@@ -765,19 +817,25 @@ def state_key(family: str, context_tokens: int, history: tuple[int, int]) -> np.
     """Return the state key of (family, context length, last two tokens)."""
     t1, t2 = history
     return np.uint64(
-        _state_key(np.int64(family_index(family)), np.int64(context_tokens), np.int64(t1), np.int64(t2))
+        _state_key(
+            np.int64(family_index(family)), np.int64(context_tokens), np.int64(t1), np.int64(t2)
+        )
     )
 
 
 def _tail_mass(pair: ToyPair, tail_scale: float) -> float:
-    _, one_m_gn = _tail_consts(np.int64(VOCAB_SIZE - pair.n_explicit), pair.tail_scale, pair.tail_exponent)
+    _, one_m_gn = _tail_consts(
+        np.int64(VOCAB_SIZE - pair.n_explicit), pair.tail_scale, pair.tail_exponent
+    )
     return float(tail_scale * one_m_gn)
 
 
 def target_law(pair: ToyPair, family: str, key: np.uint64) -> TargetLaw:
     """Return the target law of state ``key`` in ``family``."""
     fp, gp = pair.packed()
-    ids, p, ts = _target_law_alloc(np.uint64(key), np.int64(family_index(family)), np.int64(pair.n_explicit), fp, gp)
+    ids, p, ts = _target_law_alloc(
+        np.uint64(key), np.int64(family_index(family)), np.int64(pair.n_explicit), fp, gp
+    )
     return TargetLaw(ids=ids, probs=p, tail_scale=float(ts), tail_mass=_tail_mass(pair, float(ts)))
 
 
@@ -936,17 +994,19 @@ def live_round(
     x_idx: list[int] = []
     surprise = 0.0
     for j in range(1, depth + 1):
-        key = _state_key(fam, np.int64(ctx0 + j - 1), np.int64(t1), np.int64(t2))
+        key = np.uint64(_state_key(fam, np.int64(ctx0 + j - 1), np.int64(t1), np.int64(t2)))
         ids = np.empty(k_exp, dtype=np.int64)
         p = np.empty(k_exp)
         logq1 = np.empty(k_exp)
         cand = np.empty(n_candidates, dtype=np.int64)
         ts = float(
-            _position_laws(key, fam, np.int64(ctx0 + j - 1), np.int64(j), surprise, fp, gp, ids, p, logq1, cand)
+            _position_laws(
+                key, fam, np.int64(ctx0 + j - 1), np.int64(j), surprise, fp, gp, ids, p, logq1, cand
+            )
         )
         c_lp = logq1[cand]
         q = _check_q(np.asarray(law(c_lp.copy()), dtype=np.float64), n_candidates, j)
-        u = float(uniform(seed_u, rkey, rnd, np.int64(j), STREAM_DRAFT))
+        u = float(uniform(seed_u, rkey, rnd, np.int64(j), _STREAM_DRAFT))
         x = int(_draw_cdf(q, u))
         tok = int(ids[cand[x]])
         surprise = float(_surprise_step(surprise, c_lp[x], p[cand[x]]))
@@ -963,7 +1023,7 @@ def live_round(
     accepted = np.zeros(depth, dtype=np.bool_)
     n_acc = 0
     for j in range(1, depth + 1):
-        v = float(uniform(seed_u, rkey, rnd, np.int64(j), STREAM_ACCEPT))
+        v = float(uniform(seed_u, rkey, rnd, np.int64(j), _STREAM_ACCEPT))
         x = x_idx[j - 1]
         if v * qs[j - 1][x] < target_p[j - 1][x]:  # SPEC §1: accept when v·q(x) < p(x)
             accepted[j - 1] = True
@@ -973,14 +1033,16 @@ def live_round(
     if n_acc < depth:
         j = n_acc + 1
         ids, p, cand, ts = laws[j - 1]
-        u = float(uniform(seed_u, rkey, rnd, np.int64(j), STREAM_RESIDUAL))
+        u = float(uniform(seed_u, rkey, rnd, np.int64(j), _STREAM_RESIDUAL))
         y = int(_sample_residual(ids, p, cand, qs[j - 1], ts, keys[j - 1], gp, u))
     else:
-        key = _state_key(fam, np.int64(ctx0 + depth), np.int64(t1), np.int64(t2))
+        key = np.uint64(_state_key(fam, np.int64(ctx0 + depth), np.int64(t1), np.int64(t2)))
         ids, p, ts_b = _target_law_alloc(key, fam, np.int64(k_exp), fp, gp)
-        u = float(uniform(seed_u, rkey, rnd, np.int64(depth + 1), STREAM_RESIDUAL))
+        u = float(uniform(seed_u, rkey, rnd, np.int64(depth + 1), _STREAM_RESIDUAL))
         y = int(
-            _sample_residual(ids, p, np.empty(0, dtype=np.int64), np.empty(0), float(ts_b), key, gp, u)
+            _sample_residual(
+                ids, p, np.empty(0, dtype=np.int64), np.empty(0), float(ts_b), key, gp, u
+            )
         )
     emitted = np.append(drafted[:n_acc], np.int64(y)).astype(np.int64)
     hist = (int(start.history[0]), int(start.history[1]), *(int(t) for t in emitted))
