@@ -26,6 +26,7 @@ import polars as pl
 from numba import njit, prange
 from numpy.typing import NDArray
 
+from specreplay.replay.schema import SCHEMA_V1
 from specreplay.sim.rng import request_key, uniform
 from specreplay.sim.toy import (
     _STREAM_ACCEPT,
@@ -56,21 +57,7 @@ __all__ = [
     "synth_frames",
 ]
 
-FRAME_SCHEMA: dict[str, pl.DataType] = {
-    "request_id": pl.String(),
-    "family": pl.String(),
-    "context_tokens": pl.Int64(),
-    "round": pl.Int64(),
-    "position": pl.Int64(),
-    "cand_ids": pl.List(pl.Int64()),
-    "draft_logprobs": pl.List(pl.Float64()),
-    "target_probs": pl.List(pl.Float64()),
-    "drafted_id": pl.Int64(),
-    "accepted": pl.Boolean(),
-    "logging_arm": pl.String(),
-    "emitted_q": pl.List(pl.Float64()),
-    "toy_state": pl.UInt64(),
-}
+FRAME_SCHEMA: dict[str, pl.DataType] = {**SCHEMA_V1, "toy_state": pl.UInt64()}
 
 
 @dataclass(frozen=True)
