@@ -187,6 +187,106 @@ def demo(
         typer.echo(text)
 
 
+@app.command()
+def interval(
+    a: Annotated[
+        Path,
+        typer.Argument(
+            help="Arm A (the reference): round traces, per-request "
+            "sums, a Spec-Bench or a Medusa answer file."
+        ),
+    ],
+    b: Annotated[Path, typer.Argument(help="Arm B, in any of the same forms.")],
+    question_file: Annotated[
+        Path | None,
+        typer.Option("--question-file", help="FastChat question.jsonl (categories for Medusa)."),
+    ] = None,
+    margin: Annotated[
+        str,
+        typer.Option(
+            "--margin",
+            help="Equivalence margin: relative to R_a with % (0.5%) or tokens/round (0.02).",
+        ),
+    ] = "0.5%",
+    fail_on: Annotated[
+        str,
+        typer.Option(
+            "--fail-on",
+            help="Comma-separated pooled verdicts that make the exit status 1 "
+            "(EQUIVALENT, DIFFERENT, INCONCLUSIVE).",
+        ),
+    ] = "",
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples.", min=100)] = 10_000,
+    stratify: Annotated[
+        str, typer.Option("--stratify", help="Resampling strata: family or none.")
+    ] = "family",
+    level: Annotated[
+        float,
+        typer.Option("--level", help="Confidence level of the intervals.", min=0.5, max=0.999),
+    ] = 0.95,
+    min_requests: Annotated[
+        int, typer.Option("--min-requests", help="Cells with fewer requests are null.", min=2)
+    ] = 10,
+    drop_unpaired: Annotated[
+        bool,
+        typer.Option(
+            "--drop-unpaired", help="Leave out requests present in one arm only (counted)."
+        ),
+    ] = False,
+    buckets: BucketsOpt = "",
+    choice: Annotated[int, typer.Option("--choice", help="Spec-Bench choices[] index.", min=0)] = 0,
+    drafted: Annotated[
+        int | None,
+        typer.Option("--drafted", help="Depth drafted per round, when the input does not say."),
+    ] = None,
+    name_a: Annotated[str | None, typer.Option("--name-a", help="Label of arm A.")] = None,
+    name_b: Annotated[str | None, typer.Option("--name-b", help="Label of arm B.")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path(
+        "specreplay-out/interval"
+    ),
+    seed: SeedOpt = 0,
+    force: ForceOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Paired bootstrap interval of Δ = R_B − R_A by family × context bucket, with verdicts.
+
+    Requests are paired by id and resampled as clusters (strata = family by default); writes
+    results.json, TABLES.md, cells.parquet and forest.png into --out.
+    """
+    with _user_errors():
+        from specreplay.workflows import run_interval
+
+        verdicts = {v.strip().upper() for v in fail_on.split(",") if v.strip()}
+        unknown = verdicts - {"EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"}
+        if unknown:
+            raise SpecReplayError(f"--fail-on: unknown verdict(s) {sorted(unknown)}")
+        if stratify not in ("family", "none"):
+            raise SpecReplayError(f"--stratify: {stratify!r} should be family or none")
+        text, code = run_interval(
+            a,
+            b,
+            out=out,
+            force=force,
+            question_file=question_file,
+            margin=margin,
+            fail_on=frozenset(verdicts),
+            n_boot=n_boot,
+            seed=seed,
+            stratify=stratify,
+            level=level,
+            min_requests=min_requests,
+            drop_unpaired=drop_unpaired,
+            buckets=buckets,
+            choice=choice,
+            drafted=drafted,
+            names=(name_a, name_b),
+            progress=lambda what, total: _progress(quiet, what, total),
+        )
+        typer.echo(text)
+        if code:
+            raise typer.Exit(code=code)
+
+
 def main() -> Any:  # pragma: no cover - console entry point
     """Run the app (the console script calls ``app`` directly)."""
     return app()

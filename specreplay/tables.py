@@ -14,7 +14,7 @@ from specreplay.report import fmt
 if TYPE_CHECKING:
     from specreplay.workflows import ArchiveScan
 
-__all__ = ["archive_summary", "markdown_table", "measured_tables"]
+__all__ = ["archive_summary", "comparison_tables", "markdown_table", "measured_tables"]
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -147,3 +147,95 @@ def archive_summary(scan: ArchiveScan, display: object = None) -> str:
         + (f" ({pooled['null_reason']})" if pooled["R"] is None else ""),
     ]
     return "\n".join(lines)
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100.0 * x:+.2f}%"
+
+
+def _num(x: float | None, digits: int = 4) -> str:
+    return "—" if x is None else f"{x:+.{digits}f}"
+
+
+def _cell_name(c: dict[str, Any]) -> str:
+    if c["level"] == "pooled":
+        return "pooled"
+    if c["level"] == "family":
+        return str(c["family"])
+    if c["level"] == "bucket":
+        return f"bucket {c['bucket']}"
+    return f"{c['family']} × {c['bucket']}"
+
+
+def comparison_tables(
+    cells: list[dict[str, Any]],
+    *,
+    arm_a: str,
+    arm_b: str,
+    margin_text: str,
+    levels: tuple[str, ...] = ("pooled", "family", "bucket", "family×bucket"),
+) -> str:
+    """Tables of a paired comparison: R per arm, Δ with intervals and the verdict, per cell."""
+    reasons: dict[str, int] = {}
+
+    def note(reason: str) -> str:
+        reasons.setdefault(reason, len(reasons) + 1)
+        return f"[{reasons[reason]}]"
+
+    header = [
+        "cell",
+        "requests",
+        "R_a",
+        "R_b",
+        "Δ",
+        "95% CI",
+        "BCa 95% CI",
+        "Δ/R_a",
+        "95% CI (rel)",
+        "verdict",
+        "smallest eq. margin",
+    ]
+    rows: list[list[str]] = []
+    for c in cells:
+        if c["level"] not in levels:
+            continue
+        d = c["deltas"][0]
+        ra, rb = c["arms"][arm_a]["R"], c["arms"][arm_b]["R"]
+        row = [_cell_name(c), str(c["n_requests"]), fmt(ra), fmt(rb)]
+        if d["null_reason"] is not None:
+            row += ["— " + note(d["null_reason"])] + ["—"] * 6
+        else:
+            bca = d["bca"]
+            bca_txt = (
+                f"[{_num(bca['lo'])}, {_num(bca['hi'])}]"
+                if bca["null_reason"] is None
+                else "— " + note(bca["null_reason"])
+            )
+            sm = d["smallest_equivalent_margin"]
+            sm_txt = f"{100 * sm:.2f}%" if d["tost"]["kind"] == "relative" else f"{sm:.4f}"
+            verdict = d["verdict"] + (" " + note(d["warning"]) if d["warning"] else "")
+            row += [
+                _num(d["point"]),
+                f"[{_num(d['lo'])}, {_num(d['hi'])}]",
+                bca_txt,
+                _pct(d["rel"]),
+                f"[{_pct(d['rel_lo'])}, {_pct(d['rel_hi'])}]",
+                verdict,
+                sm_txt,
+            ]
+        rows.append(row)
+    out = [
+        f"## Paired comparison: {arm_b} vs {arm_a} (Δ = R_b − R_a, retained tokens per round)",
+        "",
+        f"a = {arm_a}, b = {arm_b}; every figure {cells[0]['arms'][arm_a]['label']}.",
+        "",
+        markdown_table(header, rows),
+        "",
+        f"Verdicts at margin {margin_text} (test level 0.05): EQUIVALENT iff the 90% interval lies "
+        "inside ±margin, else DIFFERENT iff the 95% interval excludes 0, else INCONCLUSIVE; "
+        "Holm-adjusted within each level (families, buckets, family × bucket). Intervals shown "
+        "are unadjusted percentile intervals; Bonferroni intervals are in results.json.",
+    ]
+    if reasons:
+        out += ["", *[f"[{k}] {r}" for r, k in reasons.items()]]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,69 @@
+"""PNG plots where a picture reads better than a table (matplotlib, Agg backend, imported lazily).
+
+The forest plot shows, per cell (pooled, then each family with its buckets when there is more than
+one bucket), the paired delta with
+its 95% percentile interval and, shaded, the equivalence margin: a reader sees at once which cells
+are inside the margin, which exclude zero, and which are too wide to tell.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["forest_plot"]
+
+
+def forest_plot(
+    cells: list[dict[str, Any]],
+    path: Path,
+    *,
+    relative: bool,
+    margin: float,
+    title: str,
+) -> None:
+    """Draw Δ (relative, in %, when ``relative``) with intervals per cell into ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows: list[tuple[str, float, float, float, str | None]] = []
+    n_buckets = sum(1 for c in cells if c["level"] == "bucket")
+    levels = ("pooled", "family", "family×bucket") if n_buckets > 1 else ("pooled", "family")
+    order = [c for c in cells if c["level"] in levels]
+    order.sort(key=lambda c: (c["family"] is not None, c["family"] or "", c["bucket"] or ""))
+    scale = 100.0 if relative else 1.0
+    for c in order:
+        d = c["deltas"][0]
+        name = (
+            "pooled"
+            if c["level"] == "pooled"
+            else (c["family"] if c["bucket"] is None else f"   {c['bucket']}")
+        )
+        if d["null_reason"] is not None:
+            rows.append((f"{name} (—)", float("nan"), float("nan"), float("nan"), None))
+            continue
+        key = ("rel", "rel_lo", "rel_hi") if relative else ("point", "lo", "hi")
+        rows.append((name, d[key[0]] * scale, d[key[1]] * scale, d[key[2]] * scale, d["verdict"]))
+    colors = {"EQUIVALENT": "tab:green", "DIFFERENT": "tab:red", "INCONCLUSIVE": "tab:gray"}
+    fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(rows) + 1.6))
+    m = margin * scale
+    ax.axvspan(
+        -m, m, color="tab:green", alpha=0.12, label=f"margin ±{m:g}{'%' if relative else ''}"
+    )
+    ax.axvline(0.0, color="black", lw=0.8)
+    for i, (_, x, lo, hi, v) in enumerate(rows):
+        y = len(rows) - 1 - i
+        col = colors.get(v or "", "tab:gray")
+        ax.plot([lo, hi], [y, y], color=col, lw=2)
+        ax.plot([x], [y], "o", color=col, ms=4)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([r[0] for r in reversed(rows)], fontsize=8)
+    unit = "% of R_a" if relative else "tokens/round"
+    ax.set_xlabel(f"Δ retained tokens per round ({unit}), 95% percentile interval")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,78 @@
+"""ArviZ views of bootstrap replicates: HDI/ETI beside percentile/BCa, and a DataTree.
+
+ArviZ 1.x (``arviz_stats``, ``arviz_base``) is imported inside the functions: it takes seconds to
+import, and only commands that report intervals need it. The replicate draws are stored with dims
+(chain = 1, draw = n_boot, cell), so ArviZ's functions treat them as one chain of draws.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specreplay.errors import SpecReplayError
+from specreplay.stats.compare import Comparison
+
+__all__ = ["add_hdi_eti", "replicates_tree", "save_netcdf"]
+
+
+def add_hdi_eti(comp: Comparison, prob: float = 0.95) -> None:
+    """Add ``hdi`` and ``eti`` (of Δ and Δ/R_a replicates) to every non-null delta, in place."""
+    from arviz_stats.base import array_stats  # type: ignore[attr-defined]
+
+    for i, cell in enumerate(comp.cells):
+        d = cell["deltas"][0]
+        if d["null_reason"] is not None:
+            d["hdi"] = d["eti"] = None
+            continue
+        reps = comp.delta_reps[:, i]
+        rel = comp.rel_reps[:, i]
+        ok = np.isfinite(reps) & np.isfinite(rel)
+        out: dict[str, dict[str, Any]] = {}
+        for kind in ("hdi", "eti"):
+            fn = array_stats.hdi if kind == "hdi" else array_stats.eti
+            lo, hi = (float(x) for x in fn(reps[ok], prob))
+            rlo, rhi = (float(x) for x in fn(rel[ok], prob))
+            out[kind] = {"prob": prob, "lo": lo, "hi": hi, "rel_lo": rlo, "rel_hi": rhi}
+        d.update(out)
+
+
+def _cell_name(cell: dict[str, Any]) -> str:
+    parts = [cell["family"] or "", cell["bucket"] or ""]
+    name = " × ".join(p for p in parts if p)
+    return name or "pooled"
+
+
+def replicates_tree(comp: Comparison) -> Any:
+    """Return the replicate draws as an ArviZ ``DataTree`` (group ``posterior``).
+
+    Variables ``delta`` (R_b − R_a) and ``rel`` (Δ / R_a), dims (chain, draw, cell); the ``cell``
+    coordinate names each cell (``pooled``, a family, a bucket, ``family × bucket``).
+    """
+    import arviz as az  # type: ignore[import-untyped]
+
+    names = [_cell_name(c) for c in comp.cells]
+    return az.from_dict(
+        {
+            "posterior": {
+                "delta": comp.delta_reps[None, :, :],
+                "rel": comp.rel_reps[None, :, :],
+            }
+        },
+        dims={"delta": ["cell"], "rel": ["cell"]},
+        coords={"cell": names},
+    )
+
+
+def save_netcdf(tree: Any, path: Path) -> None:
+    """Write the tree as netCDF (needs the optional extra ``specreplay[netcdf]``)."""
+    try:
+        tree.to_netcdf(path)
+    except (ValueError, ImportError) as exc:
+        if "backend" in str(exc) or isinstance(exc, ImportError):
+            raise SpecReplayError(
+                "netCDF export needs h5netcdf: pip install 'specreplay[netcdf]'"
+            ) from None
+        raise

@@ -1,0 +1,304 @@
+"""Paired cluster bootstrap of retained tokens per round, by family × context bucket (SPEC §3.4).
+
+The input is the seam of the architecture: per request (the resampling unit) its family, and per
+request × context bucket × arm the rounds n and retained tokens t (:class:`PairedSums`). Replicate
+b draws, within each stratum (family, or one stratum for ``--stratify none``), as many requests as
+the stratum has, with replacement; every cell (pooled, family, bucket, family × bucket) is a domain
+estimate from the same resampled requests: R^arm = Σ t^arm / Σ n^arm over the cell's pieces.
+
+Randomness is counter-based (:mod:`specreplay.sim.rng`): the d-th draw of stratum s in replicate
+b depends only on (seed, b, s, d), and requests are ordered within their stratum by their first
+cell and their stable request key, so replicates are identical whatever the thread count and
+whatever the input row order.
+
+The kernel accumulates, per replicate, the four sums (n_a, t_a, n_b, t_b) of every finest cell
+(family × bucket code, ``unbucketed`` included); coarser cells are sums of finest cells. Sums are
+taken in a fixed order (by cell, then member), so they are bit-identical whatever the threads.
+This module depends on numpy and numba only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange, uint64
+from numpy.typing import NDArray
+
+from specreplay.sim.rng import stream_bits, uniform_bits
+
+__all__ = ["STREAM_BOOT", "PairedSums", "bootstrap_sums", "point_sums"]
+
+STREAM_BOOT = 7
+"""Stream id of bootstrap index draws (distinct from the replay streams)."""
+
+
+@dataclass(frozen=True)
+class PairedSums:
+    """Per (request, bucket) sufficient statistics of two arms a and b.
+
+    Attributes
+    ----------
+    request_ids : tuple of str, (n,)
+        Request ids, one per request.
+    request_keys : uint64, (n,)
+        Stable request keys (they order the requests for resampling).
+    family : int32, (n,)
+        Family code of each request (index into ``families``).
+    piece_request : int64, (k,)
+        Request index of each piece.
+    piece_bucket : int32, (k,)
+        Bucket code of each piece (index into ``buckets``).
+    n_a, t_a, n_b, t_b : float64, (k,)
+        Rounds and retained tokens of each arm in the piece (round counts may differ by arm).
+    families : tuple of str
+    buckets : tuple of str
+        Bucket names by code; ``unbucketed`` pieces count in pooled and family cells only.
+    unbucketed : int
+        Code of the ``unbucketed`` bucket (−1 when there is none).
+    """
+
+    request_ids: tuple[str, ...]
+    request_keys: NDArray[np.uint64]
+    family: NDArray[np.int32]
+    piece_request: NDArray[np.int64]
+    piece_bucket: NDArray[np.int32]
+    n_a: NDArray[np.float64]
+    t_a: NDArray[np.float64]
+    n_b: NDArray[np.float64]
+    t_b: NDArray[np.float64]
+    families: tuple[str, ...]
+    buckets: tuple[str, ...]
+    unbucketed: int = -1
+
+    @property
+    def n_requests(self) -> int:
+        """Number of requests (resampling units)."""
+        return len(self.request_ids)
+
+
+@njit(inline="always", cache=True)
+def _count_draws(
+    seed: np.uint64,
+    b: int,
+    strat_start: NDArray[np.int64],
+    cnt: NDArray[np.uint8] | NDArray[np.int32],
+) -> bool:
+    """Count how often replicate b draws each member; return False if a count wrapped.
+
+    A wrapped count loses a multiple of 256 (uint8) or 2³² (int32) draws, so a stratum whose
+    counts do not add up to its size wrapped (checked only for strata larger than 255, the only
+    ones where a uint8 count can wrap).
+    """
+    n_strata = strat_start.shape[0] - 1
+    lo32 = uint64(0xFFFFFFFF)
+    cnt[:] = 0
+    for s in range(n_strata):
+        lo = strat_start[s]
+        m = strat_start[s + 1] - lo
+        mu = uint64(m)
+        base = uniform_bits(seed, uint64(b), s, 0, STREAM_BOOT)
+        for i in range(m // 2):
+            bits = stream_bits(base, i)
+            cnt[lo + np.int64(((bits >> uint64(32)) * mu) >> uint64(32))] += 1
+            cnt[lo + np.int64(((bits & lo32) * mu) >> uint64(32))] += 1
+        if m % 2 == 1:
+            bits = stream_bits(base, m // 2)
+            cnt[lo + np.int64(((bits >> uint64(32)) * mu) >> uint64(32))] += 1
+        if m > 255:
+            total = np.int64(0)
+            for j in range(lo, lo + m):
+                total += np.int64(cnt[j])
+            if total != m:
+                return False
+    return True
+
+
+@njit(inline="always", cache=True, fastmath={"reassoc", "contract"})
+def _weighted_sums(
+    b: int,
+    cell_start: NDArray[np.int64],
+    piece_member: NDArray[np.int64],
+    piece_vals: NDArray[np.float64],
+    cnt: NDArray[np.uint8] | NDArray[np.int32],
+    out: NDArray[np.float64],
+) -> None:
+    """Write each cell's count-weighted sums of replicate b into ``out[b]``."""
+    for c in range(cell_start.shape[0] - 1):
+        a0 = 0.0
+        a1 = 0.0
+        a2 = 0.0
+        a3 = 0.0
+        for k in range(cell_start[c], cell_start[c + 1]):
+            w = float(cnt[piece_member[k]])
+            a0 += w * piece_vals[0, k]
+            a1 += w * piece_vals[1, k]
+            a2 += w * piece_vals[2, k]
+            a3 += w * piece_vals[3, k]
+        out[b, c, 0] = a0
+        out[b, c, 1] = a1
+        out[b, c, 2] = a2
+        out[b, c, 3] = a3
+
+
+@njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
+def _boot_kernel(
+    seed: np.uint64,
+    n_boot: int,
+    strat_start: NDArray[np.int64],
+    cell_start: NDArray[np.int64],
+    piece_member: NDArray[np.int64],
+    piece_vals: NDArray[np.float64],
+    identity: bool,
+    out: NDArray[np.float64],
+) -> None:
+    """Fill ``out[b, c, :]`` with the resampled sums of finest cell c in replicate b.
+
+    Parameters
+    ----------
+    seed : uint64
+    n_boot : int
+        Number of replicates B.
+    strat_start : int64, (S + 1,)
+        Stratum s holds members ``strat_start[s] .. strat_start[s + 1] - 1`` (requests in
+        request-key order within the stratum).
+    cell_start : int64, (C + 1,)
+        Finest cell c holds pieces ``cell_start[c] .. cell_start[c + 1] - 1``.
+    piece_member : int64, (k,)
+        Member (resampling unit) of each piece; pieces are sorted by (cell, member).
+    piece_vals : float64, (4, k)
+        n_a, t_a, n_b, t_b of each piece.
+    identity : bool
+        ``piece_member[k] == k`` for every piece (one piece per request).
+    out : float64, (B, C, 4)
+        Output sums.
+
+    Notes
+    -----
+    Replicate b first counts how often each member is drawn (the multiplicities live in a uint8
+    array that stays in L2 cache; a replicate in which a count passes 255, possible only in
+    strata of more members than that and then astronomically rare, is redone with int32 counts),
+    then sums each cell's pieces weighted by their member's count in four register accumulators
+    (reassociated, so vectorised: exact for whole counts, deterministic otherwise). Draws 2i and
+    2i + 1 of stratum s use the high and low halves of
+    ``stream_bits(uniform_bits(seed, b, s, 0, STREAM_BOOT), i)``, each mapped to a member by the
+    multiply-shift ``(half · m) >> 32`` (Lemire 2019; relative bias below m / 2³²).
+    """
+    n_members = strat_start[strat_start.shape[0] - 1]
+    n_chunks = min(n_boot, 64)  # one count buffer per chunk of replicates, reused
+    for ch in prange(n_chunks):
+        cnt8 = np.empty(n_members, np.uint8)
+        cnt32 = np.empty(0, np.int32)
+        for b in range(ch, n_boot, n_chunks):
+            if _count_draws(seed, b, strat_start, cnt8):
+                if identity:  # piece k is member k: no gather, so this loop vectorises
+                    for c in range(cell_start.shape[0] - 1):
+                        a0 = 0.0
+                        a1 = 0.0
+                        a2 = 0.0
+                        a3 = 0.0
+                        for k in range(cell_start[c], cell_start[c + 1]):
+                            w = float(cnt8[k])
+                            a0 += w * piece_vals[0, k]
+                            a1 += w * piece_vals[1, k]
+                            a2 += w * piece_vals[2, k]
+                            a3 += w * piece_vals[3, k]
+                        out[b, c, 0] = a0
+                        out[b, c, 1] = a1
+                        out[b, c, 2] = a2
+                        out[b, c, 3] = a3
+                else:
+                    _weighted_sums(b, cell_start, piece_member, piece_vals, cnt8, out)
+            else:  # a member drawn 256 times or more: redo with 32-bit counts
+                if cnt32.shape[0] == 0:
+                    cnt32 = np.empty(n_members, np.int32)
+                _count_draws(seed, b, strat_start, cnt32)
+                _weighted_sums(b, cell_start, piece_member, piece_vals, cnt32, out)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    member_request: NDArray[np.int64]  # request index of each member (stratum-major, key order)
+    strat_start: NDArray[np.int64]
+    cell_start: NDArray[np.int64]
+    piece_member: NDArray[np.int64]
+    piece_vals: NDArray[np.float64]
+    identity: bool
+    n_cells: int
+
+
+def _layout(ps: PairedSums, stratify: str) -> _Layout:
+    n = ps.n_requests
+    nb = len(ps.buckets)
+    if stratify == "family":
+        strata = ps.family.astype(np.int64)
+    elif stratify == "none":
+        strata = np.zeros(n, dtype=np.int64)
+    else:
+        raise ValueError(f"stratify must be 'family' or 'none', not {stratify!r}")
+    n_cells = len(ps.families) * nb
+    cell = ps.family[ps.piece_request].astype(np.int64) * nb + ps.piece_bucket
+    first_cell = np.full(n, n_cells, dtype=np.int64)
+    np.minimum.at(first_cell, ps.piece_request, cell)
+    # members: by stratum, then the request's first cell, then request key (never input order);
+    # with one piece per request the (cell, member) piece order is then the member order itself
+    member_request = np.lexsort((ps.request_keys, first_cell, strata)).astype(np.int64)
+    member_of = np.empty(n, dtype=np.int64)
+    member_of[member_request] = np.arange(n)
+    n_strata = int(strata.max()) + 1 if n else 0
+    strat_start = np.zeros(n_strata + 1, dtype=np.int64)
+    np.cumsum(np.bincount(strata, minlength=n_strata), out=strat_start[1:])
+    pm = member_of[ps.piece_request]
+    porder = np.lexsort((pm, cell))
+    cell_start = np.zeros(n_cells + 1, dtype=np.int64)
+    np.cumsum(np.bincount(cell, minlength=n_cells), out=cell_start[1:])
+    vals = np.stack([ps.n_a, ps.t_a, ps.n_b, ps.t_b])[:, porder].astype(np.float64)
+    return _Layout(
+        member_request=member_request,
+        strat_start=strat_start,
+        cell_start=cell_start,
+        piece_member=np.ascontiguousarray(pm[porder]),
+        piece_vals=np.ascontiguousarray(vals),
+        identity=bool(np.array_equal(pm[porder], np.arange(pm.shape[0]))),
+        n_cells=n_cells,
+    )
+
+
+def bootstrap_sums(
+    ps: PairedSums, *, n_boot: int, seed: int, stratify: str = "family"
+) -> NDArray[np.float64]:
+    """Return resampled sums, shape (n_boot, n_families, n_buckets, 4): n_a, t_a, n_b, t_b.
+
+    Examples
+    --------
+    >>> ps = PairedSums(("r0", "r1"), np.array([1, 2], np.uint64), np.zeros(2, np.int32),
+    ...                 np.array([0, 1]), np.zeros(2, np.int32), np.array([2.0, 2.0]),
+    ...                 np.array([5.0, 7.0]), np.array([2.0, 2.0]), np.array([6.0, 7.0]),
+    ...                 ("code",), ("all",))
+    >>> s = bootstrap_sums(ps, n_boot=3, seed=0)
+    >>> s.shape, bool((s[:, 0, 0, 0] == 4.0).all())
+    ((3, 1, 1, 4), True)
+    """
+    lay = _layout(ps, stratify)
+    out = np.empty((n_boot, lay.n_cells, 4), dtype=np.float64)
+    _boot_kernel(
+        np.uint64(seed),
+        n_boot,
+        lay.strat_start,
+        lay.cell_start,
+        lay.piece_member,
+        lay.piece_vals,
+        lay.identity,
+        out,
+    )
+    return out.reshape(n_boot, len(ps.families), len(ps.buckets), 4)
+
+
+def point_sums(ps: PairedSums) -> NDArray[np.float64]:
+    """Return the observed sums, shape (n_families, n_buckets, 4)."""
+    nb = len(ps.buckets)
+    cell = ps.family[ps.piece_request].astype(np.int64) * nb + ps.piece_bucket
+    out = np.zeros((len(ps.families) * nb, 4))
+    for v, arr in enumerate((ps.n_a, ps.t_a, ps.n_b, ps.t_b)):
+        out[:, v] = np.bincount(cell, weights=arr, minlength=out.shape[0])
+    return out.reshape(len(ps.families), nb, 4)

@@ -1,0 +1,398 @@
+"""Paired comparison of two arms, cell by cell: R per arm, Δ with intervals, verdicts (SPEC §3.4).
+
+Cells are pooled, per family, per context bucket and per family × bucket, all domain estimates
+from the same resampled requests. Per cell and delta: the point Δ = R_b − R_a and Δ/R_a; the
+percentile interval (default method) and BCa (jackknife over requests from leave-one-out sums);
+the 90% interval used by the equivalence test (TOST); Bonferroni intervals at 1 − α/m and
+Holm-adjusted p-values, m being the number of cells of the same level with a delta (the pooled
+cell is its own family of one); the verdict; the smallest margin that would be EQUIVALENT; the
+requests needed to reach the chosen margin at the observed variance.
+
+Verdicts use the Holm-adjusted p-values; the intervals printed beside them stay unadjusted (their
+``adjusted`` field says so) and the Bonferroni ones are given separately.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from specreplay.errors import SpecReplayError
+from specreplay.stats.bootstrap import PairedSums, bootstrap_sums, point_sums
+from specreplay.stats.intervals import (
+    bca_interval,
+    holm,
+    percentile_interval,
+    requests_for_margin,
+    tost_p,
+    two_sided_p,
+    verdict,
+)
+
+__all__ = ["Cell", "Comparison", "Margin", "compare", "parse_margin"]
+
+UNDERCOVER_REQUESTS: Final[int] = 30
+
+
+@dataclass(frozen=True)
+class Margin:
+    """Equivalence margin: ``value`` in tokens/round, or relative to R_a when ``relative``."""
+
+    value: float
+    relative: bool
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the margin as results.json shows it."""
+        return {
+            "margin": self.value,
+            "kind": "relative" if self.relative else "absolute",
+            "text": self.text,
+        }
+
+
+def parse_margin(text: str) -> Margin:
+    """Parse ``--margin``: ``0.5%`` (relative to R_a) or ``0.02`` (tokens per round).
+
+    Examples
+    --------
+    >>> parse_margin("0.5%")
+    Margin(value=0.005, relative=True, text='0.5%')
+    """
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*", text)
+    if m is None or float(m.group(1)) <= 0:
+        raise SpecReplayError(
+            f"--margin: {text!r} should be a positive number of tokens/round (0.02) "
+            "or a percentage of R_a (0.5%)"
+        )
+    value = float(m.group(1))
+    if m.group(2):
+        return Margin(value / 100.0, True, text.strip())
+    return Margin(value, False, text.strip())
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Where a cell sits: its level, family and bucket names, and finest-cell selectors."""
+
+    level: str
+    family: str | None
+    bucket: str | None
+    fam_idx: tuple[int, ...]
+    bucket_idx: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Result of :func:`compare`: cells for results.json and the replicates behind them.
+
+    Attributes
+    ----------
+    cells : list of dict
+        SPEC §4.1 cells, each with per-arm R and one delta (b − a).
+    layout : list of Cell
+        The cells' definitions, in the same order.
+    delta_reps, rel_reps : float64, (n_boot, n_cells)
+        Bootstrap replicates of Δ and Δ/R_a per cell (NaN where a replicate has no rounds).
+    """
+
+    cells: list[dict[str, Any]]
+    layout: list[Cell]
+    delta_reps: NDArray[np.float64]
+    rel_reps: NDArray[np.float64]
+
+
+def _layout(ps: PairedSums, present_buckets: set[int]) -> list[Cell]:
+    nf, nb = len(ps.families), len(ps.buckets)
+    all_f = tuple(range(nf))
+    all_b = tuple(range(nb))
+    user_b = [
+        b for b in range(nb) if b != ps.unbucketed and (b in present_buckets)
+    ]  # bucket cells: buckets holding rounds, never 'unbucketed'
+    cells = [Cell("pooled", None, None, all_f, all_b)]
+    cells += [Cell("family", ps.families[f], None, (f,), all_b) for f in all_f]
+    cells += [Cell("bucket", None, ps.buckets[b], all_f, (b,)) for b in user_b]
+    cells += [
+        Cell("family×bucket", ps.families[f], ps.buckets[b], (f,), (b,))
+        for f in all_f
+        for b in user_b
+    ]
+    return cells
+
+
+def _ratio(t: NDArray[np.float64], n: NDArray[np.float64]) -> NDArray[np.float64]:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(n > 0, t / np.where(n > 0, n, 1.0), np.nan)
+
+
+def compare(
+    ps: PairedSums,
+    *,
+    arm_a: str,
+    arm_b: str,
+    n_boot: int = 10_000,
+    seed: int = 0,
+    stratify: str = "family",
+    level: float = 0.95,
+    margin: Margin | None = None,
+    alpha: float = 0.05,
+    min_requests: int = 10,
+    label: str = "MEASURED",
+    role: str = "b-vs-a",
+) -> Comparison:
+    """Compare arm b with arm a in every cell (see the module docstring).
+
+    Parameters
+    ----------
+    ps : PairedSums
+        Paired per-(request, bucket) sums.
+    arm_a, arm_b : str
+        Arm names (a is the reference of Δ = R_b − R_a).
+    n_boot, seed, stratify, level
+        Bootstrap resamples, seed, ``family`` or ``none``, interval confidence level.
+    margin : Margin, optional
+        Equivalence margin (default 0.5% of R_a).
+    alpha : float
+        Test level of the verdicts (the TOST uses the 1 − 2α interval).
+    min_requests : int
+        Cells with fewer requests get null deltas with the reason.
+    label : str
+        Label of the per-arm figures and deltas.
+    role : str
+        The delta's role in results.json.
+    """
+    margin = margin or parse_margin("0.5%")
+    reps_sums = bootstrap_sums(ps, n_boot=n_boot, seed=seed, stratify=stratify)
+    point = point_sums(ps)
+    present = {int(b) for b in np.unique(ps.piece_bucket)}
+    layout = _layout(ps, present)
+    nb = len(ps.buckets)
+    fam_of_piece = ps.family[ps.piece_request].astype(np.int64)
+    n_req = ps.n_requests
+    delta_reps = np.full((n_boot, len(layout)), np.nan)
+    rel_reps = np.full((n_boot, len(layout)), np.nan)
+    raw: list[dict[str, Any]] = []
+    for ci, cell in enumerate(layout):
+        fi, bi = np.asarray(cell.fam_idx), np.asarray(cell.bucket_idx)
+        sel = point[np.ix_(fi, bi)].reshape(-1, 4).sum(axis=0)
+        reps = reps_sums[:, fi][:, :, bi].reshape(n_boot, -1, 4).sum(axis=1)
+        na, ta, nb_, tb = (float(x) for x in sel)
+        in_cell = np.isin(fam_of_piece, fi) & np.isin(ps.piece_bucket, bi)
+        per_req = np.zeros((n_req, 4))
+        for v, arr in enumerate((ps.n_a, ps.t_a, ps.n_b, ps.t_b)):
+            per_req[:, v] = np.bincount(
+                ps.piece_request[in_cell], weights=arr[in_cell], minlength=n_req
+            )
+        members = (per_req[:, 0] + per_req[:, 2]) > 0
+        k = int(members.sum())
+        ra = ta / na if na > 0 else None
+        rb = tb / nb_ if nb_ > 0 else None
+        ra_reps = _ratio(reps[:, 1], reps[:, 0])
+        rb_reps = _ratio(reps[:, 3], reps[:, 2])
+        delta_reps[:, ci] = rb_reps - ra_reps
+        rel_reps[:, ci] = rb_reps / ra_reps - 1.0
+        # leave-one-request-out values (requests outside the cell leave it unchanged)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            loo_a = (ta - per_req[:, 1]) / (na - per_req[:, 0])
+            loo_b = (tb - per_req[:, 3]) / (nb_ - per_req[:, 2])
+        raw.append(
+            {
+                "cell": cell,
+                "n_requests": k,
+                "na": na,
+                "nb": nb_,
+                "ra": ra,
+                "rb": rb,
+                "jack_delta": loo_b - loo_a,
+                "jack_rel": loo_b / loo_a - 1.0,
+            }
+        )
+    cells = [
+        _cell_json(
+            r,
+            delta_reps[:, i],
+            rel_reps[:, i],
+            arm_a=arm_a,
+            arm_b=arm_b,
+            level=level,
+            margin=margin,
+            alpha=alpha,
+            min_requests=min_requests,
+            label=label,
+            role=role,
+            n_boot=n_boot,
+        )
+        for i, r in enumerate(raw)
+    ]
+    _adjust(cells, delta_reps, rel_reps, margin, alpha)
+    _ = nb
+    return Comparison(cells=cells, layout=layout, delta_reps=delta_reps, rel_reps=rel_reps)
+
+
+def _arm_json(r: float | None, n: float, label: str, why: str | None) -> dict[str, Any]:
+    return {
+        "R": r,
+        "n_rounds": int(n),
+        "label": label,
+        "mcse": None,
+        "null_reason": why if r is None else None,
+    }
+
+
+def _cell_json(
+    r: dict[str, Any],
+    d_reps: NDArray[np.float64],
+    rel_reps: NDArray[np.float64],
+    *,
+    arm_a: str,
+    arm_b: str,
+    level: float,
+    margin: Margin,
+    alpha: float,
+    min_requests: int,
+    label: str,
+    role: str,
+    n_boot: int,
+) -> dict[str, Any]:
+    cell: Cell = r["cell"]
+    k = r["n_requests"]
+    empty = "no rounds in this cell"
+    out: dict[str, Any] = {
+        "level": cell.level,
+        "family": cell.family,
+        "bucket": cell.bucket,
+        "n_requests": k,
+        "arms": {
+            arm_a: _arm_json(r["ra"], r["na"], label, empty),
+            arm_b: _arm_json(r["rb"], r["nb"], label, empty),
+        },
+        "deltas": [],
+        "depths": [],
+        "null_reason": None if k else empty,
+    }
+    delta: dict[str, Any] = {
+        "a": arm_a,
+        "b": arm_b,
+        "role": role,
+        "point": None,
+        "rel": None,
+        "lo": None,
+        "hi": None,
+        "rel_lo": None,
+        "rel_hi": None,
+        "method": "percentile",
+        "level": level,
+        "adjusted": False,
+        "bca": None,
+        "bonferroni": None,
+        "tost": None,
+        "p_difference": None,
+        "p_equivalence": None,
+        "verdict": None,
+        "smallest_equivalent_margin": None,
+        "requests_for_margin": None,
+        "n_boot": n_boot,
+        "n_boot_valid": None,
+        "warning": None,
+        "label": label,
+        "null_reason": None,
+    }
+    out["deltas"].append(delta)
+    why = None
+    if r["ra"] is None or r["rb"] is None:
+        why = empty if k == 0 else "an arm has no rounds in this cell"
+    elif k < min_requests:
+        why = f"{k} requests < --min-requests {min_requests}"
+    ok = np.isfinite(d_reps) & np.isfinite(rel_reps)
+    if why is None and ok.sum() < 0.99 * n_boot:
+        why = (
+            f"{n_boot - int(ok.sum())} of {n_boot} resamples drew no round of this cell: "
+            "too few requests for a domain estimate"
+        )
+    if why is not None:
+        delta["null_reason"] = why
+        return out
+    d, rel = d_reps[ok], rel_reps[ok]
+    point = r["rb"] - r["ra"]
+    rel_point = r["rb"] / r["ra"] - 1.0
+    lo, hi = percentile_interval(d, level)
+    rlo, rhi = percentile_interval(rel, level)
+    bca_d = bca_interval(d, point, r["jack_delta"], level)
+    bca_r = bca_interval(rel, rel_point, r["jack_rel"], level)
+    test = rel if margin.relative else d
+    lo90, hi90 = percentile_interval(test, 1.0 - 2.0 * alpha)
+    delta.update(
+        point=point,
+        rel=rel_point,
+        lo=lo,
+        hi=hi,
+        rel_lo=rlo,
+        rel_hi=rhi,
+        n_boot_valid=int(ok.sum()),
+        bca={
+            "lo": bca_d.lo,
+            "hi": bca_d.hi,
+            "rel_lo": bca_r.lo,
+            "rel_hi": bca_r.hi,
+            "acceleration": bca_d.acceleration,
+            "z0": bca_d.z0,
+            "null_reason": bca_d.null_reason or bca_r.null_reason,
+        },
+        tost={
+            "alpha": alpha,
+            **margin.to_json(),
+            "lo": lo90,
+            "hi": hi90,
+            "level": 1.0 - 2.0 * alpha,
+        },
+        p_difference=two_sided_p(test),
+        p_equivalence=tost_p(test, margin.value),
+        smallest_equivalent_margin=max(abs(lo90), abs(hi90)),
+        smallest_equivalent_margin_kind="relative" if margin.relative else "absolute",
+    )
+    se = float(np.std(test, ddof=1))
+    est = rel_point if margin.relative else point
+    delta["requests_for_margin"] = requests_for_margin(est, se, margin.value, k, alpha)
+    if k < UNDERCOVER_REQUESTS:
+        delta["warning"] = f"bootstrap may undercover: {k} requests < {UNDERCOVER_REQUESTS}"
+    return out
+
+
+def _adjust(
+    cells: list[dict[str, Any]],
+    delta_reps: NDArray[np.float64],
+    rel_reps: NDArray[np.float64],
+    margin: Margin,
+    alpha: float,
+) -> None:
+    """Holm-adjusted verdicts and Bonferroni intervals within each level."""
+    by_level: dict[str, list[int]] = {}
+    for i, c in enumerate(cells):
+        if c["deltas"][0]["null_reason"] is None:
+            by_level.setdefault(c["level"], []).append(i)
+    for idx in by_level.values():
+        m = len(idx)
+        deltas = [cells[i]["deltas"][0] for i in idx]
+        pe = holm([d["p_equivalence"] for d in deltas])
+        pd = holm([d["p_difference"] for d in deltas])
+        for j, i in enumerate(idx):
+            d = deltas[j]
+            reps = delta_reps[:, i]
+            rreps = rel_reps[:, i]
+            ok = np.isfinite(reps) & np.isfinite(rreps)
+            test = (rreps if margin.relative else reps)[ok]
+            v = verdict(test, margin.value, alpha, p_equivalence=pe[j], p_difference=pd[j])
+            bl = 1.0 - (1.0 - d["level"]) / m
+            blo, bhi = percentile_interval(reps[ok], bl)
+            brlo, brhi = percentile_interval(rreps[ok], bl)
+            d.update(
+                verdict=v.verdict,
+                p_equivalence_adj=pe[j],
+                p_difference_adj=pd[j],
+                tests_in_level=m,
+                bonferroni={"level": bl, "lo": blo, "hi": bhi, "rel_lo": brlo, "rel_hi": brhi},
+            )

@@ -1,0 +1,376 @@
+"""Paired bootstrap, intervals and verdicts (issue 2): references, calibration, determinism."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numba
+import numpy as np
+import pytest
+from scipy import stats
+from typer.testing import CliRunner
+
+from specreplay.cli import app
+from specreplay.replay.buckets import Buckets
+from specreplay.replay.observed import read_arm
+from specreplay.report import load_results_schema, validate_json
+from specreplay.stats.bootstrap import PairedSums, bootstrap_sums
+from specreplay.stats.compare import compare, parse_margin
+from specreplay.stats.intervals import (
+    holm,
+    percentile_interval,
+    requests_for_margin,
+    verdict,
+)
+from specreplay.stats.pairing import pair_arms
+
+DATA = Path(__file__).parent / "data"
+MEDUSA = DATA / "medusa-mtbench"
+M7 = (
+    MEDUSA
+    / "medusa-vicuna-7b-v1.3-temperature-0.0-posterior_threshold-0.09-posterior_alpha-0.3.jsonl"
+)
+M7b = (
+    MEDUSA
+    / "medusa-vicuna-7b-v1.3-1-temperature-0.0-posterior_threshold-0.09-posterior_alpha-0.3.jsonl"
+)
+M13 = (
+    MEDUSA
+    / "medusa-vicuna-13b-v1.3-temperature-0.0-posterior_threshold-0.09-posterior_alpha-0.3.jsonl"
+)
+QUESTIONS = MEDUSA / "question.jsonl"
+
+
+def _sums(n: int, seed: int, delta_p: float = 0.02, families: int = 1) -> PairedSums:
+    """Paired requests: rounds n_i, retained t = n + Binomial(5n, p_i) (+delta_p in arm b)."""
+    rng = np.random.default_rng(seed)
+    na = rng.integers(5, 60, n).astype(float)
+    p = rng.beta(6, 3, n)
+    ta = na + rng.binomial((5 * na).astype(int), p)
+    tb = na + rng.binomial((5 * na).astype(int), np.clip(p + delta_p, 0, 1))
+    return PairedSums(
+        request_ids=tuple(f"r{i}" for i in range(n)),
+        request_keys=rng.integers(0, 2**63, n).astype(np.uint64),
+        family=(np.arange(n) % families).astype(np.int32),
+        piece_request=np.arange(n),
+        piece_bucket=np.zeros(n, np.int32),
+        n_a=na, t_a=ta, n_b=na.copy(), t_b=tb,
+        families=tuple(f"f{i}" for i in range(families)),
+        buckets=("all",),
+    )  # fmt: skip
+
+
+def _stat(a_n, a_t, b_n, b_t, axis=-1):  # type: ignore[no-untyped-def]
+    return b_t.sum(axis) / b_n.sum(axis) - a_t.sum(axis) / a_n.sum(axis)
+
+
+def _quantile_se(sigma: float, p: float, n_boot: int) -> float:
+    """Monte Carlo SE of the p-quantile of n_boot draws of a normal with sd sigma.
+
+    SE = sigma * sqrt(p(1 - p) / B) / phi(z_p) (asymptotic variance of a sample quantile).
+    """
+    z = stats.norm.ppf(p)
+    return float(sigma * math.sqrt(p * (1 - p) / n_boot) / stats.norm.pdf(z))
+
+
+# -- tier 1: external reference ------------------------------------------------------------------
+
+
+def test_percentile_and_bca_agree_with_scipy() -> None:
+    ps = _sums(300, seed=3)
+    n_boot = 20_000
+    comp = compare(ps, arm_a="a", arm_b="b", n_boot=n_boot, stratify="none", seed=11)
+    d = comp.cells[0]["deltas"][0]
+    args = (ps.n_a, ps.t_a, ps.n_b, ps.t_b)
+    ref = {
+        m: stats.bootstrap(args, _stat, paired=True, vectorized=True, n_resamples=n_boot,
+                           method=m, rng=np.random.default_rng(5)).confidence_interval
+        for m in ("percentile", "BCa")
+    }  # fmt: skip
+    sigma = float(np.std(comp.delta_reps[:, 0], ddof=1))
+    # two independent estimates of the same quantile: SE of the difference is sqrt(2) * SE_q;
+    # k = 4.5 makes a false failure ~7e-6 per endpoint
+    for p, ours, theirs in ((0.025, d["lo"], ref["percentile"].low),
+                            (0.975, d["hi"], ref["percentile"].high)):  # fmt: skip
+        assert abs(ours - theirs) < 4.5 * math.sqrt(2) * _quantile_se(sigma, p, n_boot)
+    z0, a = d["bca"]["z0"], d["bca"]["acceleration"]
+    for zq, ours, theirs in ((-1.959964, d["bca"]["lo"], ref["BCa"].low),
+                             (1.959964, d["bca"]["hi"], ref["BCa"].high)):  # fmt: skip
+        p = stats.norm.cdf(z0 + (z0 + zq) / (1 - a * (z0 + zq)))
+        # z0 itself is estimated from the replicates: allow its own MC error too (k = 4.5)
+        assert abs(ours - theirs) < 4.5 * math.sqrt(2) * _quantile_se(sigma, p, n_boot) * 1.5
+    assert d["point"] == pytest.approx(float(_stat(*args)), rel=1e-12)
+
+
+def test_medusa_7b_vs_13b_matches_direct_computation_and_scipy_bca() -> None:
+    bk = Buckets.parse()
+    a = read_arm(M7, buckets=bk, question_file=QUESTIONS, name="7B")
+    b = read_arm(M13, buckets=bk, question_file=QUESTIONS, name="13B")
+    ps, excluded = pair_arms(a, b, buckets=bk)
+    assert excluded == []
+    n_boot = 20_000
+    comp = compare(ps, arm_a="7B", arm_b="13B", n_boot=n_boot, stratify="none")
+    pooled = comp.cells[0]
+    # direct computation from the JSONL: rounds = sum(idxs + 1), tokens = sum(new_tokens)
+    tot = {}
+    for arm, path in (("7B", M7), ("13B", M13)):
+        n = t = 0
+        for line in path.read_text().splitlines():
+            ch = json.loads(line)["choices"][0]
+            n += sum(i + 1 for i in ch["idxs"])
+            t += sum(ch["new_tokens"])
+        tot[arm] = t / n
+        assert pooled["arms"][arm]["R"] == pytest.approx(t / n, rel=1e-12)
+    assert round(tot["7B"], 4) == 2.5650 and round(tot["13B"], 4) == 2.6387
+    # pooled BCa against scipy's BCa on the same per-question sums (paired, stratify none)
+    order = np.argsort(ps.piece_request)
+    args = tuple(v[order] for v in (ps.n_a, ps.t_a, ps.n_b, ps.t_b))
+    ref = stats.bootstrap(
+        args, _stat, paired=True, vectorized=True, n_resamples=n_boot, method="BCa",
+        rng=np.random.default_rng(2),
+    ).confidence_interval  # fmt: skip
+    d = pooled["deltas"][0]
+    sigma = float(np.std(comp.delta_reps[:, 0], ddof=1))
+    tol = 4.5 * math.sqrt(2) * _quantile_se(sigma, 0.025, n_boot) * 1.5
+    assert abs(d["bca"]["lo"] - ref.low) < tol
+    assert abs(d["bca"]["hi"] - ref.high) < tol
+    # per category: R of each arm equals the direct ratio over the category's questions
+    cats = {json.loads(x)["question_id"]: json.loads(x)["category"]
+            for x in QUESTIONS.read_text().splitlines() if x.strip()}  # fmt: skip
+    for c in comp.cells:
+        if c["level"] != "family":
+            continue
+        for arm, path in (("7B", M7), ("13B", M13)):
+            n = t = 0
+            for line in path.read_text().splitlines():
+                obj = json.loads(line)
+                if cats[obj["question_id"]] == c["family"]:
+                    n += sum(i + 1 for i in obj["choices"][0]["idxs"])
+                    t += sum(obj["choices"][0]["new_tokens"])
+            assert c["arms"][arm]["R"] == pytest.approx(t / n, rel=1e-12)
+
+
+def test_identical_runs_are_equivalent_with_zero_width_and_null_bca(tmp_path: Path) -> None:
+    out = tmp_path / "same"
+    res = CliRunner().invoke(
+        app,
+        ["interval", str(M7), str(M7b), "--question-file", str(QUESTIONS), "--out", str(out),
+         "-q", "--n-boot", "2000"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "results.json").read_text())
+    d = doc["cells"][0]["deltas"][0]
+    assert d["verdict"] == "EQUIVALENT"
+    assert d["lo"] == d["hi"] == d["point"] == 0.0
+    assert d["bca"]["lo"] is None and "degenerate" in d["bca"]["null_reason"]
+
+
+# -- tier 2/3: calibration ------------------------------------------------------------------------
+
+
+def test_percentile_coverage_is_nominal() -> None:
+    """Coverage of the 95% interval over 300 experiments of 200 requests with a known Δ.
+
+    The true Δ is the ratio of expectations of the generating model: R = 1 + 5 E[n p]/E[n] with
+    p independent of n, so Δ = 5 * 0.02 exactly while p + 0.02 stays below 1 (beta(6, 3) draws
+    above 0.98 are clipped: probability ~1e-5, negligible). Fails by chance: the binomial bound
+    below is 3 SE (two-sided ~0.3%), plus 0.02 small-sample allowance (percentile intervals of a
+    ratio undercover slightly at n = 200).
+    """
+    experiments, n_boot = 300, 1000
+    cover = 0
+    for e in range(experiments):
+        ps = _sums(200, seed=1000 + e)
+        s = bootstrap_sums(ps, n_boot=n_boot, seed=e, stratify="none")[:, 0, 0]
+        reps = s[:, 3] / s[:, 2] - s[:, 1] / s[:, 0]
+        lo, hi = percentile_interval(reps, 0.95)
+        cover += lo <= 0.1 <= hi
+    se = math.sqrt(0.95 * 0.05 / experiments)
+    assert 0.95 - 3 * se - 0.02 <= cover / experiments <= 0.95 + 3 * se
+
+
+def test_bonferroni_familywise_coverage_is_at_least_nominal() -> None:
+    """4 families × 50 requests, stratified; all four Bonferroni intervals must cover together.
+
+    One-sided binomial test of H0: coverage >= 0.95 at level 0.01 (false failure <= 1%).
+    """
+    experiments = 200
+    hits = 0
+    for e in range(experiments):
+        ps = _sums(200, seed=5000 + e, families=4)
+        comp = compare(ps, arm_a="a", arm_b="b", n_boot=1000, seed=e, min_requests=10)
+        fam = [c["deltas"][0]["bonferroni"] for c in comp.cells if c["level"] == "family"]
+        assert len(fam) == 4 and fam[0]["level"] == pytest.approx(1 - 0.05 / 4)
+        hits += all(b["lo"] <= 0.1 <= b["hi"] for b in fam)
+    p = stats.binomtest(hits, experiments, 0.95, alternative="less").pvalue
+    assert p > 0.01, (hits, experiments)
+
+
+# -- tier 4: exact equivalence --------------------------------------------------------------------
+
+
+def test_same_seed_identical_with_one_and_two_threads_and_any_row_order() -> None:
+    ps = _sums(500, seed=8, families=3)
+    numba.set_num_threads(1)
+    try:
+        one = bootstrap_sums(ps, n_boot=300, seed=4)
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    two = bootstrap_sums(ps, n_boot=300, seed=4)
+    assert np.array_equal(one, two)
+    # shuffle the requests (and so the pieces): same replicates
+    perm = np.random.default_rng(0).permutation(500)
+    inv = np.argsort(perm)
+    shuffled = PairedSums(
+        request_ids=tuple(ps.request_ids[i] for i in perm),
+        request_keys=ps.request_keys[perm],
+        family=ps.family[perm],
+        piece_request=inv[ps.piece_request][::-1],
+        piece_bucket=ps.piece_bucket[::-1],
+        n_a=ps.n_a[::-1], t_a=ps.t_a[::-1], n_b=ps.n_b[::-1], t_b=ps.t_b[::-1],
+        families=ps.families, buckets=ps.buckets,
+    )  # fmt: skip
+    assert np.array_equal(bootstrap_sums(shuffled, n_boot=300, seed=4), two)
+    assert not np.array_equal(bootstrap_sums(ps, n_boot=300, seed=5), two)
+
+
+def test_resampling_counts_are_multinomial() -> None:
+    """Each replicate draws exactly n requests per stratum: the resampled rounds of a stratum of
+    constant-size requests are exactly n_s * rounds."""
+    n = 1000
+    ps = PairedSums(tuple(f"r{i}" for i in range(n)),
+                    np.arange(n, dtype=np.uint64) * np.uint64(7919),
+                    (np.arange(n) % 2).astype(np.int32), np.arange(n), np.zeros(n, np.int32),
+                    np.full(n, 3.0), np.arange(n, dtype=float), np.full(n, 3.0),
+                    np.arange(n, dtype=float), ("x", "y"), ("all",))  # fmt: skip
+    s = bootstrap_sums(ps, n_boot=200, seed=1)
+    assert (s[:, :, 0, 0] == 1500.0).all()
+    # the resampled mean of t is unbiased: E[sum t] = n_s * mean(t), SE from 200 replicates
+    tot = s[:, :, 0, 1].sum(axis=1)
+    se = np.std(tot, ddof=1) / math.sqrt(200)
+    assert abs(tot.mean() - np.arange(n).sum()) < 4.5 * se
+
+
+# -- tier 2: verdict logic on constructed replicates ---------------------------------------------
+
+
+def test_verdicts_follow_spec_definitions() -> None:
+    z = np.linspace(-1, 1, 10_001)  # symmetric, quantiles known exactly
+    assert verdict(0.001 * z, margin=0.002).verdict == "EQUIVALENT"
+    assert verdict(0.01 + 0.001 * z, margin=0.002).verdict == "DIFFERENT"
+    assert verdict(0.003 * z, margin=0.002).verdict == "INCONCLUSIVE"
+    v = verdict(0.001 * z, margin=0.002)
+    assert v.smallest_equivalent_margin == pytest.approx(0.0009, abs=1e-9)
+
+
+def test_holm_matches_hand_computation() -> None:
+    # p = (0.01, 0.04, 0.03): sorted 0.01*3 = 0.03, 0.03*2 = 0.06, max(0.06, 0.04*1) = 0.06
+    assert holm([0.01, 0.04, 0.03]) == [0.03, 0.06, 0.06]
+    assert holm([0.5, 0.9]) == [1.0, 1.0]
+
+
+def test_requests_for_margin_scales_with_inverse_square() -> None:
+    # half-width z*se must shrink to margin - |point| = 0.5 * z*se: needs 4x the requests
+    z = stats.norm.ppf(0.95)
+    assert requests_for_margin(0.0, 1.0, 0.5 * z, 100) == 400
+    assert requests_for_margin(0.6, 1.0, 0.5, 100) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "relative"),
+    [("0.5%", 0.005, True), ("0.02", 0.02, False), ("1%", 0.01, True)],
+)
+def test_parse_margin(text: str, value: float, relative: bool) -> None:
+    m = parse_margin(text)
+    assert m.value == pytest.approx(value) and m.relative is relative
+
+
+@pytest.mark.parametrize("text", ["-1%", "abc", "0", ""])
+def test_bad_margins(text: str) -> None:
+    from specreplay.errors import SpecReplayError
+
+    with pytest.raises(SpecReplayError, match="--margin"):
+        parse_margin(text)
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+
+def test_interval_command_outputs_and_exit_codes(tmp_path: Path) -> None:
+    out = tmp_path / "iv"
+    args = ["interval", str(M7), str(M13), "--question-file", str(QUESTIONS), "--out", str(out),
+            "-q", "--n-boot", "1000", "--name-a", "7B", "--name-b", "13B"]  # fmt: skip
+    res = CliRunner().invoke(app, [*args, "--fail-on", "DIFFERENT"])
+    assert res.exit_code == 1, res.output  # 13B retains more: DIFFERENT at 0.5%
+    assert res.stdout.startswith("VERDICT (pooled, MEASURED): DIFFERENT")
+    doc = json.loads((out / "results.json").read_text())
+    assert validate_json(doc, load_results_schema()) == []
+    assert doc["command"] == "interval" and doc["arms"] == ["7B", "13B"]
+    assert {Path(i["path"]).name for i in doc["inputs"]} == {M7.name, M13.name, QUESTIONS.name}
+    fam = [c for c in doc["cells"] if c["level"] == "family"]
+    assert len(fam) == 8 and all(c["deltas"][0]["warning"] for c in fam)  # 10 < 30 requests
+    assert all(c["deltas"][0]["bonferroni"]["level"] == pytest.approx(1 - 0.05 / 8) for c in fam)
+    for f in ("TABLES.md", "cells.parquet", "forest.png"):
+        assert (out / f).stat().st_size > 0
+    assert "hdi" in doc["cells"][0]["deltas"][0]
+    res = CliRunner().invoke(app, [*args, "--force", "--fail-on", "EQUIVALENT"])
+    assert res.exit_code == 0
+
+
+def test_unpaired_requests_error_or_counted(tmp_path: Path) -> None:
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("".join(M13.read_text().splitlines(keepends=True)[:70]))
+    args = ["interval", str(M7), str(partial), "--question-file", str(QUESTIONS), "-q",
+            "--n-boot", "500", "--out", str(tmp_path / "o")]  # fmt: skip
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert res.exit_code == 2
+    assert "10 unpaired request(s)" in res.stderr and "--drop-unpaired" in res.stderr
+    assert "Traceback" not in res.output
+    res = CliRunner().invoke(app, [*args, "--drop-unpaired"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert doc["excluded"][0]["requests"] == 10
+    assert doc["cells"][0]["n_requests"] == 70
+
+
+def test_spec_bench_per_category_R_through_the_command(tmp_path: Path) -> None:
+    sb = DATA / "spec-bench"
+    out = tmp_path / "sb"
+    res = CliRunner().invoke(
+        app,
+        ["interval", str(sb / "sps.jsonl"), str(sb / "eagle.jsonl"), "--out", str(out), "-q",
+         "--n-boot", "500", "--min-requests", "2"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "results.json").read_text())
+    for arm, f in (("sps", "sps.jsonl"), ("eagle", "eagle.jsonl")):
+        per: dict[str, list[int]] = {}
+        for line in (sb / f).read_text().splitlines():
+            if line.strip():
+                o = json.loads(line)
+                per.setdefault(o["category"], []).extend(o["choices"][0]["accept_lengths"])
+        for c in doc["cells"]:
+            if c["level"] == "family":
+                acc = per[c["family"]]
+                assert c["arms"][arm]["R"] == pytest.approx(sum(acc) / len(acc), rel=1e-12)
+
+
+def test_replicates_as_arviz_datatree() -> None:
+    import arviz as az
+
+    from specreplay.stats.arviz_bridge import add_hdi_eti, replicates_tree
+
+    ps = _sums(120, seed=2, families=2)
+    comp = compare(ps, arm_a="a", arm_b="b", n_boot=800)
+    add_hdi_eti(comp)
+    tree = replicates_tree(comp)
+    post = tree["posterior"]
+    assert post["delta"].shape == (1, 800, len(comp.cells))
+    hdi = az.hdi(tree, prob=0.95)["delta"].values  # (cell, ci_bound)
+    assert hdi[0, 0] == pytest.approx(comp.cells[0]["deltas"][0]["hdi"]["lo"])
+    assert hdi[0, 1] == pytest.approx(comp.cells[0]["deltas"][0]["hdi"]["hi"])
+    eti = comp.cells[0]["deltas"][0]["eti"]
+    lo, hi = np.quantile(comp.delta_reps[:, 0], [0.025, 0.975])
+    assert (eti["lo"], eti["hi"]) == pytest.approx((lo, hi))
