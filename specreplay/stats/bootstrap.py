@@ -98,17 +98,18 @@ def _count_draws(
         m = strat_start[s + 1] - lo
         mu = uint64(m)
         base = uniform_bits(seed, uint64(b), s, 0, STREAM_BOOT)
+        seg = cnt[lo : lo + m]  # unsigned indices into a view: no negative-index checks
         for i in range(m // 2):
             bits = stream_bits(base, i)
-            cnt[lo + np.int64(((bits >> uint64(32)) * mu) >> uint64(32))] += 1
-            cnt[lo + np.int64(((bits & lo32) * mu) >> uint64(32))] += 1
+            seg[((bits >> uint64(32)) * mu) >> uint64(32)] += 1
+            seg[((bits & lo32) * mu) >> uint64(32)] += 1
         if m % 2 == 1:
             bits = stream_bits(base, m // 2)
-            cnt[lo + np.int64(((bits >> uint64(32)) * mu) >> uint64(32))] += 1
+            seg[((bits >> uint64(32)) * mu) >> uint64(32)] += 1
         if m > 255:
             total = np.int64(0)
-            for j in range(lo, lo + m):
-                total += np.int64(cnt[j])
+            for j in range(m):
+                total += np.int64(seg[j])
             if total != m:
                 return False
     return True
@@ -118,23 +119,30 @@ def _count_draws(
 def _weighted_sums(
     b: int,
     cell_start: NDArray[np.int64],
-    piece_member: NDArray[np.int64],
+    piece_member: NDArray[np.uint64],
     piece_vals: NDArray[np.float64],
     cnt: NDArray[np.uint8] | NDArray[np.int32],
     out: NDArray[np.float64],
 ) -> None:
     """Write each cell's count-weighted sums of replicate b into ``out[b]``."""
     for c in range(cell_start.shape[0] - 1):
+        lo = cell_start[c]
+        hi = cell_start[c + 1]
+        mem = piece_member[lo:hi]
+        v0 = piece_vals[0, lo:hi]
+        v1 = piece_vals[1, lo:hi]
+        v2 = piece_vals[2, lo:hi]
+        v3 = piece_vals[3, lo:hi]
         a0 = 0.0
         a1 = 0.0
         a2 = 0.0
         a3 = 0.0
-        for k in range(cell_start[c], cell_start[c + 1]):
-            w = float(cnt[piece_member[k]])
-            a0 += w * piece_vals[0, k]
-            a1 += w * piece_vals[1, k]
-            a2 += w * piece_vals[2, k]
-            a3 += w * piece_vals[3, k]
+        for k in range(hi - lo):
+            w = float(cnt[mem[k]])
+            a0 += w * v0[k]
+            a1 += w * v1[k]
+            a2 += w * v2[k]
+            a3 += w * v3[k]
         out[b, c, 0] = a0
         out[b, c, 1] = a1
         out[b, c, 2] = a2
@@ -147,7 +155,7 @@ def _boot_kernel(
     n_boot: int,
     strat_start: NDArray[np.int64],
     cell_start: NDArray[np.int64],
-    piece_member: NDArray[np.int64],
+    piece_member: NDArray[np.uint64],
     piece_vals: NDArray[np.float64],
     identity: bool,
     out: NDArray[np.float64],
@@ -164,7 +172,7 @@ def _boot_kernel(
         request-key order within the stratum).
     cell_start : int64, (C + 1,)
         Finest cell c holds pieces ``cell_start[c] .. cell_start[c + 1] - 1``.
-    piece_member : int64, (k,)
+    piece_member : uint64, (k,)
         Member (resampling unit) of each piece; pieces are sorted by (cell, member).
     piece_vals : float64, (4, k)
         n_a, t_a, n_b, t_b of each piece.
@@ -193,16 +201,23 @@ def _boot_kernel(
             if _count_draws(seed, b, strat_start, cnt8):
                 if identity:  # piece k is member k: no gather, so this loop vectorises
                     for c in range(cell_start.shape[0] - 1):
+                        lo = cell_start[c]
+                        hi = cell_start[c + 1]
+                        w8 = cnt8[lo:hi]  # views indexed from 0: no negative-index checks
+                        v0 = piece_vals[0, lo:hi]
+                        v1 = piece_vals[1, lo:hi]
+                        v2 = piece_vals[2, lo:hi]
+                        v3 = piece_vals[3, lo:hi]
                         a0 = 0.0
                         a1 = 0.0
                         a2 = 0.0
                         a3 = 0.0
-                        for k in range(cell_start[c], cell_start[c + 1]):
-                            w = float(cnt8[k])
-                            a0 += w * piece_vals[0, k]
-                            a1 += w * piece_vals[1, k]
-                            a2 += w * piece_vals[2, k]
-                            a3 += w * piece_vals[3, k]
+                        for k in range(hi - lo):
+                            w = float(w8[k])
+                            a0 += w * v0[k]
+                            a1 += w * v1[k]
+                            a2 += w * v2[k]
+                            a3 += w * v3[k]
                         out[b, c, 0] = a0
                         out[b, c, 1] = a1
                         out[b, c, 2] = a2
@@ -221,7 +236,7 @@ class _Layout:
     member_request: NDArray[np.int64]  # request index of each member (stratum-major, key order)
     strat_start: NDArray[np.int64]
     cell_start: NDArray[np.int64]
-    piece_member: NDArray[np.int64]
+    piece_member: NDArray[np.uint64]
     piece_vals: NDArray[np.float64]
     identity: bool
     n_cells: int
@@ -257,7 +272,7 @@ def _layout(ps: PairedSums, stratify: str) -> _Layout:
         member_request=member_request,
         strat_start=strat_start,
         cell_start=cell_start,
-        piece_member=np.ascontiguousarray(pm[porder]),
+        piece_member=np.ascontiguousarray(pm[porder]).astype(np.uint64),
         piece_vals=np.ascontiguousarray(vals),
         identity=bool(np.array_equal(pm[porder], np.arange(pm.shape[0]))),
         n_cells=n_cells,
