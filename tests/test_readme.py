@@ -1,0 +1,43 @@
+"""The README's examples run: its Python block and its `specreplay interval` command."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specreplay.cli import app
+
+ROOT = Path(__file__).parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def test_python_example_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    block = re.search(r"```python\n(.*?)```", README, re.S)
+    assert block is not None
+    monkeypatch.chdir(ROOT)
+    exec(compile(block.group(1), "README.md", "exec"), {})
+    out = capsys.readouterr().out.split()
+    assert out[0].startswith("2.5650") and out[1] == "DIFFERENT"
+
+
+def test_interval_example_runs(tmp_path: Path) -> None:
+    cmd = re.search(r"```bash\n(specreplay interval \\\n.*?)```", README, re.S)
+    assert cmd is not None
+    argv = shlex.split(cmd.group(1).replace("\\\n", " "))[1:]
+    argv[argv.index("--out") + 1] = str(tmp_path / "o")
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        res = CliRunner().invoke(app, [*argv, "-q"])
+    finally:
+        os.chdir(cwd)
+    assert res.exit_code == 0, res.output
+    first = README.split("prints first `")[1].split("`")[0].replace("\n", " ")
+    assert res.stdout.startswith(first)
