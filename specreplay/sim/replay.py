@@ -1,0 +1,289 @@
+"""Replay kernels: Monte Carlo and analytic retained tokens per round, for every depth at once.
+
+Terms (SPEC §1, §3.2). A **round** replays the archived positions 1..D of one archived round under
+an arm: at position j the sampler law q^s_j drafts x (CDF inversion of a uniform u), the verifier
+accepts when v·q^v_j(x) < p_j(x) (v a second uniform), and the round stops at the first rejection.
+A = accepted drafts; the round retains 1 + A tokens. Replaying depth d ≤ D truncates the same draws
+at d, so one pass gives every depth 1..D (**path assumption**: the archived laws are used as if
+they did not depend on what was drafted before).
+
+- **montecarlo**: M replicates; replicate m of position j of round r uses
+  ``uniform(seed, request_key, round, j, stream + STREAMS_PER_REPLICATE·m)``: every arm of a run
+  sees the same (u, v) for the same (request, round, position, replicate) (common random numbers).
+  Float laws draw x as the first candidate whose cumulative sum exceeds u; dyadic laws draw
+  k = ⌊u·2^53⌋ >> (53 − N) against the integer cumulative sums (SPEC §3.2).
+- **analytic** (Rao-Blackwellised): α_j = Σ_x q^s_j(x)·a_j(x) with a_j(x) = min(1, p_j(x)/q^v_j(x))
+  (1 when q^v = 0 < p, 0 when p = 0), E[1 + A] at depth d = 1 + Σ_{k≤d} Π_{j≤k} α_j.
+
+The kernels compute per-round values in parallel; :class:`ReplayAccumulator` adds them into
+per-(request, bucket) sums sequentially in archive order, so sums are bit-identical whatever the
+thread count or batch size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange, uint64
+from numpy.typing import NDArray
+
+from specreplay.sim.rng import STREAM_ACCEPT, STREAM_DRAFT, STREAMS_PER_REPLICATE, uniform
+
+__all__ = ["RoundValues", "replay_rounds"]
+
+_TWO53 = 9007199254740992.0
+
+
+@njit(inline="always", cache=True)
+def _accept_prob(qv: float, p: float) -> float:
+    """a(x) = P(v·q^v(x) < p(x)) for v ~ U[0, 1)."""
+    if p <= 0.0:
+        return 0.0
+    if qv <= p:
+        return 1.0
+    return p / qv
+
+
+@njit(inline="always", cache=True)
+def _draw_float(q: NDArray[np.float64], a: int, b: int, u: float) -> int:
+    """First index in [a, b) whose cumulative q exceeds u (last positive one if rounding)."""
+    c = 0.0
+    last = -1
+    for i in range(a, b):
+        qi = q[i]
+        if qi > 0.0:
+            c += qi
+            last = i
+            if c > u:
+                return i
+    return last
+
+
+@njit(inline="always", cache=True)
+def _draw_dyadic(m: NDArray[np.int64], a: int, b: int, u: float, bits: int) -> int:
+    """First index in [a, b) whose integer cumulative sum exceeds k = ⌊u·2^53⌋ >> (53 − N)."""
+    k = np.int64(np.uint64(u * _TWO53) >> uint64(53 - bits))
+    c = np.int64(0)
+    for i in range(a, b):
+        c += m[i]
+        if c > k:
+            return i
+    return b - 1
+
+
+@dataclass(frozen=True)
+class RoundValues:
+    """Per-round replay values of one arm for one batch (n rounds, depths 1..D).
+
+    Attributes
+    ----------
+    depth : int32, (n,)
+        Positions replayed in the round: min(recorded positions, D).
+    t_analytic : float64, (n, D)
+        E[1 + A] at depth d (column d − 1), analytic; NaN past the round's depth.
+    surv_analytic : float64, (n, D)
+        P(A ≥ k) = Π_{j≤k} α_j (column k − 1); NaN past the round's depth.
+    t_mc : float64, (n, D)
+        Mean over replicates of 1 + min(A, d); NaN past the round's depth or when M = 0.
+    var_mc : float64, (n, D)
+        Variance of that mean (sample variance over replicates / M): its MC error.
+    surv_mc : float64, (n, D)
+        Share of replicates with A ≥ k.
+    offpath : float64, (n, 4)
+        Per round, at its full depth: [accepted positions, accepted off the archived token,
+        evaluated positions, evaluated positions reached through an off-path prefix]; MC means
+        over replicates (columns 0..3) when M > 0, else analytic expectations.
+    """
+
+    depth: NDArray[np.int32]
+    t_analytic: NDArray[np.float64]
+    surv_analytic: NDArray[np.float64]
+    t_mc: NDArray[np.float64]
+    var_mc: NDArray[np.float64]
+    surv_mc: NDArray[np.float64]
+    offpath: NDArray[np.float64]
+
+
+@njit(parallel=True, cache=True)
+def _replay_kernel(
+    offsets: NDArray[np.int64],
+    p: NDArray[np.float64],
+    qs: NDArray[np.float64],
+    ms: NDArray[np.int64],
+    bits: int,
+    qv: NDArray[np.float64],
+    drafted: NDArray[np.int32],
+    round_offsets: NDArray[np.int64],
+    round_key: NDArray[np.uint64],
+    round_index: NDArray[np.int64],
+    seed: np.uint64,
+    n_rep: int,
+    max_depth: int,
+    depth: NDArray[np.int32],
+    t_an: NDArray[np.float64],
+    s_an: NDArray[np.float64],
+    t_mc: NDArray[np.float64],
+    v_mc: NDArray[np.float64],
+    s_mc: NDArray[np.float64],
+    offpath: NDArray[np.float64],
+) -> None:
+    """Fill the per-round arrays of :class:`RoundValues` (see there for shapes).
+
+    Parameters
+    ----------
+    offsets : int64, (n_rows + 1,)
+        CSR offsets of the position rows' candidates.
+    p : float64, (nnz,)
+        Target probabilities of the candidates.
+    qs, qv : float64, (nnz,)
+        Sampler and verifier laws over the candidates.
+    ms : int64, (nnz,) or (0,)
+        Dyadic integers of the sampler law when ``bits`` > 0.
+    bits : int
+        N of a dyadic sampler, 0 for float samplers.
+    drafted : int32, (n_rows,)
+        Archived drafted candidate index per row, −1 when unknown.
+    round_offsets : int64, (n_rounds + 1,)
+    round_key : uint64, (n_rounds,)
+    round_index : int64, (n_rounds,)
+    seed : uint64
+    n_rep : int
+        Monte Carlo replicates M (0: analytic only).
+    max_depth : int
+        D: depths 1..D are evaluated.
+    """
+    n_rounds = round_offsets.shape[0] - 1
+    for r in prange(n_rounds):
+        a = round_offsets[r]
+        d_r = min(round_offsets[r + 1] - a, max_depth)
+        depth[r] = d_r
+        key = round_key[r]
+        rnd = round_index[r]
+        for d in range(max_depth):
+            t_an[r, d] = np.nan
+            s_an[r, d] = np.nan
+            t_mc[r, d] = np.nan
+            v_mc[r, d] = np.nan
+            s_mc[r, d] = np.nan
+        # analytic: products of acceptance probabilities, and off-path expectations
+        prod = 1.0
+        on_path = 1.0  # P(reach j with every earlier accepted token the archived one)
+        acc = 1.0
+        e_acc = 0.0
+        e_acc_off = 0.0
+        e_eval = 0.0
+        e_eval_off = 0.0
+        for j in range(d_r):
+            row = a + j
+            lo = offsets[row]
+            hi = offsets[row + 1]
+            alpha = 0.0
+            a_drafted = 0.0
+            dr = drafted[row]
+            for i in range(lo, hi):
+                ai = qs[i] * _accept_prob(qv[i], p[i])
+                alpha += ai
+                if i - lo == dr:
+                    a_drafted = ai
+            e_eval += prod
+            e_eval_off += prod - on_path
+            e_acc += prod * alpha
+            e_acc_off += prod * (alpha - a_drafted)
+            on_path *= a_drafted
+            prod *= alpha
+            acc += prod
+            t_an[r, j] = acc
+            s_an[r, j] = prod
+        if n_rep == 0:
+            offpath[r, 0] = e_acc
+            offpath[r, 1] = e_acc_off
+            offpath[r, 2] = e_eval
+            offpath[r, 3] = e_eval_off
+            continue
+        # Monte Carlo with common random numbers
+        for d in range(d_r):
+            t_mc[r, d] = 0.0
+            v_mc[r, d] = 0.0
+            s_mc[r, d] = 0.0
+        n_acc = 0.0
+        n_acc_off = 0.0
+        n_eval = 0.0
+        n_eval_off = 0.0
+        for m in range(n_rep):
+            base = STREAMS_PER_REPLICATE * m
+            big_a = d_r
+            off = False
+            for j in range(d_r):
+                row = a + j
+                lo = offsets[row]
+                hi = offsets[row + 1]
+                u = uniform(seed, key, rnd, j + 1, base + STREAM_DRAFT)
+                x = _draw_dyadic(ms, lo, hi, u, bits) if bits > 0 else _draw_float(qs, lo, hi, u)
+                v = uniform(seed, key, rnd, j + 1, base + STREAM_ACCEPT)
+                n_eval += 1.0
+                if off:
+                    n_eval_off += 1.0
+                if x >= 0 and v * qv[x] < p[x]:
+                    n_acc += 1.0
+                    if x - lo != drafted[row]:
+                        n_acc_off += 1.0
+                        off = True
+                else:
+                    big_a = j
+                    break
+            for d in range(d_r):
+                kept = min(big_a, d + 1)
+                val = 1.0 + kept
+                t_mc[r, d] += val
+                v_mc[r, d] += val * val
+                if big_a >= d + 1:
+                    s_mc[r, d] += 1.0
+        inv = 1.0 / n_rep
+        for d in range(d_r):
+            mean = t_mc[r, d] * inv
+            var = (v_mc[r, d] - n_rep * mean * mean) / (n_rep - 1) if n_rep > 1 else 0.0
+            t_mc[r, d] = mean
+            v_mc[r, d] = max(var, 0.0) * inv
+            s_mc[r, d] *= inv
+        offpath[r, 0] = n_acc * inv
+        offpath[r, 1] = n_acc_off * inv
+        offpath[r, 2] = n_eval * inv
+        offpath[r, 3] = n_eval_off * inv
+
+
+def replay_rounds(
+    *,
+    offsets: NDArray[np.int64],
+    target_probs: NDArray[np.float64],
+    q_sampler: NDArray[np.float64],
+    m_sampler: NDArray[np.int64] | None,
+    bits: int,
+    q_verifier: NDArray[np.float64],
+    drafted_idx: NDArray[np.int32],
+    round_offsets: NDArray[np.int64],
+    round_key: NDArray[np.uint64],
+    round_index: NDArray[np.int64],
+    seed: int,
+    replicates: int,
+    max_depth: int,
+) -> RoundValues:
+    """Replay every round of a batch under one arm's laws (see the module docstring)."""
+    n = round_index.shape[0]
+    out = RoundValues(
+        depth=np.empty(n, np.int32),
+        t_analytic=np.empty((n, max_depth)),
+        surv_analytic=np.empty((n, max_depth)),
+        t_mc=np.empty((n, max_depth)),
+        var_mc=np.empty((n, max_depth)),
+        surv_mc=np.empty((n, max_depth)),
+        offpath=np.empty((n, 4)),
+    )
+    ms = m_sampler if (m_sampler is not None and bits > 0) else np.zeros(0, np.int64)
+    _replay_kernel(
+        offsets, target_probs, q_sampler, ms, int(bits), q_verifier, drafted_idx,
+        round_offsets, round_key, round_index, np.uint64(seed), int(replicates), int(max_depth),
+        out.depth, out.t_analytic, out.surv_analytic, out.t_mc, out.var_mc, out.surv_mc,
+        out.offpath,
+    )  # fmt: skip
+    return out
