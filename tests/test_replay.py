@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numba
 import numpy as np
@@ -137,7 +136,7 @@ def test_kernel_matches_slow_reference(mismatched: bool, bits: int) -> None:
 
 
 def test_same_values_with_one_and_two_threads() -> None:
-    b, m = _random_batch(4, 300, 8, True, 0)
+    b, _ = _random_batch(4, 300, 8, True, 0)
     numba.set_num_threads(1)
     try:
         one = _run(b, reps=6, depth=5, seed=2)
