@@ -200,20 +200,35 @@ class ArchiveReader:
                     continue
                 pending.append(rows)
                 n_pending += rows.n
-                if n_pending >= self.batch_rows:
-                    allrows = _Rows.concat(pending)
-                    cut = _last_round_start(allrows)
-                    if cut > 0:
-                        head, tail = allrows.split(cut)
-                        yield self._to_batch(head)
-                        pending, n_pending = [tail], tail.n
-                    else:
-                        pending, n_pending = [allrows], allrows.n
+                if n_pending >= self.batch_rows or rows.n >= self.chunk_rows // 2:
+                    cut = _last_round_start(rows)
+                    if cut == 0:  # the newest rows are all one unfinished round
+                        continue
+                    whole, tail = rows.split(cut)
+                    yield from self._emit([*pending[:-1], whole])
+                    pending, n_pending = [tail], tail.n
             self.files.append(FileInfo(file.path, rows_in_file))
             if self.truncated:
                 break
         if pending and not self.errors:
             yield self._to_batch(_Rows.concat(pending))
+
+    def _emit(self, parts: list[_Rows]) -> Iterator[RoundBatch]:
+        """Yield whole rounds made of ``parts`` without copying the large last part.
+
+        The earlier parts (an unfinished round carried from the previous chunk, small chunks)
+        are joined with the last part's first round into one small batch; the rest of the last
+        part is sliced, not copied.
+        """
+        last = parts[-1]
+        if len(parts) > 1:
+            first_end = _first_round_end(last)
+            if first_end >= last.n:
+                yield self._to_batch(_Rows.concat(parts))
+                return
+            head, last = last.split(first_end)
+            yield self._to_batch(_Rows.concat([*parts[:-1], head]))
+        yield self._to_batch(last)
 
     def validate(self) -> list[str]:
         """Read the whole archive; return the collected errors (empty when it is valid)."""
@@ -400,21 +415,18 @@ class ArchiveReader:
         return rows, issues
 
     def _codes(self, col: pl.Series, table: dict[str, int], names: list[str]) -> NDArray[np.int64]:
-        uniq, first, inverse = np.unique(
-            col.cast(pl.String).to_numpy().astype(str), return_index=True, return_inverse=True
-        )
-        codes = np.empty(len(uniq), dtype=np.int64)
-        for k in np.argsort(first, kind="stable"):
-            name = str(uniq[k])
-            code = table.get(name)
-            if code is None:
-                code = len(names)
-                table[name] = code
+        """Integer codes of a string column, new names numbered in first-appearance order."""
+        col = col.cast(pl.String)
+        uniq = col.unique(maintain_order=True).to_list()
+        for name in uniq:
+            if name not in table:
+                table[name] = len(names)
                 names.append(name)
                 if table is self._req_code:
                     self.request_family.append(-1)
-            codes[k] = code
-        return codes[inverse.reshape(-1)]
+        local = pl.Series("code", [table[name] for name in uniq], dtype=pl.Int64)
+        mapped = col.replace_strict(pl.Series(uniq, dtype=pl.String), local)
+        return np.ascontiguousarray(mapped.to_numpy(), dtype=np.int64)
 
     def _order_message(
         self,
@@ -496,6 +508,12 @@ class ArchiveReader:
             measured_accepted=measured,
             extras=rows.extras,
         )
+
+
+def _first_round_end(rows: _Rows) -> int:
+    """Index one past the last row of the first round in ``rows``."""
+    same = (rows.req == rows.req[0]) & (rows.rnd == rows.rnd[0])
+    return int(np.argmin(same)) if not same.all() else rows.n
 
 
 def _last_round_start(rows: _Rows) -> int:
