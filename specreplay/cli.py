@@ -256,10 +256,7 @@ def interval(
     with _user_errors():
         from specreplay.workflows import run_interval
 
-        verdicts = {v.strip().upper() for v in fail_on.split(",") if v.strip()}
-        unknown = verdicts - {"EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"}
-        if unknown:
-            raise SpecReplayError(f"--fail-on: unknown verdict(s) {sorted(unknown)}")
+        verdicts = _verdict_set(fail_on, {"EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"})
         if stratify not in ("family", "none"):
             raise SpecReplayError(f"--stratify: {stratify!r} should be family or none")
         text, code = run_interval(
@@ -269,7 +266,7 @@ def interval(
             force=force,
             question_file=question_file,
             margin=margin,
-            fail_on=frozenset(verdicts),
+            fail_on=verdicts,
             n_boot=n_boot,
             seed=seed,
             stratify=stratify,
@@ -280,6 +277,116 @@ def interval(
             choice=choice,
             drafted=drafted,
             names=(name_a, name_b),
+            progress=lambda what, total: _progress(quiet, what, total),
+        )
+        typer.echo(text)
+        if code:
+            raise typer.Exit(code=code)
+
+
+def _verdict_set(text: str, allowed: set[str]) -> frozenset[str]:
+    verdicts = {v.strip().upper() for v in text.split(",") if v.strip()}
+    unknown = verdicts - allowed
+    if unknown:
+        raise SpecReplayError(f"--fail-on: unknown verdict(s) {sorted(unknown)}")
+    return frozenset(verdicts)
+
+
+@app.command()
+def requalify(
+    archive: Annotated[Path, typer.Argument(help="Position-trace archive (file or shard folder).")],
+    baseline: Annotated[
+        str, typer.Option("--baseline", help="Arm in production, e.g. top32:t0.7@5.")
+    ],
+    candidate: Annotated[
+        str, typer.Option("--candidate", help="Changed arm, e.g. top32:t0.7:dyadic24@5.")
+    ],
+    reference: Annotated[
+        str | None,
+        typer.Option("--reference", help="Arm the gain is measured against, e.g. greedy@5."),
+    ] = None,
+    estimator: Annotated[
+        str,
+        typer.Option(
+            "--estimator", help="analytic (exact under the path assumption) or montecarlo."
+        ),
+    ] = "analytic",
+    replicates: Annotated[
+        int, typer.Option("--replicates", help="Monte Carlo replicates per round.", min=2)
+    ] = 16,
+    margin: Annotated[
+        str,
+        typer.Option(
+            "--margin", help="Equivalence margin: 0.5% (of R_baseline) or 0.02 tokens/round."
+        ),
+    ] = "0.5%",
+    fail_on: Annotated[
+        str,
+        typer.Option(
+            "--fail-on",
+            help="Comma-separated pooled requalifications that exit 1 (QUALIFIED, "
+            "'NOT QUALIFIED', INCONCLUSIVE).",
+        ),
+    ] = "",
+    families: Annotated[
+        str | None, typer.Option("--families", help="Replay only these families (comma-separated).")
+    ] = None,
+    sample_requests: Annotated[
+        int | None,
+        typer.Option("--sample-requests", help="Replay a seeded sample of N requests.", min=1),
+    ] = None,
+    n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples.", min=100)] = 10_000,
+    stratify: Annotated[str, typer.Option("--stratify", help="family or none.")] = "family",
+    level: Annotated[
+        float, typer.Option("--level", help="Confidence level.", min=0.5, max=0.999)
+    ] = 0.95,
+    min_requests: Annotated[
+        int, typer.Option("--min-requests", help="Cells with fewer requests are null.", min=2)
+    ] = 10,
+    buckets: BucketsOpt = "",
+    logging_arm: Annotated[
+        str | None,
+        typer.Option("--logging-arm", help="Arm that drafted the archive, if it has no column."),
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path(
+        "specreplay-out/requalify"
+    ),
+    seed: SeedOpt = 0,
+    force: ForceOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Replay an archive under baseline and candidate arms and requalify the change.
+
+    Prints the verdict first: QUALIFIED when the candidate's R is EQUIVALENT to the baseline's
+    and its law test passes, NOT QUALIFIED when DIFFERENT or the law test fails, else
+    INCONCLUSIVE; then R per arm by family x bucket, the gain over --reference, the path-bias
+    diagnostic of the logging arm, survival per position and the law tests.
+    """
+    with _user_errors():
+        from specreplay.requalify import run_requalify
+
+        if stratify not in ("family", "none"):
+            raise SpecReplayError(f"--stratify: {stratify!r} should be family or none")
+        text, code, _ = run_requalify(
+            archive,
+            baseline=baseline,
+            candidate=candidate,
+            reference=reference,
+            out=out,
+            force=force,
+            estimator=estimator,
+            replicates=replicates,
+            margin=margin,
+            fail_on=_verdict_set(fail_on, {"QUALIFIED", "NOT QUALIFIED", "INCONCLUSIVE"}),
+            families={f.strip() for f in families.split(",")} if families else None,
+            n_sample_requests=sample_requests,
+            n_boot=n_boot,
+            seed=seed,
+            stratify=stratify,
+            level=level,
+            min_requests=min_requests,
+            buckets=buckets,
+            logging_arm=logging_arm,
             progress=lambda what, total: _progress(quiet, what, total),
         )
         typer.echo(text)

@@ -14,7 +14,13 @@ from specreplay.report import fmt
 if TYPE_CHECKING:
     from specreplay.workflows import ArchiveScan
 
-__all__ = ["archive_summary", "comparison_tables", "markdown_table", "measured_tables"]
+__all__ = [
+    "archive_summary",
+    "comparison_tables",
+    "markdown_table",
+    "measured_tables",
+    "requalify_tables",
+]
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -239,3 +245,157 @@ def comparison_tables(
     if reasons:
         out += ["", *[f"[{k}] {r}" for r, k in reasons.items()]]
     return "\n".join(out) + "\n"
+
+
+def requalify_tables(doc: dict[str, Any], base: str, cand: str, margin_text: str) -> str:
+    """Verdict first, then deltas by cell, the reference gain, path bias, survival, law tests."""
+    cells = doc["cells"]
+    pooled = cells[0]
+    rq = doc["requalification"]
+
+    def delta(c: dict[str, Any], role: str) -> dict[str, Any] | None:
+        return next((d for d in c["deltas"] if d["role"] == role), None)
+
+    main = delta(pooled, "candidate-vs-baseline")
+    lines: list[str] = []
+    if rq["verdict"] is None or main is None or main["point"] is None:
+        lines.append(f"REQUALIFICATION (pooled): — ({rq.get('null_reason')})")
+    else:
+        lines.append(
+            f"REQUALIFICATION (pooled, SIMULATED): {rq['verdict']} — {cand} vs {base}: "
+            f"Δ = {main['point']:+.4f} tokens/round [{main['lo']:+.4f}, {main['hi']:+.4f}] "
+            f"({100 * main['rel']:+.3f}% [{100 * main['rel_lo']:+.3f}%, "
+            f"{100 * main['rel_hi']:+.3f}%]), verdict {main['verdict']} at margin {margin_text}; "
+            f"{rq['because'].split('; ')[1]}"
+        )
+    lines += ["", f"## Requalification by cell: {cand} (b) vs {base} (a), SIMULATED", ""]
+    rows = []
+    for c in cells:
+        d = delta(c, "candidate-vs-baseline")
+        if d is None:
+            continue
+        name = _cell_name(c)
+        ra = c["arms"][base]["R"]
+        rb = c["arms"][cand]["R"]
+        if d["point"] is None:
+            rows.append([name, str(c["n_requests"]), fmt(ra), fmt(rb), "—", "—", "—", "—",
+                         d["null_reason"] or "—"])  # fmt: skip
+            continue
+        rows.append(
+            [
+                name,
+                str(c["n_requests"]),
+                fmt(ra),
+                fmt(rb),
+                _num(d["point"]),
+                f"[{_num(d['lo'])}, {_num(d['hi'])}]",
+                f"{100 * d['rel']:+.3f}%",
+                str(d["verdict"]),
+                str((c.get("requalification") or {}).get("verdict") or "—"),
+            ]
+        )
+    lines.append(
+        markdown_table(
+            [
+                "cell",
+                "requests",
+                "R_a",
+                "R_b",
+                "Δ",
+                "95% CI",
+                "Δ/R_a",
+                "verdict",
+                "requalification",
+            ],
+            rows,
+        )
+    )
+    ref_rows = []
+    for c in cells:
+        d = delta(c, "candidate-vs-reference")
+        if d is None or d["point"] is None:
+            continue
+        ref_rows.append(
+            [
+                _cell_name(c),
+                fmt(c["arms"][d["a"]]["R"]),
+                fmt(c["arms"][cand]["R"]),
+                _num(d["point"]),
+                f"[{_num(d['lo'])}, {_num(d['hi'])}]",
+                f"{100 * d['rel']:+.2f}%",
+            ]
+        )
+    if ref_rows:
+        ref_name = next(d["a"] for d in pooled["deltas"] if d["role"] == "candidate-vs-reference")
+        lines += [
+            "",
+            f"## Gain of {cand} over the reference {ref_name} (SIMULATED; no verdict)",
+            "",
+            markdown_table(["cell", "R ref", "R cand", "Δ", "95% CI", "Δ/R ref"], ref_rows),
+        ]
+    pb = delta(pooled, "path-bias")
+    if pb is not None and pb["point"] is not None:
+        lines += [
+            "",
+            "## Path-bias diagnostic of the logging arm",
+            "",
+            f"{pb['b']}: MEASURED R {fmt(pooled['arms'][pb['a']]['R'])} (archived `accepted`), "
+            f"SIMULATED R {fmt(pooled['arms'][pb['b']]['R'])} (replay under the path "
+            f"assumption); gap SIMULATED − MEASURED {_num(pb['point'])} "
+            f"[{_num(pb['lo'])}, {_num(pb['hi'])}] tokens/round (95% paired interval).",
+        ]
+    surv = pooled.get("survival", [])
+    if surv:
+        arms = list(dict.fromkeys(s["arm"] for s in surv))
+        depth = max(s["position"] for s in surv)
+        srows = []
+        for a in arms:
+            vals = {s["position"]: s for s in surv if s["arm"] == a}
+            srows.append(
+                [a, *[fmt(vals[j]["value"]) if j in vals else "—" for j in range(1, depth + 1)]]
+            )
+        lines += [
+            "",
+            "## Per-position survival P(A ≥ j), pooled (SIMULATED)",
+            "",
+            markdown_table(["arm", *[f"j={j}" for j in range(1, depth + 1)]], srows),
+        ]
+    offs = pooled.get("offpath", [])
+    if offs:
+        orows = [
+            [o["arm"], _pctp(o["accepted_offpath_share"]), _pctp(o["evaluated_offpath_share"])]
+            for o in offs
+        ]
+        lines += [
+            "",
+            "## Off-path rates, pooled (SIMULATED)",
+            "",
+            markdown_table(
+                ["arm", "accepted ≠ archived token", "evaluated after an off-path prefix"], orows
+            ),
+        ]
+    law = doc.get("law_tests", [])
+    if law:
+        lrows = [
+            [
+                t["arm"],
+                str(t["position"]),
+                f"{t['tv']:.3g}",
+                str(t.get("draws", "—")),
+                f"{t['p_adj']:.3g}",
+                "pass" if t["passed"] else "FAIL",
+            ]
+            for t in law
+        ]
+        lines += [
+            "",
+            "## Law tests on archive positions (SIMULATED; Holm over all, family-wise α = 1e-5)",
+            "",
+            markdown_table(["arm", "position", "exact TV", "draws", "p (Holm)", "result"], lrows),
+        ]
+    lines += ["", "Assumptions:", *[f"- {a}" for a in doc["assumptions"]]]
+    return "\n".join(lines) + "\n"
+
+
+def _pctp(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.2f}%"

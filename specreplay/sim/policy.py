@@ -1,0 +1,540 @@
+"""Policy laws and quantizers of arms, as Numba kernels over CSR position rows (SPEC §3.1).
+
+A batch's position rows are CSR slices: row i's candidates are ``[offsets[i], offsets[i + 1])`` of
+the flat ``draft_logprobs`` (full-vocabulary log-probabilities at temperature 1; −inf = q 0).
+
+Terms
+-----
+policy law
+    The float64 law q an arm's :class:`~specreplay.sim.arms.Policy` gives a row's candidates:
+    temperature, then top-k, then top-p (vLLM's order), renormalised over the kept candidates;
+    zeros for dropped candidates. Greedy is a point mass on the highest log-probability.
+quantized law
+    The law the drafter samples from (sampler) or the verifier accepts with (verifier): the policy
+    law passed through a :class:`~specreplay.sim.arms.Quant`. Dyadic kinds also give the integers
+    m_i with Σ m_i = 2^N exactly (q_i = m_i / 2^N).
+row flag
+    Bits per row, OR-ed: :data:`FLAG_K_EXCEEDS` (K > the row's number of candidates: SPEC §3.1
+    never clamps silently, the caller makes those cells null with a count) and
+    :data:`FLAG_NO_SUPPORT` (every log-probability is −inf: there is no law). A flagged row still
+    holds a proper law so that downstream kernels need no special case: the K = n law for
+    FLAG_K_EXCEEDS, a point mass on the row's first candidate for FLAG_NO_SUPPORT.
+
+Decisions
+---------
+- Order: candidates are ranked by decreasing scaled logit ``lp / T`` (= decreasing probability),
+  ties to the lower index (a stable sort); top-k keeps the first K, top-p walks the same order over
+  the top-k law, summing ``w_i / S_k`` until the cumulative mass reaches P (at least one kept).
+  Sums over kept candidates run in index order. The test file's reference repeats these steps in
+  pure Python, so kept sets agree exactly and values to the last few ulps.
+- float16 is a direct round-to-nearest-even of the float64 value (numpy's ``np.float16(x)``);
+  bfloat16 is float64 → float32 (nearest even) → bfloat16 (nearest even on the float32 bit pattern,
+  the way PyTorch converts), which can differ from a direct rounding in rare double-rounding ties.
+  Both are exact significand roundings done with ``frexp``/``ldexp``/``rint`` inside the kernel
+  (inputs are laws, in [0, 1], so there is no overflow); subnormals are kept.
+- dyadic ``nearest`` gives its extra units only to candidates with q_i > 0 (a candidate dropped by
+  top-k or top-p must never become draftable); units beyond the support's size, and any deficit, go
+  to the argmax (largest q_i, ties to the lower index). This minimises Σ|m_i − q_i·2^N| among
+  non-negative integer vectors with Σ m_i = 2^N. An all-zero row quantizes to zeros.
+- Σ m_i = 2^N and m_i ≥ 0 are internal invariants checked in :func:`quantize` (AssertionError):
+  they are not user input. Checked after the parallel loop, since an assert inside a ``prange``
+  stops Numba from parallelising it.
+
+This module depends on NumPy, Numba and :mod:`specreplay.sim.arms` only.
+
+Examples
+--------
+>>> import numpy as np
+>>> from specreplay.sim.arms import parse_arm
+>>> offsets = np.array([0, 3], dtype=np.int64)
+>>> lp = np.log(np.array([0.5, 0.3, 0.2]))
+>>> laws = arm_laws(parse_arm("top2:dyadic8@5"), offsets, lp)
+>>> laws.m_sampler.tolist(), laws.flag.tolist()
+([160, 96, 0], [0])
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit, prange
+from numpy.typing import NDArray
+
+from specreplay.sim.arms import Arm, Policy, Quant
+
+__all__ = [
+    "FLAG_K_EXCEEDS",
+    "FLAG_NO_SUPPORT",
+    "KIND_BFLOAT16",
+    "KIND_CODES",
+    "KIND_DYADIC",
+    "KIND_FLOAT16",
+    "KIND_FLOAT32",
+    "KIND_FLOAT64",
+    "ROUNDING_CODES",
+    "ROUND_FLOOR_ARGMAX",
+    "ROUND_NEAREST",
+    "ArmLaws",
+    "LawCache",
+    "PolicyLaw",
+    "QuantLaw",
+    "arm_laws",
+    "policy_law",
+    "policy_law_of",
+    "quantize",
+    "quantize_law",
+]
+
+KIND_FLOAT64 = 0
+KIND_FLOAT32 = 1
+KIND_BFLOAT16 = 2
+KIND_FLOAT16 = 3
+KIND_DYADIC = 4
+KIND_CODES: dict[str, int] = {
+    "float64": KIND_FLOAT64,
+    "float32": KIND_FLOAT32,
+    "bfloat16": KIND_BFLOAT16,
+    "float16": KIND_FLOAT16,
+    "dyadic": KIND_DYADIC,
+}
+ROUND_NEAREST = 0
+ROUND_FLOOR_ARGMAX = 1
+ROUNDING_CODES: dict[str, int] = {"nearest": ROUND_NEAREST, "floor-argmax": ROUND_FLOOR_ARGMAX}
+
+FLAG_K_EXCEEDS = 1
+FLAG_NO_SUPPORT = 2
+
+# significand bits after the leading one, and the smallest normal exponent (IEEE 754 binary16;
+# bfloat16 shares float32's exponent range)
+_F16_MANT, _F16_EMIN = 10, -14
+_BF16_MANT, _BF16_EMIN = 7, -126
+
+
+# ================================================================================================
+# kernels
+# ================================================================================================
+
+
+@njit(cache=True)
+def _policy_row(
+    lp: NDArray[np.float64],
+    lo: int,
+    hi: int,
+    greedy: bool,
+    top_k: int,
+    temperature: float,
+    top_p: float,
+    out_q: NDArray[np.float64],
+) -> int:
+    """Write one row's policy law into ``out_q[lo:hi]``; return the row's flag bits."""
+    n = hi - lo
+    if n == 0:
+        return FLAG_NO_SUPPORT
+    flag = 0
+    if not greedy and top_k > n:
+        flag |= FLAG_K_EXCEEDS
+    best = lo
+    for j in range(lo, hi):
+        out_q[j] = 0.0
+        if lp[j] > lp[best]:
+            best = j
+    if lp[best] == -np.inf:
+        out_q[lo] = 1.0
+        return flag | FLAG_NO_SUPPORT
+    if (
+        greedy
+    ):  # SPEC §3.1: point mass on the highest draft log-probability, ties to the lower index
+        out_q[best] = 1.0
+        return flag
+    # temperature: softmax of lp / T, shifted by the maximum (exp(−inf) = 0)
+    mx = lp[best] / temperature
+    for j in range(lo, hi):
+        out_q[j] = math.exp(lp[j] / temperature - mx)
+    k = n if top_k <= 0 or top_k >= n else top_k
+    if k < n or top_p < 1.0:
+        key = np.empty(n)
+        for j in range(n):
+            key[j] = -(lp[lo + j] / temperature)
+        order = np.argsort(key, kind="mergesort")  # stable: ties to the lower index
+        for r in range(k, n):  # top-k: the K largest scaled logits
+            out_q[lo + order[r]] = 0.0
+        if top_p < 1.0:  # top-p on the top-k law: until the cumulative mass reaches P
+            s_k = 0.0
+            for j in range(lo, hi):
+                s_k += out_q[j]
+            cum = 0.0
+            kept = 0
+            while kept < k:
+                cum += out_q[lo + order[kept]] / s_k
+                kept += 1
+                if cum >= top_p:
+                    break
+            for r in range(kept, k):
+                out_q[lo + order[r]] = 0.0
+    s = 0.0
+    for j in range(lo, hi):
+        s += out_q[j]
+    for j in range(lo, hi):
+        out_q[j] /= s
+    return flag
+
+
+@njit(parallel=True, cache=True)
+def policy_law(
+    offsets: NDArray[np.int64],
+    draft_logprobs: NDArray[np.float64],
+    greedy: bool,
+    top_k: int,
+    temperature: float,
+    top_p: float,
+    out_q: NDArray[np.float64],
+    out_flag: NDArray[np.int8],
+) -> None:
+    """Write every row's policy law (SPEC §3.1) and flag.
+
+    Parameters
+    ----------
+    offsets : int64, (n_rows + 1,)
+        Row i is ``[offsets[i], offsets[i + 1])``.
+    draft_logprobs : float64, (nnz,)
+        Candidates' draft log-probabilities (temperature 1); −inf allowed.
+    greedy : bool
+        Point mass on the highest log-probability (ties to the lower index); the other policy
+        arguments are then ignored.
+    top_k : int
+        K ≥ 1, or ≤ 0 for all candidates. K > n sets FLAG_K_EXCEEDS; the law is then that of K = n.
+    temperature : float
+        T > 0.
+    top_p : float
+        P in (0, 1]; 1 keeps every top-k candidate.
+    out_q : float64, (nnz,)
+        Written: the law, summing to 1 per row; 0 for dropped candidates.
+    out_flag : int8, (n_rows,)
+        Written: FLAG_K_EXCEEDS | FLAG_NO_SUPPORT bits, 0 for a clean row.
+    """
+    for i in prange(offsets.shape[0] - 1):
+        out_flag[i] = _policy_row(
+            draft_logprobs, offsets[i], offsets[i + 1], greedy, top_k, temperature, top_p, out_q
+        )
+
+
+@njit(inline="always", cache=True)
+def _round_significand(x: float, mant_bits: int, min_exp: int) -> float:
+    """Round x ≥ 0 to nearest even: ``mant_bits`` bits after the leading 1, normals ≥ 2^min_exp."""
+    if x == 0.0:
+        return 0.0
+    _, e = math.frexp(x)  # x = f·2^e, f in [0.5, 1): the leading bit is 2^(e − 1)
+    shift = max(e - 1, min_exp) - mant_bits  # the quantum is 2^shift (subnormal below min_exp)
+    return math.ldexp(np.rint(math.ldexp(x, -shift)), shift)  # both scalings are exact
+
+
+@njit(cache=True)
+def _quantize_row(
+    q: NDArray[np.float64],
+    lo: int,
+    hi: int,
+    kind: int,
+    bits: int,
+    rounding: int,
+    out_q: NDArray[np.float64],
+    out_m: NDArray[np.int64],
+) -> bool:
+    """Quantize one row ``q[lo:hi]``; return False if a dyadic invariant fails."""
+    n = hi - lo
+    if n == 0:
+        return True
+    if kind != KIND_DYADIC:
+        s = 0.0
+        for j in range(lo, hi):
+            out_m[j] = 0
+            x = q[j]
+            if kind == KIND_FLOAT32:
+                x = float(np.float32(x))
+            elif kind == KIND_BFLOAT16:
+                x = _round_significand(float(np.float32(x)), _BF16_MANT, _BF16_EMIN)
+            elif kind == KIND_FLOAT16:
+                x = _round_significand(x, _F16_MANT, _F16_EMIN)
+            out_q[j] = x  # a value cast to 0 leaves the support
+            s += x
+        for j in range(lo, hi):
+            out_q[j] = out_q[j] / s if s > 0.0 else 0.0
+        return True
+    # dyadicN: m_i = ⌊q_i·2^N⌋ (ldexp scales exactly, also for subnormal q_i), r = 2^N − Σ m_i
+    total = np.int64(1) << bits
+    top = lo
+    n_support = 0
+    r = total
+    for j in range(lo, hi):
+        m = np.int64(np.floor(math.ldexp(q[j], bits)))
+        out_m[j] = m
+        r -= m
+        if q[j] > q[top]:
+            top = j
+        if q[j] > 0.0:
+            n_support += 1
+    if n_support == 0:
+        for j in range(lo, hi):
+            out_q[j] = 0.0
+        return True
+    if rounding == ROUND_NEAREST and r > 0:
+        # largest remainder: one unit each to the min(r, support) largest fractional parts,
+        # ties to the lower index; candidates with q_i = 0 sort last and get none
+        key = np.empty(n)
+        for j in range(n):
+            v = math.ldexp(q[lo + j], bits)
+            key[j] = -(v - np.floor(v)) if q[lo + j] > 0.0 else 1.0
+        order = np.argsort(key, kind="mergesort")
+        units = r if r < n_support else np.int64(n_support)
+        for t in range(units):
+            out_m[lo + order[t]] += 1
+        r -= units
+    out_m[top] += r  # floor-argmax: the whole remainder; nearest: any surplus beyond the support
+    check = np.int64(0)
+    for j in range(lo, hi):
+        check += out_m[j]
+        out_q[j] = math.ldexp(float(out_m[j]), -bits)  # exact: m_i ≤ 2^53
+    return bool(check == total and out_m[top] >= 0)
+
+
+@njit(parallel=True, cache=True)
+def quantize(
+    offsets: NDArray[np.int64],
+    q: NDArray[np.float64],
+    kind_code: int,
+    bits: int,
+    rounding_code: int,
+    out_q: NDArray[np.float64],
+    out_m: NDArray[np.int64],
+) -> None:
+    """Quantize every row's law (SPEC §3.1).
+
+    Parameters
+    ----------
+    offsets : int64, (n_rows + 1,)
+        Row i is ``[offsets[i], offsets[i + 1])``.
+    q : float64, (nnz,)
+        Policy laws: non-negative, each row summing to 1 up to rounding.
+    kind_code : int
+        One of the ``KIND_*`` codes.
+    bits : int
+        N for KIND_DYADIC (any 1..53 works here; arms allow 8..53); ignored otherwise.
+    rounding_code : int
+        ROUND_NEAREST (largest remainder) or ROUND_FLOOR_ARGMAX; dyadic only.
+    out_q : float64, (nnz,)
+        Written: the quantized law (renormalised in float64 for float kinds; m_i / 2^N for dyadic).
+    out_m : int64, (nnz,)
+        Written: the integers m_i for dyadic (Σ = 2^N per row with positive mass); zeros otherwise.
+
+    Raises
+    ------
+    AssertionError
+        If a dyadic row's integers do not sum to 2^N or go negative (an internal invariant).
+    """
+    n_rows = offsets.shape[0] - 1
+    ok = np.ones(n_rows, dtype=np.bool_)
+    for i in prange(n_rows):
+        ok[i] = _quantize_row(
+            q, offsets[i], offsets[i + 1], kind_code, bits, rounding_code, out_q, out_m
+        )
+    for i in range(n_rows):
+        if not ok[i]:
+            raise AssertionError("dyadic quantizer: integers do not sum to 2^N (internal bug)")
+
+
+# ================================================================================================
+# wrappers
+# ================================================================================================
+
+
+@dataclass(frozen=True)
+class PolicyLaw:
+    """A policy's float64 law over a batch's rows.
+
+    Attributes
+    ----------
+    q : float64, (nnz,)
+        The law per row (0 for dropped candidates).
+    flag : int8, (n_rows,)
+        FLAG_K_EXCEEDS | FLAG_NO_SUPPORT bits; 0 for a clean row.
+    """
+
+    q: NDArray[np.float64]
+    flag: NDArray[np.int8]
+
+
+@dataclass(frozen=True)
+class QuantLaw:
+    """A quantized law over a batch's rows.
+
+    Attributes
+    ----------
+    q : float64, (nnz,)
+        The quantized law (m_i / 2^N for dyadic kinds).
+    m : int64, (nnz,)
+        The dyadic integers (Σ = 2^N per row); zeros for float kinds.
+    bits : int
+        N for dyadic kinds, 0 for float kinds.
+    """
+
+    q: NDArray[np.float64]
+    m: NDArray[np.int64]
+    bits: int
+
+
+@dataclass(frozen=True)
+class ArmLaws:
+    """Everything the replay kernels need about one arm on one batch.
+
+    Attributes
+    ----------
+    q_sampler : float64, (nnz,)
+        The law the drafter samples from.
+    m_sampler : int64, (nnz,)
+        Its dyadic integers (Σ = 2^N per row) when ``sampler_bits > 0``; zeros otherwise.
+    q_verifier : float64, (nnz,)
+        The law of the accept test and the residual; the same array object as ``q_sampler`` when
+        the arm is matched.
+    flag : int8, (n_rows,)
+        Row flags of the policy (FLAG_K_EXCEEDS, FLAG_NO_SUPPORT): such rows' cells are null.
+    sampler_bits : int
+        N of a dyadic sampler (draw with CDF inversion on ``m_sampler``), 0 for float samplers.
+    """
+
+    q_sampler: NDArray[np.float64]
+    m_sampler: NDArray[np.int64]
+    q_verifier: NDArray[np.float64]
+    flag: NDArray[np.int8]
+    sampler_bits: int
+
+
+def _as_csr(
+    offsets: NDArray[np.integer], values: NDArray[np.floating]
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Validate and convert a CSR pair (ValueError: these are internal arrays, not user input)."""
+    off = np.ascontiguousarray(offsets, dtype=np.int64)
+    val = np.ascontiguousarray(values, dtype=np.float64)
+    if off.ndim != 1 or val.ndim != 1 or off.shape[0] < 1:
+        raise ValueError("offsets (n_rows + 1,) and values (nnz,) must be non-empty 1-D arrays")
+    if off[0] != 0 or off[-1] != val.shape[0] or bool(np.any(np.diff(off) < 0)):
+        raise ValueError("offsets must start at 0, be non-decreasing and end at len(values)")
+    return off, val
+
+
+def policy_law_of(
+    policy: Policy, offsets: NDArray[np.integer], draft_logprobs: NDArray[np.floating]
+) -> PolicyLaw:
+    """Compute a policy's law on CSR rows (wrapper of :func:`policy_law`).
+
+    Parameters
+    ----------
+    policy : Policy
+    offsets : int64, (n_rows + 1,)
+    draft_logprobs : float64, (nnz,)
+
+    Returns
+    -------
+    PolicyLaw
+    """
+    off, lp = _as_csr(offsets, draft_logprobs)
+    out_q = np.empty(lp.shape[0])
+    out_flag = np.empty(off.shape[0] - 1, dtype=np.int8)
+    top_k = 0 if policy.top_k is None else policy.top_k
+    policy_law(off, lp, policy.greedy, top_k, policy.temperature, policy.top_p, out_q, out_flag)
+    return PolicyLaw(out_q, out_flag)
+
+
+def quantize_law(quant: Quant, offsets: NDArray[np.integer], q: NDArray[np.floating]) -> QuantLaw:
+    """Quantize laws on CSR rows (wrapper of :func:`quantize`).
+
+    Parameters
+    ----------
+    quant : Quant
+    offsets : int64, (n_rows + 1,)
+    q : float64, (nnz,)
+        Policy laws.
+
+    Returns
+    -------
+    QuantLaw
+    """
+    off, qq = _as_csr(offsets, q)
+    out_q = np.empty(qq.shape[0])
+    out_m = np.empty(qq.shape[0], dtype=np.int64)
+    code = KIND_CODES[quant.kind]
+    quantize(off, qq, code, quant.bits, ROUNDING_CODES[quant.rounding], out_q, out_m)
+    return QuantLaw(out_q, out_m, quant.bits if code == KIND_DYADIC else 0)
+
+
+@dataclass
+class LawCache:
+    """Per-batch cache: each distinct Policy's law, and each (Policy, Quant), computed once.
+
+    Arms that share a policy (say ``top32:t0.7@5``, ``top32:t0.7:dyadic8@5`` and
+    ``top32:t0.7:dyadic8/float64@5``) share its policy law, and every arm's float64 verifier is the
+    same array. Keys are the frozen dataclasses, so two spellings of one arm share entries.
+
+    Parameters
+    ----------
+    offsets : int64, (n_rows + 1,)
+    draft_logprobs : float64, (nnz,)
+    """
+
+    offsets: NDArray[np.int64]
+    draft_logprobs: NDArray[np.float64]
+    _policies: dict[Policy, PolicyLaw] = field(default_factory=dict, init=False, repr=False)
+    _quants: dict[tuple[Policy, Quant], QuantLaw] = field(
+        default_factory=dict, init=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        self.offsets, self.draft_logprobs = _as_csr(self.offsets, self.draft_logprobs)
+
+    def policy(self, policy: Policy) -> PolicyLaw:
+        """Return the policy's law on this batch (computed once)."""
+        law = self._policies.get(policy)
+        if law is None:
+            law = policy_law_of(policy, self.offsets, self.draft_logprobs)
+            self._policies[policy] = law
+        return law
+
+    def quantized(self, policy: Policy, quant: Quant) -> QuantLaw:
+        """Return the policy's law through ``quant`` on this batch (computed once)."""
+        key = (policy, quant)
+        law = self._quants.get(key)
+        if law is None:
+            law = quantize_law(quant, self.offsets, self.policy(policy).q)
+            self._quants[key] = law
+        return law
+
+    def laws(self, arm: Arm) -> ArmLaws:
+        """Return the arm's sampler and verifier laws on this batch."""
+        sampler = self.quantized(arm.policy, arm.sampler)
+        verifier = sampler if arm.matched else self.quantized(arm.policy, arm.verifier)
+        return ArmLaws(
+            q_sampler=sampler.q,
+            m_sampler=sampler.m,
+            q_verifier=verifier.q,
+            flag=self.policy(arm.policy).flag,
+            sampler_bits=sampler.bits,
+        )
+
+
+def arm_laws(
+    arm: Arm, offsets: NDArray[np.integer], draft_logprobs: NDArray[np.floating]
+) -> ArmLaws:
+    """Compute one arm's sampler and verifier laws on CSR rows (no sharing across arms).
+
+    Parameters
+    ----------
+    arm : Arm
+    offsets : int64, (n_rows + 1,)
+    draft_logprobs : float64, (nnz,)
+
+    Returns
+    -------
+    ArmLaws
+        Use :class:`LawCache` to share policy laws across the arms of one batch.
+    """
+    return LawCache(np.asarray(offsets), np.asarray(draft_logprobs)).laws(arm)
