@@ -394,6 +394,70 @@ def requalify(
             raise typer.Exit(code=code)
 
 
+@app.command()
+def lawtest(
+    archive: Annotated[
+        Path | None, typer.Argument(help="Optional archive: also test sampled positions of it.")
+    ] = None,
+    arm: Annotated[
+        list[str] | None,
+        typer.Option("--arm", help="Arm to test (repeatable); default: the built-in toy suite."),
+    ] = None,
+    positions: Annotated[
+        int, typer.Option("--positions", help="Archive positions tested per arm.", min=1)
+    ] = 8,
+    family_alpha: Annotated[
+        float, typer.Option("--family-alpha", help="Family-wise alpha (Holm over all tests).")
+    ] = 1e-5,
+    max_draws: Annotated[
+        int | None,
+        typer.Option(
+            "--max-draws",
+            help="Cap on Monte Carlo draws per test (power below 0.99 "
+            "is then reported as underpowered).",
+            min=1000,
+        ),
+    ] = None,
+    fail_on_fail: Annotated[
+        bool, typer.Option("--fail-on-fail", help="Exit 1 when a law test fails.")
+    ] = False,
+    buckets: BucketsOpt = "",
+    logging_arm: Annotated[
+        str | None,
+        typer.Option("--logging-arm", help="Arm that drafted the archive, if it has no column."),
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path(
+        "specreplay-out/lawtest"
+    ),
+    seed: SeedOpt = 0,
+    force: ForceOpt = False,
+) -> None:
+    """Test that an arm's verifier keeps the target law (exact TV and a Monte Carlo G-test).
+
+    A matched verifier (the q used to verify is the q sampled from) must pass; a mismatched one
+    such as top32:t0.7:dyadic8/float64@5 is detected wherever it is detectable at the draws
+    chosen for 0.99 power against its exact total-variation distance.
+    """
+    with _user_errors():
+        from specreplay.workflows import run_lawtest
+
+        text, ok = run_lawtest(
+            list(arm or []),
+            archive=archive,
+            out=out,
+            force=force,
+            positions=positions,
+            seed=seed,
+            family_alpha=family_alpha,
+            max_draws=max_draws,
+            buckets=buckets,
+            logging_arm=logging_arm,
+        )
+        typer.echo(text)
+        if fail_on_fail and not ok:
+            raise typer.Exit(code=1)
+
+
 def main() -> Any:  # pragma: no cover - console entry point
     """Run the app (the console script calls ``app`` directly)."""
     return app()

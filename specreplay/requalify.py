@@ -278,7 +278,10 @@ def run_requalify(
         _add_replay_figures(res, cells, list(arms.values()))
         law = _law_tests(archive, [arm_cand, arm_base], seed=seed, positions=law_positions,
                          buckets=bk, logging_arm=logging_arm)  # fmt: skip
-        law_pass = all(t["passed"] for t in law if t["arm"] == arm_cand.canonical)
+        ran = [
+            t["passed"] for t in law if t["arm"] == arm_cand.canonical and t["passed"] is not None
+        ]
+        law_pass: bool | None = all(ran) if ran else None
         for c in cells:
             c["requalification"] = _requalification(c, law_pass)
         overall = cells[0]["requalification"]
@@ -323,18 +326,19 @@ def run_requalify(
     return text, (1 if overall["verdict"] in fail_on else 0), doc
 
 
-def _requalification(cell: dict[str, Any], law_pass: bool) -> dict[str, Any]:
+def _requalification(cell: dict[str, Any], law_pass: bool | None) -> dict[str, Any]:
     d = next(x for x in cell["deltas"] if x["role"] == "candidate-vs-baseline")
     v = d["verdict"]
     if v is None:
         return {"verdict": None, "null_reason": d["null_reason"], "label": "SIMULATED"}
-    if v == "DIFFERENT" or not law_pass:
+    if v == "DIFFERENT" or law_pass is False:
         out = "NOT QUALIFIED"
-    elif v == "EQUIVALENT":
+    elif v == "EQUIVALENT" and law_pass:
         out = "QUALIFIED"
     else:
         out = "INCONCLUSIVE"
-    why = f"Δ verdict {v}; law test {'passed' if law_pass else 'FAILED'}"
+    law = {True: "passed", False: "FAILED", None: "not run (no testable position)"}[law_pass]
+    why = f"Δ verdict {v}; law test {law}"
     return {"verdict": out, "because": why, "label": "SIMULATED", "null_reason": None}
 
 
@@ -348,30 +352,9 @@ def _law_tests(
     logging_arm: str | None,
 ) -> list[dict[str, Any]]:
     """Law tests of each arm on ``positions`` archive positions spread over the first batch."""
-    from specreplay.replay.stream import ArchiveReader
-    from specreplay.sim.policy import LawCache
-    from specreplay.stats.lawtest import run_law_tests, to_json
+    from specreplay.lawsuite import archive_cases, run_cases
 
-    reader = ArchiveReader(archive, buckets=buckets, batch_rows=20_000, logging_arm=logging_arm)
-    batch = next(iter(reader))
-    rows = np.linspace(0, batch.n_positions - 1, num=min(positions, batch.n_positions)).astype(int)
-    cache = LawCache(batch.offsets, batch.draft_logprobs)
-    cases = []
-    for arm in arms:
-        laws = cache.laws(arm)
-        for r in rows:
-            a, b = batch.offsets[r], batch.offsets[r + 1]
-            p = batch.target_probs[a:b]
-            cases.append(
-                (
-                    arm.canonical,
-                    int(batch.position[r]),
-                    laws.q_sampler[a:b].copy(),
-                    laws.q_verifier[a:b].copy(),
-                    p.copy(),
-                    max(0.0, 1.0 - float(p.sum())),
-                    laws.m_sampler[a:b].copy() if laws.sampler_bits else None,
-                    laws.sampler_bits,
-                )
-            )
-    return [to_json(r) for r in run_law_tests(cases, seed=seed)]
+    cases, skipped = archive_cases(
+        archive, arms, positions=positions, buckets=buckets, logging_arm=logging_arm
+    )
+    return run_cases(cases, skipped, seed=seed)

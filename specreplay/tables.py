@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = [
     "archive_summary",
     "comparison_tables",
+    "lawtest_table",
     "markdown_table",
     "measured_tables",
     "requalify_tables",
@@ -399,3 +400,45 @@ def requalify_tables(doc: dict[str, Any], base: str, cand: str, margin_text: str
 
 def _pctp(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.2f}%"
+
+
+def lawtest_table(law: list[dict[str, Any]], family_alpha: float) -> str:
+    """Table of law tests: exact TV, draws, power, Holm-adjusted p-value, result."""
+    rows = []
+    reasons: dict[str, int] = {}
+    for t in law:
+        if t["passed"] is None:
+            reasons.setdefault(t["null_reason"], len(reasons) + 1)
+            rows.append([t["arm"], str(t["position"]), "—", "—", "—", "—",
+                         f"— [{reasons[t['null_reason']]}]"])  # fmt: skip
+            continue
+        power = t.get("power")
+        rows.append(
+            [
+                t["arm"],
+                str(t["position"]),
+                f"{t['tv']:.3g}",
+                f"{t['draws']:,}",
+                "—"
+                if power is None
+                else f"{power:.3f}" + (" (underpowered)" if t.get("underpowered") else ""),
+                f"{t['p_adj']:.3g}",
+                "pass" if t["passed"] else "FAIL (law differs from the target's)",
+            ]
+        )
+    n_fail = sum(1 for t in law if t["passed"] is False)
+    n_ran = sum(1 for t in law if t["passed"] is not None)
+    head = (
+        f"LAW TESTS: {n_ran} ran, {n_fail} failed "
+        f"(G-test, Holm over all {len(law)} at family-wise α = {family_alpha:g}; SIMULATED)"
+    )
+    out = [
+        head,
+        "",
+        markdown_table(
+            ["arm", "position", "exact TV", "draws", "power", "p (Holm)", "result"], rows
+        ),
+    ]
+    if reasons:
+        out += ["", *[f"[{k}] {r}" for r, k in reasons.items()]]
+    return "\n".join(out) + "\n"

@@ -8,6 +8,7 @@ terminal shows; they never print. ``progress(what, total)`` is a context-manager
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -226,16 +227,32 @@ def run_validate(
     return True, text + "\n\n" + measured_tables(scan.cells(), scan)
 
 
+DEMO_BASELINE = "top32:t0.7@5"
+DEMO_CANDIDATE = "top32:t0.7:dyadic24@5"
+DEMO_REFERENCE = "greedy@5"
+DEMO_BITS = (8, 12, 16)
+DEMO_MISMATCHED = "top32:t0.7:dyadic8/float64@5"
+
+
 def run_demo(
     out: Path,
     *,
     n_requests: int,
     seed: int,
     force: bool,
+    n_boot: int = 10_000,
     progress: Progress = _no_progress,
 ) -> str:
-    """Generate the built-in archive into ``out/archive`` and write its MEASURED story."""
+    """Generate the built-in archive into ``out/archive`` and tell its story, verdicts first.
+
+    1. the archive (MEASURED acceptance by family × bucket, per-position survival);
+    2. requalification of dyadic24 against float64 sampling, greedy as reference, with the law
+       test and the path-bias diagnostic (``out/requalify``);
+    3. a bits sweep (dyadic 8, 12, 16, 24: ``out/bits-dyadicN``) and the mismatched verifier
+       ``dyadic8/float64`` failing the law test (``out/lawtest``).
+    """
     from specreplay.replay.buckets import DEFAULT_BUCKETS
+    from specreplay.requalify import run_requalify
 
     with output_dir(out, force=force) as tmp:
         archive = tmp / "archive"
@@ -243,18 +260,93 @@ def run_demo(
         scan = scan_archive(archive, buckets=DEFAULT_BUCKETS, progress=progress)
         options = {"requests": n_requests, "archive": str(out / "archive")}
         tables = _write_measured(tmp, scan, "demo", seed, options, rename=(tmp, out))
+        common: dict[str, Any] = {"force": True, "seed": seed, "n_boot": n_boot}
+        main_text, _, main = run_requalify(
+            archive, baseline=DEMO_BASELINE, candidate=DEMO_CANDIDATE, reference=DEMO_REFERENCE,
+            out=tmp / "requalify", **common,
+        )  # fmt: skip
+        sweep = {24: main}
+        for bits in DEMO_BITS:
+            _, _, sweep[bits] = run_requalify(
+                archive, baseline=DEMO_BASELINE, candidate=f"top32:t0.7:dyadic{bits}@5",
+                reference=None, out=tmp / f"bits-dyadic{bits}", **common,
+            )  # fmt: skip
+        law_text, _ = run_lawtest(
+            [DEMO_MISMATCHED, DEMO_CANDIDATE], archive=archive, out=tmp / "lawtest",
+            force=True, seed=seed,
+        )  # fmt: skip
+        law_doc = json.loads((tmp / "lawtest" / "results.json").read_text())
+    verdicts = _demo_verdicts(main, sweep, law_doc["law_tests"])
     head = (
         f"specreplay demo: built-in synthetic archive, {n_requests:,} requests, seed {seed} "
-        f"(written to {out}/archive)\n"
+        f"(written to {out}/archive)"
     )
-    return (
-        head
-        + "\n"
-        + archive_summary(scan, out / "archive")
-        + "\n\n"
-        + tables
-        + f"\nOutputs: {out}/"
+    return "\n".join(
+        [
+            head,
+            "",
+            verdicts,
+            "",
+            "# 1. The archive (MEASURED)",
+            "",
+            archive_summary(scan, out / "archive"),
+            "",
+            tables,
+            f"# 2. Requalification of {DEMO_CANDIDATE} against {DEMO_BASELINE} ({out}/requalify)",
+            "",
+            main_text.replace(str(tmp), str(out)),
+            f"# 3. Mismatched verifier {DEMO_MISMATCHED} ({out}/lawtest)",
+            "",
+            law_text.replace(str(tmp), str(out)),
+            f"Outputs: {out}/",
+        ]
     )
+
+
+def _demo_verdicts(
+    main: dict[str, Any], sweep: dict[int, dict[str, Any]], law: list[dict[str, Any]]
+) -> str:
+    def delta(doc: dict[str, Any], role: str) -> dict[str, Any] | None:
+        return next((d for d in doc["cells"][0]["deltas"] if d["role"] == role), None)
+
+    lines = ["VERDICTS (pooled; SIMULATED replays of the MEASURED archive)"]
+    d = delta(main, "candidate-vs-baseline")
+    rq = main["requalification"]
+    if d is not None and d["point"] is not None:
+        lines.append(
+            f"- requalification {DEMO_CANDIDATE} vs {DEMO_BASELINE}: {rq['verdict']} "
+            f"(Δ {d['point']:+.2e} tokens/round, {100 * d['rel']:+.4f}%; {rq['because']})"
+        )
+    parts = []
+    for bits in sorted(sweep):
+        db = delta(sweep[bits], "candidate-vs-baseline")
+        if db is not None and db["point"] is not None:
+            lo, hi = 100 * db["rel_lo"], 100 * db["rel_hi"]
+            parts.append(
+                f"dyadic{bits} {sweep[bits]['requalification']['verdict']} "
+                f"({100 * db['rel']:+.3f}% [{lo:+.3f}%, {hi:+.3f}%])"
+            )
+    lines.append("- bits sweep at margin 0.5%: " + "; ".join(parts))
+    mism = [t for t in law if t["arm"] == DEMO_MISMATCHED and t["passed"] is not None]
+    failed = [t for t in mism if not t["passed"]]
+    if mism:
+        lines.append(
+            f"- mismatched verifier {DEMO_MISMATCHED}: law test FAILED at {len(failed)} of "
+            f"{len(mism)} archive positions (exact TV up to {max(t['tv'] for t in mism):.3g})"
+        )
+    g = delta(main, "candidate-vs-reference")
+    if g is not None and g["point"] is not None:
+        lines.append(
+            f"- gain of {DEMO_CANDIDATE} over {DEMO_REFERENCE}: {g['point']:+.4f} tokens/round "
+            f"[{g['lo']:+.4f}, {g['hi']:+.4f}] ({100 * g['rel']:+.2f}%)"
+        )
+    pb = delta(main, "path-bias")
+    if pb is not None and pb["point"] is not None:
+        lines.append(
+            f"- path bias of the logging arm (SIMULATED − MEASURED R): {pb['point']:+.4f} "
+            f"[{pb['lo']:+.4f}, {pb['hi']:+.4f}] tokens/round"
+        )
+    return "\n".join(lines)
 
 
 def run_interval(
@@ -403,3 +495,81 @@ def _verdict_line(d: dict[str, Any], a: str, b: str, margin: str) -> str:
         f"[{d['lo']:+.4f}, {d['hi']:+.4f}] ({100 * d['rel']:+.2f}% "
         f"[{100 * d['rel_lo']:+.2f}%, {100 * d['rel_hi']:+.2f}%]), 95% percentile"
     )
+
+
+def run_lawtest(
+    arms_text: list[str],
+    *,
+    archive: Path | None,
+    out: Path,
+    force: bool,
+    positions: int = 8,
+    seed: int = 0,
+    family_alpha: float = 1e-5,
+    max_draws: int | None = None,
+    buckets: str = "",
+    logging_arm: str | None = None,
+) -> tuple[str, bool]:
+    """Law tests of arms on the toy laws and, given an archive, on sampled positions.
+
+    Without ``--arm`` the built-in toy suite runs (float64, dyadic8 and dyadic8/float64 on four
+    toy positions). Returns (terminal text, every test passed).
+    """
+    from specreplay.lawsuite import archive_cases, run_cases, toy_arm_cases
+    from specreplay.replay.buckets import DEFAULT_BUCKETS
+    from specreplay.sim.arms import parse_arm
+    from specreplay.stats.lawtest import toy_cases
+    from specreplay.tables import lawtest_table
+
+    arms = [parse_arm(a) for a in arms_text]
+    with output_dir(out, force=force) as tmp:
+        if arms:
+            cases, skipped = toy_arm_cases(arms)
+            cases = [c._replace(arm=f"toy:{c.arm}") for c in cases]
+            skipped = [{**s, "arm": f"toy:{s['arm']}"} for s in skipped]
+        else:
+            cases, skipped = toy_cases(), []
+        inputs: list[dict[str, Any]] = []
+        if archive is not None:
+            if not arms:
+                raise SpecReplayError("lawtest ARCHIVE: name the arms to test with --arm")
+            bk = Buckets.parse(buckets or DEFAULT_BUCKETS)
+            more, more_skipped = archive_cases(
+                archive, arms, positions=positions, buckets=bk, logging_arm=logging_arm
+            )
+            cases += more
+            skipped += more_skipped
+            inputs = input_records([(p, None) for p in _archive_files(archive)])
+        law = run_cases(cases, skipped, seed=seed, family_alpha=family_alpha, max_draws=max_draws)
+        doc = results_document(
+            command="lawtest",
+            seed=seed,
+            inputs=inputs,
+            options={
+                "arms": arms_text,
+                "archive": str(archive) if archive else None,
+                "positions": positions,
+                "family_alpha": family_alpha,
+                "max_draws": max_draws,
+            },
+            assumptions=[
+                "Exact output law: q_s·min(1, p/q_v) + (1 − α)·r, r ∝ max(0, p − q_v), target mass "
+                "outside the candidates as one bucket; Monte Carlo G-test of sampled outputs "
+                "against p, categories with expected count < 5 merged, Holm over every test.",
+            ],
+            excluded=[],
+            arms=[a.canonical for a in arms] or sorted({c.arm for c in cases}),
+            cells=[],
+            law_tests=law,
+        )
+        write_json(tmp / "results.json", doc)
+        table = lawtest_table(law, family_alpha)
+        (tmp / "TABLES.md").write_text(table)
+    ok = all(t["passed"] is not False for t in law)
+    return table + f"\nOutputs: {out}/ (results.json, TABLES.md)", ok
+
+
+def _archive_files(archive: Path) -> list[Path]:
+    from specreplay.replay.sources import list_archive
+
+    return [f.path for f in list_archive(archive)]

@@ -103,6 +103,7 @@ __all__ = [
     "sample_counts",
     "to_json",
     "toy_cases",
+    "toy_laws",
     "toy_quantize_dyadic_nearest",
 ]
 
@@ -1127,7 +1128,7 @@ def toy_quantize_dyadic_nearest(q: ArrayLike, bits: int) -> NDArray[np.int64]:
     return m
 
 
-def _toy_laws() -> list[tuple[str, NDArray[np.float64], NDArray[np.float64], float]]:
+def toy_laws() -> list[tuple[str, NDArray[np.float64], NDArray[np.float64], float]]:
     """Return the fixed (name, p, q, p_other) toy positions."""
     p1 = np.array([0.62, 0.2, 0.1, 0.05, 0.02, 0.01])
     q1 = p1 ** (1 / 0.7) / np.sum(p1 ** (1 / 0.7))  # a t0.7 drafter: sharper than the target
@@ -1164,7 +1165,7 @@ def toy_cases(bits: int = 8) -> list[LawCase]:
     list of LawCase
     """
     out: list[LawCase] = []
-    for pos, (name, p, q, p_other) in enumerate(_toy_laws(), start=1):
+    for pos, (name, p, q, p_other) in enumerate(toy_laws(), start=1):
         m = toy_quantize_dyadic_nearest(q, bits)
         qd = m / float(1 << bits)
         out.append(LawCase(f"toy-{name}:float64", pos, q, q, p, p_other, None, None))

@@ -1,0 +1,130 @@
+"""Law-test cases for arms: on the toy laws and on sampled archive positions (SPEC §3.3).
+
+An arm's sampler and verifier laws come from its policy and quantizers
+(:class:`~specreplay.sim.policy.LawCache`); the toy laws' draft law is used as the candidates'
+draft probabilities (log q), so ``top32:t0.7:dyadic8/float64@5`` on a toy position is exactly what
+that arm would do there. A position where an arm's top-K exceeds the candidates is not tested and
+says so (never clamped).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specreplay.replay.buckets import Buckets
+from specreplay.sim.arms import Arm
+from specreplay.sim.policy import FLAG_K_EXCEEDS, FLAG_NO_SUPPORT, LawCache
+from specreplay.stats.lawtest import LawCase, run_law_tests, to_json, toy_laws
+
+__all__ = ["archive_cases", "run_cases", "toy_arm_cases"]
+
+
+def _cases_from_rows(
+    arms: list[Arm],
+    offsets: np.ndarray[Any, Any],
+    lp: np.ndarray[Any, Any],
+    tp: np.ndarray[Any, Any],
+    p_other: list[float],
+    positions: list[int],
+    rows: list[int],
+) -> tuple[list[LawCase], list[dict[str, Any]]]:
+    cache = LawCache(offsets, lp)
+    cases: list[LawCase] = []
+    skipped: list[dict[str, Any]] = []
+    for arm in arms:
+        laws = cache.laws(arm)
+        for r, pos in zip(rows, positions, strict=True):
+            a, b = int(offsets[r]), int(offsets[r + 1])
+            flag = int(laws.flag[r])
+            if flag & (FLAG_K_EXCEEDS | FLAG_NO_SUPPORT):
+                why = (
+                    "top-K larger than the position's candidates: not tested"
+                    if flag & FLAG_K_EXCEEDS
+                    else "no candidate with a finite draft log-probability"
+                )
+                skipped.append(
+                    {"arm": arm.canonical, "position": pos, "tv": None, "p_adj": None,
+                     "passed": None, "label": "SIMULATED", "null_reason": why}
+                )  # fmt: skip
+                continue
+            bits = laws.sampler_bits
+            cases.append(
+                LawCase(
+                    arm.canonical,
+                    pos,
+                    laws.q_sampler[a:b].copy(),
+                    laws.q_verifier[a:b].copy(),
+                    tp[a:b].copy(),
+                    p_other[rows.index(r)],
+                    laws.m_sampler[a:b].copy() if bits else None,
+                    bits if bits else None,
+                )
+            )
+    return cases, skipped
+
+
+def toy_arm_cases(arms: list[Arm]) -> tuple[list[LawCase], list[dict[str, Any]]]:
+    """Cases of each arm on the toy positions (position j = toy law j)."""
+    laws = toy_laws()
+    offsets = np.zeros(len(laws) + 1, np.int64)
+    np.cumsum([len(p) for _, p, _, _ in laws], out=offsets[1:])
+    with np.errstate(divide="ignore"):
+        lp = np.concatenate([np.log(q) for _, _, q, _ in laws])
+    tp = np.concatenate([p for _, p, _, _ in laws])
+    rows = list(range(len(laws)))
+    return _cases_from_rows(
+        arms, offsets, lp, tp, [po for *_, po in laws], [r + 1 for r in rows], rows
+    )
+
+
+def archive_cases(
+    archive: Path,
+    arms: list[Arm],
+    *,
+    positions: int,
+    buckets: Buckets,
+    logging_arm: str | None = None,
+) -> tuple[list[LawCase], list[dict[str, Any]]]:
+    """Cases of each arm on ``positions`` position rows spread evenly over the first batch."""
+    from specreplay.replay.stream import ArchiveReader
+
+    reader = ArchiveReader(archive, buckets=buckets, batch_rows=20_000, logging_arm=logging_arm)
+    batch = next(iter(reader))
+    rows = sorted(
+        {
+            int(r)
+            for r in np.linspace(0, batch.n_positions - 1, num=min(positions, batch.n_positions))
+        }
+    )
+    p_other = [
+        max(0.0, 1.0 - float(batch.target_probs[batch.offsets[r] : batch.offsets[r + 1]].sum()))
+        for r in rows
+    ]
+    return _cases_from_rows(
+        arms,
+        batch.offsets,
+        batch.draft_logprobs,
+        batch.target_probs,
+        p_other,
+        [int(batch.position[r]) for r in rows],
+        rows,
+    )
+
+
+def run_cases(
+    cases: list[LawCase],
+    skipped: list[dict[str, Any]],
+    *,
+    seed: int,
+    family_alpha: float = 1e-5,
+    max_draws: int | None = None,
+) -> list[dict[str, Any]]:
+    """Run the law tests (Holm over all of them) and return results.json entries."""
+    kw: dict[str, Any] = {"seed": seed, "family_alpha": family_alpha}
+    if max_draws is not None:
+        kw["max_draws"] = max_draws
+    results = [to_json(r) for r in run_law_tests(cases, **kw)] if cases else []
+    return results + skipped

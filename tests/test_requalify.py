@@ -1,0 +1,160 @@
+"""Engine, requalify and lawtest (issue 3): estimators agree, invariance, verdicts, outputs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numba
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from specreplay.cli import app
+from specreplay.report import load_results_schema, validate_json
+from specreplay.sim.arms import parse_arm
+from specreplay.sim.engine import replay_archive
+
+ARMS = [
+    "top32:t0.7@5",
+    "top32:t0.7:dyadic8@5",
+    "top32:t0.7:dyadic12:floor-argmax@5",
+    "top8:t1.3:p0.9:bfloat16@5",
+    "t0.7:float16@5",
+    "greedy@5",
+    "top32:t0.7:dyadic8/float64@5",
+]
+
+
+@pytest.fixture(scope="module")
+def both(small_archive: Path):  # type: ignore[no-untyped-def]
+    arms = [parse_arm(a) for a in ARMS]
+    mc = replay_archive(small_archive, arms, estimator="montecarlo", replicates=16, seed=3)
+    return arms, mc
+
+
+def test_montecarlo_agrees_with_analytic_within_mc_error(both) -> None:  # type: ignore[no-untyped-def]
+    """Every arm, every depth: |R_mc − R_an| ≤ 4.5 MCSE (delta method over rounds), pooled.
+
+    With 7 arms × 5 depths = 35 comparisons at 4.5 SE, a false failure has probability < 3e-4.
+    """
+    arms, res = both
+    for arm in arms:
+        s = res.sums[arm.canonical]
+        n = s.n.sum()
+        for d in range(1, 6):
+            r_an = s.t_analytic[:, d - 1].sum() / n
+            r_mc = s.t_mc[:, d - 1].sum() / n
+            mcse = math.sqrt(s.var_mc[:, d - 1].sum()) / n
+            assert abs(r_mc - r_an) <= 4.5 * mcse, (arm.canonical, d, r_mc, r_an, mcse)
+            assert mcse > 0
+
+
+def test_mcse_cross_checked_with_arviz(small_archive: Path) -> None:
+    """The delta-method MCSE of R (M = 64) against ArviZ's MCSE of independent replays.
+
+    64 independent replays (seeds 100..163) with M = 2 each give 64 draws of R; their mean
+    averages 128 replicates, so ArviZ's MCSE of that mean (one chain of 64 draws) is the M = 64
+    MCSE divided by sqrt(2). The two are estimates of one quantity: they agree within 35%
+    (the relative SE of an SD from 64 draws is ~9%; 35% is ~4 SE).
+    """
+    import arviz as az
+
+    arm = parse_arm("top32:t0.7@5")
+    res = replay_archive(small_archive, [arm], estimator="montecarlo", replicates=64, seed=1)
+    ours = res.mcse(arm)
+    draws = []
+    for k in range(64):
+        r = replay_archive(small_archive, [arm], estimator="montecarlo", replicates=2, seed=100 + k)
+        s = r.sums[arm.canonical]
+        draws.append(s.t_mc[:, 4].sum() / s.n.sum())
+    ref = float(az.mcse(np.array(draws)[None, :], method="mean"))
+    assert ours == pytest.approx(ref * math.sqrt(2), rel=0.35)
+
+
+def test_same_sums_with_one_and_two_threads_and_any_batch_size(small_archive: Path) -> None:
+    arms = [parse_arm("top32:t0.7:dyadic16@5"), parse_arm("greedy@5")]
+    kw = {"estimator": "montecarlo", "replicates": 4, "seed": 5}
+    base = replay_archive(small_archive, arms, batch_rows=10**6, **kw)
+    numba.set_num_threads(1)
+    try:
+        one = replay_archive(small_archive, arms, batch_rows=97, **kw)
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    for a in arms:
+        x, y = base.sums[a.canonical], one.sums[a.canonical]
+        for f in ("keys", "n", "t_analytic", "t_mc", "var_mc", "surv_mc", "offpath"):
+            np.testing.assert_array_equal(getattr(x, f), getattr(y, f), err_msg=f)
+
+
+def test_common_random_numbers_pair_the_arms(both) -> None:  # type: ignore[no-untyped-def]
+    """Arms replayed with the same uniforms differ far less than independent replays would."""
+    _, res = both
+    a = res.sums["top32:t0.7@5"].t_mc[:, 4]
+    b = res.sums["top32:t0.7:dyadic8@5"].t_mc[:, 4]
+    # same uniforms: the paired difference is far less noisy than either arm's own MC error
+    assert np.std(a - b) < 0.5 * np.std(a)
+
+
+def test_requalify_verdicts_and_outputs(small_archive: Path, tmp_path: Path) -> None:
+    out = tmp_path / "rq"
+    args = ["requalify", str(small_archive), "--baseline", "top32:t0.7@5", "--candidate",
+            "top32:t0.7:dyadic24@5", "--reference", "greedy@5", "--out", str(out), "-q",
+            "--n-boot", "1000", "--min-requests", "5"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("REQUALIFICATION (pooled, SIMULATED): QUALIFIED")
+    doc = json.loads((out / "results.json").read_text())
+    assert validate_json(doc, load_results_schema()) == []
+    assert doc["requalification"]["verdict"] == "QUALIFIED"
+    pooled = doc["cells"][0]
+    roles = {d["role"] for d in pooled["deltas"]}
+    assert roles == {"candidate-vs-baseline", "candidate-vs-reference", "path-bias"}
+    ref = next(d for d in pooled["deltas"] if d["role"] == "candidate-vs-reference")
+    assert ref["verdict"] is None and "no verdict" in ref["verdict_null_reason"]
+    assert all(v["label"] in ("SIMULATED", "MEASURED") for v in pooled["arms"].values())
+    assert any("Path assumption" in a for a in doc["assumptions"])
+    assert doc["law_tests"] and all(t["passed"] for t in doc["law_tests"])
+    for f in ("TABLES.md", "cells.parquet", "forest.png"):
+        assert (out / f).exists()
+    # dyadic8 is NOT QUALIFIED at the default 0.5% margin, and --fail-on exits 1
+    res8 = CliRunner().invoke(
+        app,
+        [*args[:5], "top32:t0.7:dyadic8@5", "--out", str(tmp_path / "rq8"), "-q", "--n-boot",
+         "1000", "--fail-on", "NOT QUALIFIED"],
+    )  # fmt: skip
+    assert res8.exit_code == 1, res8.output
+    assert "NOT QUALIFIED" in res8.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("arm", "message"),
+    [("top32:t0@5", "use greedy"), ("top32:t0.7:dyadic7@5", "8..53"), ("top999@5", "top-K")],
+)
+def test_requalify_bad_arms_exit_2(
+    small_archive: Path, tmp_path: Path, arm: str, message: str
+) -> None:
+    res = CliRunner().invoke(
+        app,
+        ["requalify", str(small_archive), "--baseline", "top32:t0.7@5", "--candidate", arm,
+         "--out", str(tmp_path / "o"), "-q", "--n-boot", "200"],
+        env={"COLUMNS": "300"},
+    )  # fmt: skip
+    assert res.exit_code == 2
+    assert message in res.stderr and "Traceback" not in res.output
+
+
+def test_lawtest_toy_suite_and_archive(small_archive: Path, tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["lawtest", "--out", str(tmp_path / "toy"), "--fail-on-fail"])
+    assert res.exit_code == 1  # the built-in suite includes dyadic8/float64, which fails
+    doc = json.loads((tmp_path / "toy" / "results.json").read_text())
+    for t in doc["law_tests"]:
+        mismatched = t["arm"].endswith("/float64")
+        assert t["passed"] is (not mismatched), t
+    res = CliRunner().invoke(
+        app,
+        ["lawtest", str(small_archive), "--arm", "top32:t0.7:dyadic8@5", "--positions", "4",
+         "--out", str(tmp_path / "arch"), "--fail-on-fail"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
