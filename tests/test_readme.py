@@ -39,5 +39,21 @@ def test_interval_example_runs(tmp_path: Path) -> None:
     finally:
         os.chdir(cwd)
     assert res.exit_code == 0, res.output
-    first = README.split("prints first `")[1].split("`")[0].replace("\n", " ")
+    first = "VERDICT" + README.split("prints first `VERDICT")[1].split("`")[0].replace("\n", " ")
     assert res.stdout.startswith(first)
+
+
+def test_requalify_example_runs(tmp_path: Path) -> None:
+    block = re.search(r"```bash\n(specreplay synth demo-archive.*?)```", README, re.S)
+    assert block is not None
+    lines = [ln for ln in block.group(1).splitlines() if ln.strip()]
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        results = [CliRunner().invoke(app, [*shlex.split(ln)[1:], "-q"]) for ln in lines]
+    finally:
+        os.chdir(cwd)
+    for res in results:
+        assert res.exit_code == 0, res.output
+    first = README.split("prints first `REQUALIFICATION")[1].split("`")[0]
+    assert results[-1].stdout.startswith("REQUALIFICATION" + first)
