@@ -25,14 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit, prange, uint64
+from numba import njit, prange
 from numpy.typing import NDArray
 
 from specreplay.sim.rng import STREAM_ACCEPT, STREAM_DRAFT, STREAMS_PER_REPLICATE, uniform
+from specreplay.sim.sampling import draw_dyadic, draw_float
 
 __all__ = ["RoundValues", "replay_rounds"]
-
-_TWO53 = 9007199254740992.0
 
 
 @njit(inline="always", cache=True)
@@ -43,33 +42,6 @@ def _accept_prob(qv: float, p: float) -> float:
     if qv <= p:
         return 1.0
     return p / qv
-
-
-@njit(inline="always", cache=True)
-def _draw_float(q: NDArray[np.float64], a: int, b: int, u: float) -> int:
-    """First index in [a, b) whose cumulative q exceeds u (last positive one if rounding)."""
-    c = 0.0
-    last = -1
-    for i in range(a, b):
-        qi = q[i]
-        if qi > 0.0:
-            c += qi
-            last = i
-            if c > u:
-                return i
-    return last
-
-
-@njit(inline="always", cache=True)
-def _draw_dyadic(m: NDArray[np.int64], a: int, b: int, u: float, bits: int) -> int:
-    """First index in [a, b) whose integer cumulative sum exceeds k = ⌊u·2^53⌋ >> (53 − N)."""
-    k = np.int64(np.uint64(u * _TWO53) >> uint64(53 - bits))
-    c = np.int64(0)
-    for i in range(a, b):
-        c += m[i]
-        if c > k:
-            return i
-    return b - 1
 
 
 @dataclass(frozen=True)
@@ -219,7 +191,7 @@ def _replay_kernel(
                 lo = offsets[row]
                 hi = offsets[row + 1]
                 u = uniform(seed, key, rnd, j + 1, base + STREAM_DRAFT)
-                x = _draw_dyadic(ms, lo, hi, u, bits) if bits > 0 else _draw_float(qs, lo, hi, u)
+                x = draw_dyadic(ms, lo, hi, u, bits) if bits > 0 else draw_float(qs, lo, hi, u)
                 v = uniform(seed, key, rnd, j + 1, base + STREAM_ACCEPT)
                 n_eval += 1.0
                 if off:

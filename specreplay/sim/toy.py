@@ -68,6 +68,7 @@ from specreplay.sim.rng import (
     mix64,
     uniform,
 )
+from specreplay.sim.sampling import draw_float
 
 Int = int | np.int64  # integer scalars of the kernels (numba types both as int64)
 
@@ -458,16 +459,8 @@ def _policy_q_alloc(
 
 @njit(cache=True)
 def _draw_cdf(q: NDArray[np.float64], u: float) -> np.int64:
-    """CDF inversion: the first index whose cumulative sum exceeds u (last positive if none)."""
-    c = 0.0
-    last = -1
-    for i in range(q.shape[0]):
-        if q[i] > 0.0:
-            last = i
-            c += q[i]
-            if u < c:
-                return np.int64(i)
-    return np.int64(last)
+    """CDF inversion over the whole array (:func:`specreplay.sim.sampling.draw_float`)."""
+    return np.int64(draw_float(q, 0, q.shape[0], u))
 
 
 @njit(cache=True)

@@ -77,6 +77,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from specreplay.errors import SpecReplayError
 from specreplay.sim.rng import STREAM_ACCEPT, STREAM_DRAFT, STREAM_RESIDUAL, request_key, uniform
+from specreplay.sim.sampling import draw_float
 
 __all__ = [
     "DEFAULT_FAMILY_ALPHA",
@@ -295,15 +296,7 @@ def _output_law(
 @njit(inline="always", cache=True)
 def _first_above(w: NDArray[np.float64], t: float) -> np.int64:
     """First index whose cumulative sum of w (m,) exceeds t (the last positive one if none)."""
-    c = 0.0
-    last = -1
-    for i in range(w.shape[0]):
-        if w[i] > 0.0:
-            last = i
-            c += w[i]
-            if t < c:
-                return np.int64(i)
-    return np.int64(last)
+    return np.int64(draw_float(w, 0, w.shape[0], t))
 
 
 @njit(parallel=True, cache=True)
