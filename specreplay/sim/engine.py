@@ -25,7 +25,7 @@ from specreplay.replay.buckets import Buckets
 from specreplay.replay.stream import ArchiveReader
 from specreplay.sim.accumulate import ReplayAccumulator, ReplaySums
 from specreplay.sim.arms import Arm
-from specreplay.sim.policy import FLAG_K_EXCEEDS, FLAG_NO_SUPPORT, LawCache
+from specreplay.sim.policy import FLAG_K_EXCEEDS, FLAG_NO_SUPPORT, LawCache, Workspace
 from specreplay.sim.replay import replay_rounds
 from specreplay.stats.measured import MeasuredAccumulator, MeasuredArchive
 
@@ -184,6 +184,7 @@ def replay_archive(
     reps = replicates if estimator == "montecarlo" else 0
     dropped_fam = dropped_req = 0
     positions = 0
+    workspace = Workspace()  # law buffers reused batch after batch
     for batch in reader:
         keep = np.ones(batch.n_rounds, bool)
         if families is not None:
@@ -202,7 +203,7 @@ def replay_archive(
             continue
         positions += batch.n_positions
         measured.add(batch)
-        cache = LawCache(batch.offsets, batch.draft_logprobs)
+        cache = LawCache(batch.offsets, batch.draft_logprobs, workspace)
         keys = batch.round_request * nb + batch.round_bucket
         for arm in arms:
             laws = cache.laws(arm)

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numba import njit, prange
@@ -80,6 +81,7 @@ __all__ = [
     "LawCache",
     "PolicyLaw",
     "QuantLaw",
+    "Workspace",
     "arm_laws",
     "policy_law",
     "policy_law_of",
@@ -231,6 +233,55 @@ def _round_significand(x: float, mant_bits: int, min_exp: int) -> float:
 
 
 @njit(cache=True)
+def _kth_largest(a: NDArray[np.float64], n: int, k: int) -> float:
+    """Return the k-th largest of ``a[:n]`` (1 ≤ k ≤ n), reordering ``a[:n]`` (quickselect)."""
+    lo = 0
+    hi = n - 1
+    target = k - 1  # index in descending order
+    while lo < hi:
+        pivot = a[(lo + hi) // 2]
+        i = lo
+        j = hi
+        while i <= j:
+            while a[i] > pivot:
+                i += 1
+            while a[j] < pivot:
+                j -= 1
+            if i <= j:
+                a[i], a[j] = a[j], a[i]
+                i += 1
+                j -= 1
+        if target <= j:
+            hi = j
+        elif target >= i:
+            lo = i
+        else:
+            return float(a[target])
+    return float(a[target])
+
+
+@njit(cache=True)
+def _stable_order(key: NDArray[np.float64], n: int, order: NDArray[np.int64]) -> None:
+    """Write into ``order[:n]`` the indices of ``key[:n]`` sorted ascending, ties by index.
+
+    Insertion sort for short rows (tens of candidates: no allocation), a stable merge sort
+    (``np.argsort``) for long ones.
+    """
+    if n > 64:
+        srt = np.argsort(key[:n], kind="mergesort")
+        for j in range(n):
+            order[j] = srt[j]
+        return
+    for j in range(n):
+        kj = key[j]
+        m = j
+        while m > 0 and key[order[m - 1]] > kj:  # strict: equal keys keep index order
+            order[m] = order[m - 1]
+            m -= 1
+        order[m] = j
+
+
+@njit(cache=True)
 def _quantize_row(
     q: NDArray[np.float64],
     lo: int,
@@ -240,8 +291,13 @@ def _quantize_row(
     rounding: int,
     out_q: NDArray[np.float64],
     out_m: NDArray[np.int64],
+    key: NDArray[np.float64],
+    order: NDArray[np.int64],
 ) -> bool:
-    """Quantize one row ``q[lo:hi]``; return False if a dyadic invariant fails."""
+    """Quantize one row ``q[lo:hi]``; return False if a dyadic invariant fails.
+
+    ``key`` and ``order`` are scratch arrays of at least the row's length (reused across rows).
+    """
     n = hi - lo
     if n == 0:
         return True
@@ -263,11 +319,13 @@ def _quantize_row(
         return True
     # dyadicN: m_i = ⌊q_i·2^N⌋ (ldexp scales exactly, also for subnormal q_i), r = 2^N − Σ m_i
     total = np.int64(1) << bits
+    scale = float(total)  # q·2^N and m·2^-N are exact scalings by powers of two
+    inv = 1.0 / scale
     top = lo
     n_support = 0
     r = total
     for j in range(lo, hi):
-        m = np.int64(np.floor(math.ldexp(q[j], bits)))
+        m = np.int64(q[j] * scale)  # truncation = floor: q ≥ 0
         out_m[j] = m
         r -= m
         if q[j] > q[top]:
@@ -281,20 +339,38 @@ def _quantize_row(
     if rounding == ROUND_NEAREST and r > 0:
         # largest remainder: one unit each to the min(r, support) largest fractional parts,
         # ties to the lower index; candidates with q_i = 0 sort last and get none
-        key = np.empty(n)
-        for j in range(n):
-            v = math.ldexp(q[lo + j], bits)
-            key[j] = -(v - np.floor(v)) if q[lo + j] > 0.0 else 1.0
-        order = np.argsort(key, kind="mergesort")
         units = r if r < n_support else np.int64(n_support)
-        for t in range(units):
-            out_m[lo + order[t]] += 1
+        # the `units` largest fractional parts among the support, ties to the lower index:
+        # select the units-th largest value f* (O(n) quickselect on a scratch copy), then give a
+        # unit to every fraction > f* and, in index order, to fractions == f* until none is left
+        ns = 0
+        for j in range(lo, hi):
+            if q[j] > 0.0:
+                v = q[j] * scale
+                key[ns] = v - float(np.int64(v))
+                ns += 1
+        f_star = _kth_largest(key, ns, int(units))
+        left = units
+        for j in range(lo, hi):
+            if q[j] > 0.0:
+                v = q[j] * scale
+                if v - float(np.int64(v)) > f_star:
+                    out_m[j] += 1
+                    left -= 1
+        for j in range(lo, hi):
+            if left == 0:
+                break
+            if q[j] > 0.0:
+                v = q[j] * scale
+                if v - float(np.int64(v)) == f_star:
+                    out_m[j] += 1
+                    left -= 1
         r -= units
     out_m[top] += r  # floor-argmax: the whole remainder; nearest: any surplus beyond the support
     check = np.int64(0)
     for j in range(lo, hi):
         check += out_m[j]
-        out_q[j] = math.ldexp(float(out_m[j]), -bits)  # exact: m_i ≤ 2^53
+        out_q[j] = float(out_m[j]) * inv  # exact: m_i ≤ 2^53
     return bool(check == total and out_m[top] >= 0)
 
 
@@ -334,10 +410,18 @@ def quantize(
     """
     n_rows = offsets.shape[0] - 1
     ok = np.ones(n_rows, dtype=np.bool_)
-    for i in prange(n_rows):
-        ok[i] = _quantize_row(
-            q, offsets[i], offsets[i + 1], kind_code, bits, rounding_code, out_q, out_m
-        )
+    width = 0
+    for i in range(n_rows):
+        width = max(width, offsets[i + 1] - offsets[i])
+    n_chunks = min(n_rows, 256)  # scratch arrays allocated once per chunk of rows, not per row
+    for c in prange(n_chunks):
+        key = np.empty(width)
+        order = np.empty(width, np.int64)
+        for i in range(c * n_rows // n_chunks, (c + 1) * n_rows // n_chunks):
+            ok[i] = _quantize_row(
+                q, offsets[i], offsets[i + 1], kind_code, bits, rounding_code, out_q, out_m,
+                key, order,
+            )  # fmt: skip
     for i in range(n_rows):
         if not ok[i]:
             raise AssertionError("dyadic quantizer: integers do not sum to 2^N (internal bug)")
@@ -422,8 +506,37 @@ def _as_csr(
     return off, val
 
 
+class Workspace:
+    """Reusable output buffers across batches.
+
+    A stream of batches then does not fault in fresh memory for every law: each buffer grows to
+    the largest batch and is sliced after that.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[object, str], NDArray[Any]] = {}
+
+    def get(self, owner: object, name: str, n: int, dtype: type[np.generic]) -> NDArray[Any]:
+        """Return an uninitialised array of ``n`` items owned by ``(owner, name)``."""
+        key = (owner, name)
+        buf = self._buffers.get(key)
+        if buf is None or buf.shape[0] < n or buf.dtype != dtype:
+            buf = np.empty(max(n, 1), dtype=dtype)
+            self._buffers[key] = buf
+        return buf[:n]
+
+
+def _alloc(
+    ws: Workspace | None, owner: object, name: str, n: int, dtype: type[np.generic]
+) -> NDArray[Any]:
+    return np.empty(n, dtype=dtype) if ws is None else ws.get(owner, name, n, dtype)
+
+
 def policy_law_of(
-    policy: Policy, offsets: NDArray[np.integer], draft_logprobs: NDArray[np.floating]
+    policy: Policy,
+    offsets: NDArray[np.integer],
+    draft_logprobs: NDArray[np.floating],
+    workspace: Workspace | None = None,
 ) -> PolicyLaw:
     """Compute a policy's law on CSR rows (wrapper of :func:`policy_law`).
 
@@ -438,14 +551,20 @@ def policy_law_of(
     PolicyLaw
     """
     off, lp = _as_csr(offsets, draft_logprobs)
-    out_q = np.empty(lp.shape[0])
-    out_flag = np.empty(off.shape[0] - 1, dtype=np.int8)
+    out_q = _alloc(workspace, policy, "q", lp.shape[0], np.float64)
+    out_flag = _alloc(workspace, policy, "flag", off.shape[0] - 1, np.int8)
     top_k = 0 if policy.top_k is None else policy.top_k
     policy_law(off, lp, policy.greedy, top_k, policy.temperature, policy.top_p, out_q, out_flag)
     return PolicyLaw(out_q, out_flag)
 
 
-def quantize_law(quant: Quant, offsets: NDArray[np.integer], q: NDArray[np.floating]) -> QuantLaw:
+def quantize_law(
+    quant: Quant,
+    offsets: NDArray[np.integer],
+    q: NDArray[np.floating],
+    workspace: Workspace | None = None,
+    owner: object = None,
+) -> QuantLaw:
     """Quantize laws on CSR rows (wrapper of :func:`quantize`).
 
     Parameters
@@ -460,8 +579,9 @@ def quantize_law(quant: Quant, offsets: NDArray[np.integer], q: NDArray[np.float
     QuantLaw
     """
     off, qq = _as_csr(offsets, q)
-    out_q = np.empty(qq.shape[0])
-    out_m = np.empty(qq.shape[0], dtype=np.int64)
+    key = (owner, quant)
+    out_q = _alloc(workspace, key, "q", qq.shape[0], np.float64)
+    out_m = _alloc(workspace, key, "m", qq.shape[0], np.int64)
     code = KIND_CODES[quant.kind]
     quantize(off, qq, code, quant.bits, ROUNDING_CODES[quant.rounding], out_q, out_m)
     return QuantLaw(out_q, out_m, quant.bits if code == KIND_DYADIC else 0)
@@ -479,10 +599,13 @@ class LawCache:
     ----------
     offsets : int64, (n_rows + 1,)
     draft_logprobs : float64, (nnz,)
+    workspace : Workspace, optional
+        Buffers reused across batches (the laws of one batch are overwritten by the next).
     """
 
     offsets: NDArray[np.int64]
     draft_logprobs: NDArray[np.float64]
+    workspace: Workspace | None = None
     _policies: dict[Policy, PolicyLaw] = field(default_factory=dict, init=False, repr=False)
     _quants: dict[tuple[Policy, Quant], QuantLaw] = field(
         default_factory=dict, init=False, repr=False
@@ -495,7 +618,7 @@ class LawCache:
         """Return the policy's law on this batch (computed once)."""
         law = self._policies.get(policy)
         if law is None:
-            law = policy_law_of(policy, self.offsets, self.draft_logprobs)
+            law = policy_law_of(policy, self.offsets, self.draft_logprobs, self.workspace)
             self._policies[policy] = law
         return law
 
@@ -504,7 +627,9 @@ class LawCache:
         key = (policy, quant)
         law = self._quants.get(key)
         if law is None:
-            law = quantize_law(quant, self.offsets, self.policy(policy).q)
+            law = quantize_law(
+                quant, self.offsets, self.policy(policy).q, self.workspace, owner=policy
+            )
             self._quants[key] = law
         return law
 
