@@ -232,53 +232,7 @@ def _round_significand(x: float, mant_bits: int, min_exp: int) -> float:
     return math.ldexp(np.rint(math.ldexp(x, -shift)), shift)  # both scalings are exact
 
 
-@njit(cache=True)
-def _kth_largest(a: NDArray[np.float64], n: int, k: int) -> float:
-    """Return the k-th largest of ``a[:n]`` (1 ≤ k ≤ n), reordering ``a[:n]`` (quickselect)."""
-    lo = 0
-    hi = n - 1
-    target = k - 1  # index in descending order
-    while lo < hi:
-        pivot = a[(lo + hi) // 2]
-        i = lo
-        j = hi
-        while i <= j:
-            while a[i] > pivot:
-                i += 1
-            while a[j] < pivot:
-                j -= 1
-            if i <= j:
-                a[i], a[j] = a[j], a[i]
-                i += 1
-                j -= 1
-        if target <= j:
-            hi = j
-        elif target >= i:
-            lo = i
-        else:
-            return float(a[target])
-    return float(a[target])
-
-
-@njit(cache=True)
-def _stable_order(key: NDArray[np.float64], n: int, order: NDArray[np.int64]) -> None:
-    """Write into ``order[:n]`` the indices of ``key[:n]`` sorted ascending, ties by index.
-
-    Insertion sort for short rows (tens of candidates: no allocation), a stable merge sort
-    (``np.argsort``) for long ones.
-    """
-    if n > 64:
-        srt = np.argsort(key[:n], kind="mergesort")
-        for j in range(n):
-            order[j] = srt[j]
-        return
-    for j in range(n):
-        kj = key[j]
-        m = j
-        while m > 0 and key[order[m - 1]] > kj:  # strict: equal keys keep index order
-            order[m] = order[m - 1]
-            m -= 1
-        order[m] = j
+_NB = 64  # histogram buckets of the fractional parts (dyadic nearest)
 
 
 @njit(cache=True)
@@ -293,10 +247,12 @@ def _quantize_row(
     out_m: NDArray[np.int64],
     key: NDArray[np.float64],
     order: NDArray[np.int64],
+    hist: NDArray[np.int64],
 ) -> bool:
     """Quantize one row ``q[lo:hi]``; return False if a dyadic invariant fails.
 
-    ``key`` and ``order`` are scratch arrays of at least the row's length (reused across rows).
+    ``key`` and ``order`` are scratch arrays of at least the row's length and ``hist`` one of
+    ``_NB`` counts (all reused across rows).
     """
     n = hi - lo
     if n == 0:
@@ -340,31 +296,41 @@ def _quantize_row(
         # largest remainder: one unit each to the min(r, support) largest fractional parts,
         # ties to the lower index; candidates with q_i = 0 sort last and get none
         units = r if r < n_support else np.int64(n_support)
-        # the `units` largest fractional parts among the support, ties to the lower index:
-        # select the units-th largest value f* (O(n) quickselect on a scratch copy), then give a
-        # unit to every fraction > f* and, in index order, to fractions == f* until none is left
-        ns = 0
+        # the `units` largest fractional parts among the support, ties to the lower index,
+        # without sorting: a 64-bucket histogram of the fractions finds the bucket holding the
+        # threshold; buckets above it all get a unit; inside it, the few members are ranked by
+        # (fraction descending, index ascending) with an insertion sort
+        for t in range(_NB):
+            hist[t] = 0
         for j in range(lo, hi):
             if q[j] > 0.0:
                 v = q[j] * scale
-                key[ns] = v - float(np.int64(v))
-                ns += 1
-        f_star = _kth_largest(key, ns, int(units))
-        left = units
+                hist[np.int64((v - float(np.int64(v))) * _NB)] += 1
+        need = units
+        bstar = _NB - 1
+        while hist[bstar] < need:
+            need -= hist[bstar]
+            bstar -= 1
+        nk = 0
         for j in range(lo, hi):
             if q[j] > 0.0:
                 v = q[j] * scale
-                if v - float(np.int64(v)) > f_star:
+                f = v - float(np.int64(v))
+                b = np.int64(f * _NB)
+                if b > bstar:
                     out_m[j] += 1
-                    left -= 1
-        for j in range(lo, hi):
-            if left == 0:
-                break
-            if q[j] > 0.0:
-                v = q[j] * scale
-                if v - float(np.int64(v)) == f_star:
-                    out_m[j] += 1
-                    left -= 1
+                elif b == bstar:
+                    # insert (f, j) keeping descending f, ascending index among equals
+                    slot = nk
+                    while slot > 0 and key[slot - 1] < f:
+                        key[slot] = key[slot - 1]
+                        order[slot] = order[slot - 1]
+                        slot -= 1
+                    key[slot] = f
+                    order[slot] = j
+                    nk += 1
+        for t in range(need):
+            out_m[order[t]] += 1
         r -= units
     out_m[top] += r  # floor-argmax: the whole remainder; nearest: any surplus beyond the support
     check = np.int64(0)
@@ -417,10 +383,11 @@ def quantize(
     for c in prange(n_chunks):
         key = np.empty(width)
         order = np.empty(width, np.int64)
+        hist = np.empty(_NB, np.int64)
         for i in range(c * n_rows // n_chunks, (c + 1) * n_rows // n_chunks):
             ok[i] = _quantize_row(
                 q, offsets[i], offsets[i + 1], kind_code, bits, rounding_code, out_q, out_m,
-                key, order,
+                key, order, hist,
             )  # fmt: skip
     for i in range(n_rows):
         if not ok[i]:
