@@ -70,10 +70,15 @@ def _progress(quiet: bool, what: str, total: int | None) -> Iterator[Callable[[i
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    count = (
+        TextColumn("{task.completed:,}/{task.total:,}")
+        if total is not None
+        else TextColumn("{task.completed:,}")  # no known total: a count, no percentage
+    )
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed:,}/{task.total:,}"),
+        count,
         TimeElapsedColumn(),
         console=Console(stderr=True),
         transient=True,

@@ -225,7 +225,9 @@ def run_requalify(
         if a is not None:
             arms.setdefault(a.canonical, a)
     wanted = sample_requests(archive, n_sample_requests, seed) if n_sample_requests else None
-    ctx = progress("replaying", None) if progress else None
+    from specreplay.workflows import _parquet_rows
+
+    ctx = progress("replaying", _parquet_rows(archive)) if progress else None
     with output_dir(out, force=force) as tmp:
         if ctx is not None:
             with ctx as advance:
