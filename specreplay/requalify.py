@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -227,18 +227,13 @@ def run_requalify(
     wanted = sample_requests(archive, n_sample_requests, seed) if n_sample_requests else None
     from specreplay.workflows import _parquet_rows
 
-    ctx = progress("replaying", _parquet_rows(archive)) if progress else None
+    ctx = progress("replaying", _parquet_rows(archive)) if progress else nullcontext(None)
     with output_dir(out, force=force) as tmp:
-        if ctx is not None:
-            with ctx as advance:
-                res = replay_archive(archive, list(arms.values()), estimator=estimator,
-                                     replicates=replicates, seed=seed, buckets=bk,
-                                     families=families, requests=wanted, logging_arm=logging_arm,
-                                     progress=advance)  # fmt: skip
-        else:
+        with ctx as advance:
             res = replay_archive(archive, list(arms.values()), estimator=estimator,
                                  replicates=replicates, seed=seed, buckets=bk, families=families,
-                                 requests=wanted, logging_arm=logging_arm)  # fmt: skip
+                                 requests=wanted, logging_arm=logging_arm,
+                                 progress=advance)  # fmt: skip
         for a in arms.values():
             if res.flagged_rows[a.canonical]:
                 raise SpecReplayError(

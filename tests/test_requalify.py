@@ -158,3 +158,24 @@ def test_lawtest_toy_suite_and_archive(small_archive: Path, tmp_path: Path) -> N
          "--out", str(tmp_path / "arch"), "--fail-on-fail"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
+
+
+def test_family_filter_keeps_exactly_that_familys_sums(small_archive: Path) -> None:
+    """Replaying --families code gives, key for key, the code rows of the unfiltered replay."""
+    arm = parse_arm("top32:t0.7:dyadic12@5")
+    full = replay_archive(small_archive, [arm], estimator="montecarlo", replicates=4, seed=2)
+    code = replay_archive(
+        small_archive, [arm], estimator="montecarlo", replicates=4, seed=2, families={"code"},
+        batch_rows=101,
+    )  # fmt: skip
+    f, c = full.sums[arm.canonical], code.sums[arm.canonical]
+    nb = len(full.buckets.names)
+    fam_code = full.reader.families.index("code")
+    is_code = np.array([full.reader.request_family[int(k // nb)] == fam_code for k in f.keys])
+    assert 0 < is_code.sum() < f.keys.shape[0]
+    np.testing.assert_array_equal(c.keys, f.keys[is_code])
+    for name in ("n", "t_analytic", "t_mc", "var_mc", "offpath"):
+        np.testing.assert_array_equal(getattr(c, name), getattr(f, name)[is_code], err_msg=name)
+    dropped = code.excluded[0]
+    assert dropped["reason"] == "family not in --families"
+    assert dropped["rows"] == full.positions - code.positions

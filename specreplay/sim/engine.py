@@ -252,18 +252,22 @@ def replay_archive(
     )
 
 
+def _ranges(starts: np.ndarray[Any, Any], lens: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Return the concatenation of ``arange(s, s + n)`` for each (s, n), without a Python loop."""
+    total = int(lens.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    firsts = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
+    return (firsts + np.arange(total)).astype(np.int64)
+
+
 def _select_rounds(batch: RoundBatch, keep: np.ndarray[Any, Any]) -> RoundBatch:
     """Return the batch restricted to the rounds where ``keep`` is True (CSR rebuilt)."""
-    ro = batch.round_offsets
-    rows = np.concatenate(
-        [np.arange(ro[r], ro[r + 1]) for r in np.flatnonzero(keep)] or [np.zeros(0, np.int64)]
-    ).astype(np.int64)
+    rows = _ranges(batch.round_offsets[:-1][keep], batch.round_depth[keep].astype(np.int64))
     lens = np.diff(batch.offsets)[rows]
     offsets = np.zeros(rows.shape[0] + 1, np.int64)
     np.cumsum(lens, out=offsets[1:])
-    cand_idx = np.concatenate(
-        [np.arange(batch.offsets[i], batch.offsets[i + 1]) for i in rows] or [np.zeros(0, np.int64)]
-    ).astype(np.int64)
+    cand_idx = _ranges(batch.offsets[:-1][rows], lens)
     depth = batch.round_depth[keep]
     round_offsets = np.zeros(depth.shape[0] + 1, np.int64)
     np.cumsum(depth, out=round_offsets[1:])

@@ -170,7 +170,6 @@ def compare(
     point = point_sums(ps)
     present = {int(b) for b in np.unique(ps.piece_bucket)}
     layout = _layout(ps, present)
-    nb = len(ps.buckets)
     fam_of_piece = ps.family[ps.piece_request].astype(np.int64)
     n_req = ps.n_requests
     delta_reps = np.full((n_boot, len(layout)), np.nan)
@@ -229,7 +228,6 @@ def compare(
         for i, r in enumerate(raw)
     ]
     _adjust(cells, delta_reps, rel_reps, margin, alpha)
-    _ = nb
     return Comparison(cells=cells, layout=layout, delta_reps=delta_reps, rel_reps=rel_reps)
 
 

@@ -293,12 +293,6 @@ def _output_law(
 # --------------------------------------------------------------------------------------------
 
 
-@njit(inline="always", cache=True)
-def _first_above(w: NDArray[np.float64], t: float) -> np.int64:
-    """First index whose cumulative sum of w (m,) exceeds t (the last positive one if none)."""
-    return np.int64(draw_float(w, 0, w.shape[0], t))
-
-
 @njit(parallel=True, cache=True)
 def _emit_counts(
     q_s: NDArray[np.float64],
@@ -345,13 +339,13 @@ def _emit_counts(
                 while m_cum[x] <= k:
                     x += 1
             else:
-                x = _first_above(q_s, u)
+                x = np.int64(draw_float(q_s, 0, q_s.shape[0], u))
             v = uniform(seed, key, i, position, STREAM_ACCEPT)
             if v * q_v[x] < p[x]:  # SPEC §3.2: accept when v·q^v(x) < p(x)
                 local[c, x] += 1
             else:
                 w = uniform(seed, key, i, position, STREAM_RESIDUAL) * res_total
-                local[c, _first_above(res_w, w)] += 1
+                local[c, draw_float(res_w, 0, res_w.shape[0], w)] += 1
     for c in range(_CHUNKS):
         for j in range(n + 1):
             out[j] += local[c, j]

@@ -72,8 +72,6 @@ class MeasuredArchive:
         ``[f, b, j]`` = rounds of family f in bucket b with A ≥ j (index 0 unused).
     survival_rounds : int64, same shape
         ``[f, b, j]`` = rounds of family f in bucket b that recorded position j.
-    rounds : int64, (n_families, n_buckets)
-        Rounds per family × bucket.
     positions : int
         Position rows read.
     min_depth, max_depth : int64, (n_families, n_buckets)
@@ -83,7 +81,6 @@ class MeasuredArchive:
     sums: RequestSums
     survival_hits: NDArray[np.int64]
     survival_rounds: NDArray[np.int64]
-    rounds: NDArray[np.int64]
     positions: int
     min_depth: NDArray[np.int64]
     max_depth: NDArray[np.int64]
@@ -185,7 +182,6 @@ class MeasuredAccumulator:
             sums=sums,
             survival_hits=self._hits,
             survival_rounds=self._cover,
-            rounds=self._cover[:, :, 1] if self._cover.shape[2] > 1 else self._mind * 0,
             positions=self._positions,
             min_depth=self._mind,
             max_depth=self._maxd,
