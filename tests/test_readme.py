@@ -57,3 +57,14 @@ def test_requalify_example_runs(tmp_path: Path) -> None:
         assert res.exit_code == 0, res.output
     first = README.split("prints first `REQUALIFICATION")[1].split("`")[0]
     assert results[-1].stdout.startswith("REQUALIFICATION" + first)
+
+
+def test_lawtest_example_runs(tmp_path: Path) -> None:
+    block = re.search(r"```bash\n(specreplay lawtest .*?)```", README, re.S)
+    assert block is not None
+    argv = shlex.split(block.group(1))[1:]
+    argv[argv.index("--out") + 1] = str(tmp_path / "lt")
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 0, res.output
+    first = README.split("prints first `LAW TESTS")[1].split("`")[0]
+    assert res.stdout.startswith("LAW TESTS" + first)
