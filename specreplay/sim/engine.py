@@ -1,11 +1,16 @@
 """Streaming replay of a position-trace archive under several arms (SPEC §3.2, §5).
 
 One pass over the archive: for each batch of whole rounds, each distinct policy's law is computed
-once and quantized once per distinct quantizer (:class:`~specreplay.sim.policy.LawCache`), every
-arm is replayed for every depth 1..D (:func:`~specreplay.sim.replay.replay_rounds`), and the
+once (:class:`~specreplay.sim.policy.LawCache`), every arm is replayed for every depth 1..D, and the
 per-round values are added, in archive order, into per-(request, bucket) sums. The MEASURED
 figures of the archive (its ``accepted`` column) are accumulated in the same pass, so the logging
 arm's path-bias diagnostic needs no second read.
+
+With the analytic estimator each arm quantizes its policy law row by row inside the replay
+(:func:`~specreplay.sim.analytic.analytic_rounds`); Monte Carlo needs the quantized laws and their
+dyadic integers as arrays, so they are computed once per distinct (policy, quantizer)
+(:meth:`~specreplay.sim.policy.LawCache.laws`) and replayed with
+:func:`~specreplay.sim.replay.replay_rounds`.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from specreplay.replay.batch import RoundBatch
 from specreplay.replay.buckets import Buckets
 from specreplay.replay.stream import ArchiveReader
 from specreplay.sim.accumulate import ReplayAccumulator, ReplaySums
+from specreplay.sim.analytic import analytic_rounds
 from specreplay.sim.arms import Arm
 from specreplay.sim.policy import FLAG_K_EXCEEDS, FLAG_NO_SUPPORT, LawCache, Workspace
 from specreplay.sim.replay import replay_rounds
@@ -206,24 +212,38 @@ def replay_archive(
         cache = LawCache(batch.offsets, batch.draft_logprobs, workspace)
         keys = batch.round_request * nb + batch.round_bucket
         for arm in arms:
-            laws = cache.laws(arm)
-            flagged[arm.canonical] += int(np.count_nonzero(laws.flag & FLAG_K_EXCEEDS))
-            no_support[arm.canonical] += int(np.count_nonzero(laws.flag & FLAG_NO_SUPPORT))
-            values = replay_rounds(
-                offsets=batch.offsets,
-                target_probs=batch.target_probs,
-                q_sampler=laws.q_sampler,
-                m_sampler=laws.m_sampler,
-                bits=laws.sampler_bits,
-                q_verifier=laws.q_verifier,
-                drafted_idx=batch.drafted_idx,
-                round_offsets=batch.round_offsets,
-                round_key=batch.round_key,
-                round_index=batch.round_index,
-                seed=seed,
-                replicates=reps,
-                max_depth=depth,
-            )
+            if reps == 0:  # analytic: quantization fused into the replay, no law arrays
+                flag = cache.policy(arm.policy).flag
+                values = analytic_rounds(
+                    offsets=batch.offsets,
+                    target_probs=batch.target_probs,
+                    q_policy=cache.policy(arm.policy).q,
+                    sampler=arm.sampler,
+                    verifier=arm.verifier,
+                    drafted_idx=batch.drafted_idx,
+                    round_offsets=batch.round_offsets,
+                    max_depth=depth,
+                )
+            else:
+                laws = cache.laws(arm)
+                flag = laws.flag
+                values = replay_rounds(
+                    offsets=batch.offsets,
+                    target_probs=batch.target_probs,
+                    q_sampler=laws.q_sampler,
+                    m_sampler=laws.m_sampler,
+                    bits=laws.sampler_bits,
+                    q_verifier=laws.q_verifier,
+                    drafted_idx=batch.drafted_idx,
+                    round_offsets=batch.round_offsets,
+                    round_key=batch.round_key,
+                    round_index=batch.round_index,
+                    seed=seed,
+                    replicates=reps,
+                    max_depth=depth,
+                )
+            flagged[arm.canonical] += int(np.count_nonzero(flag & FLAG_K_EXCEEDS))
+            no_support[arm.canonical] += int(np.count_nonzero(flag & FLAG_NO_SUPPORT))
             accs[arm.canonical].add(keys, values, reps > 0)
         if progress is not None:
             progress(batch.n_positions)

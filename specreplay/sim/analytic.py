@@ -1,0 +1,321 @@
+"""Analytic replay fused with quantization: one pass from the policy law to per-round values.
+
+The analytic estimator (SPEC §3.2) needs, per position, α_j = Σ_x q^s_j(x)·a_j(x) with the
+quantized sampler law q^s and a_j(x) = min(1, p_j(x)/q^v_j(x)). Computing the quantized laws
+into full arrays first (:func:`~specreplay.sim.policy.quantize`) and reading them back in the
+replay kernel moves 24 bytes per candidate through memory for every arm; this kernel quantizes
+each row into a few registers' worth of scratch and forms α at once, so the policy law is read
+once per arm and nothing per candidate is written. The policy law itself is still computed once
+per batch per distinct policy and shared by the arms that use it
+(:class:`~specreplay.sim.policy.LawCache`).
+
+Matched dyadic ``nearest`` (the common requalification arm) takes a fast path. Largest-remainder
+rounding gives one extra unit to the ``u`` largest fractional parts F_i = frac(q_i·2^N) (ties to
+the lower index), i.e. m_i = ⌊q_i·2^N⌋ + [F_i ≥ t] for any threshold t with exactly ``u`` of
+the F_i at or above it. The kernel searches t by counting F_i ≥ t at eight thresholds per pass
+over the row (a short dependency chain instead of a sort); a row where no such t exists (tied
+fractional parts straddling the cut) or where the search does not settle falls back to
+:func:`~specreplay.sim.policy._quantize_row`, the reference quantizer, so the integers are always
+exactly those of :func:`~specreplay.sim.policy.quantize`. α is then Σ_i min(m_i·2^−N, p_i), which
+is q^s·a for a matched arm (q^s(x)·min(1, p/q^s) = min(q^s, p)). Every other arm (float kinds,
+floor-argmax, mismatched verifiers) quantizes the row with the reference quantizer into scratch.
+
+Floating-point sums inside a row may be reassociated by the compiler (``fastmath`` reassoc), so
+values can differ from :func:`~specreplay.sim.replay.replay_rounds`'s analytic columns in the
+last ulps; each row's arithmetic depends on that row alone, so results are still bit-identical
+whatever the thread count or batch size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+from numpy.typing import NDArray
+
+from specreplay.sim.arms import Quant
+from specreplay.sim.policy import (
+    _NB,
+    KIND_CODES,
+    KIND_DYADIC,
+    ROUND_NEAREST,
+    ROUNDING_CODES,
+    _quantize_row,
+)
+from specreplay.sim.replay import RoundValues, _accept_prob
+
+__all__ = ["analytic_rounds"]
+
+# reassociation lets LLVM vectorise the per-row reductions; no-NaN/no-inf flags are not used
+# (the callers' arrays hold NaN for depths past a round's last position)
+_FM = {"reassoc", "nsz"}
+
+
+@njit(inline="always", fastmath=_FM, cache=True)
+def _count8(f: NDArray[np.float64], n: int, a: float, h: float) -> tuple[int, ...]:
+    """Count f[:n] ≥ a + k·h for k = 0..7 (one pass, eight independent accumulators)."""
+    c0 = c1 = c2 = c3 = c4 = c5 = c6 = c7 = 0
+    t0, t1, t2, t3 = a, a + h, a + 2.0 * h, a + 3.0 * h
+    t4, t5, t6, t7 = a + 4.0 * h, a + 5.0 * h, a + 6.0 * h, a + 7.0 * h
+    for i in range(n):
+        x = f[i]
+        c0 += x >= t0
+        c1 += x >= t1
+        c2 += x >= t2
+        c3 += x >= t3
+        c4 += x >= t4
+        c5 += x >= t5
+        c6 += x >= t6
+        c7 += x >= t7
+    return (c0, c1, c2, c3, c4, c5, c6, c7)
+
+
+@njit(inline="always", fastmath=_FM, cache=True)
+def _nearest_threshold(frac: NDArray[np.float64], n: int, u: int, n_support: int) -> float:
+    """Return t with exactly ``u`` of frac[:n] ≥ t (1 ≤ u ≤ n_support), or −1.0 if none is found.
+
+    Invariant of the search: count(frac ≥ lo) ≥ u > count(frac ≥ hi).
+    """
+    lo = 0.0
+    hi = 1.0
+    h = 1.0 / n_support  # the mean gap between fractional parts
+    a = min(max(1.0 - (u + 3.5) * h, 0.0), 1.0 - 7.0 * h)  # eight thresholds around the guess
+    for _ in range(12):
+        cs = _count8(frac, n, a, h)
+        for k in range(8):
+            tk = a + k * h
+            if cs[k] == u:
+                return tk
+            if cs[k] > u:
+                lo = max(lo, tk)
+            else:
+                hi = min(hi, tk)
+                break
+        h = (hi - lo) / 8.0
+        a = lo + 0.5 * h
+        if not (lo < a < hi):  # the bracket cannot be split further: tied fractional parts
+            return -1.0
+    return -1.0
+
+
+@njit(inline="always", fastmath=_FM, cache=True)
+def _alpha_dyadic_nearest(
+    q: NDArray[np.float64],
+    p: NDArray[np.float64],
+    lo: int,
+    n: int,
+    bits: int,
+    dr: int,
+    frac: NDArray[np.float64],
+) -> tuple[float, float, bool]:
+    """α and the drafted candidate's term of a matched dyadic-nearest row; ok False → fall back."""
+    scale = float(np.int64(1) << bits)
+    inv = 1.0 / scale
+    sum_floor = 0.0
+    n_support = 0
+    for i in range(n):
+        x = q[lo + i]
+        v = x * scale  # exact: a power-of-two scaling
+        fl = np.floor(v)
+        pos = x > 0.0
+        frac[i] = (v - fl) if pos else -1.0  # candidates outside the support never get a unit
+        sum_floor += fl  # integers below 2^53: exact in any order
+        n_support += pos
+    r = scale - sum_floor
+    units = min(r, float(n_support)) if r > 0.0 else 0.0
+    t = 2.0  # above every fractional part: no unit
+    if units > 0.0:
+        t = _nearest_threshold(frac, n, int(units), n_support)
+        if t < 0.0:
+            return 0.0, 0.0, False
+    alpha = 0.0
+    for i in range(n):
+        m = np.floor(q[lo + i] * scale) + (1.0 if frac[i] >= t else 0.0)
+        alpha += min(m * inv, p[lo + i])
+    rest = r - units  # units beyond the support's size, or a deficit: to the argmax
+    extra_dr = 0.0
+    if rest != 0.0:
+        top = 0
+        for i in range(1, n):
+            if q[lo + i] > q[lo + top]:
+                top = i
+        m_top = np.floor(q[lo + top] * scale) + (1.0 if frac[top] >= t else 0.0)
+        alpha += min((m_top + rest) * inv, p[lo + top]) - min(m_top * inv, p[lo + top])
+        if top == dr:
+            extra_dr = rest
+    a_dr = 0.0
+    if 0 <= dr < n:
+        m_dr = np.floor(q[lo + dr] * scale) + (1.0 if frac[dr] >= t else 0.0) + extra_dr
+        a_dr = min(m_dr * inv, p[lo + dr])
+    return alpha, a_dr, True
+
+
+@njit(inline="always", cache=True)
+def _alpha_generic(
+    q: NDArray[np.float64],
+    p: NDArray[np.float64],
+    lo: int,
+    n: int,
+    dr: int,
+    s_kind: int,
+    s_bits: int,
+    s_round: int,
+    matched: bool,
+    v_kind: int,
+    v_bits: int,
+    v_round: int,
+    row: NDArray[np.float64],
+    qs: NDArray[np.float64],
+    qv: NDArray[np.float64],
+    m: NDArray[np.int64],
+    key: NDArray[np.float64],
+    order: NDArray[np.int64],
+    hist: NDArray[np.int64],
+) -> tuple[float, float]:
+    """α and the drafted candidate's term with the reference quantizer (any arm)."""
+    for i in range(n):
+        row[i] = q[lo + i]
+    _quantize_row(row, 0, n, s_kind, s_bits, s_round, qs, m, key, order, hist)
+    if not matched:
+        _quantize_row(row, 0, n, v_kind, v_bits, v_round, qv, m, key, order, hist)
+    ver = qs if matched else qv
+    alpha = 0.0
+    a_dr = 0.0
+    for i in range(n):
+        ai = qs[i] * _accept_prob(ver[i], p[lo + i])
+        alpha += ai
+        if i == dr:
+            a_dr = ai
+    return alpha, a_dr
+
+
+@njit(parallel=True, fastmath=_FM, cache=True)
+def _analytic_kernel(
+    offsets: NDArray[np.int64],
+    q: NDArray[np.float64],
+    p: NDArray[np.float64],
+    drafted: NDArray[np.int32],
+    round_offsets: NDArray[np.int64],
+    s_kind: int,
+    s_bits: int,
+    s_round: int,
+    matched: bool,
+    v_kind: int,
+    v_bits: int,
+    v_round: int,
+    max_depth: int,
+    depth: NDArray[np.int32],
+    t_an: NDArray[np.float64],
+    s_an: NDArray[np.float64],
+    offpath: NDArray[np.float64],
+) -> None:
+    """Fill depth, t_an, s_an (columns < depth) and offpath of every round (see RoundValues)."""
+    n_rounds = round_offsets.shape[0] - 1
+    width = 1
+    for i in range(offsets.shape[0] - 1):
+        width = max(width, offsets[i + 1] - offsets[i])
+    fast = matched and s_kind == KIND_DYADIC and s_round == ROUND_NEAREST
+    n_chunks = min(n_rounds, 256)  # scratch allocated once per chunk of rounds
+    for c in prange(n_chunks):
+        frac = np.empty(width)
+        row = np.empty(width)
+        qs = np.empty(width)
+        qv = np.empty(width)
+        m = np.empty(width, np.int64)
+        key = np.empty(width)
+        order = np.empty(width, np.int64)
+        hist = np.empty(_NB, np.int64)
+        for r in range(c * n_rounds // n_chunks, (c + 1) * n_rounds // n_chunks):
+            a = round_offsets[r]
+            d_r = min(round_offsets[r + 1] - a, max_depth)
+            depth[r] = d_r
+            prod = 1.0
+            on_path = 1.0  # P(reach j with every earlier accepted token the archived one)
+            acc = 1.0
+            e_acc = 0.0
+            e_acc_off = 0.0
+            e_eval = 0.0
+            e_eval_off = 0.0
+            for j in range(d_r):
+                lo = offsets[a + j]
+                n = offsets[a + j + 1] - lo
+                dr = int(drafted[a + j])
+                ok = False
+                alpha = 0.0
+                a_dr = 0.0
+                if fast:
+                    alpha, a_dr, ok = _alpha_dyadic_nearest(q, p, lo, n, s_bits, dr, frac)
+                if not ok:
+                    alpha, a_dr = _alpha_generic(
+                        q, p, lo, n, dr, s_kind, s_bits, s_round, matched, v_kind, v_bits,
+                        v_round, row, qs, qv, m, key, order, hist,
+                    )  # fmt: skip
+                e_eval += prod
+                e_eval_off += prod - on_path
+                e_acc += prod * alpha
+                e_acc_off += prod * (alpha - a_dr)
+                on_path *= a_dr
+                prod *= alpha
+                acc += prod
+                t_an[r, j] = acc
+                s_an[r, j] = prod
+            offpath[r, 0] = e_acc
+            offpath[r, 1] = e_acc_off
+            offpath[r, 2] = e_eval
+            offpath[r, 3] = e_eval_off
+
+
+def analytic_rounds(
+    *,
+    offsets: NDArray[np.int64],
+    target_probs: NDArray[np.float64],
+    q_policy: NDArray[np.float64],
+    sampler: Quant,
+    verifier: Quant,
+    drafted_idx: NDArray[np.int32],
+    round_offsets: NDArray[np.int64],
+    max_depth: int,
+) -> RoundValues:
+    """Analytic per-round values of one arm from its policy law (quantized on the fly).
+
+    Parameters
+    ----------
+    offsets : int64, (n_rows + 1,)
+        CSR offsets of the position rows' candidates.
+    target_probs : float64, (nnz,)
+    q_policy : float64, (nnz,)
+        The arm's policy law (:func:`~specreplay.sim.policy.policy_law`).
+    sampler, verifier : Quant
+        The arm's quantizers (equal for a matched arm).
+    drafted_idx : int32, (n_rows,)
+        Archived drafted candidate index per row, −1 when unknown.
+    round_offsets : int64, (n_rounds + 1,)
+    max_depth : int
+
+    Returns
+    -------
+    RoundValues
+        The analytic columns and the analytic off-path expectations; the Monte Carlo columns are
+        NaN. The values are those of :func:`~specreplay.sim.replay.replay_rounds` with
+        ``replicates=0`` on the quantized laws, up to reassociation within a row.
+    """
+    n = round_offsets.shape[0] - 1
+    nan = np.full((n, max_depth), np.nan)  # the Monte Carlo columns (read-only, shared)
+    out = RoundValues(
+        depth=np.empty(n, np.int32),
+        t_analytic=np.full((n, max_depth), np.nan),
+        surv_analytic=np.full((n, max_depth), np.nan),
+        t_mc=nan,
+        var_mc=nan,
+        surv_mc=nan,
+        offpath=np.empty((n, 4)),
+    )
+    if n == 0:
+        return out
+    _analytic_kernel(
+        offsets, q_policy, target_probs, drafted_idx, round_offsets,
+        KIND_CODES[sampler.kind], sampler.bits, ROUNDING_CODES[sampler.rounding],
+        sampler == verifier, KIND_CODES[verifier.kind], verifier.bits,
+        ROUNDING_CODES[verifier.rounding], int(max_depth), out.depth, out.t_analytic,
+        out.surv_analytic, out.offpath,
+    )  # fmt: skip
+    return out
