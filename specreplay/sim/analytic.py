@@ -70,13 +70,31 @@ def _count8(f: NDArray[np.float64], n: int, a: float, h: float) -> tuple[int, ..
 
 
 @njit(inline="always", fastmath=_FM, cache=True)
-def _nearest_threshold(frac: NDArray[np.float64], n: int, u: int, n_support: int) -> float:
-    """Return t with exactly ``u`` of frac[:n] ≥ t (1 ≤ u ≤ n_support), or −1.0 if none is found.
+def _max_below(f: NDArray[np.float64], n: int, t: float) -> float:
+    """Return the largest f[:n] strictly below t (−1.0 if none: candidates outside the support)."""
+    m = -1.0
+    for i in range(n):
+        x = f[i]
+        m = max(m, x if x < t else -1.0)
+    return m
 
-    Invariant of the search: count(frac ≥ lo) ≥ u > count(frac ≥ hi).
+
+@njit(inline="always", fastmath=_FM, cache=True)
+def _nearest_threshold(frac: NDArray[np.float64], n: int, u: int, n_support: int) -> float:
+    """Return t with exactly ``u`` of frac[:n] ≥ t barring ties, or −1.0 (1 ≤ u ≤ n_support).
+
+    The caller verifies the count (ties at the cut make it differ) and falls back when the
+    search does not settle (−1.0).
+
+    One pass counts frac ≥ t at eight thresholds one mean gap (1/n_support) apart around the
+    guess 1 − u/n_support; a count equal to ``u`` ends the search (about 60% of rows). Otherwise
+    the cut lies in a bracket [lo, hi) holding a few fractional parts, of which the ``need``
+    largest are selected: one "largest below" pass each (usually one). A cut outside the eight
+    thresholds, or a bracket needing more than three, is narrowed by further counting passes.
     """
-    lo = 0.0
+    lo = 0.0  # invariant: count(frac ≥ lo) ≥ u > count(frac ≥ hi) = c_hi
     hi = 1.0
+    c_hi = 0
     h = 1.0 / n_support  # the mean gap between fractional parts
     a = min(max(1.0 - (u + 3.5) * h, 0.0), 1.0 - 7.0 * h)  # eight thresholds around the guess
     for _ in range(12):
@@ -88,8 +106,16 @@ def _nearest_threshold(frac: NDArray[np.float64], n: int, u: int, n_support: int
             if cs[k] > u:
                 lo = max(lo, tk)
             else:
-                hi = min(hi, tk)
+                if tk < hi:
+                    hi = tk
+                    c_hi = cs[k]
                 break
+        need = u - c_hi
+        if need <= 3:
+            t = hi
+            for _ in range(need):
+                t = _max_below(frac, n, t)
+            return t if t >= lo else -1.0
         h = (hi - lo) / 8.0
         a = lo + 0.5 * h
         if not (lo < a < hi):  # the bracket cannot be split further: tied fractional parts
@@ -101,19 +127,22 @@ def _nearest_threshold(frac: NDArray[np.float64], n: int, u: int, n_support: int
 def _alpha_dyadic_nearest(
     q: NDArray[np.float64],
     p: NDArray[np.float64],
-    lo: int,
-    n: int,
     bits: int,
     dr: int,
     frac: NDArray[np.float64],
 ) -> tuple[float, float, bool]:
-    """α and the drafted candidate's term of a matched dyadic-nearest row; ok False → fall back."""
+    """α and the drafted candidate's term of a matched dyadic-nearest row; ok False → fall back.
+
+    ``q`` and ``p`` are the row's slices: indices from 0 let LLVM vectorise the loops (an offset
+    index goes through Numba's negative-index wraparound, which blocks it).
+    """
+    n = q.shape[0]
     scale = float(np.int64(1) << bits)
     inv = 1.0 / scale
     sum_floor = 0.0
     n_support = 0
     for i in range(n):
-        x = q[lo + i]
+        x = q[i]
         v = x * scale  # exact: a power-of-two scaling
         fl = np.floor(v)
         pos = x > 0.0
@@ -128,24 +157,29 @@ def _alpha_dyadic_nearest(
         if t < 0.0:
             return 0.0, 0.0, False
     alpha = 0.0
+    given = 0
     for i in range(n):
-        m = np.floor(q[lo + i] * scale) + (1.0 if frac[i] >= t else 0.0)
-        alpha += min(m * inv, p[lo + i])
+        sel = frac[i] >= t
+        given += sel
+        m = np.floor(q[i] * scale) + (1.0 if sel else 0.0)
+        alpha += min(m * inv, p[i])
+    if given != units:  # tied fractional parts at the cut: the reference quantizer decides
+        return 0.0, 0.0, False
     rest = r - units  # units beyond the support's size, or a deficit: to the argmax
     extra_dr = 0.0
     if rest != 0.0:
         top = 0
         for i in range(1, n):
-            if q[lo + i] > q[lo + top]:
+            if q[i] > q[top]:
                 top = i
-        m_top = np.floor(q[lo + top] * scale) + (1.0 if frac[top] >= t else 0.0)
-        alpha += min((m_top + rest) * inv, p[lo + top]) - min(m_top * inv, p[lo + top])
+        m_top = np.floor(q[top] * scale) + (1.0 if frac[top] >= t else 0.0)
+        alpha += min((m_top + rest) * inv, p[top]) - min(m_top * inv, p[top])
         if top == dr:
             extra_dr = rest
     a_dr = 0.0
     if 0 <= dr < n:
-        m_dr = np.floor(q[lo + dr] * scale) + (1.0 if frac[dr] >= t else 0.0) + extra_dr
-        a_dr = min(m_dr * inv, p[lo + dr])
+        m_dr = np.floor(q[dr] * scale) + (1.0 if frac[dr] >= t else 0.0) + extra_dr
+        a_dr = min(m_dr * inv, p[dr])
     return alpha, a_dr, True
 
 
@@ -243,7 +277,9 @@ def _analytic_kernel(
                 alpha = 0.0
                 a_dr = 0.0
                 if fast:
-                    alpha, a_dr, ok = _alpha_dyadic_nearest(q, p, lo, n, s_bits, dr, frac)
+                    alpha, a_dr, ok = _alpha_dyadic_nearest(
+                        q[lo : lo + n], p[lo : lo + n], s_bits, dr, frac
+                    )
                 if not ok:
                     alpha, a_dr = _alpha_generic(
                         q, p, lo, n, dr, s_kind, s_bits, s_round, matched, v_kind, v_bits,

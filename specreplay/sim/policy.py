@@ -60,7 +60,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir  # type: ignore[import-untyped]
+from numba import njit, prange, types
+from numba.extending import intrinsic
 from numpy.typing import NDArray
 
 from specreplay.sim.arms import Arm, Policy, Quant
@@ -119,67 +121,163 @@ _BF16_MANT, _BF16_EMIN = 7, -126
 # ================================================================================================
 
 
-@njit(cache=True)
+# Fast-math flags of the policy kernel: reassociation and no-NaN let LLVM vectorise the row's
+# maximum and sums (log-probabilities are never NaN; −inf is allowed, so no "ninf").
+_FM = {"reassoc", "nsz", "nnan"}
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 0.693145751953125  # ln 2 split for Cody-Waite: k·_LN2_HI is exact for |k| < 2^11
+_LN2_LO = 1.42860682030941723212e-06
+_EXP_C = tuple(1.0 / math.factorial(k) for k in range(14))  # Taylor to degree 13 on |r| ≤ ln2/2
+
+
+def _opaque_typing(typingctx: Any, x: Any, zero: Any) -> Any:
+    """Return x itself, passed through an integer OR with a run-time zero (an intrinsic).
+
+    Under reassociation the optimiser could otherwise fold Cody-Waite's two-step reduction into
+    one subtraction of a rounded ln 2, or multiply the two power-of-two factors of a subnormal
+    result first (underflowing to 0). The OR makes each step opaque, so :func:`_exp` gives the
+    same bits with or without fast-math flags.
+    """
+    sig = types.float64(types.float64, types.int64)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        bits = builder.bitcast(args[0], ir.IntType(64))
+        return builder.bitcast(builder.or_(bits, args[1]), ir.DoubleType())
+
+    return sig, codegen
+
+
+def _pow2_typing(typingctx: Any, k: Any) -> Any:
+    """Return 2^k for an integral float k in [−1022, 1023]: the bits (k + 1023) << 52."""
+    sig = types.float64(types.float64)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        i64 = ir.IntType(64)
+        ki = builder.sext(builder.fptosi(args[0], ir.IntType(32)), i64)
+        bits = builder.shl(builder.add(ki, ir.Constant(i64, 1023)), ir.Constant(i64, 52))
+        return builder.bitcast(bits, ir.DoubleType())
+
+    return sig, codegen
+
+
+_opaque: Any = intrinsic(_opaque_typing)
+_pow2: Any = intrinsic(_pow2_typing)
+
+
+@njit(inline="always", fastmath=_FM, cache=True)
+def _exp(x: float, zero: int) -> float:
+    """e^x for x ≤ 0 (−inf → 0), within 1 ulp of a correctly rounded exp; vectorisable.
+
+    x = k·ln 2 + r with k = rint(x·log2 e) and |r| ≤ ln2/2 (Cody-Waite), e^r by its Taylor
+    polynomial to degree 13 (truncation error below 2^−58 relative), times 2^k as two
+    power-of-two factors so that subnormal results round once. ``zero`` must be 0 at run time
+    (see :func:`_opaque`). :func:`exp_reference` repeats these steps in Python.
+    """
+    x = max(x, -746.0)  # below, e^x rounds to 0; also maps −inf
+    k = np.rint(x * _LOG2E)
+    r = _opaque(x - k * _LN2_HI, zero)
+    r = _opaque(r - k * _LN2_LO, zero)
+    c = _EXP_C
+    y = c[13]
+    y = y * r + c[12]
+    y = y * r + c[11]
+    y = y * r + c[10]
+    y = y * r + c[9]
+    y = y * r + c[8]
+    y = y * r + c[7]
+    y = y * r + c[6]
+    y = y * r + c[5]
+    y = y * r + c[4]
+    y = y * r + c[3]
+    y = y * r + c[2]
+    y = y * r + c[1]
+    y = y * r + c[0]
+    k1 = np.floor(k * 0.5)
+    e: float = _opaque(y * _pow2(k1), zero) * _pow2(k - k1)
+    return e
+
+
+def exp_reference(x: float) -> float:
+    """:func:`_exp` step by step in Python floats (the same IEEE operations, so the same bits)."""
+    x = max(x, -746.0)
+    k = float(np.rint(x * _LOG2E))
+    r = x - k * _LN2_HI
+    r = r - k * _LN2_LO
+    y = _EXP_C[13]
+    for c in _EXP_C[12::-1]:
+        y = y * r + c
+    k1 = math.floor(k * 0.5)
+    return (y * 2.0 ** int(k1)) * 2.0 ** int(k - k1)
+
+
+@njit(fastmath=_FM, cache=True)
 def _policy_row(
     lp: NDArray[np.float64],
-    lo: int,
-    hi: int,
     greedy: bool,
     top_k: int,
     temperature: float,
     top_p: float,
     out_q: NDArray[np.float64],
+    zero: int,
 ) -> int:
-    """Write one row's policy law into ``out_q[lo:hi]``; return the row's flag bits."""
-    n = hi - lo
+    """Write one row's policy law into ``out_q`` (the row's slice of the output); return its flags.
+
+    ``lp`` and ``out_q`` are the row's slices: indices from 0 let LLVM vectorise the loops (an
+    offset index goes through Numba's negative-index wraparound, which blocks it).
+    """
+    n = lp.shape[0]
     if n == 0:
         return FLAG_NO_SUPPORT
     flag = 0
     if not greedy and top_k > n:
         flag |= FLAG_K_EXCEEDS
-    best = lo
-    for j in range(lo, hi):
-        out_q[j] = 0.0
-        if lp[j] > lp[best]:
-            best = j
-    if lp[best] == -np.inf:
-        out_q[lo] = 1.0
+    mx = -np.inf
+    for j in range(n):
+        mx = max(mx, lp[j])
+    if mx == -np.inf:
+        out_q[:] = 0.0
+        out_q[0] = 1.0
         return flag | FLAG_NO_SUPPORT
-    if (
-        greedy
-    ):  # SPEC §3.1: point mass on the highest draft log-probability, ties to the lower index
-        out_q[best] = 1.0
+    if greedy:  # SPEC §3.1: point mass on the highest log-probability, ties to the lower index
+        out_q[:] = 0.0
+        for j in range(n):
+            if lp[j] == mx:
+                out_q[j] = 1.0
+                break
         return flag
     # temperature: softmax of lp / T, shifted by the maximum (exp(−inf) = 0)
-    mx = lp[best] / temperature
-    for j in range(lo, hi):
-        out_q[j] = math.exp(lp[j] / temperature - mx)
+    for j in range(n):
+        out_q[j] = lp[j] / temperature
+    smx = mx / temperature  # the largest lp / T (division by T > 0 is monotone)
+    for j in range(n):
+        out_q[j] = _exp(out_q[j] - smx, zero)
     k = n if top_k <= 0 or top_k >= n else top_k
     if k < n or top_p < 1.0:
         key = np.empty(n)
         for j in range(n):
-            key[j] = -(lp[lo + j] / temperature)
+            key[j] = -(lp[j] / temperature)
         order = np.argsort(key, kind="mergesort")  # stable: ties to the lower index
         for r in range(k, n):  # top-k: the K largest scaled logits
-            out_q[lo + order[r]] = 0.0
+            out_q[order[r]] = 0.0
         if top_p < 1.0:  # top-p on the top-k law: until the cumulative mass reaches P
             s_k = 0.0
-            for j in range(lo, hi):
+            for j in range(n):
                 s_k += out_q[j]
             cum = 0.0
             kept = 0
             while kept < k:
-                cum += out_q[lo + order[kept]] / s_k
+                cum += out_q[order[kept]] / s_k
                 kept += 1
                 if cum >= top_p:
                     break
             for r in range(kept, k):
-                out_q[lo + order[r]] = 0.0
+                out_q[order[r]] = 0.0
     s = 0.0
-    for j in range(lo, hi):
+    for j in range(n):
         s += out_q[j]
-    for j in range(lo, hi):
-        out_q[j] /= s
+    for j in range(n):
+        out_q[j] = out_q[j] / s
     return flag
 
 
@@ -216,9 +314,12 @@ def policy_law(
     out_flag : int8, (n_rows,)
         Written: FLAG_K_EXCEEDS | FLAG_NO_SUPPORT bits, 0 for a clean row.
     """
+    zero = offsets[0]  # 0 for valid offsets, unknown to the compiler (see _opaque)
     for i in prange(offsets.shape[0] - 1):
+        lo = offsets[i]
+        hi = offsets[i + 1]
         out_flag[i] = _policy_row(
-            draft_logprobs, offsets[i], offsets[i + 1], greedy, top_k, temperature, top_p, out_q
+            draft_logprobs[lo:hi], greedy, top_k, temperature, top_p, out_q[lo:hi], zero
         )
 
 
