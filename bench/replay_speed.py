@@ -2,6 +2,11 @@
 
 Baselines, measured in the same run:
 
+- parts 1–2 time what ``--estimator analytic`` runs per arm and batch: the policy law (part 2
+  only, into a reused buffer) and :func:`specreplay.sim.analytic.analytic_rounds`, which
+  quantizes each row on the fly. A floor is printed beside part 1: one vectorised Numba pass
+  that only reads the two arrays (Σ min(q, p) per row, then the same per-round products); no
+  replay that reads them can be faster.
 - parts 1–3: a warm, vectorised NumPy implementation of the same replay, written below, on
   fixed-width rows ((n, 32) arrays, rounds of 5 positions). It computes what the kernel returns:
   the dyadic24 ``nearest`` quantizer (floor, then one unit each to the largest remainders, ties to
@@ -225,9 +230,34 @@ def np_montecarlo(
 # ================================================================================================
 
 
+def floor_pass() -> Callable[..., None]:
+    """The floor of part 1: read q and p once (Σ min(q, p) per row), then the round products."""
+    from numba import njit, prange
+
+    @njit(parallel=True, fastmath={"reassoc", "nsz", "nnan"})
+    def run(offsets, q, p, round_offsets, t):  # type: ignore[no-untyped-def]
+        n_rounds = round_offsets.shape[0] - 1
+        for r in prange(n_rounds):
+            prod = 1.0
+            acc = 1.0
+            for j in range(round_offsets[r + 1] - round_offsets[r]):
+                row = round_offsets[r] + j
+                qr = q[offsets[row] : offsets[row + 1]]
+                pr = p[offsets[row] : offsets[row + 1]]
+                alpha = 0.0
+                for i in range(qr.shape[0]):
+                    alpha += min(qr[i], pr[i])
+                prod *= alpha
+                acc += prod
+                t[r, j] = acc
+
+    return run  # type: ignore[no-any-return]
+
+
 def kernels(inp: dict[str, np.ndarray], repeats: int) -> list[tuple[str, ...]]:
+    from specreplay.sim.analytic import analytic_rounds
     from specreplay.sim.arms import parse_arm
-    from specreplay.sim.policy import LawCache, quantize_law
+    from specreplay.sim.policy import LawCache, Workspace, policy_law_of, quantize_law
     from specreplay.sim.replay import replay_rounds
 
     arm = parse_arm(ARM)
@@ -243,16 +273,18 @@ def kernels(inp: dict[str, np.ndarray], repeats: int) -> list[tuple[str, ...]]:
         round_index=inp["round_index"], seed=0, max_depth=D,
     )  # fmt: skip
 
+    analytic = dict(
+        offsets=offsets, target_probs=p_flat, sampler=arm.sampler, verifier=arm.verifier,
+        drafted_idx=inp["drafted"], round_offsets=inp["round_offsets"], max_depth=D,
+    )  # fmt: skip
+    workspace = Workspace()  # as the engine: the policy law's buffer reused batch after batch
+
     def sr_analytic() -> object:
-        ql = quantize_law(arm.sampler, offsets, q_flat)
-        return replay_rounds(q_sampler=ql.q, m_sampler=ql.m, bits=ql.bits, q_verifier=ql.q,
-                             replicates=0, **rounds)  # fmt: skip
+        return analytic_rounds(q_policy=q_flat, **analytic)  # type: ignore[arg-type]
 
     def sr_policy() -> object:
-        laws = LawCache(offsets, lp_flat).laws(arm)
-        return replay_rounds(q_sampler=laws.q_sampler, m_sampler=laws.m_sampler,
-                             bits=laws.sampler_bits, q_verifier=laws.q_verifier, replicates=0,
-                             **rounds)  # fmt: skip
+        law = policy_law_of(arm.policy, offsets, lp_flat, workspace)
+        return analytic_rounds(q_policy=law.q, **analytic)  # type: ignore[arg-type]
 
     def np_stage1() -> dict:
         qd, _ = np_dyadic(q_law, BITS)
@@ -298,6 +330,15 @@ def kernels(inp: dict[str, np.ndarray], repeats: int) -> list[tuple[str, ...]]:
 
     for fn in (sr_policy, np_stage2):  # warm-ups of the calls not made above
         fn()
+    floor_fn, t_floor_out = floor_pass(), np.empty((n_rounds, D))
+
+    def floor() -> None:
+        floor_fn(offsets, q_flat, p_flat, inp["round_offsets"], t_floor_out)
+
+    floor()
+    t_floor = best_of(floor, repeats)
+    print(f"floor of part 1 (one pass reading q and p, Σ min(q, p) and the products): "
+          f"{n_pos / t_floor / 1e6:.1f} Mpos/s")  # fmt: skip
     rows = []
     for stage, sr, base, unit, n_units, target, tgt_ratio in (
         ("1 analytic: dyadic24 + α/Π/Σ", sr_analytic, np_stage1, "Mpos/s", n_pos, 30e6, None),

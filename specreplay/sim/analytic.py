@@ -45,9 +45,10 @@ from specreplay.sim.replay import RoundValues, _accept_prob
 
 __all__ = ["analytic_rounds"]
 
-# reassociation lets LLVM vectorise the per-row reductions; no-NaN/no-inf flags are not used
-# (the callers' arrays hold NaN for depths past a round's last position)
-_FM = {"reassoc", "nsz"}
+# reassociation and no-NaN let LLVM vectorise the per-row reductions (sums, counts, maxima);
+# laws are never NaN, and the NaN of depths past a round's last position are written outside
+# the kernel (no "ninf": nothing here is infinite, but nothing needs the flag either)
+_FM = {"reassoc", "nsz", "nnan"}
 
 
 @njit(inline="always", fastmath=_FM, cache=True)
@@ -187,8 +188,6 @@ def _alpha_dyadic_nearest(
 def _alpha_generic(
     q: NDArray[np.float64],
     p: NDArray[np.float64],
-    lo: int,
-    n: int,
     dr: int,
     s_kind: int,
     s_bits: int,
@@ -197,7 +196,6 @@ def _alpha_generic(
     v_kind: int,
     v_bits: int,
     v_round: int,
-    row: NDArray[np.float64],
     qs: NDArray[np.float64],
     qv: NDArray[np.float64],
     m: NDArray[np.int64],
@@ -205,17 +203,16 @@ def _alpha_generic(
     order: NDArray[np.int64],
     hist: NDArray[np.int64],
 ) -> tuple[float, float]:
-    """α and the drafted candidate's term with the reference quantizer (any arm)."""
-    for i in range(n):
-        row[i] = q[lo + i]
-    _quantize_row(row, 0, n, s_kind, s_bits, s_round, qs, m, key, order, hist)
+    """α and the drafted candidate's term with the reference quantizer (any arm; row slices)."""
+    n = q.shape[0]
+    _quantize_row(q, 0, n, s_kind, s_bits, s_round, qs, m, key, order, hist)
     if not matched:
-        _quantize_row(row, 0, n, v_kind, v_bits, v_round, qv, m, key, order, hist)
+        _quantize_row(q, 0, n, v_kind, v_bits, v_round, qv, m, key, order, hist)
     ver = qs if matched else qv
     alpha = 0.0
     a_dr = 0.0
     for i in range(n):
-        ai = qs[i] * _accept_prob(ver[i], p[lo + i])
+        ai = qs[i] * _accept_prob(ver[i], p[i])
         alpha += ai
         if i == dr:
             a_dr = ai
@@ -251,7 +248,6 @@ def _analytic_kernel(
     n_chunks = min(n_rounds, 256)  # scratch allocated once per chunk of rounds
     for c in prange(n_chunks):
         frac = np.empty(width)
-        row = np.empty(width)
         qs = np.empty(width)
         qv = np.empty(width)
         m = np.empty(width, np.int64)
@@ -271,19 +267,18 @@ def _analytic_kernel(
             e_eval_off = 0.0
             for j in range(d_r):
                 lo = offsets[a + j]
-                n = offsets[a + j + 1] - lo
+                hi = offsets[a + j + 1]
+                qrow = q[lo:hi]  # row slices: see _alpha_dyadic_nearest
                 dr = int(drafted[a + j])
                 ok = False
                 alpha = 0.0
                 a_dr = 0.0
                 if fast:
-                    alpha, a_dr, ok = _alpha_dyadic_nearest(
-                        q[lo : lo + n], p[lo : lo + n], s_bits, dr, frac
-                    )
+                    alpha, a_dr, ok = _alpha_dyadic_nearest(qrow, p[lo:hi], s_bits, dr, frac)
                 if not ok:
                     alpha, a_dr = _alpha_generic(
-                        q, p, lo, n, dr, s_kind, s_bits, s_round, matched, v_kind, v_bits,
-                        v_round, row, qs, qv, m, key, order, hist,
+                        qrow, p[lo:hi], dr, s_kind, s_bits, s_round, matched, v_kind, v_bits,
+                        v_round, qs, qv, m, key, order, hist,
                     )  # fmt: skip
                 e_eval += prod
                 e_eval_off += prod - on_path
