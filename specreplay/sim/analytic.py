@@ -50,7 +50,7 @@ from specreplay.sim.policy import (
     ROUNDING_CODES,
     _quantize_row,
 )
-from specreplay.sim.replay import RoundValues, _accept_prob
+from specreplay.sim.replay import ROUND_START, RoundValues, _advance, _alpha_row
 
 __all__ = ["analytic_rounds"]
 
@@ -217,15 +217,7 @@ def _alpha_generic(
     _quantize_row(q, 0, n, s_kind, s_bits, s_round, qs, m, key, order, hist)
     if not matched:
         _quantize_row(q, 0, n, v_kind, v_bits, v_round, qv, m, key, order, hist)
-    ver = qs if matched else qv
-    alpha = 0.0
-    a_dr = 0.0
-    for i in range(n):
-        ai = qs[i] * _accept_prob(ver[i], p[i])
-        alpha += ai
-        if i == dr:
-            a_dr = ai
-    return alpha, a_dr
+    return _alpha_row(qs[:n], (qs if matched else qv)[:n], p, dr)
 
 
 @njit(parallel=True, fastmath=_FM, cache=True)
@@ -267,13 +259,7 @@ def _analytic_kernel(
             a = round_offsets[r]
             d_r = min(round_offsets[r + 1] - a, max_depth)
             depth[r] = d_r
-            prod = 1.0
-            on_path = 1.0  # P(reach j with every earlier accepted token the archived one)
-            acc = 1.0
-            e_acc = 0.0
-            e_acc_off = 0.0
-            e_eval = 0.0
-            e_eval_off = 0.0
+            st = ROUND_START
             for j in range(d_r):
                 lo = offsets[a + j]
                 hi = offsets[a + j + 1]
@@ -289,19 +275,11 @@ def _analytic_kernel(
                         qrow, p[lo:hi], dr, s_kind, s_bits, s_round, matched, v_kind, v_bits,
                         v_round, qs, qv, m, key, order, hist,
                     )  # fmt: skip
-                e_eval += prod
-                e_eval_off += prod - on_path
-                e_acc += prod * alpha
-                e_acc_off += prod * (alpha - a_dr)
-                on_path *= a_dr
-                prod *= alpha
-                acc += prod
-                t_an[r, j] = acc
-                s_an[r, j] = prod
-            offpath[r, 0] = e_acc
-            offpath[r, 1] = e_acc_off
-            offpath[r, 2] = e_eval
-            offpath[r, 3] = e_eval_off
+                st = _advance(st, alpha, a_dr)
+                s_an[r, j] = st[0]
+                t_an[r, j] = st[2]
+            for k in range(4):
+                offpath[r, k] = st[3 + k]
 
 
 def analytic_rounds(

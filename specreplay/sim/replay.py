@@ -44,6 +44,45 @@ def _accept_prob(qv: float, p: float) -> float:
     return p / qv
 
 
+@njit(inline="always", cache=True)
+def _alpha_row(
+    qs: NDArray[np.float64], qv: NDArray[np.float64], p: NDArray[np.float64], dr: int
+) -> tuple[float, float]:
+    """α = Σ_x q^s(x)·a(x) over one row's slices, and the drafted candidate's term (0 if dr < 0)."""
+    alpha = 0.0
+    a_dr = 0.0
+    for i in range(qs.shape[0]):
+        ai = qs[i] * _accept_prob(qv[i], p[i])
+        alpha += ai
+        if i == dr:
+            a_dr = ai
+    return alpha, a_dr
+
+
+# Analytic state of a round after j positions: (P(A ≥ j), P(reach j + 1 on the archived path),
+# E[1 + min(A, j)], then the off-path expectations: accepted, accepted off the archived token,
+# evaluated, evaluated through an off-path prefix).
+ROUND_START = (1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0)
+
+
+@njit(inline="always", cache=True)
+def _advance(
+    state: tuple[float, float, float, float, float, float, float], alpha: float, a_dr: float
+) -> tuple[float, float, float, float, float, float, float]:
+    """Return the round state after one more position of acceptance α (a_dr: archived token's)."""
+    prod, on_path, acc, e_acc, e_acc_off, e_eval, e_eval_off = state
+    nxt = prod * alpha
+    return (
+        nxt,
+        on_path * a_dr,
+        acc + nxt,
+        e_acc + nxt,
+        e_acc_off + prod * (alpha - a_dr),
+        e_eval + prod,
+        e_eval_off + (prod - on_path),
+    )
+
+
 @dataclass(frozen=True)
 class RoundValues:
     """Per-round replay values of one arm for one batch (n rounds, depths 1..D).
@@ -139,39 +178,17 @@ def _replay_kernel(
             v_mc[r, d] = np.nan
             s_mc[r, d] = np.nan
         # analytic: products of acceptance probabilities, and off-path expectations
-        prod = 1.0
-        on_path = 1.0  # P(reach j with every earlier accepted token the archived one)
-        acc = 1.0
-        e_acc = 0.0
-        e_acc_off = 0.0
-        e_eval = 0.0
-        e_eval_off = 0.0
+        st = ROUND_START
         for j in range(d_r):
-            row = a + j
-            lo = offsets[row]
-            hi = offsets[row + 1]
-            alpha = 0.0
-            a_drafted = 0.0
-            dr = drafted[row]
-            for i in range(lo, hi):
-                ai = qs[i] * _accept_prob(qv[i], p[i])
-                alpha += ai
-                if i - lo == dr:
-                    a_drafted = ai
-            e_eval += prod
-            e_eval_off += prod - on_path
-            e_acc += prod * alpha
-            e_acc_off += prod * (alpha - a_drafted)
-            on_path *= a_drafted
-            prod *= alpha
-            acc += prod
-            t_an[r, j] = acc
-            s_an[r, j] = prod
+            lo = offsets[a + j]
+            hi = offsets[a + j + 1]
+            alpha, a_dr = _alpha_row(qs[lo:hi], qv[lo:hi], p[lo:hi], drafted[a + j])
+            st = _advance(st, alpha, a_dr)
+            s_an[r, j] = st[0]
+            t_an[r, j] = st[2]
         if n_rep == 0:
-            offpath[r, 0] = e_acc
-            offpath[r, 1] = e_acc_off
-            offpath[r, 2] = e_eval
-            offpath[r, 3] = e_eval_off
+            for k in range(4):
+                offpath[r, k] = st[3 + k]
             continue
         # Monte Carlo with common random numbers
         for d in range(d_r):
