@@ -213,11 +213,12 @@ def replay_archive(
         keys = batch.round_request * nb + batch.round_bucket
         for arm in arms:
             if reps == 0:  # analytic: quantization fused into the replay, no law arrays
-                flag = cache.policy(arm.policy).flag
+                law = cache.policy(arm.policy)
+                flag = law.flag
                 values = analytic_rounds(
                     offsets=batch.offsets,
                     target_probs=batch.target_probs,
-                    q_policy=cache.policy(arm.policy).q,
+                    q_policy=law.q,
                     sampler=arm.sampler,
                     verifier=arm.verifier,
                     drafted_idx=batch.drafted_idx,
