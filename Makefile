@@ -48,6 +48,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check specreplay tests bench
 	$(VENV)/bin/ruff format --check specreplay tests bench
 	$(VENV)/bin/mypy --strict specreplay
+	$(VENV)/bin/lint-imports
 
 test: lint
 	$(VENV)/bin/pytest -q

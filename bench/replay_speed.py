@@ -3,7 +3,8 @@
 Baselines, measured in the same run:
 
 - parts 1–2 time what ``--estimator analytic`` runs per arm and batch: the policy law (part 2
-  only, into a reused buffer) and :func:`specreplay.sim.analytic.analytic_rounds`, which
+  only, into a reused buffer) and
+  :func:`specreplay.replay.estimators.analytic.analytic_rounds`, which
   quantizes each row on the fly. A floor is printed beside part 1: one vectorised Numba pass
   that only reads the two arrays (Σ min(q, p) per row, then the same per-round products); no
   replay that reads them can be faster.
@@ -60,7 +61,7 @@ POSITIONS_PER_REQUEST = 64 * D  # specreplay synth: 64 rounds of 5 positions
 CHILD_E2E = """
 import sys, time
 from pathlib import Path
-from specreplay.requalify import run_requalify
+from specreplay.commands.requalify import run_requalify
 t0 = time.perf_counter()
 _, _, doc = run_requalify(Path(sys.argv[1]), baseline="top32:t0.7@5",
                           candidate="top32:t0.7:dyadic24@5", reference="greedy@5",
@@ -255,10 +256,10 @@ def floor_pass() -> Callable[..., None]:
 
 
 def kernels(inp: dict[str, np.ndarray], repeats: int) -> list[tuple[str, ...]]:
-    from specreplay.sim.analytic import analytic_rounds
+    from specreplay.replay.estimators.analytic import analytic_rounds
+    from specreplay.replay.estimators.montecarlo import replay_rounds
     from specreplay.sim.arms import parse_arm
     from specreplay.sim.policy import LawCache, Workspace, policy_law_of, quantize_law
-    from specreplay.sim.replay import replay_rounds
 
     arm = parse_arm(ARM)
     n_pos = inp["lp"].shape[0]

@@ -20,8 +20,8 @@ from pathlib import Path
 
 CHILD_STREAM = """
 import sys
-from specreplay.replay.stream import ArchiveReader
-from specreplay.stats.measured import MeasuredAccumulator
+from specreplay.replay.archive.reader import ArchiveReader
+from specreplay.replay.measured import MeasuredAccumulator
 r = ArchiveReader(sys.argv[1], batch_rows=int(sys.argv[2]), chunk_rows=int(sys.argv[2]))
 acc = MeasuredAccumulator(len(r.buckets.names))
 n = 0

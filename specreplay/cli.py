@@ -46,7 +46,7 @@ BucketsOpt = Annotated[
 
 
 def _default_buckets() -> str:
-    from specreplay.replay.buckets import DEFAULT_BUCKETS
+    from specreplay.stats.buckets import DEFAULT_BUCKETS
 
     return DEFAULT_BUCKETS
 
@@ -108,7 +108,7 @@ def synth(
     sampling, as a serving engine would; every position's laws and decisions are recorded.
     """
     with _user_errors():
-        from specreplay.workflows import run_synth
+        from specreplay.commands.synth import run_synth
 
         summary = run_synth(
             out,
@@ -146,7 +146,7 @@ def validate(
     Exit status 0 when valid, 2 with up to 20 error lines (all with --all) otherwise.
     """
     with _user_errors():
-        from specreplay.workflows import run_validate
+        from specreplay.commands.validate import run_validate
 
         ok, text = run_validate(
             path,
@@ -180,7 +180,7 @@ def demo(
     Writes OUT/archive (the archive), OUT/results.json, OUT/TABLES.md and OUT/cells.parquet.
     """
     with _user_errors():
-        from specreplay.workflows import run_demo
+        from specreplay.commands.demo import run_demo
 
         text = run_demo(
             out,
@@ -259,7 +259,7 @@ def interval(
     results.json, TABLES.md, cells.parquet and forest.png into --out.
     """
     with _user_errors():
-        from specreplay.workflows import run_interval
+        from specreplay.commands.interval import run_interval
 
         verdicts = _verdict_set(fail_on, {"EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"})
         if stratify not in ("family", "none"):
@@ -368,7 +368,7 @@ def requalify(
     diagnostic of the logging arm, survival per position and the law tests.
     """
     with _user_errors():
-        from specreplay.requalify import run_requalify
+        from specreplay.commands.requalify import run_requalify
 
         if stratify not in ("family", "none"):
             raise SpecReplayError(f"--stratify: {stratify!r} should be family or none")
@@ -444,7 +444,7 @@ def lawtest(
     chosen for 0.99 power against its exact total-variation distance.
     """
     with _user_errors():
-        from specreplay.workflows import run_lawtest
+        from specreplay.commands.lawtest import run_lawtest
 
         text, ok = run_lawtest(
             list(arm or []),

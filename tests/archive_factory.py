@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from specreplay.replay.schema import SCHEMA_V1
+from specreplay.replay.archive.schema import SCHEMA_V1
 
 __all__ = ["FAMILIES", "LOGGING_ARM", "clone", "valid_rows", "write_jsonl", "write_parquet"]
 

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from specreplay.replay.writer import TraceWriter
+from specreplay.replay.archive.writer import TraceWriter
 
 
 @pytest.fixture(scope="session")
 def small_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 3-shard Parquet archive from the toy model pair: 48 requests × 8 rounds × 5 positions."""
-    from specreplay.sim.synth import SynthConfig, synth_frames
+    from specreplay.replay.archive.synthetic import synth_frames
+    from specreplay.sim.synth import SynthConfig
 
     out = tmp_path_factory.mktemp("archive") / "small"
     cfg = SynthConfig(n_requests=48, rounds=8, requests_per_shard=16)

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from test_arms import GRID_LP, GRID_OFFSETS, GRID_ROWS, QUANT_POLICIES, QUANTS, ref_cast, ref_dyadic
 
-from specreplay.sim.analytic import analytic_rounds
+from specreplay.replay.estimators.analytic import analytic_rounds
+from specreplay.replay.estimators.montecarlo import replay_rounds
 from specreplay.sim.arms import Policy, Quant, parse_arm
 from specreplay.sim.policy import policy_law_of, quantize_law
-from specreplay.sim.replay import replay_rounds
 
 DEPTH = 5
 

@@ -12,12 +12,12 @@ import polars as pl
 import pytest
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.batch import RoundBatch, concat_batches
-from specreplay.replay.buckets import DEFAULT_BUCKETS, Buckets
-from specreplay.replay.stream import ArchiveReader
-from specreplay.replay.writer import TraceWriter
-from specreplay.report import load_results_schema, output_dir, validate_json
+from specreplay.replay.archive.batch import RoundBatch, concat_batches
+from specreplay.replay.archive.reader import ArchiveReader
+from specreplay.replay.archive.writer import TraceWriter
+from specreplay.results.output import load_results_schema, output_dir, validate_json
 from specreplay.sim.rng import request_key, uniform_py
+from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 
 
 def _rows(seed: int = 0, n_req: int = 7, n_rounds: int = 3, depth: int = 4) -> list[dict[str, Any]]:
@@ -132,7 +132,7 @@ def test_streaming_multishard_in_small_batches_equals_whole_read(small_archive: 
 
 
 def test_measured_R_matches_a_direct_polars_computation(small_archive: Path) -> None:
-    from specreplay.workflows import scan_archive
+    from specreplay.replay.scan import scan_archive
 
     scan = scan_archive(small_archive, buckets=DEFAULT_BUCKETS)
     df = pl.read_parquet(small_archive / "*.parquet")
@@ -196,8 +196,8 @@ def test_bad_bucket_specs(spec: str, message: str) -> None:
 
 
 def test_unbucketed_rounds_counted_in_pooled_not_in_bucket_cells(small_archive: Path) -> None:
+    from specreplay.replay.scan import scan_archive
     from specreplay.stats.cells import excluded_unbucketed
-    from specreplay.workflows import scan_archive
 
     scan = scan_archive(small_archive, buckets="short:<4K,long:>=32K")
     cells = scan.cells()

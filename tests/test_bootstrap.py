@@ -13,10 +13,10 @@ from scipy import stats
 from typer.testing import CliRunner
 
 from specreplay.cli import app
-from specreplay.replay.buckets import Buckets
-from specreplay.replay.observed import read_arm
-from specreplay.report import load_results_schema, validate_json
+from specreplay.replay.archive.importers import read_arm
+from specreplay.results.output import load_results_schema, validate_json
 from specreplay.stats.bootstrap import PairedSums, bootstrap_sums
+from specreplay.stats.buckets import Buckets
 from specreplay.stats.compare import compare, parse_margin
 from specreplay.stats.intervals import (
     holm,

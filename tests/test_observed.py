@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.buckets import Buckets
-from specreplay.replay.observed import KINDS, detect_kind, read_arm
+from specreplay.replay.archive.importers import KINDS, detect_kind, read_arm
+from specreplay.stats.buckets import Buckets
 
 DATA = Path(__file__).parent / "data"
 MEDUSA = DATA / "medusa-mtbench"

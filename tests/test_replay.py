@@ -8,7 +8,7 @@ import numba
 import numpy as np
 import pytest
 
-from specreplay.sim.replay import replay_rounds
+from specreplay.replay.estimators.montecarlo import replay_rounds
 from specreplay.sim.rng import STREAM_ACCEPT, STREAM_DRAFT, STREAMS_PER_REPLICATE, uniform_py
 
 

@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from specreplay.cli import app
-from specreplay.report import load_results_schema, validate_json
+from specreplay.replay.engine import replay_archive
+from specreplay.results.output import load_results_schema, validate_json
 from specreplay.sim.arms import parse_arm
-from specreplay.sim.engine import replay_archive
 
 ARMS = [
     "top32:t0.7@5",

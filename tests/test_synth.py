@@ -11,13 +11,12 @@ import polars as pl
 import pytest
 from numpy.typing import NDArray
 
+from specreplay.replay.archive.synthetic import FRAME_SCHEMA, synth_frames
 from specreplay.sim.synth import (
-    FRAME_SCHEMA,
     SynthConfig,
     logging_arm_name,
     request_ids,
     request_start,
-    synth_frames,
 )
 from specreplay.sim.toy import FAMILIES
 

@@ -13,13 +13,13 @@ from specreplay.sim.toy import (
     VOCAB_SIZE,
     RoundStart,
     ToyPair,
-    _sample_residual,
     _top_indices,
     draft_law,
     greedy_law,
     live_round,
     logging_law,
     rank_to_token,
+    sample_residual,
     state_key,
     tail_pmf,
     target_law,
@@ -90,19 +90,19 @@ def test_residual_walks_candidates_then_explicit_then_tail() -> None:
     _, gp = PAIR.packed()
     no_cand = np.empty(0, dtype=np.int64)
     explicit_mass = law.probs.sum()
-    first = _sample_residual(law.ids, law.probs, no_cand, np.empty(0), law.tail_scale, key, gp, 0.0)
+    first = sample_residual(law.ids, law.probs, no_cand, np.empty(0), law.tail_scale, key, gp, 0.0)
     assert first == law.ids[0]
     # just past the explicit mass: the first tail rank; at the very end: a deep tail rank
     u = (explicit_mass + 0.1 * tail_pmf(PAIR, law.tail_scale, np.array([0]))[0]) / 1.0
-    tok = _sample_residual(law.ids, law.probs, no_cand, np.empty(0), law.tail_scale, key, gp, u)
+    tok = sample_residual(law.ids, law.probs, no_cand, np.empty(0), law.tail_scale, key, gp, u)
     assert tok == rank_to_token(key, np.array([PAIR.n_explicit]))[0]
-    deep = _sample_residual(
+    deep = sample_residual(
         law.ids, law.probs, no_cand, np.empty(0), law.tail_scale, key, gp, 1.0 - 1e-15
     )
     assert deep not in set(law.ids.tolist())
     # a candidate with q >= p has no residual mass: it is never the correction
     cand = np.array([0], dtype=np.int64)
-    tok = _sample_residual(law.ids, law.probs, cand, np.array([1.0]), law.tail_scale, key, gp, 0.0)
+    tok = sample_residual(law.ids, law.probs, cand, np.array([1.0]), law.tail_scale, key, gp, 0.0)
     assert tok == law.ids[1]
 
 

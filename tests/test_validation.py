@@ -33,7 +33,7 @@ from typer.testing import CliRunner
 
 from specreplay.cli import app
 from specreplay.errors import SpecReplayError
-from specreplay.replay.stream import ArchiveReader
+from specreplay.replay.archive.reader import ArchiveReader
 
 KINDS = ("jsonl", "parquet")
 BLANKS = {2: 2, 5: 1}  # blank lines before rows 2 and 5 of every JSONL file

@@ -70,6 +70,7 @@ from specreplay.sim.arms import Arm, Policy, Quant
 __all__ = [
     "FLAG_K_EXCEEDS",
     "FLAG_NO_SUPPORT",
+    "HIST_BINS",
     "KIND_BFLOAT16",
     "KIND_CODES",
     "KIND_DYADIC",
@@ -89,6 +90,7 @@ __all__ = [
     "policy_law_of",
     "quantize",
     "quantize_law",
+    "quantize_row",
 ]
 
 KIND_FLOAT64 = 0
@@ -352,11 +354,11 @@ def _round_significand(x: float, mant_bits: int, min_exp: int) -> float:
     return math.ldexp(np.rint(math.ldexp(x, -shift)), shift)  # both scalings are exact
 
 
-_NB = 64  # histogram buckets of the fractional parts (dyadic nearest)
+HIST_BINS = 64  # histogram buckets of the fractional parts (dyadic nearest)
 
 
 @njit(cache=True)
-def _quantize_row(
+def quantize_row(
     q: NDArray[np.float64],
     lo: int,
     hi: int,
@@ -372,7 +374,7 @@ def _quantize_row(
     """Quantize one row ``q[lo:hi]``; return False if a dyadic invariant fails.
 
     ``key`` and ``order`` are scratch arrays of at least the row's length and ``hist`` one of
-    ``_NB`` counts (all reused across rows).
+    ``HIST_BINS`` counts (all reused across rows).
     """
     n = hi - lo
     if n == 0:
@@ -420,14 +422,14 @@ def _quantize_row(
         # without sorting: a 64-bucket histogram of the fractions finds the bucket holding the
         # threshold; buckets above it all get a unit; inside it, the few members are ranked by
         # (fraction descending, index ascending) with an insertion sort
-        for t in range(_NB):
+        for t in range(HIST_BINS):
             hist[t] = 0
         for j in range(lo, hi):
             if q[j] > 0.0:
                 v = q[j] * scale
-                hist[np.int64((v - float(np.int64(v))) * _NB)] += 1
+                hist[np.int64((v - float(np.int64(v))) * HIST_BINS)] += 1
         need = units
-        bstar = _NB - 1
+        bstar = HIST_BINS - 1
         while hist[bstar] < need:
             need -= hist[bstar]
             bstar -= 1
@@ -436,7 +438,7 @@ def _quantize_row(
             if q[j] > 0.0:
                 v = q[j] * scale
                 f = v - float(np.int64(v))
-                b = np.int64(f * _NB)
+                b = np.int64(f * HIST_BINS)
                 if b > bstar:
                     out_m[j] += 1
                 elif b == bstar:
@@ -503,9 +505,9 @@ def quantize(
     for c in prange(n_chunks):
         key = np.empty(width)
         order = np.empty(width, np.int64)
-        hist = np.empty(_NB, np.int64)
+        hist = np.empty(HIST_BINS, np.int64)
         for i in range(c * n_rows // n_chunks, (c + 1) * n_rows // n_chunks):
-            ok[i] = _quantize_row(
+            ok[i] = quantize_row(
                 q, offsets[i], offsets[i + 1], kind_code, bits, rounding_code, out_q, out_m,
                 key, order, hist,
             )  # fmt: skip

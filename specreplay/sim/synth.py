@@ -18,46 +18,38 @@ This module depends on NumPy, Numba and polars (the frames are the writer's inpu
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
-import polars as pl
 from numba import njit, prange
 from numpy.typing import NDArray
 
-from specreplay.replay.schema import SCHEMA_V1
 from specreplay.sim.rng import request_key, uniform
 from specreplay.sim.toy import (
-    _STREAM_ACCEPT,
-    _STREAM_DRAFT,
-    _STREAM_RESIDUAL,
     FAMILIES,
+    STREAM_ACCEPT_I64,
+    STREAM_DRAFT_I64,
+    STREAM_RESIDUAL_I64,
     VOCAB_SIZE,
     RoundStart,
     ToyPair,
-    _draw_cdf,
-    _policy_q,
-    _position_laws,
-    _sample_residual,
-    _state_key,
-    _surprise_step,
-    _target_law_alloc,
+    draw_cdf,
+    policy_q,
+    position_laws,
+    sample_residual,
+    state_key_kernel,
+    surprise_step,
+    target_law_alloc,
 )
 
 __all__ = [
-    "FRAME_SCHEMA",
     "SynthConfig",
     "SynthShard",
     "logging_arm_name",
     "request_ids",
     "request_start",
-    "shard_frame",
     "simulate_shard",
-    "synth_frames",
 ]
-
-FRAME_SCHEMA: dict[str, pl.DataType] = {**SCHEMA_V1, "toy_state": pl.UInt64()}
 
 
 @dataclass(frozen=True)
@@ -183,8 +175,8 @@ def _simulate_request(
         surprise = 0.0
         for j in range(1, depth + 1):
             row = rr * depth + (j - 1)
-            key = _state_key(fam, ctx + j - 1, a, b)
-            ts[j - 1] = _position_laws(
+            key = state_key_kernel(fam, ctx + j - 1, a, b)
+            ts[j - 1] = position_laws(
                 key, fam, ctx + j - 1, np.int64(j), surprise, fp, gp,
                 ids[j - 1], p[j - 1], logq1[j - 1], cand[j - 1],
             )  # fmt: skip
@@ -193,23 +185,23 @@ def _simulate_request(
                 cand_ids[row, c] = ids[j - 1, k]
                 draft_lp[row, c] = logq1[j - 1, k]
                 target_p[row, c] = p[j - 1, k]
-            _policy_q(draft_lp[row], greedy, temperature, emitted_q[row])
-            x = _draw_cdf(
-                emitted_q[row], uniform(seed, rkey, np.int64(r), np.int64(j), _STREAM_DRAFT)
+            policy_q(draft_lp[row], greedy, temperature, emitted_q[row])
+            x = draw_cdf(
+                emitted_q[row], uniform(seed, rkey, np.int64(r), np.int64(j), STREAM_DRAFT_I64)
             )
             xs[j - 1] = x
             tok = cand_ids[row, x]
             drafted[row] = tok
             states[row] = key
             accepted[row] = False
-            surprise = _surprise_step(surprise, draft_lp[row, x], target_p[row, x])
+            surprise = surprise_step(surprise, draft_lp[row, x], target_p[row, x])
             a = b
             b = tok
         n_acc = 0
         for j in range(1, depth + 1):  # SPEC §1: accept x when v·q(x) < p(x), stop at first no
             row = rr * depth + (j - 1)
             x = xs[j - 1]
-            v = uniform(seed, rkey, np.int64(r), np.int64(j), _STREAM_ACCEPT)
+            v = uniform(seed, rkey, np.int64(r), np.int64(j), STREAM_ACCEPT_I64)
             if v * emitted_q[row, x] < target_p[row, x]:
                 accepted[row] = True
                 n_acc += 1
@@ -218,16 +210,16 @@ def _simulate_request(
         if n_acc < depth:  # correction from the residual at the first rejected position
             j = n_acc + 1
             row = rr * depth + (j - 1)
-            y = _sample_residual(
+            y = sample_residual(
                 ids[j - 1], p[j - 1], cand[j - 1], emitted_q[row], ts[j - 1], states[row], gp,
-                uniform(seed, rkey, np.int64(r), np.int64(j), _STREAM_RESIDUAL),
+                uniform(seed, rkey, np.int64(r), np.int64(j), STREAM_RESIDUAL_I64),
             )  # fmt: skip
         else:  # bonus token from the target at position depth + 1
-            key = _state_key(fam, ctx + depth, a, b)
-            ids_b, p_b, ts_b = _target_law_alloc(key, fam, n_explicit, fp, gp)
-            y = _sample_residual(
+            key = state_key_kernel(fam, ctx + depth, a, b)
+            ids_b, p_b, ts_b = target_law_alloc(key, fam, n_explicit, fp, gp)
+            y = sample_residual(
                 ids_b, p_b, np.empty(0, dtype=np.int64), np.empty(0), ts_b, key, gp,
-                uniform(seed, rkey, np.int64(r), np.int64(depth + 1), _STREAM_RESIDUAL),
+                uniform(seed, rkey, np.int64(r), np.int64(depth + 1), STREAM_RESIDUAL_I64),
             )  # fmt: skip
         round_bonus[rr] = y
         t1 = drafted[rr * depth + n_acc - 1] if n_acc >= 1 else t2
@@ -422,51 +414,3 @@ def simulate_shard(cfg: SynthConfig, seed: int, ids: list[str]) -> SynthShard:
         out.toy_state,
     )
     return out
-
-
-def _list_column(name: str, values: NDArray[np.generic], inner: pl.DataType) -> pl.Series:
-    """Build a List column from a (rows, k) array (Array series, then cast: no per-row loop)."""
-    return pl.Series(name, values).cast(pl.List(inner))
-
-
-def shard_frame(cfg: SynthConfig, shard: SynthShard) -> pl.DataFrame:
-    """Return a shard's archive rows, with exactly the columns and dtypes of FRAME_SCHEMA."""
-    n = len(shard.request_ids)
-    per_request = cfg.rounds * cfg.depth
-    req_idx = np.repeat(np.arange(n), per_request)
-    fam_names = pl.Series("family", FAMILIES, dtype=pl.String)
-    return pl.DataFrame(
-        [
-            pl.Series("request_id", shard.request_ids, dtype=pl.String).gather(req_idx),
-            fam_names.gather(np.repeat(shard.family, per_request)),
-            pl.Series("context_tokens", np.repeat(shard.round_context, cfg.depth), dtype=pl.Int64),
-            pl.Series(
-                "round", np.tile(np.repeat(np.arange(cfg.rounds), cfg.depth), n), dtype=pl.Int64
-            ),
-            pl.Series(
-                "position", np.tile(np.arange(1, cfg.depth + 1), n * cfg.rounds), dtype=pl.Int64
-            ),
-            _list_column("cand_ids", shard.cand_ids, pl.Int64()),
-            _list_column("draft_logprobs", shard.draft_logprobs, pl.Float64()),
-            _list_column("target_probs", shard.target_probs, pl.Float64()),
-            pl.Series("drafted_id", shard.drafted_id, dtype=pl.Int64),
-            pl.Series("accepted", shard.accepted, dtype=pl.Boolean),
-            pl.repeat(logging_arm_name(cfg), n * per_request, dtype=pl.String, eager=True).alias(
-                "logging_arm"
-            ),
-            _list_column("emitted_q", shard.emitted_q, pl.Float64()),
-            pl.Series("toy_state", shard.toy_state, dtype=pl.UInt64),
-        ]
-    )
-
-
-def synth_frames(cfg: SynthConfig, seed: int) -> Iterator[pl.DataFrame]:
-    """Yield the synthetic archive, one frame per shard of whole requests, in request order.
-
-    Rows are in (request, round, position) order with the columns of :data:`FRAME_SCHEMA`. The
-    frames are the same for any ``requests_per_shard`` once concatenated, and for any thread count.
-    """
-    ids = request_ids(cfg.n_requests)
-    for lo in range(0, cfg.n_requests, cfg.requests_per_shard):
-        shard = simulate_shard(cfg, seed, ids[lo : lo + cfg.requests_per_shard])
-        yield shard_frame(cfg, shard)

@@ -74,6 +74,9 @@ Int = int | np.int64  # integer scalars of the kernels (numba types both as int6
 
 __all__ = [
     "FAMILIES",
+    "STREAM_ACCEPT_I64",
+    "STREAM_DRAFT_I64",
+    "STREAM_RESIDUAL_I64",
     "VOCAB_SIZE",
     "DraftLaw",
     "LiveRound",
@@ -81,14 +84,21 @@ __all__ = [
     "TargetLaw",
     "ToyPair",
     "draft_law",
+    "draw_cdf",
     "family_index",
     "greedy_law",
     "live_round",
     "logging_law",
+    "policy_q",
+    "position_laws",
     "rank_to_token",
+    "sample_residual",
     "state_key",
+    "state_key_kernel",
+    "surprise_step",
     "tail_pmf",
     "target_law",
+    "target_law_alloc",
 ]
 
 VOCAB_SIZE = 129_280
@@ -117,9 +127,9 @@ _ODD1 = uint64(0x0B5AD)
 _ODD2 = uint64(0x1C69B)
 _ODD3 = uint64(0x0D2F3)
 _VOCAB_U = uint64(VOCAB_SIZE)
-_STREAM_DRAFT = np.int64(STREAM_DRAFT)
-_STREAM_ACCEPT = np.int64(STREAM_ACCEPT)
-_STREAM_RESIDUAL = np.int64(STREAM_RESIDUAL)
+STREAM_DRAFT_I64 = np.int64(STREAM_DRAFT)
+STREAM_ACCEPT_I64 = np.int64(STREAM_ACCEPT)
+STREAM_RESIDUAL_I64 = np.int64(STREAM_RESIDUAL)
 _INV_2_53 = 1.0 / 9007199254740992.0
 _LOGISTIC_SCALE = math.sqrt(3.0) / math.pi  # unit variance for the standard logistic
 _TRIANGULAR_SCALE = math.sqrt(6.0)  # unit variance for u1 + u2 − 1
@@ -157,7 +167,7 @@ def _triangular(h: np.uint64) -> float:
 
 
 @njit(cache=True)
-def _state_key(family: Int, context: Int, t1: Int, t2: Int) -> np.uint64:
+def state_key_kernel(family: Int, context: Int, t1: Int, t2: Int) -> np.uint64:
     """State key of (family, context length, last two tokens ``t1, t2``), as uint64."""
     h = _fold(_SALT_STATE, uint64(family))
     h = _fold(h, uint64(context))
@@ -349,7 +359,7 @@ def _draft_from_target(
 
 
 @njit(cache=True)
-def _position_laws(
+def position_laws(
     key: np.uint64,
     family: Int,
     context: Int,
@@ -418,7 +428,7 @@ def _top_indices(x: NDArray[np.float64], out: NDArray[np.int64]) -> None:
 
 
 @njit(cache=True)
-def _policy_q(
+def policy_q(
     logprobs: NDArray[np.float64], greedy: bool, temperature: float, out: NDArray[np.float64]
 ) -> None:
     """Apply the logging policy to the candidates: writes q (n,) from draft log-probs (n,).
@@ -453,24 +463,24 @@ def _policy_q_alloc(
     logprobs: NDArray[np.float64], greedy: bool, temperature: float
 ) -> NDArray[np.float64]:
     out = np.empty(logprobs.shape[0])
-    _policy_q(logprobs, greedy, temperature, out)
+    policy_q(logprobs, greedy, temperature, out)
     return out
 
 
 @njit(cache=True)
-def _draw_cdf(q: NDArray[np.float64], u: float) -> np.int64:
+def draw_cdf(q: NDArray[np.float64], u: float) -> np.int64:
     """CDF inversion over the whole array (:func:`specreplay.sim.sampling.draw_float`)."""
     return np.int64(draw_float(q, 0, q.shape[0], u))
 
 
 @njit(cache=True)
-def _surprise_step(surprise: float, logq1_x: float, p_x: float) -> float:
+def surprise_step(surprise: float, logq1_x: float, p_x: float) -> float:
     """Add ``max(0, log q1(x) − log p(x))`` of a drafted token to the prefix surprise."""
     return surprise + max(0.0, logq1_x - math.log(p_x))
 
 
 @njit(cache=True)
-def _sample_residual(
+def sample_residual(
     ids: NDArray[np.int64],
     p: NDArray[np.float64],
     cand: NDArray[np.int64],
@@ -538,13 +548,14 @@ def _sample_residual(
 
 
 @njit(cache=True)
-def _target_law_alloc(
+def target_law_alloc(
     key: np.uint64,
     family: Int,
     n_explicit: Int,
     fp: NDArray[np.float64],
     gp: NDArray[np.float64],
 ) -> tuple[NDArray[np.int64], NDArray[np.float64], float]:
+    """Return the target law at a state: explicit token ids, their probabilities, the tail mass."""
     ids = np.empty(n_explicit, dtype=np.int64)
     lt = np.empty(n_explicit)
     p = np.empty(n_explicit)
@@ -810,7 +821,7 @@ def state_key(family: str, context_tokens: int, history: tuple[int, int]) -> np.
     """Return the state key of (family, context length, last two tokens)."""
     t1, t2 = history
     return np.uint64(
-        _state_key(
+        state_key_kernel(
             np.int64(family_index(family)), np.int64(context_tokens), np.int64(t1), np.int64(t2)
         )
     )
@@ -826,7 +837,7 @@ def _tail_mass(pair: ToyPair, tail_scale: float) -> float:
 def target_law(pair: ToyPair, family: str, key: np.uint64) -> TargetLaw:
     """Return the target law of state ``key`` in ``family``."""
     fp, gp = pair.packed()
-    ids, p, ts = _target_law_alloc(
+    ids, p, ts = target_law_alloc(
         np.uint64(key), np.int64(family_index(family)), np.int64(pair.n_explicit), fp, gp
     )
     return TargetLaw(ids=ids, probs=p, tail_scale=float(ts), tail_mass=_tail_mass(pair, float(ts)))
@@ -987,22 +998,22 @@ def live_round(
     x_idx: list[int] = []
     surprise = 0.0
     for j in range(1, depth + 1):
-        key = np.uint64(_state_key(fam, np.int64(ctx0 + j - 1), np.int64(t1), np.int64(t2)))
+        key = np.uint64(state_key_kernel(fam, np.int64(ctx0 + j - 1), np.int64(t1), np.int64(t2)))
         ids = np.empty(k_exp, dtype=np.int64)
         p = np.empty(k_exp)
         logq1 = np.empty(k_exp)
         cand = np.empty(n_candidates, dtype=np.int64)
         ts = float(
-            _position_laws(
+            position_laws(
                 key, fam, np.int64(ctx0 + j - 1), np.int64(j), surprise, fp, gp, ids, p, logq1, cand
             )
         )
         c_lp = logq1[cand]
         q = _check_q(np.asarray(law(c_lp.copy()), dtype=np.float64), n_candidates, j)
-        u = float(uniform(seed_u, rkey, rnd, np.int64(j), _STREAM_DRAFT))
-        x = int(_draw_cdf(q, u))
+        u = float(uniform(seed_u, rkey, rnd, np.int64(j), STREAM_DRAFT_I64))
+        x = int(draw_cdf(q, u))
         tok = int(ids[cand[x]])
-        surprise = float(_surprise_step(surprise, c_lp[x], p[cand[x]]))
+        surprise = float(surprise_step(surprise, c_lp[x], p[cand[x]]))
         drafted[j - 1] = tok
         keys[j - 1] = key
         cand_ids.append(ids[cand])
@@ -1016,7 +1027,7 @@ def live_round(
     accepted = np.zeros(depth, dtype=np.bool_)
     n_acc = 0
     for j in range(1, depth + 1):
-        v = float(uniform(seed_u, rkey, rnd, np.int64(j), _STREAM_ACCEPT))
+        v = float(uniform(seed_u, rkey, rnd, np.int64(j), STREAM_ACCEPT_I64))
         x = x_idx[j - 1]
         if v * qs[j - 1][x] < target_p[j - 1][x]:  # SPEC §1: accept when v·q(x) < p(x)
             accepted[j - 1] = True
@@ -1026,14 +1037,14 @@ def live_round(
     if n_acc < depth:
         j = n_acc + 1
         ids, p, cand, ts = laws[j - 1]
-        u = float(uniform(seed_u, rkey, rnd, np.int64(j), _STREAM_RESIDUAL))
-        y = int(_sample_residual(ids, p, cand, qs[j - 1], ts, keys[j - 1], gp, u))
+        u = float(uniform(seed_u, rkey, rnd, np.int64(j), STREAM_RESIDUAL_I64))
+        y = int(sample_residual(ids, p, cand, qs[j - 1], ts, keys[j - 1], gp, u))
     else:
-        key = np.uint64(_state_key(fam, np.int64(ctx0 + depth), np.int64(t1), np.int64(t2)))
-        ids, p, ts_b = _target_law_alloc(key, fam, np.int64(k_exp), fp, gp)
-        u = float(uniform(seed_u, rkey, rnd, np.int64(depth + 1), _STREAM_RESIDUAL))
+        key = np.uint64(state_key_kernel(fam, np.int64(ctx0 + depth), np.int64(t1), np.int64(t2)))
+        ids, p, ts_b = target_law_alloc(key, fam, np.int64(k_exp), fp, gp)
+        u = float(uniform(seed_u, rkey, rnd, np.int64(depth + 1), STREAM_RESIDUAL_I64))
         y = int(
-            _sample_residual(
+            sample_residual(
                 ids, p, np.empty(0, dtype=np.int64), np.empty(0), float(ts_b), key, gp, u
             )
         )

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from specreplay.replay.buckets import UNBUCKETED, Buckets
+from specreplay.stats.buckets import UNBUCKETED, Buckets
 from specreplay.stats.measured import MeasuredArchive
 
 __all__ = ["LEVELS", "measured_cells"]

@@ -13,10 +13,10 @@ import numpy as np
 import polars as pl
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.armdata import ArmData
-from specreplay.replay.buckets import Buckets
 from specreplay.sim.rng import request_key
+from specreplay.stats.armdata import ArmData
 from specreplay.stats.bootstrap import PairedSums
+from specreplay.stats.buckets import Buckets
 
 __all__ = ["pair_arms"]
 

@@ -28,59 +28,11 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
+from specreplay.sim.accept import ROUND_START, advance, alpha_row
 from specreplay.sim.rng import STREAM_ACCEPT, STREAM_DRAFT, STREAMS_PER_REPLICATE, uniform
 from specreplay.sim.sampling import draw_dyadic, draw_float
 
 __all__ = ["RoundValues", "replay_rounds"]
-
-
-@njit(inline="always", cache=True)
-def _accept_prob(qv: float, p: float) -> float:
-    """a(x) = P(v·q^v(x) < p(x)) for v ~ U[0, 1)."""
-    if p <= 0.0:
-        return 0.0
-    if qv <= p:
-        return 1.0
-    return p / qv
-
-
-@njit(inline="always", cache=True)
-def _alpha_row(
-    qs: NDArray[np.float64], qv: NDArray[np.float64], p: NDArray[np.float64], dr: int
-) -> tuple[float, float]:
-    """α = Σ_x q^s(x)·a(x) over one row's slices, and the drafted candidate's term (0 if dr < 0)."""
-    alpha = 0.0
-    a_dr = 0.0
-    for i in range(qs.shape[0]):
-        ai = qs[i] * _accept_prob(qv[i], p[i])
-        alpha += ai
-        if i == dr:
-            a_dr = ai
-    return alpha, a_dr
-
-
-# Analytic state of a round after j positions: (P(A ≥ j), P(reach j + 1 on the archived path),
-# E[1 + min(A, j)], then the off-path expectations: accepted, accepted off the archived token,
-# evaluated, evaluated through an off-path prefix).
-ROUND_START = (1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0)
-
-
-@njit(inline="always", cache=True)
-def _advance(
-    state: tuple[float, float, float, float, float, float, float], alpha: float, a_dr: float
-) -> tuple[float, float, float, float, float, float, float]:
-    """Return the round state after one more position of acceptance α (a_dr: archived token's)."""
-    prod, on_path, acc, e_acc, e_acc_off, e_eval, e_eval_off = state
-    nxt = prod * alpha
-    return (
-        nxt,
-        on_path * a_dr,
-        acc + nxt,
-        e_acc + nxt,
-        e_acc_off + prod * (alpha - a_dr),
-        e_eval + prod,
-        e_eval_off + (prod - on_path),
-    )
 
 
 @dataclass(frozen=True)
@@ -182,8 +134,8 @@ def _replay_kernel(
         for j in range(d_r):
             lo = offsets[a + j]
             hi = offsets[a + j + 1]
-            alpha, a_dr = _alpha_row(qs[lo:hi], qv[lo:hi], p[lo:hi], drafted[a + j])
-            st = _advance(st, alpha, a_dr)
+            alpha, a_dr = alpha_row(qs[lo:hi], qv[lo:hi], p[lo:hi], drafted[a + j])
+            st = advance(st, alpha, a_dr)
             s_an[r, j] = st[0]
             t_an[r, j] = st[2]
         if n_rep == 0:

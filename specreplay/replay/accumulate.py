@@ -1,8 +1,9 @@
 """Per-(request, bucket) sums of replayed rounds, added in archive order (bit-identical).
 
-Each batch's per-round values (:class:`~specreplay.sim.replay.RoundValues`) are added one round
-at a time, in archive order, into arrays keyed by request × bucket, so the floating-point sums do
-not depend on the thread count or on where batches were cut (SPEC §5).
+Each batch's per-round values
+(:class:`~specreplay.replay.estimators.montecarlo.RoundValues`) are added one round at a time, in
+archive order, into arrays keyed by request × bucket, so the floating-point sums do not depend on
+the thread count or on where batches were cut (SPEC §5).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
-from specreplay.sim.replay import RoundValues
+from specreplay.replay.estimators.montecarlo import RoundValues
 
 __all__ = ["ReplayAccumulator", "ReplaySums"]
 

@@ -1,6 +1,6 @@
 """Readers of observed arms: round traces, per-request sums, Spec-Bench and FastChat/Medusa answers.
 
-Each reader turns one arm's MEASURED rounds into :class:`~specreplay.replay.armdata.ArmData`: per
+Each reader turns one arm's MEASURED rounds into :class:`~specreplay.stats.armdata.ArmData`: per
 (request, context bucket) the rounds n and the retained tokens t, where a round retains 1 + A tokens
 (A = accepted drafts, SPEC §1), so R = Σ t / Σ n. The formats are those of SPEC §2.2:
 
@@ -67,9 +67,9 @@ import numpy as np
 import polars as pl
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.armdata import ARM_SCHEMA, ArmData
-from specreplay.replay.buckets import Buckets
-from specreplay.replay.sources import ArchiveFile, format_location
+from specreplay.replay.archive.sources import ArchiveFile, format_location
+from specreplay.stats.armdata import ARM_SCHEMA, ArmData
+from specreplay.stats.buckets import Buckets
 
 __all__ = ["KINDS", "detect_kind", "read_arm"]
 

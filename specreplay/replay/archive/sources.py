@@ -9,7 +9,8 @@ because polars names no line in its errors and drops unknown fields.
 
 Each chunk carries, per row, its location: the 0-based row within its Parquet file, or the 1-based
 physical line of its JSON Lines file (blank lines counted). Columns are cast to the canonical dtypes
-of :mod:`specreplay.replay.schema`; problems of type and shape become :class:`Issue` records.
+of :mod:`specreplay.replay.archive.schema`; problems of type and shape become :class:`Issue`
+records.
 """
 
 from __future__ import annotations
@@ -25,14 +26,22 @@ import polars as pl
 from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.schema import (
+from specreplay.replay.archive.schema import (
     INT_COLUMNS,
     LIST_COLUMNS,
     REQUIRED,
     SCHEMA_V1,
 )
 
-__all__ = ["ArchiveFile", "Issue", "RawChunk", "format_location", "list_archive", "read_chunks"]
+__all__ = [
+    "ArchiveFile",
+    "Issue",
+    "RawChunk",
+    "archive_rows",
+    "format_location",
+    "list_archive",
+    "read_chunks",
+]
 
 _INT64_MAX: Final[int] = int(np.iinfo(np.int64).max)
 _JSONL_SUFFIXES: Final[tuple[str, ...]] = (".jsonl", ".ndjson", ".json")
@@ -338,3 +347,14 @@ def _check_value(name: str, value: Any) -> str | None:
     if not ok:
         return f"column {name!r} should be {exp}, got {json.dumps(value)[:40]}"
     return None
+
+
+def archive_rows(path: Path) -> int | None:
+    """Return the rows of a Parquet archive from its metadata (None for JSON Lines or on error)."""
+    try:
+        files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+        if not files or any(f.suffix != ".parquet" for f in files):
+            return None
+        return sum(int(pl.scan_parquet(f).select(pl.len()).collect().item()) for f in files)
+    except Exception:
+        return None

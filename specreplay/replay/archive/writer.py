@@ -31,7 +31,7 @@ from typing import Any
 import polars as pl
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.schema import SCHEMA_V1
+from specreplay.replay.archive.schema import SCHEMA_V1
 
 __all__ = ["TraceWriter"]
 

@@ -3,8 +3,8 @@
 Terms (SPEC §1): a **round** drafts positions 1..d; each position row carries the drafter's
 candidates (a CSR slice of the flat candidate arrays). A batch always holds whole rounds, in archive
 order. Request, family and bucket are small integer codes into the tables of the
-:class:`~specreplay.replay.stream.ArchiveReader` that produced the batch; ``round_key`` is the
-stable 64-bit request key used by counter-based random numbers.
+:class:`~specreplay.replay.archive.reader.ArchiveReader` that produced the batch;
+``round_key`` is the stable 64-bit request key used by counter-based random numbers.
 """
 
 from __future__ import annotations

@@ -15,15 +15,16 @@ the lower index), i.e. m_i = ⌊q_i·2^N⌋ + [F_i ≥ t] for any threshold t wi
 the F_i at or above it. The kernel searches t by counting F_i ≥ t at eight thresholds per pass
 over the row (a short dependency chain instead of a sort); a row where no such t exists (tied
 fractional parts straddling the cut) or where the search does not settle falls back to
-:func:`~specreplay.sim.policy._quantize_row`, the reference quantizer, so the integers are always
+:func:`~specreplay.sim.policy.quantize_row`, the reference quantizer, so the integers are always
 exactly those of :func:`~specreplay.sim.policy.quantize`. α is then Σ_i min(m_i·2^−N, p_i), which
 is q^s·a for a matched arm (q^s(x)·min(1, p/q^s) = min(q^s, p)). Every other arm (float kinds,
 floor-argmax, mismatched verifiers) quantizes the row with the reference quantizer into scratch.
 
 Floating-point sums inside a row may be reassociated by the compiler (``fastmath`` reassoc), so
-values can differ from :func:`~specreplay.sim.replay.replay_rounds`'s analytic columns in the
-last ulps; each row's arithmetic depends on that row alone, so results are still bit-identical
-whatever the thread count or batch size.
+values can differ from
+:func:`~specreplay.replay.estimators.montecarlo.replay_rounds`'s analytic columns in the last ulps;
+each row's arithmetic depends on that row alone, so results are still bit-identical whatever the
+thread count or batch size.
 
 Speed (``bench/replay_speed.py``, 2 cores, rows of 32 candidates): about 21 M positions/s for
 ``dyadic24``, against 57 M/s for a pass that only reads q and p. Per row and thread, in cache:
@@ -41,16 +42,17 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
+from specreplay.replay.estimators.montecarlo import RoundValues
+from specreplay.sim.accept import ROUND_START, advance, alpha_row
 from specreplay.sim.arms import Quant
 from specreplay.sim.policy import (
-    _NB,
+    HIST_BINS,
     KIND_CODES,
     KIND_DYADIC,
     ROUND_NEAREST,
     ROUNDING_CODES,
-    _quantize_row,
+    quantize_row,
 )
-from specreplay.sim.replay import ROUND_START, RoundValues, _advance, _alpha_row
 
 __all__ = ["analytic_rounds"]
 
@@ -214,10 +216,10 @@ def _alpha_generic(
 ) -> tuple[float, float]:
     """α and the drafted candidate's term with the reference quantizer (any arm; row slices)."""
     n = q.shape[0]
-    _quantize_row(q, 0, n, s_kind, s_bits, s_round, qs, m, key, order, hist)
+    quantize_row(q, 0, n, s_kind, s_bits, s_round, qs, m, key, order, hist)
     if not matched:
-        _quantize_row(q, 0, n, v_kind, v_bits, v_round, qv, m, key, order, hist)
-    return _alpha_row(qs[:n], (qs if matched else qv)[:n], p, dr)
+        quantize_row(q, 0, n, v_kind, v_bits, v_round, qv, m, key, order, hist)
+    return alpha_row(qs[:n], (qs if matched else qv)[:n], p, dr)
 
 
 @njit(parallel=True, fastmath=_FM, cache=True)
@@ -254,7 +256,7 @@ def _analytic_kernel(
         m = np.empty(width, np.int64)
         key = np.empty(width)
         order = np.empty(width, np.int64)
-        hist = np.empty(_NB, np.int64)
+        hist = np.empty(HIST_BINS, np.int64)
         for r in range(c * n_rounds // n_chunks, (c + 1) * n_rounds // n_chunks):
             a = round_offsets[r]
             d_r = min(round_offsets[r + 1] - a, max_depth)
@@ -275,7 +277,7 @@ def _analytic_kernel(
                         qrow, p[lo:hi], dr, s_kind, s_bits, s_round, matched, v_kind, v_bits,
                         v_round, qs, qv, m, key, order, hist,
                     )  # fmt: skip
-                st = _advance(st, alpha, a_dr)
+                st = advance(st, alpha, a_dr)
                 s_an[r, j] = st[0]
                 t_an[r, j] = st[2]
             for k in range(4):
@@ -313,7 +315,8 @@ def analytic_rounds(
     -------
     RoundValues
         The analytic columns and the analytic off-path expectations; the Monte Carlo columns are
-        NaN. The values are those of :func:`~specreplay.sim.replay.replay_rounds` with
+        NaN. The values are those of
+        :func:`~specreplay.replay.estimators.montecarlo.replay_rounds` with
         ``replicates=0`` on the quantized laws, up to reassociation within a row.
     """
     n = round_offsets.shape[0] - 1

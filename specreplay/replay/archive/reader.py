@@ -1,9 +1,9 @@
 """Reading, validating and streaming a position-trace archive in batches of whole rounds.
 
 :class:`ArchiveReader` walks the archive's files in sorted path order, chunk by chunk, checks every
-rule of SPEC §2.1 as it goes (row rules in :mod:`~specreplay.replay.rowcheck`, order rules in
-:mod:`~specreplay.replay.ordercheck`) and yields
-:class:`~specreplay.replay.batch.RoundBatch` objects
+rule of SPEC §2.1 as it goes (row rules in :mod:`~specreplay.replay.archive.rowcheck`, order
+rules in :mod:`~specreplay.replay.archive.ordercheck`) and yields
+:class:`~specreplay.replay.archive.batch.RoundBatch` objects
 of whole rounds: the incomplete last round of a chunk is carried into the next one (SPEC §5), so
 memory is bounded by the batch size plus tables that grow with the number of requests.
 
@@ -23,11 +23,10 @@ import polars as pl
 from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay import ordercheck, rowcheck
-from specreplay.replay.batch import RoundBatch
-from specreplay.replay.buckets import Buckets
-from specreplay.replay.schema import LIST_COLUMNS, OPTIONAL, SCHEMA_V1
-from specreplay.replay.sources import (
+from specreplay.replay.archive import ordercheck, rowcheck
+from specreplay.replay.archive.batch import RoundBatch
+from specreplay.replay.archive.schema import LIST_COLUMNS, OPTIONAL, SCHEMA_V1
+from specreplay.replay.archive.sources import (
     ArchiveFile,
     Issue,
     RawChunk,
@@ -36,6 +35,7 @@ from specreplay.replay.sources import (
     read_chunks,
 )
 from specreplay.sim.rng import request_key
+from specreplay.stats.buckets import Buckets
 
 __all__ = ["ArchiveReader", "FileInfo"]
 

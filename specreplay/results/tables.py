@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specreplay.report import fmt
+from specreplay.results.output import fmt
 
 if TYPE_CHECKING:
-    from specreplay.workflows import ArchiveScan
+    from specreplay.replay.scan import ArchiveScan
 
 __all__ = [
     "archive_summary",

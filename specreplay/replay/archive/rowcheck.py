@@ -2,7 +2,7 @@
 
 One jitted pass checks every rule that looks at a single row's lists, and finds the drafted
 candidate's index. Rules spanning rows (order, duplicates, constancy) live in
-:mod:`specreplay.replay.stream`.
+:mod:`specreplay.replay.archive.reader`.
 """
 
 from __future__ import annotations

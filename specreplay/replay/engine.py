@@ -7,10 +7,11 @@ figures of the archive (its ``accepted`` column) are accumulated in the same pas
 arm's path-bias diagnostic needs no second read.
 
 With the analytic estimator each arm quantizes its policy law row by row inside the replay
-(:func:`~specreplay.sim.analytic.analytic_rounds`); Monte Carlo needs the quantized laws and their
-dyadic integers as arrays, so they are computed once per distinct (policy, quantizer)
+(:func:`~specreplay.replay.estimators.analytic.analytic_rounds`); Monte Carlo needs the
+quantized laws and their dyadic integers as arrays, so they are computed once per distinct (policy,
+quantizer)
 (:meth:`~specreplay.sim.policy.LawCache.laws`) and replayed with
-:func:`~specreplay.sim.replay.replay_rounds`.
+:func:`~specreplay.replay.estimators.montecarlo.replay_rounds`.
 """
 
 from __future__ import annotations
@@ -24,16 +25,17 @@ import numpy as np
 import polars as pl
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.armdata import ArmData
-from specreplay.replay.batch import RoundBatch
-from specreplay.replay.buckets import Buckets
-from specreplay.replay.stream import ArchiveReader
-from specreplay.sim.accumulate import ReplayAccumulator, ReplaySums
-from specreplay.sim.analytic import analytic_rounds
+from specreplay.replay.accumulate import ReplayAccumulator, ReplaySums
+from specreplay.replay.archive.batch import RoundBatch
+from specreplay.replay.archive.reader import ArchiveReader
+from specreplay.replay.estimators.analytic import analytic_rounds
+from specreplay.replay.estimators.montecarlo import replay_rounds
+from specreplay.replay.measured import MeasuredAccumulator
 from specreplay.sim.arms import Arm
 from specreplay.sim.policy import FLAG_K_EXCEEDS, FLAG_NO_SUPPORT, LawCache, Workspace
-from specreplay.sim.replay import replay_rounds
-from specreplay.stats.measured import MeasuredAccumulator, MeasuredArchive
+from specreplay.stats.armdata import ArmData
+from specreplay.stats.buckets import Buckets
+from specreplay.stats.measured import MeasuredArchive
 
 __all__ = ["ReplayResult", "replay_archive"]
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from specreplay.replay.buckets import Buckets
 from specreplay.sim.arms import Arm
 from specreplay.sim.policy import FLAG_K_EXCEEDS, FLAG_NO_SUPPORT, LawCache
+from specreplay.stats.buckets import Buckets
 from specreplay.stats.lawtest import LawCase, run_law_tests, to_json, toy_laws
 
 __all__ = ["archive_cases", "run_cases", "toy_arm_cases"]
@@ -89,7 +89,7 @@ def archive_cases(
     logging_arm: str | None = None,
 ) -> tuple[list[LawCase], list[dict[str, Any]]]:
     """Cases of each arm on ``positions`` position rows spread evenly over the first batch."""
-    from specreplay.replay.stream import ArchiveReader
+    from specreplay.replay.archive.reader import ArchiveReader
 
     reader = ArchiveReader(archive, buckets=buckets, batch_rows=20_000, logging_arm=logging_arm)
     batch = next(iter(reader))

@@ -15,8 +15,7 @@ passes, NOT QUALIFIED when it is DIFFERENT or its law test fails, else INCONCLUS
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +23,23 @@ import numpy as np
 import polars as pl
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.buckets import DEFAULT_BUCKETS, Buckets
-from specreplay.replay.sources import list_archive
-from specreplay.report import cells_frame, input_records, output_dir, results_document, write_json
+from specreplay.replay.archive.sources import archive_rows, list_archive
+from specreplay.replay.engine import ReplayResult, replay_archive
+from specreplay.replay.scan import Progress
+from specreplay.results.output import (
+    cells_frame,
+    input_records,
+    output_dir,
+    results_document,
+    write_json,
+)
 from specreplay.sim.arms import Arm, parse_arm
-from specreplay.sim.engine import ReplayResult, replay_archive
+from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.compare import Comparison, compare, parse_margin
 from specreplay.stats.pairing import pair_arms
 
 __all__ = ["ASSUMPTIONS", "merge_cells", "peek_logging_arm", "run_requalify", "sample_requests"]
 
-Progress = Callable[[str, int | None], AbstractContextManager[Callable[[int], None]]]
 
 ASSUMPTIONS = [
     "Path assumption (SIMULATED figures): the archived positions are replayed as if their laws "
@@ -71,7 +76,7 @@ def peek_logging_arm(path: Path) -> str | None:
 
 def sample_requests(path: Path, n: int, seed: int) -> set[str]:
     """Choose ``n`` request ids deterministically: the n smallest seeded hashes of their keys."""
-    from specreplay.replay.stream import ArchiveReader
+    from specreplay.replay.archive.reader import ArchiveReader
     from specreplay.sim.rng import request_key, uniform_py
 
     ids: set[str] = set()
@@ -204,8 +209,8 @@ def run_requalify(
     progress: Progress | None = None,
 ) -> tuple[str, int, dict[str, Any]]:
     """Requalify ``candidate`` against ``baseline``; return (terminal text, exit code, results)."""
-    from specreplay.plots import forest_plot
-    from specreplay.tables import requalify_tables
+    from specreplay.results.plots import forest_plot
+    from specreplay.results.tables import requalify_tables
 
     mg = parse_margin(margin)
     bk = Buckets.parse(buckets or DEFAULT_BUCKETS)
@@ -225,9 +230,7 @@ def run_requalify(
         if a is not None:
             arms.setdefault(a.canonical, a)
     wanted = sample_requests(archive, n_sample_requests, seed) if n_sample_requests else None
-    from specreplay.workflows import _parquet_rows
-
-    ctx = progress("replaying", _parquet_rows(archive)) if progress else nullcontext(None)
+    ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
     with output_dir(out, force=force) as tmp:
         with ctx as advance:
             res = replay_archive(archive, list(arms.values()), estimator=estimator,
@@ -349,7 +352,7 @@ def _law_tests(
     logging_arm: str | None,
 ) -> list[dict[str, Any]]:
     """Law tests of each arm on ``positions`` archive positions spread over the first batch."""
-    from specreplay.lawsuite import archive_cases, run_cases
+    from specreplay.replay.lawcases import archive_cases, run_cases
 
     cases, skipped = archive_cases(
         archive, arms, positions=positions, buckets=buckets, logging_arm=logging_arm

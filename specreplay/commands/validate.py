@@ -1,0 +1,42 @@
+"""``specreplay validate``: check an archive and report its MEASURED acceptance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specreplay.replay.scan import Progress, no_progress, scan_archive
+from specreplay.results.builders import (
+    write_measured,
+)
+from specreplay.results.output import (
+    output_dir,
+)
+from specreplay.results.tables import archive_summary, measured_tables
+
+__all__ = ["run_validate"]
+
+
+def run_validate(
+    path: Path,
+    *,
+    max_errors: int | None,
+    buckets: str,
+    logging_arm: str | None,
+    out: Path | None,
+    force: bool,
+    progress: Progress = no_progress,
+) -> tuple[bool, str]:
+    """Validate an archive; return (valid, text): counts and MEASURED R, or the error lines."""
+    scan = scan_archive(
+        path, buckets=buckets, logging_arm=logging_arm, max_errors=max_errors, progress=progress
+    )
+    errors = scan.reader.errors
+    if errors:
+        more = " (stopped there; --all lists every one)" if scan.reader.truncated else ""
+        return False, "\n".join([*errors, f"{len(errors)} error(s) in {path}{more}"])
+    options = {"path": str(path), "buckets": buckets, "logging_arm": logging_arm}
+    text = archive_summary(scan)
+    if out is not None:
+        with output_dir(out, force=force) as tmp:
+            write_measured(tmp, scan, "validate", 0, options)
+    return True, text + "\n\n" + measured_tables(scan.cells(), scan)

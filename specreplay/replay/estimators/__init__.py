@@ -1,0 +1,1 @@
+"""Replay estimators: per-round values of an arm for every depth 1..D (SPEC §3.2)."""

@@ -1,0 +1,116 @@
+"""MEASURED accumulation: the archive's ``accepted`` column summed per (request, bucket).
+
+Fills :class:`~specreplay.stats.measured.MeasuredArchive` from batches of whole rounds (SPEC §2.1:
+MEASURED A of a round = the number of leading True values of ``accepted``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specreplay.replay.archive.batch import RoundBatch
+from specreplay.stats.measured import MeasuredArchive, RequestSums
+
+__all__ = ["MeasuredAccumulator"]
+
+
+class MeasuredAccumulator:
+    """Accumulate MEASURED per-(request, bucket) sums and survival counts over batches.
+
+    Parameters
+    ----------
+    n_buckets : int
+        Number of bucket codes (user buckets + ``unbucketed`` + ``unknown``).
+    """
+
+    def __init__(self, n_buckets: int) -> None:
+        self.nb = n_buckets
+        self._n = np.zeros(0, dtype=np.int64)
+        self._t = np.zeros(0, dtype=np.float64)
+        self._fam = np.full(0, -1, dtype=np.int32)
+        self._hits = np.zeros((0, n_buckets, 1), dtype=np.int64)
+        self._cover = np.zeros((0, n_buckets, 1), dtype=np.int64)
+        self._mind = np.zeros((0, n_buckets), dtype=np.int64)
+        self._maxd = np.zeros((0, n_buckets), dtype=np.int64)
+        self._positions = 0
+        self.has_accepted = True
+
+    def add(self, batch: RoundBatch) -> None:
+        """Add a batch of whole rounds."""
+        if batch.n_rounds == 0:
+            return
+        self._positions += batch.n_positions
+        a = batch.measured_accepted.astype(np.int64)
+        if (a < 0).any():
+            self.has_accepted = False
+            a = np.zeros_like(a)
+        key = batch.round_request * self.nb + batch.round_bucket
+        size = int(key.max()) + 1
+        if size > self._n.shape[0]:
+            grow = max(size, 2 * self._n.shape[0])
+            self._n = np.concatenate([self._n, np.zeros(grow - self._n.shape[0], np.int64)])
+            self._t = np.concatenate([self._t, np.zeros(grow - self._t.shape[0], np.float64)])
+            self._fam = np.concatenate(
+                [self._fam, np.full(grow - self._fam.shape[0], -1, np.int32)]
+            )
+        self._n += np.bincount(key, minlength=self._n.shape[0])
+        self._t += np.bincount(key, weights=(1 + a).astype(np.float64), minlength=self._t.shape[0])
+        self._fam[key] = batch.round_family
+        fam = batch.round_family.astype(np.int64)
+        depth = batch.round_depth.astype(np.int64)
+        n_fam = int(fam.max()) + 1
+        d_max = int(depth.max())
+        self._grow(n_fam, d_max)
+        cell = fam * self.nb + batch.round_bucket
+        nd = self._hits.shape[2]
+        hits = self._hits.reshape(-1, nd)
+        cover = self._cover.reshape(-1, nd)
+        for j in range(1, d_max + 1):
+            hits[:, j] += np.bincount(cell, weights=(a >= j), minlength=hits.shape[0]).astype(
+                np.int64
+            )
+            cover[:, j] += np.bincount(cell, weights=(depth >= j), minlength=hits.shape[0]).astype(
+                np.int64
+            )
+        mind = self._mind.reshape(-1)
+        maxd = self._maxd.reshape(-1)
+        cur_min = np.full(mind.shape[0], np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(cur_min, cell, depth)
+        seen = cur_min < np.iinfo(np.int64).max
+        mind[seen] = np.where(mind[seen] == 0, cur_min[seen], np.minimum(mind[seen], cur_min[seen]))
+        np.maximum.at(maxd, cell, depth)
+
+    def _grow(self, n_fam: int, d_max: int) -> None:
+        f0, _, d0 = self._hits.shape
+        f1, d1 = max(f0, n_fam), max(d0, d_max + 1)
+        if (f1, d1) == (f0, d0):
+            return
+        for name in ("_hits", "_cover"):
+            old = getattr(self, name)
+            new = np.zeros((f1, self.nb, d1), dtype=np.int64)
+            new[:f0, :, :d0] = old
+            setattr(self, name, new)
+        for name in ("_mind", "_maxd"):
+            old = getattr(self, name)
+            new = np.zeros((f1, self.nb), dtype=np.int64)
+            new[:f0] = old
+            setattr(self, name, new)
+
+    def result(self) -> MeasuredArchive:
+        """Return the accumulated MEASURED figures."""
+        keys = np.flatnonzero(self._n)
+        sums = RequestSums(
+            request=(keys // self.nb).astype(np.int64),
+            bucket=(keys % self.nb).astype(np.int32),
+            family=self._fam[keys],
+            n=self._n[keys],
+            t=self._t[keys],
+        )
+        return MeasuredArchive(
+            sums=sums,
+            survival_hits=self._hits,
+            survival_rounds=self._cover,
+            positions=self._positions,
+            min_depth=self._mind,
+            max_depth=self._maxd,
+        )

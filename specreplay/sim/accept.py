@@ -1,0 +1,67 @@
+"""Acceptance of one position and the round state after it (SPEC §1, §3.2).
+
+Terms: at a position the sampler law q^s drafts x, the verifier accepts when v·q^v(x) < p(x) for a
+uniform v, so the accept probability is a(x) = min(1, p(x)/q^v(x)) (1 when q^v(x) = 0 < p(x), 0
+when p(x) = 0); the position's acceptance is α = Σ_x q^s(x)·a(x). A round's analytic state after
+j positions is :data:`ROUND_START` advanced j times by :func:`advance`. These are the one
+implementation shared by the replay estimators and the law tests.
+
+This module depends on NumPy and Numba only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+from numpy.typing import NDArray
+
+__all__ = ["ROUND_START", "accept_prob", "advance", "alpha_row"]
+
+
+@njit(inline="always", cache=True)
+def accept_prob(qv: float, p: float) -> float:
+    """a(x) = P(v·q^v(x) < p(x)) for v ~ U[0, 1)."""
+    if p <= 0.0:
+        return 0.0
+    if qv <= p:
+        return 1.0
+    return p / qv
+
+
+@njit(inline="always", cache=True)
+def alpha_row(
+    qs: NDArray[np.float64], qv: NDArray[np.float64], p: NDArray[np.float64], dr: int
+) -> tuple[float, float]:
+    """α = Σ_x q^s(x)·a(x) over one row's slices, and the drafted candidate's term (0 if dr < 0)."""
+    alpha = 0.0
+    a_dr = 0.0
+    for i in range(qs.shape[0]):
+        ai = qs[i] * accept_prob(qv[i], p[i])
+        alpha += ai
+        if i == dr:
+            a_dr = ai
+    return alpha, a_dr
+
+
+# Analytic state of a round after j positions: (P(A ≥ j), P(reach j + 1 on the archived path),
+# E[1 + min(A, j)], then the off-path expectations: accepted, accepted off the archived token,
+# evaluated, evaluated through an off-path prefix).
+ROUND_START = (1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0)
+
+
+@njit(inline="always", cache=True)
+def advance(
+    state: tuple[float, float, float, float, float, float, float], alpha: float, a_dr: float
+) -> tuple[float, float, float, float, float, float, float]:
+    """Return the round state after one more position of acceptance α (a_dr: archived token's)."""
+    prod, on_path, acc, e_acc, e_acc_off, e_eval, e_eval_off = state
+    nxt = prod * alpha
+    return (
+        nxt,
+        on_path * a_dr,
+        acc + nxt,
+        e_acc + nxt,
+        e_acc_off + prod * (alpha - a_dr),
+        e_eval + prod,
+        e_eval_off + (prod - on_path),
+    )
