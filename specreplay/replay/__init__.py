@@ -1,4 +1,4 @@
 """Replaying archives: reading/validating/writing (``archive/``), estimators, accumulation, engine.
 
-Depends on :mod:`specreplay.stats` and :mod:`specreplay.sim` (never on results, commands or the CLI).
+Depends on :mod:`specreplay.stats` and :mod:`specreplay.sim` (never on results, commands, CLI).
 """
