@@ -463,6 +463,26 @@ def lawtest(
             raise typer.Exit(code=1)
 
 
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run's output folder (holding results.json).")],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write the re-rendered run here instead of in place."),
+    ] = None,
+    force: ForceOpt = False,
+) -> None:
+    """Re-render TABLES.md, cells.parquet and the plots of a run from its results.json alone.
+
+    Needs no archive or other input: every figure comes from results.json. Every folder at or
+    below RUN_DIR holding a results.json is rendered (a demo's sub-runs too).
+    """
+    with _user_errors():
+        from specreplay.commands.report import run_report
+
+        typer.echo(run_report(run_dir, out=out, force=force))
+
+
 def main() -> Any:  # pragma: no cover - console entry point
     """Run the app (the console script calls ``app`` directly)."""
     return app()

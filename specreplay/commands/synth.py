@@ -6,13 +6,9 @@ import time
 from pathlib import Path
 
 from specreplay.replay.scan import Progress, no_progress
-from specreplay.results.builders import (
-    synth_arm,
-    write_synth_archive,
-)
-from specreplay.results.output import (
-    output_dir,
-)
+from specreplay.results.builders import write_synth_archive
+from specreplay.results.output import output_dir
+from specreplay.sim.synth import logging_arm_name
 
 __all__ = ["run_synth"]
 
@@ -35,5 +31,5 @@ def run_synth(
     return (
         f"wrote {n_requests:,} requests × {rounds} rounds × {cfg.depth} positions "
         f"({rows:,} rows) in {len(files)} shards to {out} "
-        f"(logging arm {synth_arm(cfg)}, seed {seed}) in {time.perf_counter() - t0:.1f} s"
+        f"(logging arm {logging_arm_name(cfg)}, seed {seed}) in {time.perf_counter() - t0:.1f} s"
     )

@@ -5,12 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from specreplay.replay.scan import Progress, no_progress, scan_archive
-from specreplay.results.builders import (
-    write_measured,
-)
-from specreplay.results.output import (
-    output_dir,
-)
+from specreplay.results.builders import measured_result
+from specreplay.results.output import output_dir
+from specreplay.results.render import write_all
 from specreplay.results.tables import archive_summary, measured_tables
 
 __all__ = ["run_validate"]
@@ -35,8 +32,9 @@ def run_validate(
         more = " (stopped there; --all lists every one)" if scan.reader.truncated else ""
         return False, "\n".join([*errors, f"{len(errors)} error(s) in {path}{more}"])
     options = {"path": str(path), "buckets": buckets, "logging_arm": logging_arm}
-    text = archive_summary(scan)
+    result = measured_result(scan, command="validate", seed=0, options=options)
+    text = archive_summary(result.archive, str(path), result.pooled.arms[result.arms[0]])  # type: ignore[arg-type]
     if out is not None:
         with output_dir(out, force=force) as tmp:
-            write_measured(tmp, scan, "validate", 0, options)
-    return True, text + "\n\n" + measured_tables(scan.cells(), scan)
+            write_all(result, tmp)
+    return True, text + "\n\n" + measured_tables(result)

@@ -1,4 +1,4 @@
-"""Writing a command's outputs: the atomic output folder, results.json, TABLES.md, cells.parquet.
+"""The atomic output folder every command writes into (SPEC §4).
 
 SPEC §4: every command that computes writes into a temporary folder beside ``--out`` and swaps it
 in when complete, so a killed run leaves no partial output; it refuses a non-empty folder that it
@@ -8,40 +8,17 @@ a null is written ``null`` in JSON and ``—`` in tables, with its reason.
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
-import json
 import os
-import platform
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import resources
 from pathlib import Path
-from typing import Any
 
-import numba
-import polars as pl
-
-from specreplay import __version__
 from specreplay.errors import SpecReplayError
 
-__all__ = [
-    "MARKER",
-    "RESULTS_SCHEMA",
-    "cells_frame",
-    "environment",
-    "fmt",
-    "input_records",
-    "load_results_schema",
-    "output_dir",
-    "results_document",
-    "validate_json",
-    "write_json",
-]
+__all__ = ["MARKER", "output_dir"]
 
 MARKER = ".specreplay-output"
-RESULTS_SCHEMA = "specreplay/results/v1"
 
 
 @contextmanager
@@ -84,203 +61,3 @@ def output_dir(out: Path, *, force: bool) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             old.unlink()
-
-
-def sha256_file(path: Path) -> str:
-    """Return the hex SHA-256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def input_records(files: Sequence[tuple[Path, int | None]]) -> list[dict[str, Any]]:
-    """Return the ``inputs`` entries (path, sha256, bytes, rows) of the files read."""
-    return [
-        {"path": str(p), "sha256": sha256_file(p), "bytes": p.stat().st_size, "rows": rows}
-        for p, rows in files
-    ]
-
-
-def environment() -> dict[str, Any]:
-    """Return the ``environment`` entry of results.json."""
-    return {
-        "python": platform.python_version(),
-        "numba": numba.__version__,
-        "polars": pl.__version__,
-        "numpy": __import__("numpy").__version__,
-        "threads": int(numba.get_num_threads()),
-    }
-
-
-def results_document(
-    *,
-    command: str,
-    seed: int,
-    inputs: list[dict[str, Any]],
-    options: dict[str, Any],
-    assumptions: list[str],
-    excluded: list[dict[str, Any]],
-    arms: list[str],
-    cells: list[dict[str, Any]],
-    law_tests: list[dict[str, Any]] | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """Assemble a results.json document following the v1 contract (extra keys appended)."""
-    doc: dict[str, Any] = {
-        "schema": RESULTS_SCHEMA,
-        "command": command,
-        "version": __version__,
-        "created_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "seed": seed,
-        "environment": environment(),
-        "inputs": inputs,
-        "options": options,
-        "assumptions": assumptions,
-        "excluded": excluded,
-        "arms": arms,
-        "law_tests": law_tests or [],
-        "cells": cells,
-    }
-    doc.update(extra)
-    return doc
-
-
-def write_json(path: Path, doc: dict[str, Any]) -> None:
-    """Write a JSON document (NaN is never written: nulls carry reasons instead)."""
-    path.write_text(json.dumps(doc, indent=2, allow_nan=False, ensure_ascii=False) + "\n")
-
-
-def cells_frame(cells: list[dict[str, Any]]) -> pl.DataFrame:
-    """Flatten cells into the long table of SPEC §4 (one row per figure)."""
-    rows: list[dict[str, Any]] = []
-    for c in cells:
-        base = {"level": c["level"], "family": c["family"], "bucket": c["bucket"]}
-        for arm, v in c["arms"].items():
-            rows.append(
-                base
-                | {
-                    "kind": "R",
-                    "arm": arm,
-                    "depth": None,
-                    "value": v["R"],
-                    "label": v["label"],
-                    "null_reason": v["null_reason"],
-                }
-            )
-            rows.append(
-                base
-                | {
-                    "kind": "n_rounds",
-                    "arm": arm,
-                    "depth": None,
-                    "value": float(v["n_rounds"]),
-                    "label": "MEASURED",
-                    "null_reason": None,
-                }
-            )
-        for s in c.get("survival", []):
-            rows.append(
-                base
-                | {
-                    "kind": "survival",
-                    "arm": s["arm"],
-                    "depth": s["position"],
-                    "value": s["value"],
-                    "label": s["label"],
-                    "null_reason": s["null_reason"],
-                }
-            )
-        for d in c.get("deltas", []):
-            rows.append(
-                base
-                | {
-                    "kind": "delta",
-                    "arm": None,
-                    "arm_a": d["a"],
-                    "arm_b": d["b"],
-                    "depth": None,
-                    "value": d["point"],
-                    "lo": d["lo"],
-                    "hi": d["hi"],
-                    "method": d["method"],
-                    "level_conf": d["level"],
-                    "label": d["label"],
-                    "null_reason": d["null_reason"],
-                }
-            )
-    schema = {
-        "level": pl.String,
-        "family": pl.String,
-        "bucket": pl.String,
-        "kind": pl.String,
-        "arm": pl.String,
-        "arm_a": pl.String,
-        "arm_b": pl.String,
-        "depth": pl.Int64,
-        "value": pl.Float64,
-        "lo": pl.Float64,
-        "hi": pl.Float64,
-        "method": pl.String,
-        "level_conf": pl.Float64,
-        "label": pl.String,
-        "null_reason": pl.String,
-    }
-    return pl.DataFrame([{k: r.get(k) for k in schema} for r in rows], schema=schema)
-
-
-def fmt(value: float | None, digits: int = 4) -> str:
-    """Format a figure for a table: ``—`` for null."""
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def load_results_schema() -> dict[str, Any]:
-    """Return the shipped JSON Schema of results.json v1."""
-    text = resources.files("specreplay").joinpath("schemas/results-v1.json").read_text()
-    schema: dict[str, Any] = json.loads(text)
-    return schema
-
-
-_TYPES: dict[str, tuple[type, ...]] = {
-    "object": (dict,),
-    "array": (list,),
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "null": (type(None),),
-}
-
-
-def validate_json(doc: Any, schema: dict[str, Any], where: str = "$") -> list[str]:
-    """Check ``doc`` against the subset of JSON Schema the shipped schema uses.
-
-    Supports ``type`` (string or list), ``required``, ``properties``, ``additionalProperties``
-    (schema form), ``items`` and ``enum``; returns the list of violations (empty when valid).
-    """
-    errors: list[str] = []
-    types = schema.get("type")
-    if types is not None:
-        names = [types] if isinstance(types, str) else list(types)
-        ok = any(
-            isinstance(doc, _TYPES[t])
-            and not (t in ("integer", "number") and isinstance(doc, bool))
-            for t in names
-        )
-        if not ok:
-            return [f"{where}: expected {names}, got {type(doc).__name__}"]
-    if "enum" in schema and doc not in schema["enum"]:
-        errors.append(f"{where}: {doc!r} not in {schema['enum']}")
-    if isinstance(doc, dict):
-        errors.extend(f"{where}: missing {k!r}" for k in schema.get("required", []) if k not in doc)
-        props = schema.get("properties", {})
-        for k, v in doc.items():
-            if k in props:
-                errors.extend(validate_json(v, props[k], f"{where}.{k}"))
-            elif isinstance(schema.get("additionalProperties"), dict):
-                errors.extend(validate_json(v, schema["additionalProperties"], f"{where}.{k}"))
-    if isinstance(doc, list) and "items" in schema:
-        for i, v in enumerate(doc):
-            errors.extend(validate_json(v, schema["items"], f"{where}[{i}]"))
-    return errors
