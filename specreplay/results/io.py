@@ -175,8 +175,8 @@ def validate_json(doc: Any, schema: dict[str, Any], where: str = "$") -> list[st
     """Check ``doc`` against the subset of JSON Schema the shipped schema uses.
 
     Supports ``type`` (string or list), ``required``, ``properties``, ``additionalProperties``
-    (schema form), ``items``, ``enum`` and local ``$ref`` into ``$defs``; returns the list of
-    violations (empty when valid).
+    (schema form), ``items``, ``enum``, ``anyOf`` and local ``$ref`` into ``$defs``; returns the
+    list of violations (empty when valid).
     """
     return _validate(doc, schema, schema, where)
 
@@ -185,6 +185,9 @@ def _validate(doc: Any, schema: dict[str, Any], root: dict[str, Any], where: str
     if "$ref" in schema:
         name = str(schema["$ref"]).rsplit("/", 1)[-1]
         schema = root["$defs"][name]
+    if "anyOf" in schema:
+        tries = [_validate(doc, s, root, where) for s in schema["anyOf"]]
+        return [] if any(not t for t in tries) else min(tries, key=len)
     errors: list[str] = []
     types_ = schema.get("type")
     if types_ is not None:
