@@ -55,16 +55,7 @@ def run_interval(
     mg = parse_margin(margin)
     bk = Buckets.parse(buckets or DEFAULT_BUCKETS)
     kinds = (detect_kind(path_a), detect_kind(path_b))
-    for flag, used_by, given in (
-        ("--question-file", ("medusa",), question_file is not None),
-        ("--choice", ("spec-bench", "medusa"), choice != 0),
-        ("--drafted", ("spec-bench",), drafted is not None),
-    ):
-        if given and not set(kinds) & set(used_by):
-            raise SpecReplayError(
-                f"{flag} applies to {' and '.join(used_by)} inputs; A is {kinds[0]}, "
-                f"B is {kinds[1]}"
-            )
+    _check_flags(kinds, question_file=question_file, choice=choice, drafted=drafted)
 
     def load(path: Path, kind: str, name: str | None) -> ArmData:
         return read_arm(
@@ -106,6 +97,22 @@ def run_interval(
         )
         write_all(result, tmp)
     return _interval_text(result, mg, out), _exit_code(result, fail_on)
+
+
+def _check_flags(
+    kinds: tuple[str, str], *, question_file: Path | None, choice: int, drafted: int | None
+) -> None:
+    """Refuse an input option that neither input kind uses (it would be silently ignored)."""
+    for flag, used_by, given in (
+        ("--question-file", ("medusa",), question_file is not None),
+        ("--choice", ("spec-bench", "medusa"), choice != 0),
+        ("--drafted", ("spec-bench",), drafted is not None),
+    ):
+        if given and not set(kinds) & set(used_by):
+            raise SpecReplayError(
+                f"{flag} applies to {' and '.join(used_by)} inputs; A is {kinds[0]}, "
+                f"B is {kinds[1]}"
+            )
 
 
 def _interval_result(
