@@ -8,8 +8,10 @@ from typing import Any
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.scan import Progress, no_progress
+from specreplay.results.gates import fail_on_code
 from specreplay.results.output import (
     cells_frame,
+    check_out,
     input_records,
     output_dir,
     results_document,
@@ -43,7 +45,8 @@ def run_interval(
 ) -> tuple[str, int]:
     """Paired interval between two observed arms; return (terminal text, exit code).
 
-    The exit code is 1 when the pooled verdict is in ``fail_on``, else 0.
+    The exit code is 1 when the pooled verdict is in ``fail_on`` (a null verdict counts as
+    INCONCLUSIVE), else 0.
     """
     from specreplay.replay.archive.importers import detect_kind, read_arm
     from specreplay.results.plots import forest_plot
@@ -54,6 +57,8 @@ def run_interval(
     from specreplay.stats.compare import compare, parse_margin
     from specreplay.stats.pairing import pair_arms
 
+    inputs = [p for p in (path_a, path_b, question_file) if p is not None]
+    check_out(out, force=force, inputs=inputs)
     mg = parse_margin(margin)
     bk = Buckets.parse(buckets or DEFAULT_BUCKETS)
     kinds = (detect_kind(path_a), detect_kind(path_b))
@@ -78,7 +83,7 @@ def run_interval(
             name=name,
         )
 
-    with output_dir(out, force=force) as tmp:
+    with output_dir(out, force=force, inputs=inputs) as tmp:
         arm_a = load(path_a, kinds[0], names[0])
         arm_b = load(path_b, kinds[1], names[1])
         if arm_a.name == arm_b.name:
@@ -154,7 +159,7 @@ def run_interval(
     text = (
         f"{head}\n\n{short}\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet, forest.png)"
     )
-    return text, (1 if verdict in fail_on else 0)
+    return text, fail_on_code(verdict, fail_on)
 
 
 def _verdict_line(d: dict[str, Any], a: str, b: str, margin: str) -> str:

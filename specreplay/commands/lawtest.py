@@ -7,6 +7,7 @@ from typing import Any
 
 from specreplay.errors import SpecReplayError
 from specreplay.results.output import (
+    check_out,
     input_records,
     output_dir,
     results_document,
@@ -41,8 +42,10 @@ def run_lawtest(
     from specreplay.stats.buckets import DEFAULT_BUCKETS
     from specreplay.stats.lawtest import toy_cases
 
+    read = [archive] if archive is not None else []
+    check_out(out, force=force, inputs=read)
     arms = [parse_arm(a) for a in arms_text]
-    with output_dir(out, force=force) as tmp:
+    with output_dir(out, force=force, inputs=read) as tmp:
         if arms:
             cases, skipped = toy_arm_cases(arms)
             cases = [c._replace(arm=f"toy:{c.arm}") for c in cases]

@@ -14,7 +14,6 @@ passes, NOT QUALIFIED when it is DIFFERENT or its law test fails, else INCONCLUS
 
 from __future__ import annotations
 
-import json
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,13 @@ import numpy as np
 import polars as pl
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.archive.sources import archive_rows, list_archive
+from specreplay.replay.archive.sources import archive_rows, check_parquet_schema, list_archive
 from specreplay.replay.engine import ReplayResult, replay_archive
 from specreplay.replay.scan import Progress
+from specreplay.results.gates import fail_on_code
 from specreplay.results.output import (
     cells_frame,
+    check_out,
     input_records,
     output_dir,
     results_document,
@@ -54,24 +55,15 @@ ASSUMPTIONS = [
 
 
 def peek_logging_arm(path: Path) -> str | None:
-    """Return the archive's logging_arm value from its first row, if it has that column."""
-    first = list_archive(path)[0]
-    if first.kind == "parquet":
-        lf = pl.scan_parquet(first.path)
-        if "logging_arm" not in lf.collect_schema():
-            return None
-        head = lf.select("logging_arm").head(1).collect()
-        return str(head.item()) if head.height else None
-    with first.path.open(encoding="utf-8-sig") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    return None
-                v = obj.get("logging_arm") if isinstance(obj, dict) else None
-                return str(v) if v is not None else None
-    return None
+    """Return the archive's logging_arm value from its first batch, if it has that column.
+
+    Read through the validating reader, so a broken first shard is a one-line error.
+    """
+    from specreplay.replay.archive.reader import ArchiveReader
+
+    reader = ArchiveReader(path, batch_rows=1, chunk_rows=4096)
+    next(iter(reader), None)
+    return reader.logging_arm
 
 
 def sample_requests(path: Path, n: int, seed: int) -> set[str]:
@@ -82,7 +74,13 @@ def sample_requests(path: Path, n: int, seed: int) -> set[str]:
     ids: set[str] = set()
     for f in list_archive(path):
         if f.kind == "parquet":
-            ids.update(pl.scan_parquet(f.path).select("request_id").unique().collect().to_series())
+            check_parquet_schema(f)  # a broken shard is a one-line error, not a polars traceback
+            try:
+                lf = pl.scan_parquet(f.path).select("request_id").unique()
+                ids.update(lf.collect().to_series())
+            except pl.exceptions.PolarsError as exc:
+                msg = (str(exc).splitlines() or [type(exc).__name__])[0]
+                raise SpecReplayError(f"{f.path}: cannot read as Parquet: {msg}") from None
         else:
             reader = ArchiveReader(f.path)
             for _ in reader:
@@ -212,6 +210,7 @@ def run_requalify(
     from specreplay.results.plots import forest_plot
     from specreplay.results.tables import requalify_tables
 
+    check_out(out, force=force, inputs=[archive])
     mg = parse_margin(margin)
     bk = Buckets.parse(buckets or DEFAULT_BUCKETS)
     arm_base, arm_cand = parse_arm(baseline), parse_arm(candidate)
@@ -231,7 +230,7 @@ def run_requalify(
             arms.setdefault(a.canonical, a)
     wanted = sample_requests(archive, n_sample_requests, seed) if n_sample_requests else None
     ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
-    with output_dir(out, force=force) as tmp:
+    with output_dir(out, force=force, inputs=[archive]) as tmp:
         with ctx as advance:
             res = replay_archive(archive, list(arms.values()), estimator=estimator,
                                  replicates=replicates, seed=seed, buckets=bk, families=families,
@@ -323,7 +322,7 @@ def run_requalify(
         forest_plot(main.cells, tmp / "forest.png", relative=mg.relative, margin=mg.value,
                     title=f"{arm_cand.canonical} vs {arm_base.canonical} (SIMULATED)")  # fmt: skip
     text = tables + f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet, forest.png)"
-    return text, (1 if overall["verdict"] in fail_on else 0), doc
+    return text, fail_on_code(overall["verdict"], fail_on), doc
 
 
 def _requalification(cell: dict[str, Any], law_pass: bool | None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from specreplay.results.builders import (
     write_measured,
 )
 from specreplay.results.output import (
+    check_out,
     output_dir,
 )
 from specreplay.results.tables import archive_summary, measured_tables
@@ -27,6 +28,8 @@ def run_validate(
     progress: Progress = no_progress,
 ) -> tuple[bool, str]:
     """Validate an archive; return (valid, text): counts and MEASURED R, or the error lines."""
+    if out is not None:
+        check_out(out, force=force, inputs=[path])
     scan = scan_archive(
         path, buckets=buckets, logging_arm=logging_arm, max_errors=max_errors, progress=progress
     )
@@ -37,6 +40,6 @@ def run_validate(
     options = {"path": str(path), "buckets": buckets, "logging_arm": logging_arm}
     text = archive_summary(scan)
     if out is not None:
-        with output_dir(out, force=force) as tmp:
+        with output_dir(out, force=force, inputs=[path]) as tmp:
             write_measured(tmp, scan, "validate", 0, options)
     return True, text + "\n\n" + measured_tables(scan.cells(), scan)
