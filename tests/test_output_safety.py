@@ -317,6 +317,29 @@ def test_out_in_a_folder_without_write_permission(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_out_folder_that_cannot_be_made_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An OSError while making the folders (here a faked read-only file system) is one line."""
+
+    def refuse(self: Path, *args: object, **kwargs: object) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    out = tmp_path / "new" / "report"
+    with (
+        pytest.raises(SpecReplayError, match=r"--out .*report: cannot be created: Read-only"),
+        output_dir(out, force=False),
+    ):
+        pass
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_root_folder_is_not_an_output_folder() -> None:
+    with pytest.raises(SpecReplayError, match=r"^--out /: the root folder cannot be an output"):
+        check_out(Path("/"), force=True)
+
+
 # -- 5. every archive access goes through the validating reader ----------------------------------
 
 
@@ -339,6 +362,40 @@ def test_sample_requests_on_a_truncated_later_shard_names_the_file(arch: Path) -
                arch.parent / "rq", "--sample-requests", "5", *FAST])  # fmt: skip
     assert_error(res, f"{shard}: cannot read as Parquet")
     assert digest(arch) == before
+
+
+def _corrupt_pages(shard: Path) -> None:
+    """Damage the first page header of a Parquet shard, keeping its footer (the schema reads).
+
+    Bytes 4..64 follow the ``PAR1`` magic: the header of the first page of the first column,
+    request_id, so any read of that column (the request sample's too) fails.
+    """
+    data = bytearray(shard.read_bytes())
+    data[4:64] = b"Z" * 60
+    shard.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("command", ["validate", "requalify", "requalify-sample", "lawtest"])
+def test_corrupt_pages_in_a_later_shard_name_the_file(
+    arch: Path, tmp_path: Path, command: str
+) -> None:
+    """Regression: a damaged data page raised a polars traceback from the reader itself."""
+    shard = arch / "part-00001.parquet"
+    _corrupt_pages(shard)
+    rq = ["requalify", arch, "--baseline", BASE, "--candidate", CAND, "--out", tmp_path / "o"]
+    args = {
+        "validate": ["validate", arch],
+        "requalify": [*rq, *FAST],
+        "requalify-sample": [*rq, "--sample-requests", "5", *FAST],
+        "lawtest": ["lawtest", arch, "--arm", CAND, "--out", tmp_path / "o"],
+    }[command]
+    before = digest(arch)
+    line = assert_error(run(args), f"{shard}: cannot read as Parquet")
+    if command != "requalify-sample":  # the streaming reader cites where it stopped
+        assert f"{shard}: cannot read as Parquet at row 0 (0-based) or later: " in line
+    else:  # the request sample reads the request_id column of every shard first
+        assert "or later" not in line
+    assert digest(arch) == before and sorted(os.listdir(tmp_path)) == ["arch"]
 
 
 # -- 6. --fail-on INCONCLUSIVE fails on a null pooled verdict -------------------------------------

@@ -190,14 +190,31 @@ def check_parquet_schema(file: ArchiveFile) -> pl.Schema:
 def _parquet_chunks(file: ArchiveFile, chunk_rows: int) -> Iterator[RawChunk]:
     schema = check_parquet_schema(file)
     start = 0
-    for batch in pl.scan_parquet(file.path).collect_batches(
-        chunk_size=chunk_rows, maintain_order=True
-    ):
+    for batch in _parquet_batches(file, chunk_rows):
         n = batch.height
         locs = np.arange(start, start + n, dtype=np.int64)
         frame, issues = _to_canonical(batch, schema, locs)
         yield RawChunk(file, frame, locs, issues)
         start += n
+
+
+def _parquet_batches(file: ArchiveFile, chunk_rows: int) -> Iterator[pl.DataFrame]:
+    """Stream a Parquet file's rows; a corrupt page is one line naming the file, not a traceback.
+
+    The row cited is the first one not yet read when the error came (polars names no row).
+    """
+    start = 0
+    try:
+        for batch in pl.scan_parquet(file.path).collect_batches(
+            chunk_size=chunk_rows, maintain_order=True
+        ):
+            yield batch
+            start += batch.height
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        msg = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise SpecReplayError(
+            f"{file.path}: cannot read as Parquet at row {start} (0-based) or later: {msg}"
+        ) from None
 
 
 def _to_canonical(
