@@ -7,7 +7,9 @@ code 2, with no traceback. Progress bars go to stderr so stdout stays parseable.
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,12 +55,49 @@ def _default_buckets() -> str:
 
 @contextmanager
 def _user_errors() -> Iterator[None]:
-    """Map the project's error type to one line on stderr and exit code 2."""
+    """Map the project's error type to one line on stderr and exit code 2; SIGTERM unwinds."""
     try:
-        yield
+        with _sigterm_unwinds():
+            yield
     except SpecReplayError as err:
         typer.echo(f"error: {err.message}", err=True)
         raise typer.Exit(code=2) from None
+
+
+class _Terminated(BaseException):
+    """Raised by the SIGTERM handler so that ``output_dir`` removes its temporary folder."""
+
+
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """Turn SIGTERM into an exception (as SIGINT is), then exit 128 + 15 once unwound."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be installed from the main thread
+        return
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    except _Terminated:
+        typer.echo("error: terminated (SIGTERM); no partial output left", err=True)
+        raise typer.Exit(code=128 + signal.SIGTERM) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _arm_option(value: str | None) -> str | None:
+    """Check ``--logging-arm`` when parsing options (a bad arm is exit 2, never ignored)."""
+    if value is not None:
+        from specreplay.sim.arms import parse_arm
+
+        try:
+            parse_arm(value)
+        except SpecReplayError as err:
+            raise SpecReplayError(f"--logging-arm {value!r}: {err.message}") from None
+    return value
 
 
 @contextmanager
@@ -152,7 +191,7 @@ def validate(
             path,
             max_errors=None if all_errors else 20,
             buckets=buckets or _default_buckets(),
-            logging_arm=logging_arm,
+            logging_arm=_arm_option(logging_arm),
             out=out,
             force=force,
             progress=lambda what, total: _progress(quiet, what, total),
@@ -218,7 +257,8 @@ def interval(
         typer.Option(
             "--fail-on",
             help="Comma-separated pooled verdicts that make the exit status 1 "
-            "(EQUIVALENT, DIFFERENT, INCONCLUSIVE).",
+            "(EQUIVALENT, DIFFERENT, INCONCLUSIVE); with INCONCLUSIVE a null pooled verdict "
+            "(too few requests, unsupported cell) exits 1 too.",
         ),
     ] = "",
     n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples.", min=100)] = 10_000,
@@ -330,7 +370,8 @@ def requalify(
         typer.Option(
             "--fail-on",
             help="Comma-separated pooled requalifications that exit 1 (QUALIFIED, "
-            "'NOT QUALIFIED', INCONCLUSIVE).",
+            "'NOT QUALIFIED', INCONCLUSIVE); with INCONCLUSIVE a null pooled verdict "
+            "(too few requests, unsupported cell) exits 1 too.",
         ),
     ] = "",
     families: Annotated[
@@ -391,7 +432,7 @@ def requalify(
             level=level,
             min_requests=min_requests,
             buckets=buckets,
-            logging_arm=logging_arm,
+            logging_arm=_arm_option(logging_arm),
             progress=lambda what, total: _progress(quiet, what, total),
         )
         typer.echo(text)
@@ -456,7 +497,7 @@ def lawtest(
             family_alpha=family_alpha,
             max_draws=max_draws,
             buckets=buckets,
-            logging_arm=logging_arm,
+            logging_arm=_arm_option(logging_arm),
         )
         typer.echo(text)
         if fail_on_fail and not ok:

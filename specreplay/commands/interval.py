@@ -10,8 +10,9 @@ from specreplay.errors import SpecReplayError
 from specreplay.replay.scan import Progress, no_progress
 from specreplay.results.builders import comparison_cells
 from specreplay.results.document import excluded_entries, input_files, new_result
+from specreplay.results.gates import fail_on_code
 from specreplay.results.model import Delta, Level, Result, Role
-from specreplay.results.output import output_dir
+from specreplay.results.output import check_out, output_dir
 from specreplay.results.render import write_all
 from specreplay.results.tables import comparison_tables
 from specreplay.stats.armdata import ArmData
@@ -44,7 +45,8 @@ def run_interval(
 ) -> tuple[str, int]:
     """Paired interval between two observed arms; return (terminal text, exit code).
 
-    The exit code is 1 when the pooled verdict is in ``fail_on``, else 0.
+    The exit code is 1 when the pooled verdict is in ``fail_on`` (a null verdict counts as
+    INCONCLUSIVE), else 0.
     """
     from specreplay.replay.archive.importers import detect_kind, read_arm
     from specreplay.stats.arviz_bridge import hdi_eti
@@ -52,6 +54,8 @@ def run_interval(
     from specreplay.stats.compare import compare, parse_margin
     from specreplay.stats.pairing import pair_arms
 
+    inputs = [p for p in (path_a, path_b, question_file) if p is not None]
+    check_out(out, force=force, inputs=inputs)
     mg = parse_margin(margin)
     bk = Buckets.parse(buckets or DEFAULT_BUCKETS)
     kinds = (detect_kind(path_a), detect_kind(path_b))
@@ -67,7 +71,7 @@ def run_interval(
             name=name,
         )
 
-    with output_dir(out, force=force) as tmp:
+    with output_dir(out, force=force, inputs=inputs) as tmp:
         arm_a = load(path_a, kinds[0], names[0])
         arm_b = load(path_b, kinds[1], names[1])
         if arm_a.name == arm_b.name:
@@ -147,7 +151,7 @@ def _interval_result(
 
 def _exit_code(result: Result, fail_on: frozenset[str]) -> int:
     d = result.pooled.delta(Role.B_VS_A)
-    return 1 if d is not None and d.verdict in fail_on else 0
+    return fail_on_code(d.verdict if d is not None else None, fail_on)
 
 
 def _interval_text(result: Result, mg: Margin, out: Path) -> str:

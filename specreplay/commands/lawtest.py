@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specreplay.results.lawtests import lawtest_result
-from specreplay.results.output import output_dir
+from specreplay.results.output import check_out, output_dir
 from specreplay.results.render import write_all
 from specreplay.results.tables import lawtest_table
 
@@ -30,7 +30,9 @@ def run_lawtest(
     Returns (terminal text, every test passed); see
     :func:`~specreplay.results.lawtests.lawtest_result`.
     """
-    with output_dir(out, force=force) as tmp:
+    read = [archive] if archive is not None else []
+    check_out(out, force=force, inputs=read)
+    with output_dir(out, force=force, inputs=read) as tmp:
         result = lawtest_result(
             arms_text, archive=archive, positions=positions, seed=seed,
             family_alpha=family_alpha, max_draws=max_draws, buckets=buckets,

@@ -14,7 +14,6 @@ passes, NOT QUALIFIED when it is DIFFERENT or its law test fails, else INCONCLUS
 
 from __future__ import annotations
 
-import json
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -22,11 +21,12 @@ from typing import Any
 import polars as pl
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.archive.sources import archive_rows, list_archive
+from specreplay.replay.archive.sources import archive_rows, check_parquet_schema, list_archive
 from specreplay.replay.engine import replay_archive
 from specreplay.replay.scan import Progress
+from specreplay.results.gates import fail_on_code
 from specreplay.results.model import Result
-from specreplay.results.output import output_dir
+from specreplay.results.output import check_out, output_dir
 from specreplay.results.render import write_all
 from specreplay.results.requalification import RequalifyArms, check_replayable, requalify_result
 from specreplay.results.tables import requalify_tables
@@ -38,24 +38,15 @@ __all__ = ["peek_logging_arm", "run_requalify", "sample_requests"]
 
 
 def peek_logging_arm(path: Path) -> str | None:
-    """Return the archive's logging_arm value from its first row, if it has that column."""
-    first = list_archive(path)[0]
-    if first.kind == "parquet":
-        lf = pl.scan_parquet(first.path)
-        if "logging_arm" not in lf.collect_schema():
-            return None
-        head = lf.select("logging_arm").head(1).collect()
-        return str(head.item()) if head.height else None
-    with first.path.open(encoding="utf-8-sig") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    return None
-                v = obj.get("logging_arm") if isinstance(obj, dict) else None
-                return str(v) if v is not None else None
-    return None
+    """Return the archive's logging_arm value from its first batch, if it has that column.
+
+    Read through the validating reader, so a broken first shard is a one-line error.
+    """
+    from specreplay.replay.archive.reader import ArchiveReader
+
+    reader = ArchiveReader(path, batch_rows=1, chunk_rows=4096)
+    next(iter(reader), None)
+    return reader.logging_arm
 
 
 def sample_requests(path: Path, n: int, seed: int) -> set[str]:
@@ -66,7 +57,13 @@ def sample_requests(path: Path, n: int, seed: int) -> set[str]:
     ids: set[str] = set()
     for f in list_archive(path):
         if f.kind == "parquet":
-            ids.update(pl.scan_parquet(f.path).select("request_id").unique().collect().to_series())
+            check_parquet_schema(f)  # a broken shard is a one-line error, not a polars traceback
+            try:
+                lf = pl.scan_parquet(f.path).select("request_id").unique()
+                ids.update(lf.collect().to_series())
+            except pl.exceptions.PolarsError as exc:
+                msg = (str(exc).splitlines() or [type(exc).__name__])[0]
+                raise SpecReplayError(f"{f.path}: cannot read as Parquet: {msg}") from None
         else:
             reader = ArchiveReader(f.path)
             for _ in reader:
@@ -101,6 +98,7 @@ def run_requalify(
     progress: Progress | None = None,
 ) -> tuple[str, int, Result]:
     """Requalify ``candidate`` against ``baseline``; return (terminal text, exit code, result)."""
+    check_out(out, force=force, inputs=[archive])
     options: dict[str, Any] = {
         "archive": str(archive),
         "baseline": baseline,
@@ -122,7 +120,7 @@ def run_requalify(
     arms = _arms(archive, baseline, candidate, reference, logging_arm)
     wanted = sample_requests(archive, n_sample_requests, seed) if n_sample_requests else None
     ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
-    with output_dir(out, force=force) as tmp:
+    with output_dir(out, force=force, inputs=[archive]) as tmp:
         with ctx as advance:
             res = replay_archive(archive, list(arms.all.values()), estimator=estimator,
                                  replicates=replicates, seed=seed,
@@ -135,7 +133,7 @@ def run_requalify(
     text = requalify_tables(result)
     text += f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet, forest.png)"
     rq = result.requalification
-    return text, (1 if rq is not None and rq.verdict in fail_on else 0), result
+    return text, fail_on_code(rq.verdict if rq is not None else None, fail_on), result
 
 
 def _arms(

@@ -25,7 +25,7 @@ def run_synth(
 ) -> str:
     """Generate the synthetic archive into ``out`` (Parquet shards + SYNTH.json manifest)."""
     t0 = time.perf_counter()
-    with output_dir(out, force=force) as tmp:
+    with output_dir(out, force=force, marker=False) as tmp:  # an archive: no marker
         cfg, files = write_synth_archive(tmp, n_requests, rounds, shard_requests, seed, progress)
         rows = n_requests * rounds * cfg.depth
     return (

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from specreplay.replay.scan import Progress, no_progress, scan_archive
 from specreplay.results.builders import measured_result
-from specreplay.results.output import output_dir
+from specreplay.results.output import check_out, output_dir
 from specreplay.results.render import write_all
 from specreplay.results.tables import archive_summary, measured_tables
 
@@ -24,6 +24,8 @@ def run_validate(
     progress: Progress = no_progress,
 ) -> tuple[bool, str]:
     """Validate an archive; return (valid, text): counts and MEASURED R, or the error lines."""
+    if out is not None:
+        check_out(out, force=force, inputs=[path])
     scan = scan_archive(
         path, buckets=buckets, logging_arm=logging_arm, max_errors=max_errors, progress=progress
     )
@@ -35,6 +37,6 @@ def run_validate(
     result = measured_result(scan, command="validate", seed=0, options=options)
     text = archive_summary(result.archive, str(path), result.pooled.arms[result.arms[0]])  # type: ignore[arg-type]
     if out is not None:
-        with output_dir(out, force=force) as tmp:
+        with output_dir(out, force=force, inputs=[path]) as tmp:
             write_all(result, tmp)
     return True, text + "\n\n" + measured_tables(result)
