@@ -14,17 +14,15 @@ passes, NOT QUALIFIED when it is DIFFERENT or its law test fails, else INCONCLUS
 
 from __future__ import annotations
 
-import json
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.archive.sources import archive_rows, list_archive
-from specreplay.replay.engine import ReplayResult, replay_archive
+from specreplay.replay.archive.sources import archive_rows
+from specreplay.replay.engine import OpenArchive, ReplayResult
 from specreplay.replay.scan import Progress
 from specreplay.results.output import (
     cells_frame,
@@ -38,7 +36,7 @@ from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.compare import Comparison, compare, parse_margin
 from specreplay.stats.pairing import pair_arms
 
-__all__ = ["ASSUMPTIONS", "merge_cells", "peek_logging_arm", "run_requalify", "sample_requests"]
+__all__ = ["ASSUMPTIONS", "merge_cells", "run_requalify", "sample_requests"]
 
 
 ASSUMPTIONS = [
@@ -53,41 +51,10 @@ ASSUMPTIONS = [
 ]
 
 
-def peek_logging_arm(path: Path) -> str | None:
-    """Return the archive's logging_arm value from its first row, if it has that column."""
-    first = list_archive(path)[0]
-    if first.kind == "parquet":
-        lf = pl.scan_parquet(first.path)
-        if "logging_arm" not in lf.collect_schema():
-            return None
-        head = lf.select("logging_arm").head(1).collect()
-        return str(head.item()) if head.height else None
-    with first.path.open(encoding="utf-8-sig") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    return None
-                v = obj.get("logging_arm") if isinstance(obj, dict) else None
-                return str(v) if v is not None else None
-    return None
-
-
-def sample_requests(path: Path, n: int, seed: int) -> set[str]:
+def sample_requests(ids: list[str], n: int, seed: int) -> set[str]:
     """Choose ``n`` request ids deterministically: the n smallest seeded hashes of their keys."""
-    from specreplay.replay.archive.reader import ArchiveReader
     from specreplay.sim.rng import request_key, uniform_py
 
-    ids: set[str] = set()
-    for f in list_archive(path):
-        if f.kind == "parquet":
-            ids.update(pl.scan_parquet(f.path).select("request_id").unique().collect().to_series())
-        else:
-            reader = ArchiveReader(f.path)
-            for _ in reader:
-                pass
-            ids.update(reader.requests)
     ranked = sorted(ids, key=lambda r: (uniform_py(seed, int(request_key(r)), 0, 0, 11), r))
     return set(ranked[:n])
 
@@ -121,15 +88,13 @@ def _no_verdict(comp: Comparison, role: str, why: str, label: str) -> list[dict[
 
 def _cell_masks(res: ReplayResult, cells: list[dict[str, Any]], arm: Arm) -> list[Any]:
     s = res.sums[arm.canonical]
-    nb = len(res.buckets.names)
-    req = s.keys // nb
-    bkt = s.keys % nb
-    fam = np.array([res.reader.request_family[int(i)] for i in req], dtype=np.int64)
-    names_f = res.reader.families
+    bkt = s.bucket
+    fam = s.family
+    names_f = res.families
     names_b = res.buckets.names
     masks = []
     for c in cells:
-        m = np.ones(s.keys.shape[0], bool)
+        m = np.ones(s.n.shape[0], dtype=np.bool_)
         if c["family"] is not None:
             m &= fam == names_f.index(c["family"])
         if c["bucket"] is not None:
@@ -142,10 +107,10 @@ def _cell_masks(res: ReplayResult, cells: list[dict[str, Any]], arm: Arm) -> lis
 
 def _add_replay_figures(res: ReplayResult, cells: list[dict[str, Any]], arms: list[Arm]) -> None:
     """MCSE per arm, SIMULATED survival per arm, MEASURED survival and off-path rates."""
-    has_drafted = "drafted_id" in res.reader.columns
+    has_drafted = "drafted_id" in res.columns
     for arm in arms:
         s = res.sums[arm.canonical]
-        surv = s.surv_mc if res.estimator == "montecarlo" else s.surv_analytic
+        surv = s.surv
         for c, m in zip(cells, _cell_masks(res, cells, arm), strict=True):
             entry = c["arms"].get(arm.canonical)
             if entry is not None:
@@ -218,7 +183,8 @@ def run_requalify(
     arm_ref = parse_arm(reference) if reference else None
     if arm_base.canonical == arm_cand.canonical:
         raise SpecReplayError(f"baseline and candidate are the same arm ({arm_base.canonical})")
-    logged_text = peek_logging_arm(archive) or logging_arm
+    opened = OpenArchive(archive, buckets=bk, logging_arm=logging_arm)  # reads the first batch
+    logged_text = opened.logging_arm
     arm_log = None
     if logged_text is not None:
         try:
@@ -229,14 +195,16 @@ def run_requalify(
     for a in (arm_base, arm_cand, arm_ref, arm_log):
         if a is not None:
             arms.setdefault(a.canonical, a)
-    wanted = sample_requests(archive, n_sample_requests, seed) if n_sample_requests else None
     ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
     with output_dir(out, force=force) as tmp:
         with ctx as advance:
-            res = replay_archive(archive, list(arms.values()), estimator=estimator,
-                                 replicates=replicates, seed=seed, buckets=bk, families=families,
-                                 requests=wanted, logging_arm=logging_arm,
-                                 progress=advance)  # fmt: skip
+            res = opened.replay(list(arms.values()), estimator=estimator,
+                                replicates=replicates, seed=seed, progress=advance)  # fmt: skip
+        wanted = (
+            sample_requests(res.requests, n_sample_requests, seed) if n_sample_requests else None
+        )
+        if families is not None or wanted is not None:
+            res = res.select(families, wanted)
         for a in arms.values():
             if res.flagged_rows[a.canonical]:
                 raise SpecReplayError(
@@ -263,7 +231,7 @@ def run_requalify(
                                      "reference comparison (the gain a budget uses): no verdict",
                                      "SIMULATED"))  # fmt: skip
         path_bias = None
-        if arm_log is not None and "accepted" in res.reader.columns:
+        if arm_log is not None and "accepted" in res.columns:
             meas = res.measured_data(f"{arm_log.canonical} (MEASURED)")
             ps_b, _ = pair_arms(meas, data[arm_log.canonical], buckets=bk)
             pb = compare(ps_b, arm_a=meas.name, arm_b=arm_log.canonical, label="SIMULATED",
@@ -288,7 +256,7 @@ def run_requalify(
         doc = results_document(
             command="requalify",
             seed=seed,
-            inputs=input_records([(f.path, f.rows) for f in res.reader.files]),
+            inputs=input_records([(f.path, f.rows) for f in res.files]),
             options={
                 "archive": str(archive),
                 "baseline": baseline,
