@@ -104,7 +104,7 @@ def test_same_figures_for_1_3_8_shards_and_reversed_names(
 def test_requalify_figures_equal_for_1_and_8_reversed_shards(
     whole: pl.DataFrame, tmp_path: Path
 ) -> None:
-    """End to end: cells of results.json (R, Δ and intervals, survival, off-path), path bias."""
+    """End to end: results.json cells (R, Δ, survival, off-path), path bias and law tests."""
     docs = []
     for n, rev in [(1, False), (8, True)]:
         path = _write_layout(whole, tmp_path / f"a{n}", n, rev)
@@ -117,6 +117,7 @@ def test_requalify_figures_equal_for_1_and_8_reversed_shards(
         docs.append(json.loads((out / "results.json").read_text()))
     a, b = docs
     assert a["cells"] == b["cells"]
+    assert a["law_tests"] == b["law_tests"] and a["law_tests"]
     assert a["path_bias"] == b["path_bias"]
 
 
@@ -230,3 +231,52 @@ def test_jsonl_shards_cite_lines(tmp_path: Path) -> None:
     assert "b.jsonl:line 1: round 1 of request 'req-0' is split across files" in msg
     with pytest.raises(SpecReplayError, match=f"^{re.escape(msg)}$"):
         replay_archive(d, [parse_arm("top4:t1@3")])
+
+
+def test_law_positions_are_the_k_smallest_hashes_of_the_archive(
+    whole: pl.DataFrame, tmp_path: Path
+) -> None:
+    """The sample equals a slow reference: hash every row of the whole archive, sort, take k."""
+    from numba import njit
+
+    from specreplay.replay.lawsample import STREAM_LAW_POSITIONS
+    from specreplay.sim.rng import request_key, uniform_bits
+
+    @njit
+    def bits(seed: int, key: np.uint64, rnd: int, pos: int, stream: int) -> np.uint64:
+        return uniform_bits(np.uint64(seed), key, rnd, pos, stream)
+
+    path = _write_layout(whole, tmp_path / "h", 3, True)
+    res = replay_archive(path, [parse_arm("greedy@5")], seed=17, law_positions=7)
+    ref = sorted(
+        (int(bits(17, request_key(rid), rnd, pos, STREAM_LAW_POSITIONS)), rid, rnd, pos, i)
+        for i, (rid, rnd, pos) in enumerate(
+            whole.select("request_id", "round", "position").iter_rows()
+        )
+    )[:7]
+    s = res.law_sample
+    assert [int(h) for h in s.hash] == [r[0] for r in ref]
+    assert s.round.tolist() == [r[2] for r in ref] and s.position.tolist() == [r[3] for r in ref]
+    for j, r in enumerate(ref):
+        row = whole.row(r[4], named=True)
+        lo, hi = s.offsets[j], s.offsets[j + 1]
+        assert s.target_probs[lo:hi].tolist() == row["target_probs"]
+        assert s.draft_logprobs[lo:hi].tolist() == row["draft_logprobs"]
+
+
+def test_lawtest_past_the_archive_depth_exits_2_like_requalify(
+    small_archive: Path, tmp_path: Path
+) -> None:
+    """A depth-5 archive: lawtest --arm …@9 stops with requalify's UNSUPPORTED reason."""
+    why = "top32:t0.7:dyadic8@9: depth 9 is UNSUPPORTED"
+    runs = [
+        ["lawtest", str(small_archive), "--arm", "top32:t0.7:dyadic8@9", "--out",
+         str(tmp_path / "l")],
+        ["requalify", str(small_archive), "--baseline", "top32:t0.7@5", "--candidate",
+         "top32:t0.7:dyadic8@9", "--out", str(tmp_path / "r"), "-q", "--n-boot", "200"],
+    ]  # fmt: skip
+    for args in runs:
+        res = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+        assert res.exit_code == 2, res.output
+        assert why in res.stderr and "fewer than 9 positions" in res.stderr, res.stderr
+        assert "Traceback" not in res.output

@@ -35,7 +35,8 @@ def run_lawtest(
     Without ``--arm`` the built-in toy suite runs (float64, dyadic8 and dyadic8/float64 on four
     toy positions). Returns (terminal text, every test passed).
     """
-    from specreplay.replay.lawcases import archive_cases, run_cases, toy_arm_cases
+    from specreplay.replay.engine import replay_archive
+    from specreplay.replay.lawcases import run_cases, sample_cases, toy_arm_cases
     from specreplay.results.tables import lawtest_table
     from specreplay.sim.arms import parse_arm
     from specreplay.stats.buckets import DEFAULT_BUCKETS
@@ -54,12 +55,18 @@ def run_lawtest(
             if not arms:
                 raise SpecReplayError("lawtest ARCHIVE: name the arms to test with --arm")
             bk = Buckets.parse(buckets or DEFAULT_BUCKETS)
-            more, more_skipped = archive_cases(
-                archive, arms, positions=positions, buckets=bk, logging_arm=logging_arm
-            )
+            # one pass: positions sampled by hash; depths past the archive are UNSUPPORTED
+            # (exit 2 with the reason, as requalify does)
+            res = replay_archive(archive, arms, seed=seed, buckets=bk, logging_arm=logging_arm,
+                                 law_positions=positions)  # fmt: skip
+            for arm in arms:
+                why = res.depth_problem(arm)
+                if why is not None:
+                    raise SpecReplayError(why)
+            more, more_skipped = sample_cases(res.law_sample, arms)
             cases += more
             skipped += more_skipped
-            inputs = input_records([(p, None) for p in _archive_files(archive)])
+            inputs = input_records([(f.path, f.rows) for f in res.files])
         law = run_cases(cases, skipped, seed=seed, family_alpha=family_alpha, max_draws=max_draws)
         doc = results_document(
             command="lawtest",
@@ -87,9 +94,3 @@ def run_lawtest(
         (tmp / "TABLES.md").write_text(table)
     ok = all(t["passed"] is not False for t in law)
     return table + f"\nOutputs: {out}/ (results.json, TABLES.md)", ok
-
-
-def _archive_files(archive: Path) -> list[Path]:
-    from specreplay.replay.archive.sources import list_archive
-
-    return [f.path for f in list_archive(archive)]

@@ -199,7 +199,8 @@ def run_requalify(
     with output_dir(out, force=force) as tmp:
         with ctx as advance:
             res = opened.replay(list(arms.values()), estimator=estimator,
-                                replicates=replicates, seed=seed, progress=advance)  # fmt: skip
+                                replicates=replicates, seed=seed, law_positions=law_positions,
+                                progress=advance)  # fmt: skip
         wanted = (
             sample_requests(res.requests, n_sample_requests, seed) if n_sample_requests else None
         )
@@ -244,8 +245,7 @@ def run_requalify(
             path_bias = pb.cells[0]["deltas"][0]
         cells = merge_cells(parts)
         _add_replay_figures(res, cells, list(arms.values()))
-        law = _law_tests(archive, [arm_cand, arm_base], seed=seed, positions=law_positions,
-                         buckets=bk, logging_arm=logging_arm)  # fmt: skip
+        law = _law_tests(res, [arm_cand, arm_base], seed=seed)
         ran = [
             t["passed"] for t in law if t["arm"] == arm_cand.canonical and t["passed"] is not None
         ]
@@ -310,19 +310,9 @@ def _requalification(cell: dict[str, Any], law_pass: bool | None) -> dict[str, A
     return {"verdict": out, "because": why, "label": "SIMULATED", "null_reason": None}
 
 
-def _law_tests(
-    archive: Path,
-    arms: list[Arm],
-    *,
-    seed: int,
-    positions: int,
-    buckets: Buckets,
-    logging_arm: str | None,
-) -> list[dict[str, Any]]:
-    """Law tests of each arm on ``positions`` archive positions spread over the first batch."""
-    from specreplay.replay.lawcases import archive_cases, run_cases
+def _law_tests(res: ReplayResult, arms: list[Arm], *, seed: int) -> list[dict[str, Any]]:
+    """Law tests of each arm on the archive positions the replay pass sampled by hash."""
+    from specreplay.replay.lawcases import run_cases, sample_cases
 
-    cases, skipped = archive_cases(
-        archive, arms, positions=positions, buckets=buckets, logging_arm=logging_arm
-    )
+    cases, skipped = sample_cases(res.law_sample, arms)
     return run_cases(cases, skipped, seed=seed)

@@ -10,7 +10,6 @@ candidates is not tested and says so (never clamped).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,10 +17,9 @@ import numpy as np
 from specreplay.replay.lawsample import LawSample
 from specreplay.sim.arms import Arm
 from specreplay.sim.policy import FLAG_K_EXCEEDS, FLAG_NO_SUPPORT, LawCache
-from specreplay.stats.buckets import Buckets
 from specreplay.stats.lawtest import LawCase, run_law_tests, to_json, toy_laws
 
-__all__ = ["archive_cases", "run_cases", "sample_cases", "toy_arm_cases"]
+__all__ = ["run_cases", "sample_cases", "toy_arm_cases"]
 
 
 def _cases_from_rows(
@@ -94,40 +92,6 @@ def sample_cases(sample: LawSample, arms: list[Arm]) -> tuple[list[LawCase], lis
     p_other = [max(0.0, 1.0 - float(tp[off[r] : off[r + 1]].sum())) for r in rows]
     return _cases_from_rows(
         arms, off, sample.draft_logprobs, tp, p_other, [int(p) for p in sample.position], rows
-    )
-
-
-def archive_cases(
-    archive: Path,
-    arms: list[Arm],
-    *,
-    positions: int,
-    buckets: Buckets,
-    logging_arm: str | None = None,
-) -> tuple[list[LawCase], list[dict[str, Any]]]:
-    """Cases of each arm on ``positions`` position rows spread evenly over the first batch."""
-    from specreplay.replay.archive.reader import ArchiveReader
-
-    reader = ArchiveReader(archive, buckets=buckets, batch_rows=20_000, logging_arm=logging_arm)
-    batch = next(iter(reader))
-    rows = sorted(
-        {
-            int(r)
-            for r in np.linspace(0, batch.n_positions - 1, num=min(positions, batch.n_positions))
-        }
-    )
-    p_other = [
-        max(0.0, 1.0 - float(batch.target_probs[batch.offsets[r] : batch.offsets[r + 1]].sum()))
-        for r in rows
-    ]
-    return _cases_from_rows(
-        arms,
-        batch.offsets,
-        batch.draft_logprobs,
-        batch.target_probs,
-        p_other,
-        [int(batch.position[r]) for r in rows],
-        rows,
     )
 
 
