@@ -228,3 +228,23 @@ def test_sampled_requests_equal_a_pass_over_those_requests_alone(
          "rows": frame.height - alone.positions}
     ]  # fmt: skip
     assert picked.positions == alone.positions
+
+
+def test_requalify_on_a_shared_replay_equals_its_own_pass(
+    small_archive: Path, tmp_path: Path
+) -> None:
+    """The demo's one pass over many arms gives each requalification exactly its own figures."""
+    from specreplay.commands.requalify import run_requalify
+    from specreplay.replay.engine import OpenArchive
+
+    kw: dict = {"baseline": "top32:t0.7@5", "candidate": "top32:t0.7:dyadic12@5",
+                "reference": "greedy@5", "force": True, "n_boot": 300, "seed": 4,
+                "min_requests": 5}  # fmt: skip
+    _, _, own = run_requalify(small_archive, out=tmp_path / "own", **kw)
+    opened = OpenArchive(small_archive)
+    names = ["top32:t0.7@5", "top32:t0.7:dyadic12@5", "greedy@5", "top32:t0.7:dyadic8@5",
+             str(opened.logging_arm)]  # fmt: skip
+    shared = opened.replay([parse_arm(a) for a in dict.fromkeys(names)], seed=4, law_positions=8)
+    _, _, reused = run_requalify(small_archive, out=tmp_path / "shared", replayed=shared, **kw)
+    for key in ("cells", "law_tests", "path_bias", "excluded", "inputs", "requalification"):
+        assert own[key] == reused[key], key

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from specreplay.commands.lawtest import run_lawtest
+from specreplay.replay.engine import OpenArchive
 from specreplay.replay.scan import Progress, no_progress, scan_archive
 from specreplay.results.builders import (
     write_measured,
@@ -16,6 +17,7 @@ from specreplay.results.output import (
     output_dir,
 )
 from specreplay.results.tables import archive_summary
+from specreplay.sim.arms import parse_arm
 
 __all__ = ["run_demo"]
 
@@ -53,7 +55,16 @@ def run_demo(
         scan = scan_archive(archive, buckets=DEFAULT_BUCKETS, progress=progress)
         options = {"requests": n_requests, "archive": str(out / "archive")}
         tables = write_measured(tmp, scan, "demo", seed, options, rename=(tmp, out))
-        common: dict[str, Any] = {"force": True, "seed": seed, "n_boot": n_boot}
+        # one replay pass for every arm of the story (requalification and bits sweep)
+        opened = OpenArchive(archive)
+        logged = [parse_arm(opened.logging_arm)] if opened.logging_arm else []
+        story = [DEMO_BASELINE, DEMO_CANDIDATE, DEMO_REFERENCE]
+        story += [f"top32:t0.7:dyadic{b}@5" for b in DEMO_BITS]
+        arms = {a.canonical: a for a in [*(parse_arm(x) for x in story), *logged]}
+        replayed = opened.replay(list(arms.values()), seed=seed, law_positions=8)
+        common: dict[str, Any] = {
+            "force": True, "seed": seed, "n_boot": n_boot, "replayed": replayed,
+        }  # fmt: skip
         main_text, _, main = run_requalify(
             archive, baseline=DEMO_BASELINE, candidate=DEMO_CANDIDATE, reference=DEMO_REFERENCE,
             out=tmp / "requalify", **common,

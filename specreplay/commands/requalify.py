@@ -172,8 +172,14 @@ def run_requalify(
     logging_arm: str | None = None,
     law_positions: int = 8,
     progress: Progress | None = None,
+    replayed: ReplayResult | None = None,
 ) -> tuple[str, int, dict[str, Any]]:
-    """Requalify ``candidate`` against ``baseline``; return (terminal text, exit code, results)."""
+    """Requalify ``candidate`` against ``baseline``; return (terminal text, exit code, results).
+
+    ``replayed``: a pass over ``archive`` already made (:func:`replay_archive` with these arms,
+    the logging arm, this estimator, seed, buckets and ``law_positions``, no filter), so that
+    several requalifications share one read (the demo); it is used instead of a new pass.
+    """
     from specreplay.results.plots import forest_plot
     from specreplay.results.tables import requalify_tables
 
@@ -183,8 +189,12 @@ def run_requalify(
     arm_ref = parse_arm(reference) if reference else None
     if arm_base.canonical == arm_cand.canonical:
         raise SpecReplayError(f"baseline and candidate are the same arm ({arm_base.canonical})")
-    opened = OpenArchive(archive, buckets=bk, logging_arm=logging_arm)  # reads the first batch
-    logged_text = opened.logging_arm
+    opened = None
+    if replayed is None:  # reads the first batch: the logging arm is known before the pass
+        opened = OpenArchive(archive, buckets=bk, logging_arm=logging_arm)
+        logged_text = opened.logging_arm
+    else:
+        logged_text = replayed.logging_arm
     arm_log = None
     if logged_text is not None:
         try:
@@ -197,10 +207,13 @@ def run_requalify(
             arms.setdefault(a.canonical, a)
     ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
     with output_dir(out, force=force) as tmp:
-        with ctx as advance:
-            res = opened.replay(list(arms.values()), estimator=estimator,
-                                replicates=replicates, seed=seed, law_positions=law_positions,
-                                progress=advance)  # fmt: skip
+        if opened is not None:
+            with ctx as advance:
+                res = opened.replay(list(arms.values()), estimator=estimator,
+                                    replicates=replicates, seed=seed,
+                                    law_positions=law_positions, progress=advance)  # fmt: skip
+        else:
+            res = _reuse(replayed, arms, estimator=estimator, seed=seed, buckets=bk)
         wanted = (
             sample_requests(res.requests, n_sample_requests, seed) if n_sample_requests else None
         )
@@ -292,6 +305,19 @@ def run_requalify(
                     title=f"{arm_cand.canonical} vs {arm_base.canonical} (SIMULATED)")  # fmt: skip
     text = tables + f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet, forest.png)"
     return text, (1 if overall["verdict"] in fail_on else 0), doc
+
+
+def _reuse(
+    res: ReplayResult | None, arms: dict[str, Arm], *, estimator: str, seed: int, buckets: Buckets
+) -> ReplayResult:
+    """Return ``res`` after checking it was made with the options of this requalification."""
+    assert res is not None  # run_requalify passes it only when given
+    missing = sorted(set(arms) - set(res.sums))
+    if missing:
+        raise SpecReplayError(f"the replay given does not hold the arms {', '.join(missing)}")
+    if (res.estimator, res.seed, res.buckets.spec) != (estimator, seed, buckets.spec):
+        raise SpecReplayError("the replay given ran with another estimator, seed or buckets")
+    return res
 
 
 def _requalification(cell: dict[str, Any], law_pass: bool | None) -> dict[str, Any]:
