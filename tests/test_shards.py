@@ -280,3 +280,34 @@ def test_lawtest_past_the_archive_depth_exits_2_like_requalify(
         assert res.exit_code == 2, res.output
         assert why in res.stderr and "fewer than 9 positions" in res.stderr, res.stderr
         assert "Traceback" not in res.output
+
+
+def test_a_registered_estimator_gets_whole_batches_with_emitted_q(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A third estimator is one class and one registry entry: the engine finds it by name and
+    hands it every batch, emitted_q included (what the importance estimator needs)."""
+    from specreplay.replay import estimators
+    from specreplay.replay.estimators.analytic import AnalyticEstimator
+
+    seen: list[int] = []
+
+    class Recording(AnalyticEstimator):
+        name = "recording"
+
+        def rounds(self, batch, arm, cache, *, seed, replicates, max_depth):  # type: ignore[no-untyped-def]
+            seen.append(int(batch.emitted_q.shape[0]))
+            assert batch.emitted_q.shape == batch.target_probs.shape
+            return super().rounds(
+                batch, arm, cache, seed=seed, replicates=replicates, max_depth=max_depth
+            )
+
+    monkeypatch.setitem(estimators.ESTIMATORS, "recording", Recording())
+    path = write_parquet(tmp_path / "a.parquet", valid_rows(n_requests=3, n_rounds=2, depth=3))
+    arm = parse_arm("top4:t1@3")
+    rec = replay_archive(path, [arm], estimator="recording")
+    ref = replay_archive(path, [arm], estimator="analytic")
+    assert seen and all(n > 0 for n in seen) and sum(seen) == 3 * 2 * 3 * 4
+    np.testing.assert_array_equal(rec.sums[arm.canonical].t, ref.sums[arm.canonical].t)
+    with pytest.raises(SpecReplayError, match="should be analytic or montecarlo or recording"):
+        replay_archive(path, [arm], estimator="nosuch")

@@ -20,6 +20,11 @@ bit) however the archive is cut into files, and every later aggregation follows 
 order. A request **split across shards** is summed per shard and the partial sums are added at the
 merge, so its sums can differ from a one-file replay in the last bits (float addition is not
 associative); keep requests whole within a shard for bit-identical figures.
+
+Error order: a file's own errors (row rules, order within the file) are raised while it is read,
+before the merge checks it against the earlier files. When one file holds both kinds, the error
+reported can be a later row than the one the whole-archive reader reports first; ``specreplay
+validate`` reads the archive as a whole and lists every error.
 """
 
 from __future__ import annotations
