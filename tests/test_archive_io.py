@@ -210,7 +210,7 @@ def test_unbucketed_rounds_counted_in_pooled_not_in_bucket_cells(small_archive: 
     assert gap.height > 0
     assert pooled == df.height
     assert by_bucket == df.height - gap.height
-    assert excluded_unbucketed(scan.measured, scan.reader.buckets)[0]["rounds"] == gap.height
+    assert excluded_unbucketed(scan.measured, scan.buckets)[0]["rounds"] == gap.height
 
 
 # -- counter-based randomness -------------------------------------------------------------------

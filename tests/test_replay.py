@@ -53,14 +53,15 @@ def test_constant_alpha_reproduces_leviathan(alpha: float) -> None:
     n_rounds = 4000
     b = _batch([[pos] * 5 for _ in range(n_rounds)])
     v = _run(b, reps=8, depth=5)
+    an = _run(b, reps=0, depth=5)
     for d in range(1, 6):
         exact = d + 1 if alpha == 1.0 else (1 - alpha ** (d + 1)) / (1 - alpha)
-        assert v.t_analytic[:, d - 1] == pytest.approx(np.full(n_rounds, exact), rel=1e-14)
-        mc = v.t_mc[:, d - 1].mean()
+        assert an.t[:, d - 1] == pytest.approx(np.full(n_rounds, exact), rel=1e-14)
+        mc = v.t[:, d - 1].mean()
         # independent rounds: SE from the per-round replicate means; k = 4.5 (false fail ~7e-6)
-        se = v.t_mc[:, d - 1].std(ddof=1) / math.sqrt(n_rounds)
+        se = v.t[:, d - 1].std(ddof=1) / math.sqrt(n_rounds)
         assert abs(mc - exact) <= 4.5 * se + 1e-12
-        assert v.surv_analytic[0, d - 1] == pytest.approx(alpha**d, rel=1e-14)
+        assert an.surv[0, d - 1] == pytest.approx(alpha**d, rel=1e-14)
 
 
 def _reference(b: dict[str, np.ndarray], reps: int, depth: int, seed: int, m=None, bits=0):  # type: ignore[no-untyped-def]
@@ -128,11 +129,13 @@ def _random_batch(seed: int, n_rounds: int, k: int, mismatched: bool, bits: int)
 def test_kernel_matches_slow_reference(mismatched: bool, bits: int) -> None:
     b, m = _random_batch(3, 40, 6, mismatched, bits)
     v = _run(b, reps=5, depth=5, seed=9, m=m, bits=bits)
+    exact = _run(b, reps=0, depth=5, seed=9, m=m, bits=bits)
     an, t = _reference(b, 5, 5, 9, m, bits)
-    np.testing.assert_allclose(v.t_analytic, an, rtol=1e-12, equal_nan=True)
+    np.testing.assert_allclose(exact.t, an, rtol=1e-12, equal_nan=True)
+    assert (exact.var == 0).all()
     # same uniforms, same draws: the replicate totals are whole numbers and agree exactly
-    np.testing.assert_array_equal(np.round(v.t_mc * 5), np.round(t * 5))
-    np.testing.assert_allclose(v.t_mc, t, rtol=1e-14, equal_nan=True)
+    np.testing.assert_array_equal(np.round(v.t * 5), np.round(t * 5))
+    np.testing.assert_allclose(v.t, t, rtol=1e-14, equal_nan=True)
 
 
 def test_same_values_with_one_and_two_threads() -> None:
@@ -143,5 +146,5 @@ def test_same_values_with_one_and_two_threads() -> None:
     finally:
         numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     two = _run(b, reps=6, depth=5, seed=2)
-    for name in ("t_analytic", "t_mc", "var_mc", "surv_mc", "offpath"):
+    for name in ("depth", "t", "var", "surv", "offpath"):
         np.testing.assert_array_equal(getattr(one, name), getattr(two, name))

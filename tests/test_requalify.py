@@ -31,7 +31,8 @@ ARMS = [
 def both(small_archive: Path):  # type: ignore[no-untyped-def]
     arms = [parse_arm(a) for a in ARMS]
     mc = replay_archive(small_archive, arms, estimator="montecarlo", replicates=16, seed=3)
-    return arms, mc
+    an = replay_archive(small_archive, arms, estimator="analytic")
+    return arms, mc, an
 
 
 def test_montecarlo_agrees_with_analytic_within_mc_error(both) -> None:  # type: ignore[no-untyped-def]
@@ -39,14 +40,15 @@ def test_montecarlo_agrees_with_analytic_within_mc_error(both) -> None:  # type:
 
     With 7 arms × 5 depths = 35 comparisons at 4.5 SE, a false failure has probability < 3e-4.
     """
-    arms, res = both
+    arms, res, an = both
     for arm in arms:
-        s = res.sums[arm.canonical]
+        s, a = res.sums[arm.canonical], an.sums[arm.canonical]
         n = s.n.sum()
+        assert (a.var == 0).all()  # exact estimator
         for d in range(1, 6):
-            r_an = s.t_analytic[:, d - 1].sum() / n
-            r_mc = s.t_mc[:, d - 1].sum() / n
-            mcse = math.sqrt(s.var_mc[:, d - 1].sum()) / n
+            r_an = a.t[:, d - 1].sum() / n
+            r_mc = s.t[:, d - 1].sum() / n
+            mcse = math.sqrt(s.var[:, d - 1].sum()) / n
             assert abs(r_mc - r_an) <= 4.5 * mcse, (arm.canonical, d, r_mc, r_an, mcse)
             assert mcse > 0
 
@@ -68,7 +70,7 @@ def test_mcse_cross_checked_with_arviz(small_archive: Path) -> None:
     for k in range(64):
         r = replay_archive(small_archive, [arm], estimator="montecarlo", replicates=2, seed=100 + k)
         s = r.sums[arm.canonical]
-        draws.append(s.t_mc[:, 4].sum() / s.n.sum())
+        draws.append(s.t[:, 4].sum() / s.n.sum())
     ref = float(az.mcse(np.array(draws)[None, :], method="mean"))
     assert ours == pytest.approx(ref * math.sqrt(2), rel=0.35)
 
@@ -84,15 +86,15 @@ def test_same_sums_with_one_and_two_threads_and_any_batch_size(small_archive: Pa
         numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     for a in arms:
         x, y = base.sums[a.canonical], one.sums[a.canonical]
-        for f in ("keys", "n", "t_analytic", "t_mc", "var_mc", "surv_mc", "offpath"):
+        for f in ("request_key", "bucket", "request", "n", "short", "t", "var", "surv", "offpath"):
             np.testing.assert_array_equal(getattr(x, f), getattr(y, f), err_msg=f)
 
 
 def test_common_random_numbers_pair_the_arms(both) -> None:  # type: ignore[no-untyped-def]
     """Arms replayed with the same uniforms differ far less than independent replays would."""
-    _, res = both
-    a = res.sums["top32:t0.7@5"].t_mc[:, 4]
-    b = res.sums["top32:t0.7:dyadic8@5"].t_mc[:, 4]
+    _, res, _ = both
+    a = res.sums["top32:t0.7@5"].t[:, 4]
+    b = res.sums["top32:t0.7:dyadic8@5"].t[:, 4]
     # same uniforms: the paired difference is far less noisy than either arm's own MC error
     assert np.std(a - b) < 0.5 * np.std(a)
 
@@ -169,13 +171,84 @@ def test_family_filter_keeps_exactly_that_familys_sums(small_archive: Path) -> N
         batch_rows=101,
     )  # fmt: skip
     f, c = full.sums[arm.canonical], code.sums[arm.canonical]
-    nb = len(full.buckets.names)
-    fam_code = full.reader.families.index("code")
-    is_code = np.array([full.reader.request_family[int(k // nb)] == fam_code for k in f.keys])
-    assert 0 < is_code.sum() < f.keys.shape[0]
-    np.testing.assert_array_equal(c.keys, f.keys[is_code])
-    for name in ("n", "t_analytic", "t_mc", "var_mc", "offpath"):
+    is_code = f.family == full.families.index("code")
+    assert 0 < is_code.sum() < f.n.shape[0]
+    np.testing.assert_array_equal(c.request_key, f.request_key[is_code])
+    for name in ("bucket", "request", "n", "t", "var", "surv", "offpath"):
         np.testing.assert_array_equal(getattr(c, name), getattr(f, name)[is_code], err_msg=name)
     dropped = code.excluded[0]
     assert dropped["reason"] == "family not in --families"
     assert dropped["rows"] == full.positions - code.positions
+
+
+def test_families_typo_exits_2_listing_the_known_families(
+    small_archive: Path, tmp_path: Path
+) -> None:
+    """--families code,nosuch used to drop 'nosuch' silently; now it names the known families."""
+    res = CliRunner().invoke(
+        app,
+        ["requalify", str(small_archive), "--baseline", "top32:t0.7@5", "--candidate",
+         "top32:t0.7:dyadic24@5", "--families", "code,nosuch", "--out", str(tmp_path / "o"),
+         "-q", "--n-boot", "200"],
+        env={"COLUMNS": "300"},
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    known = replay_archive(small_archive, [parse_arm("greedy@5")]).families
+    assert f"--families: nosuch not in the archive; its families are {', '.join(known)}" in (
+        res.stderr
+    )
+    assert "Traceback" not in res.output
+
+
+def test_sampled_requests_equal_a_pass_over_those_requests_alone(
+    small_archive: Path, tmp_path: Path
+) -> None:
+    """Replaying everything and selecting the sample afterwards gives, bit for bit, the sums of
+    an archive holding only the sampled requests; the rows left out are counted."""
+    import polars as pl
+
+    from specreplay.commands.requalify import sample_requests
+
+    arm = parse_arm("top32:t0.7:dyadic12@5")
+    full = replay_archive(small_archive, [arm], estimator="montecarlo", replicates=4, seed=2)
+    wanted = sample_requests(full.requests, 10, seed=2)
+    assert len(wanted) == 10
+    picked = full.select(None, wanted)
+    frame = pl.read_parquet(sorted(small_archive.glob("*.parquet")))
+    alone_path = tmp_path / "alone.parquet"
+    frame.filter(pl.col("request_id").is_in(sorted(wanted))).write_parquet(alone_path)
+    alone = replay_archive(alone_path, [arm], estimator="montecarlo", replicates=4, seed=2)
+    x, y = picked.sums[arm.canonical], alone.sums[arm.canonical]
+    for f in ("request_key", "bucket", "n", "short", "t", "var", "surv", "offpath"):
+        np.testing.assert_array_equal(getattr(x, f), getattr(y, f), err_msg=f)
+    assert picked.arm_data(arm).sums.equals(alone.arm_data(arm).sums)
+    assert picked.measured_data().sums.equals(alone.measured_data().sums)
+    assert picked.excluded == [
+        {"reason": "request not in the --sample-requests sample",
+         "rows": frame.height - alone.positions}
+    ]  # fmt: skip
+    assert picked.positions == alone.positions
+
+
+def test_requalify_on_a_shared_replay_equals_its_own_pass(
+    small_archive: Path, tmp_path: Path
+) -> None:
+    """The demo's one pass over many arms gives each requalification exactly its own figures."""
+    from specreplay.commands.requalify import run_requalify
+    from specreplay.replay.engine import OpenArchive
+    from specreplay.results.requalification import RequalifyArms, requalify_result
+
+    kw: dict = {"baseline": "top32:t0.7@5", "candidate": "top32:t0.7:dyadic12@5",
+                "reference": "greedy@5", "force": True, "n_boot": 300, "seed": 4,
+                "min_requests": 5}  # fmt: skip
+    _, _, own = run_requalify(small_archive, out=tmp_path / "own", **kw)
+    opened = OpenArchive(small_archive)
+    logged = str(opened.logging_arm)
+    names = ["top32:t0.7@5", "top32:t0.7:dyadic12@5", "greedy@5", "top32:t0.7:dyadic8@5", logged]
+    shared = opened.replay([parse_arm(a) for a in dict.fromkeys(names)], seed=4, law_positions=8)
+    base, cand, ref = (parse_arm(a) for a in names[:3])
+    log = parse_arm(logged)
+    every = {a.canonical: a for a in (base, cand, ref, log)}
+    reused = requalify_result(shared, RequalifyArms(base, cand, ref, log, every), own.options)
+    for key in ("cells", "law_tests", "path_bias", "excluded", "inputs", "requalification"):
+        assert getattr(own, key) == getattr(reused, key), key

@@ -1,8 +1,9 @@
 """``specreplay demo``: the built-in archive's story, verdicts first.
 
 One replay pass over the generated archive serves every chapter: the MEASURED figures, the
-requalification of dyadic24 (with greedy as reference and the path-bias diagnostic) and the bits
-sweep (dyadic 8, 12, 16) are built from the same sums; the law tests use the same archive.
+requalification of dyadic24 (with greedy as reference and the path-bias diagnostic), the bits
+sweep (dyadic 8, 12, 16) and the law tests (positions sampled by hash in the same pass) are built
+from it; the archive is read once after it is written (and once more to hash it for ``inputs``).
 """
 
 from __future__ import annotations
@@ -80,14 +81,16 @@ def _relocated(result: Result, tmp: Path, out: Path) -> Result:
 
 
 def _replay(archive: Path, seed: int, progress: Progress) -> ReplayResult:
+    """One pass for every arm of the story; it also samples the law-test positions."""
     arms: dict[str, Arm] = {}
-    for text in (DEMO_BASELINE, DEMO_CANDIDATE, DEMO_REFERENCE,
+    for text in (DEMO_BASELINE, DEMO_CANDIDATE, DEMO_REFERENCE, DEMO_MISMATCHED,
                  *[f"top32:t0.7:dyadic{b}@5" for b in DEMO_BITS]):  # fmt: skip
         arm = parse_arm(text)
         arms.setdefault(arm.canonical, arm)
     with progress("replaying", archive_rows(archive)) as advance:
         return replay_archive(archive, list(arms.values()), seed=seed,
-                              buckets=Buckets.parse(DEFAULT_BUCKETS), progress=advance)  # fmt: skip
+                              buckets=Buckets.parse(DEFAULT_BUCKETS), law_positions=8,
+                              progress=advance)  # fmt: skip
 
 
 def _requalification(
@@ -95,9 +98,7 @@ def _requalification(
 ) -> Result:
     arms = _arms(candidate, reference)
     check_replayable(res, arms)
-    return requalify_result(
-        archive, res, arms, _options(archive, candidate, reference, n_boot), res.seed, 8
-    )
+    return requalify_result(res, arms, _options(archive, candidate, reference, n_boot))
 
 
 def run_demo(
@@ -121,7 +122,7 @@ def run_demo(
         archive = tmp / "archive"
         write_synth_archive(archive, n_requests, 64, 250, seed, progress)
         res = _replay(archive, seed, progress)
-        scan = ArchiveScan(res.reader, res.measured, "accepted" in res.reader.columns)
+        scan = ArchiveScan.of_replay(archive, res)
         options = {"requests": n_requests, "archive": str(out / "archive")}
         measured = measured_result(scan, command="demo", seed=seed, options=options,
                                    rename=(tmp, out))  # fmt: skip
@@ -133,7 +134,7 @@ def run_demo(
             cand = f"top32:t0.7:dyadic{bits}@5"
             results[f"bits-dyadic{bits}"] = _requalification(res, archive, cand, None, n_boot)
         results["lawtest"] = lawtest_result(
-            [DEMO_MISMATCHED, DEMO_CANDIDATE], archive=archive, seed=seed
+            [DEMO_MISMATCHED, DEMO_CANDIDATE], archive=archive, seed=seed, replayed=res
         )
         for name, result in results.items():
             results[name] = _relocated(result, tmp, out)

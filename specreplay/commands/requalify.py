@@ -18,11 +18,9 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from specreplay.errors import SpecReplayError
-from specreplay.replay.archive.sources import archive_rows, check_parquet_schema, list_archive
-from specreplay.replay.engine import replay_archive
+from specreplay.replay.archive.sources import archive_rows
+from specreplay.replay.engine import OpenArchive
 from specreplay.replay.scan import Progress
 from specreplay.results.gates import fail_on_code
 from specreplay.results.model import Result
@@ -34,41 +32,13 @@ from specreplay.sim.arms import Arm, parse_arm
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.compare import parse_margin
 
-__all__ = ["peek_logging_arm", "run_requalify", "sample_requests"]
+__all__ = ["run_requalify", "sample_requests"]
 
 
-def peek_logging_arm(path: Path) -> str | None:
-    """Return the archive's logging_arm value from its first batch, if it has that column.
-
-    Read through the validating reader, so a broken first shard is a one-line error.
-    """
-    from specreplay.replay.archive.reader import ArchiveReader
-
-    reader = ArchiveReader(path, batch_rows=1, chunk_rows=4096)
-    next(iter(reader), None)
-    return reader.logging_arm
-
-
-def sample_requests(path: Path, n: int, seed: int) -> set[str]:
+def sample_requests(ids: list[str], n: int, seed: int) -> set[str]:
     """Choose ``n`` request ids deterministically: the n smallest seeded hashes of their keys."""
-    from specreplay.replay.archive.reader import ArchiveReader
     from specreplay.sim.rng import request_key, uniform_py
 
-    ids: set[str] = set()
-    for f in list_archive(path):
-        if f.kind == "parquet":
-            check_parquet_schema(f)  # a broken shard is a one-line error, not a polars traceback
-            try:
-                lf = pl.scan_parquet(f.path).select("request_id").unique()
-                ids.update(lf.collect().to_series())
-            except pl.exceptions.PolarsError as exc:
-                msg = (str(exc).splitlines() or [type(exc).__name__])[0]
-                raise SpecReplayError(f"{f.path}: cannot read as Parquet: {msg}") from None
-        else:
-            reader = ArchiveReader(f.path)
-            for _ in reader:
-                pass
-            ids.update(reader.requests)
     ranked = sorted(ids, key=lambda r: (uniform_py(seed, int(request_key(r)), 0, 0, 11), r))
     return set(ranked[:n])
 
@@ -117,18 +87,25 @@ def run_requalify(
         "buckets": Buckets.parse(buckets or DEFAULT_BUCKETS).spec,
         "logging_arm": logging_arm,
     }
-    arms = _arms(archive, baseline, candidate, reference, logging_arm)
-    wanted = sample_requests(archive, n_sample_requests, seed) if n_sample_requests else None
+    # the first batch is read here, through the validating reader: the logging arm is known
+    # before the pass, which then goes on from the same reader (one read of every file)
+    opened = OpenArchive(
+        archive, buckets=Buckets.parse(options["buckets"]), logging_arm=logging_arm
+    )
+    arms = _arms(baseline, candidate, reference, opened.logging_arm)
     ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
     with output_dir(out, force=force, inputs=[archive]) as tmp:
         with ctx as advance:
-            res = replay_archive(archive, list(arms.all.values()), estimator=estimator,
-                                 replicates=replicates, seed=seed,
-                                 buckets=Buckets.parse(options["buckets"]), families=families,
-                                 requests=wanted, logging_arm=logging_arm,
-                                 progress=advance)  # fmt: skip
+            res = opened.replay(list(arms.all.values()), estimator=estimator,
+                                replicates=replicates, seed=seed, law_positions=law_positions,
+                                progress=advance)  # fmt: skip
+        wanted = (
+            sample_requests(res.requests, n_sample_requests, seed) if n_sample_requests else None
+        )
+        if families is not None or wanted is not None:
+            res = res.select(families, wanted)
         check_replayable(res, arms)
-        result = requalify_result(archive, res, arms, options, seed, law_positions)
+        result = requalify_result(res, arms, options)
         write_all(result, tmp)
     text = requalify_tables(result)
     text += f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet, forest.png)"
@@ -137,19 +114,13 @@ def run_requalify(
 
 
 def _arms(
-    archive: Path, baseline: str, candidate: str, reference: str | None, logging_arm: str | None
+    baseline: str, candidate: str, reference: str | None, logged: str | None
 ) -> RequalifyArms:
     base, cand = parse_arm(baseline), parse_arm(candidate)
     ref = parse_arm(reference) if reference else None
     if base.canonical == cand.canonical:
         raise SpecReplayError(f"baseline and candidate are the same arm ({base.canonical})")
-    logged_text = peek_logging_arm(archive) or logging_arm
-    log = None
-    if logged_text is not None:
-        try:
-            log = parse_arm(logged_text)
-        except SpecReplayError:
-            log = None
+    log = parse_arm(logged) if logged is not None else None  # the reader checked it is an arm
     every: dict[str, Arm] = {}
     for a in (base, cand, ref, log):
         if a is not None:

@@ -29,9 +29,9 @@ def run_validate(
     scan = scan_archive(
         path, buckets=buckets, logging_arm=logging_arm, max_errors=max_errors, progress=progress
     )
-    errors = scan.reader.errors
+    errors = scan.errors
     if errors:
-        more = " (stopped there; --all lists every one)" if scan.reader.truncated else ""
+        more = " (stopped there; --all lists every one)" if scan.truncated else ""
         return False, "\n".join([*errors, f"{len(errors)} error(s) in {path}{more}"])
     options = {"path": str(path), "buckets": buckets, "logging_arm": logging_arm}
     result = measured_result(scan, command="validate", seed=0, options=options)

@@ -1,50 +1,49 @@
 """Per-(request, bucket) sums of replayed rounds, added in archive order (bit-identical).
 
-Each batch's per-round values
-(:class:`~specreplay.replay.estimators.montecarlo.RoundValues`) are added one round at a time, in
-archive order, into arrays keyed by request × bucket, so the floating-point sums do not depend on
-the thread count or on where batches were cut (SPEC §5).
+Each batch's per-round values (:class:`~specreplay.replay.estimators.base.RoundValues`, the same
+type for every estimator) are added one round at a time, in archive order, into arrays keyed by
+the shard's request code × n_buckets + bucket, so the floating-point sums do not depend on the
+thread count or on where batches were cut (SPEC §5). :meth:`ReplayAccumulator.result` turns them
+into :class:`ArmSums`, keyed by the stable request key and bucket, in canonical order (request
+key, then bucket): the order every later aggregation follows, whatever the file layout.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
-from specreplay.replay.estimators.montecarlo import RoundValues
+from specreplay.replay.estimators.base import RoundValues
 
-__all__ = ["ReplayAccumulator", "ReplaySums"]
+__all__ = ["ArmSums", "ReplayAccumulator", "canonical_order"]
 
 
 @njit(cache=True)
 def _add_rounds(
     keys: NDArray[np.int64],
     depth: NDArray[np.int32],
-    t_an: NDArray[np.float64],
-    s_an: NDArray[np.float64],
-    t_mc: NDArray[np.float64],
-    v_mc: NDArray[np.float64],
-    s_mc: NDArray[np.float64],
+    t: NDArray[np.float64],
+    var: NDArray[np.float64],
+    surv: NDArray[np.float64],
     offpath: NDArray[np.float64],
     n: NDArray[np.float64],
     short: NDArray[np.float64],
     a_t: NDArray[np.float64],
+    a_v: NDArray[np.float64],
     a_s: NDArray[np.float64],
-    m_t: NDArray[np.float64],
-    m_v: NDArray[np.float64],
-    m_s: NDArray[np.float64],
     a_off: NDArray[np.float64],
-    has_mc: bool,
 ) -> None:
     """Add each round's values to its key's sums, sequentially in the given order.
 
+    ``keys`` int64 (n,), ``depth`` int32 (n,), ``t``/``var``/``surv`` float64 (n, D),
+    ``offpath`` float64 (n, 4); the sums are float64 (cap,), (cap, D) and (cap, 4).
     ``n[key]`` counts rounds; ``short[key, d]`` counts rounds replayed at fewer than d + 1
     positions (depth d + 1 unsupported there); the others are sums over supported rounds.
     """
-    max_depth = t_an.shape[1]
+    max_depth = t.shape[1]
     for r in range(keys.shape[0]):
         k = keys[r]
         n[k] += 1.0
@@ -54,49 +53,93 @@ def _add_rounds(
             if d >= depth[r]:
                 short[k, d] += 1.0
                 continue
-            a_t[k, d] += t_an[r, d]
-            a_s[k, d] += s_an[r, d]
-            if has_mc:
-                m_t[k, d] += t_mc[r, d]
-                m_v[k, d] += v_mc[r, d]
-                m_s[k, d] += s_mc[r, d]
+            a_t[k, d] += t[r, d]
+            a_v[k, d] += var[r, d]
+            a_s[k, d] += surv[r, d]
 
 
 @dataclass(frozen=True)
-class ReplaySums:
-    """Accumulated sums of one arm, per key = request code × n_buckets + bucket code.
+class ArmSums:
+    """Sums of one arm per (request, bucket), in canonical order (request key, then bucket).
 
     Attributes
     ----------
-    keys : int64, (k,)
-        Keys holding at least one round.
+    request_key : uint64, (k,)
+        Stable request key (:func:`~specreplay.sim.rng.request_key`).
+    bucket : int32, (k,)
+        Context-bucket code.
+    request : int64, (k,)
+        Index into the owner's request table (``ShardSums.requests`` /
+        ``ReplayResult.requests``).
+    family : int32, (k,)
+        Index into the owner's family table.
     n : float64, (k,)
         Rounds.
     short : float64, (k, D)
         Rounds that recorded fewer than d positions (column d − 1): depth d unsupported there.
-    t_analytic, t_mc : float64, (k, D)
-        Σ E[1 + A] at depth d over the supported rounds (analytic; Monte Carlo mean).
-    var_mc : float64, (k, D)
-        Σ of the rounds' Monte Carlo variances (their means' variance): MCSE² × rounds².
-    surv_analytic, surv_mc : float64, (k, D)
+    t : float64, (k, D)
+        Σ E[1 + A] at depth d over the supported rounds (the estimator's per-round value).
+    var : float64, (k, D)
+        Σ of the rounds' variances of that value (Monte Carlo: MCSE² × rounds²; 0 if exact).
+    surv : float64, (k, D)
         Σ P(A ≥ k) over the supported rounds.
     offpath : float64, (k, 4)
         Σ accepted, accepted off-path, evaluated, evaluated through an off-path prefix.
     """
 
-    keys: NDArray[np.int64]
+    request_key: NDArray[np.uint64]
+    bucket: NDArray[np.int32]
+    request: NDArray[np.int64]
+    family: NDArray[np.int32]
     n: NDArray[np.float64]
     short: NDArray[np.float64]
-    t_analytic: NDArray[np.float64]
-    t_mc: NDArray[np.float64]
-    var_mc: NDArray[np.float64]
-    surv_analytic: NDArray[np.float64]
-    surv_mc: NDArray[np.float64]
+    t: NDArray[np.float64]
+    var: NDArray[np.float64]
+    surv: NDArray[np.float64]
     offpath: NDArray[np.float64]
+
+    def take(self, rows: NDArray[np.int64] | NDArray[np.bool_]) -> ArmSums:
+        """Return the rows ``rows`` (indices or a mask), in that order."""
+        return ArmSums(**{f.name: getattr(self, f.name)[rows] for f in fields(ArmSums)})
+
+    def with_tables(self, request: NDArray[np.int64], family: NDArray[np.int32]) -> ArmSums:
+        """Return the same sums with new request and family indices (another owner's tables)."""
+        vals = {f.name: getattr(self, f.name) for f in fields(ArmSums)}
+        return ArmSums(**{**vals, "request": request, "family": family})
+
+    @staticmethod
+    def merge(a: ArmSums, b: ArmSums) -> ArmSums:
+        """Return the sums of ``a`` then ``b``, canonical order; a (request, bucket) in both: a + b.
+
+        The request and family indices of the result are those of ``a`` or ``b`` and must be
+        replaced by the caller (:meth:`with_tables`).
+        """
+        both = {
+            f.name: np.concatenate([getattr(a, f.name), getattr(b, f.name)])
+            for f in fields(ArmSums)
+        }
+        order = canonical_order(both["request_key"], both["bucket"])  # stable: a before b
+        key, bkt = both["request_key"][order], both["bucket"][order]
+        new = np.ones(order.shape[0], bool)
+        new[1:] = (key[1:] != key[:-1]) | (bkt[1:] != bkt[:-1])
+        starts = np.flatnonzero(new)
+        out: dict[str, NDArray[np.generic]] = {}
+        for name, v in both.items():
+            v = v[order]
+            if name in {"n", "short", "t", "var", "surv", "offpath"}:
+                out[name] = np.add.reduceat(v, starts, axis=0) if v.shape[0] else v
+            else:
+                out[name] = v[starts]
+        return ArmSums(**out)  # type: ignore[arg-type]
+
+
+def canonical_order(key: NDArray[np.uint64], bucket: NDArray[np.int32]) -> NDArray[np.int64]:
+    """Return the stable permutation sorting rows by (request key, bucket)."""
+    return np.lexsort((bucket, key)).astype(np.int64)
 
 
 class ReplayAccumulator:
-    """Grow-as-needed per-key sums for one arm (D depths)."""
+    """Grow-as-needed per-key sums for one arm (D depths); key = request code × nb + bucket."""
 
     def __init__(self, max_depth: int) -> None:
         self.d = max_depth
@@ -109,12 +152,10 @@ class ReplayAccumulator:
         shapes = {
             "n": (cap,),
             "short": (cap, self.d),
-            "a_t": (cap, self.d),
-            "a_s": (cap, self.d),
-            "m_t": (cap, self.d),
-            "m_v": (cap, self.d),
-            "m_s": (cap, self.d),
-            "a_off": (cap, 4),
+            "t": (cap, self.d),
+            "var": (cap, self.d),
+            "surv": (cap, self.d),
+            "offpath": (cap, 4),
         }
         for name, shape in shapes.items():
             new = np.zeros(shape)
@@ -123,7 +164,7 @@ class ReplayAccumulator:
             self._arrays[name] = new
         self._cap = cap
 
-    def add(self, keys: NDArray[np.int64], values: RoundValues, has_mc: bool) -> None:
+    def add(self, keys: NDArray[np.int64], values: RoundValues) -> None:
         """Add a batch's rounds (``keys`` in archive order)."""
         if keys.shape[0] == 0:
             return
@@ -132,24 +173,38 @@ class ReplayAccumulator:
             self._grow(need)
         a = self._arrays
         _add_rounds(
-            keys, values.depth, values.t_analytic, values.surv_analytic, values.t_mc,
-            values.var_mc, values.surv_mc, values.offpath,
-            a["n"], a["short"], a["a_t"], a["a_s"], a["m_t"], a["m_v"], a["m_s"], a["a_off"],
-            has_mc,
+            keys, values.depth, values.t, values.var, values.surv, values.offpath,
+            a["n"], a["short"], a["t"], a["var"], a["surv"], a["offpath"],
         )  # fmt: skip
 
-    def result(self) -> ReplaySums:
-        """Return the sums of every key that holds a round."""
+    def result(
+        self,
+        n_buckets: int,
+        request_keys: NDArray[np.uint64],
+        request_family: NDArray[np.int32],
+        code_to_index: NDArray[np.int64],
+    ) -> ArmSums:
+        """Return the sums of every key holding a round, in canonical order.
+
+        ``request_keys`` and ``request_family`` are indexed by request code; ``code_to_index``
+        maps a request code to its index in the owner's (canonically sorted) request table.
+        """
         a = self._arrays
         keys = np.flatnonzero(a["n"][: self._cap])
-        return ReplaySums(
-            keys=keys.astype(np.int64),
+        code = keys // n_buckets
+        key = request_keys[code]
+        bucket = (keys % n_buckets).astype(np.int32)
+        order = canonical_order(key, bucket)
+        keys, code = keys[order], code[order]
+        return ArmSums(
+            request_key=key[order],
+            bucket=bucket[order],
+            request=code_to_index[code],
+            family=request_family[code],
             n=a["n"][keys],
             short=a["short"][keys],
-            t_analytic=a["a_t"][keys],
-            t_mc=a["m_t"][keys],
-            var_mc=a["m_v"][keys],
-            surv_analytic=a["a_s"][keys],
-            surv_mc=a["m_s"][keys],
-            offpath=a["a_off"][keys],
+            t=a["t"][keys],
+            var=a["var"][keys],
+            surv=a["surv"][keys],
+            offpath=a["offpath"][keys],
         )

@@ -1,77 +1,122 @@
-"""Streaming replay of a position-trace archive under several arms (SPEC §3.2, §5).
+"""Streaming replay of a position-trace archive under several arms (SPEC §3.2, §5, §6).
 
-One pass over the archive: for each batch of whole rounds, each distinct policy's law is computed
-once (:class:`~specreplay.sim.policy.LawCache`), every arm is replayed for every depth 1..D, and the
-per-round values are added, in archive order, into per-(request, bucket) sums. The MEASURED
-figures of the archive (its ``accepted`` column) are accumulated in the same pass, so the logging
-arm's path-bias diagnostic needs no second read.
+One pass over the data: each archive file is read once, in sorted path order, by a validating
+:class:`~specreplay.replay.archive.reader.ArchiveReader` and replayed shard by shard
+(:func:`~specreplay.replay.shard.replay_shard`): for each batch of whole rounds, each distinct
+policy's law is computed once (:class:`~specreplay.sim.policy.LawCache`), every arm is replayed
+for every depth 1..D by the estimator taken from
+:data:`~specreplay.replay.estimators.ESTIMATORS` (the only place its name is looked up), and the
+per-round values are added, in archive order, into per-(request, bucket) sums. The same pass
+accumulates the MEASURED figures (the archive's ``accepted`` column) and keeps the law-test
+position sample (:mod:`~specreplay.replay.lawsample`), so neither needs a second read. The shards'
+partial sums are folded in sorted path order (:func:`~specreplay.replay.shard.fold_shards`) into a
+:class:`ReplayResult` whose tables and rows are in canonical order (requests by stable key,
+families by name): figures are bit-identical whatever the thread count, batch size or the way
+whole requests are distributed over files.
 
-With the analytic estimator each arm quantizes its policy law row by row inside the replay
-(:func:`~specreplay.replay.estimators.analytic.analytic_rounds`); Monte Carlo needs the
-quantized laws and their dyadic integers as arrays, so they are computed once per distinct (policy,
-quantizer)
-(:meth:`~specreplay.sim.policy.LawCache.laws`) and replayed with
-:func:`~specreplay.replay.estimators.montecarlo.replay_rounds`.
+Hashing the input files for results.json ``inputs`` (SHA-256) is a separate read made by the
+report (:mod:`specreplay.results.output`), not by the replay; it is kept as is.
+
+Filters (``--families``, ``--sample-requests``) are applied after the pass
+(:meth:`ReplayResult.select`): sums are per request, so selecting a request's sums afterwards
+gives the figures of a pass over that request alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.accumulate import ReplayAccumulator, ReplaySums
-from specreplay.replay.archive.batch import RoundBatch
-from specreplay.replay.archive.reader import ArchiveReader
-from specreplay.replay.estimators.analytic import analytic_rounds
-from specreplay.replay.estimators.montecarlo import replay_rounds
-from specreplay.replay.measured import MeasuredAccumulator
+from specreplay.replay.accumulate import ArmSums
+from specreplay.replay.archive.reader import ArchiveReader, FileInfo
+from specreplay.replay.archive.sources import list_archive
+from specreplay.replay.estimators import get_estimator
+from specreplay.replay.lawsample import LawSample
+from specreplay.replay.shard import (
+    ReplayOptions,
+    ShardSums,
+    fold_shards,
+    replay_reader,
+    replay_shard,
+)
 from specreplay.sim.arms import Arm
-from specreplay.sim.policy import FLAG_K_EXCEEDS, FLAG_NO_SUPPORT, LawCache, Workspace
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import Buckets
-from specreplay.stats.measured import MeasuredArchive
+from specreplay.stats.measured import MeasuredArchive, RequestSums
 
-__all__ = ["ReplayResult", "replay_archive"]
-
-ESTIMATORS = ("analytic", "montecarlo")
+__all__ = ["OpenArchive", "ReplayResult", "replay_archive"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ReplayResult:
-    """Everything one replay pass produced.
+    """Everything one replay pass produced, on canonical tables.
 
     Attributes
     ----------
     arms : list of Arm
-        The replayed arms (canonical names are their keys).
-    sums : dict of str to ReplaySums
-        Per arm, per-(request, bucket) sums for depths 1..max_depth.
+        The replayed arms (canonical names are the keys of ``sums``).
+    sums : dict of str to ArmSums
+        Per arm, per-(request, bucket) sums for depths 1..max_depth (selected requests only).
     measured : MeasuredArchive
-        MEASURED sums and survival from the archive's ``accepted`` column.
-    reader : ArchiveReader
-        Request, family and bucket tables of the archive.
-    flagged_rows : dict of str to int
-        Per arm, position rows whose top-K exceeds the archived candidates.
-    unsupported_rows : dict of str to int
-        Per arm, position rows whose every draft log-probability is −inf (nothing to draft).
+        MEASURED figures from ``accepted``; its per-(request, bucket) sums are those of the
+        selected requests, its survival counts cover every request read.
+    requests : list of str
+        Request ids sorted by request key (``ArmSums.request`` indexes it).
+    request_keys : uint64, (r,)
+    request_family : int32, (r,)
+        Index into ``families``.
+    request_rows : int64, (r,)
+        Position rows of each request.
+    selected : bool, (r,)
+        Requests kept by :meth:`select` (all after the pass).
+    families : list of str
+        Family names, sorted (``ArmSums.family`` indexes it).
+    buckets : Buckets
+    columns : frozenset of str
+        Optional schema columns present in the archive.
+    carried : tuple of str
+        Carried-through (non-schema) columns of the archive.
+    files : list of FileInfo
+        The files read (path, rows).
+    logging_arm : str or None
+        The archive's logging arm (column, else ``--logging-arm``).
+    flagged, no_support : dict of str to int64 (r,)
+        Per arm, per request: position rows whose top-K exceeds the archived candidates / whose
+        every draft log-probability is −inf.
+    law_sample : LawSample
+        Law-test positions chosen by hash during the pass.
     estimator, replicates, seed, max_depth
-        How the replay ran.
+        How the replay ran (``replicates`` as used: 0 for an exact estimator).
+    positions : int
+        Position rows of the selected requests.
     excluded : list of dict
         Rows left out under an explicit option, per reason.
     """
 
     arms: list[Arm]
-    sums: dict[str, ReplaySums]
+    sums: dict[str, ArmSums]
     measured: MeasuredArchive
-    reader: ArchiveReader
-    flagged_rows: dict[str, int]
-    unsupported_rows: dict[str, int]
+    requests: list[str]
+    request_keys: NDArray[np.uint64]
+    request_family: NDArray[np.int32]
+    request_rows: NDArray[np.int64]
+    selected: NDArray[np.bool_]
+    families: list[str]
+    buckets: Buckets
+    columns: frozenset[str]
+    carried: tuple[str, ...]
+    files: list[FileInfo]
+    logging_arm: str | None
+    flagged: dict[str, NDArray[np.int64]]
+    no_support: dict[str, NDArray[np.int64]]
+    law_sample: LawSample
     estimator: str
     replicates: int
     seed: int
@@ -80,60 +125,237 @@ class ReplayResult:
     excluded: list[dict[str, Any]] = field(default_factory=list)
 
     @property
-    def buckets(self) -> Buckets:
-        """The context buckets of the replay."""
-        return self.reader.buckets
+    def flagged_rows(self) -> dict[str, int]:
+        """Per arm, position rows (selected requests) whose top-K exceeds the candidates."""
+        return {c: int(v[self.selected].sum()) for c, v in self.flagged.items()}
 
-    def _frame(self, keys: np.ndarray[Any, Any], n: Any, t: Any) -> pl.DataFrame:
-        nb = len(self.buckets.names)
-        req = keys // nb
-        bkt = keys % nb
-        r = self.reader
+    @property
+    def unsupported_rows(self) -> dict[str, int]:
+        """Per arm, position rows (selected requests) with nothing to draft."""
+        return {c: int(v[self.selected].sum()) for c, v in self.no_support.items()}
+
+    def _frame(self, request: Any, bucket: Any, n: Any, t: Any) -> pl.DataFrame:
+        ids = np.asarray(self.requests, dtype=object)
+        fams = np.asarray(self.families, dtype=object)
         return pl.DataFrame(
             {
-                "request_id": [r.requests[int(i)] for i in req],
-                "family": [r.families[r.request_family[int(i)]] for i in req],
-                "bucket": [self.buckets.names[int(b)] for b in bkt],
+                "request_id": ids[request].tolist(),
+                "family": fams[self.request_family[request]].tolist(),
+                "bucket": [self.buckets.names[int(b)] for b in bucket],
                 "n": np.asarray(n, dtype=np.int64),
                 "t": np.asarray(t, dtype=np.float64),
-            }
-        )
+            },
+            schema={"request_id": pl.String, "family": pl.String, "bucket": pl.String,
+                    "n": pl.Int64, "t": pl.Float64},
+        )  # fmt: skip
 
-    def arm_data(self, arm: Arm, depth: int | None = None) -> ArmData:
-        """Return the SIMULATED per-(request, bucket) sums of ``arm`` at ``depth`` (or its own)."""
+    def depth_problem(self, arm: Arm, depth: int | None = None) -> str | None:
+        """Why ``arm`` at ``depth`` (default its own) has no figures, or None when it has."""
         d = depth or arm.depth
-        s = self.sums[arm.canonical]
         if d > self.max_depth:
-            raise SpecReplayError(f"{arm.canonical}: depth {d} was not replayed")
-        short = int(s.short[:, d - 1].sum())
+            return f"{arm.canonical}: depth {d} was not replayed"
+        short = int(self.sums[arm.canonical].short[:, d - 1].sum())
         if short:
-            raise SpecReplayError(
+            return (
                 f"{arm.canonical}: depth {d} is UNSUPPORTED: {short} archived rounds record fewer "
                 f"than {d} positions (depths past the recorded ones are never extrapolated)"
             )
-        t = s.t_mc[:, d - 1] if self.estimator == "montecarlo" else s.t_analytic[:, d - 1]
+        return None
+
+    def arm_data(self, arm: Arm, depth: int | None = None) -> ArmData:
+        """Return the SIMULATED per-(request, bucket) sums of ``arm`` at ``depth`` (or its own)."""
+        why = self.depth_problem(arm, depth)
+        if why is not None:
+            raise SpecReplayError(why)
+        d = depth or arm.depth
+        s = self.sums[arm.canonical]
         return ArmData(
             name=arm.canonical,
             kind="replay",
-            sums=self._frame(s.keys, s.n, t),
+            sums=self._frame(s.request, s.bucket, s.n, s.t[:, d - 1]),
             label="SIMULATED",
         )
 
     def measured_data(self, name: str = "MEASURED") -> ArmData:
         """Return the archive's MEASURED per-(request, bucket) sums (from ``accepted``)."""
         m = self.measured.sums
-        nb = len(self.buckets.names)
-        keys = m.request * nb + m.bucket
-        return ArmData(name=name, kind="archive", sums=self._frame(keys, m.n, m.t))
+        return ArmData(name=name, kind="archive", sums=self._frame(m.request, m.bucket, m.n, m.t))
 
-    def mcse(self, arm: Arm, keys_mask: np.ndarray[Any, Any] | None = None) -> float:
-        """Monte Carlo standard error of R over the selected keys (delta method; 0 if analytic)."""
-        if self.estimator != "montecarlo":
-            return 0.0
+    def mcse(self, arm: Arm, keys_mask: NDArray[np.bool_] | None = None) -> float:
+        """Monte Carlo standard error of R over the selected rows (delta method; 0 if exact)."""
         s = self.sums[arm.canonical]
-        sel = np.ones(s.keys.shape[0], bool) if keys_mask is None else keys_mask
+        sel = np.ones(s.n.shape[0], bool) if keys_mask is None else keys_mask
         n = float(s.n[sel].sum())
-        return float(np.sqrt(s.var_mc[sel, arm.depth - 1].sum()) / n) if n else 0.0
+        return float(np.sqrt(s.var[sel, arm.depth - 1].sum()) / n) if n else 0.0
+
+    def select(
+        self, families: set[str] | None = None, requests: set[str] | None = None
+    ) -> ReplayResult:
+        """Keep the requests of ``families`` and in ``requests``; count the rows left out.
+
+        Raises SpecReplayError naming the archive's families when one in ``families`` is not
+        among them.
+        """
+        fam_ok = np.ones(len(self.families), bool)
+        if families is not None:
+            unknown = sorted(families - set(self.families))
+            if unknown:
+                raise SpecReplayError(
+                    f"--families: {', '.join(unknown)} not in the archive; its families are "
+                    f"{', '.join(self.families)}"
+                )
+            fam_ok = np.array([f in families for f in self.families], bool)
+        in_fam = self.selected & fam_ok[self.request_family]
+        keep = in_fam.copy()
+        if requests is not None:
+            keep &= np.array([r in requests for r in self.requests], bool)
+        excluded = list(self.excluded)
+        dropped_fam = int(self.request_rows[self.selected & ~in_fam].sum())
+        dropped_req = int(self.request_rows[in_fam & ~keep].sum())
+        if dropped_fam:
+            excluded.append({"reason": "family not in --families", "rows": dropped_fam})
+        if dropped_req:
+            excluded.append(
+                {"reason": "request not in the --sample-requests sample", "rows": dropped_req}
+            )
+        positions = int(self.request_rows[keep].sum())
+        if positions == 0:
+            where = self.files[0].path if self.files else "archive"
+            raise SpecReplayError(f"{where}: no round left to replay after the filters")
+        m = self.measured.sums
+        mk = keep[m.request]
+        sums = RequestSums(m.request[mk], m.bucket[mk], m.family[mk], m.n[mk], m.t[mk])
+        return replace(
+            self,
+            sums={c: s.take(keep[s.request]) for c, s in self.sums.items()},
+            measured=replace(self.measured, sums=sums),
+            selected=keep,
+            positions=positions,
+            excluded=excluded,
+        )
+
+
+class OpenArchive:
+    """An archive opened for one replay pass, its first file's first batch already read.
+
+    Reading the first batch through the validating reader tells the archive's logging arm (its
+    ``logging_arm`` column, else ``--logging-arm``) before the arms are chosen; :meth:`replay`
+    then continues with that same reader, so nothing is read twice.
+
+    Parameters
+    ----------
+    path : Path
+        Position-trace archive (file or shard folder).
+    buckets : Buckets, optional
+        Context buckets (default SPEC's).
+    logging_arm : str, optional
+        ``--logging-arm`` for archives without a logging_arm column.
+    batch_rows : int
+        Position rows per batch.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        buckets: Buckets | None = None,
+        logging_arm: str | None = None,
+        batch_rows: int = 262_144,
+    ) -> None:
+        self.path = Path(path)
+        self.buckets = buckets if buckets is not None else Buckets.parse()
+        self.logging_arm_option = logging_arm
+        self.batch_rows = batch_rows
+        self.sources = list_archive(self.path)
+        self._reader: ArchiveReader | None = ArchiveReader(
+            self.sources[0].path, buckets=self.buckets, batch_rows=batch_rows,
+            logging_arm=logging_arm, shard=True,
+        )  # fmt: skip
+        self._batches = iter(self._reader)
+        self._head = next(self._batches, None)
+
+    @property
+    def logging_arm(self) -> str | None:
+        """The logging arm read from the first file (or given), None when unknown."""
+        if self._reader is None:
+            raise SpecReplayError("archive already replayed")
+        return self._reader.logging_arm
+
+    def replay(
+        self,
+        arms: Sequence[Arm],
+        *,
+        estimator: str = "analytic",
+        replicates: int = 16,
+        seed: int = 0,
+        max_depth: int | None = None,
+        law_positions: int = 0,
+        progress: Callable[[int], None] | None = None,
+    ) -> ReplayResult:
+        """Replay ``arms`` over every file, once; see :func:`replay_archive`."""
+        if self._reader is None:
+            raise SpecReplayError("archive already replayed")
+        est = get_estimator(estimator)
+        reps = est.replicates_used(replicates)
+        opts = ReplayOptions(
+            estimator=estimator, replicates=replicates, seed=seed, buckets=self.buckets,
+            max_depth=max_depth or max((a.depth for a in arms), default=1),
+            logging_arm=self.logging_arm_option, batch_rows=self.batch_rows,
+            law_positions=law_positions,
+        )  # fmt: skip
+        reader, head, self._reader = self._reader, self._head, None
+        first = self._batches if head is None else _chain(head, self._batches)
+
+        def shards() -> Iterator[ShardSums]:
+            yield replay_reader(reader, first, arms, opts, progress)
+            for f in self.sources[1:]:
+                yield replay_shard(f.path, arms, opts, progress)
+
+        merged = fold_shards(shards())
+        if not any(f.rows for f in merged.files):
+            n = len(merged.files)
+            raise SpecReplayError(
+                f"{self.path}: the archive holds no row ({n} file{'s' if n != 1 else ''} read); "
+                "there is nothing to replay"
+            )
+        return _result(merged, list(arms), opts, reps, self.buckets)
+
+
+def _chain(head: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    yield head
+    yield from rest
+
+
+def _result(
+    s: ShardSums, arms: list[Arm], opts: ReplayOptions, reps: int, buckets: Buckets
+) -> ReplayResult:
+    if s.positions == 0:
+        raise SpecReplayError(f"{s.sources[0].path}: no round left to replay after the filters")
+    n_req = len(s.requests.ids)
+    return ReplayResult(
+        arms=arms,
+        sums=s.arms,
+        measured=s.measured,
+        requests=s.requests.ids,
+        request_keys=s.requests.keys,
+        request_family=s.requests.family,
+        request_rows=s.requests.rows,
+        selected=np.ones(n_req, bool),
+        families=s.families,
+        buckets=buckets,
+        columns=s.columns or frozenset(),
+        carried=s.carried,
+        files=s.files,
+        logging_arm=s.logging_arm,
+        flagged=s.flagged,
+        no_support=s.no_support,
+        law_sample=s.law_sample,
+        estimator=opts.estimator,
+        replicates=reps,
+        seed=opts.seed,
+        max_depth=opts.max_depth,
+        positions=s.positions,
+    )
 
 
 def replay_archive(
@@ -149,6 +371,7 @@ def replay_archive(
     families: set[str] | None = None,
     requests: set[str] | None = None,
     logging_arm: str | None = None,
+    law_positions: int = 0,
     progress: Callable[[int], None] | None = None,
 ) -> ReplayResult:
     """Replay ``arms`` over the archive at ``path`` in one streaming pass.
@@ -158,9 +381,9 @@ def replay_archive(
     path : Path
         Position-trace archive (file or shard folder).
     arms : sequence of Arm
-        Distinct arms (by canonical form).
-    estimator : {"analytic", "montecarlo"}
-        Which per-round value the sums report as R (both are computed with ``montecarlo``).
+        Distinct arms (by canonical form); any number share the one pass.
+    estimator : str
+        A key of :data:`~specreplay.replay.estimators.ESTIMATORS` ("analytic", "montecarlo").
     replicates : int
         Monte Carlo replicates M per round.
     seed : int
@@ -172,146 +395,21 @@ def replay_archive(
     batch_rows : int
         Position rows per batch.
     families, requests : set of str, optional
-        Replay only these families / request ids (the rest is counted in ``excluded``).
+        Keep only these families / request ids (:meth:`ReplayResult.select`; the rest is
+        counted in ``excluded``).
     logging_arm : str, optional
         ``--logging-arm`` for archives without a logging_arm column.
+    law_positions : int
+        Law-test positions to sample by hash during the pass (0: none).
     progress : callable, optional
         Called with the number of positions of each batch.
     """
-    if estimator not in ESTIMATORS:
-        raise SpecReplayError(f"--estimator: {estimator!r} should be analytic or montecarlo")
-    if estimator == "montecarlo" and replicates < 2:
-        raise SpecReplayError("--replicates: Monte Carlo needs at least 2 replicates")
-    reader = ArchiveReader(path, buckets=buckets, batch_rows=batch_rows, logging_arm=logging_arm)
-    depth = max_depth or max(a.depth for a in arms)
-    nb = len(reader.buckets.names)
-    accs = {a.canonical: ReplayAccumulator(depth) for a in arms}
-    flagged = {a.canonical: 0 for a in arms}
-    no_support = {a.canonical: 0 for a in arms}
-    measured = MeasuredAccumulator(nb)
-    reps = replicates if estimator == "montecarlo" else 0
-    dropped_fam = dropped_req = 0
-    positions = 0
-    workspace = Workspace()  # law buffers reused batch after batch
-    for batch in reader:
-        keep = np.ones(batch.n_rounds, bool)
-        if families is not None:
-            fam_ok = np.array([f in families for f in reader.families])
-            m = fam_ok[batch.round_family]
-            dropped_fam += int(batch.round_depth[~m].sum())
-            keep &= m
-        if requests is not None:
-            req_ok = np.array([r in requests for r in reader.requests])
-            m = req_ok[batch.round_request]
-            dropped_req += int(batch.round_depth[keep & ~m].sum())
-            keep &= m
-        if not keep.all():
-            batch = _select_rounds(batch, keep)
-        if batch.n_rounds == 0:
-            continue
-        positions += batch.n_positions
-        measured.add(batch)
-        cache = LawCache(batch.offsets, batch.draft_logprobs, workspace)
-        keys = batch.round_request * nb + batch.round_bucket
-        for arm in arms:
-            if reps == 0:  # analytic: quantization fused into the replay, no law arrays
-                law = cache.policy(arm.policy)
-                flag = law.flag
-                values = analytic_rounds(
-                    offsets=batch.offsets,
-                    target_probs=batch.target_probs,
-                    q_policy=law.q,
-                    sampler=arm.sampler,
-                    verifier=arm.verifier,
-                    drafted_idx=batch.drafted_idx,
-                    round_offsets=batch.round_offsets,
-                    max_depth=depth,
-                )
-            else:
-                laws = cache.laws(arm)
-                flag = laws.flag
-                values = replay_rounds(
-                    offsets=batch.offsets,
-                    target_probs=batch.target_probs,
-                    q_sampler=laws.q_sampler,
-                    m_sampler=laws.m_sampler,
-                    bits=laws.sampler_bits,
-                    q_verifier=laws.q_verifier,
-                    drafted_idx=batch.drafted_idx,
-                    round_offsets=batch.round_offsets,
-                    round_key=batch.round_key,
-                    round_index=batch.round_index,
-                    seed=seed,
-                    replicates=reps,
-                    max_depth=depth,
-                )
-            flagged[arm.canonical] += int(np.count_nonzero(flag & FLAG_K_EXCEEDS))
-            no_support[arm.canonical] += int(np.count_nonzero(flag & FLAG_NO_SUPPORT))
-            accs[arm.canonical].add(keys, values, reps > 0)
-        if progress is not None:
-            progress(batch.n_positions)
-    excluded: list[dict[str, Any]] = []
-    if dropped_fam:
-        excluded.append({"reason": "family not in --families", "rows": dropped_fam})
-    if dropped_req:
-        excluded.append(
-            {"reason": "request not in the --sample-requests sample", "rows": dropped_req}
-        )
-    if positions == 0:
-        raise SpecReplayError(f"{path}: no round left to replay after the filters")
-    return ReplayResult(
-        arms=list(arms),
-        sums={k: a.result() for k, a in accs.items()},
-        measured=measured.result(),
-        reader=reader,
-        flagged_rows=flagged,
-        unsupported_rows=no_support,
-        estimator=estimator,
-        replicates=reps,
-        seed=seed,
-        max_depth=depth,
-        positions=positions,
-        excluded=excluded,
-    )
-
-
-def _ranges(starts: np.ndarray[Any, Any], lens: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Return the concatenation of ``arange(s, s + n)`` for each (s, n), without a Python loop."""
-    total = int(lens.sum())
-    if total == 0:
-        return np.zeros(0, np.int64)
-    firsts = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
-    return (firsts + np.arange(total)).astype(np.int64)
-
-
-def _select_rounds(batch: RoundBatch, keep: np.ndarray[Any, Any]) -> RoundBatch:
-    """Return the batch restricted to the rounds where ``keep`` is True (CSR rebuilt)."""
-    rows = _ranges(batch.round_offsets[:-1][keep], batch.round_depth[keep].astype(np.int64))
-    lens = np.diff(batch.offsets)[rows]
-    offsets = np.zeros(rows.shape[0] + 1, np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    cand_idx = _ranges(batch.offsets[:-1][rows], lens)
-    depth = batch.round_depth[keep]
-    round_offsets = np.zeros(depth.shape[0] + 1, np.int64)
-    np.cumsum(depth, out=round_offsets[1:])
-    eq = batch.emitted_q[cand_idx] if batch.emitted_q.shape[0] else batch.emitted_q
-    return RoundBatch(
-        offsets=offsets,
-        cand_ids=batch.cand_ids[cand_idx],
-        draft_logprobs=batch.draft_logprobs[cand_idx],
-        target_probs=batch.target_probs[cand_idx],
-        emitted_q=eq,
-        position=batch.position[rows],
-        drafted_idx=batch.drafted_idx[rows],
-        accepted=batch.accepted[rows],
-        round_offsets=round_offsets,
-        round_request=batch.round_request[keep],
-        round_key=batch.round_key[keep],
-        round_index=batch.round_index[keep],
-        round_family=batch.round_family[keep],
-        round_bucket=batch.round_bucket[keep],
-        round_context=batch.round_context[keep],
-        round_depth=depth,
-        measured_accepted=batch.measured_accepted[keep],
-        extras=batch.extras[rows.tolist()] if batch.extras.width else batch.extras,
-    )
+    get_estimator(estimator).replicates_used(replicates)  # bad options fail before any read
+    opened = OpenArchive(path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows)
+    res = opened.replay(
+        arms, estimator=estimator, replicates=replicates, seed=seed, max_depth=max_depth,
+        law_positions=law_positions, progress=progress,
+    )  # fmt: skip
+    if families is None and requests is None:
+        return res
+    return res.select(families, requests)

@@ -3,23 +3,23 @@
 An arm's sampler and verifier laws come from its policy and quantizers
 (:class:`~specreplay.sim.policy.LawCache`); the toy laws' draft law is used as the candidates'
 draft probabilities (log q), so ``top32:t0.7:dyadic8/float64@5`` on a toy position is exactly what
-that arm would do there. A position where an arm's top-K exceeds the candidates is not tested and
-says so (never clamped).
+that arm would do there. Archive positions come from the replay pass
+(:class:`~specreplay.replay.lawsample.LawSample`). A position where an arm's top-K exceeds the
+candidates is not tested and says so (never clamped).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from specreplay.replay.lawsample import LawSample
 from specreplay.sim.arms import Arm
 from specreplay.sim.policy import FLAG_K_EXCEEDS, FLAG_NO_SUPPORT, LawCache
-from specreplay.stats.buckets import Buckets
 from specreplay.stats.lawtest import LawCase, run_law_tests, to_json, toy_laws
 
-__all__ = ["archive_cases", "run_cases", "toy_arm_cases"]
+__all__ = ["run_cases", "sample_cases", "toy_arm_cases"]
 
 
 def _cases_from_rows(
@@ -80,37 +80,18 @@ def toy_arm_cases(arms: list[Arm]) -> tuple[list[LawCase], list[dict[str, Any]]]
     )
 
 
-def archive_cases(
-    archive: Path,
-    arms: list[Arm],
-    *,
-    positions: int,
-    buckets: Buckets,
-    logging_arm: str | None = None,
-) -> tuple[list[LawCase], list[dict[str, Any]]]:
-    """Cases of each arm on ``positions`` position rows spread evenly over the first batch."""
-    from specreplay.replay.archive.reader import ArchiveReader
+def sample_cases(sample: LawSample, arms: list[Arm]) -> tuple[list[LawCase], list[dict[str, Any]]]:
+    """Cases of each arm on the archive positions of ``sample`` (chosen by hash in the pass).
 
-    reader = ArchiveReader(archive, buckets=buckets, batch_rows=20_000, logging_arm=logging_arm)
-    batch = next(iter(reader))
-    rows = sorted(
-        {
-            int(r)
-            for r in np.linspace(0, batch.n_positions - 1, num=min(positions, batch.n_positions))
-        }
-    )
-    p_other = [
-        max(0.0, 1.0 - float(batch.target_probs[batch.offsets[r] : batch.offsets[r + 1]].sum()))
-        for r in rows
-    ]
+    The positions are the rows with the smallest seeded hashes of (request key, round,
+    position) over the whole archive (:mod:`~specreplay.replay.lawsample`), so they do not
+    depend on files, shards or batches.
+    """
+    rows = list(range(sample.size))
+    off, tp = sample.offsets, sample.target_probs
+    p_other = [max(0.0, 1.0 - float(tp[off[r] : off[r + 1]].sum())) for r in rows]
     return _cases_from_rows(
-        arms,
-        batch.offsets,
-        batch.draft_logprobs,
-        batch.target_probs,
-        p_other,
-        [int(batch.position[r]) for r in rows],
-        rows,
+        arms, off, sample.draft_logprobs, tp, p_other, [int(p) for p in sample.position], rows
     )
 
 

@@ -2,16 +2,20 @@
 
 Fills :class:`~specreplay.stats.measured.MeasuredArchive` from batches of whole rounds (SPEC §2.1:
 MEASURED A of a round = the number of leading True values of ``accepted``).
+:func:`reindex_measured` moves a shard's figures onto another request and family table, and
+:func:`merge_measured` adds two shards' figures (counts exactly; sums of whole numbers, exact too)
+with the per-(request, bucket) rows in canonical order (request index, then bucket).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 from specreplay.replay.archive.batch import RoundBatch
 from specreplay.stats.measured import MeasuredArchive, RequestSums
 
-__all__ = ["MeasuredAccumulator"]
+__all__ = ["MeasuredAccumulator", "merge_measured", "reindex_measured"]
 
 
 class MeasuredAccumulator:
@@ -114,3 +118,82 @@ class MeasuredAccumulator:
             min_depth=self._mind,
             max_depth=self._maxd,
         )
+
+
+def _sorted_sums(sums: RequestSums) -> RequestSums:
+    order = np.lexsort((sums.bucket, sums.request))
+    return RequestSums(
+        request=sums.request[order],
+        bucket=sums.bucket[order],
+        family=sums.family[order],
+        n=sums.n[order],
+        t=sums.t[order],
+    )
+
+
+def _pad(x: NDArray[np.int64], shape: tuple[int, ...]) -> NDArray[np.int64]:
+    out = np.zeros(shape, np.int64)
+    out[tuple(slice(0, s) for s in x.shape)] = x
+    return out
+
+
+def reindex_measured(
+    m: MeasuredArchive,
+    request: NDArray[np.int64],
+    family: NDArray[np.int64],
+    n_families: int,
+) -> MeasuredArchive:
+    """Return ``m`` on new tables: request code c becomes ``request[c]``, family f ``family[f]``.
+
+    The per-(request, bucket) rows come out sorted by (new request index, bucket).
+    """
+    s = m.sums
+    sums = RequestSums(
+        request=request[s.request].astype(np.int64),
+        bucket=s.bucket,
+        family=family[s.family].astype(np.int32) if s.family.shape[0] else s.family,
+        n=s.n,
+        t=s.t,
+    )
+    nf = m.survival_hits.shape[0]
+    moved: dict[str, NDArray[np.int64]] = {}
+    for name in ("survival_hits", "survival_rounds", "min_depth", "max_depth"):
+        old = getattr(m, name)
+        new = np.zeros((n_families, *old.shape[1:]), np.int64)
+        new[family[:nf]] = old
+        moved[name] = new
+    return MeasuredArchive(sums=_sorted_sums(sums), positions=m.positions, **moved)
+
+
+def merge_measured(a: MeasuredArchive, b: MeasuredArchive) -> MeasuredArchive:
+    """Add two MEASURED figures on the same tables (``a`` first; a row in both is a + b)."""
+    rows = {
+        f: np.concatenate([getattr(a.sums, f), getattr(b.sums, f)])
+        for f in ("request", "bucket", "family", "n", "t")
+    }
+    order = np.lexsort((rows["bucket"], rows["request"]))  # stable: a before b
+    req, bkt = rows["request"][order], rows["bucket"][order]
+    new = np.ones(order.shape[0], bool)
+    new[1:] = (req[1:] != req[:-1]) | (bkt[1:] != bkt[:-1])
+    starts = np.flatnonzero(new)
+    add = (lambda v: np.add.reduceat(v, starts)) if starts.shape[0] else (lambda v: v)
+    sums = RequestSums(
+        request=req[starts],
+        bucket=bkt[starts],
+        family=rows["family"][order][starts],
+        n=add(rows["n"][order]).astype(np.int64),
+        t=add(rows["t"][order]).astype(np.float64),
+    )
+    sa, sb = a.survival_hits.shape, b.survival_hits.shape
+    shape = tuple(max(x, y) for x, y in zip(sa, sb, strict=True))
+    cell = shape[:2]
+    amin, bmin = _pad(a.min_depth, cell), _pad(b.min_depth, cell)
+    mind = np.where(amin == 0, bmin, np.where(bmin == 0, amin, np.minimum(amin, bmin)))
+    return MeasuredArchive(
+        sums=sums,
+        survival_hits=_pad(a.survival_hits, shape) + _pad(b.survival_hits, shape),
+        survival_rounds=_pad(a.survival_rounds, shape) + _pad(b.survival_rounds, shape),
+        positions=a.positions + b.positions,
+        min_depth=mind,
+        max_depth=np.maximum(_pad(a.max_depth, cell), _pad(b.max_depth, cell)),
+    )

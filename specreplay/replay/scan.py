@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specreplay.replay.archive.reader import ArchiveReader
+import numpy as np
+from numpy.typing import NDArray
+
+from specreplay.replay.archive.reader import ArchiveReader, FileInfo
 from specreplay.replay.archive.sources import archive_rows
+from specreplay.replay.engine import ReplayResult
 from specreplay.replay.measured import MeasuredAccumulator
 from specreplay.stats.buckets import Buckets
 from specreplay.stats.cells import measured_cells
@@ -25,26 +30,102 @@ def no_progress(what: str, total: int | None) -> AbstractContextManager[Callable
     return nullcontext(lambda n: None)
 
 
+@dataclass(frozen=True)
 class ArchiveScan:
-    """Result of reading a whole archive once: reader tables plus MEASURED accumulations."""
+    """An archive read once: its tables, shape and MEASURED accumulations.
 
-    def __init__(self, reader: ArchiveReader, measured: MeasuredArchive, has_accepted: bool):
-        self.reader = reader
-        self.measured = measured
-        self.has_accepted = has_accepted
+    Built from the validating reader (:func:`scan_archive`) or from a replay pass, which
+    accumulates the same MEASURED figures (:meth:`of_replay`), so a command that replays needs no
+    separate scan.
+
+    Attributes
+    ----------
+    path : Path
+    measured : MeasuredArchive
+    families : list of str
+        Family names by family code.
+    request_family : int array (n_requests,)
+        Family code of each request.
+    buckets : Buckets
+    files : list of FileInfo
+        Files read with their row counts.
+    columns : frozenset of str
+        Optional schema columns present.
+    carried : tuple of str
+        Carried-through (non-schema) columns.
+    logging_arm : str or None
+    errors : list of str
+        Validation errors collected (``max_errors != 1``).
+    truncated : bool
+        Whether the error list stopped at ``max_errors``.
+    """
+
+    path: Path
+    measured: MeasuredArchive
+    families: list[str]
+    request_family: NDArray[np.int64]
+    buckets: Buckets
+    files: list[FileInfo]
+    columns: frozenset[str]
+    carried: tuple[str, ...]
+    logging_arm: str | None
+    errors: list[str] = field(default_factory=list)
+    truncated: bool = False
+
+    @classmethod
+    def of_reader(cls, reader: ArchiveReader, measured: MeasuredArchive) -> ArchiveScan:
+        """Return the scan of an archive the reader has read to the end."""
+        return cls(
+            path=reader.path,
+            measured=measured,
+            families=list(reader.families),
+            request_family=np.asarray(reader.request_family, dtype=np.int64),
+            buckets=reader.buckets,
+            files=list(reader.files),
+            columns=reader.columns,
+            carried=tuple(reader.extra_columns),
+            logging_arm=reader.logging_arm,
+            errors=list(reader.errors),
+            truncated=reader.truncated,
+        )
+
+    @classmethod
+    def of_replay(cls, path: Path, res: ReplayResult) -> ArchiveScan:
+        """Return the scan of an archive from a replay pass over it (no filter applied)."""
+        return cls(
+            path=path,
+            measured=res.measured,
+            families=list(res.families),
+            request_family=np.asarray(res.request_family, dtype=np.int64),
+            buckets=res.buckets,
+            files=list(res.files),
+            columns=res.columns,
+            carried=res.carried,
+            logging_arm=res.logging_arm,
+        )
+
+    @property
+    def n_requests(self) -> int:
+        """Number of requests."""
+        return int(self.request_family.shape[0])
+
+    @property
+    def has_accepted(self) -> bool:
+        """Whether the archive records the archived verifier's ``accepted`` decisions."""
+        return "accepted" in self.columns
 
     @property
     def arm(self) -> str:
         """Name the MEASURED figures are reported under: the logging arm, else ``archive``."""
-        return self.reader.logging_arm or "archive"
+        return self.logging_arm or "archive"
 
     def cells(self) -> list[dict[str, Any]]:
         """MEASURED cells pooled, per family, per bucket and per family × bucket."""
         return measured_cells(
             self.measured,
             arm=self.arm,
-            families=self.reader.families,
-            buckets=self.reader.buckets,
+            families=self.families,
+            buckets=self.buckets,
             has_accepted=self.has_accepted,
         )
 
@@ -66,4 +147,4 @@ def scan_archive(
         for batch in reader:
             acc.add(batch)
             advance(batch.n_positions)
-    return ArchiveScan(reader, acc.result(), "accepted" in reader.columns)
+    return ArchiveScan.of_reader(reader, acc.result())

@@ -110,14 +110,14 @@ def write_synth_archive(
 
 def archive_summary_of(scan: ArchiveScan) -> ArchiveSummary:
     """Return the shape of the scanned archive (counts, depth coverage, columns)."""
-    r, m = scan.reader, scan.measured
-    fam_req = np.bincount(np.asarray(r.request_family, dtype=np.int64), minlength=len(r.families))
+    r, m = scan, scan.measured
+    fam_req = np.bincount(r.request_family, minlength=len(r.families))
     bucket_rounds = np.bincount(m.sums.bucket, weights=m.sums.n, minlength=len(r.buckets.names))
     filled = m.max_depth > 0
     return ArchiveSummary(
         files=len(r.files),
         rows=sum(f.rows for f in r.files),
-        requests=len(r.requests),
+        requests=r.n_requests,
         rounds=int(m.sums.n.sum()),
         positions=int(m.positions),
         requests_by_family={n: int(k) for n, k in zip(r.families, fam_req, strict=True)},
@@ -126,7 +126,7 @@ def archive_summary_of(scan: ArchiveScan) -> ArchiveSummary:
         max_depth=int(m.max_depth[filled].max()) if filled.any() else 0,
         logging_arm=r.logging_arm,
         optional_columns=tuple(sorted(r.columns)),
-        carried_columns=tuple(r.extra_columns),
+        carried_columns=r.carried,
     )
 
 
@@ -142,7 +142,7 @@ def measured_result(
 
     ``rename = (tmp, final)`` rewrites input paths read from a temporary output folder.
     """
-    inputs = input_files([(f.path, f.rows) for f in scan.reader.files])
+    inputs = input_files([(f.path, f.rows) for f in scan.files])
     if rename is not None:
         old, new = str(rename[0]), str(rename[1])
         inputs = tuple(dataclasses.replace(f, path=f.path.replace(old, new, 1)) for f in inputs)
@@ -152,7 +152,7 @@ def measured_result(
         inputs=inputs,
         options=options,
         assumptions=[PATH_ASSUMPTION_NOTE],
-        excluded=excluded_entries(excluded_unbucketed(scan.measured, scan.reader.buckets)),
+        excluded=excluded_entries(excluded_unbucketed(scan.measured, scan.buckets)),
         arms=[scan.arm],
         cells=cells_of(scan.cells()),
         archive=archive_summary_of(scan),

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.archive.sources import list_archive
-from specreplay.replay.lawcases import archive_cases, run_cases, toy_arm_cases
+from specreplay.replay.engine import ReplayResult, replay_archive
+from specreplay.replay.lawcases import run_cases, sample_cases, toy_arm_cases
 from specreplay.results.builders import law_tests_of
 from specreplay.results.document import input_files, new_result
 from specreplay.results.model import InputFile, Result
@@ -27,12 +27,16 @@ def lawtest_result(
     max_draws: int | None = None,
     buckets: str = "",
     logging_arm: str | None = None,
+    replayed: ReplayResult | None = None,
 ) -> Result:
     """Law tests of arms on the toy laws and, given an archive, on sampled positions.
 
     Without arms the built-in toy suite runs (float64, dyadic8 and dyadic8/float64 on four toy
     positions); with arms, each arm on the toy positions (named ``toy:ARM``) and, given an
-    archive, on ``positions`` of its positions.
+    archive, on ``positions`` of its positions chosen by hash in one replay pass of the arms
+    (``replayed``: a pass already made with these arms and ``law_positions``). An arm deeper
+    than the archive's recorded positions is UNSUPPORTED: an error with the reason, as in
+    ``requalify``.
     """
     arms = [parse_arm(a) for a in arms_text]
     if arms:
@@ -45,13 +49,22 @@ def lawtest_result(
     if archive is not None:
         if not arms:
             raise SpecReplayError("lawtest ARCHIVE: name the arms to test with --arm")
-        bk = Buckets.parse(buckets or DEFAULT_BUCKETS)
-        more, more_skipped = archive_cases(
-            archive, arms, positions=positions, buckets=bk, logging_arm=logging_arm
+        res = replayed or replay_archive(
+            archive,
+            arms,
+            seed=seed,
+            buckets=Buckets.parse(buckets or DEFAULT_BUCKETS),
+            logging_arm=logging_arm,
+            law_positions=positions,
         )
+        for arm in arms:
+            why = res.depth_problem(arm)
+            if why is not None:
+                raise SpecReplayError(why)
+        more, more_skipped = sample_cases(res.law_sample, arms)
         cases += more
         skipped += more_skipped
-        inputs = input_files([(p, None) for p in [f.path for f in list_archive(archive)]])
+        inputs = input_files([(f.path, f.rows) for f in res.files])
     law = run_cases(cases, skipped, seed=seed, family_alpha=family_alpha, max_draws=max_draws)
     result = new_result(
         command="lawtest",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,7 +35,6 @@ from specreplay.results.model import (
 )
 from specreplay.sim.arms import Arm
 from specreplay.stats.armdata import ArmData
-from specreplay.stats.buckets import Buckets
 from specreplay.stats.compare import Comparison, compare, parse_margin
 from specreplay.stats.pairing import pair_arms
 
@@ -124,26 +122,24 @@ def merge_comparisons(parts: Sequence[Comparand]) -> tuple[Cell, ...]:
 
 
 def _masks(res: ReplayResult, cells: Sequence[Cell], arm: Arm) -> list[NDArray[np.bool_]]:
+    """Per cell, the (request, bucket) rows of the arm's sums that fall in it."""
     s = res.sums[arm.canonical]
-    nb = len(res.buckets.names)
-    req, bkt = s.keys // nb, s.keys % nb
-    fam = np.array([res.reader.request_family[int(i)] for i in req], dtype=np.int64)
     masks = []
     for c in cells:
-        m = np.ones(s.keys.shape[0], bool)
+        m = np.ones(s.n.shape[0], dtype=np.bool_)
         if c.family is not None:
-            m &= fam == res.reader.families.index(c.family)
+            m &= s.family == res.families.index(c.family)
         if c.bucket is not None:
-            m &= bkt == res.buckets.names.index(c.bucket)
+            m &= s.bucket == res.buckets.names.index(c.bucket)
         elif c.level == Level.BUCKET:
-            m &= bkt != res.buckets.unbucketed_code
+            m &= s.bucket != res.buckets.unbucketed_code
         masks.append(m)
     return masks
 
 
 def _survival(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> list[Survival]:
     s = res.sums[arm.canonical]
-    surv = s.surv_mc if res.estimator == "montecarlo" else s.surv_analytic
+    surv = s.surv
     n = float(s.n[m].sum())
     out = []
     for j in range(1, arm.depth + 1):
@@ -158,7 +154,7 @@ def _survival(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> list[Surviva
 
 def _offpath(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> Offpath:
     off = res.sums[arm.canonical].offpath[m].sum(axis=0)
-    why = None if "drafted_id" in res.reader.columns else "archive has no drafted_id column"
+    why = None if "drafted_id" in res.columns else "archive has no drafted_id column"
     return Offpath(
         arm=arm.canonical,
         accepted_offpath_share=None if why or off[0] == 0 else float(off[1] / off[0]),
@@ -265,7 +261,7 @@ def comparands(res: ReplayResult, arms: RequalifyArms, options: dict[str, Any]) 
         why = "reference comparison (the gain a budget uses): no verdict"
         parts.append(Comparand(comp(data[arms.ref.canonical], cand), Role.CANDIDATE_VS_REFERENCE,
                                why))  # fmt: skip
-    if arms.log is not None and "accepted" in res.reader.columns:
+    if arms.log is not None and "accepted" in res.columns:
         meas = res.measured_data(f"{arms.log.canonical} (MEASURED)")
         why = "diagnostic: SIMULATED − MEASURED R of the logging arm"
         parts.append(Comparand(comp(meas, data[arms.log.canonical]), Role.PATH_BIAS, why,
@@ -273,27 +269,24 @@ def comparands(res: ReplayResult, arms: RequalifyArms, options: dict[str, Any]) 
     return parts
 
 
-def requalify_result(
-    archive: Path,
-    res: ReplayResult,
-    arms: RequalifyArms,
-    options: dict[str, Any],
-    seed: int,
-    law_positions: int,
-) -> Result:
-    """Return the typed result of a requalification from one replay of its arms."""
+def requalify_result(res: ReplayResult, arms: RequalifyArms, options: dict[str, Any]) -> Result:
+    """Return the typed result of a requalification from one replay of its arms.
+
+    The law tests run on the archive positions the replay pass sampled by hash
+    (``replay_archive(..., law_positions=k)``), so they need no second read.
+    """
+    from specreplay.replay.lawcases import run_cases, sample_cases
+
     cells = merge_comparisons(comparands(res, arms, options))
     cells = with_replay_figures(cells, res, list(arms.all.values()))
-    law = law_tests_of(
-        _law_tests(archive, [arms.cand, arms.base], seed=seed, positions=law_positions,
-                   buckets=res.buckets, logging_arm=options["logging_arm"])
-    )  # fmt: skip
+    cases, skipped = sample_cases(res.law_sample, [arms.cand, arms.base])
+    law = law_tests_of(run_cases(cases, skipped, seed=res.seed))
     ran = [t.passed for t in law if t.arm == arms.cand.canonical and t.passed is not None]
     cells = with_requalification(cells, all(ran) if ran else None)
     return new_result(
         command="requalify",
-        seed=seed,
-        inputs=input_files([(f.path, f.rows) for f in res.reader.files]),
+        seed=res.seed,
+        inputs=input_files([(f.path, f.rows) for f in res.files]),
         options={**options, "replicates": res.replicates},
         assumptions=ASSUMPTIONS,
         excluded=excluded_entries(res.excluded),
@@ -304,21 +297,3 @@ def requalify_result(
         logging_arm=arms.log.canonical if arms.log else None,
         path_bias=cells[0].delta(Role.PATH_BIAS),
     )
-
-
-def _law_tests(
-    archive: Path,
-    arms: list[Arm],
-    *,
-    seed: int,
-    positions: int,
-    buckets: Buckets,
-    logging_arm: str | None,
-) -> list[dict[str, Any]]:
-    """Law tests of each arm on ``positions`` archive positions."""
-    from specreplay.replay.lawcases import archive_cases, run_cases
-
-    cases, skipped = archive_cases(
-        archive, arms, positions=positions, buckets=buckets, logging_arm=logging_arm
-    )
-    return run_cases(cases, skipped, seed=seed)

@@ -10,7 +10,8 @@ memory is bounded by the batch size plus tables that grow with the number of req
 Errors: with ``max_errors=1`` (every command but ``validate``) the first error raises
 :class:`~specreplay.errors.SpecReplayError`; otherwise up to ``max_errors`` errors are collected in
 ``reader.errors`` (in archive order within each chunk) and no batch is yielded after the first one.
-An archive that holds no row at all raises once it has been read (there is nothing to replay); a
+An archive that holds no row at all raises once it has been read (there is nothing to replay;
+a shard reader, ``shard=True``, leaves that to the engine, which sees every shard); a
 ``logging_arm`` (column or option) must parse as an arm (:func:`specreplay.sim.arms.parse_arm`).
 """
 
@@ -132,6 +133,10 @@ class ArchiveReader:
         The arm that drafted the archive when it has no logging_arm column (``--logging-arm``).
     max_errors : int or None
         1: raise at the first error; k: collect up to k errors; None: collect all.
+    shard : bool
+        Read one shard of a larger archive: a request's first round in this reader may continue
+        a round of an earlier file (start past position 1); instead of an error it is recorded
+        in ``continued`` for the merge of shards to judge (SPEC §2.1 cross-file rules).
 
     Attributes
     ----------
@@ -160,12 +165,17 @@ class ArchiveReader:
         chunk_rows: int = 100_000,
         logging_arm: str | None = None,
         max_errors: int | None = 1,
+        shard: bool = False,
     ) -> None:
         self.path = Path(path)
         self.buckets = buckets if buckets is not None else Buckets.parse()
         self.batch_rows = max(1, batch_rows)
         self.chunk_rows = max(1, chunk_rows)
         self.max_errors = max_errors
+        self.shard = shard
+        self.continued: list[tuple[int, int, int, int, int]] = []
+        """(request code, round, position, file index, row/line) of rounds starting past 1."""
+        self._first_at: dict[int, tuple[int, int]] = {}
         self.archive_files: list[ArchiveFile] = list_archive(self.path)
         self.requests: list[str] = []
         self.request_keys: list[np.uint64] = []
@@ -188,6 +198,8 @@ class ArchiveReader:
         self._carry = ordercheck.Carry()
         self._first_file: ArchiveFile | None = None
         self._last_loc: dict[int, int] = {}
+        self._first_rows: list[NDArray[np.int64]] = []  # per chunk: (code, round, file, loc)
+        self._arm_loc: tuple[ArchiveFile, int] | None = None
 
     # -- public ----------------------------------------------------------------------------
 
@@ -219,7 +231,8 @@ class ArchiveReader:
                 break
         if pending and not self.errors:
             yield self._to_batch(_Rows.concat(pending))
-        if not self.errors and not self.truncated and not any(f.rows for f in self.files):
+        empty = not any(f.rows for f in self.files)
+        if empty and not self.shard and not self.errors and not self.truncated:
             n = len(self.files)
             raise SpecReplayError(
                 f"{self.path}: the archive holds no row ({n} file{'s' if n != 1 else ''} read); "
@@ -242,6 +255,34 @@ class ArchiveReader:
             head, last = last.split(first_end)
             yield self._to_batch(_Rows.concat([*parts[:-1], head]))
         yield self._to_batch(last)
+
+    def request_bounds(self) -> dict[str, NDArray[np.int64]]:
+        """Where each request code's rows were read so far, for checks that span readers.
+
+        Returns int64 arrays indexed by request code: ``first_round``, ``first_file``,
+        ``first_loc`` (its first row), ``last_round``, ``last_file``, ``last_loc`` (first row of
+        its last round) and ``family_file``, ``family_loc`` (the row that fixed its family);
+        file indices are this reader's, locations are rows (Parquet) or lines (JSONL).
+        """
+        n = len(self.requests)
+        first = np.concatenate(self._first_rows) if self._first_rows else np.zeros((0, 4), np.int64)
+        tab = self._carry.req[:n]
+        o = ordercheck
+        return {
+            "first_round": first[:n, 1].copy(),
+            "first_file": first[:n, 2].copy(),
+            "first_loc": first[:n, 3].copy(),
+            "last_round": tab[:, o.R_LAST_ROUND].copy(),
+            "last_file": tab[:, o.R_LAST_FILE].copy(),
+            "last_loc": tab[:, o.R_LAST_LOC].copy(),
+            "family_file": tab[:, o.R_FAM_FILE].copy(),
+            "family_loc": tab[:, o.R_FAM_LOC].copy(),
+        }
+
+    @property
+    def logging_arm_at(self) -> tuple[ArchiveFile, int] | None:
+        """The file and row/line of the first logging_arm value read (None without the column)."""
+        return self._arm_loc
 
     def validate(self) -> list[str]:
         """Read the whole archive; return the collected errors (empty when it is valid)."""
@@ -389,6 +430,7 @@ class ArchiveReader:
         rnd = frame.get_column("round").to_numpy().astype(np.int64)
         pos = frame.get_column("position").to_numpy().astype(np.int64)
         ctx = frame.get_column("context_tokens").to_numpy().astype(np.int64)
+        self._note_first_rows(req, rnd, locs, file.index)
         acc = (
             frame.get_column("accepted").cast(pl.Int8).to_numpy().astype(np.int8)
             if has_acc
@@ -403,6 +445,10 @@ class ArchiveReader:
             cr.scalars, cr.pos_file, cr.pos_loc, cr.req, ocode, cfile, cloc,
         )  # fmt: skip
         for i in np.flatnonzero(ocode):
+            at = (file.index, int(locs[i]))
+            if self.shard and ocode[i] == ordercheck.POS_START and self._first_at[req[i]] == at:
+                self.continued.append((int(req[i]), int(rnd[i]), int(pos[i]), *at))
+                continue
             msg = self._order_message(int(i), int(ocode[i]), cfile, cloc, frame, file)
             issues.append(Issue(int(locs[i]), msg))
         for k in np.flatnonzero(cr.req[:, ordercheck.R_FAM] >= 0):
@@ -426,6 +472,7 @@ class ArchiveReader:
             problem = _arm_problem(self._arm_first)
             if problem is not None:
                 issues.append(Issue(int(locs[0]), f"logging_arm: {problem}"))
+        assert self._arm_loc is not None  # set with _arm_first
         f0, l0 = self._arm_loc
         for i in np.flatnonzero((arms != self._arm_first).to_numpy()):
             issues.append(
@@ -436,6 +483,28 @@ class ArchiveReader:
                 )
             )
         return issues
+
+    def _note_first_rows(
+        self,
+        req: NDArray[np.int64],
+        rnd: NDArray[np.int64],
+        locs: NDArray[np.int64],
+        file_index: int,
+    ) -> None:
+        """Record the first row of each request code first seen in this chunk."""
+        known = sum(int(a.shape[0]) for a in self._first_rows)
+        new = req >= known
+        if not new.any():
+            return
+        codes, idx = np.unique(req[new], return_index=True)  # new codes are known, known + 1, …
+        rows = np.empty((codes.shape[0], 4), np.int64)
+        rows[:, 0] = codes
+        rows[:, 1] = rnd[new][idx]
+        rows[:, 2] = file_index
+        rows[:, 3] = locs[new][idx]
+        for c, loc in zip(codes.tolist(), rows[:, 3].tolist(), strict=True):
+            self._first_at[c] = (file_index, loc)
+        self._first_rows.append(rows)
 
     def _codes(self, col: pl.Series, table: dict[str, int], names: list[str]) -> NDArray[np.int64]:
         """Integer codes of a string column, new names numbered in first-appearance order."""

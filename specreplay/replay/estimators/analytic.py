@@ -42,19 +42,21 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
-from specreplay.replay.estimators.montecarlo import RoundValues
+from specreplay.replay.archive.batch import RoundBatch
+from specreplay.replay.estimators.base import Estimator, RoundValues
 from specreplay.sim.accept import ROUND_START, advance, alpha_row
-from specreplay.sim.arms import Quant
+from specreplay.sim.arms import Arm, Quant
 from specreplay.sim.policy import (
     HIST_BINS,
     KIND_CODES,
     KIND_DYADIC,
     ROUND_NEAREST,
     ROUNDING_CODES,
+    LawCache,
     quantize_row,
 )
 
-__all__ = ["analytic_rounds"]
+__all__ = ["AnalyticEstimator", "analytic_rounds"]
 
 # reassociation and no-NaN let LLVM vectorise the per-row reductions (sums, counts, maxima);
 # laws are never NaN, and the NaN of depths past a round's last position are written outside
@@ -294,6 +296,7 @@ def analytic_rounds(
     drafted_idx: NDArray[np.int32],
     round_offsets: NDArray[np.int64],
     max_depth: int,
+    flag: NDArray[np.int8] | None = None,
 ) -> RoundValues:
     """Analytic per-round values of one arm from its policy law (quantized on the fly).
 
@@ -310,25 +313,24 @@ def analytic_rounds(
         Archived drafted candidate index per row, −1 when unknown.
     round_offsets : int64, (n_rounds + 1,)
     max_depth : int
+    flag : int8, (n_rows,), optional
+        The policy law's row flags, passed through to the values (zeros when omitted).
 
     Returns
     -------
     RoundValues
-        The analytic columns and the analytic off-path expectations; the Monte Carlo columns are
-        NaN. The values are those of
-        :func:`~specreplay.replay.estimators.montecarlo.replay_rounds` with
+        E[1 + A], P(A ≥ k) and the off-path expectations; ``var`` is 0 (exact). The values are
+        those of :func:`~specreplay.replay.estimators.montecarlo.replay_rounds` with
         ``replicates=0`` on the quantized laws, up to reassociation within a row.
     """
     n = round_offsets.shape[0] - 1
-    nan = np.full((n, max_depth), np.nan)  # the Monte Carlo columns (read-only, shared)
     out = RoundValues(
         depth=np.empty(n, np.int32),
-        t_analytic=np.full((n, max_depth), np.nan),
-        surv_analytic=np.full((n, max_depth), np.nan),
-        t_mc=nan,
-        var_mc=nan,
-        surv_mc=nan,
+        t=np.full((n, max_depth), np.nan),
+        var=np.zeros((n, max_depth)),
+        surv=np.full((n, max_depth), np.nan),
         offpath=np.empty((n, 4)),
+        flag=flag if flag is not None else np.zeros(drafted_idx.shape[0], np.int8),
     )
     if n == 0:
         return out
@@ -336,7 +338,35 @@ def analytic_rounds(
         offsets, q_policy, target_probs, drafted_idx, round_offsets,
         KIND_CODES[sampler.kind], sampler.bits, ROUNDING_CODES[sampler.rounding],
         sampler == verifier, KIND_CODES[verifier.kind], verifier.bits,
-        ROUNDING_CODES[verifier.rounding], int(max_depth), out.depth, out.t_analytic,
-        out.surv_analytic, out.offpath,
+        ROUNDING_CODES[verifier.rounding], int(max_depth), out.depth, out.t,
+        out.surv, out.offpath,
     )  # fmt: skip
     return out
+
+
+class AnalyticEstimator(Estimator):
+    """``analytic``: E[1 + A] = 1 + Σ_k Π_{j≤k} α_j, exact given the laws (SPEC §3.2).
+
+    Each arm quantizes its policy law row by row inside the replay; the policy law is computed
+    once per batch per distinct policy (:meth:`~specreplay.sim.policy.LawCache.policy`).
+    """
+
+    name = "analytic"
+
+    def rounds(
+        self,
+        batch: RoundBatch,
+        arm: Arm,
+        cache: LawCache,
+        *,
+        seed: int,
+        replicates: int,
+        max_depth: int,
+    ) -> RoundValues:
+        """Analytic values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
+        law = cache.policy(arm.policy)
+        return analytic_rounds(
+            offsets=batch.offsets, target_probs=batch.target_probs, q_policy=law.q,
+            sampler=arm.sampler, verifier=arm.verifier, drafted_idx=batch.drafted_idx,
+            round_offsets=batch.round_offsets, max_depth=max_depth, flag=law.flag,
+        )  # fmt: skip

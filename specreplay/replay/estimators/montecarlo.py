@@ -15,57 +15,28 @@ they did not depend on what was drafted before).
 - **analytic** (Rao-Blackwellised): α_j = Σ_x q^s_j(x)·a_j(x) with a_j(x) = min(1, p_j(x)/q^v_j(x))
   (1 when q^v = 0 < p, 0 when p = 0), E[1 + A] at depth d = 1 + Σ_{k≤d} Π_{j≤k} α_j.
 
-The kernels compute per-round values in parallel; :class:`ReplayAccumulator` adds them into
-per-(request, bucket) sums sequentially in archive order, so sums are bit-identical whatever the
-thread count or batch size.
+The kernels compute per-round values in parallel;
+:class:`~specreplay.replay.accumulate.ReplayAccumulator` adds them into per-(request, bucket) sums
+sequentially in archive order, so sums are bit-identical whatever the thread count or batch size.
+:class:`MonteCarloEstimator` is the registry's ``montecarlo`` entry.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
+from specreplay.errors import SpecReplayError
+from specreplay.replay.archive.batch import RoundBatch
+from specreplay.replay.estimators.base import Estimator, RoundValues
 from specreplay.sim.accept import ROUND_START, advance, alpha_row
+from specreplay.sim.arms import Arm
+from specreplay.sim.policy import LawCache
 from specreplay.sim.rng import STREAM_ACCEPT, STREAM_DRAFT, STREAMS_PER_REPLICATE, uniform
 from specreplay.sim.sampling import draw_dyadic, draw_float
 
-__all__ = ["RoundValues", "replay_rounds"]
-
-
-@dataclass(frozen=True)
-class RoundValues:
-    """Per-round replay values of one arm for one batch (n rounds, depths 1..D).
-
-    Attributes
-    ----------
-    depth : int32, (n,)
-        Positions replayed in the round: min(recorded positions, D).
-    t_analytic : float64, (n, D)
-        E[1 + A] at depth d (column d − 1), analytic; NaN past the round's depth.
-    surv_analytic : float64, (n, D)
-        P(A ≥ k) = Π_{j≤k} α_j (column k − 1); NaN past the round's depth.
-    t_mc : float64, (n, D)
-        Mean over replicates of 1 + min(A, d); NaN past the round's depth or when M = 0.
-    var_mc : float64, (n, D)
-        Variance of that mean (sample variance over replicates / M): its MC error.
-    surv_mc : float64, (n, D)
-        Share of replicates with A ≥ k.
-    offpath : float64, (n, 4)
-        Per round, at its full depth: [accepted positions, accepted off the archived token,
-        evaluated positions, evaluated positions reached through an off-path prefix]; MC means
-        over replicates (columns 0..3) when M > 0, else analytic expectations.
-    """
-
-    depth: NDArray[np.int32]
-    t_analytic: NDArray[np.float64]
-    surv_analytic: NDArray[np.float64]
-    t_mc: NDArray[np.float64]
-    var_mc: NDArray[np.float64]
-    surv_mc: NDArray[np.float64]
-    offpath: NDArray[np.float64]
+__all__ = ["MonteCarloEstimator", "replay_rounds"]
 
 
 @njit(parallel=True, cache=True)
@@ -91,7 +62,10 @@ def _replay_kernel(
     s_mc: NDArray[np.float64],
     offpath: NDArray[np.float64],
 ) -> None:
-    """Fill the per-round arrays of :class:`RoundValues` (see there for shapes).
+    """Fill per-round analytic (t_an, s_an) and Monte Carlo (t_mc, v_mc, s_mc) values.
+
+    Shapes are those of :class:`~specreplay.replay.estimators.base.RoundValues`; the Monte Carlo
+    arrays are left NaN when ``n_rep`` is 0.
 
     Parameters
     ----------
@@ -208,23 +182,63 @@ def replay_rounds(
     seed: int,
     replicates: int,
     max_depth: int,
+    flag: NDArray[np.int8] | None = None,
 ) -> RoundValues:
-    """Replay every round of a batch under one arm's laws (see the module docstring)."""
+    """Replay every round of a batch under one arm's laws (see the module docstring).
+
+    With ``replicates`` M > 0 the values are Monte Carlo (the mean over M replicates, its
+    variance, the share of replicates with A ≥ k, off-path means); with M = 0 they are the
+    analytic values on the quantized laws (``var`` 0), which
+    :func:`~specreplay.replay.estimators.analytic.analytic_rounds` computes faster.
+    """
     n = round_index.shape[0]
-    out = RoundValues(
-        depth=np.empty(n, np.int32),
-        t_analytic=np.empty((n, max_depth)),
-        surv_analytic=np.empty((n, max_depth)),
-        t_mc=np.empty((n, max_depth)),
-        var_mc=np.empty((n, max_depth)),
-        surv_mc=np.empty((n, max_depth)),
-        offpath=np.empty((n, 4)),
-    )
+    depth = np.empty(n, np.int32)
+    t_an, s_an = np.empty((n, max_depth)), np.empty((n, max_depth))
+    t_mc, v_mc, s_mc = np.empty((n, max_depth)), np.empty((n, max_depth)), np.empty((n, max_depth))
+    offpath = np.empty((n, 4))
     ms = m_sampler if (m_sampler is not None and bits > 0) else np.zeros(0, np.int64)
     _replay_kernel(
         offsets, target_probs, q_sampler, ms, int(bits), q_verifier, drafted_idx,
         round_offsets, round_key, round_index, np.uint64(seed), int(replicates), int(max_depth),
-        out.depth, out.t_analytic, out.surv_analytic, out.t_mc, out.var_mc, out.surv_mc,
-        out.offpath,
+        depth, t_an, s_an, t_mc, v_mc, s_mc, offpath,
     )  # fmt: skip
-    return out
+    row_flag = flag if flag is not None else np.zeros(drafted_idx.shape[0], np.int8)
+    if replicates == 0:
+        return RoundValues(depth, t_an, np.zeros((n, max_depth)), s_an, offpath, row_flag)
+    return RoundValues(depth, t_mc, v_mc, s_mc, offpath, row_flag)
+
+
+class MonteCarloEstimator(Estimator):
+    """``montecarlo``: M replicates per round with common random numbers (SPEC §3.2).
+
+    The quantized laws and their dyadic integers are computed once per batch per distinct
+    (policy, quantizer) (:meth:`~specreplay.sim.policy.LawCache.laws`).
+    """
+
+    name = "montecarlo"
+
+    def replicates_used(self, replicates: int) -> int:
+        """Return ``replicates``; raise when it is below 2 (no variance from one replicate)."""
+        if replicates < 2:
+            raise SpecReplayError("--replicates: Monte Carlo needs at least 2 replicates")
+        return replicates
+
+    def rounds(
+        self,
+        batch: RoundBatch,
+        arm: Arm,
+        cache: LawCache,
+        *,
+        seed: int,
+        replicates: int,
+        max_depth: int,
+    ) -> RoundValues:
+        """Monte Carlo values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
+        laws = cache.laws(arm)
+        return replay_rounds(
+            offsets=batch.offsets, target_probs=batch.target_probs, q_sampler=laws.q_sampler,
+            m_sampler=laws.m_sampler, bits=laws.sampler_bits, q_verifier=laws.q_verifier,
+            drafted_idx=batch.drafted_idx, round_offsets=batch.round_offsets,
+            round_key=batch.round_key, round_index=batch.round_index, seed=seed,
+            replicates=replicates, max_depth=max_depth, flag=laws.flag,
+        )  # fmt: skip

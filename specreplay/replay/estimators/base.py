@@ -1,0 +1,99 @@
+"""The estimator interface: per-round values of one arm over one batch, for any estimator.
+
+Terms (SPEC §1, §3.2). An **estimator** turns a batch of archived rounds and an arm into, per round
+and per depth d = 1..D, the retained tokens E[1 + A] the arm would keep when drafting d positions
+(``t``), the variance of that per-round value (``var``: Monte Carlo error; 0 for an exact
+estimator), the survival P(A ≥ k) (``surv``) and the off-path counts. Every estimator returns the
+same :class:`RoundValues`, so the accumulation, the sums and everything after them never ask which
+estimator ran. A new estimator is one module defining an :class:`Estimator` and one entry in
+:data:`specreplay.replay.estimators.ESTIMATORS`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from specreplay.replay.archive.batch import RoundBatch
+from specreplay.sim.arms import Arm
+from specreplay.sim.policy import LawCache
+
+__all__ = ["Estimator", "RoundValues"]
+
+
+@dataclass(frozen=True)
+class RoundValues:
+    """Per-round values of one arm for one batch (n rounds, n_pos position rows, depths 1..D).
+
+    Attributes
+    ----------
+    depth : int32, (n,)
+        Positions replayed in the round: min(recorded positions, D).
+    t : float64, (n, D)
+        E[1 + A] at depth d (column d − 1), the estimator's per-round value; NaN past the
+        round's depth.
+    var : float64, (n, D)
+        Variance of that per-round value (Monte Carlo: sample variance over replicates / M);
+        0 for an exact estimator.
+    surv : float64, (n, D)
+        P(A ≥ k) (column k − 1); NaN past the round's depth.
+    offpath : float64, (n, 4)
+        Per round, at its full depth: [accepted positions, accepted off the archived token,
+        evaluated positions, evaluated positions reached through an off-path prefix].
+    flag : int8, (n_pos,)
+        Per position row, the arm's law flags (:data:`~specreplay.sim.policy.FLAG_K_EXCEEDS`,
+        :data:`~specreplay.sim.policy.FLAG_NO_SUPPORT`); zeros when not known.
+    """
+
+    depth: NDArray[np.int32]
+    t: NDArray[np.float64]
+    var: NDArray[np.float64]
+    surv: NDArray[np.float64]
+    offpath: NDArray[np.float64]
+    flag: NDArray[np.int8]
+
+
+class Estimator(ABC):
+    """One replay estimator (SPEC §3.2): a name, a replicate rule and a per-batch call."""
+
+    name: ClassVar[str]
+    """Registry name, as ``--estimator`` spells it."""
+
+    def replicates_used(self, replicates: int) -> int:
+        """Return the replicates M this estimator runs for ``replicates`` requested (0: exact).
+
+        Raises :class:`~specreplay.errors.SpecReplayError` when ``replicates`` is unusable.
+        """
+        return 0
+
+    @abstractmethod
+    def rounds(
+        self,
+        batch: RoundBatch,
+        arm: Arm,
+        cache: LawCache,
+        *,
+        seed: int,
+        replicates: int,
+        max_depth: int,
+    ) -> RoundValues:
+        """Return the per-round values of ``arm`` over ``batch``.
+
+        Parameters
+        ----------
+        batch : RoundBatch
+            Whole rounds, including ``emitted_q`` (the logging law, when archived).
+        arm : Arm
+        cache : LawCache
+            The batch's policy and quantized laws, shared by the arms of one pass.
+        seed : int
+            Seed of every draw (common to all arms).
+        replicates : int
+            :meth:`replicates_used` of the run.
+        max_depth : int
+            D: depths 1..D are evaluated.
+        """

@@ -1,0 +1,509 @@
+"""Shard-level replay: partial sums of one archive file, and their order-preserving merge.
+
+:func:`replay_shard` replays one file of an archive (SPEC §5: a shard) in one streaming pass and
+returns :class:`ShardSums`: per arm, per-(request, bucket) sums (:class:`ArmSums`), the MEASURED
+figures, the law-test position sample, and the request table, all keyed by the **stable request
+key** (:func:`~specreplay.sim.rng.request_key`), never by file order. Request and family tables are
+in canonical order (requests by key, families by name), and so are the sums' rows.
+
+:func:`merge_shards` combines the sums of consecutive shards, ``a`` before ``b`` in sorted path
+order: rows of distinct requests are interleaved in canonical order, a (request, bucket) present
+in both is ``a + b``, and the checks that span files run here, with the reader's messages: a
+request's rounds out of order across files, a round split across files (a duplicate (request,
+round) in two shards), a request whose family changes, optional columns or logging_arm that differ.
+The fold over shards in sorted path order (:func:`fold_shards`) is what the local engine and a
+distributed backend (one task per shard) both run.
+
+Bit-identity: the per-round values of a round depend on that round alone, and a request's rounds
+are added in archive order, so a request whose rows all lie in one shard has the same sums (to the
+bit) however the archive is cut into files, and every later aggregation follows the canonical
+order. A request **split across shards** is summed per shard and the partial sums are added at the
+merge, so its sums can differ from a one-file replay in the last bits (float addition is not
+associative); keep requests whole within a shard for bit-identical figures.
+
+Error order: a file's own errors (row rules, order within the file) are raised while it is read,
+before the merge checks it against the earlier files. When one file holds both kinds, the error
+reported can be a later row than the one the whole-archive reader reports first; ``specreplay
+validate`` reads the archive as a whole and lists every error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from specreplay.errors import SpecReplayError
+from specreplay.replay.accumulate import ArmSums, ReplayAccumulator
+from specreplay.replay.archive.batch import RoundBatch
+from specreplay.replay.archive.reader import ArchiveReader, FileInfo
+from specreplay.replay.archive.sources import ArchiveFile, format_location
+from specreplay.replay.estimators import get_estimator
+from specreplay.replay.lawsample import LawSample
+from specreplay.replay.measured import MeasuredAccumulator, merge_measured, reindex_measured
+from specreplay.sim.arms import Arm
+from specreplay.sim.policy import FLAG_K_EXCEEDS, FLAG_NO_SUPPORT, LawCache, Workspace
+from specreplay.stats.buckets import Buckets
+from specreplay.stats.measured import MeasuredArchive
+
+__all__ = [
+    "ReplayOptions",
+    "RequestTable",
+    "ShardSums",
+    "fold_shards",
+    "merge_shards",
+    "replay_reader",
+    "replay_shard",
+]
+
+_BOUNDS = ("first_round", "first_file", "first_loc", "last_round", "last_file", "last_loc",
+           "family_file", "family_loc")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How a replay pass runs (the same for every shard of an archive).
+
+    Attributes
+    ----------
+    estimator : str
+        A key of :data:`~specreplay.replay.estimators.ESTIMATORS`.
+    replicates : int
+        Monte Carlo replicates M requested (the estimator decides how many it uses).
+    seed : int
+        Seed of every draw, common to all arms, and of the law-test position hash.
+    buckets : Buckets
+        Context buckets.
+    max_depth : int
+        Depths 1..D replayed.
+    logging_arm : str or None
+        ``--logging-arm`` for archives without a logging_arm column.
+    batch_rows : int
+        Position rows per batch.
+    law_positions : int
+        Law-test positions to sample (0: none).
+    """
+
+    estimator: str = "analytic"
+    replicates: int = 16
+    seed: int = 0
+    buckets: Buckets | None = None
+    max_depth: int = 5
+    logging_arm: str | None = None
+    batch_rows: int = 262_144
+    law_positions: int = 0
+
+
+@dataclass(frozen=True)
+class RequestTable:
+    """Requests in canonical order (by request key), with what cross-file checks need.
+
+    Attributes
+    ----------
+    ids : list of str
+    keys : uint64, (r,)
+        Stable request keys, strictly increasing.
+    family : int32, (r,)
+        Index into the owner's family table.
+    rows : int64, (r,)
+        Position rows read.
+    bounds : dict of str to int64 (r,)
+        ``first_round``, ``first_file``, ``first_loc``, ``last_round``, ``last_file``,
+        ``last_loc``, ``family_file``, ``family_loc`` (file indices into the owner's sources).
+    """
+
+    ids: list[str]
+    keys: NDArray[np.uint64]
+    family: NDArray[np.int32]
+    rows: NDArray[np.int64]
+    bounds: dict[str, NDArray[np.int64]]
+
+
+@dataclass(frozen=True)
+class ShardSums:
+    """Partial sums of one or more consecutive archive files (see the module docstring).
+
+    Attributes
+    ----------
+    sources : list of ArchiveFile
+        The files, in sorted path order (indices used by ``requests.bounds``).
+    files : list of FileInfo
+        The files with their row counts.
+    columns : frozenset of str or None
+        Optional schema columns present (None when no row was read).
+    carried : tuple of str
+        Carried-through (non-schema) columns of the first file that had rows.
+    logging_arm : str or None
+        The archive's logging arm (column, else ``--logging-arm``).
+    logging_arm_at : tuple of (int, int) or None
+        (file index, row/line) of the first logging_arm value from the column.
+    families : list of str
+        Family names, sorted.
+    requests : RequestTable
+    arms : dict of str to ArmSums
+        Per arm (canonical name), sums indexed into ``requests`` and ``families``.
+    flagged, no_support : dict of str to int64 (r,)
+        Per arm, per request: position rows whose top-K exceeds the candidates / with no
+        finite draft log-probability.
+    measured : MeasuredArchive
+        MEASURED figures (request and family indices into the tables above).
+    law_sample : LawSample
+        The law-test positions with the smallest hashes.
+    law_positions : int
+        How many the sample keeps (k).
+    positions : int
+        Position rows replayed.
+    continued : list of (int, int, int, int, int)
+        (request index, round, position, file index, row/line) of a request's first round in a
+        file that starts past position 1: an error unless the previous file ends in that round
+        (then the round is split across files, also an error, with the reader's message).
+    """
+
+    sources: list[ArchiveFile]
+    files: list[FileInfo]
+    columns: frozenset[str] | None
+    carried: tuple[str, ...]
+    logging_arm: str | None
+    logging_arm_at: tuple[int, int] | None
+    families: list[str]
+    requests: RequestTable
+    arms: dict[str, ArmSums]
+    flagged: dict[str, NDArray[np.int64]]
+    no_support: dict[str, NDArray[np.int64]]
+    measured: MeasuredArchive
+    law_sample: LawSample
+    law_positions: int
+    positions: int
+    continued: list[tuple[int, int, int, int, int]]
+
+
+def replay_shard(
+    file: Path,
+    arms: Sequence[Arm],
+    options: ReplayOptions,
+    progress: Callable[[int], None] | None = None,
+) -> ShardSums:
+    """Replay ``arms`` over one archive file in one streaming, validating pass.
+
+    Parameters
+    ----------
+    file : Path
+        One Parquet or JSON Lines file (a shard of an archive, or a whole one-file archive).
+    arms : sequence of Arm
+        Distinct arms (by canonical form).
+    options : ReplayOptions
+    progress : callable, optional
+        Called with the number of positions of each batch.
+    """
+    reader = ArchiveReader(
+        file, buckets=options.buckets, batch_rows=options.batch_rows,
+        logging_arm=options.logging_arm, shard=True,
+    )  # fmt: skip
+    return replay_reader(reader, iter(reader), arms, options, progress)
+
+
+def _per_request(
+    acc: NDArray[np.int64], codes: NDArray[np.int64], w: NDArray[np.int64]
+) -> NDArray[np.int64]:
+    """Return ``acc`` (grown as needed) plus the per-code sums of ``w``."""
+    add = np.bincount(codes, weights=w, minlength=acc.shape[0]).astype(np.int64)
+    if add.shape[0] > acc.shape[0]:
+        acc = np.concatenate([acc, np.zeros(add.shape[0] - acc.shape[0], np.int64)])
+    return acc + add
+
+
+def replay_reader(
+    reader: ArchiveReader,
+    batches: Iterator[RoundBatch],
+    arms: Sequence[Arm],
+    options: ReplayOptions,
+    progress: Callable[[int], None] | None = None,
+) -> ShardSums:
+    """Replay the batches ``reader`` yields through ``batches`` (an iterator over ``reader``).
+
+    :func:`replay_shard` without opening the reader: the caller may already have taken the
+    first batch (to learn the logging arm) and passes it back at the head of ``batches``.
+    """
+    est = get_estimator(options.estimator)
+    reps = est.replicates_used(options.replicates)
+    depth = options.max_depth
+    nb = len(reader.buckets.names)
+    names = [a.canonical for a in arms]
+    accs = {c: ReplayAccumulator(depth) for c in names}
+    none = np.zeros(0, np.int64)
+    flagged, no_support = dict.fromkeys(names, none), dict.fromkeys(names, none)
+    rows = none
+    measured = MeasuredAccumulator(nb)
+    sample = LawSample.empty()
+    workspace = Workspace()  # law buffers reused batch after batch
+    for batch in batches:
+        if batch.n_rounds == 0:
+            continue
+        measured.add(batch)
+        depth_rows = batch.round_depth.astype(np.int64)
+        rows = _per_request(rows, batch.round_request, depth_rows)
+        if options.law_positions > 0:
+            here = LawSample.from_batch(batch, options.law_positions, options.seed)
+            sample = LawSample.merge(sample, here, options.law_positions)
+        cache = LawCache(batch.offsets, batch.draft_logprobs, workspace)
+        keys = batch.round_request * nb + batch.round_bucket
+        row_request = np.repeat(batch.round_request, depth_rows)
+        for arm in arms:
+            c = arm.canonical
+            v = est.rounds(batch, arm, cache, seed=options.seed, replicates=reps, max_depth=depth)
+            if v.flag.any():
+                one = np.ones(row_request.shape[0], np.int64)
+                flagged[c] = _per_request(
+                    flagged[c], row_request, one * ((v.flag & FLAG_K_EXCEEDS) != 0)
+                )
+                no_support[c] = _per_request(
+                    no_support[c], row_request, one * ((v.flag & FLAG_NO_SUPPORT) != 0)
+                )
+            accs[c].add(keys, v)
+        if progress is not None:
+            progress(batch.n_positions)
+    return _finish(reader, accs, flagged, no_support, rows, measured, sample, options)
+
+
+def _finish(
+    reader: ArchiveReader,
+    accs: dict[str, ReplayAccumulator],
+    flagged: dict[str, NDArray[np.int64]],
+    no_support: dict[str, NDArray[np.int64]],
+    rows: NDArray[np.int64],
+    measured: MeasuredAccumulator,
+    sample: LawSample,
+    options: ReplayOptions,
+) -> ShardSums:
+    """Put one reader's accumulations on canonical tables (requests by key, families by name)."""
+    n_req = len(reader.requests)
+    keys = np.asarray(reader.request_keys, np.uint64).reshape(n_req)
+    order = np.argsort(keys, kind="stable")
+    _check_keys(keys[order], [reader.requests[int(i)] for i in order])
+    index = np.empty(n_req, np.int64)
+    index[order] = np.arange(n_req)
+    fam_sorted = sorted(reader.families)
+    fam_index = np.array([fam_sorted.index(f) for f in reader.families], np.int64)
+    code_family = fam_index[np.asarray(reader.request_family, np.int64)].astype(np.int32)
+    bounds = reader.request_bounds()
+
+    def by_index(x: NDArray[np.int64]) -> NDArray[np.int64]:
+        out = np.zeros(n_req, np.int64)
+        out[: x.shape[0]] = x
+        return out[order]
+
+    table = RequestTable(
+        ids=[reader.requests[int(i)] for i in order],
+        keys=keys[order],
+        family=code_family[order],
+        rows=by_index(rows),
+        bounds={k: v[order] for k, v in bounds.items()},
+    )
+    nb = len(reader.buckets.names)
+    arm_at = reader.logging_arm_at
+    return ShardSums(
+        sources=[f for f in reader.archive_files],
+        files=list(reader.files),
+        columns=reader.columns if int(rows.sum()) > 0 else None,
+        carried=tuple(reader.extra_columns),
+        logging_arm=reader.logging_arm,
+        logging_arm_at=(arm_at[0].index, arm_at[1]) if arm_at else None,
+        families=fam_sorted,
+        requests=table,
+        arms={c: a.result(nb, keys, code_family, index) for c, a in accs.items()},
+        flagged={c: by_index(v) for c, v in flagged.items()},
+        no_support={c: by_index(v) for c, v in no_support.items()},
+        measured=reindex_measured(measured.result(), index, fam_index, len(fam_sorted)),
+        law_sample=sample,
+        law_positions=options.law_positions,
+        positions=int(rows.sum()),
+        continued=[(int(index[c]), r, p, f, loc) for c, r, p, f, loc in reader.continued],
+    )
+
+
+def _check_keys(keys: NDArray[np.uint64], ids: list[str]) -> None:
+    """Raise when two distinct request ids share a request key (sorted keys)."""
+    same = np.flatnonzero(keys[1:] == keys[:-1])
+    if same.shape[0]:
+        i = int(same[0])
+        raise SpecReplayError(
+            f"request ids {ids[i]!r} and {ids[i + 1]!r} share the 64-bit request key "
+            f"{int(keys[i])}: rename one of them"
+        )
+
+
+def fold_shards(shards: Iterator[ShardSums]) -> ShardSums:
+    """Merge shards left to right (give them in sorted path order)."""
+    out: ShardSums | None = None
+    for s in shards:
+        if out is None:
+            _check_continued(s, None, {})
+        out = s if out is None else merge_shards(out, s)
+    if out is None:
+        raise SpecReplayError("no shard to merge")
+    return out
+
+
+def _where(s: ShardSums, file: int, loc: int) -> str:
+    return format_location(s.sources[int(file)], int(loc))
+
+
+def _check_files(a: ShardSums, b: ShardSums) -> None:
+    """Check that optional columns and logging_arm agree across files (the reader's messages)."""
+    if a.columns is not None and b.columns is not None and a.columns != b.columns:
+        first_a = next(f for f, i in zip(a.sources, a.files, strict=True) if i.rows)
+        first_b = next(f for f, i in zip(b.sources, b.files, strict=True) if i.rows)
+        raise SpecReplayError(
+            f"{first_b.path}: optional columns {sorted(a.columns ^ b.columns)} differ from "
+            f"{first_a.path} (every file must have the same columns)"
+        )
+    if a.logging_arm_at and b.logging_arm_at and a.logging_arm != b.logging_arm:
+        raise SpecReplayError(
+            f"{_where(b, *b.logging_arm_at)}: logging_arm {b.logging_arm!r} differs from "
+            f"{a.logging_arm!r}; first at {_where(a, *a.logging_arm_at)}"
+        )
+
+
+def _check_continued(b: ShardSums, a: ShardSums | None, in_a: dict[int, int]) -> None:
+    """Raise for a round of ``b`` starting past position 1 that does not continue ``a``.
+
+    Such a round gets the reader's "starts at position" message, unless ``a``'s last round of
+    its request is that round or a later one (:func:`_check_requests` reports those: split
+    across files, out of order); ``in_a`` maps b's request indices to a's.
+    """
+    for req, rnd, pos, file, loc in sorted(b.continued, key=lambda c: (c[3], c[4])):
+        ra = in_a.get(req)
+        if a is not None and ra is not None and a.requests.bounds["last_round"][ra] >= rnd:
+            continue
+        rid = b.requests.ids[req]
+        raise SpecReplayError(
+            f"{_where(b, file, loc)}: round {rnd} of request {rid!r} starts at position {pos}, "
+            "not 1"
+        )
+
+
+def _check_requests(
+    a: ShardSums, b: ShardSums, ia: NDArray[np.int64], ib: NDArray[np.int64]
+) -> None:
+    """Raise the first cross-file order or family error of the requests in both (``ia``, ``ib``).
+
+    "First" is in archive order: the earliest row of ``b`` that the whole-archive reader would
+    have reported (a request's first row in ``b``).
+    """
+    ba, bb = a.requests.bounds, b.requests.bounds
+    last, first = ba["last_round"][ia], bb["first_round"][ib]
+    fam_a = np.array(a.families, dtype=object)[a.requests.family[ia]]
+    fam_b = np.array(b.families, dtype=object)[b.requests.family[ib]]
+    bad = np.flatnonzero((first <= last) | (fam_a != fam_b))
+    if bad.shape[0] == 0:
+        return
+    i = int(bad[np.lexsort((bb["first_loc"][ib][bad], bb["first_file"][ib][bad]))[0]])
+    ra, rb = int(ia[i]), int(ib[i])
+    rid = b.requests.ids[rb]
+    here = _where(b, bb["first_file"][rb], bb["first_loc"][rb])
+    last_at = _where(a, ba["last_file"][ra], ba["last_loc"][ra])
+    if first[i] < last[i]:
+        msg = f"round {first[i]} of request {rid!r} comes after a later round; first at {last_at}"
+    elif first[i] == last[i]:
+        msg = f"round {first[i]} of request {rid!r} is split across files; first at {last_at}"
+    else:
+        fam_at = _where(a, ba["family_file"][ra], ba["family_loc"][ra])
+        msg = f"request {rid!r} changes family to {fam_b[i]!r}; first at {fam_at}"
+    raise SpecReplayError(f"{here}: {msg}")
+
+
+def _merged_requests(
+    a: ShardSums, b: ShardSums, families: list[str]
+) -> tuple[RequestTable, NDArray[np.int64], NDArray[np.int64]]:
+    """Return the union of both request tables (by key) and where a's and b's requests went."""
+    keys = np.union1d(a.requests.keys, b.requests.keys)
+    to_a = np.searchsorted(keys, a.requests.keys).astype(np.int64)
+    to_b = np.searchsorted(keys, b.requests.keys).astype(np.int64)
+    ids: list[str] = [""] * keys.shape[0]
+    for src, to in ((a, to_a), (b, to_b)):
+        for i, j in enumerate(to.tolist()):
+            ids[j] = src.requests.ids[i]
+    fa = np.array([families.index(f) for f in a.families], np.int32)[a.requests.family]
+    fb = np.array([families.index(f) for f in b.families], np.int32)[b.requests.family]
+    family = np.zeros(keys.shape[0], np.int32)
+    family[to_b] = fb
+    family[to_a] = fa
+    rows = np.zeros(keys.shape[0], np.int64)
+    rows[to_a] += a.requests.rows
+    rows[to_b] += b.requests.rows
+    shift = len(a.sources)
+    bounds: dict[str, NDArray[np.int64]] = {}
+    for name in _BOUNDS:
+        v = np.zeros(keys.shape[0], np.int64)
+        vb = b.requests.bounds[name] + (shift if name.endswith("_file") else 0)
+        va = a.requests.bounds[name]
+        if name.startswith("last"):  # the later shard's last round wins
+            v[to_a], v[to_b] = va, vb
+        else:  # the earlier shard's first row and family row win
+            v[to_b], v[to_a] = vb, va
+        bounds[name] = v
+    return RequestTable(ids, keys, family, rows, bounds), to_a, to_b
+
+
+def _remap(x: NDArray[np.int64], to: NDArray[np.int64], n: int) -> NDArray[np.int64]:
+    out = np.zeros(n, np.int64)
+    out[to] = x
+    return out
+
+
+def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
+    """Merge the partial sums of consecutive shards, ``a`` before ``b`` (module docstring).
+
+    Raises
+    ------
+    SpecReplayError
+        When the shards break a rule that spans files (the whole-archive reader's messages).
+    """
+    _check_files(a, b)
+    _, ia, ib = np.intersect1d(a.requests.keys, b.requests.keys, return_indices=True)
+    for i, j in zip(ia.tolist(), ib.tolist(), strict=True):
+        if a.requests.ids[i] != b.requests.ids[j]:
+            _check_keys(np.array([0, 0], np.uint64), [a.requests.ids[i], b.requests.ids[j]])
+    _check_requests(a, b, ia.astype(np.int64), ib.astype(np.int64))
+    _check_continued(b, a, dict(zip(ib.tolist(), ia.tolist(), strict=True)))
+    families = sorted(set(a.families) | set(b.families))
+    table, to_a, to_b = _merged_requests(a, b, families)
+    n = len(table.ids)
+    arms: dict[str, ArmSums] = {}
+    for c in a.arms:
+        m = ArmSums.merge(a.arms[c], b.arms[c])
+        req = np.searchsorted(table.keys, m.request_key).astype(np.int64)
+        arms[c] = m.with_tables(req, table.family[req])
+    fam_a = np.array([families.index(f) for f in a.families], np.int64)
+    fam_b = np.array([families.index(f) for f in b.families], np.int64)
+    measured = merge_measured(
+        reindex_measured(a.measured, to_a, fam_a, len(families)),
+        reindex_measured(b.measured, to_b, fam_b, len(families)),
+    )
+    shift = len(a.sources)
+    arm_at = a.logging_arm_at or (
+        (b.logging_arm_at[0] + shift, b.logging_arm_at[1]) if b.logging_arm_at else None
+    )
+    return ShardSums(
+        sources=a.sources + b.sources,
+        files=a.files + b.files,
+        columns=a.columns if a.columns is not None else b.columns,
+        carried=a.carried if a.columns is not None else b.carried,
+        logging_arm=a.logging_arm if a.logging_arm is not None else b.logging_arm,
+        logging_arm_at=arm_at,
+        families=families,
+        requests=table,
+        arms=arms,
+        flagged={c: _remap(a.flagged[c], to_a, n) + _remap(b.flagged[c], to_b, n) for c in a.arms},
+        no_support={
+            c: _remap(a.no_support[c], to_a, n) + _remap(b.no_support[c], to_b, n) for c in a.arms
+        },
+        measured=measured,
+        law_sample=LawSample.merge(a.law_sample, b.law_sample, a.law_positions),
+        law_positions=a.law_positions,
+        positions=a.positions + b.positions,
+        continued=[(int(to_a[r]), rnd, p, f, loc) for r, rnd, p, f, loc in a.continued],
+    )
