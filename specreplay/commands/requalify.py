@@ -77,7 +77,7 @@ def peek_logging_arm(path: Path) -> str | None:
 def sample_requests(path: Path, n: int, seed: int) -> set[str]:
     """Choose ``n`` request ids deterministically: the n smallest seeded hashes of their keys."""
     from specreplay.replay.archive.reader import ArchiveReader
-    from specreplay.sim.rng import request_key, uniform_py
+    from specreplay.sim.rng import STREAM_REQUALIFY_SAMPLE, request_key, uniform_py
 
     ids: set[str] = set()
     for f in list_archive(path):
@@ -88,7 +88,9 @@ def sample_requests(path: Path, n: int, seed: int) -> set[str]:
             for _ in reader:
                 pass
             ids.update(reader.requests)
-    ranked = sorted(ids, key=lambda r: (uniform_py(seed, int(request_key(r)), 0, 0, 11), r))
+    ranked = sorted(
+        ids, key=lambda r: (uniform_py(seed, int(request_key(r)), 0, 0, STREAM_REQUALIFY_SAMPLE), r)
+    )
     return set(ranked[:n])
 
 

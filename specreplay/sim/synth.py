@@ -10,7 +10,8 @@ Requests are independent and every draw is counter-based (:mod:`specreplay.sim.r
 (seed, request key, round, position, stream), so the kernel runs requests in parallel and the
 archive is identical for any thread count or shard size. A request's family, starting context
 (log-uniform over [context_min, context_max], spanning every default bucket) and starting history
-use round 0, position 0 (a position no round uses), streams 0..3.
+use round 0, position 0 (a position no round uses), streams ``START_STREAMS`` of
+:mod:`specreplay.sim.rng`.
 
 This module depends on NumPy, Numba and polars (the frames are the writer's input).
 """
@@ -24,7 +25,15 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
-from specreplay.sim.rng import request_key, uniform
+from specreplay.sim.rng import (
+    START_POSITION,
+    STREAM_START_CONTEXT,
+    STREAM_START_FAMILY,
+    STREAM_START_TOKEN1,
+    STREAM_START_TOKEN2,
+    request_key,
+    uniform,
+)
 from specreplay.sim.toy import (
     FAMILIES,
     STREAM_ACCEPT_I64,
@@ -119,10 +128,11 @@ def _request_start(
     seed: np.uint64, rkey: np.uint64, log_ctx_min: float, log_ctx_max: float, n_families: np.int64
 ) -> tuple[np.int64, np.int64, np.int64, np.int64]:
     """(family index, starting context, history token 1, history token 2) of a request."""
-    u0 = uniform(seed, rkey, np.int64(0), np.int64(0), np.int64(0))
-    u1 = uniform(seed, rkey, np.int64(0), np.int64(0), np.int64(1))
-    u2 = uniform(seed, rkey, np.int64(0), np.int64(0), np.int64(2))
-    u3 = uniform(seed, rkey, np.int64(0), np.int64(0), np.int64(3))
+    at = np.int64(START_POSITION)
+    u0 = uniform(seed, rkey, np.int64(0), at, np.int64(STREAM_START_FAMILY))
+    u1 = uniform(seed, rkey, np.int64(0), at, np.int64(STREAM_START_CONTEXT))
+    u2 = uniform(seed, rkey, np.int64(0), at, np.int64(STREAM_START_TOKEN1))
+    u3 = uniform(seed, rkey, np.int64(0), at, np.int64(STREAM_START_TOKEN2))
     fam = np.int64(u0 * n_families)
     ctx = np.int64(round(math.exp(log_ctx_min + u1 * (log_ctx_max - log_ctx_min))))
     return fam, ctx, np.int64(u2 * VOCAB_SIZE), np.int64(u3 * VOCAB_SIZE)
