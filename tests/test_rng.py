@@ -21,7 +21,7 @@ from specreplay.sim.rng import (
     uniform_py,
 )
 from specreplay.sim.synth import SynthConfig, request_start
-from specreplay.sim.toy import FAMILIES, VOCAB_SIZE
+from specreplay.sim.toy import FAMILIES, VOCAB_SIZE, state_key
 
 PACKAGE = Path(specreplay.__file__).parent
 # The functions whose ``stream`` argument selects a stream: (name, index of the positional stream
@@ -144,3 +144,35 @@ def test_stream_literal_check_catches_planted_literals() -> None:
         (2, "uniform_bits"),
         (3, "uniform_py"),
     ]
+
+
+_MASK = (1 << 64) - 1
+
+
+def _mix64_int(z: int) -> int:
+    """splitmix64's finaliser on Python ints (Steele, Lea & Flood 2014), independent of numba."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def _fold_int(h: int, k: int) -> int:
+    return _mix64_int((h + 0x9E3779B97F4A7C15 + k * 0xBF58476D1CE4E5B9) & _MASK)
+
+
+def test_uniform_is_the_documented_fold_chain() -> None:
+    seed, key, rnd, pos, stream = 12345, int(request_key("req-0")), 3, 2, STREAMS["accept"]
+    h = _mix64_int((seed + 0x9E3779B97F4A7C15) & _MASK)
+    for k in (key, rnd, pos, stream):
+        h = _fold_int(h, k)
+    assert uniform_py(seed, key, rnd, pos, stream) == (h >> 11) * 2.0**-53
+
+
+def test_toy_state_key_is_a_fold_chain_of_rng() -> None:
+    # sim.toy hashes states with sim.rng's fold (one splitmix implementation for both).
+    salt_state = 0x70F57A7EC0DE0001
+    family, context, t1, t2 = 2, 4096, 17, 128_000
+    h = salt_state
+    for k in (family, context, t1, t2):
+        h = _fold_int(h, k)
+    assert int(state_key(FAMILIES[family], context, (t1, t2))) == h

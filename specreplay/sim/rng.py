@@ -38,6 +38,7 @@ __all__ = [
     "STREAM_START_FAMILY",
     "STREAM_START_TOKEN1",
     "STREAM_START_TOKEN2",
+    "fold",
     "mix64",
     "request_key",
     "stream_bits",
@@ -104,7 +105,12 @@ def mix64(z: np.uint64) -> np.uint64:
 
 
 @njit(inline="always", cache=True)
-def _fold(h: np.uint64, k: np.uint64) -> np.uint64:
+def fold(h: np.uint64, k: np.uint64) -> np.uint64:
+    """Return the hash ``h`` with the key ``k`` folded in: ``mix64(h + golden + k·M1)``.
+
+    One full splitmix64 avalanche per key, so nearby keys give unrelated hashes; the keyed
+    uniforms below and the toy model's state hashes (:mod:`specreplay.sim.toy`) are chains of it.
+    """
     return mix64(h + _GOLDEN + k * _M1)
 
 
@@ -118,10 +124,10 @@ def uniform_bits(
 ) -> np.uint64:
     """Return 64 random bits keyed by (seed, request key, round, position, stream)."""
     h = mix64(uint64(seed) + _GOLDEN)
-    h = _fold(h, uint64(key))
-    h = _fold(h, uint64(rnd))
-    h = _fold(h, uint64(position))
-    return _fold(h, uint64(stream))
+    h = fold(h, uint64(key))
+    h = fold(h, uint64(rnd))
+    h = fold(h, uint64(position))
+    return fold(h, uint64(stream))
 
 
 @njit(inline="always", cache=True)

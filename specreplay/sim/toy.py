@@ -65,6 +65,7 @@ from specreplay.sim.rng import (
     STREAM_ACCEPT,
     STREAM_DRAFT,
     STREAM_RESIDUAL,
+    fold,
     mix64,
     uniform,
 )
@@ -111,9 +112,7 @@ _G_POS, _G_CTX, _G_CTX_REF, _G_SURP, _G_SURP_CAP, _G_GAP_MAX = 4, 5, 6, 7, 8, 9
 _G_SLOPE_SPREAD, _G_SIGMA_SPREAD, _G_MISS_RANKS, _G_MISS_MARGIN = 10, 11, 12, 13
 _N_GLOBAL = 14
 
-# --- hashing constants (uint64-wrapped: STACK-NOTES gotcha 2) -----------------------------------
-_GOLDEN = uint64(0x9E3779B97F4A7C15)
-_M1 = uint64(0xBF58476D1CE4E5B9)
+# --- hashing constants (uint64-wrapped: STACK-NOTES gotcha 2); the mixer is sim.rng's fold ------
 _SALT_STATE = uint64(0x70F5_7A7E_C0DE_0001)
 _SALT_PERM1 = uint64(0x70F5_7A7E_C0DE_0002)
 _SALT_PERM2 = uint64(0x70F5_7A7E_C0DE_0003)
@@ -143,11 +142,6 @@ _LOG_K = np.log(np.maximum(np.arange(_MAX_EXPLICIT, dtype=np.float64), 1.0))  # 
 
 
 @njit(inline="always", cache=True)
-def _fold(h: np.uint64, k: np.uint64) -> np.uint64:
-    return mix64(h + _GOLDEN + k * _M1)
-
-
-@njit(inline="always", cache=True)
 def _logistic(h: np.uint64) -> float:
     """Unit-variance logistic variate from 64 hash bits (53-bit uniform in (0, 1))."""
     u = (float(h >> uint64(11)) + 0.5) * _INV_2_53
@@ -169,10 +163,10 @@ def _triangular(h: np.uint64) -> float:
 @njit(cache=True)
 def state_key_kernel(family: Int, context: Int, t1: Int, t2: Int) -> np.uint64:
     """State key of (family, context length, last two tokens ``t1, t2``), as uint64."""
-    h = _fold(_SALT_STATE, uint64(family))
-    h = _fold(h, uint64(context))
-    h = _fold(h, uint64(t1))
-    return _fold(h, uint64(t2))
+    h = fold(_SALT_STATE, uint64(family))
+    h = fold(h, uint64(context))
+    h = fold(h, uint64(t1))
+    return fold(h, uint64(t2))
 
 
 @njit(inline="always", cache=True)
@@ -200,7 +194,7 @@ def _rank_to_token(rank: Int, k1: np.uint64, k2: np.uint64) -> np.int64:
 
 @njit(cache=True)
 def _perm_keys(key: np.uint64) -> tuple[np.uint64, np.uint64]:
-    return _fold(key, _SALT_PERM1), _fold(key, _SALT_PERM2)
+    return fold(key, _SALT_PERM1), fold(key, _SALT_PERM2)
 
 
 @njit(cache=True)
@@ -271,8 +265,8 @@ def _target_logits(
     ``g = gap_family + gap_spread_family·z1`` (capped) and ``β = slope_family·exp(slope_spread·z2)``
     with z1, z2 unit-variance logistic draws keyed by the state.
     """
-    z1 = _logistic(_fold(key, _SALT_GAP))
-    z2 = _logistic(_fold(key, _SALT_SLOPE))
+    z1 = _logistic(fold(key, _SALT_GAP))
+    z2 = _logistic(fold(key, _SALT_SLOPE))
     gap = min(fp[family, _F_GAP] + fp[family, _F_GAP_SPREAD] * z1, gp[_G_GAP_MAX])
     slope = fp[family, _F_SLOPE] * math.exp(gp[_G_SLOPE_SPREAD] * z2)
     out[0] = 0.0
@@ -338,18 +332,16 @@ def _draft_from_target(
     """
     k_exp = lt.shape[0]
     ld = np.empty(k_exp)
-    hd = _fold(key, _SALT_DRAFT)
+    hd = fold(key, _SALT_DRAFT)
     kappa = fp[family, _F_KAPPA]
-    sigma = fp[family, _F_SIGMA] * math.exp(
-        gp[_G_SIGMA_SPREAD] * _logistic(_fold(key, _SALT_SIGMA))
-    )
+    sigma = fp[family, _F_SIGMA] * math.exp(gp[_G_SIGMA_SPREAD] * _logistic(fold(key, _SALT_SIGMA)))
     sigma *= difficulty
     top = -np.inf
     for k in range(k_exp):
-        ld[k] = kappa * lt[k] + sigma * _triangular(_fold(hd, uint64(k)))
+        ld[k] = kappa * lt[k] + sigma * _triangular(fold(hd, uint64(k)))
         top = max(top, ld[k])
     hazard = fp[family, _F_HAZARD] * difficulty
-    h_miss = _fold(key, _SALT_MISS)
+    h_miss = fold(key, _SALT_MISS)
     if _unit(h_miss) < -math.expm1(-hazard):
         h2 = mix64(h_miss)
         n_ranks = min(np.int64(gp[_G_MISS_RANKS]), np.int64(k_exp - 1))
