@@ -17,7 +17,8 @@ What this module computes, per (arm, position):
    categories), with counter-based uniforms (:mod:`specreplay.sim.rng`).
 3. :func:`goodness_of_fit` — G-test (default) or Pearson χ² of the counts against p_ext, after
    merging small categories (:func:`merge_categories`).
-4. :func:`holm` — Holm's step-down adjustment over every arm × position of one run.
+4. Holm's step-down adjustment over every arm × position of one run
+   (:func:`specreplay.stats.multiple.holm`).
 5. :func:`run_law_tests` — all of the above with the number of draws chosen for power.
 
 Decisions (documented here once; the functions cite them):
@@ -78,6 +79,7 @@ from numpy.typing import ArrayLike, NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.sim.rng import STREAM_ACCEPT, STREAM_DRAFT, STREAM_RESIDUAL, request_key, uniform
 from specreplay.sim.sampling import draw_float
+from specreplay.stats.multiple import holm
 
 __all__ = [
     "DEFAULT_FAMILY_ALPHA",
@@ -96,7 +98,6 @@ __all__ = [
     "draws_for_power",
     "gammainc_pq",
     "goodness_of_fit",
-    "holm",
     "merge_categories",
     "ncx2_cdf",
     "output_law",
@@ -746,26 +747,6 @@ def goodness_of_fit(counts: ArrayLike, p_ref: ArrayLike, *, method: str = "G") -
         stat = float(np.sum((og - eg) ** 2 / eg))
     stat = max(stat, 0.0)  # G can round to a tiny negative
     return GofResult(stat, df, chi2_sf(stat, df), group, _merged_label(group, expected))
-
-
-def holm(p_values: ArrayLike) -> NDArray[np.float64]:
-    """Return Holm's step-down adjusted p-values (Holm 1979), in the input order.
-
-    p_adj_(i) = max_{j ≤ i} min(1, (m − j + 1)·p_(j)) over the ascending p-values (stable
-    order for ties).
-
-    Examples
-    --------
-    >>> holm([0.01, 0.04, 0.03, 0.005]).round(6).tolist()
-    [0.03, 0.06, 0.06, 0.02]
-    """
-    pv = np.asarray(p_values, dtype=np.float64)
-    m = pv.shape[0]
-    order = np.argsort(pv, kind="stable")
-    scaled = np.minimum(1.0, (m - np.arange(m)) * pv[order])
-    out = np.empty(m, dtype=np.float64)
-    out[order] = np.maximum.accumulate(scaled)
-    return out
 
 
 # --------------------------------------------------------------------------------------------
