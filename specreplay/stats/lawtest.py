@@ -77,6 +77,7 @@ from numba import njit, prange
 from numpy.typing import ArrayLike, NDArray
 
 from specreplay.errors import SpecReplayError
+from specreplay.sim.accept import accept_probs
 from specreplay.sim.rng import STREAM_ACCEPT, STREAM_DRAFT, STREAM_RESIDUAL, request_key, uniform
 from specreplay.sim.sampling import draw_float
 from specreplay.stats.multiple import holm
@@ -219,12 +220,6 @@ class OutputLaw:
     residual: NDArray[np.float64]
 
 
-def _accept_prob(q_v: NDArray[np.float64], p: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Return a(x) = P(v·q^v(x) < p(x)), v ~ U[0, 1) (SPEC §3.2 convention), float64 (n,)."""
-    safe = np.where(q_v > 0.0, q_v, 1.0)
-    return np.where(q_v > 0.0, np.minimum(1.0, p / safe), np.where(p > 0.0, 1.0, 0.0))
-
-
 def _residual_weights(
     q_v: NDArray[np.float64], p: NDArray[np.float64], p_other: float
 ) -> NDArray[np.float64]:
@@ -279,7 +274,7 @@ def output_law(q_s: ArrayLike, q_v: ArrayLike, p: ArrayLike, p_other: float) -> 
 def _output_law(
     qs: NDArray[np.float64], qv: NDArray[np.float64], pp: NDArray[np.float64], po: float
 ) -> OutputLaw:
-    acc = _accept_prob(qv, pp)
+    acc = accept_probs(qv, pp)  # SPEC §3.2 accept convention (sim.accept)
     accepted = qs * acc  # SPEC §3.3: q^s(x)·min(1, p(x)/q^v(x))
     alpha = float(accepted.sum())
     reject = float((qs * (1.0 - acc)).sum())  # 1 − α, summed directly (accurate as α → 1)
