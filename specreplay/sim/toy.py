@@ -935,6 +935,119 @@ def _check_q(q: NDArray[np.float64], n: int, position: int) -> NDArray[np.float6
     return q
 
 
+@dataclass(frozen=True)
+class _UniformKeys:
+    """Keys of a live round's counter-based uniforms: (seed, request key, round)."""
+
+    seed: np.uint64
+    request_key: np.uint64
+    round_index: np.int64
+
+    def at(self, position: int, stream: np.int64) -> float:
+        return float(
+            uniform(self.seed, self.request_key, self.round_index, np.int64(position), stream)
+        )
+
+
+@dataclass
+class _Drafted:
+    """The positions of a live round as drafted (before verification); see :class:`LiveRound`."""
+
+    drafted: NDArray[np.int64]
+    keys: NDArray[np.uint64]
+    cand_ids: list[NDArray[np.int64]] = field(default_factory=list)
+    draft_lp: list[NDArray[np.float64]] = field(default_factory=list)
+    target_p: list[NDArray[np.float64]] = field(default_factory=list)
+    qs: list[NDArray[np.float64]] = field(default_factory=list)
+    # per position: (explicit ids, target probs, candidate indices, target tail scale)
+    laws: list[tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64], float]] = field(
+        default_factory=list
+    )
+    x_idx: list[int] = field(default_factory=list)
+    history: tuple[int, int] = (0, 0)  # the last two tokens after the drafted ones
+
+
+def _draft_round(
+    pair: ToyPair,
+    start: RoundStart,
+    law: Callable[[NDArray[np.float64]], NDArray[np.float64]],
+    depth: int,
+    n_candidates: int,
+    uk: _UniformKeys,
+) -> _Drafted:
+    """Draft positions 1..depth autoregressively, each state built from the drafted prefix."""
+    fp, gp = pair.packed()
+    fam = np.int64(family_index(start.family))
+    ctx0 = int(start.context_tokens)
+    t1, t2 = int(start.history[0]), int(start.history[1])
+    k_exp = pair.n_explicit
+    out = _Drafted(drafted=np.empty(depth, dtype=np.int64), keys=np.empty(depth, dtype=np.uint64))
+    surprise = 0.0
+    for j in range(1, depth + 1):
+        key = np.uint64(state_key_kernel(fam, np.int64(ctx0 + j - 1), np.int64(t1), np.int64(t2)))
+        ids = np.empty(k_exp, dtype=np.int64)
+        p = np.empty(k_exp)
+        logq1 = np.empty(k_exp)
+        cand = np.empty(n_candidates, dtype=np.int64)
+        ts = float(
+            position_laws(
+                key, fam, np.int64(ctx0 + j - 1), np.int64(j), surprise, fp, gp, ids, p, logq1, cand
+            )
+        )
+        c_lp = logq1[cand]
+        q = _check_q(np.asarray(law(c_lp.copy()), dtype=np.float64), n_candidates, j)
+        x = int(draw_cdf(q, uk.at(j, STREAM_DRAFT_I64)))
+        tok = int(ids[cand[x]])
+        surprise = float(surprise_step(surprise, c_lp[x], p[cand[x]]))
+        out.drafted[j - 1] = tok
+        out.keys[j - 1] = key
+        out.cand_ids.append(ids[cand])
+        out.draft_lp.append(c_lp)
+        out.target_p.append(p[cand])
+        out.qs.append(q)
+        out.laws.append((ids, p, cand, ts))
+        out.x_idx.append(x)
+        t1, t2 = t2, tok
+    out.history = (t1, t2)
+    return out
+
+
+def _verify(d: _Drafted, depth: int, uk: _UniformKeys) -> tuple[NDArray[np.bool_], int]:
+    """Return the verifier's decisions (False after the first rejection) and A."""
+    accepted = np.zeros(depth, dtype=np.bool_)
+    n_acc = 0
+    for j in range(1, depth + 1):
+        v = uk.at(j, STREAM_ACCEPT_I64)
+        x = d.x_idx[j - 1]
+        if v * d.qs[j - 1][x] < d.target_p[j - 1][x]:  # SPEC §1: accept when v·q(x) < p(x)
+            accepted[j - 1] = True
+            n_acc += 1
+        else:
+            break
+    return accepted, n_acc
+
+
+def _last_token(
+    pair: ToyPair, start: RoundStart, d: _Drafted, depth: int, n_acc: int, uk: _UniformKeys
+) -> int:
+    """Return the correction token at the first rejected position, or the bonus at depth + 1."""
+    fp, gp = pair.packed()
+    if n_acc < depth:
+        j = n_acc + 1
+        ids, p, cand, ts = d.laws[j - 1]
+        u = uk.at(j, STREAM_RESIDUAL_I64)
+        return int(sample_residual(ids, p, cand, d.qs[j - 1], ts, d.keys[j - 1], gp, u))
+    fam = np.int64(family_index(start.family))
+    t1, t2 = d.history
+    ctx = np.int64(int(start.context_tokens) + depth)
+    key = np.uint64(state_key_kernel(fam, ctx, np.int64(t1), np.int64(t2)))
+    ids, p, ts_b = target_law_alloc(key, fam, np.int64(pair.n_explicit), fp, gp)
+    u = uk.at(depth + 1, STREAM_RESIDUAL_I64)
+    return int(
+        sample_residual(ids, p, np.empty(0, dtype=np.int64), np.empty(0), float(ts_b), key, gp, u)
+    )
+
+
 def live_round(
     pair: ToyPair,
     start: RoundStart,
@@ -971,89 +1084,26 @@ def live_round(
         raise ValueError(f"depth must be >= 1, got {depth}")
     if not 1 <= n_candidates <= pair.n_explicit:
         raise ValueError(f"n_candidates must be in 1..{pair.n_explicit}, got {n_candidates}")
-    fp, gp = pair.packed()
-    fam = np.int64(family_index(start.family))
-    seed_u = np.uint64(seed)
-    rkey = np.uint64(request_key)
-    rnd = np.int64(round_index)
-    ctx0 = int(start.context_tokens)
-    t1, t2 = int(start.history[0]), int(start.history[1])
-    k_exp = pair.n_explicit
-
-    drafted = np.empty(depth, dtype=np.int64)
-    keys = np.empty(depth, dtype=np.uint64)
-    cand_ids: list[NDArray[np.int64]] = []
-    draft_lp: list[NDArray[np.float64]] = []
-    target_p: list[NDArray[np.float64]] = []
-    qs: list[NDArray[np.float64]] = []
-    laws: list[tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64], float]] = []
-    x_idx: list[int] = []
-    surprise = 0.0
-    for j in range(1, depth + 1):
-        key = np.uint64(state_key_kernel(fam, np.int64(ctx0 + j - 1), np.int64(t1), np.int64(t2)))
-        ids = np.empty(k_exp, dtype=np.int64)
-        p = np.empty(k_exp)
-        logq1 = np.empty(k_exp)
-        cand = np.empty(n_candidates, dtype=np.int64)
-        ts = float(
-            position_laws(
-                key, fam, np.int64(ctx0 + j - 1), np.int64(j), surprise, fp, gp, ids, p, logq1, cand
-            )
-        )
-        c_lp = logq1[cand]
-        q = _check_q(np.asarray(law(c_lp.copy()), dtype=np.float64), n_candidates, j)
-        u = float(uniform(seed_u, rkey, rnd, np.int64(j), STREAM_DRAFT_I64))
-        x = int(draw_cdf(q, u))
-        tok = int(ids[cand[x]])
-        surprise = float(surprise_step(surprise, c_lp[x], p[cand[x]]))
-        drafted[j - 1] = tok
-        keys[j - 1] = key
-        cand_ids.append(ids[cand])
-        draft_lp.append(c_lp)
-        target_p.append(p[cand])
-        qs.append(q)
-        laws.append((ids, p, cand, ts))
-        x_idx.append(x)
-        t1, t2 = t2, tok
-
-    accepted = np.zeros(depth, dtype=np.bool_)
-    n_acc = 0
-    for j in range(1, depth + 1):
-        v = float(uniform(seed_u, rkey, rnd, np.int64(j), STREAM_ACCEPT_I64))
-        x = x_idx[j - 1]
-        if v * qs[j - 1][x] < target_p[j - 1][x]:  # SPEC §1: accept when v·q(x) < p(x)
-            accepted[j - 1] = True
-            n_acc += 1
-        else:
-            break
-    if n_acc < depth:
-        j = n_acc + 1
-        ids, p, cand, ts = laws[j - 1]
-        u = float(uniform(seed_u, rkey, rnd, np.int64(j), STREAM_RESIDUAL_I64))
-        y = int(sample_residual(ids, p, cand, qs[j - 1], ts, keys[j - 1], gp, u))
-    else:
-        key = np.uint64(state_key_kernel(fam, np.int64(ctx0 + depth), np.int64(t1), np.int64(t2)))
-        ids, p, ts_b = target_law_alloc(key, fam, np.int64(k_exp), fp, gp)
-        u = float(uniform(seed_u, rkey, rnd, np.int64(depth + 1), STREAM_RESIDUAL_I64))
-        y = int(
-            sample_residual(
-                ids, p, np.empty(0, dtype=np.int64), np.empty(0), float(ts_b), key, gp, u
-            )
-        )
-    emitted = np.append(drafted[:n_acc], np.int64(y)).astype(np.int64)
+    uk = _UniformKeys(np.uint64(seed), np.uint64(request_key), np.int64(round_index))
+    d = _draft_round(pair, start, law, depth, n_candidates, uk)
+    accepted, n_acc = _verify(d, depth, uk)
+    y = _last_token(pair, start, d, depth, n_acc, uk)
+    emitted = np.append(d.drafted[:n_acc], np.int64(y)).astype(np.int64)
     hist = (int(start.history[0]), int(start.history[1]), *(int(t) for t in emitted))
     next_start = RoundStart(
-        family=start.family, context_tokens=ctx0 + 1 + n_acc, history=(hist[-2], hist[-1])
+        family=start.family,
+        context_tokens=int(start.context_tokens) + 1 + n_acc,
+        history=(hist[-2], hist[-1]),
     )
     return LiveRound(
-        drafted=drafted,
+        drafted=d.drafted,
         accepted=accepted,
         n_accepted=n_acc,
         emitted=emitted,
         next_start=next_start,
-        cand_ids=cand_ids,
-        draft_logprobs=draft_lp,
-        target_probs=target_p,
-        q=qs,
-        state_keys=keys,
+        cand_ids=d.cand_ids,
+        draft_logprobs=d.draft_lp,
+        target_probs=d.target_p,
+        q=d.qs,
+        state_keys=d.keys,
     )

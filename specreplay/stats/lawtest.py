@@ -965,43 +965,11 @@ def run_law_tests(
         In the order of ``cases``.
     """
     kind = _method_iv(method)
-    if not 0.0 < family_alpha < 1.0:
-        raise SpecReplayError(f"family_alpha must be in (0, 1), got {family_alpha!r}")
-    if not 1 <= int(min_draws) <= int(max_draws):
-        raise SpecReplayError(
-            f"need 1 <= min_draws <= max_draws, got min_draws={min_draws}, max_draws={max_draws}"
-        )
-    prepared = []
-    for raw in cases:
-        case = LawCase(*raw)
-        where = f"law test {case.arm!r} position {case.position}: "
-        if int(case.position) < 0:
-            raise SpecReplayError(f"{where}position must be non-negative")
-        qs, qv, pp, po = _law_iv(case.q_s, case.q_v, case.p, case.p_other, where)
-        m_cum, bits = _dyadic_iv(case.m_s, case.bits, qs, where)
-        prepared.append((case, qs, qv, pp, po, m_cum, bits))
+    prepared = _prepare(cases, family_alpha, min_draws, max_draws)
     if not prepared:
         return []
     level = family_alpha / len(prepared)  # Bonferroni level for the power computation
-    rows = []
-    for case, qs, qv, pp, po, m_cum, bits in prepared:
-        exact = _output_law(qs, qv, pp, po)
-        ref = _p_ref(pp, po)
-        plan = _choose_draws(exact.law, ref, level, int(min_draws), int(max_draws), TARGET_POWER)
-        counts = _counts(
-            qs,
-            qv,
-            pp,
-            po,
-            m_cum,
-            bits,
-            plan.draws,
-            int(seed),
-            int(request_key(case.arm)),
-            int(case.position),
-        )
-        gof = goodness_of_fit(counts, ref, method=kind)
-        rows.append((case, exact, plan, gof))
+    rows = [_test_one(c, level, int(min_draws), int(max_draws), int(seed), kind) for c in prepared]
     p_adj = holm([gof.p_value for _, _, _, gof in rows])
     return [
         LawTestResult(
@@ -1024,6 +992,62 @@ def run_law_tests(
         )
         for (case, exact, plan, gof), pa in zip(rows, p_adj, strict=True)
     ]
+
+
+class _Prepared(NamedTuple):
+    """One validated law-test case: contiguous float64 laws and the sampler's dyadic form."""
+
+    case: LawCase
+    qs: NDArray[np.float64]
+    qv: NDArray[np.float64]
+    pp: NDArray[np.float64]
+    po: float
+    m_cum: NDArray[np.int64]  # cumulative dyadic integers; empty for a float sampler
+    bits: int
+
+
+def _prepare(
+    cases: Iterable[LawCase | tuple[Any, ...]], family_alpha: float, min_draws: int, max_draws: int
+) -> list[_Prepared]:
+    """Validate the run's options and every case (SpecReplayError naming the case)."""
+    if not 0.0 < family_alpha < 1.0:
+        raise SpecReplayError(f"family_alpha must be in (0, 1), got {family_alpha!r}")
+    if not 1 <= int(min_draws) <= int(max_draws):
+        raise SpecReplayError(
+            f"need 1 <= min_draws <= max_draws, got min_draws={min_draws}, max_draws={max_draws}"
+        )
+    prepared = []
+    for raw in cases:
+        case = LawCase(*raw)
+        where = f"law test {case.arm!r} position {case.position}: "
+        if int(case.position) < 0:
+            raise SpecReplayError(f"{where}position must be non-negative")
+        qs, qv, pp, po = _law_iv(case.q_s, case.q_v, case.p, case.p_other, where)
+        m_cum, bits = _dyadic_iv(case.m_s, case.bits, qs, where)
+        prepared.append(_Prepared(case, qs, qv, pp, po, m_cum, bits))
+    return prepared
+
+
+def _test_one(
+    c: _Prepared, level: float, min_draws: int, max_draws: int, seed: int, kind: Method
+) -> tuple[LawCase, OutputLaw, _Draws, GofResult]:
+    """Exact law, draws for power, Monte Carlo counts and goodness of fit of one case."""
+    exact = _output_law(c.qs, c.qv, c.pp, c.po)
+    ref = _p_ref(c.pp, c.po)
+    plan = _choose_draws(exact.law, ref, level, min_draws, max_draws, TARGET_POWER)
+    counts = _counts(
+        c.qs,
+        c.qv,
+        c.pp,
+        c.po,
+        c.m_cum,
+        c.bits,
+        plan.draws,
+        seed,
+        int(request_key(c.case.arm)),
+        int(c.case.position),
+    )
+    return c.case, exact, plan, goodness_of_fit(counts, ref, method=kind)
 
 
 def to_json(result: LawTestResult) -> dict[str, Any]:
