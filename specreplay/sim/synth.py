@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
+from specreplay.sim.policy import policy_row
 from specreplay.sim.rng import (
     START_POSITION,
     STREAM_START_CONTEXT,
@@ -43,7 +44,6 @@ from specreplay.sim.toy import (
     RoundStart,
     ToyPair,
     draw_cdf,
-    policy_q,
     position_laws,
     sample_residual,
     state_key_kernel,
@@ -153,6 +153,7 @@ def _simulate_request(
     fp: NDArray[np.float64],
     gp: NDArray[np.float64],
     n_explicit: np.int64,
+    zero: int,
     fam_out: NDArray[np.int64],
     round_ctx: NDArray[np.int64],
     round_hist: NDArray[np.int64],
@@ -195,7 +196,8 @@ def _simulate_request(
                 cand_ids[row, c] = ids[j - 1, k]
                 draft_lp[row, c] = logq1[j - 1, k]
                 target_p[row, c] = p[j - 1, k]
-            policy_q(draft_lp[row], greedy, temperature, emitted_q[row])
+            # the replay's law of the logging arm (SPEC §3.1), so emitted_q equals it bit for bit
+            policy_row(draft_lp[row], greedy, n_cand, temperature, 1.0, emitted_q[row], zero)
             x = draw_cdf(
                 emitted_q[row], uniform(seed, rkey, np.int64(r), np.int64(j), STREAM_DRAFT_I64)
             )
@@ -251,6 +253,7 @@ def _simulate(
     fp: NDArray[np.float64],
     gp: NDArray[np.float64],
     n_explicit: np.int64,
+    zero: int,
     fam_out: NDArray[np.int64],
     round_ctx: NDArray[np.int64],
     round_hist: NDArray[np.int64],
@@ -275,6 +278,9 @@ def _simulate(
     log_ctx_min, log_ctx_max : float
         Log of the starting-context range.
     fp, gp : packed :class:`~specreplay.sim.toy.ToyPair`; n_explicit its explicit-set size.
+    zero : int
+        0, passed at run time (:func:`~specreplay.sim.policy.policy_row` needs a zero the
+        compiler cannot see, so that the logged law has the replay's bits).
     fam_out : int64 (n,)
         Written: family index per request.
     round_ctx : int64 (n·rounds,); round_hist : int64 (n·rounds, 2); round_bonus : int64 (n·rounds,)
@@ -299,6 +305,7 @@ def _simulate(
             fp,
             gp,
             n_explicit,
+            zero,
             fam_out,
             round_ctx,
             round_hist,
@@ -411,6 +418,7 @@ def simulate_shard(cfg: SynthConfig, seed: int, ids: list[str]) -> SynthShard:
         fp,
         gp,
         np.int64(cfg.pair.n_explicit),
+        0,  # the run-time zero of sim.policy.policy_row
         out.family,
         out.round_context,
         out.round_history,

@@ -61,6 +61,7 @@ import numpy as np
 from numba import njit, uint64
 from numpy.typing import NDArray
 
+from specreplay.sim.policy import policy_row
 from specreplay.sim.rng import (
     STREAM_ACCEPT,
     STREAM_DRAFT,
@@ -90,7 +91,6 @@ __all__ = [
     "greedy_law",
     "live_round",
     "logging_law",
-    "policy_q",
     "position_laws",
     "rank_to_token",
     "sample_residual",
@@ -420,42 +420,12 @@ def _top_indices(x: NDArray[np.float64], out: NDArray[np.int64]) -> None:
 
 
 @njit(cache=True)
-def policy_q(
-    logprobs: NDArray[np.float64], greedy: bool, temperature: float, out: NDArray[np.float64]
-) -> None:
-    """Apply the logging policy to the candidates: writes q (n,) from draft log-probs (n,).
-
-    Greedy: point mass on the highest log-probability, ties to the lower index. Otherwise
-    ``softmax(logprobs / temperature)`` over all given candidates (SPEC §3.1).
-    """
-    n = logprobs.shape[0]
-    if greedy:
-        best = 0
-        for i in range(1, n):
-            if logprobs[i] > logprobs[best]:
-                best = i
-        for i in range(n):
-            out[i] = 0.0
-        out[best] = 1.0
-        return
-    m = -np.inf
-    for i in range(n):
-        m = max(m, logprobs[i] / temperature)
-    s = 0.0
-    for i in range(n):
-        e = math.exp(logprobs[i] / temperature - m)
-        out[i] = e
-        s += e
-    for i in range(n):
-        out[i] /= s
-
-
-@njit(cache=True)
 def _policy_q_alloc(
-    logprobs: NDArray[np.float64], greedy: bool, temperature: float
+    logprobs: NDArray[np.float64], greedy: bool, temperature: float, zero: int
 ) -> NDArray[np.float64]:
+    """Return the logging law over all given candidates (:func:`.policy.policy_row`)."""
     out = np.empty(logprobs.shape[0])
-    policy_q(logprobs, greedy, temperature, out)
+    policy_row(logprobs, greedy, np.int64(0), temperature, 1.0, out, zero)
     return out
 
 
@@ -901,8 +871,8 @@ def logging_law(
 ) -> Callable[[NDArray[np.float64]], NDArray[np.float64]]:
     """Return the logging policy as a law callable: ``softmax(logprobs / T)`` or greedy.
 
-    It calls the same jitted kernel as the generator, so :func:`live_round` with it reproduces the
-    generator bit for bit.
+    It is the replay's policy law (:func:`specreplay.sim.policy.policy_row`), as in the generator,
+    so :func:`live_round` with it reproduces the generator bit for bit.
     """
     if not greedy and not temperature > 0.0:
         raise ValueError(f"temperature must be > 0 (use greedy), got {temperature}")
@@ -910,7 +880,7 @@ def logging_law(
 
     def law(cand_logprobs: NDArray[np.float64]) -> NDArray[np.float64]:
         out: NDArray[np.float64] = _policy_q_alloc(
-            np.ascontiguousarray(cand_logprobs, dtype=np.float64), greedy, t
+            np.ascontiguousarray(cand_logprobs, dtype=np.float64), greedy, t, 0
         )
         return out
 
@@ -920,7 +890,7 @@ def logging_law(
 def greedy_law(cand_logprobs: NDArray[np.float64]) -> NDArray[np.float64]:
     """Point mass on the highest draft log-probability (ties to the lower index)."""
     out: NDArray[np.float64] = _policy_q_alloc(
-        np.ascontiguousarray(cand_logprobs, dtype=np.float64), True, 1.0
+        np.ascontiguousarray(cand_logprobs, dtype=np.float64), True, 1.0, 0
     )
     return out
 
