@@ -7,7 +7,9 @@ code 2, with no traceback. Progress bars go to stderr so stdout stays parseable.
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,6 +46,45 @@ BucketsOpt = Annotated[
     ),
 ]
 
+MarginOpt = Annotated[
+    str,
+    typer.Option(
+        "--margin",
+        help="Equivalence margin: relative to R_a with % (0.5%) or tokens/round (0.02).",
+    ),
+]
+NBootOpt = Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples.", min=100)]
+StratifyOpt = Annotated[str, typer.Option("--stratify", help="Resampling strata: family or none.")]
+LevelOpt = Annotated[
+    float, typer.Option("--level", help="Confidence level of the intervals.", min=0.5, max=0.999)
+]
+MinRequestsOpt = Annotated[
+    int, typer.Option("--min-requests", help="Cells with fewer requests are null.", min=2)
+]
+LoggingArmOpt = Annotated[
+    str | None,
+    typer.Option("--logging-arm", help="Arm that drafted the archive, if it has no column."),
+]
+OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
+_NULL_FAILS = (
+    "; with INCONCLUSIVE a null pooled verdict (too few requests, unsupported cell) exits 1 too."
+)
+
+
+def _bootstrap_options(
+    margin: str, n_boot: int, stratify: str, level: float, min_requests: int
+) -> dict[str, Any]:
+    """Return the bootstrap and verdict options shared by interval and requalify, checked."""
+    if stratify not in ("family", "none"):
+        raise SpecReplayError(f"--stratify: {stratify!r} should be family or none")
+    return {
+        "margin": margin,
+        "n_boot": n_boot,
+        "stratify": stratify,
+        "level": level,
+        "min_requests": min_requests,
+    }
+
 
 def _default_buckets() -> str:
     from specreplay.stats.buckets import DEFAULT_BUCKETS
@@ -53,12 +94,49 @@ def _default_buckets() -> str:
 
 @contextmanager
 def _user_errors() -> Iterator[None]:
-    """Map the project's error type to one line on stderr and exit code 2."""
+    """Map the project's error type to one line on stderr and exit code 2; SIGTERM unwinds."""
     try:
-        yield
+        with _sigterm_unwinds():
+            yield
     except SpecReplayError as err:
         typer.echo(f"error: {err.message}", err=True)
         raise typer.Exit(code=2) from None
+
+
+class _Terminated(BaseException):
+    """Raised by the SIGTERM handler so that ``output_dir`` removes its temporary folder."""
+
+
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """Turn SIGTERM into an exception (as SIGINT is), then exit 128 + 15 once unwound."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be installed from the main thread
+        return
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    except _Terminated:
+        typer.echo("error: terminated (SIGTERM); no partial output left", err=True)
+        raise typer.Exit(code=128 + signal.SIGTERM) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _arm_option(value: str | None) -> str | None:
+    """Check ``--logging-arm`` when parsing options (a bad arm is exit 2, never ignored)."""
+    if value is not None:
+        from specreplay.sim.arms import parse_arm
+
+        try:
+            parse_arm(value)
+        except SpecReplayError as err:
+            raise SpecReplayError(f"--logging-arm {value!r}: {err.message}") from None
+    return value
 
 
 @contextmanager
@@ -131,10 +209,7 @@ def validate(
         bool, typer.Option("--all", help="List every error, not only the first 20.")
     ] = False,
     buckets: BucketsOpt = "",
-    logging_arm: Annotated[
-        str | None,
-        typer.Option("--logging-arm", help="Arm that drafted the archive, if it has no column."),
-    ] = None,
+    logging_arm: LoggingArmOpt = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Also write results.json/TABLES.md/cells here.")
     ] = None,
@@ -152,7 +227,7 @@ def validate(
             path,
             max_errors=None if all_errors else 20,
             buckets=buckets or _default_buckets(),
-            logging_arm=logging_arm,
+            logging_arm=_arm_option(logging_arm),
             out=out,
             force=force,
             progress=lambda what, total: _progress(quiet, what, total),
@@ -165,9 +240,7 @@ def validate(
 
 @app.command()
 def demo(
-    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path(
-        "specreplay-out/demo"
-    ),
+    out: OutOpt = Path("specreplay-out/demo"),
     requests: Annotated[
         int, typer.Option("--requests", help="Requests in the built-in archive.", min=1)
     ] = 2000,
@@ -206,32 +279,19 @@ def interval(
         Path | None,
         typer.Option("--question-file", help="FastChat question.jsonl (categories for Medusa)."),
     ] = None,
-    margin: Annotated[
-        str,
-        typer.Option(
-            "--margin",
-            help="Equivalence margin: relative to R_a with % (0.5%) or tokens/round (0.02).",
-        ),
-    ] = "0.5%",
+    margin: MarginOpt = "0.5%",
     fail_on: Annotated[
         str,
         typer.Option(
             "--fail-on",
             help="Comma-separated pooled verdicts that make the exit status 1 "
-            "(EQUIVALENT, DIFFERENT, INCONCLUSIVE).",
+            "(EQUIVALENT, DIFFERENT, INCONCLUSIVE)" + _NULL_FAILS,
         ),
     ] = "",
-    n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples.", min=100)] = 10_000,
-    stratify: Annotated[
-        str, typer.Option("--stratify", help="Resampling strata: family or none.")
-    ] = "family",
-    level: Annotated[
-        float,
-        typer.Option("--level", help="Confidence level of the intervals.", min=0.5, max=0.999),
-    ] = 0.95,
-    min_requests: Annotated[
-        int, typer.Option("--min-requests", help="Cells with fewer requests are null.", min=2)
-    ] = 10,
+    n_boot: NBootOpt = 10_000,
+    stratify: StratifyOpt = "family",
+    level: LevelOpt = 0.95,
+    min_requests: MinRequestsOpt = 10,
     drop_unpaired: Annotated[
         bool,
         typer.Option(
@@ -246,9 +306,7 @@ def interval(
     ] = None,
     name_a: Annotated[str | None, typer.Option("--name-a", help="Label of arm A.")] = None,
     name_b: Annotated[str | None, typer.Option("--name-b", help="Label of arm B.")] = None,
-    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path(
-        "specreplay-out/interval"
-    ),
+    out: OutOpt = Path("specreplay-out/interval"),
     seed: SeedOpt = 0,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
@@ -262,28 +320,13 @@ def interval(
         from specreplay.commands.interval import run_interval
 
         verdicts = _verdict_set(fail_on, {"EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"})
-        if stratify not in ("family", "none"):
-            raise SpecReplayError(f"--stratify: {stratify!r} should be family or none")
+        shared = _bootstrap_options(margin, n_boot, stratify, level, min_requests)
         text, code = run_interval(
-            a,
-            b,
-            out=out,
-            force=force,
-            question_file=question_file,
-            margin=margin,
-            fail_on=verdicts,
-            n_boot=n_boot,
-            seed=seed,
-            stratify=stratify,
-            level=level,
-            min_requests=min_requests,
-            drop_unpaired=drop_unpaired,
-            buckets=buckets,
-            choice=choice,
-            drafted=drafted,
-            names=(name_a, name_b),
-            progress=lambda what, total: _progress(quiet, what, total),
-        )
+            a, b, out=out, force=force, question_file=question_file, fail_on=verdicts,
+            seed=seed, drop_unpaired=drop_unpaired, buckets=buckets, choice=choice,
+            drafted=drafted, names=(name_a, name_b),
+            progress=lambda what, total: _progress(quiet, what, total), **shared,
+        )  # fmt: skip
         typer.echo(text)
         if code:
             raise typer.Exit(code=code)
@@ -319,18 +362,13 @@ def requalify(
     replicates: Annotated[
         int, typer.Option("--replicates", help="Monte Carlo replicates per round.", min=2)
     ] = 16,
-    margin: Annotated[
-        str,
-        typer.Option(
-            "--margin", help="Equivalence margin: 0.5% (of R_baseline) or 0.02 tokens/round."
-        ),
-    ] = "0.5%",
+    margin: MarginOpt = "0.5%",
     fail_on: Annotated[
         str,
         typer.Option(
             "--fail-on",
             help="Comma-separated pooled requalifications that exit 1 (QUALIFIED, "
-            "'NOT QUALIFIED', INCONCLUSIVE).",
+            "'NOT QUALIFIED', INCONCLUSIVE)" + _NULL_FAILS,
         ),
     ] = "",
     families: Annotated[
@@ -340,22 +378,13 @@ def requalify(
         int | None,
         typer.Option("--sample-requests", help="Replay a seeded sample of N requests.", min=1),
     ] = None,
-    n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples.", min=100)] = 10_000,
-    stratify: Annotated[str, typer.Option("--stratify", help="family or none.")] = "family",
-    level: Annotated[
-        float, typer.Option("--level", help="Confidence level.", min=0.5, max=0.999)
-    ] = 0.95,
-    min_requests: Annotated[
-        int, typer.Option("--min-requests", help="Cells with fewer requests are null.", min=2)
-    ] = 10,
+    n_boot: NBootOpt = 10_000,
+    stratify: StratifyOpt = "family",
+    level: LevelOpt = 0.95,
+    min_requests: MinRequestsOpt = 10,
     buckets: BucketsOpt = "",
-    logging_arm: Annotated[
-        str | None,
-        typer.Option("--logging-arm", help="Arm that drafted the archive, if it has no column."),
-    ] = None,
-    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path(
-        "specreplay-out/requalify"
-    ),
+    logging_arm: LoggingArmOpt = None,
+    out: OutOpt = Path("specreplay-out/requalify"),
     seed: SeedOpt = 0,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
@@ -370,8 +399,7 @@ def requalify(
     with _user_errors():
         from specreplay.commands.requalify import run_requalify
 
-        if stratify not in ("family", "none"):
-            raise SpecReplayError(f"--stratify: {stratify!r} should be family or none")
+        shared = _bootstrap_options(margin, n_boot, stratify, level, min_requests)
         text, code, _ = run_requalify(
             archive,
             baseline=baseline,
@@ -381,18 +409,14 @@ def requalify(
             force=force,
             estimator=estimator,
             replicates=replicates,
-            margin=margin,
             fail_on=_verdict_set(fail_on, {"QUALIFIED", "NOT QUALIFIED", "INCONCLUSIVE"}),
             families={f.strip() for f in families.split(",")} if families else None,
             n_sample_requests=sample_requests,
-            n_boot=n_boot,
             seed=seed,
-            stratify=stratify,
-            level=level,
-            min_requests=min_requests,
             buckets=buckets,
-            logging_arm=logging_arm,
+            logging_arm=_arm_option(logging_arm),
             progress=lambda what, total: _progress(quiet, what, total),
+            **shared,
         )
         typer.echo(text)
         if code:
@@ -427,13 +451,8 @@ def lawtest(
         bool, typer.Option("--fail-on-fail", help="Exit 1 when a law test fails.")
     ] = False,
     buckets: BucketsOpt = "",
-    logging_arm: Annotated[
-        str | None,
-        typer.Option("--logging-arm", help="Arm that drafted the archive, if it has no column."),
-    ] = None,
-    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path(
-        "specreplay-out/lawtest"
-    ),
+    logging_arm: LoggingArmOpt = None,
+    out: OutOpt = Path("specreplay-out/lawtest"),
     seed: SeedOpt = 0,
     force: ForceOpt = False,
 ) -> None:
@@ -456,11 +475,31 @@ def lawtest(
             family_alpha=family_alpha,
             max_draws=max_draws,
             buckets=buckets,
-            logging_arm=logging_arm,
+            logging_arm=_arm_option(logging_arm),
         )
         typer.echo(text)
         if fail_on_fail and not ok:
             raise typer.Exit(code=1)
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run's output folder (holding results.json).")],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write the re-rendered run here instead of in place."),
+    ] = None,
+    force: ForceOpt = False,
+) -> None:
+    """Re-render TABLES.md, cells.parquet and the plots of a run from its results.json alone.
+
+    Needs no archive or other input: every figure comes from results.json. Every folder at or
+    below RUN_DIR holding a results.json is rendered (a demo's sub-runs too).
+    """
+    with _user_errors():
+        from specreplay.commands.report import run_report
+
+        typer.echo(run_report(run_dir, out=out, force=force))
 
 
 def main() -> Any:  # pragma: no cover - console entry point

@@ -15,7 +15,8 @@ from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.batch import RoundBatch, concat_batches
 from specreplay.replay.archive.reader import ArchiveReader
 from specreplay.replay.archive.writer import TraceWriter
-from specreplay.results.output import load_results_schema, output_dir, validate_json
+from specreplay.results.io import load_results_schema, validate_json
+from specreplay.results.output import output_dir
 from specreplay.sim.rng import request_key, uniform_py
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from specreplay.cli import app
 from specreplay.replay.archive.importers import read_arm
-from specreplay.results.output import load_results_schema, validate_json
+from specreplay.results.io import load_results_schema, validate_json
 from specreplay.stats.bootstrap import PairedSums, bootstrap_sums
 from specreplay.stats.buckets import Buckets
 from specreplay.stats.compare import compare, parse_margin
@@ -360,17 +360,17 @@ def test_spec_bench_per_category_R_through_the_command(tmp_path: Path) -> None:
 def test_replicates_as_arviz_datatree() -> None:
     import arviz as az
 
-    from specreplay.stats.arviz_bridge import add_hdi_eti, replicates_tree
+    from specreplay.stats.arviz_bridge import hdi_eti, replicates_tree
 
     ps = _sums(120, seed=2, families=2)
     comp = compare(ps, arm_a="a", arm_b="b", n_boot=800)
-    add_hdi_eti(comp)
+    intervals = hdi_eti(comp)
     tree = replicates_tree(comp)
     post = tree["posterior"]
     assert post["delta"].shape == (1, 800, len(comp.cells))
     hdi = az.hdi(tree, prob=0.95)["delta"].values  # (cell, ci_bound)
-    assert hdi[0, 0] == pytest.approx(comp.cells[0]["deltas"][0]["hdi"]["lo"])
-    assert hdi[0, 1] == pytest.approx(comp.cells[0]["deltas"][0]["hdi"]["hi"])
-    eti = comp.cells[0]["deltas"][0]["eti"]
+    assert hdi[0, 0] == pytest.approx(intervals[0]["hdi"]["lo"])
+    assert hdi[0, 1] == pytest.approx(intervals[0]["hdi"]["hi"])
+    eti = intervals[0]["eti"]
     lo, hi = np.quantile(comp.delta_reps[:, 0], [0.025, 0.975])
     assert (eti["lo"], eti["hi"]) == pytest.approx((lo, hi))

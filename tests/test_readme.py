@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,28 @@ def test_lawtest_example_runs(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     first = README.split("prints first `LAW TESTS")[1].split("`")[0]
     assert res.stdout.startswith("LAW TESTS" + first)
+
+
+def test_report_example_runs(tmp_path: Path) -> None:
+    """The requalify example, then the report example with the archive deleted."""
+    block = re.search(r"```bash\n(specreplay synth demo-archive.*?)```", README, re.S)
+    report = re.search(r"```bash\n(rm -rf demo-archive\n.*?)```", README, re.S)
+    assert block is not None and report is not None
+    lines = [ln for ln in block.group(1).splitlines() if ln.strip()]
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for ln in lines:
+            assert CliRunner().invoke(app, [*shlex.split(ln)[1:], "-q"]).exit_code == 0
+        tables = Path("rq-demo/TABLES.md").read_bytes()
+        Path("rq-demo/TABLES.md").unlink()
+        rm, cmd = report.group(1).strip().splitlines()
+        assert shlex.split(rm)[:2] == ["rm", "-rf"]
+        shutil.rmtree(shlex.split(rm)[2])
+        res = CliRunner().invoke(app, shlex.split(cmd)[1:])
+        assert res.exit_code == 0, res.output
+        assert Path("rq-demo/TABLES.md").read_bytes() == tables
+    finally:
+        os.chdir(cwd)
+    first = README.split("prints one line per run (`")[1].split("`")[0]
+    assert res.stdout.splitlines()[0] == first

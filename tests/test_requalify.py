@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from specreplay.cli import app
 from specreplay.replay.engine import replay_archive
-from specreplay.results.output import load_results_schema, validate_json
+from specreplay.results.io import load_results_schema, validate_json
 from specreplay.sim.arms import parse_arm
 
 ARMS = [

@@ -1,21 +1,30 @@
-"""``specreplay demo``: the built-in archive's story, verdicts first."""
+"""``specreplay demo``: the built-in archive's story, verdicts first.
+
+One replay pass over the generated archive serves every chapter: the MEASURED figures, the
+requalification of dyadic24 (with greedy as reference and the path-bias diagnostic) and the bits
+sweep (dyadic 8, 12, 16) are built from the same sums; the law tests use the same archive.
+"""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from pathlib import Path
 from typing import Any
 
-from specreplay.commands.lawtest import run_lawtest
-from specreplay.replay.scan import Progress, no_progress, scan_archive
-from specreplay.results.builders import (
-    write_measured,
-    write_synth_archive,
-)
-from specreplay.results.output import (
-    output_dir,
-)
-from specreplay.results.tables import archive_summary
+from specreplay.replay.archive.sources import archive_rows
+from specreplay.replay.engine import ReplayResult, replay_archive
+from specreplay.replay.scan import ArchiveScan, Progress, no_progress
+from specreplay.results.builders import measured_result, write_synth_archive
+from specreplay.results.lawtests import lawtest_result
+from specreplay.results.model import LawTest, Result, Role
+from specreplay.results.output import output_dir
+from specreplay.results.render import write_all
+from specreplay.results.requalification import RequalifyArms, check_replayable, requalify_result
+from specreplay.results.tables import archive_summary, lawtest_table, measured_tables
+from specreplay.results.tables import requalify_tables as requalify_text
+from specreplay.sim.arms import Arm, parse_arm
+from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
+from specreplay.stats.compare import parse_margin
 
 __all__ = ["run_demo"]
 
@@ -25,6 +34,70 @@ DEMO_CANDIDATE = "top32:t0.7:dyadic24@5"
 DEMO_REFERENCE = "greedy@5"
 DEMO_BITS = (8, 12, 16)
 DEMO_MISMATCHED = "top32:t0.7:dyadic8/float64@5"
+
+
+def _arms(candidate: str, reference: str | None) -> RequalifyArms:
+    base, cand = parse_arm(DEMO_BASELINE), parse_arm(candidate)
+    ref = parse_arm(reference) if reference else None
+    every: dict[str, Arm] = {}
+    for a in (base, cand, ref, base):  # the baseline is the archive's logging arm
+        if a is not None:
+            every.setdefault(a.canonical, a)
+    return RequalifyArms(base, cand, ref, base, every)
+
+
+def _options(archive: Path, candidate: str, reference: str | None, n_boot: int) -> dict[str, Any]:
+    return {
+        "archive": str(archive),
+        "baseline": DEMO_BASELINE,
+        "candidate": candidate,
+        "reference": reference,
+        "estimator": "analytic",
+        "replicates": 16,
+        "margin": parse_margin("0.5%").to_json(),
+        "fail_on": [],
+        "families": None,
+        "sample_requests": None,
+        "n_boot": n_boot,
+        "stratify": "family",
+        "level": 0.95,
+        "min_requests": 10,
+        "buckets": DEFAULT_BUCKETS,
+        "logging_arm": None,
+    }
+
+
+def _relocated(result: Result, tmp: Path, out: Path) -> Result:
+    """Return ``result`` with paths under the temporary folder named by their final place."""
+    inputs = tuple(
+        dataclasses.replace(f, path=f.path.replace(str(tmp), str(out), 1)) for f in result.inputs
+    )
+    options = {
+        k: v.replace(str(tmp), str(out), 1) if isinstance(v, str) else v
+        for k, v in result.options.items()
+    }
+    return dataclasses.replace(result, inputs=inputs, options=options)
+
+
+def _replay(archive: Path, seed: int, progress: Progress) -> ReplayResult:
+    arms: dict[str, Arm] = {}
+    for text in (DEMO_BASELINE, DEMO_CANDIDATE, DEMO_REFERENCE,
+                 *[f"top32:t0.7:dyadic{b}@5" for b in DEMO_BITS]):  # fmt: skip
+        arm = parse_arm(text)
+        arms.setdefault(arm.canonical, arm)
+    with progress("replaying", archive_rows(archive)) as advance:
+        return replay_archive(archive, list(arms.values()), seed=seed,
+                              buckets=Buckets.parse(DEFAULT_BUCKETS), progress=advance)  # fmt: skip
+
+
+def _requalification(
+    res: ReplayResult, archive: Path, candidate: str, reference: str | None, n_boot: int
+) -> Result:
+    arms = _arms(candidate, reference)
+    check_replayable(res, arms)
+    return requalify_result(
+        archive, res, arms, _options(archive, candidate, reference, n_boot), res.seed, 8
+    )
 
 
 def run_demo(
@@ -44,99 +117,99 @@ def run_demo(
     3. a bits sweep (dyadic 8, 12, 16, 24: ``out/bits-dyadicN``) and the mismatched verifier
        ``dyadic8/float64`` failing the law test (``out/lawtest``).
     """
-    from specreplay.commands.requalify import run_requalify
-    from specreplay.stats.buckets import DEFAULT_BUCKETS
-
     with output_dir(out, force=force) as tmp:
         archive = tmp / "archive"
         write_synth_archive(archive, n_requests, 64, 250, seed, progress)
-        scan = scan_archive(archive, buckets=DEFAULT_BUCKETS, progress=progress)
+        res = _replay(archive, seed, progress)
+        scan = ArchiveScan(res.reader, res.measured, "accepted" in res.reader.columns)
         options = {"requests": n_requests, "archive": str(out / "archive")}
-        tables = write_measured(tmp, scan, "demo", seed, options, rename=(tmp, out))
-        common: dict[str, Any] = {"force": True, "seed": seed, "n_boot": n_boot}
-        main_text, _, main = run_requalify(
-            archive, baseline=DEMO_BASELINE, candidate=DEMO_CANDIDATE, reference=DEMO_REFERENCE,
-            out=tmp / "requalify", **common,
-        )  # fmt: skip
-        sweep = {24: main}
+        measured = measured_result(scan, command="demo", seed=seed, options=options,
+                                   rename=(tmp, out))  # fmt: skip
+        write_all(measured, tmp)
+        results: dict[str, Result] = {
+            "requalify": _requalification(res, archive, DEMO_CANDIDATE, DEMO_REFERENCE, n_boot)
+        }
         for bits in DEMO_BITS:
-            _, _, sweep[bits] = run_requalify(
-                archive, baseline=DEMO_BASELINE, candidate=f"top32:t0.7:dyadic{bits}@5",
-                reference=None, out=tmp / f"bits-dyadic{bits}", **common,
-            )  # fmt: skip
-        law_text, _ = run_lawtest(
-            [DEMO_MISMATCHED, DEMO_CANDIDATE], archive=archive, out=tmp / "lawtest",
-            force=True, seed=seed,
-        )  # fmt: skip
-        law_doc = json.loads((tmp / "lawtest" / "results.json").read_text())
-    verdicts = _demo_verdicts(main, sweep, law_doc["law_tests"])
-    head = (
-        f"specreplay demo: built-in synthetic archive, {n_requests:,} requests, seed {seed} "
-        f"(written to {out}/archive)"
+            cand = f"top32:t0.7:dyadic{bits}@5"
+            results[f"bits-dyadic{bits}"] = _requalification(res, archive, cand, None, n_boot)
+        results["lawtest"] = lawtest_result(
+            [DEMO_MISMATCHED, DEMO_CANDIDATE], archive=archive, seed=seed
+        )
+        for name, result in results.items():
+            results[name] = _relocated(result, tmp, out)
+            (tmp / name).mkdir()
+            write_all(results[name], tmp / name)
+    return _demo_text(out, n_requests, seed, measured, results)
+
+
+def _demo_text(
+    out: Path, n_requests: int, seed: int, measured: Result, results: dict[str, Result]
+) -> str:
+    sweep = {24: results["requalify"]} | {b: results[f"bits-dyadic{b}"] for b in DEMO_BITS}
+    law = results["lawtest"]
+    assert measured.archive is not None  # measured_result always describes the archive
+    summary = archive_summary(
+        measured.archive, f"{out}/archive", measured.pooled.arms[DEMO_BASELINE]
     )
     return "\n".join(
         [
-            head,
+            f"specreplay demo: built-in synthetic archive, {n_requests:,} requests, seed {seed} "
+            f"(written to {out}/archive)",
             "",
-            verdicts,
+            _demo_verdicts(results["requalify"], sweep, law.law_tests),
             "",
             "# 1. The archive (MEASURED)",
             "",
-            archive_summary(scan, out / "archive"),
+            summary,
             "",
-            tables,
+            measured_tables(measured),
             f"# 2. Requalification of {DEMO_CANDIDATE} against {DEMO_BASELINE} ({out}/requalify)",
             "",
-            main_text.replace(str(tmp), str(out)),
+            requalify_text(results["requalify"])
+            + f"\nOutputs: {out}/requalify/ (results.json, TABLES.md, cells.parquet, forest.png)",
             f"# 3. Mismatched verifier {DEMO_MISMATCHED} ({out}/lawtest)",
             "",
-            law_text.replace(str(tmp), str(out)),
+            lawtest_table(law) + f"\nOutputs: {out}/lawtest/ (results.json, TABLES.md)",
             f"Outputs: {out}/",
         ]
     )
 
 
-def _demo_verdicts(
-    main: dict[str, Any], sweep: dict[int, dict[str, Any]], law: list[dict[str, Any]]
-) -> str:
-    def delta(doc: dict[str, Any], role: str) -> dict[str, Any] | None:
-        return next((d for d in doc["cells"][0]["deltas"] if d["role"] == role), None)
-
+def _demo_verdicts(main: Result, sweep: dict[int, Result], law: tuple[LawTest, ...]) -> str:
     lines = ["VERDICTS (pooled; SIMULATED replays of the MEASURED archive)"]
-    d = delta(main, "candidate-vs-baseline")
-    rq = main["requalification"]
-    if d is not None and d["point"] is not None:
+    d = main.pooled.delta(Role.CANDIDATE_VS_BASELINE)
+    rq = main.requalification
+    if d is not None and d.point is not None and rq is not None:
         lines.append(
-            f"- requalification {DEMO_CANDIDATE} vs {DEMO_BASELINE}: {rq['verdict']} "
-            f"(Δ {d['point']:+.2e} tokens/round, {100 * d['rel']:+.4f}%; {rq['because']})"
+            f"- requalification {DEMO_CANDIDATE} vs {DEMO_BASELINE}: {rq.verdict} "
+            f"(Δ {d.point:+.2e} tokens/round, {100 * (d.rel or 0.0):+.4f}%; {rq.because})"
         )
     parts = []
     for bits in sorted(sweep):
-        db = delta(sweep[bits], "candidate-vs-baseline")
-        if db is not None and db["point"] is not None:
-            lo, hi = 100 * db["rel_lo"], 100 * db["rel_hi"]
-            parts.append(
-                f"dyadic{bits} {sweep[bits]['requalification']['verdict']} "
-                f"({100 * db['rel']:+.3f}% [{lo:+.3f}%, {hi:+.3f}%])"
-            )
+        db = sweep[bits].pooled.delta(Role.CANDIDATE_VS_BASELINE)
+        rqb = sweep[bits].requalification
+        if db is not None and db.point is not None and rqb is not None:
+            lo, hi, rel = (100 * (x or 0.0) for x in (db.rel_lo, db.rel_hi, db.rel))
+            parts.append(f"dyadic{bits} {rqb.verdict} ({rel:+.3f}% [{lo:+.3f}%, {hi:+.3f}%])")
     lines.append("- bits sweep at margin 0.5%: " + "; ".join(parts))
-    mism = [t for t in law if t["arm"] == DEMO_MISMATCHED and t["passed"] is not None]
-    failed = [t for t in mism if not t["passed"]]
+    mism = [t for t in law if t.arm == DEMO_MISMATCHED and t.passed is not None]
     if mism:
+        failed = sum(1 for t in mism if not t.passed)
+        tv = max(t.tv or 0.0 for t in mism)
         lines.append(
-            f"- mismatched verifier {DEMO_MISMATCHED}: law test FAILED at {len(failed)} of "
-            f"{len(mism)} archive positions (exact TV up to {max(t['tv'] for t in mism):.3g})"
+            f"- mismatched verifier {DEMO_MISMATCHED}: law test FAILED at {failed} of "
+            f"{len(mism)} archive positions (exact TV up to {tv:.3g})"
         )
-    g = delta(main, "candidate-vs-reference")
-    if g is not None and g["point"] is not None:
+    g = main.pooled.delta(Role.CANDIDATE_VS_REFERENCE)
+    if g is not None and g.point is not None:
         lines.append(
-            f"- gain of {DEMO_CANDIDATE} over {DEMO_REFERENCE}: {g['point']:+.4f} tokens/round "
-            f"[{g['lo']:+.4f}, {g['hi']:+.4f}] ({100 * g['rel']:+.2f}%)"
+            f"- gain of {DEMO_CANDIDATE} over {DEMO_REFERENCE}: {g.point:+.4f} tokens/round "
+            f"[{g.lo or 0.0:+.4f}, {g.hi or 0.0:+.4f}] ({100 * (g.rel or 0.0):+.2f}%)"
         )
-    pb = delta(main, "path-bias")
-    if pb is not None and pb["point"] is not None:
+    pb = main.pooled.delta(Role.PATH_BIAS)
+    if pb is not None and pb.point is not None:
         lines.append(
-            f"- path bias of the logging arm (SIMULATED − MEASURED R): {pb['point']:+.4f} "
-            f"[{pb['lo']:+.4f}, {pb['hi']:+.4f}] tokens/round"
+            f"- path bias of the logging arm (SIMULATED − MEASURED R): {pb.point:+.4f} "
+            f"[{pb.lo or 0.0:+.4f}, {pb.hi or 0.0:+.4f}] tokens/round"
         )
     return "\n".join(lines)

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from specreplay.errors import SpecReplayError
-from specreplay.results.output import (
-    input_records,
-    output_dir,
-    results_document,
-    write_json,
-)
-from specreplay.stats.buckets import Buckets
+from specreplay.results.lawtests import lawtest_result
+from specreplay.results.output import check_out, output_dir
+from specreplay.results.render import write_all
+from specreplay.results.tables import lawtest_table
 
 __all__ = ["run_lawtest"]
 
@@ -32,64 +27,17 @@ def run_lawtest(
 ) -> tuple[str, bool]:
     """Law tests of arms on the toy laws and, given an archive, on sampled positions.
 
-    Without ``--arm`` the built-in toy suite runs (float64, dyadic8 and dyadic8/float64 on four
-    toy positions). Returns (terminal text, every test passed).
+    Returns (terminal text, every test passed); see
+    :func:`~specreplay.results.lawtests.lawtest_result`.
     """
-    from specreplay.replay.lawcases import archive_cases, run_cases, toy_arm_cases
-    from specreplay.results.tables import lawtest_table
-    from specreplay.sim.arms import parse_arm
-    from specreplay.stats.buckets import DEFAULT_BUCKETS
-    from specreplay.stats.lawtest import toy_cases
-
-    arms = [parse_arm(a) for a in arms_text]
-    with output_dir(out, force=force) as tmp:
-        if arms:
-            cases, skipped = toy_arm_cases(arms)
-            cases = [c._replace(arm=f"toy:{c.arm}") for c in cases]
-            skipped = [{**s, "arm": f"toy:{s['arm']}"} for s in skipped]
-        else:
-            cases, skipped = toy_cases(), []
-        inputs: list[dict[str, Any]] = []
-        if archive is not None:
-            if not arms:
-                raise SpecReplayError("lawtest ARCHIVE: name the arms to test with --arm")
-            bk = Buckets.parse(buckets or DEFAULT_BUCKETS)
-            more, more_skipped = archive_cases(
-                archive, arms, positions=positions, buckets=bk, logging_arm=logging_arm
-            )
-            cases += more
-            skipped += more_skipped
-            inputs = input_records([(p, None) for p in _archive_files(archive)])
-        law = run_cases(cases, skipped, seed=seed, family_alpha=family_alpha, max_draws=max_draws)
-        doc = results_document(
-            command="lawtest",
-            seed=seed,
-            inputs=inputs,
-            options={
-                "arms": arms_text,
-                "archive": str(archive) if archive else None,
-                "positions": positions,
-                "family_alpha": family_alpha,
-                "max_draws": max_draws,
-            },
-            assumptions=[
-                "Exact output law: q_s·min(1, p/q_v) + (1 − α)·r, r ∝ max(0, p − q_v), target mass "
-                "outside the candidates as one bucket; Monte Carlo G-test of sampled outputs "
-                "against p, categories with expected count < 5 merged, Holm over every test.",
-            ],
-            excluded=[],
-            arms=[a.canonical for a in arms] or sorted({c.arm for c in cases}),
-            cells=[],
-            law_tests=law,
-        )
-        write_json(tmp / "results.json", doc)
-        table = lawtest_table(law, family_alpha)
-        (tmp / "TABLES.md").write_text(table)
-    ok = all(t["passed"] is not False for t in law)
-    return table + f"\nOutputs: {out}/ (results.json, TABLES.md)", ok
-
-
-def _archive_files(archive: Path) -> list[Path]:
-    from specreplay.replay.archive.sources import list_archive
-
-    return [f.path for f in list_archive(archive)]
+    read = [archive] if archive is not None else []
+    check_out(out, force=force, inputs=read)
+    with output_dir(out, force=force, inputs=read) as tmp:
+        result = lawtest_result(
+            arms_text, archive=archive, positions=positions, seed=seed,
+            family_alpha=family_alpha, max_draws=max_draws, buckets=buckets,
+            logging_arm=logging_arm,
+        )  # fmt: skip
+        write_all(result, tmp)
+    ok = all(t.passed is not False for t in result.law_tests)
+    return lawtest_table(result) + f"\nOutputs: {out}/ (results.json, TABLES.md)", ok

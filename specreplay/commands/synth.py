@@ -6,13 +6,9 @@ import time
 from pathlib import Path
 
 from specreplay.replay.scan import Progress, no_progress
-from specreplay.results.builders import (
-    synth_arm,
-    write_synth_archive,
-)
-from specreplay.results.output import (
-    output_dir,
-)
+from specreplay.results.builders import write_synth_archive
+from specreplay.results.output import output_dir
+from specreplay.sim.synth import logging_arm_name
 
 __all__ = ["run_synth"]
 
@@ -29,11 +25,11 @@ def run_synth(
 ) -> str:
     """Generate the synthetic archive into ``out`` (Parquet shards + SYNTH.json manifest)."""
     t0 = time.perf_counter()
-    with output_dir(out, force=force) as tmp:
+    with output_dir(out, force=force, marker=False) as tmp:  # an archive: no marker
         cfg, files = write_synth_archive(tmp, n_requests, rounds, shard_requests, seed, progress)
         rows = n_requests * rounds * cfg.depth
     return (
         f"wrote {n_requests:,} requests × {rounds} rounds × {cfg.depth} positions "
         f"({rows:,} rows) in {len(files)} shards to {out} "
-        f"(logging arm {synth_arm(cfg)}, seed {seed}) in {time.perf_counter() - t0:.1f} s"
+        f"(logging arm {logging_arm_name(cfg)}, seed {seed}) in {time.perf_counter() - t0:.1f} s"
     )

@@ -5,12 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from specreplay.replay.scan import Progress, no_progress, scan_archive
-from specreplay.results.builders import (
-    write_measured,
-)
-from specreplay.results.output import (
-    output_dir,
-)
+from specreplay.results.builders import measured_result
+from specreplay.results.output import check_out, output_dir
+from specreplay.results.render import write_all
 from specreplay.results.tables import archive_summary, measured_tables
 
 __all__ = ["run_validate"]
@@ -27,6 +24,8 @@ def run_validate(
     progress: Progress = no_progress,
 ) -> tuple[bool, str]:
     """Validate an archive; return (valid, text): counts and MEASURED R, or the error lines."""
+    if out is not None:
+        check_out(out, force=force, inputs=[path])
     scan = scan_archive(
         path, buckets=buckets, logging_arm=logging_arm, max_errors=max_errors, progress=progress
     )
@@ -35,8 +34,9 @@ def run_validate(
         more = " (stopped there; --all lists every one)" if scan.reader.truncated else ""
         return False, "\n".join([*errors, f"{len(errors)} error(s) in {path}{more}"])
     options = {"path": str(path), "buckets": buckets, "logging_arm": logging_arm}
-    text = archive_summary(scan)
+    result = measured_result(scan, command="validate", seed=0, options=options)
+    text = archive_summary(result.archive, str(path), result.pooled.arms[result.arms[0]])  # type: ignore[arg-type]
     if out is not None:
-        with output_dir(out, force=force) as tmp:
-            write_measured(tmp, scan, "validate", 0, options)
-    return True, text + "\n\n" + measured_tables(scan.cells(), scan)
+        with output_dir(out, force=force, inputs=[path]) as tmp:
+            write_all(result, tmp)
+    return True, text + "\n\n" + measured_tables(result)

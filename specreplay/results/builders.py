@@ -1,21 +1,35 @@
-"""Output steps shared by several commands: the synthetic archive and MEASURED report files."""
+"""Builders of typed results shared by several commands: the synthetic archive, MEASURED scans.
+
+A builder turns what the lower layers computed (an :class:`~specreplay.replay.scan.ArchiveScan`,
+the comparison cells of :mod:`specreplay.stats.compare`, law-test records) into the typed model of
+:mod:`specreplay.results.model`, once; nothing edits the objects afterwards.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from specreplay.replay.scan import ArchiveScan, Progress
-from specreplay.results.output import (
-    cells_frame,
-    input_records,
-    results_document,
-    write_json,
-)
-from specreplay.results.tables import measured_tables
+from specreplay.results.document import excluded_entries, input_files, new_result
+from specreplay.results.io import load, write_result
+from specreplay.results.model import ArchiveSummary, Cell, LawTest, Result
+from specreplay.sim.synth import SynthConfig, logging_arm_name
 from specreplay.stats.cells import excluded_unbucketed
 
-__all__ = ["PATH_ASSUMPTION_NOTE", "synth_arm", "write_measured", "write_synth_archive"]
+__all__ = [
+    "PATH_ASSUMPTION_NOTE",
+    "archive_summary_of",
+    "cells_of",
+    "comparison_cells",
+    "law_tests_of",
+    "measured_result",
+    "write_synth_archive",
+]
 
 PATH_ASSUMPTION_NOTE = (
     "MEASURED figures count the archived verifier's decisions (`accepted`): A = leading True "
@@ -23,22 +37,42 @@ PATH_ASSUMPTION_NOTE = (
 )
 
 
-def synth_arm(cfg: Any) -> str:
-    """Return the logging arm of a synthetic archive configuration."""
-    from specreplay.sim.synth import logging_arm_name
+def cells_of(cells: Iterable[dict[str, Any]]) -> tuple[Cell, ...]:
+    """Return typed cells from the cell records the statistics layer builds."""
+    return tuple(load(Cell, c, f"cells[{i}]") for i, c in enumerate(cells))
 
-    return logging_arm_name(cfg)
+
+def comparison_cells(
+    cells: Iterable[dict[str, Any]], intervals: list[dict[str, Any]] | None = None
+) -> tuple[Cell, ...]:
+    """Return typed cells of a comparison, with each cell's HDI/ETI (``hdi_eti``) when given."""
+    records = list(cells)
+    if intervals is not None:
+        records = [
+            {**c, "deltas": [{**c["deltas"][0], **iv}, *c["deltas"][1:]]}
+            for c, iv in zip(records, intervals, strict=True)
+        ]
+    return cells_of(records)
+
+
+def law_tests_of(records: Iterable[dict[str, Any]]) -> tuple[LawTest, ...]:
+    """Return typed law tests from :func:`specreplay.replay.lawcases.run_cases` records."""
+    return tuple(load(LawTest, t, f"law_tests[{i}]") for i, t in enumerate(records))
 
 
 def write_synth_archive(
     folder: Path, n_requests: int, rounds: int, shard_requests: int, seed: int, progress: Progress
-) -> tuple[Any, list[Path]]:
-    """Write the synthetic archive (Parquet shards and SYNTH.json) into ``folder``."""
+) -> tuple[SynthConfig, list[Path]]:
+    """Write the synthetic archive (Parquet shards and its SYNTH.json manifest) into ``folder``.
+
+    ``outputs`` of the manifest name the shards by their file names (the folder may still be a
+    temporary one when this runs).
+    """
     from specreplay.replay.archive.synthetic import synth_frames
     from specreplay.replay.archive.writer import TraceWriter
-    from specreplay.sim.synth import SynthConfig
 
     cfg = SynthConfig(n_requests=n_requests, rounds=rounds, requests_per_shard=shard_requests)
+    arm = logging_arm_name(cfg)
     with (
         progress("synthesising requests", n_requests) as advance,
         TraceWriter(folder, format="parquet-dir") as writer,
@@ -48,59 +82,78 @@ def write_synth_archive(
             writer.end_shard()
             advance(frame.height // (rounds * cfg.depth))
     files = writer.written
-    manifest = results_document(
+    outputs = tuple(
+        dataclasses.replace(f, path=Path(f.path).name)
+        for f in input_files([(p, None) for p in files])
+    )
+    manifest = new_result(
         command="synth",
         seed=seed,
-        inputs=[],
+        inputs=(),
         options={
             "requests": n_requests,
             "rounds": rounds,
             "depth": cfg.depth,
             "shard_requests": shard_requests,
-            "logging_arm": synth_arm(cfg),
+            "logging_arm": arm,
         },
         assumptions=[
             "Synthetic archive logged from specreplay's toy draft/target model pair "
             "(specreplay.sim.toy); no real model was run.",
         ],
-        excluded=[],
-        arms=[synth_arm(cfg)],
-        cells=[],
-        outputs=input_records([(f, None) for f in files]),
+        arms=[arm],
+        outputs=outputs,
     )
-    write_json(folder / "SYNTH.json", manifest)
+    write_result(folder / "SYNTH.json", manifest)
     return cfg, files
 
 
-def write_measured(
-    folder: Path,
+def archive_summary_of(scan: ArchiveScan) -> ArchiveSummary:
+    """Return the shape of the scanned archive (counts, depth coverage, columns)."""
+    r, m = scan.reader, scan.measured
+    fam_req = np.bincount(np.asarray(r.request_family, dtype=np.int64), minlength=len(r.families))
+    bucket_rounds = np.bincount(m.sums.bucket, weights=m.sums.n, minlength=len(r.buckets.names))
+    filled = m.max_depth > 0
+    return ArchiveSummary(
+        files=len(r.files),
+        rows=sum(f.rows for f in r.files),
+        requests=len(r.requests),
+        rounds=int(m.sums.n.sum()),
+        positions=int(m.positions),
+        requests_by_family={n: int(k) for n, k in zip(r.families, fam_req, strict=True)},
+        rounds_by_bucket={n: int(k) for n, k in zip(r.buckets.names, bucket_rounds, strict=True)},
+        min_depth=int(m.min_depth[filled].min()) if filled.any() else 0,
+        max_depth=int(m.max_depth[filled].max()) if filled.any() else 0,
+        logging_arm=r.logging_arm,
+        optional_columns=tuple(sorted(r.columns)),
+        carried_columns=tuple(r.extra_columns),
+    )
+
+
+def measured_result(
     scan: ArchiveScan,
+    *,
     command: str,
     seed: int,
     options: dict[str, Any],
     rename: tuple[Path, Path] | None = None,
-) -> str:
-    """Write results.json, cells.parquet and TABLES.md of a MEASURED scan into ``folder``.
+) -> Result:
+    """Return the MEASURED result of a scanned archive (``validate``, ``demo``).
 
-    ``rename = (tmp, final)`` rewrites input paths read from the temporary output folder.
+    ``rename = (tmp, final)`` rewrites input paths read from a temporary output folder.
     """
-    cells = scan.cells()
-    inputs = input_records([(f.path, f.rows) for f in scan.reader.files])
+    inputs = input_files([(f.path, f.rows) for f in scan.reader.files])
     if rename is not None:
-        for rec in inputs:
-            rec["path"] = rec["path"].replace(str(rename[0]), str(rename[1]), 1)
-    doc = results_document(
+        old, new = str(rename[0]), str(rename[1])
+        inputs = tuple(dataclasses.replace(f, path=f.path.replace(old, new, 1)) for f in inputs)
+    return new_result(
         command=command,
         seed=seed,
         inputs=inputs,
         options=options,
         assumptions=[PATH_ASSUMPTION_NOTE],
-        excluded=excluded_unbucketed(scan.measured, scan.reader.buckets),
+        excluded=excluded_entries(excluded_unbucketed(scan.measured, scan.reader.buckets)),
         arms=[scan.arm],
-        cells=cells,
+        cells=cells_of(scan.cells()),
+        archive=archive_summary_of(scan),
     )
-    write_json(folder / "results.json", doc)
-    cells_frame(cells).write_parquet(folder / "cells.parquet")
-    tables = measured_tables(cells, scan)
-    (folder / "TABLES.md").write_text(tables)
-    return tables

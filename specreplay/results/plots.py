@@ -9,43 +9,51 @@ are inside the margin, which exclude zero, and which are too wide to tell.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+
+from specreplay.results.model import Cell, Level, Role
 
 __all__ = ["forest_plot"]
 
 
 def forest_plot(
-    cells: list[dict[str, Any]],
+    cells: tuple[Cell, ...],
     path: Path,
     *,
+    role: Role,
     relative: bool,
     margin: float,
     title: str,
 ) -> None:
-    """Draw Δ (relative, in %, when ``relative``) with intervals per cell into ``path``."""
+    """Draw the ``role`` delta (relative, in %, when ``relative``) per cell into ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows: list[tuple[str, float, float, float, str | None]] = []
-    n_buckets = sum(1 for c in cells if c["level"] == "bucket")
-    levels = ("pooled", "family", "family×bucket") if n_buckets > 1 else ("pooled", "family")
-    order = [c for c in cells if c["level"] in levels]
-    order.sort(key=lambda c: (c["family"] is not None, c["family"] or "", c["bucket"] or ""))
+    n_buckets = sum(1 for c in cells if c.level == Level.BUCKET)
+    levels = (
+        (Level.POOLED, Level.FAMILY, Level.FAMILY_BUCKET)
+        if n_buckets > 1
+        else (Level.POOLED, Level.FAMILY)
+    )
+    order = [c for c in cells if c.level in levels]
+    order.sort(key=lambda c: (c.family is not None, c.family or "", c.bucket or ""))
     scale = 100.0 if relative else 1.0
     for c in order:
-        d = c["deltas"][0]
+        d = c.delta(role)
+        if d is None:
+            continue
         name = (
             "pooled"
-            if c["level"] == "pooled"
-            else (c["family"] if c["bucket"] is None else f"   {c['bucket']}")
+            if c.level == Level.POOLED
+            else (str(c.family) if c.bucket is None else f"   {c.bucket}")
         )
-        if d["null_reason"] is not None:
+        vals = (d.rel, d.rel_lo, d.rel_hi) if relative else (d.point, d.lo, d.hi)
+        if d.null_reason is not None or vals[0] is None or vals[1] is None or vals[2] is None:
             rows.append((f"{name} (—)", float("nan"), float("nan"), float("nan"), None))
             continue
-        key = ("rel", "rel_lo", "rel_hi") if relative else ("point", "lo", "hi")
-        rows.append((name, d[key[0]] * scale, d[key[1]] * scale, d[key[2]] * scale, d["verdict"]))
+        rows.append((name, vals[0] * scale, vals[1] * scale, vals[2] * scale, d.verdict))
     colors = {"EQUIVALENT": "tab:green", "DIFFERENT": "tab:red", "INCONCLUSIVE": "tab:gray"}
     fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(rows) + 1.6))
     m = margin * scale
@@ -65,5 +73,5 @@ def forest_plot(
     ax.set_title(title, fontsize=9)
     ax.legend(loc="lower right", fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)

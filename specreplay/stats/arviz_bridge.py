@@ -15,17 +15,18 @@ import numpy as np
 from specreplay.errors import SpecReplayError
 from specreplay.stats.compare import Comparison
 
-__all__ = ["add_hdi_eti", "replicates_tree", "save_netcdf"]
+__all__ = ["hdi_eti", "replicates_tree", "save_netcdf"]
 
 
-def add_hdi_eti(comp: Comparison, prob: float = 0.95) -> None:
-    """Add ``hdi`` and ``eti`` (of Δ and Δ/R_a replicates) to every non-null delta, in place."""
+def hdi_eti(comp: Comparison, prob: float = 0.95) -> list[dict[str, Any]]:
+    """Return, per cell, ``{"hdi": …, "eti": …}`` of its Δ and Δ/R_a replicates (None if null)."""
     from arviz_stats.base import array_stats  # type: ignore[attr-defined]
 
+    intervals: list[dict[str, Any]] = []
     for i, cell in enumerate(comp.cells):
         d = cell["deltas"][0]
         if d["null_reason"] is not None:
-            d["hdi"] = d["eti"] = None
+            intervals.append({"hdi": None, "eti": None})
             continue
         reps = comp.delta_reps[:, i]
         rel = comp.rel_reps[:, i]
@@ -36,7 +37,8 @@ def add_hdi_eti(comp: Comparison, prob: float = 0.95) -> None:
             lo, hi = (float(x) for x in fn(reps[ok], prob))
             rlo, rhi = (float(x) for x in fn(rel[ok], prob))
             out[kind] = {"prob": prob, "lo": lo, "hi": hi, "rel_lo": rlo, "rel_hi": rhi}
-        d.update(out)
+        intervals.append(out)
+    return intervals
 
 
 def _cell_name(cell: dict[str, Any]) -> str:

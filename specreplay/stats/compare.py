@@ -109,6 +109,46 @@ def _ratio(t: NDArray[np.float64], n: NDArray[np.float64]) -> NDArray[np.float64
         return np.where(n > 0, t / np.where(n > 0, n, 1.0), np.nan)
 
 
+def _cell_stats(
+    ps: PairedSums,
+    point: NDArray[np.float64],
+    reps_sums: NDArray[np.float64],
+    cell: Cell,
+) -> tuple[dict[str, Any], NDArray[np.float64], NDArray[np.float64]]:
+    """Point sums, R per arm, replicates of Δ and Δ/R_a and jackknife values of one cell."""
+    n_boot = reps_sums.shape[0]
+    n_req = ps.n_requests
+    fam_of_piece = ps.family[ps.piece_request].astype(np.int64)
+    fi, bi = np.asarray(cell.fam_idx), np.asarray(cell.bucket_idx)
+    sel = point[np.ix_(fi, bi)].reshape(-1, 4).sum(axis=0)
+    reps = reps_sums[:, fi][:, :, bi].reshape(n_boot, -1, 4).sum(axis=1)
+    na, ta, nb_, tb = (float(x) for x in sel)
+    in_cell = np.isin(fam_of_piece, fi) & np.isin(ps.piece_bucket, bi)
+    per_req = np.zeros((n_req, 4))
+    for v, arr in enumerate((ps.n_a, ps.t_a, ps.n_b, ps.t_b)):
+        per_req[:, v] = np.bincount(
+            ps.piece_request[in_cell], weights=arr[in_cell], minlength=n_req
+        )
+    members = (per_req[:, 0] + per_req[:, 2]) > 0
+    ra_reps = _ratio(reps[:, 1], reps[:, 0])
+    rb_reps = _ratio(reps[:, 3], reps[:, 2])
+    # leave-one-request-out values (requests outside the cell leave it unchanged)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loo_a = (ta - per_req[:, 1]) / (na - per_req[:, 0])
+        loo_b = (tb - per_req[:, 3]) / (nb_ - per_req[:, 2])
+    raw = {
+        "cell": cell,
+        "n_requests": int(members.sum()),
+        "na": na,
+        "nb": nb_,
+        "ra": ta / na if na > 0 else None,
+        "rb": tb / nb_ if nb_ > 0 else None,
+        "jack_delta": loo_b - loo_a,
+        "jack_rel": loo_b / loo_a - 1.0,
+    }
+    return raw, rb_reps - ra_reps, rb_reps / ra_reps - 1.0
+
+
 def compare(
     ps: PairedSums,
     *,
@@ -150,46 +190,12 @@ def compare(
     point = point_sums(ps)
     present = {int(b) for b in np.unique(ps.piece_bucket)}
     layout = _layout(ps, present)
-    fam_of_piece = ps.family[ps.piece_request].astype(np.int64)
-    n_req = ps.n_requests
     delta_reps = np.full((n_boot, len(layout)), np.nan)
     rel_reps = np.full((n_boot, len(layout)), np.nan)
     raw: list[dict[str, Any]] = []
     for ci, cell in enumerate(layout):
-        fi, bi = np.asarray(cell.fam_idx), np.asarray(cell.bucket_idx)
-        sel = point[np.ix_(fi, bi)].reshape(-1, 4).sum(axis=0)
-        reps = reps_sums[:, fi][:, :, bi].reshape(n_boot, -1, 4).sum(axis=1)
-        na, ta, nb_, tb = (float(x) for x in sel)
-        in_cell = np.isin(fam_of_piece, fi) & np.isin(ps.piece_bucket, bi)
-        per_req = np.zeros((n_req, 4))
-        for v, arr in enumerate((ps.n_a, ps.t_a, ps.n_b, ps.t_b)):
-            per_req[:, v] = np.bincount(
-                ps.piece_request[in_cell], weights=arr[in_cell], minlength=n_req
-            )
-        members = (per_req[:, 0] + per_req[:, 2]) > 0
-        k = int(members.sum())
-        ra = ta / na if na > 0 else None
-        rb = tb / nb_ if nb_ > 0 else None
-        ra_reps = _ratio(reps[:, 1], reps[:, 0])
-        rb_reps = _ratio(reps[:, 3], reps[:, 2])
-        delta_reps[:, ci] = rb_reps - ra_reps
-        rel_reps[:, ci] = rb_reps / ra_reps - 1.0
-        # leave-one-request-out values (requests outside the cell leave it unchanged)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            loo_a = (ta - per_req[:, 1]) / (na - per_req[:, 0])
-            loo_b = (tb - per_req[:, 3]) / (nb_ - per_req[:, 2])
-        raw.append(
-            {
-                "cell": cell,
-                "n_requests": k,
-                "na": na,
-                "nb": nb_,
-                "ra": ra,
-                "rb": rb,
-                "jack_delta": loo_b - loo_a,
-                "jack_rel": loo_b / loo_a - 1.0,
-            }
-        )
+        r, delta_reps[:, ci], rel_reps[:, ci] = _cell_stats(ps, point, reps_sums, cell)
+        raw.append(r)
     cells = [
         _cell_json(
             r,
@@ -280,20 +286,50 @@ def _cell_json(
         "null_reason": None,
     }
     out["deltas"].append(delta)
-    why = None
-    if r["ra"] is None or r["rb"] is None:
-        why = empty if k == 0 else "an arm has no rounds in this cell"
-    elif k < min_requests:
-        why = f"{k} requests < --min-requests {min_requests}"
-    ok = np.isfinite(d_reps) & np.isfinite(rel_reps)
-    if why is None and ok.sum() < 0.99 * n_boot:
-        why = (
-            f"{n_boot - int(ok.sum())} of {n_boot} resamples drew no round of this cell: "
-            "too few requests for a domain estimate"
-        )
+    why = _null_reason(r, d_reps, rel_reps, min_requests, n_boot)
     if why is not None:
         delta["null_reason"] = why
         return out
+    delta.update(_delta_figures(r, d_reps, rel_reps, level=level, margin=margin, alpha=alpha))
+    if r["n_requests"] < UNDERCOVER_REQUESTS:
+        k = r["n_requests"]
+        delta["warning"] = f"bootstrap may undercover: {k} requests < {UNDERCOVER_REQUESTS}"
+    return out
+
+
+def _null_reason(
+    r: dict[str, Any],
+    d_reps: NDArray[np.float64],
+    rel_reps: NDArray[np.float64],
+    min_requests: int,
+    n_boot: int,
+) -> str | None:
+    """Why a cell's delta cannot be computed (None when it can)."""
+    k = r["n_requests"]
+    if r["ra"] is None or r["rb"] is None:
+        return "no rounds in this cell" if k == 0 else "an arm has no rounds in this cell"
+    if k < min_requests:
+        return f"{k} requests < --min-requests {min_requests}"
+    ok = np.isfinite(d_reps) & np.isfinite(rel_reps)
+    if ok.sum() < 0.99 * n_boot:
+        return (
+            f"{n_boot - int(ok.sum())} of {n_boot} resamples drew no round of this cell: "
+            "too few requests for a domain estimate"
+        )
+    return None
+
+
+def _delta_figures(
+    r: dict[str, Any],
+    d_reps: NDArray[np.float64],
+    rel_reps: NDArray[np.float64],
+    *,
+    level: float,
+    margin: Margin,
+    alpha: float,
+) -> dict[str, Any]:
+    """Point, percentile and BCa intervals, TOST interval, p-values and sizes of one delta."""
+    ok = np.isfinite(d_reps) & np.isfinite(rel_reps)
     d, rel = d_reps[ok], rel_reps[ok]
     point = r["rb"] - r["ra"]
     rel_point = r["rb"] / r["ra"] - 1.0
@@ -303,15 +339,17 @@ def _cell_json(
     bca_r = bca_interval(rel, rel_point, r["jack_rel"], level)
     test = rel if margin.relative else d
     lo90, hi90 = percentile_interval(test, 1.0 - 2.0 * alpha)
-    delta.update(
-        point=point,
-        rel=rel_point,
-        lo=lo,
-        hi=hi,
-        rel_lo=rlo,
-        rel_hi=rhi,
-        n_boot_valid=int(ok.sum()),
-        bca={
+    se = float(np.std(test, ddof=1))
+    est = rel_point if margin.relative else point
+    return {
+        "point": point,
+        "rel": rel_point,
+        "lo": lo,
+        "hi": hi,
+        "rel_lo": rlo,
+        "rel_hi": rhi,
+        "n_boot_valid": int(ok.sum()),
+        "bca": {
             "lo": bca_d.lo,
             "hi": bca_d.hi,
             "rel_lo": bca_r.lo,
@@ -320,24 +358,19 @@ def _cell_json(
             "z0": bca_d.z0,
             "null_reason": bca_d.null_reason or bca_r.null_reason,
         },
-        tost={
+        "tost": {
             "alpha": alpha,
             **margin.to_json(),
             "lo": lo90,
             "hi": hi90,
             "level": 1.0 - 2.0 * alpha,
         },
-        p_difference=two_sided_p(test),
-        p_equivalence=tost_p(test, margin.value),
-        smallest_equivalent_margin=max(abs(lo90), abs(hi90)),
-        smallest_equivalent_margin_kind="relative" if margin.relative else "absolute",
-    )
-    se = float(np.std(test, ddof=1))
-    est = rel_point if margin.relative else point
-    delta["requests_for_margin"] = requests_for_margin(est, se, margin.value, k, alpha)
-    if k < UNDERCOVER_REQUESTS:
-        delta["warning"] = f"bootstrap may undercover: {k} requests < {UNDERCOVER_REQUESTS}"
-    return out
+        "p_difference": two_sided_p(test),
+        "p_equivalence": tost_p(test, margin.value),
+        "smallest_equivalent_margin": max(abs(lo90), abs(hi90)),
+        "smallest_equivalent_margin_kind": "relative" if margin.relative else "absolute",
+        "requests_for_margin": requests_for_margin(est, se, margin.value, r["n_requests"], alpha),
+    }
 
 
 def _adjust(

@@ -10,6 +10,8 @@ memory is bounded by the batch size plus tables that grow with the number of req
 Errors: with ``max_errors=1`` (every command but ``validate``) the first error raises
 :class:`~specreplay.errors.SpecReplayError`; otherwise up to ``max_errors`` errors are collected in
 ``reader.errors`` (in archive order within each chunk) and no batch is yielded after the first one.
+An archive that holds no row at all raises once it has been read (there is nothing to replay); a
+``logging_arm`` (column or option) must parse as an arm (:func:`specreplay.sim.arms.parse_arm`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from specreplay.replay.archive.sources import (
     list_archive,
     read_chunks,
 )
+from specreplay.sim.arms import parse_arm
 from specreplay.sim.rng import request_key
 from specreplay.stats.buckets import Buckets
 
@@ -173,6 +176,10 @@ class ArchiveReader:
         self.files: list[FileInfo] = []
         self.columns: frozenset[str] = frozenset()
         self.extra_columns: tuple[str, ...] = ()
+        if logging_arm is not None:
+            problem = _arm_problem(logging_arm)
+            if problem is not None:
+                raise SpecReplayError(f"--logging-arm {logging_arm!r}: {problem}")
         self.logging_arm: str | None = logging_arm
         self._arm_from_option = logging_arm is not None
         self._arm_first: str | None = None
@@ -212,6 +219,12 @@ class ArchiveReader:
                 break
         if pending and not self.errors:
             yield self._to_batch(_Rows.concat(pending))
+        if not self.errors and not self.truncated and not any(f.rows for f in self.files):
+            n = len(self.files)
+            raise SpecReplayError(
+                f"{self.path}: the archive holds no row ({n} file{'s' if n != 1 else ''} read); "
+                "there is nothing to replay"
+            )
 
     def _emit(self, parts: list[_Rows]) -> Iterator[RoundBatch]:
         """Yield whole rounds made of ``parts`` without copying the large last part.
@@ -396,23 +409,33 @@ class ArchiveReader:
             if self.request_family[int(k)] < 0:
                 self.request_family[int(k)] = int(cr.req[k, ordercheck.R_FAM])
         if "logging_arm" in self.columns:
-            arms = frame.get_column("logging_arm")
-            if self._arm_first is None:
-                self._arm_first = str(arms[0])
-                self.logging_arm = self._arm_first
-                self._arm_loc = (file, int(locs[0]))
-            for i in np.flatnonzero((arms != self._arm_first).to_numpy()):
-                f0, l0 = self._arm_loc
-                issues.append(
-                    Issue(
-                        int(locs[i]),
-                        f"logging_arm {arms[int(i)]!r} differs from {self._arm_first!r}; "
-                        f"first at {self._cite(f0.index, l0, file)}",
-                    )
-                )
+            issues.extend(self._check_logging_arm(file, frame.get_column("logging_arm"), locs))
         extras = frame.select([c for c in frame.columns if c not in SCHEMA_V1])
         rows = _Rows(lens0, cand, lp, tp, eq, pos, didx, acc, req, rnd, ctx, fam, extras)
         return rows, issues
+
+    def _check_logging_arm(
+        self, file: ArchiveFile, arms: pl.Series, locs: NDArray[np.int64]
+    ) -> list[Issue]:
+        """Check that the first logging_arm is an arm and that every later one equals it."""
+        issues: list[Issue] = []
+        if self._arm_first is None:
+            self._arm_first = str(arms[0])
+            self.logging_arm = self._arm_first
+            self._arm_loc = (file, int(locs[0]))
+            problem = _arm_problem(self._arm_first)
+            if problem is not None:
+                issues.append(Issue(int(locs[0]), f"logging_arm: {problem}"))
+        f0, l0 = self._arm_loc
+        for i in np.flatnonzero((arms != self._arm_first).to_numpy()):
+            issues.append(
+                Issue(
+                    int(locs[i]),
+                    f"logging_arm {arms[int(i)]!r} differs from {self._arm_first!r}; "
+                    f"first at {self._cite(f0.index, l0, file)}",
+                )
+            )
+        return issues
 
     def _codes(self, col: pl.Series, table: dict[str, int], names: list[str]) -> NDArray[np.int64]:
         """Integer codes of a string column, new names numbered in first-appearance order."""
@@ -508,6 +531,15 @@ class ArchiveReader:
             measured_accepted=measured,
             extras=rows.extras,
         )
+
+
+def _arm_problem(text: str) -> str | None:
+    """Return the parser's message when ``text`` is not an arm (SPEC §3.1), else None."""
+    try:
+        parse_arm(text)
+    except SpecReplayError as err:
+        return err.message
+    return None
 
 
 def _first_round_end(rows: _Rows) -> int:

@@ -1,11 +1,16 @@
 """Finding archive files and reading them as raw chunks with row or line locations (SPEC §2.1).
 
 An archive path is one Parquet file, one JSON Lines file, or a directory of shards read in sorted
-path order (``*.parquet`` if it holds any, else ``*.jsonl``/``*.ndjson``; other files such as a
-``SYNTH.json`` manifest are ignored). Parquet files are streamed with polars ``collect_batches``;
-JSON Lines are parsed line by line with Python's ``json`` (so ``-Infinity`` is read as −inf, the
-convention Python and JavaScript use for a draft log-probability of a token that cannot be drafted),
-because polars names no line in its errors and drops unknown fields.
+path order (``*.parquet`` if it holds any, else ``*.jsonl``/``*.ndjson``). In a directory only these
+data suffixes are shards: other files, such as a ``SYNTH.json`` manifest or any ``*.json``, are
+ignored. A single file named explicitly may also end in ``.json``: it is then read as JSON Lines
+(one object per line), since some engines log JSON Lines under that suffix; a JSON document that is
+not one object per line fails validation at its first line.
+
+Parquet files are streamed with polars ``collect_batches``; JSON Lines are parsed line by line with
+Python's ``json`` (so ``-Infinity`` is read as −inf, the convention Python and JavaScript use for a
+draft log-probability of a token that cannot be drafted), because polars names no line in its
+errors and drops unknown fields.
 
 Each chunk carries, per row, its location: the 0-based row within its Parquet file, or the 1-based
 physical line of its JSON Lines file (blank lines counted). Columns are cast to the canonical dtypes
@@ -38,13 +43,15 @@ __all__ = [
     "Issue",
     "RawChunk",
     "archive_rows",
+    "check_parquet_schema",
     "format_location",
     "list_archive",
     "read_chunks",
 ]
 
 _INT64_MAX: Final[int] = int(np.iinfo(np.int64).max)
-_JSONL_SUFFIXES: Final[tuple[str, ...]] = (".jsonl", ".ndjson", ".json")
+_SHARD_SUFFIXES: Final[tuple[str, ...]] = (".jsonl", ".ndjson")  # JSON Lines shards in a folder
+_JSONL_SUFFIXES: Final[tuple[str, ...]] = (*_SHARD_SUFFIXES, ".json")  # a file named explicitly
 
 
 @dataclass(frozen=True)
@@ -100,7 +107,7 @@ def list_archive(path: Path) -> list[ArchiveFile]:
         return [ArchiveFile(0, path, _kind_of(path))]
     parquet = sorted(p for p in path.iterdir() if p.is_file() and p.suffix == ".parquet")
     files = parquet or sorted(
-        p for p in path.iterdir() if p.is_file() and p.suffix in _JSONL_SUFFIXES
+        p for p in path.iterdir() if p.is_file() and p.suffix in _SHARD_SUFFIXES
     )
     files = [p for p in files if not p.name.startswith(".")]
     if not files:
@@ -113,7 +120,10 @@ def _kind_of(path: Path) -> str:
         return "parquet"
     if path.suffix in _JSONL_SUFFIXES:
         return "jsonl"
-    raise SpecReplayError(f"{path}: unknown archive format (expected .parquet, .jsonl or .ndjson)")
+    raise SpecReplayError(
+        f"{path}: unknown archive format (expected .parquet, .jsonl, .ndjson or a .json file of "
+        "JSON Lines)"
+    )
 
 
 def read_chunks(file: ArchiveFile, chunk_rows: int) -> Iterator[RawChunk]:
@@ -159,7 +169,8 @@ _EXPECTED: Final[dict[str, str]] = {
 }
 
 
-def _check_parquet_schema(file: ArchiveFile) -> pl.Schema:
+def check_parquet_schema(file: ArchiveFile) -> pl.Schema:
+    """Return a Parquet file's schema; raise one line when unreadable or a column is wrong."""
     try:
         schema = pl.scan_parquet(file.path).collect_schema()
     except Exception as exc:
@@ -177,16 +188,33 @@ def _check_parquet_schema(file: ArchiveFile) -> pl.Schema:
 
 
 def _parquet_chunks(file: ArchiveFile, chunk_rows: int) -> Iterator[RawChunk]:
-    schema = _check_parquet_schema(file)
+    schema = check_parquet_schema(file)
     start = 0
-    for batch in pl.scan_parquet(file.path).collect_batches(
-        chunk_size=chunk_rows, maintain_order=True
-    ):
+    for batch in _parquet_batches(file, chunk_rows):
         n = batch.height
         locs = np.arange(start, start + n, dtype=np.int64)
         frame, issues = _to_canonical(batch, schema, locs)
         yield RawChunk(file, frame, locs, issues)
         start += n
+
+
+def _parquet_batches(file: ArchiveFile, chunk_rows: int) -> Iterator[pl.DataFrame]:
+    """Stream a Parquet file's rows; a corrupt page is one line naming the file, not a traceback.
+
+    The row cited is the first one not yet read when the error came (polars names no row).
+    """
+    start = 0
+    try:
+        for batch in pl.scan_parquet(file.path).collect_batches(
+            chunk_size=chunk_rows, maintain_order=True
+        ):
+            yield batch
+            start += batch.height
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        msg = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise SpecReplayError(
+            f"{file.path}: cannot read as Parquet at row {start} (0-based) or later: {msg}"
+        ) from None
 
 
 def _to_canonical(

@@ -1,0 +1,45 @@
+"""``specreplay report RUN_DIR [--out DIR]``: re-render a run's files from its results.json alone.
+
+Every folder at or below RUN_DIR that holds a ``results.json`` (a run, or the sub-runs of a demo)
+is read back into its typed result and rendered again: TABLES.md, cells.parquet and the plots,
+exactly what the command wrote, without the archive or any other input. In place by default (the
+files it renders are its own outputs); with ``--out DIR`` into DIR, keeping the sub-folders.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specreplay.errors import SpecReplayError
+from specreplay.results.io import read_result
+from specreplay.results.output import output_dir
+from specreplay.results.render import render, write_all
+
+__all__ = ["run_report"]
+
+
+def _runs(run_dir: Path) -> list[Path]:
+    if not run_dir.is_dir():
+        raise SpecReplayError(f"{run_dir}: not a folder (expected a run's output folder)")
+    runs = sorted(p.parent for p in run_dir.rglob("results.json"))
+    if not runs:
+        raise SpecReplayError(f"{run_dir}: no results.json in this folder or below it")
+    return runs
+
+
+def run_report(run_dir: Path, *, out: Path | None = None, force: bool = False) -> str:
+    """Re-render every run at or below ``run_dir``; return what was written, one line a run."""
+    runs = _runs(run_dir)
+    results = [(folder, read_result(folder / "results.json")) for folder in runs]
+    lines = []
+    if out is None:
+        for folder, result in results:
+            lines.append(f"{folder}: {', '.join(render(result, folder))} ({result.command})")
+        return "\n".join(lines)
+    with output_dir(out, force=force) as tmp:
+        for folder, result in results:
+            target = tmp / folder.relative_to(run_dir)
+            target.mkdir(parents=True, exist_ok=True)
+            files = write_all(result, target)
+            lines.append(f"{out / folder.relative_to(run_dir)}: {', '.join(files)}")
+    return "\n".join(lines)

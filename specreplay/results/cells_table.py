@@ -1,0 +1,71 @@
+"""cells.parquet: every figure of a result's cells as one long table (SPEC §4).
+
+One row per figure: ``kind`` is ``R``, ``n_rounds``, ``survival`` (``depth`` = position j) or
+``delta`` (``arm_a``, ``arm_b``, ``role``, interval ``lo``/``hi``, ``method``, ``level_conf``, and
+the ``verdict``); every row carries its cell (level, family, bucket, ``n_requests``), ``label`` and
+``null_reason``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from specreplay.results.model import Cell, Label, Result
+
+__all__ = ["CELLS_SCHEMA", "cells_frame"]
+
+CELLS_SCHEMA: dict[str, pl.DataType] = {
+    "level": pl.String(),
+    "family": pl.String(),
+    "bucket": pl.String(),
+    "n_requests": pl.Int64(),
+    "kind": pl.String(),
+    "arm": pl.String(),
+    "arm_a": pl.String(),
+    "arm_b": pl.String(),
+    "role": pl.String(),
+    "depth": pl.Int64(),
+    "value": pl.Float64(),
+    "lo": pl.Float64(),
+    "hi": pl.Float64(),
+    "method": pl.String(),
+    "level_conf": pl.Float64(),
+    "verdict": pl.String(),
+    "label": pl.String(),
+    "null_reason": pl.String(),
+}
+
+
+def _rows(cell: Cell) -> list[dict[str, Any]]:
+    base = {
+        "level": cell.level.value,
+        "family": cell.family,
+        "bucket": cell.bucket,
+        "n_requests": cell.n_requests,
+    }
+    rows: list[dict[str, Any]] = []
+    for arm, v in cell.arms.items():
+        rows.append(base | {"kind": "R", "arm": arm, "value": v.R, "label": v.label.value,
+                            "null_reason": v.null_reason})  # fmt: skip
+        rows.append(base | {"kind": "n_rounds", "arm": arm, "value": float(v.n_rounds),
+                            "label": Label.MEASURED.value})  # fmt: skip
+    for s in cell.survival:
+        rows.append(base | {"kind": "survival", "arm": s.arm, "depth": s.position,
+                            "value": s.value, "label": s.label.value,
+                            "null_reason": s.null_reason})  # fmt: skip
+    for d in cell.deltas:
+        rows.append(base | {"kind": "delta", "arm_a": d.a, "arm_b": d.b, "role": d.role.value,
+                            "depth": d.depth, "value": d.point, "lo": d.lo, "hi": d.hi,
+                            "method": d.method, "level_conf": d.level, "verdict": d.verdict,
+                            "label": d.label.value, "null_reason": d.null_reason})  # fmt: skip
+    return rows
+
+
+def cells_frame(result: Result) -> pl.DataFrame:
+    """Flatten the result's cells into the long table of SPEC §4 (one row per figure)."""
+    rows = [r for c in result.cells for r in _rows(c)]
+    return pl.DataFrame(
+        [{k: r.get(k) for k in CELLS_SCHEMA} for r in rows], schema=pl.Schema(CELLS_SCHEMA)
+    )

@@ -1,0 +1,91 @@
+"""Assembling a :class:`~specreplay.results.model.Result`: inputs, environment, timestamp."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import platform
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numba
+import numpy as np
+import polars as pl
+
+from specreplay import __version__
+from specreplay.results.model import Cell, Excluded, InputFile, LawTest, Result
+
+__all__ = ["environment", "excluded_entries", "input_files", "new_result", "sha256_file"]
+
+
+def sha256_file(path: Path) -> str:
+    """Return the hex SHA-256 of a file, read in 1 MiB blocks (a separate pass over inputs)."""
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def input_files(files: Sequence[tuple[Path, int | None]]) -> tuple[InputFile, ...]:
+    """Return the ``inputs`` entries (path, sha256, bytes, rows) of the files read."""
+    return tuple(
+        InputFile(path=str(p), sha256=sha256_file(p), bytes=p.stat().st_size, rows=rows)
+        for p, rows in files
+    )
+
+
+def environment() -> dict[str, Any]:
+    """Return the ``environment`` entry of results.json."""
+    return {
+        "python": platform.python_version(),
+        "numba": numba.__version__,
+        "polars": pl.__version__,
+        "numpy": np.__version__,
+        "threads": int(numba.get_num_threads()),
+    }
+
+
+def excluded_entries(items: Iterable[dict[str, Any]]) -> tuple[Excluded, ...]:
+    """Return typed ``excluded`` entries from the dicts the lower layers count."""
+    return tuple(
+        Excluded(
+            reason=str(e["reason"]),
+            rows=e.get("rows"),
+            rounds=e.get("rounds"),
+            requests=e.get("requests"),
+        )
+        for e in items
+    )
+
+
+def new_result(
+    *,
+    command: str,
+    seed: int,
+    inputs: tuple[InputFile, ...],
+    options: dict[str, Any],
+    assumptions: Sequence[str],
+    excluded: tuple[Excluded, ...] = (),
+    arms: Sequence[str] = (),
+    cells: tuple[Cell, ...] = (),
+    law_tests: tuple[LawTest, ...] = (),
+    **extra: Any,
+) -> Result:
+    """Return a :class:`Result` stamped with this version, the time and the environment."""
+    return Result(
+        command=command,
+        version=__version__,
+        created_utc=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        seed=seed,
+        environment=environment(),
+        inputs=inputs,
+        options=options,
+        assumptions=tuple(assumptions),
+        excluded=excluded,
+        arms=tuple(arms),
+        law_tests=law_tests,
+        cells=cells,
+        **extra,
+    )

@@ -1,0 +1,352 @@
+"""The typed result model: what a command found, as frozen dataclasses (SPEC §4.1).
+
+A command builds one :class:`Result`; results.json is that object written out
+(:mod:`specreplay.results.io`), and every renderer (TABLES.md, cells.parquet, plots) is a function
+of it alone, so a saved result can always be re-rendered (``specreplay report``). No layer edits a
+result another built: builders make new objects (``dataclasses.replace``).
+
+Terms. A **cell** is one slice of the requests: ``pooled``, a ``family``, a context ``bucket`` or a
+``family×bucket``. Per cell: one :class:`ArmFigure` per arm (R, retained tokens per round), the
+paired :class:`Delta` of two arms (looked up by its :class:`Role`, never by position), the
+per-position :class:`Survival` P(A ≥ j), the :class:`Offpath` rates, the :class:`DepthFigure` slots
+of the depth sweep (issue 6) and, for ``requalify``, the :class:`Requalification`. A figure that
+cannot be computed is ``None`` with its ``null_reason``. Every figure carries its :class:`Label`.
+
+Fields are always written, ``null`` where they do not apply (so a program reading results.json
+finds the same keys in every delta); their order is the order of the dataclass fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "SCHEMA_ID",
+    "ArchiveSummary",
+    "ArmFigure",
+    "BCa",
+    "Bonferroni",
+    "Cell",
+    "CredibleInterval",
+    "Delta",
+    "DepthFigure",
+    "Excluded",
+    "InputFile",
+    "Label",
+    "LawTest",
+    "Level",
+    "Offpath",
+    "Requalification",
+    "Result",
+    "Role",
+    "Survival",
+    "Tost",
+]
+
+SCHEMA_ID = "specreplay/results/v1"
+
+
+class Label(StrEnum):
+    """Where a figure comes from (SPEC §1)."""
+
+    MEASURED = "MEASURED"
+    SIMULATED = "SIMULATED"
+    ESTIMATED = "ESTIMATED"
+
+
+class Level(StrEnum):
+    """The level of a cell."""
+
+    POOLED = "pooled"
+    FAMILY = "family"
+    BUCKET = "bucket"
+    FAMILY_BUCKET = "family×bucket"
+    SCREEN = "screen"
+
+
+class Role(StrEnum):
+    """What a paired delta Δ = R_b − R_a is for (SPEC §4.1)."""
+
+    B_VS_A = "b-vs-a"
+    CANDIDATE_VS_BASELINE = "candidate-vs-baseline"
+    CANDIDATE_VS_REFERENCE = "candidate-vs-reference"
+    PATH_BIAS = "path-bias"
+    PATH_BIAS_IMPORTANCE = "path-bias-importance"
+    DEPTH_VS_REFERENCE = "depth-vs-reference"
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """A file the command read: path, SHA-256, size in bytes, rows (None when not counted)."""
+
+    path: str
+    sha256: str
+    bytes: int
+    rows: int | None
+
+
+@dataclass(frozen=True)
+class Excluded:
+    """Rows, rounds or requests left out under an explicit option, with the reason."""
+
+    reason: str
+    rows: int | None = None
+    rounds: int | None = None
+    requests: int | None = None
+
+
+@dataclass(frozen=True)
+class ArmFigure:
+    """R (retained tokens per round) of one arm in one cell."""
+
+    R: float | None
+    n_rounds: int
+    label: Label
+    mcse: float | None
+    null_reason: str | None
+    estimator: str | None = None
+
+
+@dataclass(frozen=True)
+class BCa:
+    """BCa interval of Δ and of Δ/R_a, with its bias correction z0 and acceleration."""
+
+    lo: float | None
+    hi: float | None
+    rel_lo: float | None
+    rel_hi: float | None
+    acceleration: float | None
+    z0: float | None
+    null_reason: str | None
+
+
+@dataclass(frozen=True)
+class Bonferroni:
+    """Family-wise interval at level 1 − α/m (m: deltas of the same level)."""
+
+    level: float
+    lo: float
+    hi: float
+    rel_lo: float
+    rel_hi: float
+
+
+@dataclass(frozen=True)
+class Tost:
+    """The (1 − 2α) interval of the equivalence test and the margin it is judged against."""
+
+    alpha: float
+    margin: float
+    kind: str
+    text: str
+    lo: float
+    hi: float
+    level: float
+
+
+@dataclass(frozen=True)
+class CredibleInterval:
+    """An ArviZ HDI or ETI of the bootstrap replicates (Δ and Δ/R_a) at ``prob``."""
+
+    prob: float
+    lo: float
+    hi: float
+    rel_lo: float
+    rel_hi: float
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A paired delta Δ = R_b − R_a of one cell with its intervals, tests and verdict."""
+
+    a: str
+    b: str
+    role: Role
+    point: float | None
+    rel: float | None
+    lo: float | None
+    hi: float | None
+    rel_lo: float | None
+    rel_hi: float | None
+    method: str
+    level: float
+    adjusted: bool
+    bca: BCa | None
+    bonferroni: Bonferroni | None
+    tost: Tost | None
+    p_difference: float | None
+    p_equivalence: float | None
+    verdict: str | None
+    smallest_equivalent_margin: float | None
+    requests_for_margin: int | None
+    n_boot: int
+    n_boot_valid: int | None
+    warning: str | None
+    label: Label
+    null_reason: str | None
+    smallest_equivalent_margin_kind: str | None = None
+    p_equivalence_adj: float | None = None
+    p_difference_adj: float | None = None
+    tests_in_level: int | None = None
+    verdict_null_reason: str | None = None
+    hdi: CredibleInterval | None = None
+    eti: CredibleInterval | None = None
+    depth: int | None = None
+
+
+@dataclass(frozen=True)
+class Survival:
+    """P(A ≥ j) of one arm at position j in one cell."""
+
+    arm: str
+    position: int
+    value: float | None
+    label: Label
+    null_reason: str | None
+    rounds: int | None = None
+
+
+@dataclass(frozen=True)
+class Offpath:
+    """Off-path rates of one arm: accepted tokens ≠ the archived draft; evaluated after one."""
+
+    arm: str
+    accepted_offpath_share: float | None
+    evaluated_offpath_share: float | None
+    label: Label
+    null_reason: str | None
+
+
+@dataclass(frozen=True)
+class DepthFigure:
+    """R of one arm at one fixed depth (the depth sweep's slot, SPEC §3.5, §4.1)."""
+
+    arm: str
+    depth: int
+    R: float | None
+    lo: float | None
+    hi: float | None
+    label: Label
+    supported: bool
+    null_reason: str | None
+    tokens_per_s: float | None = None
+    tokens_per_s_lo: float | None = None
+    tokens_per_s_hi: float | None = None
+    p_best: float | None = None
+
+
+@dataclass(frozen=True)
+class Requalification:
+    """QUALIFIED / NOT QUALIFIED / INCONCLUSIVE, or None with the reason (SPEC §3.4)."""
+
+    verdict: str | None
+    because: str | None
+    label: Label
+    null_reason: str | None
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Every figure of one cell (see the module docstring)."""
+
+    level: Level
+    family: str | None
+    bucket: str | None
+    n_requests: int
+    arms: dict[str, ArmFigure]
+    deltas: tuple[Delta, ...] = ()
+    depths: tuple[DepthFigure, ...] = ()
+    survival: tuple[Survival, ...] = ()
+    offpath: tuple[Offpath, ...] = ()
+    requalification: Requalification | None = None
+    null_reason: str | None = None
+
+    def delta(self, role: Role) -> Delta | None:
+        """Return the cell's delta of ``role`` (None when it has none)."""
+        return next((d for d in self.deltas if d.role == role), None)
+
+    @property
+    def name(self) -> str:
+        """The cell as a person names it: pooled, a family, ``bucket B`` or ``F × B``."""
+        if self.level == Level.POOLED:
+            return "pooled"
+        if self.level == Level.FAMILY:
+            return str(self.family)
+        if self.level == Level.BUCKET:
+            return f"bucket {self.bucket}"
+        return f"{self.family} × {self.bucket}"
+
+
+@dataclass(frozen=True)
+class LawTest:
+    """One law test of an arm at one position (SPEC §3.3), or a null one with its reason."""
+
+    arm: str
+    position: int
+    tv: float | None
+    p_adj: float | None
+    passed: bool | None
+    label: Label
+    null_reason: str | None = None
+    alpha: float | None = None
+    draws: int | None = None
+    statistic: float | None = None
+    df: int | None = None
+    p_value: float | None = None
+    power: float | None = None
+    underpowered: bool | None = None
+    merged_categories: tuple[int, ...] | None = None
+    categories: int | None = None
+    method: str | None = None
+    draws_rule: str | None = None
+
+
+@dataclass(frozen=True)
+class ArchiveSummary:
+    """The shape of a position-trace archive, as ``validate`` and ``demo`` describe it."""
+
+    files: int
+    rows: int
+    requests: int
+    rounds: int
+    positions: int
+    requests_by_family: dict[str, int]
+    rounds_by_bucket: dict[str, int]
+    min_depth: int
+    max_depth: int
+    logging_arm: str | None
+    optional_columns: tuple[str, ...]
+    carried_columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one command found: the whole of results.json (SPEC §4.1)."""
+
+    command: str
+    version: str
+    created_utc: str
+    seed: int
+    environment: dict[str, Any]
+    inputs: tuple[InputFile, ...]
+    options: dict[str, Any]
+    assumptions: tuple[str, ...]
+    excluded: tuple[Excluded, ...]
+    arms: tuple[str, ...]
+    law_tests: tuple[LawTest, ...]
+    cells: tuple[Cell, ...]
+    schema: str = SCHEMA_ID
+    requalification: Requalification | None = None
+    logging_arm: str | None = None
+    path_bias: Delta | None = None
+    sources: dict[str, str] | None = None
+    archive: ArchiveSummary | None = None
+    outputs: tuple[InputFile, ...] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pooled(self) -> Cell:
+        """The pooled cell (the first one)."""
+        return self.cells[0]

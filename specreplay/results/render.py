@@ -1,0 +1,65 @@
+"""Render a result's files for people and programs: TABLES.md, cells.parquet, plots.
+
+:func:`render` is the one place that decides which files a command's result has; commands call it
+after writing results.json, and ``specreplay report`` calls it on a results.json read back, so
+both write the same bytes (the inputs are not needed). Files are written under a temporary name
+and renamed, so a killed run never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from specreplay.results.cells_table import cells_frame
+from specreplay.results.io import result_json
+from specreplay.results.model import Result, Role
+from specreplay.results.plots import forest_plot
+from specreplay.results.tables import TABLES
+
+__all__ = ["FOREST_ROLE", "render", "write_all"]
+
+FOREST_ROLE: dict[str, Role] = {"interval": Role.B_VS_A, "requalify": Role.CANDIDATE_VS_BASELINE}
+"""The delta each command's forest plot draws."""
+
+
+def _replace(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def render(result: Result, folder: Path) -> list[str]:
+    """Write the rendered files of ``result`` into ``folder``; return their names."""
+    written: list[str] = []
+    tables = TABLES.get(result.command)
+    if tables is not None:
+        _replace(folder / "TABLES.md", tables(result))
+        written.append("TABLES.md")
+    if result.cells:
+        tmp = folder / f".cells.parquet.tmp-{os.getpid()}"
+        cells_frame(result).write_parquet(tmp)
+        os.replace(tmp, folder / "cells.parquet")
+        written.append("cells.parquet")
+    role = FOREST_ROLE.get(result.command)
+    main = result.pooled.delta(role) if role is not None and result.cells else None
+    if role is not None and main is not None:
+        margin = result.options["margin"]
+        tmp = folder / f".forest.png.tmp-{os.getpid()}"
+        forest_plot(
+            result.cells,
+            tmp,
+            role=role,
+            relative=margin["kind"] == "relative",
+            margin=float(margin["margin"]),
+            title=f"{main.b} vs {main.a} ({main.label.value})",
+        )
+        os.replace(tmp, folder / "forest.png")
+        written.append("forest.png")
+    return written
+
+
+def write_all(result: Result, folder: Path) -> list[str]:
+    """Write results.json and every rendered file of ``result`` into ``folder``."""
+    _replace(folder / "results.json", result_json(result))
+    return ["results.json", *render(result, folder)]

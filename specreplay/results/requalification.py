@@ -1,0 +1,324 @@
+"""Typed cells of a requalification (SPEC §3.2–3.4): comparisons, replay figures, verdicts.
+
+A requalification compares the candidate with the baseline (the verdict), with the reference (the
+gain a budget uses: no verdict) and the logging arm's SIMULATED R with its MEASURED R (the
+path-bias diagnostic: no verdict). :func:`merge_comparisons` lays them into one list of cells;
+:func:`with_replay_figures` adds per-arm Monte Carlo errors, survival and off-path rates from the
+replay sums; :func:`with_requalification` adds the verdict of each cell: **QUALIFIED** when the
+candidate is EQUIVALENT and its law test passes, **NOT QUALIFIED** when it is DIFFERENT or its law
+test fails, else INCONCLUSIVE. Each step returns new objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from specreplay.errors import SpecReplayError
+from specreplay.replay.engine import ReplayResult
+from specreplay.results.builders import cells_of, law_tests_of
+from specreplay.results.document import excluded_entries, input_files, new_result
+from specreplay.results.model import (
+    Cell,
+    Label,
+    Level,
+    Offpath,
+    Requalification,
+    Result,
+    Role,
+    Survival,
+)
+from specreplay.sim.arms import Arm
+from specreplay.stats.armdata import ArmData
+from specreplay.stats.buckets import Buckets
+from specreplay.stats.compare import Comparison, compare, parse_margin
+from specreplay.stats.pairing import pair_arms
+
+__all__ = [
+    "ASSUMPTIONS",
+    "Comparand",
+    "RequalifyArms",
+    "check_replayable",
+    "comparands",
+    "merge_comparisons",
+    "requalify_result",
+    "with_replay_figures",
+    "with_requalification",
+]
+
+ASSUMPTIONS = [
+    "Path assumption (SIMULATED figures): the archived positions are replayed as if their laws "
+    "did not depend on what was drafted before; real drafts depend on their prefix, so this is "
+    "biased even for the arm that produced the archive (see the path-bias diagnostic).",
+    "A policy that changes depth also changes where later rounds start, which no replay of these "
+    "archives can see.",
+    "Common random numbers: every arm sees the same uniforms for the same (request, round, "
+    "position, replicate), so paired deltas carry little Monte Carlo noise.",
+    "Requests are the bootstrap unit (clusters); R is a ratio of sums pooled over rounds.",
+]
+
+
+@dataclass(frozen=True)
+class Comparand:
+    """One comparison to lay into the cells.
+
+    Attributes
+    ----------
+    comparison : Comparison
+        Its cells carry one delta each, of ``role``.
+    role : Role
+    no_verdict : str or None
+        When set, the deltas carry no verdict and this is the reason (``verdict_null_reason``).
+    labels : dict of str to Label
+        Per-arm labels that differ from the comparison's (the MEASURED arm of the path bias).
+    """
+
+    comparison: Comparison
+    role: Role
+    no_verdict: str | None = None
+    labels: dict[str, Label] = dataclasses.field(default_factory=dict)
+
+    def cells(self) -> tuple[Cell, ...]:
+        """Return the comparison's cells with the role, verdicts and labels applied."""
+        out = []
+        for c in cells_of(self.comparison.cells):
+            deltas = tuple(
+                dataclasses.replace(d, role=self.role)
+                if self.no_verdict is None
+                else dataclasses.replace(
+                    d, role=self.role, verdict=None, verdict_null_reason=self.no_verdict
+                )
+                for d in c.deltas
+            )
+            arms = {
+                k: dataclasses.replace(v, label=self.labels.get(k, v.label))
+                for k, v in c.arms.items()
+            }
+            out.append(dataclasses.replace(c, deltas=deltas, arms=arms))
+        return tuple(out)
+
+
+def merge_comparisons(parts: Sequence[Comparand]) -> tuple[Cell, ...]:
+    """Merge the cells of comparisons on the same requests, keyed by (level, family, bucket).
+
+    Arms are united and deltas concatenated; the first comparison's cell order is kept.
+    """
+    merged: dict[tuple[Level, str | None, str | None], Cell] = {}
+    for part in parts:
+        for c in part.cells():
+            key = (c.level, c.family, c.bucket)
+            old = merged.get(key)
+            if old is None:
+                merged[key] = c
+            else:
+                merged[key] = dataclasses.replace(
+                    old, arms={**old.arms, **c.arms}, deltas=old.deltas + c.deltas
+                )
+    return tuple(merged.values())
+
+
+def _masks(res: ReplayResult, cells: Sequence[Cell], arm: Arm) -> list[NDArray[np.bool_]]:
+    s = res.sums[arm.canonical]
+    nb = len(res.buckets.names)
+    req, bkt = s.keys // nb, s.keys % nb
+    fam = np.array([res.reader.request_family[int(i)] for i in req], dtype=np.int64)
+    masks = []
+    for c in cells:
+        m = np.ones(s.keys.shape[0], bool)
+        if c.family is not None:
+            m &= fam == res.reader.families.index(c.family)
+        if c.bucket is not None:
+            m &= bkt == res.buckets.names.index(c.bucket)
+        elif c.level == Level.BUCKET:
+            m &= bkt != res.buckets.unbucketed_code
+        masks.append(m)
+    return masks
+
+
+def _survival(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> list[Survival]:
+    s = res.sums[arm.canonical]
+    surv = s.surv_mc if res.estimator == "montecarlo" else s.surv_analytic
+    n = float(s.n[m].sum())
+    out = []
+    for j in range(1, arm.depth + 1):
+        short = float(s.short[m, j - 1].sum())
+        why = None if short == 0 else f"{int(short)} rounds record fewer than {j} positions"
+        if n == 0:
+            why = "no rounds in this cell"
+        value = None if why else float(surv[m, j - 1].sum()) / n
+        out.append(Survival(arm.canonical, j, value, Label.SIMULATED, why))
+    return out
+
+
+def _offpath(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> Offpath:
+    off = res.sums[arm.canonical].offpath[m].sum(axis=0)
+    why = None if "drafted_id" in res.reader.columns else "archive has no drafted_id column"
+    return Offpath(
+        arm=arm.canonical,
+        accepted_offpath_share=None if why or off[0] == 0 else float(off[1] / off[0]),
+        evaluated_offpath_share=None if why or off[2] == 0 else float(off[3] / off[2]),
+        label=Label.SIMULATED,
+        null_reason=why,
+    )
+
+
+def with_replay_figures(
+    cells: Sequence[Cell], res: ReplayResult, arms: Sequence[Arm]
+) -> tuple[Cell, ...]:
+    """Add each arm's MCSE and estimator, SIMULATED survival and off-path rates to the cells."""
+    surv: list[list[Survival]] = [[] for _ in cells]
+    offs: list[list[Offpath]] = [[] for _ in cells]
+    figures = [dict(c.arms) for c in cells]
+    for arm in arms:
+        for i, m in enumerate(_masks(res, cells, arm)):
+            entry = figures[i].get(arm.canonical)
+            if entry is not None:
+                figures[i][arm.canonical] = dataclasses.replace(
+                    entry, mcse=res.mcse(arm, m), estimator=res.estimator
+                )
+            surv[i] += _survival(res, arm, m)
+            offs[i].append(_offpath(res, arm, m))
+    return tuple(
+        dataclasses.replace(
+            c, arms=figures[i], survival=c.survival + tuple(surv[i]), offpath=tuple(offs[i])
+        )
+        for i, c in enumerate(cells)
+    )
+
+
+def requalification(cell: Cell, law_pass: bool | None) -> Requalification:
+    """Return the requalification verdict of one cell (see the module docstring)."""
+    d = cell.delta(Role.CANDIDATE_VS_BASELINE)
+    if d is None or d.verdict is None:
+        why = d.null_reason if d is not None else "no candidate-vs-baseline delta"
+        return Requalification(None, None, Label.SIMULATED, why)
+    if d.verdict == "DIFFERENT" or law_pass is False:
+        verdict = "NOT QUALIFIED"
+    elif d.verdict == "EQUIVALENT" and law_pass:
+        verdict = "QUALIFIED"
+    else:
+        verdict = "INCONCLUSIVE"
+    law = {True: "passed", False: "FAILED", None: "not run (no testable position)"}[law_pass]
+    return Requalification(verdict, f"Δ verdict {d.verdict}; law test {law}", Label.SIMULATED, None)
+
+
+def with_requalification(cells: Sequence[Cell], law_pass: bool | None) -> tuple[Cell, ...]:
+    """Add the requalification verdict to every cell."""
+    return tuple(
+        dataclasses.replace(c, requalification=requalification(c, law_pass)) for c in cells
+    )
+
+
+@dataclass(frozen=True)
+class RequalifyArms:
+    """The arms of a requalification by role (``all``: every distinct arm replayed)."""
+
+    base: Arm
+    cand: Arm
+    ref: Arm | None
+    log: Arm | None
+    all: dict[str, Arm]
+
+
+def check_replayable(res: ReplayResult, arms: RequalifyArms) -> None:
+    """Raise when an arm cannot be replayed on some rows (top-K too large, no support)."""
+    for a in arms.all.values():
+        if res.flagged_rows[a.canonical]:
+            raise SpecReplayError(
+                f"{a.canonical}: top-K larger than the archived candidates in "
+                f"{res.flagged_rows[a.canonical]} position rows (never clamped silently)"
+            )
+        if res.unsupported_rows[a.canonical]:
+            raise SpecReplayError(
+                f"{a.canonical}: {res.unsupported_rows[a.canonical]} position rows have no "
+                "candidate with a finite draft log-probability: nothing to draft"
+            )
+
+
+def comparands(res: ReplayResult, arms: RequalifyArms, options: dict[str, Any]) -> list[Comparand]:
+    """Return the comparisons of a requalification: verdict, reference gain, path bias."""
+    bk = res.buckets
+    data = {k: res.arm_data(a) for k, a in arms.all.items()}
+    common: dict[str, Any] = {
+        "n_boot": options["n_boot"],
+        "seed": res.seed,
+        "stratify": options["stratify"],
+        "level": options["level"],
+        "margin": parse_margin(options["margin"]["text"]),
+        "min_requests": options["min_requests"],
+        "label": "SIMULATED",
+    }
+
+    def comp(a: ArmData, b: ArmData) -> Comparison:
+        ps, _ = pair_arms(a, b, buckets=bk)
+        return compare(ps, arm_a=a.name, arm_b=b.name, **common)
+
+    cand = data[arms.cand.canonical]
+    parts = [Comparand(comp(data[arms.base.canonical], cand), Role.CANDIDATE_VS_BASELINE)]
+    if arms.ref is not None:
+        why = "reference comparison (the gain a budget uses): no verdict"
+        parts.append(Comparand(comp(data[arms.ref.canonical], cand), Role.CANDIDATE_VS_REFERENCE,
+                               why))  # fmt: skip
+    if arms.log is not None and "accepted" in res.reader.columns:
+        meas = res.measured_data(f"{arms.log.canonical} (MEASURED)")
+        why = "diagnostic: SIMULATED − MEASURED R of the logging arm"
+        parts.append(Comparand(comp(meas, data[arms.log.canonical]), Role.PATH_BIAS, why,
+                               {meas.name: Label.MEASURED}))  # fmt: skip
+    return parts
+
+
+def requalify_result(
+    archive: Path,
+    res: ReplayResult,
+    arms: RequalifyArms,
+    options: dict[str, Any],
+    seed: int,
+    law_positions: int,
+) -> Result:
+    """Return the typed result of a requalification from one replay of its arms."""
+    cells = merge_comparisons(comparands(res, arms, options))
+    cells = with_replay_figures(cells, res, list(arms.all.values()))
+    law = law_tests_of(
+        _law_tests(archive, [arms.cand, arms.base], seed=seed, positions=law_positions,
+                   buckets=res.buckets, logging_arm=options["logging_arm"])
+    )  # fmt: skip
+    ran = [t.passed for t in law if t.arm == arms.cand.canonical and t.passed is not None]
+    cells = with_requalification(cells, all(ran) if ran else None)
+    return new_result(
+        command="requalify",
+        seed=seed,
+        inputs=input_files([(f.path, f.rows) for f in res.reader.files]),
+        options={**options, "replicates": res.replicates},
+        assumptions=ASSUMPTIONS,
+        excluded=excluded_entries(res.excluded),
+        arms=list(arms.all),
+        cells=cells,
+        law_tests=law,
+        requalification=cells[0].requalification,
+        logging_arm=arms.log.canonical if arms.log else None,
+        path_bias=cells[0].delta(Role.PATH_BIAS),
+    )
+
+
+def _law_tests(
+    archive: Path,
+    arms: list[Arm],
+    *,
+    seed: int,
+    positions: int,
+    buckets: Buckets,
+    logging_arm: str | None,
+) -> list[dict[str, Any]]:
+    """Law tests of each arm on ``positions`` archive positions."""
+    from specreplay.replay.lawcases import archive_cases, run_cases
+
+    cases, skipped = archive_cases(
+        archive, arms, positions=positions, buckets=buckets, logging_arm=logging_arm
+    )
+    return run_cases(cases, skipped, seed=seed)

@@ -1,0 +1,217 @@
+"""Typed results (issue 4): results.json round trip, `specreplay report` without inputs, lookups."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from specreplay.cli import app
+from specreplay.results.io import (
+    dump,
+    load_results_schema,
+    read_result,
+    result_json,
+    validate_json,
+)
+from specreplay.results.model import Cell, Level, Role
+
+DATA = Path(__file__).parent / "data" / "medusa-mtbench"
+STEM = "temperature-0.0-posterior_threshold-0.09-posterior_alpha-0.3.jsonl"
+RUNNER = CliRunner()
+ENV = {"COLUMNS": "300"}
+
+
+def _invoke(args: list[str]) -> str:
+    res = RUNNER.invoke(app, args, env=ENV)
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+@pytest.fixture(scope="module")
+def interval_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An interval run on copies of the real Medusa 7B/13B answers (copies: we delete them)."""
+    base = tmp_path_factory.mktemp("interval")
+    inputs = base / "inputs"
+    inputs.mkdir()
+    for name in (
+        f"medusa-vicuna-7b-v1.3-{STEM}",
+        f"medusa-vicuna-13b-v1.3-{STEM}",
+        "question.jsonl",
+    ):
+        shutil.copy(DATA / name, inputs / name)
+    out = base / "run"
+    _invoke(
+        [
+            "interval",
+            str(inputs / f"medusa-vicuna-7b-v1.3-{STEM}"),
+            str(inputs / f"medusa-vicuna-13b-v1.3-{STEM}"),
+            "--question-file",
+            str(inputs / "question.jsonl"),
+            "--name-a",
+            "7B",
+            "--name-b",
+            "13B",
+            "--n-boot",
+            "2000",
+            "--out",
+            str(out),
+            "-q",
+        ]
+    )
+    shutil.rmtree(inputs)
+    return out
+
+
+@pytest.fixture(scope="module")
+def requalify_run(tmp_path_factory: pytest.TempPathFactory, small_archive: Path) -> Path:
+    """A requalify run on a copy of the small synthetic archive (deleted after the run)."""
+    base = tmp_path_factory.mktemp("requalify")
+    archive = base / "archive"
+    shutil.copytree(small_archive, archive)
+    out = base / "run"
+    _invoke(
+        [
+            "requalify",
+            str(archive),
+            "--baseline",
+            "top32:t0.7@5",
+            "--candidate",
+            "top32:t0.7:dyadic8@5",
+            "--reference",
+            "greedy@5",
+            "--n-boot",
+            "1000",
+            "--min-requests",
+            "5",
+            "--out",
+            str(out),
+            "-q",
+        ]
+    )
+    shutil.rmtree(archive)
+    return out
+
+
+RUNS = ["interval_run", "requalify_run"]
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_results_json_round_trips_byte_for_byte(run: str, request: pytest.FixtureRequest) -> None:
+    folder: Path = request.getfixturevalue(run)
+    text = (folder / "results.json").read_text(encoding="utf-8")
+    assert validate_json(json.loads(text), load_results_schema()) == []
+    result = read_result(folder / "results.json")
+    assert result_json(result) == text
+    # typed all the way down: enums and dataclasses, not dicts
+    pooled = result.pooled
+    assert pooled.level is Level.POOLED
+    assert all(isinstance(c, Cell) for c in result.cells)
+    assert all(isinstance(d.role, Role) for c in result.cells for d in c.deltas)
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_report_reproduces_tables_without_inputs(run: str, request: pytest.FixtureRequest) -> None:
+    """The inputs were deleted by the fixture; report re-renders from results.json alone."""
+    folder: Path = request.getfixturevalue(run)
+    tables = (folder / "TABLES.md").read_bytes()
+    cells = pl.read_parquet(folder / "cells.parquet")
+    for name in ("TABLES.md", "cells.parquet", "forest.png"):
+        (folder / name).unlink()
+    before = hashlib.sha256((folder / "results.json").read_bytes()).hexdigest()
+    out = _invoke(["report", str(folder)])
+    assert "TABLES.md" in out and "forest.png" in out
+    assert (folder / "TABLES.md").read_bytes() == tables
+    assert pl.read_parquet(folder / "cells.parquet").equals(cells)
+    assert (folder / "forest.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert hashlib.sha256((folder / "results.json").read_bytes()).hexdigest() == before
+
+
+def test_report_into_another_folder(requalify_run: Path, tmp_path: Path) -> None:
+    target = tmp_path / "copy"
+    _invoke(["report", str(requalify_run), "--out", str(target)])
+    assert (target / "TABLES.md").read_bytes() == (requalify_run / "TABLES.md").read_bytes()
+    assert (target / "results.json").read_bytes() == (requalify_run / "results.json").read_bytes()
+
+
+def test_report_errors_name_the_folder(tmp_path: Path) -> None:
+    res = RUNNER.invoke(app, ["report", str(tmp_path)], env=ENV)
+    assert res.exit_code == 2
+    assert f"{tmp_path}: no results.json" in res.output
+    (tmp_path / "results.json").write_text('{"schema": "specreplay/results/v1"}')
+    res = RUNNER.invoke(app, ["report", str(tmp_path)], env=ENV)
+    assert res.exit_code == 2
+    assert "not a specreplay results.json: $: missing 'command'" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_unknown_key_in_a_delta_is_named(requalify_run: Path, tmp_path: Path) -> None:
+    doc = json.loads((requalify_run / "results.json").read_text())
+    doc["cells"][0]["deltas"][0]["surprise"] = 1
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    res = RUNNER.invoke(app, ["report", str(tmp_path)], env=ENV)
+    assert res.exit_code == 2
+    assert "$.cells[0].deltas[0]: unknown key 'surprise' in Delta" in res.output
+
+
+def test_deltas_are_found_by_role_not_position(requalify_run: Path) -> None:
+    result = read_result(requalify_run / "results.json")
+    pooled = result.pooled
+    roles = [d.role for d in pooled.deltas]
+    assert roles == [Role.CANDIDATE_VS_BASELINE, Role.CANDIDATE_VS_REFERENCE, Role.PATH_BIAS]
+    flipped = dataclasses.replace(pooled, deltas=tuple(reversed(pooled.deltas)))
+    for role in roles:
+        assert flipped.delta(role) == pooled.delta(role)
+    assert pooled.delta(Role.DEPTH_VS_REFERENCE) is None
+    gain = pooled.delta(Role.CANDIDATE_VS_REFERENCE)
+    assert gain is not None and gain.a == "greedy@5" and gain.verdict is None
+    assert gain.verdict_null_reason is not None
+    # the path-bias arm's MEASURED label survives the round trip
+    pb = pooled.delta(Role.PATH_BIAS)
+    assert pb is not None and pooled.arms[pb.a].label.value == "MEASURED"
+
+
+def test_cells_parquet_has_verdict_and_requests(requalify_run: Path) -> None:
+    result = read_result(requalify_run / "results.json")
+    cells = pl.read_parquet(requalify_run / "cells.parquet")
+    assert {"verdict", "n_requests", "role"} <= set(cells.columns)
+    deltas = cells.filter((pl.col("kind") == "delta") & (pl.col("level") == "pooled"))
+    by_role = {r["role"]: r for r in deltas.iter_rows(named=True)}
+    main = result.pooled.delta(Role.CANDIDATE_VS_BASELINE)
+    assert main is not None
+    assert by_role["candidate-vs-baseline"]["verdict"] == main.verdict
+    assert by_role["candidate-vs-baseline"]["value"] == main.point
+    assert by_role["candidate-vs-reference"]["verdict"] is None
+    assert set(cells.get_column("n_requests").to_list()) == {c.n_requests for c in result.cells}
+
+
+def test_dump_writes_every_field_in_order(requalify_run: Path) -> None:
+    result = read_result(requalify_run / "results.json")
+    doc = dump(result)
+    assert next(iter(doc)) == "schema"
+    delta = doc["cells"][0]["deltas"][0]
+    assert list(delta)[:4] == ["a", "b", "role", "point"]
+    assert "depth" in delta and delta["depth"] is None
+
+
+def test_schema_rejects_a_mistyped_figure(requalify_run: Path) -> None:
+    """The shipped schema describes the nested figures, not just the top level."""
+    schema = load_results_schema()
+    doc = json.loads((requalify_run / "results.json").read_text())
+    assert validate_json(doc, schema) == []
+    doc["cells"][0]["deltas"][0]["bca"]["lo"] = "low"
+    doc["cells"][0]["survival"][0]["label"] = "GUESSED"
+    del doc["cells"][1]["offpath"][0]["null_reason"]
+    problems = validate_json(doc, schema)
+    assert "$.cells[0].deltas[0].bca.lo: expected ['number', 'null'], got str" in problems
+    assert (
+        "$.cells[0].survival[0].label: 'GUESSED' not in ['MEASURED', 'SIMULATED', 'ESTIMATED']"
+        in problems
+    )
+    assert "$.cells[1].offpath[0]: missing 'null_reason'" in problems
