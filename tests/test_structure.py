@@ -23,16 +23,7 @@ KERNEL_DECORATORS = frozenset({"njit", "jit", "intrinsic", "vectorize"})
 # when its function is short.
 LONG_FUNCTION_ALLOWLIST = frozenset(
     {
-        "cli.interval",
-        "cli.requalify",
-        "commands/interval.run_interval",
-        "commands/requalify.run_requalify",
-        "results/tables.requalify_tables",
         "replay/engine.replay_archive",
-        "stats/compare.compare",
-        "stats/compare._cell_json",
-        # split by the safety engineer, who is in this function (branch safety: 73 lines)
-        "replay/archive/reader.ArchiveReader._check_rows",
     }
 )
 
