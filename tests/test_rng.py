@@ -176,3 +176,36 @@ def test_toy_state_key_is_a_fold_chain_of_rng() -> None:
     for k in (family, context, t1, t2):
         h = _fold_int(h, k)
     assert int(state_key(FAMILIES[family], context, (t1, t2))) == h
+
+
+def _stream_constants_outside_rng(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, name) of module-level ``STREAM_*`` constants defined with a numeric literal."""
+    found = []
+    for node in getattr(tree, "body", []):
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign) and node.value is not None
+            else []
+        )
+        value = getattr(node, "value", None)
+        for t in targets:
+            named = isinstance(t, ast.Name) and t.id.startswith("STREAM")
+            if named and value is not None and _literal_in(value) is not None:
+                found.append((node.lineno, getattr(t, "id", "")))
+    return found
+
+
+def test_stream_ids_are_defined_only_in_the_registry() -> None:
+    # A new stream gets its id in sim/rng.py (and an entry in STREAMS); elsewhere only aliases
+    # of registered names (e.g. toy's STREAM_DRAFT_I64 = np.int64(STREAM_DRAFT)).
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)}:{line} {name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != PACKAGE / "sim" / "rng.py"
+        for line, name in _stream_constants_outside_rng(ast.parse(path.read_text("utf-8")))
+    ]
+    assert not offenders, "define stream ids in specreplay/sim/rng.py:\n" + "\n".join(offenders)
+    planted = "STREAM_X: Final[int] = (1 << 62) + 3\nSTREAM_Y = np.int64(STREAM_DRAFT)\n"
+    assert _stream_constants_outside_rng(ast.parse(planted)) == [(1, "STREAM_X")]
