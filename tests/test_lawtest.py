@@ -30,7 +30,6 @@ from specreplay.stats.lawtest import (
     draws_for_power,
     gammainc_pq,
     goodness_of_fit,
-    holm,
     merge_categories,
     ncx2_cdf,
     output_law,
@@ -40,6 +39,7 @@ from specreplay.stats.lawtest import (
     toy_cases,
     toy_quantize_dyadic_nearest,
 )
+from specreplay.stats.multiple import holm
 
 TOY = toy_cases()
 TOY_IDS = [f"{c.arm}@{c.position}" for c in TOY]
@@ -383,16 +383,6 @@ def test_goodness_of_fit_on_crafted_merge_example() -> None:
 def test_goodness_of_fit_single_category_has_nothing_to_test() -> None:
     g = goodness_of_fit([1000, 0, 0], [1.0, 0.0, 0.0])
     assert (g.statistic, g.df, g.p_value) == (0.0, 0, 1.0)
-
-
-def test_holm_against_hand_computation() -> None:
-    # sorted: 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, max(0.04·1, 0.06) = 0.06
-    np.testing.assert_allclose(holm([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
-    # capped at 1 and monotone; ties keep their input order
-    np.testing.assert_allclose(holm([0.5, 0.2, 0.2]), [0.6, 0.6, 0.6])
-    np.testing.assert_allclose(holm([0.9, 0.001]), [0.9, 0.002])
-    np.testing.assert_allclose(holm([0.3]), [0.3])
-    assert holm([]).shape == (0,)
 
 
 # ------------------------------------------------------------------------------------------

@@ -239,8 +239,7 @@ def test_law_positions_are_the_k_smallest_hashes_of_the_archive(
     """The sample equals a slow reference: hash every row of the whole archive, sort, take k."""
     from numba import njit
 
-    from specreplay.replay.lawsample import STREAM_LAW_POSITIONS
-    from specreplay.sim.rng import request_key, uniform_bits
+    from specreplay.sim.rng import STREAM_LAW_POSITIONS, request_key, uniform_bits
 
     @njit
     def bits(seed: int, key: np.uint64, rnd: int, pos: int, stream: int) -> np.uint64:

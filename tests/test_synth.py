@@ -12,11 +12,14 @@ import pytest
 from numpy.typing import NDArray
 
 from specreplay.replay.archive.synthetic import FRAME_SCHEMA, synth_frames
+from specreplay.sim.arms import parse_arm
+from specreplay.sim.policy import policy_law_of
 from specreplay.sim.synth import (
     SynthConfig,
     logging_arm_name,
     request_ids,
     request_start,
+    simulate_shard,
 )
 from specreplay.sim.toy import FAMILIES
 
@@ -204,3 +207,26 @@ def test_archive_is_the_same_for_one_and_two_threads() -> None:
     finally:
         numba.set_num_threads(before)
     assert one.equals(two)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "arm"),
+    [
+        (SynthConfig(n_requests=8, rounds=6), "top32:t0.7@5"),
+        (SynthConfig(n_requests=4, rounds=3, depth=3, top_k=8, temperature=1.3), "top8:t1.3@3"),
+        (SynthConfig(n_requests=4, rounds=3, greedy=True), "greedy@5"),
+    ],
+)
+def test_logged_emitted_q_is_the_replay_policy_law_bit_for_bit(cfg: SynthConfig, arm: str) -> None:
+    """The generator logs the replay's own law of its logging arm (importance weights are 1).
+
+    Recomputed independently of the generator: the archived draft log-probabilities go through
+    the replay's law of the parsed arm (sim.policy.policy_law_of over CSR rows).
+    """
+    shard = simulate_shard(cfg, SEED, request_ids(cfg.n_requests))
+    assert logging_arm_name(cfg) == arm
+    rows, k = shard.draft_logprobs.shape
+    offsets = np.arange(rows + 1, dtype=np.int64) * k
+    law = policy_law_of(parse_arm(arm).policy, offsets, shard.draft_logprobs.ravel())
+    assert not law.flag.any()
+    assert np.array_equal(law.q, shard.emitted_q.ravel())

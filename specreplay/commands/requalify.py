@@ -37,9 +37,12 @@ __all__ = ["run_requalify", "sample_requests"]
 
 def sample_requests(ids: list[str], n: int, seed: int) -> set[str]:
     """Choose ``n`` request ids deterministically: the n smallest seeded hashes of their keys."""
-    from specreplay.sim.rng import request_key, uniform_py
+    from specreplay.sim.rng import STREAM_REQUALIFY_SAMPLE, request_key, uniform_py
 
-    ranked = sorted(ids, key=lambda r: (uniform_py(seed, int(request_key(r)), 0, 0, 11), r))
+    ranked = sorted(
+        ids,
+        key=lambda r: (uniform_py(seed, int(request_key(r)), 0, 0, STREAM_REQUALIFY_SAMPLE), r),
+    )
     return set(ranked[:n])
 
 

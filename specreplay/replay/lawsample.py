@@ -12,18 +12,16 @@ two samples.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
 import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
 from specreplay.replay.archive.batch import RoundBatch
-from specreplay.sim.rng import uniform_bits
+from specreplay.sim.rng import STREAM_LAW_POSITIONS, uniform_bits
 
-__all__ = ["STREAM_LAW_POSITIONS", "LawSample", "position_hashes"]
+__all__ = ["LawSample", "position_hashes"]
 
-STREAM_LAW_POSITIONS: Final[int] = (1 << 62) + 3
 """Named stream of the law-test position hash: far above every replicate stream
 (``STREAMS_PER_REPLICATE · m + use``), so the choice is independent of every replay draw."""
 

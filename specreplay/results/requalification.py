@@ -35,6 +35,7 @@ from specreplay.results.model import (
 )
 from specreplay.sim.arms import Arm
 from specreplay.stats.armdata import ArmData
+from specreplay.stats.cells import Cell as CellSpec
 from specreplay.stats.compare import Comparison, compare, parse_margin
 from specreplay.stats.pairing import pair_arms
 
@@ -122,18 +123,20 @@ def merge_comparisons(parts: Sequence[Comparand]) -> tuple[Cell, ...]:
 
 
 def _masks(res: ReplayResult, cells: Sequence[Cell], arm: Arm) -> list[NDArray[np.bool_]]:
-    """Per cell, the (request, bucket) rows of the arm's sums that fall in it."""
+    """Per cell, the (request, bucket) rows of the arm's sums that fall in it.
+
+    Family and bucket names are looked up in the replay's own tables (a cell's family or bucket
+    is None where it spans all of them, ``unbucketed`` included: pooled and family cells count
+    every round, bucket cells one bucket).
+    """
     s = res.sums[arm.canonical]
+    all_f = tuple(range(len(res.families)))
+    all_b = tuple(range(len(res.buckets.names)))
     masks = []
     for c in cells:
-        m = np.ones(s.n.shape[0], dtype=np.bool_)
-        if c.family is not None:
-            m &= s.family == res.families.index(c.family)
-        if c.bucket is not None:
-            m &= s.bucket == res.buckets.names.index(c.bucket)
-        elif c.level == Level.BUCKET:
-            m &= s.bucket != res.buckets.unbucketed_code
-        masks.append(m)
+        fam = (res.families.index(c.family),) if c.family is not None else all_f
+        bkt = (res.buckets.names.index(c.bucket),) if c.bucket is not None else all_b
+        masks.append(CellSpec(c.level.value, c.family, c.bucket, fam, bkt).mask(s.family, s.bucket))
     return masks
 
 

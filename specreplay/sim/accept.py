@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
-__all__ = ["ROUND_START", "accept_prob", "advance", "alpha_row"]
+__all__ = ["ROUND_START", "accept_prob", "accept_probs", "advance", "alpha_row"]
 
 
 @njit(inline="always", cache=True)
@@ -26,6 +26,15 @@ def accept_prob(qv: float, p: float) -> float:
     if qv <= p:
         return 1.0
     return p / qv
+
+
+@njit(cache=True)
+def accept_probs(qv: NDArray[np.float64], p: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Return a(x) per candidate, float64 (n,): :func:`accept_prob` over qv, p float64 (n,)."""
+    out = np.empty(qv.shape[0])
+    for i in range(qv.shape[0]):
+        out[i] = accept_prob(qv[i], p[i])
+    return out
 
 
 @njit(inline="always", cache=True)

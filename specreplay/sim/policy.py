@@ -88,6 +88,7 @@ __all__ = [
     "arm_laws",
     "policy_law",
     "policy_law_of",
+    "policy_row",
     "quantize",
     "quantize_law",
     "quantize_row",
@@ -233,10 +234,10 @@ def exp_reference(x: float) -> float:
 
 
 @njit(fastmath=_FM, cache=True)
-def _policy_row(
+def policy_row(
     lp: NDArray[np.float64],
     greedy: bool,
-    top_k: int,
+    top_k: int | np.int64,
     temperature: float,
     top_p: float,
     out_q: NDArray[np.float64],
@@ -244,8 +245,14 @@ def _policy_row(
 ) -> int:
     """Write one row's policy law into ``out_q`` (the row's slice of the output); return its flags.
 
-    ``lp`` and ``out_q`` are the row's slices: indices from 0 let LLVM vectorise the loops (an
-    offset index goes through Numba's negative-index wraparound, which blocks it).
+    The one implementation of an arm's policy law (SPEC §3.1): :func:`policy_law` applies it to
+    every row of a batch, and the toy generator (:mod:`specreplay.sim.synth`) to its logging
+    arm, so the archived ``emitted_q`` is the replay's law of the logging arm bit for bit.
+
+    ``lp`` and ``out_q`` are the row's slices, float64 (n,): indices from 0 let LLVM vectorise the
+    loops (an offset index goes through Numba's negative-index wraparound, which blocks it). The
+    policy arguments are those of :func:`policy_law`; ``zero`` must be 0 at run time and unknown to
+    the compiler (see :func:`_opaque`).
     """
     n = lp.shape[0]
     if n == 0:
@@ -339,7 +346,7 @@ def policy_law(
     for i in prange(offsets.shape[0] - 1):
         lo = offsets[i]
         hi = offsets[i + 1]
-        out_flag[i] = _policy_row(
+        out_flag[i] = policy_row(
             draft_logprobs[lo:hi], greedy, top_k, temperature, top_p, out_q[lo:hi], zero
         )
 

@@ -7,8 +7,12 @@ can recompute the exact uniform any kernel used. The mixer is splitmix64 (Steele
 full avalanche, so nearby keys give unrelated streams.
 
 ``stream`` separates the uses of one (request, round, position): for instance the draft draw u, the
-accept draw v, and the residual/bonus draw. Replicate m of a Monte Carlo replay uses
-``stream = STREAMS_PER_REPLICATE * m + use``.
+accept draw v, and the residual/bonus draw. Every stream id is a named constant of this module,
+listed in :data:`STREAMS` (draws of a round's positions and other keyed draws) or
+:data:`START_STREAMS` (a request's starting state, at round 0, position 0, which no round uses);
+no caller passes a bare number. Replicate m of a Monte Carlo replay uses
+``stream = STREAMS_PER_REPLICATE * m + use`` with use :data:`STREAM_DRAFT` or :data:`STREAM_ACCEPT`,
+so the replicates never reach an id ≡ 3 (mod 4): that is where the other keyed draws live.
 
 All arithmetic is on ``uint64`` with every constant wrapped (numba types ``uint64 + int`` as int64).
 """
@@ -21,10 +25,21 @@ import numpy as np
 from numba import njit, uint64
 
 __all__ = [
+    "START_POSITION",
+    "START_STREAMS",
+    "STREAMS",
     "STREAMS_PER_REPLICATE",
     "STREAM_ACCEPT",
+    "STREAM_BOOTSTRAP",
     "STREAM_DRAFT",
+    "STREAM_LAW_POSITIONS",
+    "STREAM_REQUALIFY_SAMPLE",
     "STREAM_RESIDUAL",
+    "STREAM_START_CONTEXT",
+    "STREAM_START_FAMILY",
+    "STREAM_START_TOKEN1",
+    "STREAM_START_TOKEN2",
+    "fold",
     "mix64",
     "request_key",
     "stream_bits",
@@ -34,9 +49,51 @@ __all__ = [
 ]
 
 STREAM_DRAFT = 0
+"""Draft draw u of a position (CDF inversion): sim.synth, sim.toy.live_round, the Monte Carlo
+replay (use 0 of each replicate) and the law tests (stats.lawtest)."""
 STREAM_ACCEPT = 1
+"""Accept draw v of a position (accept when v·q^v(x) < p(x)): the same users as STREAM_DRAFT."""
 STREAM_RESIDUAL = 2
+"""Correction draw at the first rejected position, or bonus draw at position d + 1: sim.synth,
+sim.toy.live_round and the law tests."""
+STREAM_BOOTSTRAP = 7
+"""Base of resample b's member draws in stats.bootstrap (key b, round = stratum, position 0)."""
+STREAM_REQUALIFY_SAMPLE = 11
+"""Rank of a request when commands.requalify samples requests (request key, round 0, position 0)."""
+STREAM_LAW_POSITIONS = (1 << 62) + 3
+"""Hash of (request key, round, position) choosing the law-test positions (replay.lawsample);
+far above every Monte Carlo replicate's streams (STREAMS_PER_REPLICATE · M)."""
+STREAMS: dict[str, int] = {
+    "draft": STREAM_DRAFT,
+    "accept": STREAM_ACCEPT,
+    "residual": STREAM_RESIDUAL,
+    "bootstrap": STREAM_BOOTSTRAP,
+    "requalify-sample": STREAM_REQUALIFY_SAMPLE,
+    "law-positions": STREAM_LAW_POSITIONS,
+}
+"""Streams of round positions and other keyed draws, name → id (ids distinct)."""
 STREAMS_PER_REPLICATE = 4
+"""Stride of the Monte Carlo replicates' stream ids (replicate m adds 4·m to its use's id)."""
+
+START_POSITION = 0
+"""Position of a request's starting-state draws (round 0): no round draws at position 0."""
+STREAM_START_FAMILY = 0
+"""sim.synth: a request's family (round 0, position 0)."""
+STREAM_START_CONTEXT = 1
+"""sim.synth: a request's starting context length (round 0, position 0)."""
+STREAM_START_TOKEN1 = 2
+"""sim.synth: the first of a request's two starting history tokens (round 0, position 0)."""
+STREAM_START_TOKEN2 = 3
+"""sim.synth: the second starting history token (round 0, position 0)."""
+START_STREAMS: dict[str, int] = {
+    "start-family": STREAM_START_FAMILY,
+    "start-context": STREAM_START_CONTEXT,
+    "start-token1": STREAM_START_TOKEN1,
+    "start-token2": STREAM_START_TOKEN2,
+}
+"""Streams of a request's starting state, name → id. Drawn at :data:`START_POSITION`, where of
+:data:`STREAMS` only the bootstrap and requalify draws also occur (their ids differ from these), so
+these ids may coincide with the ids of the per-position streams."""
 
 _M1 = uint64(0xBF58476D1CE4E5B9)
 _M2 = uint64(0x94D049BB133111EB)
@@ -53,7 +110,12 @@ def mix64(z: np.uint64) -> np.uint64:
 
 
 @njit(inline="always", cache=True)
-def _fold(h: np.uint64, k: np.uint64) -> np.uint64:
+def fold(h: np.uint64, k: np.uint64) -> np.uint64:
+    """Return the hash ``h`` with the key ``k`` folded in: ``mix64(h + golden + k·M1)``.
+
+    One full splitmix64 avalanche per key, so nearby keys give unrelated hashes; the keyed
+    uniforms below and the toy model's state hashes (:mod:`specreplay.sim.toy`) are chains of it.
+    """
     return mix64(h + _GOLDEN + k * _M1)
 
 
@@ -67,10 +129,10 @@ def uniform_bits(
 ) -> np.uint64:
     """Return 64 random bits keyed by (seed, request key, round, position, stream)."""
     h = mix64(uint64(seed) + _GOLDEN)
-    h = _fold(h, uint64(key))
-    h = _fold(h, uint64(rnd))
-    h = _fold(h, uint64(position))
-    return _fold(h, uint64(stream))
+    h = fold(h, uint64(key))
+    h = fold(h, uint64(rnd))
+    h = fold(h, uint64(position))
+    return fold(h, uint64(stream))
 
 
 @njit(inline="always", cache=True)

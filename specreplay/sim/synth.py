@@ -10,7 +10,8 @@ Requests are independent and every draw is counter-based (:mod:`specreplay.sim.r
 (seed, request key, round, position, stream), so the kernel runs requests in parallel and the
 archive is identical for any thread count or shard size. A request's family, starting context
 (log-uniform over [context_min, context_max], spanning every default bucket) and starting history
-use round 0, position 0 (a position no round uses), streams 0..3.
+use round 0, position 0 (a position no round uses), streams ``START_STREAMS`` of
+:mod:`specreplay.sim.rng`.
 
 This module depends on NumPy, Numba and polars (the frames are the writer's input).
 """
@@ -24,7 +25,16 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
-from specreplay.sim.rng import request_key, uniform
+from specreplay.sim.policy import policy_row
+from specreplay.sim.rng import (
+    START_POSITION,
+    STREAM_START_CONTEXT,
+    STREAM_START_FAMILY,
+    STREAM_START_TOKEN1,
+    STREAM_START_TOKEN2,
+    request_key,
+    uniform,
+)
 from specreplay.sim.toy import (
     FAMILIES,
     STREAM_ACCEPT_I64,
@@ -34,7 +44,6 @@ from specreplay.sim.toy import (
     RoundStart,
     ToyPair,
     draw_cdf,
-    policy_q,
     position_laws,
     sample_residual,
     state_key_kernel,
@@ -119,10 +128,11 @@ def _request_start(
     seed: np.uint64, rkey: np.uint64, log_ctx_min: float, log_ctx_max: float, n_families: np.int64
 ) -> tuple[np.int64, np.int64, np.int64, np.int64]:
     """(family index, starting context, history token 1, history token 2) of a request."""
-    u0 = uniform(seed, rkey, np.int64(0), np.int64(0), np.int64(0))
-    u1 = uniform(seed, rkey, np.int64(0), np.int64(0), np.int64(1))
-    u2 = uniform(seed, rkey, np.int64(0), np.int64(0), np.int64(2))
-    u3 = uniform(seed, rkey, np.int64(0), np.int64(0), np.int64(3))
+    at = np.int64(START_POSITION)
+    u0 = uniform(seed, rkey, np.int64(0), at, np.int64(STREAM_START_FAMILY))
+    u1 = uniform(seed, rkey, np.int64(0), at, np.int64(STREAM_START_CONTEXT))
+    u2 = uniform(seed, rkey, np.int64(0), at, np.int64(STREAM_START_TOKEN1))
+    u3 = uniform(seed, rkey, np.int64(0), at, np.int64(STREAM_START_TOKEN2))
     fam = np.int64(u0 * n_families)
     ctx = np.int64(round(math.exp(log_ctx_min + u1 * (log_ctx_max - log_ctx_min))))
     return fam, ctx, np.int64(u2 * VOCAB_SIZE), np.int64(u3 * VOCAB_SIZE)
@@ -143,6 +153,7 @@ def _simulate_request(
     fp: NDArray[np.float64],
     gp: NDArray[np.float64],
     n_explicit: np.int64,
+    zero: int,
     fam_out: NDArray[np.int64],
     round_ctx: NDArray[np.int64],
     round_hist: NDArray[np.int64],
@@ -185,7 +196,8 @@ def _simulate_request(
                 cand_ids[row, c] = ids[j - 1, k]
                 draft_lp[row, c] = logq1[j - 1, k]
                 target_p[row, c] = p[j - 1, k]
-            policy_q(draft_lp[row], greedy, temperature, emitted_q[row])
+            # the replay's law of the logging arm (SPEC §3.1), so emitted_q equals it bit for bit
+            policy_row(draft_lp[row], greedy, n_cand, temperature, 1.0, emitted_q[row], zero)
             x = draw_cdf(
                 emitted_q[row], uniform(seed, rkey, np.int64(r), np.int64(j), STREAM_DRAFT_I64)
             )
@@ -241,6 +253,7 @@ def _simulate(
     fp: NDArray[np.float64],
     gp: NDArray[np.float64],
     n_explicit: np.int64,
+    zero: int,
     fam_out: NDArray[np.int64],
     round_ctx: NDArray[np.int64],
     round_hist: NDArray[np.int64],
@@ -265,6 +278,9 @@ def _simulate(
     log_ctx_min, log_ctx_max : float
         Log of the starting-context range.
     fp, gp : packed :class:`~specreplay.sim.toy.ToyPair`; n_explicit its explicit-set size.
+    zero : int
+        0, passed at run time (:func:`~specreplay.sim.policy.policy_row` needs a zero the
+        compiler cannot see, so that the logged law has the replay's bits).
     fam_out : int64 (n,)
         Written: family index per request.
     round_ctx : int64 (n·rounds,); round_hist : int64 (n·rounds, 2); round_bonus : int64 (n·rounds,)
@@ -289,6 +305,7 @@ def _simulate(
             fp,
             gp,
             n_explicit,
+            zero,
             fam_out,
             round_ctx,
             round_hist,
@@ -401,6 +418,7 @@ def simulate_shard(cfg: SynthConfig, seed: int, ids: list[str]) -> SynthShard:
         fp,
         gp,
         np.int64(cfg.pair.n_explicit),
+        0,  # the run-time zero of sim.policy.policy_row
         out.family,
         out.round_context,
         out.round_history,

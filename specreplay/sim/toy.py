@@ -61,10 +61,12 @@ import numpy as np
 from numba import njit, uint64
 from numpy.typing import NDArray
 
+from specreplay.sim.policy import policy_row
 from specreplay.sim.rng import (
     STREAM_ACCEPT,
     STREAM_DRAFT,
     STREAM_RESIDUAL,
+    fold,
     mix64,
     uniform,
 )
@@ -89,7 +91,6 @@ __all__ = [
     "greedy_law",
     "live_round",
     "logging_law",
-    "policy_q",
     "position_laws",
     "rank_to_token",
     "sample_residual",
@@ -111,9 +112,7 @@ _G_POS, _G_CTX, _G_CTX_REF, _G_SURP, _G_SURP_CAP, _G_GAP_MAX = 4, 5, 6, 7, 8, 9
 _G_SLOPE_SPREAD, _G_SIGMA_SPREAD, _G_MISS_RANKS, _G_MISS_MARGIN = 10, 11, 12, 13
 _N_GLOBAL = 14
 
-# --- hashing constants (uint64-wrapped: STACK-NOTES gotcha 2) -----------------------------------
-_GOLDEN = uint64(0x9E3779B97F4A7C15)
-_M1 = uint64(0xBF58476D1CE4E5B9)
+# --- hashing constants (uint64-wrapped: STACK-NOTES gotcha 2); the mixer is sim.rng's fold ------
 _SALT_STATE = uint64(0x70F5_7A7E_C0DE_0001)
 _SALT_PERM1 = uint64(0x70F5_7A7E_C0DE_0002)
 _SALT_PERM2 = uint64(0x70F5_7A7E_C0DE_0003)
@@ -143,11 +142,6 @@ _LOG_K = np.log(np.maximum(np.arange(_MAX_EXPLICIT, dtype=np.float64), 1.0))  # 
 
 
 @njit(inline="always", cache=True)
-def _fold(h: np.uint64, k: np.uint64) -> np.uint64:
-    return mix64(h + _GOLDEN + k * _M1)
-
-
-@njit(inline="always", cache=True)
 def _logistic(h: np.uint64) -> float:
     """Unit-variance logistic variate from 64 hash bits (53-bit uniform in (0, 1))."""
     u = (float(h >> uint64(11)) + 0.5) * _INV_2_53
@@ -169,10 +163,10 @@ def _triangular(h: np.uint64) -> float:
 @njit(cache=True)
 def state_key_kernel(family: Int, context: Int, t1: Int, t2: Int) -> np.uint64:
     """State key of (family, context length, last two tokens ``t1, t2``), as uint64."""
-    h = _fold(_SALT_STATE, uint64(family))
-    h = _fold(h, uint64(context))
-    h = _fold(h, uint64(t1))
-    return _fold(h, uint64(t2))
+    h = fold(_SALT_STATE, uint64(family))
+    h = fold(h, uint64(context))
+    h = fold(h, uint64(t1))
+    return fold(h, uint64(t2))
 
 
 @njit(inline="always", cache=True)
@@ -200,7 +194,7 @@ def _rank_to_token(rank: Int, k1: np.uint64, k2: np.uint64) -> np.int64:
 
 @njit(cache=True)
 def _perm_keys(key: np.uint64) -> tuple[np.uint64, np.uint64]:
-    return _fold(key, _SALT_PERM1), _fold(key, _SALT_PERM2)
+    return fold(key, _SALT_PERM1), fold(key, _SALT_PERM2)
 
 
 @njit(cache=True)
@@ -271,8 +265,8 @@ def _target_logits(
     ``g = gap_family + gap_spread_family·z1`` (capped) and ``β = slope_family·exp(slope_spread·z2)``
     with z1, z2 unit-variance logistic draws keyed by the state.
     """
-    z1 = _logistic(_fold(key, _SALT_GAP))
-    z2 = _logistic(_fold(key, _SALT_SLOPE))
+    z1 = _logistic(fold(key, _SALT_GAP))
+    z2 = _logistic(fold(key, _SALT_SLOPE))
     gap = min(fp[family, _F_GAP] + fp[family, _F_GAP_SPREAD] * z1, gp[_G_GAP_MAX])
     slope = fp[family, _F_SLOPE] * math.exp(gp[_G_SLOPE_SPREAD] * z2)
     out[0] = 0.0
@@ -338,18 +332,16 @@ def _draft_from_target(
     """
     k_exp = lt.shape[0]
     ld = np.empty(k_exp)
-    hd = _fold(key, _SALT_DRAFT)
+    hd = fold(key, _SALT_DRAFT)
     kappa = fp[family, _F_KAPPA]
-    sigma = fp[family, _F_SIGMA] * math.exp(
-        gp[_G_SIGMA_SPREAD] * _logistic(_fold(key, _SALT_SIGMA))
-    )
+    sigma = fp[family, _F_SIGMA] * math.exp(gp[_G_SIGMA_SPREAD] * _logistic(fold(key, _SALT_SIGMA)))
     sigma *= difficulty
     top = -np.inf
     for k in range(k_exp):
-        ld[k] = kappa * lt[k] + sigma * _triangular(_fold(hd, uint64(k)))
+        ld[k] = kappa * lt[k] + sigma * _triangular(fold(hd, uint64(k)))
         top = max(top, ld[k])
     hazard = fp[family, _F_HAZARD] * difficulty
-    h_miss = _fold(key, _SALT_MISS)
+    h_miss = fold(key, _SALT_MISS)
     if _unit(h_miss) < -math.expm1(-hazard):
         h2 = mix64(h_miss)
         n_ranks = min(np.int64(gp[_G_MISS_RANKS]), np.int64(k_exp - 1))
@@ -428,42 +420,12 @@ def _top_indices(x: NDArray[np.float64], out: NDArray[np.int64]) -> None:
 
 
 @njit(cache=True)
-def policy_q(
-    logprobs: NDArray[np.float64], greedy: bool, temperature: float, out: NDArray[np.float64]
-) -> None:
-    """Apply the logging policy to the candidates: writes q (n,) from draft log-probs (n,).
-
-    Greedy: point mass on the highest log-probability, ties to the lower index. Otherwise
-    ``softmax(logprobs / temperature)`` over all given candidates (SPEC §3.1).
-    """
-    n = logprobs.shape[0]
-    if greedy:
-        best = 0
-        for i in range(1, n):
-            if logprobs[i] > logprobs[best]:
-                best = i
-        for i in range(n):
-            out[i] = 0.0
-        out[best] = 1.0
-        return
-    m = -np.inf
-    for i in range(n):
-        m = max(m, logprobs[i] / temperature)
-    s = 0.0
-    for i in range(n):
-        e = math.exp(logprobs[i] / temperature - m)
-        out[i] = e
-        s += e
-    for i in range(n):
-        out[i] /= s
-
-
-@njit(cache=True)
 def _policy_q_alloc(
-    logprobs: NDArray[np.float64], greedy: bool, temperature: float
+    logprobs: NDArray[np.float64], greedy: bool, temperature: float, zero: int
 ) -> NDArray[np.float64]:
+    """Return the logging law over all given candidates (:func:`.policy.policy_row`)."""
     out = np.empty(logprobs.shape[0])
-    policy_q(logprobs, greedy, temperature, out)
+    policy_row(logprobs, greedy, np.int64(0), temperature, 1.0, out, zero)
     return out
 
 
@@ -909,8 +871,8 @@ def logging_law(
 ) -> Callable[[NDArray[np.float64]], NDArray[np.float64]]:
     """Return the logging policy as a law callable: ``softmax(logprobs / T)`` or greedy.
 
-    It calls the same jitted kernel as the generator, so :func:`live_round` with it reproduces the
-    generator bit for bit.
+    It is the replay's policy law (:func:`specreplay.sim.policy.policy_row`), as in the generator,
+    so :func:`live_round` with it reproduces the generator bit for bit.
     """
     if not greedy and not temperature > 0.0:
         raise ValueError(f"temperature must be > 0 (use greedy), got {temperature}")
@@ -918,7 +880,7 @@ def logging_law(
 
     def law(cand_logprobs: NDArray[np.float64]) -> NDArray[np.float64]:
         out: NDArray[np.float64] = _policy_q_alloc(
-            np.ascontiguousarray(cand_logprobs, dtype=np.float64), greedy, t
+            np.ascontiguousarray(cand_logprobs, dtype=np.float64), greedy, t, 0
         )
         return out
 
@@ -928,7 +890,7 @@ def logging_law(
 def greedy_law(cand_logprobs: NDArray[np.float64]) -> NDArray[np.float64]:
     """Point mass on the highest draft log-probability (ties to the lower index)."""
     out: NDArray[np.float64] = _policy_q_alloc(
-        np.ascontiguousarray(cand_logprobs, dtype=np.float64), True, 1.0
+        np.ascontiguousarray(cand_logprobs, dtype=np.float64), True, 1.0, 0
     )
     return out
 
@@ -941,6 +903,119 @@ def _check_q(q: NDArray[np.float64], n: int, position: int) -> NDArray[np.float6
     if abs(float(q.sum()) - 1.0) > 1e-9:
         raise ValueError(f"law sums to {float(q.sum())!r} at position {position}, expected 1")
     return q
+
+
+@dataclass(frozen=True)
+class _UniformKeys:
+    """Keys of a live round's counter-based uniforms: (seed, request key, round)."""
+
+    seed: np.uint64
+    request_key: np.uint64
+    round_index: np.int64
+
+    def at(self, position: int, stream: np.int64) -> float:
+        return float(
+            uniform(self.seed, self.request_key, self.round_index, np.int64(position), stream)
+        )
+
+
+@dataclass
+class _Drafted:
+    """The positions of a live round as drafted (before verification); see :class:`LiveRound`."""
+
+    drafted: NDArray[np.int64]
+    keys: NDArray[np.uint64]
+    cand_ids: list[NDArray[np.int64]] = field(default_factory=list)
+    draft_lp: list[NDArray[np.float64]] = field(default_factory=list)
+    target_p: list[NDArray[np.float64]] = field(default_factory=list)
+    qs: list[NDArray[np.float64]] = field(default_factory=list)
+    # per position: (explicit ids, target probs, candidate indices, target tail scale)
+    laws: list[tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64], float]] = field(
+        default_factory=list
+    )
+    x_idx: list[int] = field(default_factory=list)
+    history: tuple[int, int] = (0, 0)  # the last two tokens after the drafted ones
+
+
+def _draft_round(
+    pair: ToyPair,
+    start: RoundStart,
+    law: Callable[[NDArray[np.float64]], NDArray[np.float64]],
+    depth: int,
+    n_candidates: int,
+    uk: _UniformKeys,
+) -> _Drafted:
+    """Draft positions 1..depth autoregressively, each state built from the drafted prefix."""
+    fp, gp = pair.packed()
+    fam = np.int64(family_index(start.family))
+    ctx0 = int(start.context_tokens)
+    t1, t2 = int(start.history[0]), int(start.history[1])
+    k_exp = pair.n_explicit
+    out = _Drafted(drafted=np.empty(depth, dtype=np.int64), keys=np.empty(depth, dtype=np.uint64))
+    surprise = 0.0
+    for j in range(1, depth + 1):
+        key = np.uint64(state_key_kernel(fam, np.int64(ctx0 + j - 1), np.int64(t1), np.int64(t2)))
+        ids = np.empty(k_exp, dtype=np.int64)
+        p = np.empty(k_exp)
+        logq1 = np.empty(k_exp)
+        cand = np.empty(n_candidates, dtype=np.int64)
+        ts = float(
+            position_laws(
+                key, fam, np.int64(ctx0 + j - 1), np.int64(j), surprise, fp, gp, ids, p, logq1, cand
+            )
+        )
+        c_lp = logq1[cand]
+        q = _check_q(np.asarray(law(c_lp.copy()), dtype=np.float64), n_candidates, j)
+        x = int(draw_cdf(q, uk.at(j, STREAM_DRAFT_I64)))
+        tok = int(ids[cand[x]])
+        surprise = float(surprise_step(surprise, c_lp[x], p[cand[x]]))
+        out.drafted[j - 1] = tok
+        out.keys[j - 1] = key
+        out.cand_ids.append(ids[cand])
+        out.draft_lp.append(c_lp)
+        out.target_p.append(p[cand])
+        out.qs.append(q)
+        out.laws.append((ids, p, cand, ts))
+        out.x_idx.append(x)
+        t1, t2 = t2, tok
+    out.history = (t1, t2)
+    return out
+
+
+def _verify(d: _Drafted, depth: int, uk: _UniformKeys) -> tuple[NDArray[np.bool_], int]:
+    """Return the verifier's decisions (False after the first rejection) and A."""
+    accepted = np.zeros(depth, dtype=np.bool_)
+    n_acc = 0
+    for j in range(1, depth + 1):
+        v = uk.at(j, STREAM_ACCEPT_I64)
+        x = d.x_idx[j - 1]
+        if v * d.qs[j - 1][x] < d.target_p[j - 1][x]:  # SPEC §1: accept when v·q(x) < p(x)
+            accepted[j - 1] = True
+            n_acc += 1
+        else:
+            break
+    return accepted, n_acc
+
+
+def _last_token(
+    pair: ToyPair, start: RoundStart, d: _Drafted, depth: int, n_acc: int, uk: _UniformKeys
+) -> int:
+    """Return the correction token at the first rejected position, or the bonus at depth + 1."""
+    fp, gp = pair.packed()
+    if n_acc < depth:
+        j = n_acc + 1
+        ids, p, cand, ts = d.laws[j - 1]
+        u = uk.at(j, STREAM_RESIDUAL_I64)
+        return int(sample_residual(ids, p, cand, d.qs[j - 1], ts, d.keys[j - 1], gp, u))
+    fam = np.int64(family_index(start.family))
+    t1, t2 = d.history
+    ctx = np.int64(int(start.context_tokens) + depth)
+    key = np.uint64(state_key_kernel(fam, ctx, np.int64(t1), np.int64(t2)))
+    ids, p, ts_b = target_law_alloc(key, fam, np.int64(pair.n_explicit), fp, gp)
+    u = uk.at(depth + 1, STREAM_RESIDUAL_I64)
+    return int(
+        sample_residual(ids, p, np.empty(0, dtype=np.int64), np.empty(0), float(ts_b), key, gp, u)
+    )
 
 
 def live_round(
@@ -979,89 +1054,26 @@ def live_round(
         raise ValueError(f"depth must be >= 1, got {depth}")
     if not 1 <= n_candidates <= pair.n_explicit:
         raise ValueError(f"n_candidates must be in 1..{pair.n_explicit}, got {n_candidates}")
-    fp, gp = pair.packed()
-    fam = np.int64(family_index(start.family))
-    seed_u = np.uint64(seed)
-    rkey = np.uint64(request_key)
-    rnd = np.int64(round_index)
-    ctx0 = int(start.context_tokens)
-    t1, t2 = int(start.history[0]), int(start.history[1])
-    k_exp = pair.n_explicit
-
-    drafted = np.empty(depth, dtype=np.int64)
-    keys = np.empty(depth, dtype=np.uint64)
-    cand_ids: list[NDArray[np.int64]] = []
-    draft_lp: list[NDArray[np.float64]] = []
-    target_p: list[NDArray[np.float64]] = []
-    qs: list[NDArray[np.float64]] = []
-    laws: list[tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64], float]] = []
-    x_idx: list[int] = []
-    surprise = 0.0
-    for j in range(1, depth + 1):
-        key = np.uint64(state_key_kernel(fam, np.int64(ctx0 + j - 1), np.int64(t1), np.int64(t2)))
-        ids = np.empty(k_exp, dtype=np.int64)
-        p = np.empty(k_exp)
-        logq1 = np.empty(k_exp)
-        cand = np.empty(n_candidates, dtype=np.int64)
-        ts = float(
-            position_laws(
-                key, fam, np.int64(ctx0 + j - 1), np.int64(j), surprise, fp, gp, ids, p, logq1, cand
-            )
-        )
-        c_lp = logq1[cand]
-        q = _check_q(np.asarray(law(c_lp.copy()), dtype=np.float64), n_candidates, j)
-        u = float(uniform(seed_u, rkey, rnd, np.int64(j), STREAM_DRAFT_I64))
-        x = int(draw_cdf(q, u))
-        tok = int(ids[cand[x]])
-        surprise = float(surprise_step(surprise, c_lp[x], p[cand[x]]))
-        drafted[j - 1] = tok
-        keys[j - 1] = key
-        cand_ids.append(ids[cand])
-        draft_lp.append(c_lp)
-        target_p.append(p[cand])
-        qs.append(q)
-        laws.append((ids, p, cand, ts))
-        x_idx.append(x)
-        t1, t2 = t2, tok
-
-    accepted = np.zeros(depth, dtype=np.bool_)
-    n_acc = 0
-    for j in range(1, depth + 1):
-        v = float(uniform(seed_u, rkey, rnd, np.int64(j), STREAM_ACCEPT_I64))
-        x = x_idx[j - 1]
-        if v * qs[j - 1][x] < target_p[j - 1][x]:  # SPEC §1: accept when v·q(x) < p(x)
-            accepted[j - 1] = True
-            n_acc += 1
-        else:
-            break
-    if n_acc < depth:
-        j = n_acc + 1
-        ids, p, cand, ts = laws[j - 1]
-        u = float(uniform(seed_u, rkey, rnd, np.int64(j), STREAM_RESIDUAL_I64))
-        y = int(sample_residual(ids, p, cand, qs[j - 1], ts, keys[j - 1], gp, u))
-    else:
-        key = np.uint64(state_key_kernel(fam, np.int64(ctx0 + depth), np.int64(t1), np.int64(t2)))
-        ids, p, ts_b = target_law_alloc(key, fam, np.int64(k_exp), fp, gp)
-        u = float(uniform(seed_u, rkey, rnd, np.int64(depth + 1), STREAM_RESIDUAL_I64))
-        y = int(
-            sample_residual(
-                ids, p, np.empty(0, dtype=np.int64), np.empty(0), float(ts_b), key, gp, u
-            )
-        )
-    emitted = np.append(drafted[:n_acc], np.int64(y)).astype(np.int64)
+    uk = _UniformKeys(np.uint64(seed), np.uint64(request_key), np.int64(round_index))
+    d = _draft_round(pair, start, law, depth, n_candidates, uk)
+    accepted, n_acc = _verify(d, depth, uk)
+    y = _last_token(pair, start, d, depth, n_acc, uk)
+    emitted = np.append(d.drafted[:n_acc], np.int64(y)).astype(np.int64)
     hist = (int(start.history[0]), int(start.history[1]), *(int(t) for t in emitted))
     next_start = RoundStart(
-        family=start.family, context_tokens=ctx0 + 1 + n_acc, history=(hist[-2], hist[-1])
+        family=start.family,
+        context_tokens=int(start.context_tokens) + 1 + n_acc,
+        history=(hist[-2], hist[-1]),
     )
     return LiveRound(
-        drafted=drafted,
+        drafted=d.drafted,
         accepted=accepted,
         n_accepted=n_acc,
         emitted=emitted,
         next_start=next_start,
-        cand_ids=cand_ids,
-        draft_logprobs=draft_lp,
-        target_probs=target_p,
-        q=qs,
-        state_keys=keys,
+        cand_ids=d.cand_ids,
+        draft_logprobs=d.draft_lp,
+        target_probs=d.target_p,
+        q=d.qs,
+        state_keys=d.keys,
     )

@@ -25,12 +25,9 @@ import numpy as np
 from numba import njit, prange, uint64
 from numpy.typing import NDArray
 
-from specreplay.sim.rng import stream_bits, uniform_bits
+from specreplay.sim.rng import STREAM_BOOTSTRAP, stream_bits, uniform_bits
 
-__all__ = ["STREAM_BOOT", "PairedSums", "bootstrap_sums", "point_sums"]
-
-STREAM_BOOT = 7
-"""Stream id of bootstrap index draws (distinct from the replay streams)."""
+__all__ = ["PairedSums", "bootstrap_sums", "point_sums"]
 
 
 @dataclass(frozen=True)
@@ -97,7 +94,7 @@ def _count_draws(
         lo = strat_start[s]
         m = strat_start[s + 1] - lo
         mu = uint64(m)
-        base = uniform_bits(seed, uint64(b), s, 0, STREAM_BOOT)
+        base = uniform_bits(seed, uint64(b), s, 0, STREAM_BOOTSTRAP)
         seg = cnt[lo : lo + m]  # unsigned indices into a view: no negative-index checks
         for i in range(m // 2):
             bits = stream_bits(base, i)
@@ -189,8 +186,8 @@ def _boot_kernel(
     then sums each cell's pieces weighted by their member's count in four register accumulators
     (reassociated, so vectorised: exact for whole counts, deterministic otherwise). Draws 2i and
     2i + 1 of stratum s use the high and low halves of
-    ``stream_bits(uniform_bits(seed, b, s, 0, STREAM_BOOT), i)``, each mapped to a member by the
-    multiply-shift ``(half · m) >> 32`` (Lemire 2019; relative bias below m / 2³²).
+    ``stream_bits(uniform_bits(seed, b, s, 0, STREAM_BOOTSTRAP), i)``, each mapped to a member by
+    the multiply-shift ``(half · m) >> 32`` (Lemire 2019; relative bias below m / 2³²).
     """
     n_members = strat_start[strat_start.shape[0] - 1]
     n_chunks = min(n_boot, 64)  # one count buffer per chunk of replicates, reused

@@ -3,21 +3,99 @@
 A cell is the JSON object of the results contract. Bucket cells leave out rounds in
 ``unbucketed`` (they are counted in pooled and family cells and reported under ``excluded``).
 A cell that cannot be computed keeps its keys with ``null`` values and a ``null_reason``.
+
+:func:`cell_layout` is the one place that lists the cells (levels in :data:`LEVELS` order, families
+by code, buckets in the caller's order): each :class:`Cell` names its family and bucket and selects
+the finest (family code, bucket code) cells it pools; :meth:`Cell.mask` turns that into a mask over
+per-item code arrays. MEASURED cells (:func:`measured_cells`) and the paired comparison
+(:mod:`specreplay.stats.compare`) both use it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import polars as pl
+from numpy.typing import ArrayLike, NDArray
 
 from specreplay.stats.buckets import UNBUCKETED, Buckets
 from specreplay.stats.measured import MeasuredArchive
 
-__all__ = ["LEVELS", "measured_cells"]
+__all__ = ["LEVELS", "Cell", "cell_layout", "measured_cells"]
 
 LEVELS = ("pooled", "family", "bucket", "family×bucket")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Where a cell sits: its level, family and bucket names, and finest-cell selectors.
+
+    Attributes
+    ----------
+    level : str
+        One of :data:`LEVELS`.
+    family, bucket : str or None
+        The family and bucket names (None where the cell spans them all).
+    fam_idx, bucket_idx : tuple of int
+        Family codes and bucket codes the cell pools: it is the union of the finest cells
+        (f, b) for f in ``fam_idx`` and b in ``bucket_idx``.
+    """
+
+    level: str
+    family: str | None
+    bucket: str | None
+    fam_idx: tuple[int, ...]
+    bucket_idx: tuple[int, ...]
+
+    def mask(self, family_codes: ArrayLike, bucket_codes: ArrayLike) -> NDArray[np.bool_]:
+        """Return which items fall in the cell, from their family and bucket codes (n,) each."""
+        out: NDArray[np.bool_] = np.isin(family_codes, self.fam_idx) & np.isin(
+            bucket_codes, self.bucket_idx
+        )
+        return out
+
+
+def cell_layout(
+    families: Sequence[str],
+    bucket_names: Sequence[str],
+    *,
+    bucket_cells: Iterable[int],
+    pooled_buckets: Iterable[int],
+) -> list[Cell]:
+    """Return the cells: pooled, per family, per bucket, then per family × bucket.
+
+    Parameters
+    ----------
+    families : sequence of str
+        Family names by code; every family has a family cell.
+    bucket_names : sequence of str
+        Bucket names by code.
+    bucket_cells : iterable of int
+        Bucket codes with a bucket cell (and family × bucket cells), in output order; never
+        ``unbucketed`` (SPEC §4.1), which the caller leaves out.
+    pooled_buckets : iterable of int
+        Bucket codes pooled by the pooled and family cells (``unbucketed`` included).
+
+    Returns
+    -------
+    list of Cell
+        Family × bucket cells run over families, then buckets.
+    """
+    all_f = tuple(range(len(families)))
+    all_b = tuple(pooled_buckets)
+    user_b = list(bucket_cells)
+    cells = [Cell("pooled", None, None, all_f, all_b)]
+    cells += [Cell("family", families[f], None, (f,), all_b) for f in all_f]
+    cells += [Cell("bucket", None, bucket_names[b], all_f, (b,)) for b in user_b]
+    cells += [
+        Cell("family×bucket", families[f], bucket_names[b], (f,), (b,))
+        for f in all_f
+        for b in user_b
+    ]
+    return cells
 
 
 def _bucket_codes(buckets: Buckets, present: set[int]) -> list[int]:
@@ -54,38 +132,35 @@ def measured_cells(
     df = m.sums.frame()
     present = set(df.get_column("bucket").unique().to_list())
     bcodes = _bucket_codes(buckets, present)
-    unb = buckets.unbucketed_code
+    layout = cell_layout(
+        families,
+        buckets.names,
+        bucket_cells=bcodes,
+        pooled_buckets=[*bcodes, buckets.unbucketed_code],
+    )
     cells: list[dict[str, Any]] = []
-    keys: list[tuple[str, int | None, int | None]] = [("pooled", None, None)]
-    keys += [("family", f, None) for f in range(len(families))]
-    keys += [("bucket", None, b) for b in bcodes]
-    keys += [("family×bucket", f, b) for f in range(len(families)) for b in bcodes]
-    for level, f, b in keys:
+    for cell in layout:
         sel = pl.lit(True)
-        if f is not None:
-            sel = sel & (pl.col("family") == f)
-        if b is not None:
-            sel = sel & (pl.col("bucket") == b)
-        elif level == "bucket":
-            sel = sel & (pl.col("bucket") != unb)
+        if cell.family is not None:
+            sel = sel & (pl.col("family") == cell.fam_idx[0])
+        if cell.bucket is not None:
+            sel = sel & (pl.col("bucket") == cell.bucket_idx[0])
         part = df.filter(sel)
         n_rounds = int(part.get_column("n").sum())
         t = float(part.get_column("t").sum())
         n_req = int(part.get_column("request").n_unique())
-        fam_idx = [f] if f is not None else list(range(len(families)))
-        b_idx = [b] if b is not None else [*bcodes, unb]
         reason: str | None = None
         if n_rounds == 0:
             reason = "no rounds in this cell"
         elif not has_accepted:
             reason = "archive has no accepted column"
         R = None if reason else t / n_rounds
-        survival = _survival(m, fam_idx, b_idx, arm, reason)
+        survival = _survival(m, list(cell.fam_idx), list(cell.bucket_idx), arm, reason)
         cells.append(
             {
-                "level": level,
-                "family": families[f] if f is not None else None,
-                "bucket": buckets.names[b] if b is not None else None,
+                "level": cell.level,
+                "family": cell.family,
+                "bucket": cell.bucket,
                 "n_requests": n_req,
                 "arms": {
                     arm: {

@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
 from specreplay.stats.bootstrap import PairedSums, bootstrap_sums, point_sums
+from specreplay.stats.cells import Cell, cell_layout
 from specreplay.stats.intervals import (
     bca_interval,
     holm,
@@ -76,17 +77,6 @@ def parse_margin(text: str) -> Margin:
 
 
 @dataclass(frozen=True)
-class Cell:
-    """Where a cell sits: its level, family and bucket names, and finest-cell selectors."""
-
-    level: str
-    family: str | None
-    bucket: str | None
-    fam_idx: tuple[int, ...]
-    bucket_idx: tuple[int, ...]
-
-
-@dataclass(frozen=True)
 class Comparison:
     """Result of :func:`compare`: cells for results.json and the replicates behind them.
 
@@ -107,21 +97,11 @@ class Comparison:
 
 
 def _layout(ps: PairedSums, present_buckets: set[int]) -> list[Cell]:
-    nf, nb = len(ps.families), len(ps.buckets)
-    all_f = tuple(range(nf))
-    all_b = tuple(range(nb))
-    user_b = [
-        b for b in range(nb) if b != ps.unbucketed and (b in present_buckets)
-    ]  # bucket cells: buckets holding rounds, never 'unbucketed'
-    cells = [Cell("pooled", None, None, all_f, all_b)]
-    cells += [Cell("family", ps.families[f], None, (f,), all_b) for f in all_f]
-    cells += [Cell("bucket", None, ps.buckets[b], all_f, (b,)) for b in user_b]
-    cells += [
-        Cell("family×bucket", ps.families[f], ps.buckets[b], (f,), (b,))
-        for f in all_f
-        for b in user_b
-    ]
-    return cells
+    """Cells of the comparison: bucket cells for buckets holding rounds, never ``unbucketed``."""
+    user_b = [b for b in range(len(ps.buckets)) if b != ps.unbucketed and b in present_buckets]
+    return cell_layout(
+        ps.families, ps.buckets, bucket_cells=user_b, pooled_buckets=range(len(ps.buckets))
+    )
 
 
 def _ratio(t: NDArray[np.float64], n: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -23,6 +23,8 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
+from specreplay.stats.multiple import holm as holm_adjust
+
 __all__ = [
     "BCa",
     "Verdict",
@@ -134,21 +136,18 @@ def tost_p(reps: NDArray[np.float64], margin: float) -> float:
 
 
 def holm(p: list[float]) -> list[float]:
-    """Return Holm's step-down adjusted p-values (monotone, capped at 1).
+    """Return Holm's adjusted p-values (:func:`specreplay.stats.multiple.holm`) as floats.
+
+    Each is rounded to 15 decimals so that exact decimal products print as such in results.json
+    (3 × 0.01 gives 0.03, not 0.030000000000000002); the bootstrap p-values adjusted here are
+    multiples of 1/B, so the rounding moves none of them by more than 5e-16.
 
     Examples
     --------
     >>> holm([0.01, 0.04, 0.03])
     [0.03, 0.06, 0.06]
     """
-    m = len(p)
-    order = sorted(range(m), key=lambda i: p[i])
-    adj = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        adj[i] = running
-    return [round(x, 15) for x in adj]
+    return [round(float(x), 15) for x in holm_adjust(p)]
 
 
 @dataclass(frozen=True)

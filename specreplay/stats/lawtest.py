@@ -17,7 +17,8 @@ What this module computes, per (arm, position):
    categories), with counter-based uniforms (:mod:`specreplay.sim.rng`).
 3. :func:`goodness_of_fit` — G-test (default) or Pearson χ² of the counts against p_ext, after
    merging small categories (:func:`merge_categories`).
-4. :func:`holm` — Holm's step-down adjustment over every arm × position of one run.
+4. Holm's step-down adjustment over every arm × position of one run
+   (:func:`specreplay.stats.multiple.holm`).
 5. :func:`run_law_tests` — all of the above with the number of draws chosen for power.
 
 Decisions (documented here once; the functions cite them):
@@ -76,8 +77,10 @@ from numba import njit, prange
 from numpy.typing import ArrayLike, NDArray
 
 from specreplay.errors import SpecReplayError
+from specreplay.sim.accept import accept_probs
 from specreplay.sim.rng import STREAM_ACCEPT, STREAM_DRAFT, STREAM_RESIDUAL, request_key, uniform
 from specreplay.sim.sampling import draw_float
+from specreplay.stats.multiple import holm
 
 __all__ = [
     "DEFAULT_FAMILY_ALPHA",
@@ -96,7 +99,6 @@ __all__ = [
     "draws_for_power",
     "gammainc_pq",
     "goodness_of_fit",
-    "holm",
     "merge_categories",
     "ncx2_cdf",
     "output_law",
@@ -218,12 +220,6 @@ class OutputLaw:
     residual: NDArray[np.float64]
 
 
-def _accept_prob(q_v: NDArray[np.float64], p: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Return a(x) = P(v·q^v(x) < p(x)), v ~ U[0, 1) (SPEC §3.2 convention), float64 (n,)."""
-    safe = np.where(q_v > 0.0, q_v, 1.0)
-    return np.where(q_v > 0.0, np.minimum(1.0, p / safe), np.where(p > 0.0, 1.0, 0.0))
-
-
 def _residual_weights(
     q_v: NDArray[np.float64], p: NDArray[np.float64], p_other: float
 ) -> NDArray[np.float64]:
@@ -278,7 +274,7 @@ def output_law(q_s: ArrayLike, q_v: ArrayLike, p: ArrayLike, p_other: float) -> 
 def _output_law(
     qs: NDArray[np.float64], qv: NDArray[np.float64], pp: NDArray[np.float64], po: float
 ) -> OutputLaw:
-    acc = _accept_prob(qv, pp)
+    acc = accept_probs(qv, pp)  # SPEC §3.2 accept convention (sim.accept)
     accepted = qs * acc  # SPEC §3.3: q^s(x)·min(1, p(x)/q^v(x))
     alpha = float(accepted.sum())
     reject = float((qs * (1.0 - acc)).sum())  # 1 − α, summed directly (accurate as α → 1)
@@ -748,26 +744,6 @@ def goodness_of_fit(counts: ArrayLike, p_ref: ArrayLike, *, method: str = "G") -
     return GofResult(stat, df, chi2_sf(stat, df), group, _merged_label(group, expected))
 
 
-def holm(p_values: ArrayLike) -> NDArray[np.float64]:
-    """Return Holm's step-down adjusted p-values (Holm 1979), in the input order.
-
-    p_adj_(i) = max_{j ≤ i} min(1, (m − j + 1)·p_(j)) over the ascending p-values (stable
-    order for ties).
-
-    Examples
-    --------
-    >>> holm([0.01, 0.04, 0.03, 0.005]).round(6).tolist()
-    [0.03, 0.06, 0.06, 0.02]
-    """
-    pv = np.asarray(p_values, dtype=np.float64)
-    m = pv.shape[0]
-    order = np.argsort(pv, kind="stable")
-    scaled = np.minimum(1.0, (m - np.arange(m)) * pv[order])
-    out = np.empty(m, dtype=np.float64)
-    out[order] = np.maximum.accumulate(scaled)
-    return out
-
-
 # --------------------------------------------------------------------------------------------
 # Draws for power
 # --------------------------------------------------------------------------------------------
@@ -989,43 +965,11 @@ def run_law_tests(
         In the order of ``cases``.
     """
     kind = _method_iv(method)
-    if not 0.0 < family_alpha < 1.0:
-        raise SpecReplayError(f"family_alpha must be in (0, 1), got {family_alpha!r}")
-    if not 1 <= int(min_draws) <= int(max_draws):
-        raise SpecReplayError(
-            f"need 1 <= min_draws <= max_draws, got min_draws={min_draws}, max_draws={max_draws}"
-        )
-    prepared = []
-    for raw in cases:
-        case = LawCase(*raw)
-        where = f"law test {case.arm!r} position {case.position}: "
-        if int(case.position) < 0:
-            raise SpecReplayError(f"{where}position must be non-negative")
-        qs, qv, pp, po = _law_iv(case.q_s, case.q_v, case.p, case.p_other, where)
-        m_cum, bits = _dyadic_iv(case.m_s, case.bits, qs, where)
-        prepared.append((case, qs, qv, pp, po, m_cum, bits))
+    prepared = _prepare(cases, family_alpha, min_draws, max_draws)
     if not prepared:
         return []
     level = family_alpha / len(prepared)  # Bonferroni level for the power computation
-    rows = []
-    for case, qs, qv, pp, po, m_cum, bits in prepared:
-        exact = _output_law(qs, qv, pp, po)
-        ref = _p_ref(pp, po)
-        plan = _choose_draws(exact.law, ref, level, int(min_draws), int(max_draws), TARGET_POWER)
-        counts = _counts(
-            qs,
-            qv,
-            pp,
-            po,
-            m_cum,
-            bits,
-            plan.draws,
-            int(seed),
-            int(request_key(case.arm)),
-            int(case.position),
-        )
-        gof = goodness_of_fit(counts, ref, method=kind)
-        rows.append((case, exact, plan, gof))
+    rows = [_test_one(c, level, int(min_draws), int(max_draws), int(seed), kind) for c in prepared]
     p_adj = holm([gof.p_value for _, _, _, gof in rows])
     return [
         LawTestResult(
@@ -1048,6 +992,62 @@ def run_law_tests(
         )
         for (case, exact, plan, gof), pa in zip(rows, p_adj, strict=True)
     ]
+
+
+class _Prepared(NamedTuple):
+    """One validated law-test case: contiguous float64 laws and the sampler's dyadic form."""
+
+    case: LawCase
+    qs: NDArray[np.float64]
+    qv: NDArray[np.float64]
+    pp: NDArray[np.float64]
+    po: float
+    m_cum: NDArray[np.int64]  # cumulative dyadic integers; empty for a float sampler
+    bits: int
+
+
+def _prepare(
+    cases: Iterable[LawCase | tuple[Any, ...]], family_alpha: float, min_draws: int, max_draws: int
+) -> list[_Prepared]:
+    """Validate the run's options and every case (SpecReplayError naming the case)."""
+    if not 0.0 < family_alpha < 1.0:
+        raise SpecReplayError(f"family_alpha must be in (0, 1), got {family_alpha!r}")
+    if not 1 <= int(min_draws) <= int(max_draws):
+        raise SpecReplayError(
+            f"need 1 <= min_draws <= max_draws, got min_draws={min_draws}, max_draws={max_draws}"
+        )
+    prepared = []
+    for raw in cases:
+        case = LawCase(*raw)
+        where = f"law test {case.arm!r} position {case.position}: "
+        if int(case.position) < 0:
+            raise SpecReplayError(f"{where}position must be non-negative")
+        qs, qv, pp, po = _law_iv(case.q_s, case.q_v, case.p, case.p_other, where)
+        m_cum, bits = _dyadic_iv(case.m_s, case.bits, qs, where)
+        prepared.append(_Prepared(case, qs, qv, pp, po, m_cum, bits))
+    return prepared
+
+
+def _test_one(
+    c: _Prepared, level: float, min_draws: int, max_draws: int, seed: int, kind: Method
+) -> tuple[LawCase, OutputLaw, _Draws, GofResult]:
+    """Exact law, draws for power, Monte Carlo counts and goodness of fit of one case."""
+    exact = _output_law(c.qs, c.qv, c.pp, c.po)
+    ref = _p_ref(c.pp, c.po)
+    plan = _choose_draws(exact.law, ref, level, min_draws, max_draws, TARGET_POWER)
+    counts = _counts(
+        c.qs,
+        c.qv,
+        c.pp,
+        c.po,
+        c.m_cum,
+        c.bits,
+        plan.draws,
+        seed,
+        int(request_key(c.case.arm)),
+        int(c.case.position),
+    )
+    return c.case, exact, plan, goodness_of_fit(counts, ref, method=kind)
 
 
 def to_json(result: LawTestResult) -> dict[str, Any]:
