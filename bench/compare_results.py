@@ -1,7 +1,8 @@
 """Compare every results.json under two run folders, figure by figure.
 
 Pairs the ``results.json`` files of OLD_DIR and NEW_DIR by their path relative to each folder and
-walks both JSON trees together (lists by index, objects by key). Left out, because they differ
+walks both JSON trees together (lists by index, objects by key; ``cells`` by their level, family
+and bucket, so a new cell order is no difference). Left out, because they differ
 between any two runs: ``created_utc``, ``environment``, ``inputs[].path``, ``inputs[].sha256`` and
 path-valued ``options`` (absolute paths, and the ``archive``/``out`` options).
 
@@ -108,6 +109,24 @@ def walk(
         (rep.verdicts if key in VERDICT_KEYS else rep.other).append((here, old, new))
 
 
+def _keyed(doc: Any, skip_law_tests: bool) -> Any:
+    """Cells keyed by (level, family, bucket), so a change of cell order is not a change of figure;
+    with ``skip_law_tests``, law tests summarised as pass/fail/null counts per arm (for runs whose
+    law-test positions were chosen differently)."""
+    if not isinstance(doc, dict):
+        return doc
+    out = dict(doc)
+    if isinstance(doc.get("cells"), list):
+        out["cells"] = {f"{c['level']}|{c['family']}|{c['bucket']}": c for c in doc["cells"]}
+    if skip_law_tests and isinstance(doc.get("law_tests"), list):
+        counts: dict[str, dict[str, int]] = {}
+        for t in doc["law_tests"]:
+            k = {True: "passed", False: "failed", None: "null"}[t.get("passed")]
+            counts.setdefault(t["arm"], {"passed": 0, "failed": 0, "null": 0})[k] += 1
+        out["law_tests"] = counts
+    return out
+
+
 def _files(root: Path) -> dict[str, Path]:
     return {str(p.relative_to(root)): p for p in sorted(root.rglob("results.json"))}
 
@@ -118,13 +137,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("new", type=Path)
     ap.add_argument("--threshold", type=float, default=1e-9)
     ap.add_argument("--show", type=int, default=40, help="changed figures to list (largest first)")
+    ap.add_argument(
+        "--law-test-counts",
+        action="store_true",
+        help="compare law tests as pass/fail counts per arm (positions chosen differently)",
+    )
     args = ap.parse_args(argv)
     old_files, new_files = _files(args.old), _files(args.new)
     rep = Report()
     only = sorted(set(old_files) ^ set(new_files))
     for rel in sorted(set(old_files) & set(new_files)):
-        old = json.loads(old_files[rel].read_text(encoding="utf-8"))
-        new = json.loads(new_files[rel].read_text(encoding="utf-8"))
+        old = _keyed(json.loads(old_files[rel].read_text(encoding="utf-8")), args.law_test_counts)
+        new = _keyed(json.loads(new_files[rel].read_text(encoding="utf-8")), args.law_test_counts)
         walk(old, new, rel, [], rep, args.threshold)
     print(f"results.json pairs: {len(set(old_files) & set(new_files))}")
     for rel in only:

@@ -28,13 +28,26 @@ def _write(root: Path, rel: str, doc: dict[str, object]) -> None:
     path.write_text(json.dumps(doc), encoding="utf-8")
 
 
+POOLED = {"level": "pooled", "family": None, "bucket": None}
+
+
 def _doc(r: float, s: float, verdict: str, run: str) -> dict[str, object]:
     return {
         "created_utc": f"2026-01-0{run}T00:00:00Z",
         "environment": {"threads": int(run)},
         "inputs": [{"path": f"/tmp/run{run}/a.parquet", "sha256": run * 8, "rows": 80}],
         "options": {"archive": f"/tmp/run{run}", "level": 0.95, "baseline": "top32:t0.7@5"},
-        "cells": [{"verdict": verdict, "R": r, "S": s, "passed": True}],
+        "cells": [
+            {
+                "level": "pooled",
+                "family": None,
+                "bucket": None,
+                "verdict": verdict,
+                "R": r,
+                "S": s,
+                "passed": True,
+            }
+        ],  # fmt: skip
     }
 
 
@@ -52,9 +65,31 @@ def test_reports_verdicts_and_relative_changes(
     assert _load().main([str(tmp_path / "old"), str(tmp_path / "new")]) == 1
     out = capsys.readouterr().out
     assert "verdict differences: 1" in out
-    assert "sub/results.json:cells[0].verdict: 'EQUIVALENT' -> 'INCONCLUSIVE'" in out
+    assert "sub/results.json:cells.pooled|None|None.verdict: 'EQUIVALENT' -> 'INCONCLUSIVE'" in out
     # figures: rows, level, R, S = 4 numbers; R moves by 2e-10/(2 + 2e-10) ≈ 1e-10 (below 1e-9)
     assert "numeric figures compared: 4 (2 identical)" in out
     # |3.3 − 3| / 3.3 = 0.0909…
-    assert "largest relative change: 0.0909 at sub/results.json:cells[0].S: 3.0 -> 3.3" in out
+    assert (
+        "largest relative change: 0.0909 at sub/results.json:cells.pooled|None|None.S: 3.0 -> 3.3"
+        in out
+    )
     assert "figures changing by more than 1e-09 relative: 1\n" in out
+
+
+def test_cells_are_paired_by_identity_and_law_tests_can_be_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mod = _load()
+    cells = [
+        {"level": "pooled", "family": None, "bucket": None, "R": 3.0},
+        {"level": "family", "family": "chat", "bucket": None, "R": 2.9},
+        {"level": "family", "family": "code", "bucket": None, "R": 3.6},
+    ]
+    law = [{"arm": "x", "position": 1, "tv": 0.1, "passed": False}]
+    _write(tmp_path / "a", ".", {"cells": cells, "law_tests": law})
+    moved = [{"arm": "x", "position": 4, "tv": 0.2, "passed": False}]
+    _write(tmp_path / "b", ".", {"cells": [cells[0], cells[2], cells[1]], "law_tests": moved})
+    assert mod.main([str(tmp_path / "a"), str(tmp_path / "b"), "--law-test-counts"]) == 0
+    assert "numeric figures compared: 6 (6 identical)" in capsys.readouterr().out
+    # without counting, the law test at another position is a difference
+    assert mod.main([str(tmp_path / "a"), str(tmp_path / "b")]) == 1
