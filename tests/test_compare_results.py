@@ -37,17 +37,7 @@ def _doc(r: float, s: float, verdict: str, run: str) -> dict[str, object]:
         "environment": {"threads": int(run)},
         "inputs": [{"path": f"/tmp/run{run}/a.parquet", "sha256": run * 8, "rows": 80}],
         "options": {"archive": f"/tmp/run{run}", "level": 0.95, "baseline": "top32:t0.7@5"},
-        "cells": [
-            {
-                "level": "pooled",
-                "family": None,
-                "bucket": None,
-                "verdict": verdict,
-                "R": r,
-                "S": s,
-                "passed": True,
-            }
-        ],  # fmt: skip
+        "cells": [POOLED | {"verdict": verdict, "R": r, "S": s, "passed": True}],
     }
 
 
