@@ -23,8 +23,8 @@ Baselines, measured in the same run:
 Inputs of parts 1–3: seeded NumPy arrays, 1M positions × 32 candidates, rounds of 5. Part 4
 generates an archive with ``specreplay synth`` (64 rounds × 5 positions per request; about
 0.8 GiB per 1M positions) in a temporary folder deleted at the end, then runs
-``run_requalify(baseline top32:t0.7@5, candidate top32:t0.7:dyadic24@5, reference greedy@5,
-n_boot 2000)`` in a fresh process that reports its peak resident set (VmHWM).
+``run_requalify`` (baseline top32:t0.7@5, candidate top32:t0.7:dyadic24@5, reference greedy@5,
+n_boot 2000) in a fresh process that reports its peak resident set (VmHWM).
 
 Every timing is the best of 3 after a warm-up call (which also loads or compiles the kernels);
 part 4's warm-up is a requalify of a tiny archive (kernels); the archive was just written, so
@@ -62,13 +62,13 @@ CHILD_E2E = """
 import sys, time
 from pathlib import Path
 from specreplay.commands.requalify import run_requalify
+from specreplay.results.requalification import RequalifyOptions
 t0 = time.perf_counter()
-_, _, doc = run_requalify(Path(sys.argv[1]), baseline="top32:t0.7@5",
-                          candidate="top32:t0.7:dyadic24@5", reference="greedy@5",
-                          out=Path(sys.argv[2]), force=True, n_boot=2000)
+opts = RequalifyOptions("top32:t0.7@5", "top32:t0.7:dyadic24@5", "greedy@5", n_boot=2000)
+_, _, res = run_requalify(Path(sys.argv[1]), opts, out=Path(sys.argv[2]), force=True)
 secs = time.perf_counter() - t0
 hwm = open("/proc/self/status").read().split("VmHWM:")[1].split()[0]
-print(secs, hwm, len(doc["arms"]), doc["requalification"]["verdict"])
+print(secs, hwm, len(res.arms), res.requalification.verdict)
 """
 
 CHILD_READ = """

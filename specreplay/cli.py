@@ -398,26 +398,26 @@ def requalify(
     """
     with _user_errors():
         from specreplay.commands.requalify import run_requalify
+        from specreplay.results.requalification import RequalifyOptions
 
-        shared = _bootstrap_options(margin, n_boot, stratify, level, min_requests)
-        text, code, _ = run_requalify(
-            archive,
+        opts = RequalifyOptions(
             baseline=baseline,
             candidate=candidate,
             reference=reference,
-            out=out,
-            force=force,
             estimator=estimator,
             replicates=replicates,
             fail_on=_verdict_set(fail_on, {"QUALIFIED", "NOT QUALIFIED", "INCONCLUSIVE"}),
-            families={f.strip() for f in families.split(",")} if families else None,
-            n_sample_requests=sample_requests,
+            families=frozenset(f.strip() for f in families.split(",")) if families else None,
+            sample_requests=sample_requests,
             seed=seed,
-            buckets=buckets,
+            buckets=buckets or _default_buckets(),
             logging_arm=_arm_option(logging_arm),
-            progress=lambda what, total: _progress(quiet, what, total),
-            **shared,
+            **_bootstrap_options(margin, n_boot, stratify, level, min_requests),
         )
+        text, code, _ = run_requalify(
+            archive, opts, out=out, force=force,
+            progress=lambda what, total: _progress(quiet, what, total),
+        )  # fmt: skip
         typer.echo(text)
         if code:
             raise typer.Exit(code=code)

@@ -236,12 +236,15 @@ def test_requalify_on_a_shared_replay_equals_its_own_pass(
     """The demo's one pass over many arms gives each requalification exactly its own figures."""
     from specreplay.commands.requalify import run_requalify
     from specreplay.replay.engine import OpenArchive
-    from specreplay.results.requalification import RequalifyArms, requalify_result
+    from specreplay.results.requalification import (
+        RequalifyArms,
+        RequalifyOptions,
+        requalify_result,
+    )
 
-    kw: dict = {"baseline": "top32:t0.7@5", "candidate": "top32:t0.7:dyadic12@5",
-                "reference": "greedy@5", "force": True, "n_boot": 300, "seed": 4,
-                "min_requests": 5}  # fmt: skip
-    _, _, own = run_requalify(small_archive, out=tmp_path / "own", **kw)
+    opts = RequalifyOptions("top32:t0.7@5", "top32:t0.7:dyadic12@5", "greedy@5", n_boot=300,
+                            seed=4, min_requests=5)  # fmt: skip
+    _, _, own = run_requalify(small_archive, opts, out=tmp_path / "own", force=True)
     opened = OpenArchive(small_archive)
     logged = str(opened.logging_arm)
     names = ["top32:t0.7@5", "top32:t0.7:dyadic12@5", "greedy@5", "top32:t0.7:dyadic8@5", logged]
@@ -249,6 +252,7 @@ def test_requalify_on_a_shared_replay_equals_its_own_pass(
     base, cand, ref = (parse_arm(a) for a in names[:3])
     log = parse_arm(logged)
     every = {a.canonical: a for a in (base, cand, ref, log)}
-    reused = requalify_result(shared, RequalifyArms(base, cand, ref, log, every), own.options)
+    arms = RequalifyArms(base, cand, ref, log, every)
+    reused = requalify_result(shared, arms, opts, small_archive)
     for key in ("cells", "law_tests", "path_bias", "excluded", "inputs", "requalification"):
         assert getattr(own, key) == getattr(reused, key), key

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 from specreplay.replay.archive.sources import archive_rows
 from specreplay.replay.engine import ReplayResult, replay_archive
@@ -20,12 +19,16 @@ from specreplay.results.lawtests import lawtest_result
 from specreplay.results.model import LawTest, Result, Role
 from specreplay.results.output import output_dir
 from specreplay.results.render import write_all
-from specreplay.results.requalification import RequalifyArms, check_replayable, requalify_result
+from specreplay.results.requalification import (
+    RequalifyArms,
+    RequalifyOptions,
+    check_replayable,
+    requalify_result,
+)
 from specreplay.results.tables import archive_summary, lawtest_table, measured_tables
 from specreplay.results.tables import requalify_tables as requalify_text
 from specreplay.sim.arms import Arm, parse_arm
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
-from specreplay.stats.compare import parse_margin
 
 __all__ = ["run_demo"]
 
@@ -45,27 +48,6 @@ def _arms(candidate: str, reference: str | None) -> RequalifyArms:
         if a is not None:
             every.setdefault(a.canonical, a)
     return RequalifyArms(base, cand, ref, base, every)
-
-
-def _options(archive: Path, candidate: str, reference: str | None, n_boot: int) -> dict[str, Any]:
-    return {
-        "archive": str(archive),
-        "baseline": DEMO_BASELINE,
-        "candidate": candidate,
-        "reference": reference,
-        "estimator": "analytic",
-        "replicates": 16,
-        "margin": parse_margin("0.5%").to_json(),
-        "fail_on": [],
-        "families": None,
-        "sample_requests": None,
-        "n_boot": n_boot,
-        "stratify": "family",
-        "level": 0.95,
-        "min_requests": 10,
-        "buckets": DEFAULT_BUCKETS,
-        "logging_arm": None,
-    }
 
 
 def _relocated(result: Result, tmp: Path, out: Path) -> Result:
@@ -98,7 +80,8 @@ def _requalification(
 ) -> Result:
     arms = _arms(candidate, reference)
     check_replayable(res, arms)
-    return requalify_result(res, arms, _options(archive, candidate, reference, n_boot))
+    opts = RequalifyOptions(DEMO_BASELINE, candidate, reference, n_boot=n_boot, seed=res.seed)
+    return requalify_result(res, arms, opts, archive)
 
 
 def run_demo(

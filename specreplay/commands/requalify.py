@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.sources import archive_rows
@@ -26,7 +25,12 @@ from specreplay.results.gates import fail_on_code
 from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
 from specreplay.results.render import write_all
-from specreplay.results.requalification import RequalifyArms, check_replayable, requalify_result
+from specreplay.results.requalification import (
+    RequalifyArms,
+    RequalifyOptions,
+    check_replayable,
+    requalify_result,
+)
 from specreplay.results.tables import requalify_tables
 from specreplay.sim.arms import Arm, parse_arm
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
@@ -48,72 +52,40 @@ def sample_requests(ids: list[str], n: int, seed: int) -> set[str]:
 
 def run_requalify(
     archive: Path,
+    opts: RequalifyOptions,
     *,
-    baseline: str,
-    candidate: str,
-    reference: str | None,
     out: Path,
     force: bool,
-    estimator: str = "analytic",
-    replicates: int = 16,
-    margin: str = "0.5%",
-    fail_on: frozenset[str] = frozenset(),
-    families: set[str] | None = None,
-    n_sample_requests: int | None = None,
-    n_boot: int = 10_000,
-    seed: int = 0,
-    stratify: str = "family",
-    level: float = 0.95,
-    min_requests: int = 10,
-    buckets: str = "",
-    logging_arm: str | None = None,
-    law_positions: int = 8,
     progress: Progress | None = None,
 ) -> tuple[str, int, Result]:
-    """Requalify ``candidate`` against ``baseline``; return (terminal text, exit code, result)."""
+    """Requalify ``opts.candidate`` against ``opts.baseline``; return (text, exit code, result)."""
     check_out(out, force=force, inputs=[archive])
-    options: dict[str, Any] = {
-        "archive": str(archive),
-        "baseline": baseline,
-        "candidate": candidate,
-        "reference": reference,
-        "estimator": estimator,
-        "replicates": replicates,
-        "margin": parse_margin(margin).to_json(),
-        "fail_on": sorted(fail_on),
-        "families": sorted(families) if families else None,
-        "sample_requests": n_sample_requests,
-        "n_boot": n_boot,
-        "stratify": stratify,
-        "level": level,
-        "min_requests": min_requests,
-        "buckets": Buckets.parse(buckets or DEFAULT_BUCKETS).spec,
-        "logging_arm": logging_arm,
-    }
+    parse_margin(opts.margin)  # a bad margin is an error before any work
     # the first batch is read here, through the validating reader: the logging arm is known
     # before the pass, which then goes on from the same reader (one read of every file)
     opened = OpenArchive(
-        archive, buckets=Buckets.parse(options["buckets"]), logging_arm=logging_arm
+        archive,
+        buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
+        logging_arm=opts.logging_arm,
     )
-    arms = _arms(baseline, candidate, reference, opened.logging_arm)
+    arms = _arms(opts.baseline, opts.candidate, opts.reference, opened.logging_arm)
     ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
     with output_dir(out, force=force, inputs=[archive]) as tmp:
         with ctx as advance:
-            res = opened.replay(list(arms.all.values()), estimator=estimator,
-                                replicates=replicates, seed=seed, law_positions=law_positions,
-                                progress=advance)  # fmt: skip
-        wanted = (
-            sample_requests(res.requests, n_sample_requests, seed) if n_sample_requests else None
-        )
-        if families is not None or wanted is not None:
-            res = res.select(families, wanted)
+            res = opened.replay(list(arms.all.values()), estimator=opts.estimator,
+                                replicates=opts.replicates, seed=opts.seed,
+                                law_positions=opts.law_positions, progress=advance)  # fmt: skip
+        n = opts.sample_requests
+        wanted = sample_requests(res.requests, n, opts.seed) if n else None
+        if opts.families is not None or wanted is not None:
+            res = res.select(set(opts.families) if opts.families else None, wanted)
         check_replayable(res, arms)
-        result = requalify_result(res, arms, options)
+        result = requalify_result(res, arms, opts, archive)
         write_all(result, tmp)
     text = requalify_tables(result)
     text += f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet, forest.png)"
     rq = result.requalification
-    return text, fail_on_code(rq.verdict if rq is not None else None, fail_on), result
+    return text, fail_on_code(rq.verdict if rq is not None else None, opts.fail_on), result
 
 
 def _arms(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ from specreplay.results.model import (
 )
 from specreplay.sim.arms import Arm
 from specreplay.stats.armdata import ArmData
+from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.cells import Cell as CellSpec
 from specreplay.stats.compare import Comparison, compare, parse_margin
 from specreplay.stats.pairing import pair_arms
@@ -43,6 +45,7 @@ __all__ = [
     "ASSUMPTIONS",
     "Comparand",
     "RequalifyArms",
+    "RequalifyOptions",
     "check_replayable",
     "comparands",
     "merge_comparisons",
@@ -240,17 +243,67 @@ def check_replayable(res: ReplayResult, arms: RequalifyArms) -> None:
             )
 
 
-def comparands(res: ReplayResult, arms: RequalifyArms, options: dict[str, Any]) -> list[Comparand]:
+@dataclass(frozen=True)
+class RequalifyOptions:
+    """Every option of a requalification (``specreplay requalify``; the demo builds its own).
+
+    ``margin`` as the user wrote it (``0.5%`` relative to R_baseline, or tokens/round);
+    ``fail_on`` the pooled requalifications that exit 1; ``families`` and ``sample_requests``
+    select requests after the one pass (the rest is counted under ``excluded``);
+    ``law_positions`` archive positions law-tested per arm.
+    """
+
+    baseline: str
+    candidate: str
+    reference: str | None = None
+    estimator: str = "analytic"
+    replicates: int = 16
+    margin: str = "0.5%"
+    fail_on: frozenset[str] = frozenset()
+    families: frozenset[str] | None = None
+    sample_requests: int | None = None
+    n_boot: int = 10_000
+    seed: int = 0
+    stratify: str = "family"
+    level: float = 0.95
+    min_requests: int = 10
+    buckets: str = DEFAULT_BUCKETS
+    logging_arm: str | None = None
+    law_positions: int = 8
+
+    def to_json(self, archive: Path) -> dict[str, Any]:
+        """Return the ``options`` entry of results.json."""
+        return {
+            "archive": str(archive),
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "reference": self.reference,
+            "estimator": self.estimator,
+            "replicates": self.replicates,
+            "margin": parse_margin(self.margin).to_json(),
+            "fail_on": sorted(self.fail_on),
+            "families": sorted(self.families) if self.families else None,
+            "sample_requests": self.sample_requests,
+            "n_boot": self.n_boot,
+            "stratify": self.stratify,
+            "level": self.level,
+            "min_requests": self.min_requests,
+            "buckets": Buckets.parse(self.buckets).spec,
+            "logging_arm": self.logging_arm,
+        }
+
+
+def comparands(res: ReplayResult, arms: RequalifyArms, opts: RequalifyOptions) -> list[Comparand]:
     """Return the comparisons of a requalification: verdict, reference gain, path bias."""
     bk = res.buckets
     data = {k: res.arm_data(a) for k, a in arms.all.items()}
     common: dict[str, Any] = {
-        "n_boot": options["n_boot"],
+        "n_boot": opts.n_boot,
         "seed": res.seed,
-        "stratify": options["stratify"],
-        "level": options["level"],
-        "margin": parse_margin(options["margin"]["text"]),
-        "min_requests": options["min_requests"],
+        "stratify": opts.stratify,
+        "level": opts.level,
+        "margin": parse_margin(opts.margin),
+        "min_requests": opts.min_requests,
         "label": "SIMULATED",
     }
 
@@ -272,7 +325,9 @@ def comparands(res: ReplayResult, arms: RequalifyArms, options: dict[str, Any]) 
     return parts
 
 
-def requalify_result(res: ReplayResult, arms: RequalifyArms, options: dict[str, Any]) -> Result:
+def requalify_result(
+    res: ReplayResult, arms: RequalifyArms, opts: RequalifyOptions, archive: Path
+) -> Result:
     """Return the typed result of a requalification from one replay of its arms.
 
     The law tests run on the archive positions the replay pass sampled by hash
@@ -280,7 +335,7 @@ def requalify_result(res: ReplayResult, arms: RequalifyArms, options: dict[str, 
     """
     from specreplay.replay.lawcases import run_cases, sample_cases
 
-    cells = merge_comparisons(comparands(res, arms, options))
+    cells = merge_comparisons(comparands(res, arms, opts))
     cells = with_replay_figures(cells, res, list(arms.all.values()))
     cases, skipped = sample_cases(res.law_sample, [arms.cand, arms.base])
     law = law_tests_of(run_cases(cases, skipped, seed=res.seed))
@@ -290,7 +345,7 @@ def requalify_result(res: ReplayResult, arms: RequalifyArms, options: dict[str, 
         command="requalify",
         seed=res.seed,
         inputs=input_files([(f.path, f.rows) for f in res.files]),
-        options={**options, "replicates": res.replicates},
+        options={**opts.to_json(archive), "replicates": res.replicates},
         assumptions=ASSUMPTIONS,
         excluded=excluded_entries(res.excluded),
         arms=list(arms.all),
