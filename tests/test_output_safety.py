@@ -558,3 +558,34 @@ def test_archive_without_rows_is_exit_2(tmp_path: Path, form: str) -> None:
                       "top4:t1:dyadic24@3", "--out", tmp_path / "o", *FAST]), message)  # fmt: skip
     assert digest(path) == before
     assert not (tmp_path / "o").exists()
+
+
+# -- 10. options naming what the archive does not hold ---------------------------------------------
+
+
+def test_unknown_family_is_exit_2_listing_the_known_ones(arch: Path, tmp_path: Path) -> None:
+    before = digest(arch)
+    args = ["requalify", arch, "--baseline", BASE, "--candidate", CAND, "--families",
+            "code,nosuch", "--out", tmp_path / "o", *FAST]  # fmt: skip
+    line = assert_error(run(args), "--families: nosuch not in the archive; its families are ")
+    known = line.split("its families are ")[1].split(", ")
+    assert "code" in known and "nosuch" not in known
+    assert digest(arch) == before
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", ["lawtest", "requalify"])
+def test_depth_past_the_archive_is_unsupported_exit_2(
+    arch: Path, tmp_path: Path, command: str
+) -> None:
+    """A depth-5 archive: an arm @9 is UNSUPPORTED in both commands, never extrapolated."""
+    before = digest(arch)
+    deep = "top32:t0.7:dyadic8@9"
+    out = ["--out", tmp_path / "o"]
+    if command == "lawtest":
+        args = ["lawtest", arch, "--arm", deep, *out]
+    else:
+        args = ["requalify", arch, "--baseline", BASE, "--candidate", deep, *out, *FAST]
+    assert_error(run(args), f"{deep}: depth 9 is UNSUPPORTED: ", "fewer than 9 positions")
+    assert digest(arch) == before
+    assert not (tmp_path / "o").exists()
