@@ -244,13 +244,16 @@ def demo(
     requests: Annotated[
         int, typer.Option("--requests", help="Requests in the built-in archive.", min=1)
     ] = 2000,
+    n_boot: NBootOpt = 10_000,
     seed: SeedOpt = 0,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Generate the built-in synthetic archive and tell its story, verdicts first.
 
-    Writes OUT/archive (the archive), OUT/results.json, OUT/TABLES.md and OUT/cells.parquet.
+    Writes OUT/archive (the archive), OUT/results.json, OUT/TABLES.md and OUT/cells.parquet, and
+    one folder per chapter (requalify, bits-dyadicN, lawtest). --n-boot 1000 gives a quicker,
+    coarser tour.
     """
     with _user_errors():
         from specreplay.commands.demo import run_demo
@@ -258,6 +261,7 @@ def demo(
         text = run_demo(
             out,
             n_requests=requests,
+            n_boot=n_boot,
             seed=seed,
             force=force,
             progress=lambda what, total: _progress(quiet, what, total),

@@ -265,7 +265,8 @@ def test_demo_outputs_follow_the_contract(tmp_path: Path) -> None:
     from specreplay.cli import app
 
     out = tmp_path / "demo"
-    res = CliRunner().invoke(app, ["demo", "--requests", "24", "--out", str(out), "-q"])
+    args = ["demo", "--requests", "24", "--n-boot", "500", "--out", str(out), "-q"]
+    res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "MEASURED R" in res.stdout and "top32:t0.7@5" in res.stdout
     doc = json.loads((out / "results.json").read_text())
@@ -283,7 +284,9 @@ def test_demo_outputs_follow_the_contract(tmp_path: Path) -> None:
     # the demo's archive validates, and a second demo replaces the output it wrote itself
     res2 = CliRunner().invoke(app, ["validate", str(out / "archive")])
     assert res2.exit_code == 0 and "VALID" in res2.stdout
-    res3 = CliRunner().invoke(app, ["demo", "--requests", "8", "--out", str(out), "-q"])
+    res3 = CliRunner().invoke(
+        app, ["demo", "--requests", "8", "--n-boot", "500", "--out", str(out)]
+    )
     assert res3.exit_code == 0
 
 

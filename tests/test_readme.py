@@ -7,6 +7,7 @@ import re
 import shlex
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -44,16 +45,24 @@ def test_interval_example_runs(tmp_path: Path) -> None:
     assert res.stdout.startswith(first)
 
 
-def test_requalify_example_runs(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def requalify_example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Any]]:
+    """The README's requalify example, run once in a fresh folder: (folder, each line's result)."""
     block = re.search(r"```bash\n(specreplay synth demo-archive.*?)```", README, re.S)
     assert block is not None
     lines = [ln for ln in block.group(1).splitlines() if ln.strip()]
+    folder = tmp_path_factory.mktemp("readme-requalify")
     cwd = os.getcwd()
-    os.chdir(tmp_path)
+    os.chdir(folder)
     try:
         results = [CliRunner().invoke(app, [*shlex.split(ln)[1:], "-q"]) for ln in lines]
     finally:
         os.chdir(cwd)
+    return folder, results
+
+
+def test_requalify_example_runs(requalify_example: tuple[Path, list[Any]]) -> None:
+    _, results = requalify_example
     for res in results:
         assert res.exit_code == 0, res.output
     first = README.split("prints first `REQUALIFICATION")[1].split("`")[0]
@@ -71,17 +80,14 @@ def test_lawtest_example_runs(tmp_path: Path) -> None:
     assert res.stdout.startswith("LAW TESTS" + first)
 
 
-def test_report_example_runs(tmp_path: Path) -> None:
-    """The requalify example, then the report example with the archive deleted."""
-    block = re.search(r"```bash\n(specreplay synth demo-archive.*?)```", README, re.S)
+def test_report_example_runs(requalify_example: tuple[Path, list[Any]], tmp_path: Path) -> None:
+    """The report example after the requalify example, with the archive deleted."""
     report = re.search(r"```bash\n(rm -rf demo-archive\n.*?)```", README, re.S)
-    assert block is not None and report is not None
-    lines = [ln for ln in block.group(1).splitlines() if ln.strip()]
+    assert report is not None
+    shutil.copytree(requalify_example[0], tmp_path, dirs_exist_ok=True)
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        for ln in lines:
-            assert CliRunner().invoke(app, [*shlex.split(ln)[1:], "-q"]).exit_code == 0
         tables = Path("rq-demo/TABLES.md").read_bytes()
         Path("rq-demo/TABLES.md").unlink()
         rm, cmd = report.group(1).strip().splitlines()
