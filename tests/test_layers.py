@@ -32,3 +32,24 @@ def test_layers_contract_names_every_subpackage() -> None:
     }
     assert packages <= set(layers)
     assert layers[0] == "specreplay.cli"
+
+
+def test_no_import_cycles() -> None:
+    """No two modules import each other, directly or through others (function-level imports
+    included): strongly connected components of the import graph are single modules."""
+    import grimp  # comes with import-linter (dev extra)
+
+    graph = grimp.build_graph("specreplay")
+    modules = sorted(graph.modules)
+    reach: dict[str, set[str]] = {}
+    for m in modules:
+        seen: set[str] = set()
+        todo = [m]
+        while todo:
+            for nxt in graph.find_modules_directly_imported_by(todo.pop()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        reach[m] = seen
+    cycles = sorted(m for m in modules if m in reach[m])
+    assert not cycles, f"modules on an import cycle: {cycles}"
