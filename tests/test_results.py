@@ -215,3 +215,83 @@ def test_schema_rejects_a_mistyped_figure(requalify_run: Path) -> None:
         in problems
     )
     assert "$.cells[1].offpath[0]: missing 'null_reason'" in problems
+
+
+# SPEC §3.4: QUALIFIED when the change is EQUIVALENT and its law test passes, NOT QUALIFIED when
+# it is DIFFERENT or the law test fails, else INCONCLUSIVE; no verdict → null with the reason.
+REQUALIFICATION_TABLE = {
+    ("EQUIVALENT", True): "QUALIFIED",
+    ("EQUIVALENT", False): "NOT QUALIFIED",
+    ("EQUIVALENT", None): "INCONCLUSIVE",
+    ("DIFFERENT", True): "NOT QUALIFIED",
+    ("DIFFERENT", False): "NOT QUALIFIED",
+    ("DIFFERENT", None): "NOT QUALIFIED",
+    ("INCONCLUSIVE", True): "INCONCLUSIVE",
+    ("INCONCLUSIVE", False): "NOT QUALIFIED",
+    ("INCONCLUSIVE", None): "INCONCLUSIVE",
+    (None, True): None,
+    (None, False): None,
+    (None, None): None,
+}
+
+
+@pytest.mark.parametrize(("verdict", "law_pass"), list(REQUALIFICATION_TABLE))
+def test_requalification_rule_over_its_whole_table(
+    requalify_run: Path, verdict: str | None, law_pass: bool | None
+) -> None:
+    from specreplay.results.requalification import requalification
+
+    pooled = read_result(requalify_run / "results.json").pooled
+    main = pooled.delta(Role.CANDIDATE_VS_BASELINE)
+    assert main is not None
+    why = None if verdict is not None else "5 requests < --min-requests 10"
+    cell = dataclasses.replace(
+        pooled,
+        deltas=(dataclasses.replace(main, verdict=verdict, null_reason=why),),
+    )
+    got = requalification(cell, law_pass)
+    assert got.verdict == REQUALIFICATION_TABLE[(verdict, law_pass)]
+    assert (got.null_reason is None) == (verdict is not None)
+    if verdict is None:
+        assert got.null_reason == why
+
+
+def test_replay_figures_per_cell_equal_a_group_by_of_the_sums(small_archive: Path) -> None:
+    """Survival, off-path and R per cell, recomputed by a polars group-by over the replay's
+    per-(request, bucket) sums by family and bucket name: the cell masks select the right rows."""
+    from specreplay.replay.engine import replay_archive
+    from specreplay.results.requalification import with_replay_figures
+    from specreplay.sim.arms import parse_arm
+
+    arm = parse_arm("top32:t0.7:dyadic8@5")
+    res = replay_archive(small_archive, [arm], seed=1)
+    s = res.sums[arm.canonical]
+    frame = pl.DataFrame(
+        {
+            "family": [res.families[int(f)] for f in s.family],
+            "bucket": [res.buckets.names[int(b)] for b in s.bucket],
+            "n": s.n,
+            **{f"s{j}": s.surv[:, j - 1] for j in range(1, 6)},
+            **{f"o{k}": s.offpath[:, k] for k in range(4)},
+        }
+    )
+    data = res.arm_data(arm)
+    where = [("pooled", None, None), ("family", "code", None), ("bucket", None, "<4K"),
+             ("family×bucket", "chat", "4K-16K")]  # fmt: skip
+    cells = tuple(Cell(Level(lv), f, b, n_requests=0, arms={}) for lv, f, b in where)
+    out = with_replay_figures(cells, res, [arm])
+    for c in out:
+        sel = frame
+        if c.family is not None:
+            sel = sel.filter(pl.col("family") == c.family)
+        if c.bucket is not None:
+            sel = sel.filter(pl.col("bucket") == c.bucket)
+        n = sel.get_column("n").sum()
+        assert n > 0, c.name
+        for s_ in c.survival:
+            want = sel.get_column(f"s{s_.position}").sum() / n
+            assert s_.value == pytest.approx(want, rel=1e-12), (c.name, s_.position)
+        off = c.offpath[0]
+        want_acc = sel.get_column("o1").sum() / sel.get_column("o0").sum()
+        assert off.accepted_offpath_share == pytest.approx(want_acc, rel=1e-12), c.name
+    assert data.sums.height == frame.height
