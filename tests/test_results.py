@@ -295,3 +295,35 @@ def test_replay_figures_per_cell_equal_a_group_by_of_the_sums(small_archive: Pat
         want_acc = sel.get_column("o1").sum() / sel.get_column("o0").sum()
         assert off.accepted_offpath_share == pytest.approx(want_acc, rel=1e-12), c.name
     assert data.sums.height == frame.height
+
+
+def _table_rows(text: str, first_header: str) -> list[dict[str, str]]:
+    """Rows of the first Markdown table whose header starts with ``first_header``."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"| {first_header}"))
+    header = [h.strip() for h in lines[start].strip("|").split("|")]
+    rows = []
+    for ln in lines[start + 2 :]:
+        if not ln.startswith("|"):
+            break
+        rows.append(dict(zip(header, (v.strip() for v in ln.strip("|").split("|")), strict=True)))
+    return rows
+
+
+def test_interval_table_shows_each_cells_figures(interval_run: Path) -> None:
+    """Every row of the comparison table against the figures of results.json (read back)."""
+    result = read_result(interval_run / "results.json")
+    rows = {r["cell"]: r for r in _table_rows((interval_run / "TABLES.md").read_text(), "cell")}
+    assert len(rows) == len(result.cells)
+    for c in result.cells:
+        d = c.delta(Role.B_VS_A)
+        assert d is not None
+        row = rows[c.name]
+        assert row["requests"] == str(c.n_requests)
+        assert row["R_a"] == f"{c.arms['7B'].R:.4f}" and row["R_b"] == f"{c.arms['13B'].R:.4f}"
+        if d.null_reason is None:
+            assert row["Δ"] == f"{d.point:+.4f}"
+            assert row["95% CI"] == f"[{d.lo:+.4f}, {d.hi:+.4f}]"
+            assert row["verdict"].split(" ")[0] == d.verdict
+        else:
+            assert row["Δ"].startswith("— [")
