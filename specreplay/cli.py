@@ -321,15 +321,18 @@ def interval(
     results.json, TABLES.md, cells.parquet and forest.png into --out.
     """
     with _user_errors():
-        from specreplay.commands.interval import run_interval
+        from specreplay.commands.interval import IntervalOptions, run_interval
 
         verdicts = _verdict_set(fail_on, {"EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"})
-        shared = _bootstrap_options(margin, n_boot, stratify, level, min_requests)
+        opts = IntervalOptions(
+            question_file=question_file, fail_on=verdicts, seed=seed,
+            drop_unpaired=drop_unpaired, buckets=buckets, choice=choice, drafted=drafted,
+            names=(name_a, name_b),
+            **_bootstrap_options(margin, n_boot, stratify, level, min_requests),
+        )  # fmt: skip
         text, code = run_interval(
-            a, b, out=out, force=force, question_file=question_file, fail_on=verdicts,
-            seed=seed, drop_unpaired=drop_unpaired, buckets=buckets, choice=choice,
-            drafted=drafted, names=(name_a, name_b),
-            progress=lambda what, total: _progress(quiet, what, total), **shared,
+            a, b, opts, out=out, force=force,
+            progress=lambda what, total: _progress(quiet, what, total),
         )  # fmt: skip
         typer.echo(text)
         if code:

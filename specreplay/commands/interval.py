@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,91 +17,110 @@ from specreplay.results.output import check_out, output_dir
 from specreplay.results.render import write_all
 from specreplay.results.tables import comparison_tables
 from specreplay.stats.armdata import ArmData
-from specreplay.stats.buckets import Buckets
-from specreplay.stats.compare import Comparison, Margin
+from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
+from specreplay.stats.compare import Comparison, Margin, parse_margin
 
-__all__ = ["run_interval"]
+__all__ = ["IntervalOptions", "run_interval"]
+
+
+@dataclass(frozen=True)
+class IntervalOptions:
+    """Every option of ``specreplay interval`` but the two inputs and the output folder.
+
+    ``margin`` as the user wrote it (``0.5%`` of R_a, or tokens/round); ``fail_on`` the pooled
+    verdicts that exit 1 (a null verdict counts as INCONCLUSIVE); ``choice`` and ``drafted`` apply
+    to Spec-Bench (and ``choice`` to Medusa) inputs, ``question_file`` to Medusa ones; ``names``
+    label arms A and B (default: the inputs' names).
+    """
+
+    question_file: Path | None = None
+    margin: str = "0.5%"
+    fail_on: frozenset[str] = frozenset()
+    n_boot: int = 10_000
+    seed: int = 0
+    stratify: str = "family"
+    level: float = 0.95
+    min_requests: int = 10
+    drop_unpaired: bool = False
+    buckets: str = ""
+    choice: int = 0
+    drafted: int | None = None
+    names: tuple[str | None, str | None] = (None, None)
+
+    def to_json(self, path_a: Path, path_b: Path, buckets: Buckets) -> dict[str, Any]:
+        """Return the ``options`` entry of results.json."""
+        return {
+            "a": str(path_a),
+            "b": str(path_b),
+            "question_file": str(self.question_file) if self.question_file else None,
+            "margin": parse_margin(self.margin).to_json(),
+            "fail_on": sorted(self.fail_on),
+            "n_boot": self.n_boot,
+            "stratify": self.stratify,
+            "level": self.level,
+            "min_requests": self.min_requests,
+            "drop_unpaired": self.drop_unpaired,
+            "buckets": buckets.spec,
+            "choice": self.choice,
+            "drafted": self.drafted,
+        }
 
 
 def run_interval(
     path_a: Path,
     path_b: Path,
+    opts: IntervalOptions,
     *,
     out: Path,
     force: bool,
-    question_file: Path | None = None,
-    margin: str = "0.5%",
-    fail_on: frozenset[str] = frozenset(),
-    n_boot: int = 10_000,
-    seed: int = 0,
-    stratify: str = "family",
-    level: float = 0.95,
-    min_requests: int = 10,
-    drop_unpaired: bool = False,
-    buckets: str = "",
-    choice: int = 0,
-    drafted: int | None = None,
-    names: tuple[str | None, str | None] = (None, None),
     progress: Progress = no_progress,
 ) -> tuple[str, int]:
     """Paired interval between two observed arms; return (terminal text, exit code).
 
-    The exit code is 1 when the pooled verdict is in ``fail_on`` (a null verdict counts as
+    The exit code is 1 when the pooled verdict is in ``opts.fail_on`` (a null verdict counts as
     INCONCLUSIVE), else 0.
     """
-    from specreplay.replay.archive.importers import detect_kind, read_arm
+    from specreplay.replay.archive.importers import detect_kind
     from specreplay.stats.arviz_bridge import hdi_eti
-    from specreplay.stats.buckets import DEFAULT_BUCKETS
-    from specreplay.stats.compare import compare, parse_margin
+    from specreplay.stats.compare import compare
     from specreplay.stats.pairing import pair_arms
 
-    inputs = [p for p in (path_a, path_b, question_file) if p is not None]
+    inputs = [p for p in (path_a, path_b, opts.question_file) if p is not None]
     check_out(out, force=force, inputs=inputs)
-    mg = parse_margin(margin)
-    bk = Buckets.parse(buckets or DEFAULT_BUCKETS)
+    mg = parse_margin(opts.margin)
+    bk = Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
     kinds = (detect_kind(path_a), detect_kind(path_b))
-    _check_flags(kinds, question_file=question_file, choice=choice, drafted=drafted)
-
-    def load(path: Path, kind: str, name: str | None) -> ArmData:
-        return read_arm(
-            path,
-            buckets=bk,
-            question_file=question_file if kind == "medusa" else None,
-            choice=choice if kind in ("spec-bench", "medusa") else 0,
-            drafted=drafted if kind == "spec-bench" else None,
-            name=name,
-        )
-
+    _check_flags(kinds, question_file=opts.question_file, choice=opts.choice, drafted=opts.drafted)
     with output_dir(out, force=force, inputs=inputs) as tmp:
-        arm_a = load(path_a, kinds[0], names[0])
-        arm_b = load(path_b, kinds[1], names[1])
+        arm_a = _load(path_a, kinds[0], opts.names[0], opts, bk)
+        arm_b = _load(path_b, kinds[1], opts.names[1], opts, bk)
         if arm_a.name == arm_b.name:
             arm_b = dataclasses.replace(arm_b, name=arm_b.name + " (B)")
-        ps, excluded = pair_arms(arm_a, arm_b, buckets=bk, drop_unpaired=drop_unpaired)
-        with progress(f"bootstrap ({n_boot:,} resamples)", None):
-            comp = compare(ps, arm_a=arm_a.name, arm_b=arm_b.name, n_boot=n_boot, seed=seed,
-                           stratify=stratify, level=level, margin=mg,
-                           min_requests=min_requests, label=arm_a.label)  # fmt: skip
-        options = {
-            "a": str(path_a),
-            "b": str(path_b),
-            "question_file": str(question_file) if question_file else None,
-            "margin": mg.to_json(),
-            "fail_on": sorted(fail_on),
-            "n_boot": n_boot,
-            "stratify": stratify,
-            "level": level,
-            "min_requests": min_requests,
-            "drop_unpaired": drop_unpaired,
-            "buckets": bk.spec,
-            "choice": choice,
-            "drafted": drafted,
-        }
+        ps, excluded = pair_arms(arm_a, arm_b, buckets=bk, drop_unpaired=opts.drop_unpaired)
+        with progress(f"bootstrap ({opts.n_boot:,} resamples)", None):
+            comp = compare(ps, arm_a=arm_a.name, arm_b=arm_b.name, n_boot=opts.n_boot,
+                           seed=opts.seed, stratify=opts.stratify, level=opts.level, margin=mg,
+                           min_requests=opts.min_requests, label=arm_a.label)  # fmt: skip
         result = _interval_result(
-            comp, hdi_eti(comp, prob=level), arm_a, arm_b, excluded, options, seed
-        )
+            comp, hdi_eti(comp, prob=opts.level), arm_a, arm_b, excluded,
+            opts.to_json(path_a, path_b, bk), opts.seed,
+        )  # fmt: skip
         write_all(result, tmp)
-    return _interval_text(result, mg, out), _exit_code(result, fail_on)
+    return _interval_text(result, mg, out), _exit_code(result, opts.fail_on)
+
+
+def _load(path: Path, kind: str, name: str | None, opts: IntervalOptions, bk: Buckets) -> ArmData:
+    """Read one arm, passing each input option only to the kinds that use it."""
+    from specreplay.replay.archive.importers import read_arm
+
+    return read_arm(
+        path,
+        buckets=bk,
+        question_file=opts.question_file if kind == "medusa" else None,
+        choice=opts.choice if kind in ("spec-bench", "medusa") else 0,
+        drafted=opts.drafted if kind == "spec-bench" else None,
+        name=name,
+    )
 
 
 def _check_flags(
