@@ -152,6 +152,118 @@ def test_medusa_7b_vs_13b_matches_direct_computation_and_scipy_bca() -> None:
             assert c["arms"][arm]["R"] == pytest.approx(t / n, rel=1e-12)
 
 
+def _skewed_sums() -> PairedSums:
+    """12 requests whose gains in arm b are lognormal (σ = 1.5): a few requests carry most of Δ,
+    so the jackknife values are skewed and the BCa acceleration clearly non-zero."""
+    n = 12
+    rng = np.random.default_rng(7)
+    na = rng.integers(5, 40, n).astype(float)
+    ta = na + rng.binomial((4 * na).astype(int), 0.4)
+    tb = ta + np.floor(rng.lognormal(0.0, 1.5, n) * na * 0.2)
+    return PairedSums(
+        request_ids=tuple(f"r{i}" for i in range(n)),
+        request_keys=np.arange(n, dtype=np.uint64) * np.uint64(104729) + np.uint64(1),
+        family=np.zeros(n, np.int32), piece_request=np.arange(n),
+        piece_bucket=np.zeros(n, np.int32), n_a=na, t_a=ta, n_b=na.copy(), t_b=tb,
+        families=("f0",), buckets=("all",),
+    )  # fmt: skip
+
+
+def _hand_bca(
+    reps: np.ndarray, theta: float, jack: np.ndarray
+) -> tuple[float, float, tuple[float, float]]:
+    """z0, acceleration and 95% BCa bounds by Efron & Tibshirani (1993) Eq. 14.14–14.15.
+
+    z0 = Φ⁻¹(mean percentile of θ̂ among the replicates: (#{θ* < θ̂} + #{θ* ≤ θ̂}) / 2B, as
+    scipy.stats.bootstrap); a = Σd³ / (6 (Σd²)^{3/2}), d = mean(θ_(i)) − θ_(i); bounds are the
+    linear-interpolated replicate quantiles at Φ(z0 + (z0 + z) / (1 − a (z0 + z))), z = ±z_0.975.
+    """
+    b = len(reps)
+    z0 = float(stats.norm.ppf((np.sum(reps < theta) + np.sum(reps <= theta)) / (2 * b)))
+    d = jack.mean() - jack
+    a = float(np.sum(d**3) / (6 * np.sum(d**2) ** 1.5))
+    z975 = 1.959963984540054  # Φ⁻¹(0.975)
+    q = [stats.norm.cdf(z0 + (z0 + z) / (1 - a * (z0 + z))) for z in (-z975, z975)]
+    lo, hi = np.quantile(reps, q)
+    return z0, a, (float(lo), float(hi))
+
+
+def test_bca_matches_a_hand_jackknife_on_a_skewed_sample() -> None:
+    ps = _skewed_sums()
+    comp = compare(ps, arm_a="a", arm_b="b", n_boot=4000, seed=3, stratify="none")
+    d = comp.cells[0]["deltas"][0]
+    # leave-one-request-out Δ and Δ/R_a recomputed from scratch (not from leave-one-out sums)
+    keep = [np.arange(12) != i for i in range(12)]
+    ra = np.array([ps.t_a[k].sum() / ps.n_a[k].sum() for k in keep])
+    rb = np.array([ps.t_b[k].sum() / ps.n_b[k].sum() for k in keep])
+    point = ps.t_b.sum() / ps.n_b.sum() - ps.t_a.sum() / ps.n_a.sum()
+    rel_point = (ps.t_b.sum() / ps.n_b.sum()) / (ps.t_a.sum() / ps.n_a.sum()) - 1
+    z0, a, (lo, hi) = _hand_bca(comp.delta_reps[:, 0], point, rb - ra)
+    assert abs(a) > 0.03  # skewed enough that the sign of a moves the bounds
+    # z0 and a are the same arithmetic in another order (~1e-15); a bound moves with the normal
+    # quantile functions (statistics.NormalDist vs scipy, ~1e-16 in p) times the replicate spacing
+    assert d["bca"]["z0"] == pytest.approx(z0, abs=1e-12)
+    assert d["bca"]["acceleration"] == pytest.approx(a, rel=1e-9)
+    assert (d["bca"]["lo"], d["bca"]["hi"]) == pytest.approx((lo, hi), abs=1e-9)
+    _, _, (rlo, rhi) = _hand_bca(comp.rel_reps[:, 0], rel_point, rb / ra - 1)
+    assert (d["bca"]["rel_lo"], d["bca"]["rel_hi"]) == pytest.approx((rlo, rhi), abs=1e-9)
+
+
+def _holm_by_hand(p: list[float]) -> list[float]:
+    """Holm (1979) step-down: the i-th smallest p times (m − i + 1), running max, capped at 1."""
+    m = len(p)
+    order = sorted(range(m), key=lambda i: p[i])
+    out, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out
+
+
+# MT-bench categories of the README's 7B → 13B Medusa example (n_boot 10,000, seed 0, stratified
+# by category), 8 cells in the family level: verdicts pinned per margin. Several raw p-values
+# clear 0.05 where their Holm-adjusted ones do not, so raw p-values would change these verdicts.
+CATEGORIES = (
+    *("coding", "extraction", "humanities", "math"),
+    *("reasoning", "roleplay", "stem", "writing"),
+)
+MEDUSA_VERDICTS = {
+    # humanities, stem: raw p_difference 0.0104, 0.0100; Holm-adjusted 0.080 (raw: DIFFERENT)
+    "0.5%": dict.fromkeys(CATEGORIES, "INCONCLUSIVE"),
+    # humanities, roleplay, stem: raw p_equivalence 0.024, 0.015, 0.034; adjusted 0.096, 0.075,
+    # 0.10 (raw: EQUIVALENT)
+    "8%": {
+        **dict.fromkeys(CATEGORIES, "INCONCLUSIVE"),
+        **dict.fromkeys(("coding", "reasoning", "writing"), "EQUIVALENT"),
+    },
+}
+
+
+@pytest.mark.parametrize("margin", list(MEDUSA_VERDICTS))
+def test_medusa_category_verdicts_use_holm_adjusted_p_values(margin: str) -> None:
+    bk = Buckets.parse()
+    a = read_arm(M7, buckets=bk, question_file=QUESTIONS, name="7B")
+    b = read_arm(M13, buckets=bk, question_file=QUESTIONS, name="13B")
+    ps, _ = pair_arms(a, b, buckets=bk)
+    comp = compare(ps, arm_a="7B", arm_b="13B", margin=parse_margin(margin))
+    fam = [c for c in comp.cells if c["level"] == "family"]
+    deltas = [c["deltas"][0] for c in fam]
+    for kind in ("p_difference", "p_equivalence"):
+        hand = _holm_by_hand([d[kind] for d in deltas])
+        assert [d[f"{kind}_adj"] for d in deltas] == pytest.approx(hand, abs=1e-12)
+    # SPEC §3.4 on the adjusted p-values; and the case is one where raw p-values would differ
+    raw_changes = 0
+    for c, d in zip(fam, deltas, strict=True):
+        expected = MEDUSA_VERDICTS[margin][c["family"]]
+        by_adj = ("EQUIVALENT" if d["p_equivalence_adj"] < 0.05 else
+                  "DIFFERENT" if d["p_difference_adj"] < 0.05 else "INCONCLUSIVE")  # fmt: skip
+        by_raw = ("EQUIVALENT" if d["p_equivalence"] < 0.05 else
+                  "DIFFERENT" if d["p_difference"] < 0.05 else "INCONCLUSIVE")  # fmt: skip
+        assert d["verdict"] == expected == by_adj, c["family"]
+        raw_changes += by_raw != expected
+    assert raw_changes >= 2
+
+
 def test_identical_runs_are_equivalent_with_zero_width_and_null_bca(tmp_path: Path) -> None:
     out = tmp_path / "same"
     res = CliRunner().invoke(
@@ -263,6 +375,53 @@ def test_verdicts_follow_spec_definitions() -> None:
     assert verdict(0.003 * z, margin=0.002).verdict == "INCONCLUSIVE"
     v = verdict(0.001 * z, margin=0.002)
     assert v.smallest_equivalent_margin == pytest.approx(0.0009, abs=1e-9)
+
+
+def test_equivalent_wins_over_different() -> None:
+    """A Δ both EQUIVALENT and DIFFERENT by its intervals is EQUIVALENT (SPEC §3.4 tests the 90%
+    interval against ±m first). Replicates 0.0015 + 0.001·z, z = −1, −0.9998, …, 1 (exact
+    linear quantiles): 90% interval [0.0006, 0.0024] inside ±0.0025, 95% interval
+    [0.00055, 0.00245] excluding 0."""
+    z = np.linspace(-1, 1, 10_001)
+    reps = 0.0015 + 0.001 * z
+    v = verdict(reps, margin=0.0025)
+    assert v.verdict == "EQUIVALENT"
+    assert v.p_difference == 0.0  # no replicate ≤ 0
+    assert v.p_equivalence == 1 / 10_001  # only z = 1 reaches +m
+    assert v.smallest_equivalent_margin == pytest.approx(0.0024, abs=1e-12)
+    # the same replicates with a margin the 90% interval does not fit: DIFFERENT
+    assert verdict(reps, margin=0.002).verdict == "DIFFERENT"
+
+
+def _linear_quantile(x: np.ndarray, p: float) -> float:
+    """The p-quantile of x by linear interpolation between order statistics at h = (n − 1)·p
+    (Hyndman & Fan 1996, definition 7)."""
+    xs = np.sort(x)
+    h = (len(xs) - 1) * p
+    k = math.floor(h)
+    return float(xs[k] + (h - k) * (xs[min(k + 1, len(xs) - 1)] - xs[k]))
+
+
+@pytest.mark.parametrize(
+    ("margin", "alpha", "tost_level"), [("0.5%", 0.05, 0.9), ("0.02", 0.05, 0.9), ("1%", 0.1, 0.8)]
+)
+def test_tost_interval_and_smallest_margin_are_at_one_minus_two_alpha(
+    margin: str, alpha: float, tost_level: float
+) -> None:
+    ps = _sums(80, seed=12)
+    m = parse_margin(margin)
+    comp = compare(ps, arm_a="a", arm_b="b", n_boot=2000, seed=1, margin=m, alpha=alpha)
+    d = comp.cells[0]["deltas"][0]
+    test = (comp.rel_reps if m.relative else comp.delta_reps)[:, 0]
+    lo, hi = _linear_quantile(test, alpha), _linear_quantile(test, 1 - alpha)
+    assert d["tost"]["level"] == pytest.approx(tost_level, abs=1e-15)
+    # the same interpolation in another arithmetic order: equal to a few ulps
+    assert (d["tost"]["lo"], d["tost"]["hi"]) == pytest.approx((lo, hi), rel=1e-12)
+    assert d["smallest_equivalent_margin"] == pytest.approx(max(abs(lo), abs(hi)), rel=1e-12)
+    # the interval printed beside it stays at the 95% level
+    reps = comp.delta_reps[:, 0]
+    p95 = (_linear_quantile(reps, 0.025), _linear_quantile(reps, 0.975))
+    assert (d["lo"], d["hi"]) == pytest.approx(p95, rel=1e-12)
 
 
 def test_holm_matches_hand_computation() -> None:

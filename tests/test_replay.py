@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import numba
 import numpy as np
@@ -148,3 +149,109 @@ def test_same_values_with_one_and_two_threads() -> None:
     two = _run(b, reps=6, depth=5, seed=2)
     for name in ("depth", "t", "var", "surv", "offpath"):
         np.testing.assert_array_equal(getattr(one, name), getattr(two, name))
+
+
+# -- Monte Carlo against a reference that shares no code or constant with specreplay --------------
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN64 = 0x9E3779B97F4A7C15
+_MUL1 = 0xBF58476D1CE4E5B9
+_MUL2 = 0x94D049BB133111EB
+# The documented stream layout (sim/rng.py, SPEC §3.2), hard-coded on purpose: replicate m draws
+# the draft uniform u from stream 4·m + 0 and the accept uniform v from stream 4·m + 1.
+_DRAFT, _ACCEPT, _STRIDE = 0, 1, 4
+
+
+def _mix64_ref(z: int) -> int:
+    """splitmix64's finaliser on Python ints (Steele, Lea & Flood 2014)."""
+    z = ((z ^ (z >> 30)) * _MUL1) & _MASK64
+    z = ((z ^ (z >> 27)) * _MUL2) & _MASK64
+    return z ^ (z >> 31)
+
+
+def _uniform_ref(seed: int, key: int, rnd: int, position: int, stream: int) -> float:
+    """The 53-bit uniform of (seed, key, round, position, stream): a chain of splitmix64 folds."""
+    h = _mix64_ref((seed + _GOLDEN64) & _MASK64)
+    for k in (key, rnd, position, stream):
+        h = _mix64_ref((h + _GOLDEN64 + k * _MUL1) & _MASK64)
+    return (h >> 11) * 2.0**-53
+
+
+def _draw_ref(q: np.ndarray, m: np.ndarray | None, bits: int, u: float) -> int:
+    """CDF inversion (SPEC §3.2): index of the drafted candidate, −1 when the law has no mass."""
+    if bits:
+        k = int(u * 2**53) >> (53 - bits)
+        return min(int(np.searchsorted(np.cumsum(m), k, side="right")), len(m) - 1)
+    if not (q > 0).any():
+        return -1
+    x = int(np.searchsorted(np.cumsum(q), u, side="right"))  # first cumulative sum above u
+    return x if x < len(q) else int(np.flatnonzero(q > 0)[-1])
+
+
+def _mc_round_ref(b, m, bits, seed, reps, r, depth):  # type: ignore[no-untyped-def]
+    """One round's accepted drafts A per replicate and its off-path counts summed over them."""
+    rows = list(range(b["round_offsets"][r], b["round_offsets"][r + 1]))[:depth]
+    key, rnd = int(b["round_key"][r]), int(b["round_index"][r])
+    big_a, counts = [], np.zeros(4)  # accepted, accepted off-path, evaluated, evaluated off-path
+    for rep in range(reps):
+        a, off = len(rows), False
+        for j, row in enumerate(rows):
+            sl = slice(b["offsets"][row], b["offsets"][row + 1])
+            u = _uniform_ref(seed, key, rnd, j + 1, _STRIDE * rep + _DRAFT)
+            v = _uniform_ref(seed, key, rnd, j + 1, _STRIDE * rep + _ACCEPT)
+            x = _draw_ref(b["q_sampler"][sl], None if m is None else m[sl], bits, u)
+            counts[2:] += (1, off)
+            if x >= 0 and v * b["q_verifier"][sl][x] < b["target_probs"][sl][x]:
+                off = off or x != b["drafted_idx"][row]
+                counts[:2] += (1, x != b["drafted_idx"][row])
+            else:
+                a = j
+                break
+        big_a.append(a)
+    return big_a, counts
+
+
+def _mc_reference(b, m, bits, seed, reps, depth):  # type: ignore[no-untyped-def]
+    """Per-round Monte Carlo values: mean, variance of the mean and survival at every depth.
+
+    With M a power of two every figure but the variance is an exact binary fraction, and the
+    variance is the correctly rounded sample variance (statistics.variance is exact) over M."""
+    n = len(b["round_offsets"]) - 1
+    t, var, surv = (np.full((n, depth), np.nan) for _ in range(3))
+    offpath = np.zeros((n, 4))
+    for r in range(n):
+        big_a, counts = _mc_round_ref(b, m, bits, seed, reps, r, depth)
+        for d in range(1, min(depth, b["round_offsets"][r + 1] - b["round_offsets"][r]) + 1):
+            kept = [1 + min(a, d) for a in big_a]  # retained tokens at depth d
+            t[r, d - 1] = sum(kept) / reps
+            var[r, d - 1] = statistics.variance(kept) / reps
+            surv[r, d - 1] = sum(a >= d for a in big_a) / reps  # P(A ≥ d)
+        offpath[r] = counts / reps
+    return t, var, surv, offpath
+
+
+@pytest.mark.parametrize(("mismatched", "bits"), [(True, 0), (False, 8), (True, 12)])
+def test_monte_carlo_matches_an_independent_reference_bit_for_bit(
+    mismatched: bool, bits: int
+) -> None:
+    """Same keyed uniforms, same draws: t, var, surv and off-path equal exactly (M = 8, a power
+    of two, so means are exact; see :func:`_mc_reference`). Rounds of 1–5 positions replayed to
+    depth 4 (some truncated), 64-bit request keys and seed, archived drafted tokens at random."""
+    b, m = _random_batch(11, 30, 6, mismatched, bits)
+    rng = np.random.default_rng(5)
+    b["round_key"] = rng.integers(0, 2**64, 30, dtype=np.uint64)
+    b["round_index"] = rng.integers(0, 500, 30).astype(np.int64)
+    b["drafted_idx"] = rng.integers(0, 6, len(b["offsets"]) - 1).astype(np.int32)
+    seed, reps, depth = 2**63 + 12345, 8, 4
+    v = _run(b, reps=reps, depth=depth, seed=seed, m=m, bits=bits)
+    t, var, surv, offpath = _mc_reference(b, m, bits, seed, reps, depth)
+    np.testing.assert_array_equal(v.t, t)
+    np.testing.assert_array_equal(v.var, var)
+    np.testing.assert_array_equal(v.surv, surv)
+    np.testing.assert_array_equal(v.offpath, offpath)
+    # the batch exercises every branch: rejections, runs of 3+ accepts, truncated rounds, on- and
+    # off-path accepts, positions reached through an off-path prefix
+    assert (surv[:, 0] < 1).any() and (surv[:, 2] > 0).any()
+    assert (np.diff(b["round_offsets"]) > depth).any()
+    assert (offpath[:, 1] > 0).any() and (offpath[:, 1] < offpath[:, 0]).any()
+    assert (offpath[:, 3] > 0).any()

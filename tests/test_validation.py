@@ -629,6 +629,28 @@ def test_accepted_true_after_false(tmp_path: Path, base_rows: list[Row], kind: s
     )
 
 
+@pytest.mark.parametrize("chunk_rows", [1, 2, 4])
+@pytest.mark.parametrize("kind", KINDS)
+def test_accepted_true_after_false_across_a_chunk_boundary(
+    tmp_path: Path, base_rows: list[Row], kind: str, chunk_rows: int
+) -> None:
+    # round 1 of req-0 is rows 3, 4, 5: False at row 3, True at row 4. With 1, 2 or 4 rows per
+    # chunk, rows 3 and 4 fall in different chunks (3 | 4, 2-3 | 4-5, 0-3 | 4-7), so the rejection
+    # must be carried from one chunk to the next.
+    rows = clone(base_rows)
+    for i, acc in zip((3, 4, 5), (False, True, False), strict=True):
+        rows[i]["accepted"] = acc
+    path = write(tmp_path, kind, rows)
+    expected = [
+        f"{where(path, kind, 4)}: accepted True after a False in round 1 of request "
+        f"'req-0'; first at {cite(kind, 3)}"
+    ]
+    assert errors_of(path, chunk_rows=chunk_rows) == expected
+    with pytest.raises(SpecReplayError, match=f"^{re.escape(expected[0])}$"):
+        for _ in ArchiveReader(path, max_errors=1, chunk_rows=chunk_rows):
+            pass
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_round_not_starting_at_position_1(tmp_path: Path, base_rows: list[Row], kind: str) -> None:
     rows = base_rows[:3] + base_rows[4:]  # drop position 1 of round 1 of req-0

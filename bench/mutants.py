@@ -1,0 +1,228 @@
+"""Mutation check: plant plausible one-line bugs in a copy of specreplay; the tests must fail.
+
+Each mutant is an exact string replacement in one module of the package (it must match exactly
+once, so a mutant that no longer applies is reported rather than silently skipped). For each
+mutant the script copies ``specreplay/``, ``tests/`` and ``pyproject.toml`` into a fresh temporary
+folder, applies the edit, and runs the mutant's test files there in a subprocess with
+``PYTHONPATH`` pointing at the copy and a fresh ``NUMBA_CACHE_DIR`` (a stale cache would run the
+unmutated kernel). An unmutated copy is run first: its tests must pass, or no verdict means
+anything.
+
+Prints one line per mutant: KILLED with the first failing test (and how many failed), or
+SURVIVED. Exits 1 when a mutant survives or the unmutated copy fails, 2 when a mutant does not
+apply. Not part of ``make test``: every mutant recompiles its kernels (minutes in all).
+
+Usage: ``python bench/mutants.py [NAME ...]`` (default: every mutant).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOT, VALID, REPLAY, RNG = (
+    "tests/test_bootstrap.py",
+    "tests/test_validation.py",
+    "tests/test_replay.py",
+    "tests/test_rng.py",
+)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One planted bug: replace ``old`` by ``new`` in ``path`` (relative to the repository)."""
+
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+MUTANTS = [
+    # -- the planted bugs of issue 5, item 6 --
+    Mutant(
+        "verdict: DIFFERENT tested before EQUIVALENT",
+        "specreplay/stats/intervals.py",
+        "    if pe < alpha:\n        v = EQUIVALENT\n    elif pd < alpha:\n        v = DIFFERENT\n",
+        "    if pd < alpha:\n        v = DIFFERENT\n    elif pe < alpha:\n        v = EQUIVALENT\n",
+        (BOOT,),
+    ),
+    Mutant(
+        "BCa: acceleration sign flipped",
+        "specreplay/stats/intervals.py",
+        "a = float((d**3).sum()) / (6.0 * den**1.5)",
+        "a = -float((d**3).sum()) / (6.0 * den**1.5)",
+        (BOOT,),
+    ),
+    Mutant(
+        "compare: verdicts from raw p-values, not Holm",
+        "specreplay/stats/compare.py",
+        "v = verdict(test, margin.value, alpha, p_equivalence=pe[j], p_difference=pd[j])",
+        "v = verdict(test, margin.value, alpha)",
+        (BOOT,),
+    ),
+    Mutant(
+        "compare: TOST interval and smallest margin at 95%",
+        "specreplay/stats/compare.py",
+        "lo90, hi90 = percentile_interval(test, 1.0 - 2.0 * alpha)",
+        "lo90, hi90 = percentile_interval(test, level)",
+        (BOOT,),
+    ),
+    Mutant(
+        "ordercheck: accepted-after-False state reset per chunk",
+        "specreplay/replay/archive/ordercheck.py",
+        "    n = req.shape[0]\n    for i in range(n):\n",
+        "    n = req.shape[0]\n    carry[C_FALSE_LOC] = -1\n    for i in range(n):\n",
+        (VALID,),
+    ),
+    Mutant(
+        "montecarlo: accept uniform from the draft stream",
+        "specreplay/replay/estimators/montecarlo.py",
+        "v = uniform(seed, key, rnd, j + 1, base + STREAM_ACCEPT)",
+        "v = uniform(seed, key, rnd, j + 1, base + STREAM_DRAFT)",
+        (REPLAY,),
+    ),
+    Mutant(
+        "rng: STREAM_ACCEPT = STREAM_DRAFT",
+        "specreplay/sim/rng.py",
+        "STREAM_ACCEPT = 1\n",
+        "STREAM_ACCEPT = STREAM_DRAFT\n",
+        (REPLAY,),
+    ),
+    Mutant(
+        "montecarlo: replicate streams overlap (stride 1)",
+        "specreplay/replay/estimators/montecarlo.py",
+        "base = STREAMS_PER_REPLICATE * m",
+        "base = m",
+        (REPLAY,),
+    ),
+    Mutant(
+        "rng: STREAMS_PER_REPLICATE = 1",
+        "specreplay/sim/rng.py",
+        "STREAMS_PER_REPLICATE = 4\n",
+        "STREAMS_PER_REPLICATE = 1\n",
+        (REPLAY,),
+    ),
+    Mutant(
+        "montecarlo: survival counts A > k",
+        "specreplay/replay/estimators/montecarlo.py",
+        "if big_a >= d + 1:",
+        "if big_a > d + 1:",
+        (REPLAY,),
+    ),
+    # -- more of the same kind --
+    Mutant(
+        "compare: point delta sign flipped",
+        "specreplay/stats/compare.py",
+        'point = r["rb"] - r["ra"]',
+        'point = r["ra"] - r["rb"]',
+        (BOOT,),
+    ),
+    Mutant(
+        "compare: jackknife delta sign flipped",
+        "specreplay/stats/compare.py",
+        '"jack_delta": loo_b - loo_a,',
+        '"jack_delta": loo_a - loo_b,',
+        (BOOT,),
+    ),
+    Mutant(
+        "montecarlo: depth d keeps min(A, d - 1) accepted drafts",
+        "specreplay/replay/estimators/montecarlo.py",
+        "kept = min(big_a, d + 1)",
+        "kept = min(big_a, d)",
+        (REPLAY,),
+    ),
+    Mutant(
+        "analytic: rounds replayed one position short",
+        "specreplay/replay/estimators/analytic.py",
+        "d_r = min(round_offsets[r + 1] - a, max_depth)",
+        "d_r = min(round_offsets[r + 1] - a, max_depth - 1)",
+        ("tests/test_analytic.py", REPLAY),
+    ),
+]
+
+
+def _copy(dest: Path) -> None:
+    for sub in ("specreplay", "tests"):
+        shutil.copytree(
+            ROOT / sub, dest / sub, ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc")
+        )
+    shutil.copy2(ROOT / "pyproject.toml", dest / "pyproject.toml")
+
+
+def _matches(m: Mutant, root: Path = ROOT) -> int:
+    """How many times the mutant's edit matches its module (it must be exactly once)."""
+    return (root / m.path).read_text(encoding="utf-8").count(m.old)
+
+
+def _apply(dest: Path, m: Mutant) -> None:
+    target = dest / m.path
+    target.write_text(target.read_text(encoding="utf-8").replace(m.old, m.new), encoding="utf-8")
+
+
+def _run(dest: Path, tests: tuple[str, ...]) -> tuple[int, list[str], str]:
+    """Run ``tests`` in ``dest``: (pytest exit code, failing test ids, last output line)."""
+    env = {**os.environ, "PYTHONPATH": str(dest), "NUMBA_CACHE_DIR": str(dest / ".numba-cache")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=dest, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    out = proc.stdout.splitlines()
+    failed = [re.split(r"\s+-\s+", ln[7:])[0] for ln in out if ln.startswith(("FAILED ", "ERROR "))]
+    return proc.returncode, failed, out[-1] if out else proc.stderr.strip()[-200:]
+
+
+def _trial(m: Mutant | None, tests: tuple[str, ...]) -> tuple[int, list[str], str, float]:
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="specreplay-mutant-") as tmp:
+        dest = Path(tmp)
+        _copy(dest)
+        if m is not None:
+            _apply(dest, m)
+        code, failed, last = _run(dest, tests)
+    return code, failed, last, time.perf_counter() - t0
+
+
+def main(names: list[str]) -> int:
+    """Run the chosen mutants (all when ``names`` is empty); return the exit code."""
+    chosen = [m for m in MUTANTS if not names or m.name in names]
+    stale = [
+        f"{m.name}: matches {_matches(m)} times in {m.path}" for m in chosen if _matches(m) != 1
+    ]
+    if stale:
+        print("mutants that do not apply exactly once:\n  " + "\n  ".join(stale))
+        return 2
+    all_tests = tuple(sorted({t for m in chosen for t in m.tests}))
+    code, failed, last, secs = _trial(None, all_tests)
+    print(f"unmutated copy: {last} ({secs:.0f} s)", flush=True)
+    if code != 0:
+        print("the unmutated copy fails: " + ", ".join(failed))
+        return 1
+    width = max(len(m.name) for m in chosen)
+    survivors = 0
+    for m in chosen:
+        code, failed, last, secs = _trial(m, m.tests)
+        if code == 0:
+            survivors += 1
+            verdict = f"SURVIVED ({last})"
+        elif failed:
+            more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+            verdict = f"killed   {failed[0]}{more}"
+        else:
+            verdict = f"killed   pytest exit {code}: {last}"
+        print(f"{m.name:<{width}}  {verdict}  [{secs:.0f} s]", flush=True)
+    print(f"{len(chosen) - survivors} of {len(chosen)} mutants killed")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
