@@ -22,9 +22,6 @@ from specreplay.sim.rng import STREAM_LAW_POSITIONS, uniform_bits
 
 __all__ = ["LawSample", "position_hashes"]
 
-"""Named stream of the law-test position hash: far above every replicate stream
-(``STREAMS_PER_REPLICATE · m + use``), so the choice is independent of every replay draw."""
-
 
 @njit(cache=True)
 def _hashes(
