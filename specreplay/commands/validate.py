@@ -35,7 +35,8 @@ def run_validate(
         return False, "\n".join([*errors, f"{len(errors)} error(s) in {path}{more}"])
     options = {"path": str(path), "buckets": buckets, "logging_arm": logging_arm}
     result = measured_result(scan, command="validate", seed=0, options=options)
-    text = archive_summary(result.archive, str(path), result.pooled.arms[result.arms[0]])  # type: ignore[arg-type]
+    assert result.archive is not None  # measured_result always describes the archive
+    text = archive_summary(result.archive, str(path), result.pooled.arms[result.arms[0]])
     if out is not None:
         with output_dir(out, force=force, inputs=[path]) as tmp:
             write_all(result, tmp)
