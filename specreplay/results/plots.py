@@ -61,11 +61,11 @@ def forest_plot(
         -m, m, color="tab:green", alpha=0.12, label=f"margin ±{m:g}{'%' if relative else ''}"
     )
     ax.axvline(0.0, color="black", lw=0.8)
-    for i, (_, x, lo, hi, v) in enumerate(rows):
-        y = len(rows) - 1 - i
-        col = colors.get(v or "", "tab:gray")
-        ax.plot([lo, hi], [y, y], color=col, lw=2)
-        ax.plot([x], [y], "o", color=col, ms=4)
+    # one collection for the intervals and one for the points (two artists, not two per row)
+    ys = [len(rows) - 1 - i for i in range(len(rows))]
+    cols = [colors.get(r[4] or "", "tab:gray") for r in rows]
+    ax.hlines(ys, [r[2] for r in rows], [r[3] for r in rows], colors=cols, lw=2)
+    ax.scatter([r[1] for r in rows], ys, c=cols, s=16, zorder=3)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([r[0] for r in reversed(rows)], fontsize=8)
     unit = "% of R_a" if relative else "tokens/round"
