@@ -66,6 +66,15 @@ LoggingArmOpt = Annotated[
     typer.Option("--logging-arm", help="Arm that drafted the archive, if it has no column."),
 ]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
+EstimatorOpt = Annotated[
+    str,
+    typer.Option(
+        "--estimator",
+        help="analytic (exact under the path assumption), montecarlo, or importance "
+        "(reweights the archived drafts by the logging law: no path assumption; needs "
+        "drafted_id, and emitted_q or the logging arm).",
+    ),
+]
 _NULL_FAILS = (
     "; with INCONCLUSIVE a null pooled verdict (too few requests, unsupported cell) exits 1 too."
 )
@@ -360,12 +369,7 @@ def requalify(
         str | None,
         typer.Option("--reference", help="Arm the gain is measured against, e.g. greedy@5."),
     ] = None,
-    estimator: Annotated[
-        str,
-        typer.Option(
-            "--estimator", help="analytic (exact under the path assumption) or montecarlo."
-        ),
-    ] = "analytic",
+    estimator: EstimatorOpt = "analytic",
     replicates: Annotated[
         int, typer.Option("--replicates", help="Monte Carlo replicates per round.", min=2)
     ] = 16,

@@ -294,7 +294,7 @@ def test_a_registered_estimator_gets_whole_batches_with_emitted_q(
     class Recording(AnalyticEstimator):
         name = "recording"
 
-        def rounds(self, batch, arm, cache, *, seed, replicates, max_depth):  # type: ignore[no-untyped-def]
+        def rounds(self, batch, arm, cache, *, seed, replicates, max_depth, logging=None):  # type: ignore[no-untyped-def]
             seen.append(int(batch.emitted_q.shape[0]))
             assert batch.emitted_q.shape == batch.target_probs.shape
             return super().rounds(
@@ -308,7 +308,9 @@ def test_a_registered_estimator_gets_whole_batches_with_emitted_q(
     ref = replay_archive(path, [arm], estimator="analytic")
     assert seen and all(n > 0 for n in seen) and sum(seen) == 3 * 2 * 3 * 4
     np.testing.assert_array_equal(rec.sums[arm.canonical].t, ref.sums[arm.canonical].t)
-    with pytest.raises(SpecReplayError, match="should be analytic or montecarlo or recording"):
+    with pytest.raises(
+        SpecReplayError, match="should be analytic or montecarlo or importance or recording"
+    ):
         replay_archive(path, [arm], estimator="nosuch")
 
 

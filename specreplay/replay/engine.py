@@ -90,6 +90,9 @@ class ReplayResult:
     flagged, no_support : dict of str to int64 (r,)
         Per arm, per request: position rows whose top-K exceeds the archived candidates / whose
         every draft log-probability is −inf.
+    unlogged : dict of str to int64 (r,)
+        Per arm, per request: position rows where the arm can accept a candidate that the
+        logging law gives probability 0 (importance estimator only; zeros otherwise).
     law_sample : LawSample
         Law-test positions chosen by hash during the pass.
     estimator, replicates, seed, max_depth
@@ -116,6 +119,7 @@ class ReplayResult:
     logging_arm: str | None
     flagged: dict[str, NDArray[np.int64]]
     no_support: dict[str, NDArray[np.int64]]
+    unlogged: dict[str, NDArray[np.int64]]
     law_sample: LawSample
     estimator: str
     replicates: int
@@ -133,6 +137,11 @@ class ReplayResult:
     def unsupported_rows(self) -> dict[str, int]:
         """Per arm, position rows (selected requests) with nothing to draft."""
         return {c: int(v[self.selected].sum()) for c, v in self.no_support.items()}
+
+    @property
+    def unlogged_rows(self) -> dict[str, int]:
+        """Per arm, position rows (selected requests) outside the logging law's support."""
+        return {c: int(v[self.selected].sum()) for c, v in self.unlogged.items()}
 
     def _frame(self, request: Any, bucket: Any, n: Any, t: Any) -> pl.DataFrame:
         ids = np.asarray(self.requests, dtype=object)
@@ -349,6 +358,7 @@ def _result(
         logging_arm=s.logging_arm,
         flagged=s.flagged,
         no_support=s.no_support,
+        unlogged=s.unlogged,
         law_sample=s.law_sample,
         estimator=opts.estimator,
         replicates=reps,
@@ -383,7 +393,8 @@ def replay_archive(
     arms : sequence of Arm
         Distinct arms (by canonical form); any number share the one pass.
     estimator : str
-        A key of :data:`~specreplay.replay.estimators.ESTIMATORS` ("analytic", "montecarlo").
+        A key of :data:`~specreplay.replay.estimators.ESTIMATORS` ("analytic", "montecarlo",
+        "importance").
     replicates : int
         Monte Carlo replicates M per round.
     seed : int

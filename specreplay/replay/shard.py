@@ -44,8 +44,14 @@ from specreplay.replay.archive.sources import ArchiveFile, format_location
 from specreplay.replay.estimators import get_estimator
 from specreplay.replay.lawsample import LawSample
 from specreplay.replay.measured import MeasuredAccumulator, merge_measured, reindex_measured
-from specreplay.sim.arms import Arm
-from specreplay.sim.policy import FLAG_K_EXCEEDS, FLAG_NO_SUPPORT, LawCache, Workspace
+from specreplay.sim.arms import Arm, parse_arm
+from specreplay.sim.policy import (
+    FLAG_K_EXCEEDS,
+    FLAG_LOGGING_SUPPORT,
+    FLAG_NO_SUPPORT,
+    LawCache,
+    Workspace,
+)
 from specreplay.stats.buckets import Buckets
 from specreplay.stats.measured import MeasuredArchive
 
@@ -61,6 +67,8 @@ __all__ = [
 
 _BOUNDS = ("first_round", "first_file", "first_loc", "last_round", "last_file", "last_loc",
            "family_file", "family_loc")  # fmt: skip
+# row flags counted per arm and request, in ShardSums' order: flagged, no_support, unlogged
+_FLAG_BITS = (FLAG_K_EXCEEDS, FLAG_NO_SUPPORT, FLAG_LOGGING_SUPPORT)
 
 
 @dataclass(frozen=True)
@@ -148,6 +156,9 @@ class ShardSums:
     flagged, no_support : dict of str to int64 (r,)
         Per arm, per request: position rows whose top-K exceeds the candidates / with no
         finite draft log-probability.
+    unlogged : dict of str to int64 (r,)
+        Per arm, per request: position rows where the arm can accept a candidate that the
+        logging law gives probability 0 (importance estimator only; zeros otherwise).
     measured : MeasuredArchive
         MEASURED figures (request and family indices into the tables above).
     law_sample : LawSample
@@ -173,6 +184,7 @@ class ShardSums:
     arms: dict[str, ArmSums]
     flagged: dict[str, NDArray[np.int64]]
     no_support: dict[str, NDArray[np.int64]]
+    unlogged: dict[str, NDArray[np.int64]]
     measured: MeasuredArchive
     law_sample: LawSample
     law_positions: int
@@ -234,7 +246,7 @@ def replay_reader(
     names = [a.canonical for a in arms]
     accs = {c: ReplayAccumulator(depth) for c in names}
     none = np.zeros(0, np.int64)
-    flagged, no_support = dict.fromkeys(names, none), dict.fromkeys(names, none)
+    counts = {bit: dict.fromkeys(names, none) for bit in _FLAG_BITS}  # per flag, arm, request
     rows = none
     measured = MeasuredAccumulator(nb)
     sample = LawSample.empty()
@@ -251,28 +263,28 @@ def replay_reader(
         cache = LawCache(batch.offsets, batch.draft_logprobs, workspace)
         keys = batch.round_request * nb + batch.round_bucket
         row_request = np.repeat(batch.round_request, depth_rows)
+        # the column's value, known once the reader has read this batch; else --logging-arm
+        logging = parse_arm(reader.logging_arm) if reader.logging_arm is not None else None
         for arm in arms:
             c = arm.canonical
-            v = est.rounds(batch, arm, cache, seed=options.seed, replicates=reps, max_depth=depth)
+            v = est.rounds(
+                batch, arm, cache, seed=options.seed, replicates=reps, max_depth=depth,
+                logging=logging,
+            )  # fmt: skip
             if v.flag.any():
-                one = np.ones(row_request.shape[0], np.int64)
-                flagged[c] = _per_request(
-                    flagged[c], row_request, one * ((v.flag & FLAG_K_EXCEEDS) != 0)
-                )
-                no_support[c] = _per_request(
-                    no_support[c], row_request, one * ((v.flag & FLAG_NO_SUPPORT) != 0)
-                )
+                for bit, per_arm in counts.items():
+                    hit = ((v.flag & bit) != 0).astype(np.int64)
+                    per_arm[c] = _per_request(per_arm[c], row_request, hit)
             accs[c].add(keys, v)
         if progress is not None:
             progress(batch.n_positions)
-    return _finish(reader, accs, flagged, no_support, rows, measured, sample, options)
+    return _finish(reader, accs, counts, rows, measured, sample, options)
 
 
 def _finish(
     reader: ArchiveReader,
     accs: dict[str, ReplayAccumulator],
-    flagged: dict[str, NDArray[np.int64]],
-    no_support: dict[str, NDArray[np.int64]],
+    counts: dict[int, dict[str, NDArray[np.int64]]],
     rows: NDArray[np.int64],
     measured: MeasuredAccumulator,
     sample: LawSample,
@@ -314,8 +326,9 @@ def _finish(
         families=fam_sorted,
         requests=table,
         arms={c: a.result(nb, keys, code_family, index) for c, a in accs.items()},
-        flagged={c: by_index(v) for c, v in flagged.items()},
-        no_support={c: by_index(v) for c, v in no_support.items()},
+        flagged={c: by_index(v) for c, v in counts[FLAG_K_EXCEEDS].items()},
+        no_support={c: by_index(v) for c, v in counts[FLAG_NO_SUPPORT].items()},
+        unlogged={c: by_index(v) for c, v in counts[FLAG_LOGGING_SUPPORT].items()},
         measured=reindex_measured(measured.result(), index, fam_index, len(fam_sorted)),
         law_sample=sample,
         law_positions=options.law_positions,
@@ -500,6 +513,9 @@ def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
         flagged={c: _remap(a.flagged[c], to_a, n) + _remap(b.flagged[c], to_b, n) for c in a.arms},
         no_support={
             c: _remap(a.no_support[c], to_a, n) + _remap(b.no_support[c], to_b, n) for c in a.arms
+        },
+        unlogged={
+            c: _remap(a.unlogged[c], to_a, n) + _remap(b.unlogged[c], to_b, n) for c in a.arms
         },
         measured=measured,
         law_sample=LawSample.merge(a.law_sample, b.law_sample, a.law_positions),

@@ -229,7 +229,11 @@ class RequalifyArms:
 
 
 def check_replayable(res: ReplayResult, arms: RequalifyArms) -> None:
-    """Raise when an arm cannot be replayed on some rows (top-K too large, no support)."""
+    """Raise when an arm cannot be replayed on some rows, with the count.
+
+    Top-K larger than the candidates, no candidate to draft, or (importance estimator) a
+    candidate the arm can accept outside the logging law's support.
+    """
     for a in arms.all.values():
         if res.flagged_rows[a.canonical]:
             raise SpecReplayError(
@@ -240,6 +244,12 @@ def check_replayable(res: ReplayResult, arms: RequalifyArms) -> None:
             raise SpecReplayError(
                 f"{a.canonical}: {res.unsupported_rows[a.canonical]} position rows have no "
                 "candidate with a finite draft log-probability: nothing to draft"
+            )
+        if res.unlogged_rows[a.canonical]:
+            raise SpecReplayError(
+                f"{a.canonical}: {res.unlogged_rows[a.canonical]} position rows hold a candidate "
+                "the arm can accept but the logging law never drafts (probability 0): the "
+                "importance estimate does not cover them; use --estimator analytic or montecarlo"
             )
 
 

@@ -16,7 +16,9 @@ quantized law
 row flag
     Bits per row, OR-ed: :data:`FLAG_K_EXCEEDS` (K > the row's number of candidates: SPEC §3.1
     never clamps silently, the caller makes those cells null with a count) and
-    :data:`FLAG_NO_SUPPORT` (every log-probability is −inf: there is no law). A flagged row still
+    :data:`FLAG_NO_SUPPORT` (every log-probability is −inf: there is no law); the importance
+    estimator adds :data:`FLAG_LOGGING_SUPPORT` (the arm can accept a candidate the logging law
+    gives probability 0: SPEC §3.2's support condition fails). A flagged row still
     holds a proper law so that downstream kernels need no special case: the K = n law for
     FLAG_K_EXCEEDS, a point mass on the row's first candidate for FLAG_NO_SUPPORT.
 
@@ -69,6 +71,7 @@ from specreplay.sim.arms import Arm, Policy, Quant
 
 __all__ = [
     "FLAG_K_EXCEEDS",
+    "FLAG_LOGGING_SUPPORT",
     "FLAG_NO_SUPPORT",
     "HIST_BINS",
     "KIND_BFLOAT16",
@@ -112,6 +115,7 @@ ROUNDING_CODES: dict[str, int] = {"nearest": ROUND_NEAREST, "floor-argmax": ROUN
 
 FLAG_K_EXCEEDS = 1
 FLAG_NO_SUPPORT = 2
+FLAG_LOGGING_SUPPORT = 4  # set by the importance estimator, never by the policy law
 
 # significand bits after the leading one, and the smallest normal exponent (IEEE 754 binary16;
 # bfloat16 shares float32's exponent range)

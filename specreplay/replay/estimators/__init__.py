@@ -12,12 +12,13 @@ from typing import Final
 from specreplay.errors import SpecReplayError
 from specreplay.replay.estimators.analytic import AnalyticEstimator
 from specreplay.replay.estimators.base import Estimator, RoundValues
+from specreplay.replay.estimators.importance import ImportanceEstimator
 from specreplay.replay.estimators.montecarlo import MonteCarloEstimator
 
 __all__ = ["ESTIMATORS", "Estimator", "RoundValues", "get_estimator"]
 
 ESTIMATORS: Final[dict[str, Estimator]] = {
-    e.name: e for e in (AnalyticEstimator(), MonteCarloEstimator())
+    e.name: e for e in (AnalyticEstimator(), MonteCarloEstimator(), ImportanceEstimator())
 }
 
 

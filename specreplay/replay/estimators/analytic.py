@@ -362,6 +362,7 @@ class AnalyticEstimator(Estimator):
         seed: int,
         replicates: int,
         max_depth: int,
+        logging: Arm | None = None,
     ) -> RoundValues:
         """Analytic values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
         law = cache.policy(arm.policy)

@@ -46,7 +46,8 @@ class RoundValues:
         evaluated positions, evaluated positions reached through an off-path prefix].
     flag : int8, (n_pos,)
         Per position row, the arm's law flags (:data:`~specreplay.sim.policy.FLAG_K_EXCEEDS`,
-        :data:`~specreplay.sim.policy.FLAG_NO_SUPPORT`); zeros when not known.
+        :data:`~specreplay.sim.policy.FLAG_NO_SUPPORT`, and for the importance estimator
+        :data:`~specreplay.sim.policy.FLAG_LOGGING_SUPPORT`); zeros when not known.
     """
 
     depth: NDArray[np.int32]
@@ -80,6 +81,7 @@ class Estimator(ABC):
         seed: int,
         replicates: int,
         max_depth: int,
+        logging: Arm | None = None,
     ) -> RoundValues:
         """Return the per-round values of ``arm`` over ``batch``.
 
@@ -96,4 +98,7 @@ class Estimator(ABC):
             :meth:`replicates_used` of the run.
         max_depth : int
             D: depths 1..D are evaluated.
+        logging : Arm, optional
+            The archive's logging arm (its logging_arm column, else ``--logging-arm``), None
+            when unknown; only an estimator that reweights by the logging law reads it.
         """

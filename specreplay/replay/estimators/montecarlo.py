@@ -232,6 +232,7 @@ class MonteCarloEstimator(Estimator):
         seed: int,
         replicates: int,
         max_depth: int,
+        logging: Arm | None = None,
     ) -> RoundValues:
         """Monte Carlo values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
         laws = cache.laws(arm)

@@ -1,0 +1,235 @@
+"""Importance replay: the arm's survival reweighted on the archived drafted tokens (SPEC §3.2).
+
+Terms. The archive's **logging arm** L drafted every position j = 1..D of a round from its
+**logging law** q^L_j (``emitted_q`` when archived, else L's sampler law on the archived
+log-probabilities), each at the prefix it had drafted before, and the target scored all D
+positions in one pass; the archive holds the drafted token x_j, p_j and the draft's
+log-probabilities at exactly that prefix. An arm a drafts x with q^s_j(x) and accepts it with
+probability min(1, p_j(x)/q^v_j(x)) (:func:`~specreplay.sim.accept.accept_prob`), so the
+probability that a drafts exactly x_1..x_k and accepts all of them is Π_{j≤k} a_j(x_j) with
+a_j(x) = q^s_j(x)·min(1, p_j(x)/q^v_j(x)). Summing over prefixes gives P^a(A ≥ k), and
+reweighting by the logging law gives the per-round **importance weight**
+
+    w_k = Π_{j≤k} a_j(x_j) / q^L_j(x_j),    E_L[w_k] = P^a(A ≥ k),
+
+unbiased without the path assumption whenever q^L_j covers the support of a_j. Per round:
+``surv[:, k − 1]`` = w_k, ``t[:, d − 1]`` = 1 + Σ_{k≤d} w_k, for every depth d ≤ the round's
+recorded depth (and ≤ D) in one pass.
+
+Decisions
+---------
+- **Every logged position enters the product**, including those after the archived rejection:
+  all positions of a round were drafted before verification, each at its drafted prefix, so
+  x_1..x_D is a draw from Π_j q^L_j whatever the verifier then did. Cutting the product at the
+  archived rejection (w_k = 0 past it) would weight each round by the logging arm's own accept
+  outcomes as well, i.e. estimate E_L[1{A_L ≥ k}·w_k] ≠ P^a(A ≥ k): biased for every arm other
+  than one whose acceptances coincide with the logging arm's.
+- The ratio is formed as (q^s_j(x)/q^L_j(x))·min(1, p_j(x)/q^v_j(x)): for the logging arm itself
+  q^s = q^L (``emitted_q`` equals its law bit for bit), the first factor is exactly 1 and w_k is
+  exactly Π_{j≤k} min(1, p_j/q^L_j)(x_j), the Rao-Blackwellised MEASURED survival.
+- ``var`` is 0: each round's w_k is one sample of the importance weight, not an average of
+  draws, so there is no within-round Monte Carlo error to report; the weights' noise enters the
+  per-request sums and reaches the intervals through the request bootstrap (SPEC §3.4).
+- ``offpath`` is zeros: the importance estimator follows the archived path only (every product
+  is over the archived tokens), so no replayed token ever leaves it.
+- **Support check**, per evaluated position row: when the arm can accept a candidate the
+  logging law never drafts (a_j(x) > 0 where q^L_j(x) = 0), the weight cannot see that mass and
+  the estimate is biased low; the row gets :data:`~specreplay.sim.policy.FLAG_LOGGING_SUPPORT`
+  on top of the policy flags, and the shard code counts such rows per arm (a greedy logging arm
+  and a sampled arm trigger it). A drafted token with q^L = 0 (an inconsistent archive) gives
+  a ratio of 0; its row is flagged whenever the arm could accept it.
+
+Like the other kernels, per-round values are computed in parallel over rounds and each round's
+arithmetic depends on that round alone, so values are bit-identical whatever the thread count or
+batch size; :class:`ImportanceEstimator` is the registry's ``importance`` entry.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+from numpy.typing import NDArray
+
+from specreplay.errors import SpecReplayError
+from specreplay.replay.archive.batch import RoundBatch
+from specreplay.replay.estimators.base import Estimator, RoundValues
+from specreplay.sim.accept import accept_prob
+from specreplay.sim.arms import Arm
+from specreplay.sim.policy import FLAG_LOGGING_SUPPORT, LawCache
+
+__all__ = ["ImportanceEstimator", "importance_rounds"]
+
+
+@njit(parallel=True, cache=True)
+def _importance_kernel(
+    offsets: NDArray[np.int64],
+    p: NDArray[np.float64],
+    qs: NDArray[np.float64],
+    qv: NDArray[np.float64],
+    q_log: NDArray[np.float64],
+    drafted: NDArray[np.int32],
+    round_offsets: NDArray[np.int64],
+    max_depth: int,
+    flag_in: NDArray[np.int8],
+    depth: NDArray[np.int32],
+    t: NDArray[np.float64],
+    surv: NDArray[np.float64],
+    flag: NDArray[np.int8],
+) -> None:
+    """Fill depth, t and surv (columns < depth; the rest is left as given) and the row flags.
+
+    Parameters
+    ----------
+    offsets : int64, (n_rows + 1,)
+        CSR offsets of the position rows' candidates.
+    p : float64, (nnz,)
+        Target probabilities of the candidates.
+    qs, qv : float64, (nnz,)
+        The arm's sampler and verifier laws.
+    q_log : float64, (nnz,)
+        The logging law q^L.
+    drafted : int32, (n_rows,)
+        Archived drafted candidate index per row (≥ 0).
+    round_offsets : int64, (n_rounds + 1,)
+    max_depth : int
+        D: depths 1..D are evaluated.
+    flag_in : int8, (n_rows,)
+        The policy's row flags, copied into ``flag``.
+    depth : int32, (n_rounds,)
+    t, surv : float64, (n_rounds, D)
+    flag : int8, (n_rows,)
+        Written: ``flag_in``, plus FLAG_LOGGING_SUPPORT on evaluated rows where the arm can
+        accept a candidate of logging probability 0.
+    """
+    n_rounds = round_offsets.shape[0] - 1
+    for r in prange(n_rounds):
+        a = round_offsets[r]
+        b = round_offsets[r + 1]
+        for row in range(a, b):
+            flag[row] = flag_in[row]
+        d_r = min(b - a, max_depth)
+        depth[r] = d_r
+        w = 1.0
+        acc = 1.0
+        for j in range(d_r):
+            row = a + j
+            lo = offsets[row]
+            hi = offsets[row + 1]
+            for i in range(lo, hi):  # support: a_j(x) > 0 where q^L_j(x) = 0
+                if q_log[i] == 0.0 and qs[i] > 0.0 and accept_prob(qv[i], p[i]) > 0.0:
+                    flag[row] |= FLAG_LOGGING_SUPPORT
+                    break
+            x = lo + drafted[row]
+            ratio = 0.0
+            if q_log[x] > 0.0:  # SPEC §3.2: a_j(x_j) / q^L_j(x_j), policy ratio first
+                ratio = (qs[x] / q_log[x]) * accept_prob(qv[x], p[x])
+            w *= ratio
+            acc += w
+            surv[r, j] = w
+            t[r, j] = acc
+
+
+def importance_rounds(
+    *,
+    offsets: NDArray[np.int64],
+    target_probs: NDArray[np.float64],
+    q_sampler: NDArray[np.float64],
+    q_verifier: NDArray[np.float64],
+    q_logging: NDArray[np.float64],
+    drafted_idx: NDArray[np.int32],
+    round_offsets: NDArray[np.int64],
+    max_depth: int,
+    flag: NDArray[np.int8] | None = None,
+) -> RoundValues:
+    """Return the importance per-round values of one arm (see the module docstring).
+
+    Parameters
+    ----------
+    offsets : int64, (n_rows + 1,)
+    target_probs : float64, (nnz,)
+    q_sampler, q_verifier : float64, (nnz,)
+        The arm's quantized laws (:meth:`~specreplay.sim.policy.LawCache.laws`).
+    q_logging : float64, (nnz,)
+        The logging law q^L (``emitted_q``, or the logging arm's sampler law).
+    drafted_idx : int32, (n_rows,)
+        Archived drafted candidate index per row (every one ≥ 0).
+    round_offsets : int64, (n_rounds + 1,)
+    max_depth : int
+    flag : int8, (n_rows,), optional
+        The policy law's row flags (not modified: a new array is returned with
+        FLAG_LOGGING_SUPPORT added).
+
+    Returns
+    -------
+    RoundValues
+        ``surv`` the importance weights w_k, ``t`` = 1 + Σ_{k≤d} w_k (NaN past a round's
+        depth), ``var`` and ``offpath`` zeros.
+    """
+    n = round_offsets.shape[0] - 1
+    n_rows = drafted_idx.shape[0]
+    out = RoundValues(
+        depth=np.empty(n, np.int32),
+        t=np.full((n, max_depth), np.nan),
+        var=np.zeros((n, max_depth)),
+        surv=np.full((n, max_depth), np.nan),
+        offpath=np.zeros((n, 4)),
+        flag=np.empty(n_rows, np.int8),
+    )
+    flag_in = flag if flag is not None else np.zeros(n_rows, np.int8)
+    _importance_kernel(
+        offsets, target_probs, q_sampler, q_verifier, q_logging, drafted_idx, round_offsets,
+        int(max_depth), flag_in, out.depth, out.t, out.surv, out.flag,
+    )  # fmt: skip
+    return out
+
+
+def logging_law(batch: RoundBatch, cache: LawCache, logging: Arm | None) -> NDArray[np.float64]:
+    """Return the batch's logging law q^L: ``emitted_q`` when archived, else the logging arm's.
+
+    Raises
+    ------
+    SpecReplayError
+        Naming what is missing: the drafted_id column, or both emitted_q and a logging arm.
+    """
+    if batch.drafted_idx.shape[0] and int(batch.drafted_idx.min()) < 0:
+        raise SpecReplayError(
+            "--estimator importance needs the archive's drafted_id column (the tokens the "
+            "logging arm drafted); this archive has none: use --estimator analytic or montecarlo"
+        )
+    if batch.emitted_q.shape[0] == batch.target_probs.shape[0]:
+        return batch.emitted_q
+    if logging is None:
+        raise SpecReplayError(
+            "--estimator importance needs the logging law: this archive has neither an "
+            "emitted_q column nor a logging arm (a logging_arm column or --logging-arm)"
+        )
+    return cache.laws(logging).q_sampler
+
+
+class ImportanceEstimator(Estimator):
+    """``importance``: P^a(A ≥ k) = E_L[Π_{j≤k} a_j(x_j)/q^L_j(x_j)], no path assumption.
+
+    Needs the archive's drafted_id and its logging law (``emitted_q``, else the logging arm).
+    """
+
+    name = "importance"
+
+    def rounds(
+        self,
+        batch: RoundBatch,
+        arm: Arm,
+        cache: LawCache,
+        *,
+        seed: int,
+        replicates: int,
+        max_depth: int,
+        logging: Arm | None = None,
+    ) -> RoundValues:
+        """Return the importance values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
+        q_log = logging_law(batch, cache, logging)
+        laws = cache.laws(arm)
+        return importance_rounds(
+            offsets=batch.offsets, target_probs=batch.target_probs, q_sampler=laws.q_sampler,
+            q_verifier=laws.q_verifier, q_logging=q_log, drafted_idx=batch.drafted_idx,
+            round_offsets=batch.round_offsets, max_depth=max_depth, flag=laws.flag,
+        )  # fmt: skip

@@ -1,0 +1,281 @@
+"""The importance estimator (SPEC §3.2): per-round weights, the logging-arm identity, agreement
+with the MEASURED survival, the support check and the errors for what an archive lacks.
+
+The reference in this file recomputes every per-round value in pure Python from the archive's
+rows read with polars (not through the reader's batches): per round and position the drafted
+candidate's ratio (q^s/q^L)(x)·min(1, p(x)/q^v(x)), multiplied left to right. The arm's laws
+q^s, q^v come from :func:`~specreplay.sim.policy.arm_laws` (tested against their own reference in
+``test_arms.py``). The kernel performs the same IEEE operations in the same order (no fast-math),
+so the values must agree **bit for bit**.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+from archive_factory import valid_rows, write_parquet
+from typer.testing import CliRunner
+
+from specreplay.cli import app
+from specreplay.errors import SpecReplayError
+from specreplay.replay.archive.batch import RoundBatch, concat_batches
+from specreplay.replay.archive.reader import ArchiveReader
+from specreplay.replay.archive.synthetic import synth_frames
+from specreplay.replay.engine import replay_archive
+from specreplay.replay.estimators import get_estimator
+from specreplay.replay.estimators.base import RoundValues
+from specreplay.sim.arms import Arm, parse_arm
+from specreplay.sim.policy import FLAG_LOGGING_SUPPORT, LawCache, arm_laws
+from specreplay.sim.synth import SynthConfig
+
+LOGGING = "top32:t0.7@5"  # the synthetic archive's logging arm
+ARMS = [LOGGING, "top32:t0.7:dyadic8@5", "greedy@5", "top32:t1@5"]
+IMPORTANCE = get_estimator("importance")
+U = 2.0**-53  # unit roundoff of float64
+# emitted_q is the logging arm's *policy* law bit for bit; its sampler law (float64 quantizer)
+# renormalises it once more: s = Σ q over n = 32 candidates is 1 within 2n·u (the stored law's
+# own rounding plus the sum's), so q^s/q^L = 1 within (2n + 1)·u per candidate (9u measured).
+RATIO_ULPS = 2 * 32 + 1
+# a weight w_k multiplies k ≤ 5 such factors, each with its own ratio error and ≤ 4 roundings
+# (the quotient and product in either computation): relative error ≤ 5·(RATIO_ULPS + 4)·u
+RTOL_LOGGING = 5 * (RATIO_ULPS + 4) * U
+
+
+def _write_synth(path: Path, cfg: SynthConfig, seed: int) -> Path:
+    pl.concat(list(synth_frames(cfg, seed=seed))).write_parquet(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def synth_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """24 requests × 6 rounds × 5 positions of the toy pair, logged by top32:t0.7@5."""
+    out = tmp_path_factory.mktemp("imp") / "synth.parquet"
+    return _write_synth(out, SynthConfig(n_requests=24, rounds=6), seed=11)
+
+
+def _batch(path: Path) -> RoundBatch:
+    return concat_batches(list(ArchiveReader(path)))
+
+
+def _values(batch: RoundBatch, arm: str, logging: Arm | None = None) -> RoundValues:
+    cache = LawCache(batch.offsets, batch.draft_logprobs)
+    return IMPORTANCE.rounds(
+        batch, parse_arm(arm), cache, seed=0, replicates=0, max_depth=5, logging=logging
+    )
+
+
+def _accept(qv: float, p: float) -> float:
+    """min(1, p/q^v), with SPEC §3.2's conventions: 0 when p = 0, 1 when q^v = 0 < p."""
+    if p <= 0.0:
+        return 0.0
+    if qv == 0.0:
+        return 1.0
+    return min(1.0, p / qv)
+
+
+def _reference(frame: pl.DataFrame, arm: str, depth: int = 5) -> dict[str, Any]:
+    """Per round: the weights w_1..w_D and t = 1 + cumulative sums, from the rows alone."""
+    lens = frame["cand_ids"].list.len().to_numpy()
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    lp = np.concatenate(frame["draft_logprobs"].to_list())
+    laws = arm_laws(parse_arm(arm), offsets, lp)
+    qs, qv = laws.q_sampler.tolist(), laws.q_verifier.tolist()
+    surv: list[list[float]] = []
+    for i, row in enumerate(frame.iter_rows(named=True)):
+        if row["position"] == 1:
+            surv.append([])
+            w = 1.0
+        x = row["cand_ids"].index(row["drafted_id"])
+        at = int(offsets[i]) + x
+        q_log = row["emitted_q"][x]
+        ratio = (qs[at] / q_log) * _accept(qv[at], row["target_probs"][x]) if q_log > 0 else 0.0
+        w *= ratio
+        if row["position"] <= depth:
+            surv[-1].append(w)
+    s = np.array(surv)
+    # t = ((1 + w_1) + w_2) + …, added left to right as the kernel does (cumsum is sequential)
+    t = np.cumsum(np.hstack([np.ones((s.shape[0], 1)), s]), axis=1)[:, 1:]
+    return {"surv": s, "t": t}
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_per_round_values_equal_the_pure_python_reference(synth_path: Path, arm: str) -> None:
+    """Every round's w_k and t at every depth equal the reference bit for bit (same operations
+    in the same order); var and off-path are zeros, depth the recorded one."""
+    v = _values(_batch(synth_path), arm)
+    ref = _reference(pl.read_parquet(synth_path), arm)
+    np.testing.assert_array_equal(v.surv, ref["surv"])
+    np.testing.assert_array_equal(v.t, ref["t"])
+    assert (v.depth == 5).all() and not v.var.any() and not v.offpath.any()
+    assert not (v.flag & FLAG_LOGGING_SUPPORT).any()  # top32 logging law covers all four arms
+
+
+def test_without_emitted_q_the_logging_arms_law_is_the_logging_law(synth_path: Path) -> None:
+    """Dropping emitted_q and naming the logging arm uses its sampler law, equal to emitted_q
+    up to the float64 renormalisation, so the values agree within RTOL_LOGGING for every arm;
+    a shallower max_depth truncates them bit for bit."""
+    batch = _batch(synth_path)
+    no_eq = dataclasses.replace(batch, emitted_q=np.zeros(0))
+    for arm in ARMS:
+        with_eq = _values(batch, arm)
+        by_arm = _values(no_eq, arm, logging=parse_arm(LOGGING))
+        np.testing.assert_allclose(by_arm.surv, with_eq.surv, rtol=RTOL_LOGGING, atol=0)
+        cache = LawCache(batch.offsets, batch.draft_logprobs)
+        d3 = IMPORTANCE.rounds(batch, parse_arm(arm), cache, seed=0, replicates=0, max_depth=3)
+        np.testing.assert_array_equal(d3.t, with_eq.t[:, :3])
+
+
+def test_engine_sums_are_the_per_round_values_over_shards(small_archive: Path) -> None:
+    """Through replay_archive on a 3-shard archive (each shard's reader gives the logging arm to
+    the estimator) the sums are the per-round values added up: totals per depth agree within
+    (rounds − 1)·u relative, the bound of a recursive sum of positive terms in any order."""
+    arms = [parse_arm(a) for a in ARMS]
+    res = replay_archive(small_archive, arms, estimator="importance")
+    batch = _batch(small_archive)
+    assert res.replicates == 0 and res.estimator == "importance"
+    for arm in arms:
+        v = _values(batch, arm.canonical)
+        s = res.sums[arm.canonical]
+        np.testing.assert_allclose(s.t.sum(axis=0), v.t.sum(axis=0), rtol=batch.n_rounds * U)
+        np.testing.assert_allclose(s.surv.sum(axis=0), v.surv.sum(axis=0), rtol=batch.n_rounds * U)
+        assert not s.var.any() and not s.offpath.any()
+        assert res.unlogged_rows[arm.canonical] == 0
+
+
+def test_logging_arm_weights_are_products_of_min_one_p_over_q(synth_path: Path) -> None:
+    """For the logging arm q^s = q^L (emitted_q is its law, up to the float64 quantizer's
+    renormalisation), so every policy ratio is 1 and P(A ≥ k) = Π_{j≤k} min(1, p/q^L)(x_j),
+    from the archive's columns alone (within RTOL_LOGGING)."""
+    batch = _batch(synth_path)
+    cache = LawCache(batch.offsets, batch.draft_logprobs)
+    np.testing.assert_array_equal(cache.policy(parse_arm(LOGGING).policy).q, batch.emitted_q)
+    qs = cache.laws(parse_arm(LOGGING)).q_sampler
+    drafted = batch.offsets[:-1] + batch.drafted_idx
+    ratio = qs[drafted] / batch.emitted_q[drafted]
+    assert np.abs(ratio - 1.0).max() <= RATIO_ULPS * U
+    frame = pl.read_parquet(synth_path)
+    factors = [
+        _accept(q[d], p[d])
+        for q, p, d in zip(
+            frame["emitted_q"].to_list(),
+            frame["target_probs"].to_list(),
+            [
+                c.index(x)
+                for c, x in zip(frame["cand_ids"].to_list(), frame["drafted_id"], strict=True)
+            ],
+            strict=True,
+        )
+    ]
+    expected = np.array(
+        [
+            [math.prod(factors[r * 5 : r * 5 + k]) for k in range(1, 6)]
+            for r in range(len(factors) // 5)
+        ]
+    )
+    np.testing.assert_allclose(_values(batch, LOGGING).surv, expected, rtol=RTOL_LOGGING, atol=0)
+
+
+def test_logging_arm_importance_survival_matches_measured_within_paired_interval(
+    tmp_path: Path,
+) -> None:
+    """Acceptance (SPEC §3.2): for the logging arm the importance P(A ≥ k) and the archived
+    MEASURED frequency of A ≥ k have the same expectation (given the drafted tokens, the
+    archived accept indicators are independent with means min(1, p/q^L)). Per request the paired
+    difference D_i = Σ_rounds (w_k − 1{A ≥ k}) over its n_i rounds; δ = ΣD/Σn with the delta-
+    method standard error over requests (the bootstrap unit). Tolerance 4·SE at each k: under
+    normality a false failure has probability 6.3e-5 per depth, ≤ 3.2e-4 over the five (union
+    bound); the seed is fixed, so the test is deterministic anyway."""
+    path = _write_synth(tmp_path / "a.parquet", SynthConfig(n_requests=300, rounds=16), seed=5)
+    batch = _batch(path)
+    v = _values(batch, LOGGING)
+    a = batch.measured_accepted
+    n_req = int(batch.round_request.max()) + 1
+    n = np.bincount(batch.round_request, minlength=n_req).astype(float)
+    for k in range(1, 6):
+        diff = v.surv[:, k - 1] - (a >= k)
+        d = np.bincount(batch.round_request, weights=diff, minlength=n_req)
+        delta = d.sum() / n.sum()
+        se = math.sqrt(n_req / (n_req - 1) * ((d - delta * n) ** 2).sum()) / n.sum()
+        assert 0 < se < 0.005  # an informative interval (0.002 to 0.003 on this archive)
+        assert abs(delta) <= 4 * se, (k, delta, se)
+
+
+def _count_unlogged(frame: pl.DataFrame, arm: str) -> int:
+    """Rows where some candidate has q^L = 0 but a(x) = q^s(x)·min(1, p/q^v) > 0."""
+    lens = frame["cand_ids"].list.len().to_numpy()
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    laws = arm_laws(parse_arm(arm), offsets, np.concatenate(frame["draft_logprobs"].to_list()))
+    qs, qv = laws.q_sampler, laws.q_verifier
+    count = 0
+    for i, (eq, p) in enumerate(zip(frame["emitted_q"], frame["target_probs"], strict=True)):
+        lo = int(offsets[i])
+        count += any(
+            eq[c] == 0.0 and qs[lo + c] * _accept(qv[lo + c], p[c]) > 0 for c in range(len(eq))
+        )
+    return count
+
+
+@pytest.fixture(scope="module")
+def greedy_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A greedy-logged archive (emitted_q a point mass): 6 requests × 4 rounds × 5 positions."""
+    out = tmp_path_factory.mktemp("greedy") / "greedy.parquet"
+    return _write_synth(out, SynthConfig(n_requests=6, rounds=4, greedy=True), seed=3)
+
+
+def test_greedy_logging_and_a_sampled_arm_fail_the_support_check(
+    greedy_path: Path, tmp_path: Path
+) -> None:
+    """A sampled arm can accept candidates a greedy drafter never drafts: those rows are
+    counted per arm (the reference count, from the rows alone); the greedy arm itself has
+    none; requalify stops with exit 2 and the count."""
+    res = replay_archive(greedy_path, [parse_arm("greedy@5"), parse_arm(LOGGING)],
+                         estimator="importance")  # fmt: skip
+    expected = _count_unlogged(pl.read_parquet(greedy_path), LOGGING)
+    assert expected > 0
+    assert res.unlogged_rows == {"greedy@5": 0, LOGGING: expected}
+    cli = CliRunner().invoke(
+        app,
+        ["requalify", str(greedy_path), "--baseline", "greedy@5", "--candidate", LOGGING,
+         "--estimator", "importance", "--out", str(tmp_path / "o"), "-q", "--n-boot", "200"],
+        env={"COLUMNS": "300"},
+    )  # fmt: skip
+    assert cli.exit_code == 2, cli.output
+    assert f"{LOGGING}: {expected} position rows hold a candidate" in cli.stderr
+    assert "logging law never drafts" in cli.stderr and "Traceback" not in cli.output
+
+
+def _rows_without(*columns: str) -> list[dict[str, Any]]:
+    rows = valid_rows(n_requests=2, n_rounds=2, depth=3)
+    return [{k: v for k, v in r.items() if k not in columns} for r in rows]
+
+
+def test_importance_without_drafted_id_is_an_error(tmp_path: Path) -> None:
+    path = write_parquet(tmp_path / "a.parquet", _rows_without("drafted_id", "accepted"))
+    with pytest.raises(SpecReplayError, match="needs the archive's drafted_id column"):
+        replay_archive(path, [parse_arm("top4:t1@3")], estimator="importance")
+
+
+def test_importance_without_emitted_q_and_logging_arm_is_an_error(tmp_path: Path) -> None:
+    """Neither emitted_q nor a logging arm: an error (exit 2 through the CLI); with
+    --logging-arm the same archive replays."""
+    path = write_parquet(tmp_path / "a.parquet", _rows_without("emitted_q", "logging_arm"))
+    arm = parse_arm("top4:t1@3")
+    with pytest.raises(SpecReplayError, match="neither an emitted_q column nor a logging arm"):
+        replay_archive(path, [arm], estimator="importance")
+    res = replay_archive(path, [arm], estimator="importance", logging_arm="top4:t1@3")
+    assert np.isfinite(res.sums[arm.canonical].t).all()
+    cli = CliRunner().invoke(
+        app,
+        ["requalify", str(path), "--baseline", "top4:t1@3", "--candidate", "top4:t1:dyadic8@3",
+         "--estimator", "importance", "--out", str(tmp_path / "o"), "-q", "--n-boot", "200"],
+        env={"COLUMNS": "300"},
+    )  # fmt: skip
+    assert cli.exit_code == 2, cli.output
+    assert "neither an emitted_q column nor a logging arm" in cli.stderr
+    assert "Traceback" not in cli.output
