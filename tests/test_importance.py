@@ -279,3 +279,30 @@ def test_importance_without_emitted_q_and_logging_arm_is_an_error(tmp_path: Path
     assert cli.exit_code == 2, cli.output
     assert "neither an emitted_q column nor a logging arm" in cli.stderr
     assert "Traceback" not in cli.output
+
+
+def test_requalify_with_importance_labels_and_explains_its_nulls(
+    small_archive: Path, tmp_path: Path
+) -> None:
+    """The report of an importance requalification: figures SIMULATED, the estimator recorded,
+    and the off-path shares (the estimator never leaves the archived path) null *with* a reason."""
+    import json
+
+    out = tmp_path / "rq"
+    res = CliRunner().invoke(
+        app,
+        ["requalify", str(small_archive), "--baseline", "top32:t0.7@5", "--candidate",
+         "top32:t0.7:dyadic8@5", "--estimator", "importance", "--n-boot", "300",
+         "--min-requests", "5", "--out", str(out), "-q"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["options"]["estimator"] == "importance"
+    for cell in doc["cells"]:
+        for fig in cell["arms"].values():
+            assert fig["label"] in ("SIMULATED", "MEASURED")
+        for off in cell["offpath"]:
+            assert off["accepted_offpath_share"] is None
+            assert off["null_reason"] == (
+                "the importance estimator follows the archived tokens: no off-path draw"
+            )

@@ -161,10 +161,14 @@ def _survival(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> list[Surviva
 def _offpath(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> Offpath:
     off = res.sums[arm.canonical].offpath[m].sum(axis=0)
     why = None if "drafted_id" in res.columns else "archive has no drafted_id column"
+    if why is None and res.estimator == "importance":
+        why = "the importance estimator follows the archived tokens: no off-path draw"
+    if why is None and (off[0] == 0 or off[2] == 0):
+        why = "no accepted or evaluated position in this cell"
     return Offpath(
         arm=arm.canonical,
-        accepted_offpath_share=None if why or off[0] == 0 else float(off[1] / off[0]),
-        evaluated_offpath_share=None if why or off[2] == 0 else float(off[3] / off[2]),
+        accepted_offpath_share=None if why else float(off[1] / off[0]),
+        evaluated_offpath_share=None if why else float(off[3] / off[2]),
         label=Label.SIMULATED,
         null_reason=why,
     )

@@ -25,8 +25,9 @@ Decisions
   outcomes as well, i.e. estimate E_L[1{A_L ≥ k}·w_k] ≠ P^a(A ≥ k): biased for every arm other
   than one whose acceptances coincide with the logging arm's.
 - The ratio is formed as (q^s_j(x)/q^L_j(x))·min(1, p_j(x)/q^v_j(x)): for the logging arm itself
-  q^s = q^L (``emitted_q`` equals its law bit for bit), the first factor is exactly 1 and w_k is
-  exactly Π_{j≤k} min(1, p_j/q^L_j)(x_j), the Rao-Blackwellised MEASURED survival.
+  ``emitted_q`` equals its policy law bit for bit, and its sampler law is that law renormalised
+  once more by the float64 quantizer, so the first factor is 1 within a few ulps (≤ 9u measured)
+  and w_k is Π_{j≤k} min(1, p_j/q^L_j)(x_j) to that precision.
 - ``var`` is 0: each round's w_k is one sample of the importance weight, not an average of
   draws, so there is no within-round Monte Carlo error to report; the weights' noise enters the
   per-request sums and reaches the intervals through the request bootstrap (SPEC §3.4).
