@@ -327,3 +327,16 @@ def test_interval_table_shows_each_cells_figures(interval_run: Path) -> None:
             assert row["verdict"].split(" ")[0] == d.verdict
         else:
             assert row["Δ"].startswith("— [")
+
+
+def test_shipped_schema_is_the_one_the_model_describes() -> None:
+    """A field added to the typed model without regenerating the schema fails here.
+
+    Regenerate: ``python -m specreplay.results.schema > specreplay/schemas/results-v1.json``.
+    """
+    from specreplay.results.schema import results_schema, schema_text, shipped_text
+
+    assert schema_text() == shipped_text()
+    defs = results_schema()["$defs"]
+    assert defs["Delta"]["properties"]["role"]["enum"] == [r.value for r in Role]
+    assert "depth" in defs["Delta"]["required"]
