@@ -58,6 +58,31 @@ def _add_rounds(
             a_s[k, d] += surv[r, d]
 
 
+@njit(cache=True)
+def _add_ratios(
+    keys: NDArray[np.int64],
+    depth: NDArray[np.int32],
+    ratio: NDArray[np.float64],
+    a_r: NDArray[np.float64],
+    a_r2: NDArray[np.float64],
+    a_min: NDArray[np.float64],
+    a_max: NDArray[np.float64],
+) -> None:
+    """Add each round's policy ratios r_k and r_k² to its key's sums; keep their min and max.
+
+    ``keys`` int64 (n,), ``depth`` int32 (n,), ``ratio`` float64 (n, D); the sums, minima and
+    maxima float64 (cap, D), over the rounds replayed at ≥ k positions (column k − 1).
+    """
+    for r in range(keys.shape[0]):
+        k = keys[r]
+        for d in range(depth[r]):
+            x = ratio[r, d]
+            a_r[k, d] += x
+            a_r2[k, d] += x * x
+            a_min[k, d] = min(a_min[k, d], x)
+            a_max[k, d] = max(a_max[k, d], x)
+
+
 @dataclass(frozen=True)
 class ArmSums:
     """Sums of one arm per (request, bucket), in canonical order (request key, then bucket).
@@ -85,6 +110,11 @@ class ArmSums:
         Σ P(A ≥ k) over the supported rounds.
     offpath : float64, (k, 4)
         Σ accepted, accepted off-path, evaluated, evaluated through an off-path prefix.
+    ratio_sum, ratio_sq : float64, (k, D)
+        Σ r_k and Σ r_k² of the policy ratio over the supported rounds (importance estimator;
+        zeros for the others): the effective sample size's sums.
+    ratio_min, ratio_max : float64, (k, D)
+        Smallest and largest r_k (+inf and −inf where no ratio was added).
     """
 
     request_key: NDArray[np.uint64]
@@ -97,6 +127,10 @@ class ArmSums:
     var: NDArray[np.float64]
     surv: NDArray[np.float64]
     offpath: NDArray[np.float64]
+    ratio_sum: NDArray[np.float64]
+    ratio_sq: NDArray[np.float64]
+    ratio_min: NDArray[np.float64]
+    ratio_max: NDArray[np.float64]
 
     def take(self, rows: NDArray[np.int64] | NDArray[np.bool_]) -> ArmSums:
         """Return the rows ``rows`` (indices or a mask), in that order."""
@@ -126,11 +160,20 @@ class ArmSums:
         out: dict[str, NDArray[np.generic]] = {}
         for name, v in both.items():
             v = v[order]
-            if name in {"n", "short", "t", "var", "surv", "offpath"}:
-                out[name] = np.add.reduceat(v, starts, axis=0) if v.shape[0] else v
+            if not v.shape[0]:
+                out[name] = v
+            elif name in _SUMMED:
+                out[name] = np.add.reduceat(v, starts, axis=0)
+            elif name == "ratio_min":
+                out[name] = np.minimum.reduceat(v, starts, axis=0)
+            elif name == "ratio_max":
+                out[name] = np.maximum.reduceat(v, starts, axis=0)
             else:
                 out[name] = v[starts]
         return ArmSums(**out)  # type: ignore[arg-type]
+
+
+_SUMMED = frozenset({"n", "short", "t", "var", "surv", "offpath", "ratio_sum", "ratio_sq"})
 
 
 def canonical_order(key: NDArray[np.uint64], bucket: NDArray[np.int32]) -> NDArray[np.int64]:
@@ -156,9 +199,14 @@ class ReplayAccumulator:
             "var": (cap, self.d),
             "surv": (cap, self.d),
             "offpath": (cap, 4),
+            "ratio_sum": (cap, self.d),
+            "ratio_sq": (cap, self.d),
+            "ratio_min": (cap, self.d),
+            "ratio_max": (cap, self.d),
         }
+        init = {"ratio_min": np.inf, "ratio_max": -np.inf}
         for name, shape in shapes.items():
-            new = np.zeros(shape)
+            new = np.full(shape, init.get(name, 0.0))
             if name in self._arrays:
                 new[: self._cap] = self._arrays[name]
             self._arrays[name] = new
@@ -176,6 +224,11 @@ class ReplayAccumulator:
             keys, values.depth, values.t, values.var, values.surv, values.offpath,
             a["n"], a["short"], a["t"], a["var"], a["surv"], a["offpath"],
         )  # fmt: skip
+        if values.ratio is not None:
+            _add_ratios(
+                keys, values.depth, values.ratio,
+                a["ratio_sum"], a["ratio_sq"], a["ratio_min"], a["ratio_max"],
+            )  # fmt: skip
 
     def result(
         self,
@@ -207,4 +260,8 @@ class ReplayAccumulator:
             var=a["var"][keys],
             surv=a["surv"][keys],
             offpath=a["offpath"][keys],
+            ratio_sum=a["ratio_sum"][keys],
+            ratio_sq=a["ratio_sq"][keys],
+            ratio_min=a["ratio_min"][keys],
+            ratio_max=a["ratio_max"][keys],
         )

@@ -46,6 +46,7 @@ from specreplay.replay.shard import (
     replay_reader,
     replay_shard,
 )
+from specreplay.replay.tails import RatioTail
 from specreplay.sim.arms import Arm
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import Buckets
@@ -95,6 +96,9 @@ class ReplayResult:
         logging law gives probability 0 (importance estimator only; zeros otherwise).
     law_sample : LawSample
         Law-test positions chosen by hash during the pass.
+    tails : dict of str to RatioTail
+        Per arm, the largest policy ratios per finest cell and depth, of the selected requests
+        (importance estimator; empty for the others).
     estimator, replicates, seed, max_depth
         How the replay ran (``replicates`` as used: 0 for an exact estimator).
     positions : int
@@ -121,6 +125,7 @@ class ReplayResult:
     no_support: dict[str, NDArray[np.int64]]
     unlogged: dict[str, NDArray[np.int64]]
     law_sample: LawSample
+    tails: dict[str, RatioTail]
     estimator: str
     replicates: int
     seed: int
@@ -237,6 +242,7 @@ class ReplayResult:
         return replace(
             self,
             sums={c: s.take(keep[s.request]) for c, s in self.sums.items()},
+            tails={c: t.keep_requests(self.request_keys[keep]) for c, t in self.tails.items()},
             measured=replace(self.measured, sums=sums),
             selected=keep,
             positions=positions,
@@ -360,6 +366,7 @@ def _result(
         no_support=s.no_support,
         unlogged=s.unlogged,
         law_sample=s.law_sample,
+        tails=s.tails,
         estimator=opts.estimator,
         replicates=reps,
         seed=opts.seed,

@@ -44,6 +44,7 @@ from specreplay.replay.archive.sources import ArchiveFile, format_location
 from specreplay.replay.estimators import get_estimator
 from specreplay.replay.lawsample import LawSample
 from specreplay.replay.measured import MeasuredAccumulator, merge_measured, reindex_measured
+from specreplay.replay.tails import RatioTail, TailAccumulator
 from specreplay.sim.arms import Arm, parse_arm
 from specreplay.sim.policy import (
     FLAG_K_EXCEEDS,
@@ -163,6 +164,9 @@ class ShardSums:
         MEASURED figures (request and family indices into the tables above).
     law_sample : LawSample
         The law-test positions with the smallest hashes.
+    tails : dict of str to RatioTail
+        Per arm, the largest policy ratios per finest cell and depth (importance estimator;
+        empty for the others), family indices into ``families``.
     law_positions : int
         How many the sample keeps (k).
     positions : int
@@ -187,6 +191,7 @@ class ShardSums:
     unlogged: dict[str, NDArray[np.int64]]
     measured: MeasuredArchive
     law_sample: LawSample
+    tails: dict[str, RatioTail]
     law_positions: int
     positions: int
     continued: list[tuple[int, int, int, int, int]]
@@ -245,6 +250,7 @@ def replay_reader(
     nb = len(reader.buckets.names)
     names = [a.canonical for a in arms]
     accs = {c: ReplayAccumulator(depth) for c in names}
+    tails = {c: TailAccumulator(nb, depth) for c in names}
     none = np.zeros(0, np.int64)
     counts = {bit: dict.fromkeys(names, none) for bit in _FLAG_BITS}  # per flag, arm, request
     rows = none
@@ -276,14 +282,18 @@ def replay_reader(
                     hit = ((v.flag & bit) != 0).astype(np.int64)
                     per_arm[c] = _per_request(per_arm[c], row_request, hit)
             accs[c].add(keys, v)
+            if v.ratio is not None:
+                tails[c].add(batch.round_family, batch.round_bucket, batch.round_key, v.depth,
+                              v.ratio)  # fmt: skip
         if progress is not None:
             progress(batch.n_positions)
-    return _finish(reader, accs, counts, rows, measured, sample, options)
+    return _finish(reader, accs, tails, counts, rows, measured, sample, options)
 
 
 def _finish(
     reader: ArchiveReader,
     accs: dict[str, ReplayAccumulator],
+    tails: dict[str, TailAccumulator],
     counts: dict[int, dict[str, NDArray[np.int64]]],
     rows: NDArray[np.int64],
     measured: MeasuredAccumulator,
@@ -331,6 +341,7 @@ def _finish(
         unlogged={c: by_index(v) for c, v in counts[FLAG_LOGGING_SUPPORT].items()},
         measured=reindex_measured(measured.result(), index, fam_index, len(fam_sorted)),
         law_sample=sample,
+        tails={c: t.tail.with_families(fam_index, len(fam_sorted)) for c, t in tails.items()},
         law_positions=options.law_positions,
         positions=int(rows.sum()),
         continued=[(int(index[c]), r, p, f, loc) for c, r, p, f, loc in reader.continued],
@@ -519,6 +530,13 @@ def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
         },
         measured=measured,
         law_sample=LawSample.merge(a.law_sample, b.law_sample, a.law_positions),
+        tails={
+            c: RatioTail.merge(
+                a.tails[c].with_families(fam_a, len(families)),
+                b.tails[c].with_families(fam_b, len(families)),
+            )
+            for c in a.arms
+        },
         law_positions=a.law_positions,
         positions=a.positions + b.positions,
         continued=[(int(to_a[r]), rnd, p, f, loc) for r, rnd, p, f, loc in a.continued],

@@ -9,7 +9,8 @@ Terms. A **cell** is one slice of the requests: ``pooled``, a ``family``, a cont
 ``family×bucket``. Per cell: one :class:`ArmFigure` per arm (R, retained tokens per round), the
 paired :class:`Delta` of two arms (looked up by its :class:`Role`, never by position), the
 per-position :class:`Survival` P(A ≥ j), the :class:`Offpath` rates, the :class:`DepthFigure` slots
-of the depth sweep (issue 6) and, for ``requalify``, the :class:`Requalification`. A figure that
+of the depth sweep (issue 6), for ``requalify`` the :class:`Requalification` and, for an importance
+replay, the :class:`ImportanceDiagnostic` of each arm and depth. A figure that
 cannot be computed is ``None`` with its ``null_reason``. Every figure carries its :class:`Label`.
 
 Fields are always written, ``null`` where they do not apply (so a program reading results.json
@@ -33,6 +34,7 @@ __all__ = [
     "Delta",
     "DepthFigure",
     "Excluded",
+    "ImportanceDiagnostic",
     "InputFile",
     "Label",
     "LawTest",
@@ -220,6 +222,30 @@ class Offpath:
 
 
 @dataclass(frozen=True)
+class ImportanceDiagnostic:
+    """Tail diagnostics of one arm's policy ratio at one depth in one cell (SPEC §3.2).
+
+    ``ess`` = (Σ r)²/Σ r² and ``ess_share`` = ess / ``rounds`` of the policy ratio r_k =
+    Π_{j≤k} q^s_j/q^L_j over the cell's rounds that recorded ``depth`` positions; ``pareto_k`` its
+    right-tail Pareto k̂ (PSIS, r_eff = 1); ``khat_threshold`` = min(1 − 1/log10 rounds, 0.7);
+    ``warning`` every threshold crossed (k̂ > 0.7, k̂ above the sample-size threshold, ESS share
+    < 0.1); ``null_reason`` why ``ess`` or ``pareto_k`` is null (the logging arm: "ratio
+    constant (the logging arm)", with ESS = rounds).
+    """
+
+    arm: str
+    depth: int
+    rounds: int
+    ess: float | None
+    ess_share: float | None
+    pareto_k: float | None
+    khat_threshold: float | None
+    warning: str | None
+    label: Label
+    null_reason: str | None
+
+
+@dataclass(frozen=True)
 class DepthFigure:
     """R of one arm at one fixed depth (the depth sweep's slot, SPEC §3.5, §4.1)."""
 
@@ -262,6 +288,7 @@ class Cell:
     offpath: tuple[Offpath, ...] = ()
     requalification: Requalification | None = None
     null_reason: str | None = None
+    importance: tuple[ImportanceDiagnostic, ...] = ()
 
     def delta(self, role: Role) -> Delta | None:
         """Return the cell's delta of ``role`` (None when it has none)."""

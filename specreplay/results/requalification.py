@@ -4,7 +4,8 @@ A requalification compares the candidate with the baseline (the verdict), with t
 gain a budget uses: no verdict) and the logging arm's SIMULATED R with its MEASURED R (the
 path-bias diagnostic: no verdict). :func:`merge_comparisons` lays them into one list of cells;
 :func:`with_replay_figures` adds per-arm Monte Carlo errors, survival and off-path rates from the
-replay sums; :func:`with_requalification` adds the verdict of each cell: **QUALIFIED** when the
+replay sums (and, for an importance replay, the tail diagnostics: ESS and Pareto k̂);
+:func:`with_requalification` adds the verdict of each cell: **QUALIFIED** when the
 candidate is EQUIVALENT and its law test passes, **NOT QUALIFIED** when it is DIFFERENT or its law
 test fails, else INCONCLUSIVE. Each step returns new objects.
 """
@@ -24,8 +25,10 @@ from specreplay.errors import SpecReplayError
 from specreplay.replay.engine import ReplayResult
 from specreplay.results.builders import cells_of, law_tests_of
 from specreplay.results.document import excluded_entries, input_files, new_result
+from specreplay.results.importance import importance_diagnostics
 from specreplay.results.model import (
     Cell,
+    ImportanceDiagnostic,
     Label,
     Level,
     Offpath,
@@ -125,22 +128,21 @@ def merge_comparisons(parts: Sequence[Comparand]) -> tuple[Cell, ...]:
     return tuple(merged.values())
 
 
-def _masks(res: ReplayResult, cells: Sequence[Cell], arm: Arm) -> list[NDArray[np.bool_]]:
-    """Per cell, the (request, bucket) rows of the arm's sums that fall in it.
+def _specs(res: ReplayResult, cells: Sequence[Cell]) -> list[CellSpec]:
+    """Per cell, where it sits in the replay's own family and bucket tables.
 
     Family and bucket names are looked up in the replay's own tables (a cell's family or bucket
     is None where it spans all of them, ``unbucketed`` included: pooled and family cells count
     every round, bucket cells one bucket).
     """
-    s = res.sums[arm.canonical]
     all_f = tuple(range(len(res.families)))
     all_b = tuple(range(len(res.buckets.names)))
-    masks = []
+    specs = []
     for c in cells:
         fam = (res.families.index(c.family),) if c.family is not None else all_f
         bkt = (res.buckets.names.index(c.bucket),) if c.bucket is not None else all_b
-        masks.append(CellSpec(c.level.value, c.family, c.bucket, fam, bkt).mask(s.family, s.bucket))
-    return masks
+        specs.append(CellSpec(c.level.value, c.family, c.bucket, fam, bkt))
+    return specs
 
 
 def _survival(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> list[Survival]:
@@ -177,12 +179,19 @@ def _offpath(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> Offpath:
 def with_replay_figures(
     cells: Sequence[Cell], res: ReplayResult, arms: Sequence[Arm]
 ) -> tuple[Cell, ...]:
-    """Add each arm's MCSE and estimator, SIMULATED survival and off-path rates to the cells."""
+    """Add each arm's MCSE and estimator, SIMULATED survival and off-path rates to the cells.
+
+    An importance replay also adds each arm's tail diagnostics (ESS, Pareto k̂) per depth.
+    """
     surv: list[list[Survival]] = [[] for _ in cells]
     offs: list[list[Offpath]] = [[] for _ in cells]
+    diag: list[list[ImportanceDiagnostic]] = [[] for _ in cells]
     figures = [dict(c.arms) for c in cells]
+    specs = _specs(res, cells)
     for arm in arms:
-        for i, m in enumerate(_masks(res, cells, arm)):
+        s = res.sums[arm.canonical]
+        for i, spec in enumerate(specs):
+            m = spec.mask(s.family, s.bucket)
             entry = figures[i].get(arm.canonical)
             if entry is not None:
                 figures[i][arm.canonical] = dataclasses.replace(
@@ -190,9 +199,14 @@ def with_replay_figures(
                 )
             surv[i] += _survival(res, arm, m)
             offs[i].append(_offpath(res, arm, m))
+            diag[i] += importance_diagnostics(res, arm, m, spec.fam_idx, spec.bucket_idx)
     return tuple(
         dataclasses.replace(
-            c, arms=figures[i], survival=c.survival + tuple(surv[i]), offpath=tuple(offs[i])
+            c,
+            arms=figures[i],
+            survival=c.survival + tuple(surv[i]),
+            offpath=tuple(offs[i]),
+            importance=c.importance + tuple(diag[i]),
         )
         for i, c in enumerate(cells)
     )

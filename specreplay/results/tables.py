@@ -24,6 +24,7 @@ __all__ = [
     "archive_summary",
     "comparison_tables",
     "fmt",
+    "importance_table",
     "lawtest_table",
     "markdown_table",
     "measured_tables",
@@ -368,6 +369,31 @@ def _survival_and_offpath(pooled: Cell) -> list[str]:
     return out
 
 
+def importance_table(pooled: Cell) -> list[str]:
+    """Return the pooled tail diagnostics of an importance replay per arm and depth (or none)."""
+    if not pooled.importance:
+        return []
+    note = _Notes()
+    rows = []
+    for d in pooled.importance:
+        k = fmt(d.pareto_k, 2) if d.pareto_k is not None else f"— {note(d.null_reason)}"
+        rows.append([
+            d.arm, str(d.depth), str(d.rounds), fmt(d.ess, 1), _pctp(d.ess_share), k,
+            fmt(d.khat_threshold, 2), d.warning or "",
+        ])  # fmt: skip
+    header = ["arm", "depth", "rounds", "ESS", "ESS share", "Pareto k̂", "k̂ threshold", "warning"]
+    return [
+        "",
+        "## Importance tail diagnostics of the policy ratio, pooled (SIMULATED)",
+        "",
+        "ESS = (Σr)²/Σr² and Pareto k̂ (PSIS, right tail) of r_k = Π_{j≤k} q^s_j/q^L_j; "
+        "warnings at k̂ > 0.7, k̂ > min(1 − 1/log10 S, 0.7) and ESS share < 10%.",
+        "",
+        markdown_table(header, rows),
+        *note.lines(),
+    ]
+
+
 def _law_rows(law: Sequence[LawTest]) -> list[str]:
     if not law:
         return []
@@ -400,6 +426,7 @@ def requalify_tables(result: Result) -> str:
         lines += _reference_gain(result, main.b)
     lines += _path_bias(pooled)
     lines += _survival_and_offpath(pooled)
+    lines += importance_table(pooled)
     lines += _law_rows(result.law_tests)
     lines += ["", "Assumptions:", *[f"- {a}" for a in result.assumptions]]
     return "\n".join(lines) + "\n"

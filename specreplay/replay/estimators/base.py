@@ -48,6 +48,10 @@ class RoundValues:
         Per position row, the arm's law flags (:data:`~specreplay.sim.policy.FLAG_K_EXCEEDS`,
         :data:`~specreplay.sim.policy.FLAG_NO_SUPPORT`, and for the importance estimator
         :data:`~specreplay.sim.policy.FLAG_LOGGING_SUPPORT`); zeros when not known.
+    ratio : float64, (n, D), or None
+        Importance estimator only: the **policy ratio** r_k = Π_{j≤k} q^s_j(x_j)/q^L_j(x_j) of
+        the archived drafted tokens (column k − 1; NaN past the round's depth), the input of
+        the tail diagnostics (ESS, Pareto k̂; SPEC §3.2). None for the other estimators.
     """
 
     depth: NDArray[np.int32]
@@ -56,6 +60,7 @@ class RoundValues:
     surv: NDArray[np.float64]
     offpath: NDArray[np.float64]
     flag: NDArray[np.int8]
+    ratio: NDArray[np.float64] | None = None
 
 
 class Estimator(ABC):

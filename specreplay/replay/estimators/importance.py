@@ -14,7 +14,10 @@ reweighting by the logging law gives the per-round **importance weight**
 
 unbiased without the path assumption whenever q^L_j covers the support of a_j. Per round:
 ``surv[:, k − 1]`` = w_k, ``t[:, d − 1]`` = 1 + Σ_{k≤d} w_k, for every depth d ≤ the round's
-recorded depth (and ≤ D) in one pass.
+recorded depth (and ≤ D) in one pass. The same pass returns the **policy ratio**
+``ratio[:, k − 1]`` = r_k = Π_{j≤k} q^s_j(x_j)/q^L_j(x_j) (the weight without its acceptance
+factor: the logging arm's r_k is 1), whose effective sample size and Pareto k̂ are the tail
+diagnostics (SPEC §3.2; :mod:`specreplay.stats.importance_diag`).
 
 Decisions
 ---------
@@ -76,8 +79,9 @@ def _importance_kernel(
     t: NDArray[np.float64],
     surv: NDArray[np.float64],
     flag: NDArray[np.int8],
+    policy: NDArray[np.float64],
 ) -> None:
-    """Fill depth, t and surv (columns < depth; the rest is left as given) and the row flags.
+    """Fill depth, t, surv and policy (columns < depth; the rest is left as given), row flags.
 
     Parameters
     ----------
@@ -101,6 +105,8 @@ def _importance_kernel(
     flag : int8, (n_rows,)
         Written: ``flag_in``, plus FLAG_LOGGING_SUPPORT on evaluated rows where the arm can
         accept a candidate of logging probability 0.
+    policy : float64, (n_rounds, D)
+        The policy ratio r_k = Π_{j≤k} q^s_j(x_j)/q^L_j(x_j) (a factor is 0 where q^L_j(x_j) = 0).
     """
     n_rounds = round_offsets.shape[0] - 1
     for r in prange(n_rounds):
@@ -112,6 +118,7 @@ def _importance_kernel(
         depth[r] = d_r
         w = 1.0
         acc = 1.0
+        r_k = 1.0
         for j in range(d_r):
             row = a + j
             lo = offsets[row]
@@ -122,9 +129,13 @@ def _importance_kernel(
                     break
             x = lo + drafted[row]
             ratio = 0.0
+            pol = 0.0
             if q_log[x] > 0.0:  # SPEC §3.2: a_j(x_j) / q^L_j(x_j), policy ratio first
-                ratio = (qs[x] / q_log[x]) * accept_prob(qv[x], p[x])
+                pol = qs[x] / q_log[x]
+                ratio = pol * accept_prob(qv[x], p[x])
             w *= ratio
+            r_k *= pol  # SPEC §3.2 diagnostics: the policy ratio, acceptance factor left out
+            policy[r, j] = r_k
             acc += w
             surv[r, j] = w
             t[r, j] = acc
@@ -164,10 +175,12 @@ def importance_rounds(
     -------
     RoundValues
         ``surv`` the importance weights w_k, ``t`` = 1 + Σ_{k≤d} w_k (NaN past a round's
-        depth), ``var`` and ``offpath`` zeros.
+        depth), ``var`` and ``offpath`` zeros, ``ratio`` the policy ratios r_k (NaN past a
+        round's depth).
     """
     n = round_offsets.shape[0] - 1
     n_rows = drafted_idx.shape[0]
+    ratio = np.full((n, max_depth), np.nan)
     out = RoundValues(
         depth=np.empty(n, np.int32),
         t=np.full((n, max_depth), np.nan),
@@ -175,11 +188,12 @@ def importance_rounds(
         surv=np.full((n, max_depth), np.nan),
         offpath=np.zeros((n, 4)),
         flag=np.empty(n_rows, np.int8),
+        ratio=ratio,
     )
     flag_in = flag if flag is not None else np.zeros(n_rows, np.int8)
     _importance_kernel(
         offsets, target_probs, q_sampler, q_verifier, q_logging, drafted_idx, round_offsets,
-        int(max_depth), flag_in, out.depth, out.t, out.surv, out.flag,
+        int(max_depth), flag_in, out.depth, out.t, out.surv, out.flag, ratio,
     )  # fmt: skip
     return out
 

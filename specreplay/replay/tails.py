@@ -1,0 +1,268 @@
+"""The largest policy ratios per finest cell and depth: what the Pareto k̂ needs (SPEC §3.2).
+
+Terms. The **policy ratio** r_k of a round (:attr:`RoundValues.ratio
+<specreplay.replay.estimators.base.RoundValues>`) is Π_{j≤k} q^s_j(x_j)/q^L_j(x_j); a **finest
+cell** is one (family code, bucket code); its **tail** at depth k is its K largest r_k
+(:data:`TAIL_CAP`), each with the stable key of the request it came from, and its **dropped**
+value the largest r_k not kept (−inf while nothing was dropped).
+
+Why this is enough. PSIS fits the generalised Pareto law to the M largest of S ratios above the
+(M + 1)-th largest, the cutoff (M = ⌊3√S⌋ when S > 225, else ⌊S/5⌋, with r_eff = 1; Vehtari et
+al. 2024, JMLR 25, §3), and nothing else of the sample enters k̂. Ratios are ≥ 0, so the tail
+padded with zeros to S values has the same M + 1 largest values as the full sample whenever the
+tail holds them, i.e. whenever its (M + 1)-th largest value is ≥ every dropped value
+(:func:`specreplay.stats.importance_diag.pareto_khat_of_tail` checks it). With K = 4096 a finest
+cell is exact up to ⌊3√S⌋ + 1 ≤ K, S ≤ 1.86 million rounds; a coarser cell merges its finest
+cells' tails and is exact under the same check (beyond it, k̂ is null with the reason).
+
+Determinism. Entries are ordered by (family, bucket, depth, value descending, request key), and
+a tail keeps the first K of its group: the top K of a union is the top K of the parts' top K,
+so the kept (value, key) pairs do not depend on batches, threads or shards. Filtering requests
+afterwards (``--sample-requests``) keeps, of the selected requests, every ratio above the
+dropped value, so the same check stays exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["TAIL_CAP", "RatioTail", "TailAccumulator"]
+
+TAIL_CAP = 4096
+"""K: ratios kept per finest cell and depth (exact k̂ up to 1.86 million rounds per cell)."""
+
+
+@dataclass(frozen=True)
+class RatioTail:
+    """The kept largest policy ratios of one arm (see the module docstring).
+
+    Attributes
+    ----------
+    family, bucket : int32, (m,)
+        Finest cell of each entry (family index into the owner's family table).
+    depth : int32, (m,)
+        k − 1 (column of the ratio).
+    request_key : uint64, (m,)
+        Stable key of the request the round belongs to.
+    value : float64, (m,)
+        r_k; sorted by (family, bucket, depth, value descending, request key).
+    dropped : float64, (n_families, n_buckets, D)
+        Largest r_k not kept per finest cell and depth (−inf where none was dropped).
+    """
+
+    family: NDArray[np.int32]
+    bucket: NDArray[np.int32]
+    depth: NDArray[np.int32]
+    request_key: NDArray[np.uint64]
+    value: NDArray[np.float64]
+    dropped: NDArray[np.float64]
+
+    @staticmethod
+    def empty(n_families: int, n_buckets: int, max_depth: int) -> RatioTail:
+        """Return a tail holding nothing."""
+        i = np.zeros(0, np.int32)
+        return RatioTail(
+            i, i, i, np.zeros(0, np.uint64), np.zeros(0),
+            np.full((n_families, n_buckets, max_depth), -np.inf),
+        )  # fmt: skip
+
+    def _with(
+        self, rows: NDArray[np.int64] | NDArray[np.bool_], dropped: NDArray[np.float64]
+    ) -> RatioTail:
+        return RatioTail(
+            self.family[rows], self.bucket[rows], self.depth[rows], self.request_key[rows],
+            self.value[rows], dropped,
+        )  # fmt: skip
+
+    def keep_requests(self, keys: NDArray[np.uint64]) -> RatioTail:
+        """Return the entries of the requests whose keys are in ``keys`` (dropped unchanged)."""
+        return self._with(np.isin(self.request_key, keys), self.dropped)
+
+    def with_families(self, index: NDArray[np.int64], n_families: int) -> RatioTail:
+        """Return the tail on another family table: family f becomes ``index[f]``."""
+        dropped = np.full((n_families, *self.dropped.shape[1:]), -np.inf)
+        dropped[index[: self.dropped.shape[0]]] = self.dropped
+        fam = index[self.family].astype(np.int32) if self.family.shape[0] else self.family
+        out = RatioTail(fam, self.bucket, self.depth, self.request_key, self.value, dropped)
+        if np.all(np.diff(index) > 0):  # an increasing map keeps the order
+            return out
+        return out._top(max(out.value.shape[0], 1))  # re-sorted on the new codes, none dropped
+
+    @staticmethod
+    def merge(a: RatioTail, b: RatioTail, cap: int | None = None) -> RatioTail:
+        """Return the top ``cap`` (default :data:`TAIL_CAP`) of both per finest cell and depth.
+
+        Both must be on the same family table. An entry below the other part's K-th largest
+        of its group cannot be among the union's K largest: it is dropped before the sort.
+        """
+        k = TAIL_CAP if cap is None else cap
+        dropped = np.maximum(a.dropped, b.dropped)
+        a_in, b_in = a._above(b.thresholds(k), dropped), b._above(a.thresholds(k), dropped)
+        both = RatioTail(
+            np.concatenate([a_in.family, b_in.family]), np.concatenate([a_in.bucket, b_in.bucket]),
+            np.concatenate([a_in.depth, b_in.depth]),
+            np.concatenate([a_in.request_key, b_in.request_key]),
+            np.concatenate([a_in.value, b_in.value]), dropped,
+        )  # fmt: skip
+        return both._top(k)
+
+    def _above(self, thr: NDArray[np.float64], dropped: NDArray[np.float64]) -> RatioTail:
+        """Return the entries ≥ ``thr`` of their group; the others raise ``dropped`` in place."""
+        keep = self.value >= thr[self.family, self.bucket, self.depth]
+        if keep.all():
+            return self
+        out = ~keep
+        np.maximum.at(
+            dropped, (self.family[out], self.bucket[out], self.depth[out]), self.value[out]
+        )
+        return self._with(keep, dropped)
+
+    def _top(self, cap: int) -> RatioTail:
+        """Sort the entries canonically and keep the first ``cap`` of each group."""
+        m = self.value.shape[0]
+        if m == 0:
+            return self
+        nb, d = self.dropped.shape[1], self.dropped.shape[2]
+        code = (self.family.astype(np.int64) * nb + self.bucket) * d + self.depth
+        order = np.lexsort((self.request_key, -self.value, code))
+        s = self._with(order, self.dropped.copy())
+        new = np.ones(m, bool)
+        new[1:] = (
+            (s.family[1:] != s.family[:-1])
+            | (s.bucket[1:] != s.bucket[:-1])
+            | (s.depth[1:] != s.depth[:-1])
+        )
+        starts = np.flatnonzero(new)
+        rank = np.arange(m) - starts[np.cumsum(new) - 1]
+        keep = rank < cap
+        if keep.all():
+            return s
+        out = ~keep
+        np.maximum.at(s.dropped, (s.family[out], s.bucket[out], s.depth[out]), s.value[out])
+        return s._with(keep, s.dropped)
+
+    def thresholds(self, cap: int) -> NDArray[np.float64]:
+        """Per finest cell and depth, the smallest kept value of a full group (−inf otherwise)."""
+        thr = np.full(self.dropped.shape, -np.inf)
+        m = self.value.shape[0]
+        if m < cap:
+            return thr
+        end = np.ones(m, bool)
+        end[:-1] = (
+            (self.family[1:] != self.family[:-1])
+            | (self.bucket[1:] != self.bucket[:-1])
+            | (self.depth[1:] != self.depth[:-1])
+        )
+        ends = np.flatnonzero(end)
+        counts = np.diff(np.concatenate([[-1], ends]))
+        full = ends[counts >= cap]
+        thr[self.family[full], self.bucket[full], self.depth[full]] = self.value[full]
+        return thr
+
+    def cell(
+        self, fam_idx: tuple[int, ...], bucket_idx: tuple[int, ...], depth: int
+    ) -> tuple[NDArray[np.float64], float]:
+        """Return a cell's kept r_depth (its finest cells' tails merged) and its dropped max."""
+        nb, d = self.dropped.shape[1], self.dropped.shape[2]
+        # entries are sorted by (family, bucket, depth): one contiguous run per finest cell
+        code = (self.family.astype(np.int64) * nb + self.bucket) * d + self.depth
+        want = np.array([(f * nb + b) * d + depth - 1 for f in fam_idx for b in bucket_idx])
+        lo = np.searchsorted(code, want, side="left")
+        hi = np.searchsorted(code, want, side="right")
+        values = np.concatenate(
+            [self.value[a:b] for a, b in zip(lo, hi, strict=True)] or [np.zeros(0)]
+        )
+        fams = [f for f in fam_idx if f < self.dropped.shape[0]]
+        drop = self.dropped[np.ix_(fams, list(bucket_idx), [depth - 1])]
+        return values.astype(np.float64), float(drop.max()) if drop.size else -np.inf
+
+
+class TailAccumulator:
+    """Streaming :class:`RatioTail` of one arm over batches (family codes of the reader).
+
+    A batch's ratios below their group's current K-th largest are dropped at once; the others
+    wait in a buffer, merged into the tail (one sort) once the buffer holds as many entries as
+    the tail (or 2^16), so the sorting work stays proportional to the entries that enter.
+    """
+
+    _FLUSH = 1 << 16
+
+    def __init__(self, n_buckets: int, max_depth: int, cap: int | None = None) -> None:
+        self.cap = TAIL_CAP if cap is None else cap
+        self._tail = RatioTail.empty(0, n_buckets, max_depth)
+        self._thr = self._tail.dropped.copy()
+        self._dropped = self._tail.dropped.copy()
+        self._pending: list[RatioTail] = []
+        self._n_pending = 0
+
+    @property
+    def tail(self) -> RatioTail:
+        """The tail of every ratio added so far."""
+        self._flush()
+        return self._tail
+
+    def _flush(self) -> None:
+        if not self._pending and np.array_equal(self._tail.dropped, self._dropped):
+            return
+        t = self._tail
+        parts = [t, *self._pending]
+
+        def cat(name: str) -> NDArray[Any]:
+            return np.concatenate([getattr(p, name) for p in parts])
+
+        both = RatioTail(
+            cat("family"), cat("bucket"), cat("depth"), cat("request_key"), cat("value"),
+            self._dropped.copy(),
+        )  # fmt: skip
+        self._tail = both._top(self.cap)
+        self._dropped = self._tail.dropped.copy()
+        self._thr = self._tail.thresholds(self.cap)
+        self._pending, self._n_pending = [], 0
+
+    def _grow(self, nf: int) -> None:
+        pad = nf - self._dropped.shape[0]
+        if pad <= 0:
+            return
+        more = np.full((pad, *self._dropped.shape[1:]), -np.inf)
+        self._dropped = np.concatenate([self._dropped, more])
+        self._thr = np.concatenate([self._thr, more])
+        t = self._tail
+        self._tail = RatioTail(t.family, t.bucket, t.depth, t.request_key, t.value,
+                               np.concatenate([t.dropped, more]))  # fmt: skip
+
+    def add(
+        self,
+        family: NDArray[np.int32],
+        bucket: NDArray[np.int32],
+        key: NDArray[np.uint64],
+        depth: NDArray[np.int32],
+        ratio: NDArray[np.float64],
+    ) -> None:
+        """Add a batch's rounds: per round its codes (n,) each, its depth and r (n, D)."""
+        if family.shape[0] == 0:
+            return
+        self._grow(int(family.max()) + 1)
+        rr, dd = np.nonzero(np.arange(ratio.shape[1])[None, :] < depth[:, None])
+        fam, bkt, val = family[rr], bucket[rr], ratio[rr, dd]
+        dep = dd.astype(np.int32)
+        # only a value ≥ its group's K-th largest so far can enter (ties may win on the key)
+        inside = val >= self._thr[fam, bkt, dep]
+        out = ~inside
+        np.maximum.at(self._dropped, (fam[out], bkt[out], dep[out]), val[out])
+        self._pending.append(
+            RatioTail(
+                fam[inside].astype(np.int32),
+                bkt[inside].astype(np.int32),
+                dep[inside],
+                key[rr][inside],
+                val[inside],
+                self._dropped,
+            )
+        )
+        self._n_pending += int(inside.sum())
+        if self._n_pending >= max(self._tail.value.shape[0], self._FLUSH):
+            self._flush()
