@@ -355,6 +355,12 @@ def test_requalify_reports_the_diagnostics_in_json_and_tables(
     tables = (runs["importance"] / "TABLES.md").read_text()
     assert "## Importance tail diagnostics of the policy ratio, pooled (SIMULATED)" in tables
     assert CONSTANT_REASON in tables
+    cells = pl.read_parquet(runs["importance"] / "cells.parquet")
+    k = cells.filter((pl.col("kind") == "pareto_k") & (pl.col("level") == "pooled"))
+    assert (
+        k.height == 10
+        and k.filter(pl.col("arm") == LOGGING)["null_reason"].to_list() == [CONSTANT_REASON] * 5
+    )
     analytic = json.loads((runs["analytic"] / "results.json").read_text())
     assert all(c["importance"] == [] for c in analytic["cells"])
     assert "Importance tail diagnostics" not in (runs["analytic"] / "TABLES.md").read_text()

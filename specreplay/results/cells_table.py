@@ -1,9 +1,10 @@
 """cells.parquet: every figure of a result's cells as one long table (SPEC §4).
 
-One row per figure: ``kind`` is ``R``, ``n_rounds``, ``survival`` (``depth`` = position j) or
+One row per figure: ``kind`` is ``R``, ``n_rounds``, ``survival`` (``depth`` = position j),
 ``delta`` (``arm_a``, ``arm_b``, ``role``, interval ``lo``/``hi``, ``method``, ``level_conf``, and
-the ``verdict``); every row carries its cell (level, family, bucket, ``n_requests``), ``label`` and
-``null_reason``.
+the ``verdict``) or, for an importance replay, ``ess_share`` and ``pareto_k`` (``depth`` = k: the
+tail diagnostics of the policy ratio); every row carries its cell (level, family, bucket,
+``n_requests``), ``label`` and ``null_reason``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ def _rows(cell: Cell) -> list[dict[str, Any]]:
                             "depth": d.depth, "value": d.point, "lo": d.lo, "hi": d.hi,
                             "method": d.method, "level_conf": d.level, "verdict": d.verdict,
                             "label": d.label.value, "null_reason": d.null_reason})  # fmt: skip
+    for g in cell.importance:
+        for kind, value in (("ess_share", g.ess_share), ("pareto_k", g.pareto_k)):
+            why = g.null_reason if value is None else None
+            rows.append(base | {"kind": kind, "arm": g.arm, "depth": g.depth, "value": value,
+                                "label": g.label.value, "null_reason": why})  # fmt: skip
     return rows
 
 
