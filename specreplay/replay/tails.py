@@ -206,9 +206,11 @@ class TailAccumulator:
         return self._tail
 
     def _flush(self) -> None:
-        if not self._pending and np.array_equal(self._tail.dropped, self._dropped):
-            return
         t = self._tail
+        if not self._pending:  # only values below the thresholds came: the order stands
+            self._tail = RatioTail(t.family, t.bucket, t.depth, t.request_key, t.value,
+                                   self._dropped.copy())  # fmt: skip
+            return
         parts = [t, *self._pending]
 
         def cat(name: str) -> NDArray[Any]:
