@@ -364,3 +364,23 @@ def test_requalify_reports_the_diagnostics_in_json_and_tables(
     analytic = json.loads((runs["analytic"] / "results.json").read_text())
     assert all(c["importance"] == [] for c in analytic["cells"])
     assert "Importance tail diagnostics" not in (runs["analytic"] / "TABLES.md").read_text()
+
+
+def test_canonical_order_equals_the_three_key_lexsort() -> None:
+    """The tie-aware two-key sort of the tails is np.lexsort((key, -value, code)) exactly, on
+    data with many ties (zeros and repeated values, repeated keys)."""
+    from specreplay.replay.tails import _canonical_order
+
+    rng = np.random.default_rng(17)
+    m = 20_000
+    code = rng.integers(0, 30, m).astype(np.int64)
+    value = np.round(rng.random(m), 2)
+    value[rng.random(m) < 0.2] = 0.0
+    key = rng.integers(0, 500, m).astype(np.uint64)
+    np.testing.assert_array_equal(
+        _canonical_order(code, value, key), np.lexsort((key, -value, code))
+    )
+    distinct = rng.random(m)
+    np.testing.assert_array_equal(
+        _canonical_order(code, distinct, key), np.lexsort((key, -distinct, code))
+    )

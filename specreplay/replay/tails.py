@@ -128,7 +128,7 @@ class RatioTail:
             return self
         nb, d = self.dropped.shape[1], self.dropped.shape[2]
         code = (self.family.astype(np.int64) * nb + self.bucket) * d + self.depth
-        order = np.lexsort((self.request_key, -self.value, code))
+        order = _canonical_order(code, self.value, self.request_key)
         s = self._with(order, self.dropped.copy())
         new = np.ones(m, bool)
         new[1:] = (
@@ -179,6 +179,29 @@ class RatioTail:
         fams = [f for f in fam_idx if f < self.dropped.shape[0]]
         drop = self.dropped[np.ix_(fams, list(bucket_idx), [depth - 1])]
         return values.astype(np.float64), float(drop.max()) if drop.size else -np.inf
+
+
+def _canonical_order(
+    code: NDArray[np.int64], value: NDArray[np.float64], key: NDArray[np.uint64]
+) -> NDArray[np.int64]:
+    """Return ``np.lexsort((key, -value, code))``: sort by (code, value ↓), then ties by key.
+
+    Two keys are sorted first and only the runs of equal (code, value) are sorted by key: the
+    same permutation as the three-key sort (every key is stable), in about half the time.
+    """
+    order: NDArray[np.int64] = np.lexsort((-value, code))
+    c, v = code[order], value[order]
+    eq = (c[1:] == c[:-1]) & (v[1:] == v[:-1])
+    if not eq.any():
+        return order
+    tie = np.zeros(order.shape[0], bool)
+    tie[1:] |= eq
+    tie[:-1] |= eq
+    run = np.cumsum(np.concatenate([[True], ~eq]))  # run number of each sorted position
+    idx = np.flatnonzero(tie)
+    sub = order[idx]
+    order[idx] = sub[np.lexsort((key[sub], run[idx]))]
+    return order
 
 
 class TailAccumulator:
