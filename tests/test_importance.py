@@ -206,18 +206,21 @@ def test_logging_arm_importance_survival_matches_measured_within_paired_interval
         assert abs(delta) <= 4 * se, (k, delta, se)
 
 
-def _count_unlogged(frame: pl.DataFrame, arm: str) -> int:
-    """Rows where some candidate has q^L = 0 but a(x) = q^s(x)·min(1, p/q^v) > 0."""
+def _count_unlogged(frame: pl.DataFrame, arm: str) -> dict[str, int]:
+    """Per request, rows where some candidate has q^L = 0 but a(x) = q^s(x)·min(1, p/q^v) > 0."""
     lens = frame["cand_ids"].list.len().to_numpy()
     offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     laws = arm_laws(parse_arm(arm), offsets, np.concatenate(frame["draft_logprobs"].to_list()))
     qs, qv = laws.q_sampler, laws.q_verifier
-    count = 0
-    for i, (eq, p) in enumerate(zip(frame["emitted_q"], frame["target_probs"], strict=True)):
+    count: dict[str, int] = {}
+    for i, (rid, eq, p) in enumerate(
+        zip(frame["request_id"], frame["emitted_q"], frame["target_probs"], strict=True)
+    ):
         lo = int(offsets[i])
-        count += any(
+        hit = any(
             eq[c] == 0.0 and qs[lo + c] * _accept(qv[lo + c], p[c]) > 0 for c in range(len(eq))
         )
+        count[rid] = count.get(rid, 0) + hit
     return count
 
 
@@ -228,26 +231,56 @@ def greedy_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _write_synth(out, SynthConfig(n_requests=6, rounds=4, greedy=True), seed=3)
 
 
-def test_greedy_logging_and_a_sampled_arm_fail_the_support_check(
+def test_greedy_logging_and_a_sampled_arm_get_null_cells_with_the_count(
     greedy_path: Path, tmp_path: Path
 ) -> None:
     """A sampled arm can accept candidates a greedy drafter never drafts: those rows are
-    counted per arm (the reference count, from the rows alone); the greedy arm itself has
-    none; requalify stops with exit 2 and the count."""
+    counted per arm and request (the reference count, from the rows alone); the greedy arm itself
+    has none. requalify exits 0: the sampled arm's R, survival and deltas are null with the reason
+    and the count, the pooled requalification null with that reason; the greedy arm's figures
+    stay computed; results.json validates."""
+    import json
+
+    from specreplay.results.io import load_results_schema, validate_json
+
     res = replay_archive(greedy_path, [parse_arm("greedy@5"), parse_arm(LOGGING)],
                          estimator="importance")  # fmt: skip
-    expected = _count_unlogged(pl.read_parquet(greedy_path), LOGGING)
-    assert expected > 0
+    per_request = _count_unlogged(pl.read_parquet(greedy_path), LOGGING)
+    expected, held = sum(per_request.values()), sum(v > 0 for v in per_request.values())
+    assert expected > 0 and held > 0
     assert res.unlogged_rows == {"greedy@5": 0, LOGGING: expected}
+    assert dict(zip(res.requests, res.unlogged[LOGGING].tolist(), strict=True)) == per_request
+    out = tmp_path / "o"
     cli = CliRunner().invoke(
         app,
         ["requalify", str(greedy_path), "--baseline", "greedy@5", "--candidate", LOGGING,
-         "--estimator", "importance", "--out", str(tmp_path / "o"), "-q", "--n-boot", "200"],
+         "--estimator", "importance", "--out", str(out), "-q", "--n-boot", "200",
+         "--min-requests", "2"],
         env={"COLUMNS": "300"},
     )  # fmt: skip
-    assert cli.exit_code == 2, cli.output
-    assert f"{LOGGING}: {expected} position rows hold a candidate" in cli.stderr
-    assert "logging law never drafts" in cli.stderr and "Traceback" not in cli.output
+    assert cli.exit_code == 0, cli.output
+    doc = json.loads((out / "results.json").read_text())
+    assert validate_json(doc, load_results_schema()) == []
+    pooled = next(c for c in doc["cells"] if c["level"] == "pooled")
+    why = (
+        f"{expected} position rows (in {held} requests) hold a candidate this arm can accept "
+        "but the logging law never drafts: the importance estimate would be biased"
+    )
+    sampled, greedy = pooled["arms"][LOGGING], pooled["arms"]["greedy@5"]
+    assert sampled["R"] is None and sampled["mcse"] is None and sampled["null_reason"] == why
+    assert greedy["R"] is not None and greedy["null_reason"] is None
+    assert greedy["mcse"] is not None and greedy["n_rounds"] == 6 * 4
+    deltas = [d for d in pooled["deltas"] if LOGGING in (d["a"], d["b"])]
+    assert deltas
+    for d in deltas:
+        assert d["point"] is None and d["lo"] is None and d["verdict"] is None
+        assert d["null_reason"] == why and d["verdict_null_reason"] == why
+    for s in pooled["survival"]:
+        assert (s["value"] is None) == (s["arm"] == LOGGING)
+        assert s["null_reason"] == (why if s["arm"] == LOGGING else None)
+    assert pooled["requalification"]["verdict"] is None
+    assert pooled["requalification"]["null_reason"] == why
+    assert doc["requalification"]["null_reason"] == why
 
 
 def _rows_without(*columns: str) -> list[dict[str, Any]]:
@@ -306,3 +339,46 @@ def test_requalify_with_importance_labels_and_explains_its_nulls(
             assert off["null_reason"] == (
                 "the importance estimator follows the archived tokens: no off-path draw"
             )
+
+
+def test_only_cells_whose_requests_hold_unlogged_rows_are_null(greedy_path: Path) -> None:
+    """Per cell: with the unlogged rows kept only in one family's requests, that family's cell
+    (and the pooled cell) null the sampled arm with that family's count; every other family's
+    cell keeps its R and its delta figures."""
+    from specreplay.results.requalification import (
+        RequalifyArms,
+        RequalifyOptions,
+        requalify_result,
+    )
+
+    greedy, sampled = parse_arm("greedy@5"), parse_arm(LOGGING)
+    res = replay_archive(greedy_path, [greedy, sampled], estimator="importance")
+    per_request = _count_unlogged(pl.read_parquet(greedy_path), LOGGING)
+    family = res.families[int(res.request_family[0])]
+    in_family = [res.families[int(f)] == family for f in res.request_family]
+    kept = {r: per_request[r] * k for r, k in zip(res.requests, in_family, strict=True)}
+    unlogged = np.array([kept[r] for r in res.requests], dtype=np.int64)
+    res = dataclasses.replace(res, unlogged={**res.unlogged, LOGGING: unlogged})
+    rows, held = sum(kept.values()), sum(v > 0 for v in kept.values())
+    assert rows > 0 and held == sum(in_family)
+    arms = RequalifyArms(greedy, sampled, None, None, {a.canonical: a for a in (greedy, sampled)})
+    opts = RequalifyOptions("greedy@5", LOGGING, estimator="importance", n_boot=200,
+                            min_requests=1)  # fmt: skip
+    cells = {c.name: c for c in requalify_result(res, arms, opts, greedy_path).cells}
+    why = f"{rows} position rows (in {held} request{'s' * (held != 1)}) hold a candidate"
+    for name in ("pooled", family):
+        fig = cells[name].arms[LOGGING]
+        assert fig.R is None and fig.null_reason is not None and fig.null_reason.startswith(why)
+        d = cells[name].deltas[0]
+        assert d.point is None and d.verdict is None and d.null_reason == fig.null_reason
+        assert cells[name].requalification is not None
+        assert cells[name].requalification.null_reason == fig.null_reason
+    others = [f for f in res.families if f != family and cells[f].n_requests > 0]
+    assert others
+    for name in others:
+        fig = cells[name].arms[LOGGING]
+        assert fig.R is not None and fig.null_reason is None
+        d = cells[name].deltas[0]
+        assert d.null_reason is None or "logging law" not in d.null_reason
+        assert d.point is not None
+        assert d.point == fig.R - cells[name].arms["greedy@5"].R

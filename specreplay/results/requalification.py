@@ -28,6 +28,7 @@ from specreplay.results.document import excluded_entries, input_files, new_resul
 from specreplay.results.importance import importance_diagnostics
 from specreplay.results.model import (
     Cell,
+    Delta,
     ImportanceDiagnostic,
     Label,
     Level,
@@ -55,6 +56,7 @@ __all__ = [
     "requalify_result",
     "with_replay_figures",
     "with_requalification",
+    "with_support_nulls",
 ]
 
 ASSUMPTIONS = [
@@ -212,6 +214,79 @@ def with_replay_figures(
     )
 
 
+_KEEP_IN_NULL_DELTA = frozenset(
+    {"a", "b", "role", "method", "level", "adjusted", "n_boot", "label", "depth"}
+)
+
+
+def _null_delta(d: Delta, why: str) -> Delta:
+    """Return ``d`` with every figure null, its verdict null and ``why`` as both reasons."""
+    nulls: dict[str, Any] = {
+        f.name: None for f in dataclasses.fields(Delta) if f.name not in _KEEP_IN_NULL_DELTA
+    }
+    nulls |= {"null_reason": why, "verdict_null_reason": why}
+    return dataclasses.replace(d, **nulls)
+
+
+def _plural(n: int, word: str) -> str:
+    return word if n == 1 else f"{word}s"
+
+
+def _unlogged_reasons(res: ReplayResult, spec: CellSpec) -> dict[str, str]:
+    """Per arm with rows outside the logging law's support in the cell, why its figures are null.
+
+    The reason counts the position rows and the requests of the cell that hold them.
+    """
+    out = {}
+    for arm, per_request in res.unlogged.items():
+        s = res.sums.get(arm)
+        if s is None:
+            continue
+        requests = np.unique(s.request[spec.mask(s.family, s.bucket)])
+        counts = per_request[requests]
+        rows, held = int(counts.sum()), int((counts > 0).sum())
+        if rows:
+            out[arm] = (
+                f"{rows} position {_plural(rows, 'row')} (in {held} {_plural(held, 'request')}) "
+                f"{'holds' if rows == 1 else 'hold'} a candidate this arm can accept but the "
+                "logging law never drafts: the importance estimate would be biased"
+            )
+    return out
+
+
+def with_support_nulls(cells: Sequence[Cell], res: ReplayResult) -> tuple[Cell, ...]:
+    """Null, per cell, the figures of an arm with rows outside the logging law's support.
+
+    Importance estimator (SPEC §3.2): where an arm's requests in a cell hold position rows with a
+    candidate the arm can accept but the logging law never drafts, its R (and MCSE), its
+    survival and every delta it enters (verdict included) are null, each with the reason and
+    the count; the cell's requalification then follows its null verdict.
+
+    The rows are counted per request (``ReplayResult.unlogged``): a request of a bucket cell
+    counts with all its rows, in whichever bucket.
+    """
+    out = []
+    for c, spec in zip(cells, _specs(res, cells), strict=True):
+        why = _unlogged_reasons(res, spec)
+        if not why:
+            out.append(c)
+            continue
+        arms = {
+            k: dataclasses.replace(v, R=None, mcse=None, null_reason=why[k]) if k in why else v
+            for k, v in c.arms.items()
+        }
+        deltas = tuple(
+            _null_delta(d, why.get(d.a) or why[d.b]) if d.a in why or d.b in why else d
+            for d in c.deltas
+        )
+        surv = tuple(
+            dataclasses.replace(v, value=None, null_reason=why[v.arm]) if v.arm in why else v
+            for v in c.survival
+        )
+        out.append(dataclasses.replace(c, arms=arms, deltas=deltas, survival=surv))
+    return tuple(out)
+
+
 def requalification(cell: Cell, law_pass: bool | None) -> Requalification:
     """Return the requalification verdict of one cell (see the module docstring)."""
     d = cell.delta(Role.CANDIDATE_VS_BASELINE)
@@ -249,8 +324,9 @@ class RequalifyArms:
 def check_replayable(res: ReplayResult, arms: RequalifyArms) -> None:
     """Raise when an arm cannot be replayed on some rows, with the count.
 
-    Top-K larger than the candidates, no candidate to draft, or (importance estimator) a
-    candidate the arm can accept outside the logging law's support.
+    Top-K larger than the candidates, or no candidate to draft. Rows where the arm can accept a
+    candidate outside the logging law's support (importance estimator) are no error: the cells
+    holding them are null (:func:`with_support_nulls`).
     """
     for a in arms.all.values():
         if res.flagged_rows[a.canonical]:
@@ -262,12 +338,6 @@ def check_replayable(res: ReplayResult, arms: RequalifyArms) -> None:
             raise SpecReplayError(
                 f"{a.canonical}: {res.unsupported_rows[a.canonical]} position rows have no "
                 "candidate with a finite draft log-probability: nothing to draft"
-            )
-        if res.unlogged_rows[a.canonical]:
-            raise SpecReplayError(
-                f"{a.canonical}: {res.unlogged_rows[a.canonical]} position rows hold a candidate "
-                "the arm can accept but the logging law never drafts (probability 0): the "
-                "importance estimate does not cover them; use --estimator analytic or montecarlo"
             )
 
 
@@ -365,6 +435,7 @@ def requalify_result(
 
     cells = merge_comparisons(comparands(res, arms, opts))
     cells = with_replay_figures(cells, res, list(arms.all.values()))
+    cells = with_support_nulls(cells, res)
     cases, skipped = sample_cases(res.law_sample, [arms.cand, arms.base])
     law = law_tests_of(run_cases(cases, skipped, seed=res.seed))
     ran = [t.passed for t in law if t.arm == arms.cand.canonical and t.passed is not None]

@@ -39,9 +39,10 @@ Decisions
 - **Support check**, per evaluated position row: when the arm can accept a candidate the
   logging law never drafts (a_j(x) > 0 where q^L_j(x) = 0), the weight cannot see that mass and
   the estimate is biased low; the row gets :data:`~specreplay.sim.policy.FLAG_LOGGING_SUPPORT`
-  on top of the policy flags, and the shard code counts such rows per arm (a greedy logging arm
-  and a sampled arm trigger it). A drafted token with q^L = 0 (an inconsistent archive) gives
-  a ratio of 0; its row is flagged whenever the arm could accept it.
+  on top of the policy flags, and the shard code counts such rows per arm and request (a greedy
+  logging arm and a sampled arm trigger it); requalify nulls that arm's figures in the cells
+  whose requests hold them, with the count. A drafted token with q^L = 0 (an inconsistent
+  archive) gives a ratio of 0; its row is flagged whenever the arm could accept it.
 
 Like the other kernels, per-round values are computed in parallel over rounds and each round's
 arithmetic depends on that round alone, so values are bit-identical whatever the thread count or
