@@ -112,7 +112,8 @@ def test_requalify_verdicts_and_outputs(small_archive: Path, tmp_path: Path) -> 
     assert doc["requalification"]["verdict"] == "QUALIFIED"
     pooled = doc["cells"][0]
     roles = {d["role"] for d in pooled["deltas"]}
-    assert roles == {"candidate-vs-baseline", "candidate-vs-reference", "path-bias"}
+    assert roles == {"candidate-vs-baseline", "candidate-vs-reference", "path-bias",
+                     "path-bias-importance"}  # fmt: skip
     ref = next(d for d in pooled["deltas"] if d["role"] == "candidate-vs-reference")
     assert ref["verdict"] is None and "no verdict" in ref["verdict_null_reason"]
     assert all(v["label"] in ("SIMULATED", "MEASURED") for v in pooled["arms"].values())
@@ -248,11 +249,13 @@ def test_requalify_on_a_shared_replay_equals_its_own_pass(
     opened = OpenArchive(small_archive)
     logged = str(opened.logging_arm)
     names = ["top32:t0.7@5", "top32:t0.7:dyadic12@5", "greedy@5", "top32:t0.7:dyadic8@5", logged]
-    shared = opened.replay([parse_arm(a) for a in dict.fromkeys(names)], seed=4, law_positions=8)
+    shared = opened.replay([parse_arm(a) for a in dict.fromkeys(names)], seed=4, law_positions=8,
+                           companion="importance")  # fmt: skip
     base, cand, ref = (parse_arm(a) for a in names[:3])
     log = parse_arm(logged)
     every = {a.canonical: a for a in (base, cand, ref, log)}
     arms = RequalifyArms(base, cand, ref, log, every)
     reused = requalify_result(shared, arms, opts, small_archive)
-    for key in ("cells", "law_tests", "path_bias", "excluded", "inputs", "requalification"):
+    for key in ("cells", "law_tests", "path_bias", "excluded", "inputs", "requalification",
+                "assumptions"):  # fmt: skip
         assert getattr(own, key) == getattr(reused, key), key

@@ -163,8 +163,12 @@ def test_unknown_key_in_a_delta_is_named(requalify_run: Path, tmp_path: Path) ->
 def test_deltas_are_found_by_role_not_position(requalify_run: Path) -> None:
     result = read_result(requalify_run / "results.json")
     pooled = result.pooled
-    roles = [d.role for d in pooled.deltas]
+    roles = [d.role for d in pooled.deltas][:3]
     assert roles == [Role.CANDIDATE_VS_BASELINE, Role.CANDIDATE_VS_REFERENCE, Role.PATH_BIAS]
+    # then one analytic − importance delta per arm replayed (baseline = logging arm, candidate,
+    # reference)
+    pbi = [d.b for d in pooled.deltas if d.role is Role.PATH_BIAS_IMPORTANCE]
+    assert pbi == ["top32:t0.7@5", "top32:t0.7:dyadic8@5", "greedy@5"]
     flipped = dataclasses.replace(pooled, deltas=tuple(reversed(pooled.deltas)))
     for role in roles:
         assert flipped.delta(role) == pooled.delta(role)

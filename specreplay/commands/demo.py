@@ -72,7 +72,7 @@ def _replay(archive: Path, seed: int, progress: Progress) -> ReplayResult:
     with progress("replaying", archive_rows(archive)) as advance:
         return replay_archive(archive, list(arms.values()), seed=seed,
                               buckets=Buckets.parse(DEFAULT_BUCKETS), law_positions=8,
-                              progress=advance)  # fmt: skip
+                              progress=advance, companion="importance")  # fmt: skip
 
 
 def _requalification(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.sources import archive_rows
-from specreplay.replay.engine import OpenArchive
+from specreplay.replay.engine import OpenArchive, companion_for
 from specreplay.replay.scan import Progress
 from specreplay.results.gates import fail_on_code
 from specreplay.results.model import Result
@@ -74,7 +74,8 @@ def run_requalify(
         with ctx as advance:
             res = opened.replay(list(arms.all.values()), estimator=opts.estimator,
                                 replicates=opts.replicates, seed=opts.seed,
-                                law_positions=opts.law_positions, progress=advance)  # fmt: skip
+                                law_positions=opts.law_positions, progress=advance,
+                                companion=companion_for(opts.estimator))  # fmt: skip
         n = opts.sample_requests
         wanted = sample_requests(res.requests, n, opts.seed) if n else None
         if opts.families is not None or wanted is not None:

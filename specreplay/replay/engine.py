@@ -52,7 +52,7 @@ from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import Buckets
 from specreplay.stats.measured import MeasuredArchive, RequestSums
 
-__all__ = ["OpenArchive", "ReplayResult", "replay_archive"]
+__all__ = ["OpenArchive", "ReplayResult", "companion_for", "replay_archive"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,13 @@ class ReplayResult:
         Position rows of the selected requests.
     excluded : list of dict
         Rows left out under an explicit option, per reason.
+    companion : str or None
+        The companion estimator replayed in the same pass (None when none ran: not asked
+        for, or the archive lacks drafted_id or a logging law).
+    companion_sums : dict of str to ArmSums
+        Per arm, the companion's per-(request, bucket) sums (selected requests only).
+    companion_unlogged : dict of str to int64 (r,)
+        Per arm, per request: the companion's rows outside the logging law's support.
     """
 
     arms: list[Arm]
@@ -132,6 +139,9 @@ class ReplayResult:
     max_depth: int
     positions: int
     excluded: list[dict[str, Any]] = field(default_factory=list)
+    companion: str | None = None
+    companion_sums: dict[str, ArmSums] = field(default_factory=dict)
+    companion_unlogged: dict[str, NDArray[np.int64]] = field(default_factory=dict)
 
     @property
     def flagged_rows(self) -> dict[str, int]:
@@ -176,15 +186,30 @@ class ReplayResult:
             )
         return None
 
-    def arm_data(self, arm: Arm, depth: int | None = None) -> ArmData:
-        """Return the SIMULATED per-(request, bucket) sums of ``arm`` at ``depth`` (or its own)."""
+    def arm_data(
+        self,
+        arm: Arm,
+        depth: int | None = None,
+        *,
+        estimator: str | None = None,
+        name: str | None = None,
+    ) -> ArmData:
+        """Return the SIMULATED per-(request, bucket) sums of ``arm`` at ``depth`` (or its own).
+
+        ``estimator``: the run's (default) or its companion's; ``name`` defaults to the arm's.
+        """
         why = self.depth_problem(arm, depth)
         if why is not None:
             raise SpecReplayError(why)
         d = depth or arm.depth
-        s = self.sums[arm.canonical]
+        if estimator is None or estimator == self.estimator:
+            s = self.sums[arm.canonical]
+        elif estimator == self.companion:
+            s = self.companion_sums[arm.canonical]
+        else:
+            raise SpecReplayError(f"{arm.canonical}: no {estimator} replay in this result")
         return ArmData(
-            name=arm.canonical,
+            name=name or arm.canonical,
             kind="replay",
             sums=self._frame(s.request, s.bucket, s.n, s.t[:, d - 1]),
             label="SIMULATED",
@@ -242,6 +267,7 @@ class ReplayResult:
         return replace(
             self,
             sums={c: s.take(keep[s.request]) for c, s in self.sums.items()},
+            companion_sums={c: s.take(keep[s.request]) for c, s in self.companion_sums.items()},
             tails={c: t.keep_requests(self.request_keys[keep]) for c, t in self.tails.items()},
             measured=replace(self.measured, sums=sums),
             selected=keep,
@@ -306,6 +332,7 @@ class OpenArchive:
         max_depth: int | None = None,
         law_positions: int = 0,
         progress: Callable[[int], None] | None = None,
+        companion: str | None = None,
     ) -> ReplayResult:
         """Replay ``arms`` over every file, once; see :func:`replay_archive`."""
         if self._reader is None:
@@ -316,7 +343,7 @@ class OpenArchive:
             estimator=estimator, replicates=replicates, seed=seed, buckets=self.buckets,
             max_depth=max_depth or max((a.depth for a in arms), default=1),
             logging_arm=self.logging_arm_option, batch_rows=self.batch_rows,
-            law_positions=law_positions,
+            law_positions=law_positions, companion=companion,
         )  # fmt: skip
         reader, head, self._reader = self._reader, self._head, None
         first = self._batches if head is None else _chain(head, self._batches)
@@ -334,6 +361,11 @@ class OpenArchive:
                 "there is nothing to replay"
             )
         return _result(merged, list(arms), opts, reps, self.buckets)
+
+
+def companion_for(estimator: str) -> str:
+    """Return the path-bias companion of ``estimator``: analytic for importance, else importance."""
+    return "analytic" if estimator == "importance" else "importance"
 
 
 def _chain(head: Any, rest: Iterator[Any]) -> Iterator[Any]:
@@ -372,6 +404,9 @@ def _result(
         seed=opts.seed,
         max_depth=opts.max_depth,
         positions=s.positions,
+        companion=opts.companion if s.companion else None,
+        companion_sums=s.companion,
+        companion_unlogged=s.companion_unlogged,
     )
 
 
@@ -390,6 +425,7 @@ def replay_archive(
     logging_arm: str | None = None,
     law_positions: int = 0,
     progress: Callable[[int], None] | None = None,
+    companion: str | None = None,
 ) -> ReplayResult:
     """Replay ``arms`` over the archive at ``path`` in one streaming pass.
 
@@ -421,12 +457,15 @@ def replay_archive(
         Law-test positions to sample by hash during the pass (0: none).
     progress : callable, optional
         Called with the number of positions of each batch.
+    companion : str, optional
+        A second estimator replayed in the same pass when the archive allows it
+        (``ReplayResult.companion_sums``; see :func:`companion_for`).
     """
     get_estimator(estimator).replicates_used(replicates)  # bad options fail before any read
     opened = OpenArchive(path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows)
     res = opened.replay(
         arms, estimator=estimator, replicates=replicates, seed=seed, max_depth=max_depth,
-        law_positions=law_positions, progress=progress,
+        law_positions=law_positions, progress=progress, companion=companion,
     )  # fmt: skip
     if families is None and requests is None:
         return res

@@ -60,6 +60,7 @@ __all__ = [
     "ReplayOptions",
     "RequestTable",
     "ShardSums",
+    "companion_possible",
     "fold_shards",
     "merge_shards",
     "replay_reader",
@@ -94,6 +95,9 @@ class ReplayOptions:
         Position rows per batch.
     law_positions : int
         Law-test positions to sample (0: none).
+    companion : str or None
+        A second estimator replayed over the same batches (sums in ``ShardSums.companion``),
+        when the archive has what it needs (:func:`companion_possible`); None: none.
     """
 
     estimator: str = "analytic"
@@ -104,6 +108,14 @@ class ReplayOptions:
     logging_arm: str | None = None
     batch_rows: int = 262_144
     law_positions: int = 0
+    companion: str | None = None
+
+
+def companion_possible(batch: RoundBatch, logging: Arm | None) -> bool:
+    """Whether ``batch`` has drafted_id and a logging law (emitted_q or a logging arm)."""
+    if batch.drafted_idx.shape[0] and int(batch.drafted_idx.min()) < 0:
+        return False
+    return batch.emitted_q.shape[0] == batch.target_probs.shape[0] or logging is not None
 
 
 @dataclass(frozen=True)
@@ -175,6 +187,11 @@ class ShardSums:
         (request index, round, position, file index, row/line) of a request's first round in a
         file that starts past position 1: an error unless the previous file ends in that round
         (then the round is split across files, also an error, with the reader's message).
+    companion : dict of str to ArmSums
+        Per arm, the sums of ``ReplayOptions.companion`` (empty when none was asked for or a
+        batch lacked drafted_id or a logging law).
+    companion_unlogged : dict of str to int64 (r,)
+        Per arm, per request: the companion's rows outside the logging law's support.
     """
 
     sources: list[ArchiveFile]
@@ -195,6 +212,37 @@ class ShardSums:
     law_positions: int
     positions: int
     continued: list[tuple[int, int, int, int, int]]
+    companion: dict[str, ArmSums]
+    companion_unlogged: dict[str, NDArray[np.int64]]
+
+
+class _Companion:
+    """The companion estimator's accumulations (see ``ReplayOptions.companion``)."""
+
+    def __init__(self, options: ReplayOptions, names: list[str]) -> None:
+        self.est = get_estimator(options.companion) if options.companion else None
+        self.reps = self.est.replicates_used(options.replicates) if self.est else 0
+        self.ok = self.est is not None
+        self.accs = {c: ReplayAccumulator(options.max_depth) for c in names}
+        self.unlogged = dict.fromkeys(names, np.zeros(0, np.int64))
+
+    def add(
+        self, batch: RoundBatch, arms: Sequence[Arm], cache: LawCache, logging: Arm | None,
+        options: ReplayOptions, keys: NDArray[np.int64], row_request: NDArray[np.int64],
+    ) -> None:  # fmt: skip
+        """Replay ``arms`` on ``batch`` with the companion (nothing once a batch lacks support)."""
+        self.ok = self.ok and companion_possible(batch, logging)
+        if not self.ok or self.est is None:
+            return
+        for arm in arms:
+            c = arm.canonical
+            v = self.est.rounds(
+                batch, arm, cache, seed=options.seed, replicates=self.reps,
+                max_depth=options.max_depth, logging=logging,
+            )  # fmt: skip
+            hit = ((v.flag & FLAG_LOGGING_SUPPORT) != 0).astype(np.int64)
+            self.unlogged[c] = _per_request(self.unlogged[c], row_request, hit)
+            self.accs[c].add(keys, v)
 
 
 def replay_shard(
@@ -257,6 +305,7 @@ def replay_reader(
     measured = MeasuredAccumulator(nb)
     sample = LawSample.empty()
     workspace = Workspace()  # law buffers reused batch after batch
+    companion = _Companion(options, names)
     for batch in batches:
         if batch.n_rounds == 0:
             continue
@@ -285,9 +334,10 @@ def replay_reader(
             if v.ratio is not None:
                 tails[c].add(batch.round_family, batch.round_bucket, batch.round_key, v.depth,
                               v.ratio)  # fmt: skip
+        companion.add(batch, arms, cache, logging, options, keys, row_request)
         if progress is not None:
             progress(batch.n_positions)
-    return _finish(reader, accs, tails, counts, rows, measured, sample, options)
+    return _finish(reader, accs, tails, counts, rows, measured, sample, options, companion)
 
 
 def _finish(
@@ -299,6 +349,7 @@ def _finish(
     measured: MeasuredAccumulator,
     sample: LawSample,
     options: ReplayOptions,
+    companion: _Companion,
 ) -> ShardSums:
     """Put one reader's accumulations on canonical tables (requests by key, families by name)."""
     n_req = len(reader.requests)
@@ -345,6 +396,12 @@ def _finish(
         law_positions=options.law_positions,
         positions=int(rows.sum()),
         continued=[(int(index[c]), r, p, f, loc) for c, r, p, f, loc in reader.continued],
+        companion={c: a.result(nb, keys, code_family, index) for c, a in companion.accs.items()}
+        if companion.ok
+        else {},
+        companion_unlogged={c: by_index(v) for c, v in companion.unlogged.items()}
+        if companion.ok
+        else {},
     )
 
 
@@ -498,9 +555,14 @@ def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
     n = len(table.ids)
     arms: dict[str, ArmSums] = {}
     for c in a.arms:
-        m = ArmSums.merge(a.arms[c], b.arms[c])
-        req = np.searchsorted(table.keys, m.request_key).astype(np.int64)
-        arms[c] = m.with_tables(req, table.family[req])
+        arms[c] = _merge_sums(a.arms[c], b.arms[c], table)
+    both = bool(a.companion) and bool(b.companion)
+    companion = {c: _merge_sums(a.companion[c], b.companion[c], table) for c in a.companion if both}
+    comp_unlogged = {
+        c: _remap(a.companion_unlogged[c], to_a, n) + _remap(b.companion_unlogged[c], to_b, n)
+        for c in a.companion_unlogged
+        if both
+    }
     fam_a = np.array([families.index(f) for f in a.families], np.int64)
     fam_b = np.array([families.index(f) for f in b.families], np.int64)
     measured = merge_measured(
@@ -540,4 +602,12 @@ def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
         law_positions=a.law_positions,
         positions=a.positions + b.positions,
         continued=[(int(to_a[r]), rnd, p, f, loc) for r, rnd, p, f, loc in a.continued],
+        companion=companion,
+        companion_unlogged=comp_unlogged,
     )
+
+
+def _merge_sums(a: ArmSums, b: ArmSums, table: RequestTable) -> ArmSums:
+    m = ArmSums.merge(a, b)
+    req = np.searchsorted(table.keys, m.request_key).astype(np.int64)
+    return m.with_tables(req, table.family[req])

@@ -47,12 +47,14 @@ from specreplay.stats.pairing import pair_arms
 
 __all__ = [
     "ASSUMPTIONS",
+    "NO_IMPORTANCE_PATH_BIAS",
     "Comparand",
     "RequalifyArms",
     "RequalifyOptions",
     "check_replayable",
     "comparands",
     "merge_comparisons",
+    "requalify_assumptions",
     "requalify_result",
     "with_replay_figures",
     "with_requalification",
@@ -420,7 +422,45 @@ def comparands(res: ReplayResult, arms: RequalifyArms, opts: RequalifyOptions) -
         why = "diagnostic: SIMULATED − MEASURED R of the logging arm"
         parts.append(Comparand(comp(meas, data[arms.log.canonical]), Role.PATH_BIAS, why,
                                {meas.name: Label.MEASURED}))  # fmt: skip
+    return parts + _importance_path_bias(res, arms, comp)
+
+
+NO_IMPORTANCE_PATH_BIAS = (
+    "No path-bias-importance diagnostic (analytic − importance R per arm): the archive lacks "
+    "drafted_id or a logging law (emitted_q or a logging arm)."
+)
+
+
+def _importance_path_bias(res: ReplayResult, arms: RequalifyArms, comp: Any) -> list[Comparand]:
+    """Per arm, Δ = path-assumption R − importance R (role path-bias-importance, no verdict).
+
+    The importance replay is named ``ARM (importance)`` unless it is the run's own estimator
+    (then the path-assumption companion is ``ARM (analytic)``). Arms whose importance replay
+    has rows outside the logging law's support (selected requests) are left out.
+    """
+    if res.companion is None:
+        return []
+    imp = "importance"
+    path = res.estimator if res.companion == imp else res.companion
+    why = f"diagnostic: {path} − importance R of the arm"
+    unlogged = res.companion_unlogged if res.companion == imp else res.unlogged
+    parts = []
+    for c, arm in arms.all.items():
+        if int(unlogged[c][res.selected].sum()):
+            continue
+        if res.companion == imp:
+            a = res.arm_data(arm, estimator=imp, name=f"{c} (importance)")
+            b = res.arm_data(arm)
+        else:
+            a = res.arm_data(arm)
+            b = res.arm_data(arm, estimator=path, name=f"{c} ({path})")
+        parts.append(Comparand(comp(a, b), Role.PATH_BIAS_IMPORTANCE, why))
     return parts
+
+
+def requalify_assumptions(res: ReplayResult) -> list[str]:
+    """Return the assumptions of a requalification (a line when no importance path bias ran)."""
+    return ASSUMPTIONS + ([] if res.companion is not None else [NO_IMPORTANCE_PATH_BIAS])
 
 
 def requalify_result(
@@ -445,7 +485,7 @@ def requalify_result(
         seed=res.seed,
         inputs=input_files([(f.path, f.rows) for f in res.files]),
         options={**opts.to_json(archive), "replicates": res.replicates},
-        assumptions=ASSUMPTIONS,
+        assumptions=requalify_assumptions(res),
         excluded=excluded_entries(res.excluded),
         arms=list(arms.all),
         cells=cells,

@@ -28,6 +28,7 @@ __all__ = [
     "lawtest_table",
     "markdown_table",
     "measured_tables",
+    "path_bias_by_arm",
     "requalify_tables",
 ]
 
@@ -342,6 +343,24 @@ def _path_bias(pooled: Cell) -> list[str]:
     ]
 
 
+def path_bias_by_arm(pooled: Cell) -> list[str]:
+    """Return the pooled path-bias-importance deltas, one row per arm (or none)."""
+    rows = [
+        [d.b.split(" (")[0], fmt(pooled.arms[d.b].R), fmt(pooled.arms[d.a].R), _num(d.point),
+         f"[{_num(d.lo)}, {_num(d.hi)}]"]
+        for d in pooled.deltas
+        if d.role is Role.PATH_BIAS_IMPORTANCE and d.point is not None
+    ]  # fmt: skip
+    if not rows:
+        return []
+    return [
+        "",
+        "## Path bias by arm (analytic − importance)",
+        "",
+        markdown_table(["arm", "R analytic", "R importance", "Δ", "95% paired CI"], rows),
+    ]
+
+
 def _survival_and_offpath(pooled: Cell) -> list[str]:
     out: list[str] = []
     if pooled.survival:
@@ -425,6 +444,7 @@ def requalify_tables(result: Result) -> str:
         lines += _requalify_by_cell(result, main)
         lines += _reference_gain(result, main.b)
     lines += _path_bias(pooled)
+    lines += path_bias_by_arm(pooled)
     lines += _survival_and_offpath(pooled)
     lines += importance_table(pooled)
     lines += _law_rows(result.law_tests)
