@@ -535,6 +535,17 @@ def _remap(x: NDArray[np.int64], to: NDArray[np.int64], n: int) -> NDArray[np.in
     return out
 
 
+def _merge_counts(
+    a: dict[str, NDArray[np.int64]],
+    b: dict[str, NDArray[np.int64]],
+    to_a: NDArray[np.int64],
+    to_b: NDArray[np.int64],
+    n: int,
+) -> dict[str, NDArray[np.int64]]:
+    """Per-arm, per-request counts of two shards on the merged request table (summed)."""
+    return {c: _remap(a[c], to_a, n) + _remap(b[c], to_b, n) for c in a}
+
+
 def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
     """Merge the partial sums of consecutive shards, ``a`` before ``b`` (module docstring).
 
@@ -558,11 +569,9 @@ def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
         arms[c] = _merge_sums(a.arms[c], b.arms[c], table)
     both = bool(a.companion) and bool(b.companion)
     companion = {c: _merge_sums(a.companion[c], b.companion[c], table) for c in a.companion if both}
-    comp_unlogged = {
-        c: _remap(a.companion_unlogged[c], to_a, n) + _remap(b.companion_unlogged[c], to_b, n)
-        for c in a.companion_unlogged
-        if both
-    }
+    comp_unlogged = (
+        _merge_counts(a.companion_unlogged, b.companion_unlogged, to_a, to_b, n) if both else {}
+    )
     fam_a = np.array([families.index(f) for f in a.families], np.int64)
     fam_b = np.array([families.index(f) for f in b.families], np.int64)
     measured = merge_measured(
@@ -583,13 +592,9 @@ def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
         families=families,
         requests=table,
         arms=arms,
-        flagged={c: _remap(a.flagged[c], to_a, n) + _remap(b.flagged[c], to_b, n) for c in a.arms},
-        no_support={
-            c: _remap(a.no_support[c], to_a, n) + _remap(b.no_support[c], to_b, n) for c in a.arms
-        },
-        unlogged={
-            c: _remap(a.unlogged[c], to_a, n) + _remap(b.unlogged[c], to_b, n) for c in a.arms
-        },
+        flagged=_merge_counts(a.flagged, b.flagged, to_a, to_b, n),
+        no_support=_merge_counts(a.no_support, b.no_support, to_a, to_b, n),
+        unlogged=_merge_counts(a.unlogged, b.unlogged, to_a, to_b, n),
         measured=measured,
         law_sample=LawSample.merge(a.law_sample, b.law_sample, a.law_positions),
         tails={
