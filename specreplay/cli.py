@@ -70,9 +70,10 @@ EstimatorOpt = Annotated[
     str,
     typer.Option(
         "--estimator",
-        help="analytic (exact under the path assumption), montecarlo, or importance "
-        "(reweights the archived drafts by the logging law: no path assumption; needs "
-        "drafted_id, and emitted_q or the logging arm).",
+        help="auto (default: importance when the archive and its diagnostics allow it, else "
+        "analytic, saying why), analytic (exact under the path assumption), montecarlo, or "
+        "importance (reweights the archived drafts by the logging law: no path assumption; "
+        "needs drafted_id, and emitted_q or the logging arm).",
     ),
 ]
 _NULL_FAILS = (
@@ -253,6 +254,7 @@ def demo(
     requests: Annotated[
         int, typer.Option("--requests", help="Requests in the built-in archive.", min=1)
     ] = 2000,
+    estimator: EstimatorOpt = "auto",
     n_boot: NBootOpt = 10_000,
     seed: SeedOpt = 0,
     force: ForceOpt = False,
@@ -272,6 +274,7 @@ def demo(
             n_requests=requests,
             n_boot=n_boot,
             seed=seed,
+            estimator=estimator,
             force=force,
             progress=lambda what, total: _progress(quiet, what, total),
         )
@@ -369,7 +372,7 @@ def requalify(
         str | None,
         typer.Option("--reference", help="Arm the gain is measured against, e.g. greedy@5."),
     ] = None,
-    estimator: EstimatorOpt = "analytic",
+    estimator: EstimatorOpt = "auto",
     replicates: Annotated[
         int, typer.Option("--replicates", help="Monte Carlo replicates per round.", min=2)
     ] = 16,

@@ -384,3 +384,16 @@ def test_canonical_order_equals_the_three_key_lexsort() -> None:
     np.testing.assert_array_equal(
         _canonical_order(code, distinct, key), np.lexsort((key, -distinct, code))
     )
+
+
+def test_a_failed_pareto_fit_is_null_with_its_reason_not_nan() -> None:
+    """ArviZ returns NaN for a tail of rounding-level excesses (28 ratios within 4e-8 of 1, as
+    dyadic24 gives on a 24-request archive); results.json cannot hold NaN, so k̂ is null."""
+    from specreplay.stats.importance_diag import pareto_khat_of_tail
+
+    ratios = 1.0 + np.array([4, 3, 2, 2, 2, 2, 1, 1, 1, 1, 1] + [0] * 17) * 1e-8
+    raw = array_stats.pareto_khat(ratios, chain_axis=None, draw_axis=-1, r_eff=1.0, tail="right")
+    assert np.isnan(raw)  # the case this guards against still happens
+    k, why = pareto_khat_of_tail(ratios, -np.inf, ratios.shape[0])
+    assert k is None
+    assert why is not None and "fit to the 5 largest of 28 ratios failed" in why

@@ -236,6 +236,7 @@ def test_requalify_on_a_shared_replay_equals_its_own_pass(
 ) -> None:
     """The demo's one pass over many arms gives each requalification exactly its own figures."""
     from specreplay.commands.requalify import run_requalify
+    from specreplay.replay.choice import resolve_auto
     from specreplay.replay.engine import OpenArchive
     from specreplay.results.requalification import (
         RequalifyArms,
@@ -255,6 +256,8 @@ def test_requalify_on_a_shared_replay_equals_its_own_pass(
     log = parse_arm(logged)
     every = {a.canonical: a for a in (base, cand, ref, log)}
     arms = RequalifyArms(base, cand, ref, log, every)
+    shared, choice = resolve_auto(shared, list(every.values()))  # the default --estimator auto
+    assert choice.used == own.options["estimator_used"] == "importance"
     reused = requalify_result(shared, arms, opts, small_archive)
     for key in ("cells", "law_tests", "path_bias", "excluded", "inputs", "requalification",
                 "assumptions"):  # fmt: skip

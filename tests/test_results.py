@@ -166,9 +166,10 @@ def test_deltas_are_found_by_role_not_position(requalify_run: Path) -> None:
     roles = [d.role for d in pooled.deltas][:3]
     assert roles == [Role.CANDIDATE_VS_BASELINE, Role.CANDIDATE_VS_REFERENCE, Role.PATH_BIAS]
     # then one analytic − importance delta per arm replayed (baseline = logging arm, candidate,
-    # reference)
+    # reference); --estimator auto chose importance, so the analytic replay is the named one
+    assert result.options["estimator_used"] == "importance"
     pbi = [d.b for d in pooled.deltas if d.role is Role.PATH_BIAS_IMPORTANCE]
-    assert pbi == ["top32:t0.7@5", "top32:t0.7:dyadic8@5", "greedy@5"]
+    assert pbi == [f"{a} (analytic)" for a in ("top32:t0.7@5", "top32:t0.7:dyadic8@5", "greedy@5")]
     flipped = dataclasses.replace(pooled, deltas=tuple(reversed(pooled.deltas)))
     for role in roles:
         assert flipped.delta(role) == pooled.delta(role)

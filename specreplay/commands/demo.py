@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from specreplay.replay.archive.sources import archive_rows
+from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
 from specreplay.replay.engine import ReplayResult, replay_archive
 from specreplay.replay.scan import ArchiveScan, Progress, no_progress
 from specreplay.results.builders import measured_result, write_synth_archive
@@ -25,7 +26,12 @@ from specreplay.results.requalification import (
     check_replayable,
     requalify_result,
 )
-from specreplay.results.tables import archive_summary, lawtest_table, measured_tables
+from specreplay.results.tables import (
+    archive_summary,
+    estimator_line,
+    lawtest_table,
+    measured_tables,
+)
 from specreplay.results.tables import requalify_tables as requalify_text
 from specreplay.sim.arms import Arm, parse_arm
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
@@ -62,25 +68,37 @@ def _relocated(result: Result, tmp: Path, out: Path) -> Result:
     return dataclasses.replace(result, inputs=inputs, options=options)
 
 
-def _replay(archive: Path, seed: int, progress: Progress) -> ReplayResult:
-    """One pass for every arm of the story; it also samples the law-test positions."""
+def _replay(archive: Path, seed: int, estimator: str, progress: Progress) -> ReplayResult:
+    """One pass for every arm of the story; it also samples the law-test positions.
+
+    With ``auto`` one estimator is chosen for every arm of the story (every chapter's deltas
+    use it), from the diagnostics of all of them (:mod:`specreplay.replay.choice`).
+    """
     arms: dict[str, Arm] = {}
     for text in (DEMO_BASELINE, DEMO_CANDIDATE, DEMO_REFERENCE, DEMO_MISMATCHED,
                  *[f"top32:t0.7:dyadic{b}@5" for b in DEMO_BITS]):  # fmt: skip
         arm = parse_arm(text)
         arms.setdefault(arm.canonical, arm)
+    est, companion = auto_passes(estimator)
     with progress("replaying", archive_rows(archive)) as advance:
-        return replay_archive(archive, list(arms.values()), seed=seed,
-                              buckets=Buckets.parse(DEFAULT_BUCKETS), law_positions=8,
-                              progress=advance, companion="importance")  # fmt: skip
+        res = replay_archive(archive, list(arms.values()), seed=seed, estimator=est,
+                             buckets=Buckets.parse(DEFAULT_BUCKETS), law_positions=8,
+                             progress=advance, companion=companion)  # fmt: skip
+    return resolve_auto(res, list(arms.values()))[0] if estimator == AUTO else res
 
 
 def _requalification(
-    res: ReplayResult, archive: Path, candidate: str, reference: str | None, n_boot: int
+    res: ReplayResult,
+    archive: Path,
+    candidate: str,
+    reference: str | None,
+    n_boot: int,
+    estimator: str,
 ) -> Result:
     arms = _arms(candidate, reference)
     check_replayable(res, arms)
-    opts = RequalifyOptions(DEMO_BASELINE, candidate, reference, n_boot=n_boot, seed=res.seed)
+    opts = RequalifyOptions(DEMO_BASELINE, candidate, reference, estimator=estimator,
+                            n_boot=n_boot, seed=res.seed)  # fmt: skip
     return requalify_result(res, arms, opts, archive)
 
 
@@ -91,6 +109,7 @@ def run_demo(
     seed: int,
     force: bool,
     n_boot: int = 10_000,
+    estimator: str = AUTO,
     progress: Progress = no_progress,
 ) -> str:
     """Generate the built-in archive into ``out/archive`` and tell its story, verdicts first.
@@ -104,18 +123,22 @@ def run_demo(
     with output_dir(out, force=force) as tmp:
         archive = tmp / "archive"
         write_synth_archive(archive, n_requests, 64, 250, seed, progress)
-        res = _replay(archive, seed, progress)
+        res = _replay(archive, seed, estimator, progress)
         scan = ArchiveScan.of_replay(archive, res)
         options = {"requests": n_requests, "archive": str(out / "archive")}
         measured = measured_result(scan, command="demo", seed=seed, options=options,
                                    rename=(tmp, out))  # fmt: skip
         write_all(measured, tmp)
         results: dict[str, Result] = {
-            "requalify": _requalification(res, archive, DEMO_CANDIDATE, DEMO_REFERENCE, n_boot)
+            "requalify": _requalification(
+                res, archive, DEMO_CANDIDATE, DEMO_REFERENCE, n_boot, estimator
+            )
         }
         for bits in DEMO_BITS:
             cand = f"top32:t0.7:dyadic{bits}@5"
-            results[f"bits-dyadic{bits}"] = _requalification(res, archive, cand, None, n_boot)
+            results[f"bits-dyadic{bits}"] = _requalification(
+                res, archive, cand, None, n_boot, estimator
+            )
         results["lawtest"] = lawtest_result(
             [DEMO_MISMATCHED, DEMO_CANDIDATE], archive=archive, seed=seed, replayed=res
         )
@@ -161,6 +184,8 @@ def _demo_text(
 
 def _demo_verdicts(main: Result, sweep: dict[int, Result], law: tuple[LawTest, ...]) -> str:
     lines = ["VERDICTS (pooled; SIMULATED replays of the MEASURED archive)"]
+    if main.options.get("estimator_used"):
+        lines.append(f"- {estimator_line(main)}")
     d = main.pooled.delta(Role.CANDIDATE_VS_BASELINE)
     rq = main.requalification
     if d is not None and d.point is not None and rq is not None:

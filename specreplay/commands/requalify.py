@@ -19,7 +19,8 @@ from pathlib import Path
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.sources import archive_rows
-from specreplay.replay.engine import OpenArchive, companion_for
+from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
+from specreplay.replay.engine import OpenArchive
 from specreplay.replay.scan import Progress
 from specreplay.results.gates import fail_on_code
 from specreplay.results.model import Result
@@ -70,17 +71,20 @@ def run_requalify(
     )
     arms = _arms(opts.baseline, opts.candidate, opts.reference, opened.logging_arm)
     ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
+    estimator, companion = auto_passes(opts.estimator)
     with output_dir(out, force=force, inputs=[archive]) as tmp:
         with ctx as advance:
-            res = opened.replay(list(arms.all.values()), estimator=opts.estimator,
+            res = opened.replay(list(arms.all.values()), estimator=estimator,
                                 replicates=opts.replicates, seed=opts.seed,
                                 law_positions=opts.law_positions, progress=advance,
-                                companion=companion_for(opts.estimator))  # fmt: skip
+                                companion=companion)  # fmt: skip
         n = opts.sample_requests
         wanted = sample_requests(res.requests, n, opts.seed) if n else None
         if opts.families is not None or wanted is not None:
             res = res.select(set(opts.families) if opts.families else None, wanted)
         check_replayable(res, arms)
+        if opts.estimator == AUTO:
+            res, _ = resolve_auto(res, list(arms.all.values()))
         result = requalify_result(res, arms, opts, archive)
         write_all(result, tmp)
     text = requalify_tables(result)

@@ -52,7 +52,7 @@ from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import Buckets
 from specreplay.stats.measured import MeasuredArchive, RequestSums
 
-__all__ = ["OpenArchive", "ReplayResult", "companion_for", "replay_archive"]
+__all__ = ["OpenArchive", "ReplayResult", "replay_archive"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,11 @@ class ReplayResult:
         Per arm, the companion's per-(request, bucket) sums (selected requests only).
     companion_unlogged : dict of str to int64 (r,)
         Per arm, per request: the companion's rows outside the logging law's support.
+    companion_tails : dict of str to RatioTail
+        Per arm, the companion's largest policy ratios (importance companion; else empty).
+    estimator_reason : str or None
+        Why ``estimator`` is the run's estimator (set by ``--estimator auto``; None when the
+        user named it).
     """
 
     arms: list[Arm]
@@ -142,6 +147,31 @@ class ReplayResult:
     companion: str | None = None
     companion_sums: dict[str, ArmSums] = field(default_factory=dict)
     companion_unlogged: dict[str, NDArray[np.int64]] = field(default_factory=dict)
+    companion_tails: dict[str, RatioTail] = field(default_factory=dict)
+    estimator_reason: str | None = None
+
+    def swapped(self) -> ReplayResult:
+        """Return this pass with its companion as the run's estimator and its own as companion.
+
+        Both estimators replayed the same batches in the same pass and accumulated in the same
+        order, so the swapped result equals a pass run with the roles the other way round, bit
+        for bit (the policy flags, law sample and MEASURED figures do not depend on the
+        estimator). Raises when no companion ran.
+        """
+        if self.companion is None:
+            raise SpecReplayError("no companion estimator ran in this pass")
+        return replace(
+            self,
+            estimator=self.companion,
+            companion=self.estimator,
+            sums=self.companion_sums,
+            companion_sums=self.sums,
+            unlogged=self.companion_unlogged,
+            companion_unlogged=self.unlogged,
+            tails=self.companion_tails,
+            companion_tails=self.tails,
+            replicates=get_estimator(self.companion).replicates_used(self.replicates),
+        )
 
     @property
     def flagged_rows(self) -> dict[str, int]:
@@ -269,6 +299,9 @@ class ReplayResult:
             sums={c: s.take(keep[s.request]) for c, s in self.sums.items()},
             companion_sums={c: s.take(keep[s.request]) for c, s in self.companion_sums.items()},
             tails={c: t.keep_requests(self.request_keys[keep]) for c, t in self.tails.items()},
+            companion_tails={
+                c: t.keep_requests(self.request_keys[keep]) for c, t in self.companion_tails.items()
+            },
             measured=replace(self.measured, sums=sums),
             selected=keep,
             positions=positions,
@@ -363,11 +396,6 @@ class OpenArchive:
         return _result(merged, list(arms), opts, reps, self.buckets)
 
 
-def companion_for(estimator: str) -> str:
-    """Return the path-bias companion of ``estimator``: analytic for importance, else importance."""
-    return "analytic" if estimator == "importance" else "importance"
-
-
 def _chain(head: Any, rest: Iterator[Any]) -> Iterator[Any]:
     yield head
     yield from rest
@@ -407,6 +435,7 @@ def _result(
         companion=opts.companion if s.companion else None,
         companion_sums=s.companion,
         companion_unlogged=s.companion_unlogged,
+        companion_tails=s.companion_tails,
     )
 
 
@@ -459,7 +488,7 @@ def replay_archive(
         Called with the number of positions of each batch.
     companion : str, optional
         A second estimator replayed in the same pass when the archive allows it
-        (``ReplayResult.companion_sums``; see :func:`companion_for`).
+        (``ReplayResult.companion_sums``; see :func:`specreplay.replay.choice.auto_passes`).
     """
     get_estimator(estimator).replicates_used(replicates)  # bad options fail before any read
     opened = OpenArchive(path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows)

@@ -192,6 +192,9 @@ class ShardSums:
         batch lacked drafted_id or a logging law).
     companion_unlogged : dict of str to int64 (r,)
         Per arm, per request: the companion's rows outside the logging law's support.
+    companion_tails : dict of str to RatioTail
+        Per arm, the companion's largest policy ratios (importance companion; else empty), so
+        either estimator can become the run's own (``--estimator auto``).
     """
 
     sources: list[ArchiveFile]
@@ -214,16 +217,18 @@ class ShardSums:
     continued: list[tuple[int, int, int, int, int]]
     companion: dict[str, ArmSums]
     companion_unlogged: dict[str, NDArray[np.int64]]
+    companion_tails: dict[str, RatioTail]
 
 
 class _Companion:
     """The companion estimator's accumulations (see ``ReplayOptions.companion``)."""
 
-    def __init__(self, options: ReplayOptions, names: list[str]) -> None:
+    def __init__(self, options: ReplayOptions, names: list[str], n_buckets: int) -> None:
         self.est = get_estimator(options.companion) if options.companion else None
         self.reps = self.est.replicates_used(options.replicates) if self.est else 0
         self.ok = self.est is not None
         self.accs = {c: ReplayAccumulator(options.max_depth) for c in names}
+        self.tails = {c: TailAccumulator(n_buckets, options.max_depth) for c in names}
         self.unlogged = dict.fromkeys(names, np.zeros(0, np.int64))
 
     def add(
@@ -243,6 +248,9 @@ class _Companion:
             hit = ((v.flag & FLAG_LOGGING_SUPPORT) != 0).astype(np.int64)
             self.unlogged[c] = _per_request(self.unlogged[c], row_request, hit)
             self.accs[c].add(keys, v)
+            if v.ratio is not None:
+                self.tails[c].add(batch.round_family, batch.round_bucket, batch.round_key,
+                                  v.depth, v.ratio)  # fmt: skip
 
 
 def replay_shard(
@@ -305,7 +313,7 @@ def replay_reader(
     measured = MeasuredAccumulator(nb)
     sample = LawSample.empty()
     workspace = Workspace()  # law buffers reused batch after batch
-    companion = _Companion(options, names)
+    companion = _Companion(options, names, nb)
     for batch in batches:
         if batch.n_rounds == 0:
             continue
@@ -400,6 +408,11 @@ def _finish(
         if companion.ok
         else {},
         companion_unlogged={c: by_index(v) for c, v in companion.unlogged.items()}
+        if companion.ok
+        else {},
+        companion_tails={
+            c: t.tail.with_families(fam_index, len(fam_sorted)) for c, t in companion.tails.items()
+        }
         if companion.ok
         else {},
     )
@@ -597,19 +610,34 @@ def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
         unlogged=_merge_counts(a.unlogged, b.unlogged, to_a, to_b, n),
         measured=measured,
         law_sample=LawSample.merge(a.law_sample, b.law_sample, a.law_positions),
-        tails={
-            c: RatioTail.merge(
-                a.tails[c].with_families(fam_a, len(families)),
-                b.tails[c].with_families(fam_b, len(families)),
-            )
-            for c in a.arms
-        },
+        tails=_merge_tails(a.tails, b.tails, fam_a, fam_b, len(families)),
         law_positions=a.law_positions,
         positions=a.positions + b.positions,
         continued=[(int(to_a[r]), rnd, p, f, loc) for r, rnd, p, f, loc in a.continued],
         companion=companion,
         companion_unlogged=comp_unlogged,
+        companion_tails=_merge_tails(
+            a.companion_tails, b.companion_tails, fam_a, fam_b, len(families)
+        )
+        if both
+        else {},
     )
+
+
+def _merge_tails(
+    a: dict[str, RatioTail],
+    b: dict[str, RatioTail],
+    fam_a: NDArray[np.int64],
+    fam_b: NDArray[np.int64],
+    n_families: int,
+) -> dict[str, RatioTail]:
+    """Per arm, the merged tails of two shards on the merged family table."""
+    return {
+        c: RatioTail.merge(
+            a[c].with_families(fam_a, n_families), b[c].with_families(fam_b, n_families)
+        )
+        for c in a
+    }
 
 
 def _merge_sums(a: ArmSums, b: ArmSums, table: RequestTable) -> ArmSums:

@@ -53,6 +53,7 @@ __all__ = [
     "RequalifyOptions",
     "check_replayable",
     "comparands",
+    "estimator_used",
     "merge_comparisons",
     "requalify_assumptions",
     "requalify_result",
@@ -356,7 +357,7 @@ class RequalifyOptions:
     baseline: str
     candidate: str
     reference: str | None = None
-    estimator: str = "analytic"
+    estimator: str = "auto"
     replicates: int = 16
     margin: str = "0.5%"
     fail_on: frozenset[str] = frozenset()
@@ -458,6 +459,12 @@ def _importance_path_bias(res: ReplayResult, arms: RequalifyArms, comp: Any) -> 
     return parts
 
 
+def estimator_used(res: ReplayResult) -> dict[str, str]:
+    """Return ``options.estimator_used`` and ``options.estimator_reason`` of a replay."""
+    reason = res.estimator_reason or f"named by --estimator {res.estimator}"
+    return {"estimator_used": res.estimator, "estimator_reason": reason}
+
+
 def requalify_assumptions(res: ReplayResult) -> list[str]:
     """Return the assumptions of a requalification (a line when no importance path bias ran)."""
     return ASSUMPTIONS + ([] if res.companion is not None else [NO_IMPORTANCE_PATH_BIAS])
@@ -484,7 +491,7 @@ def requalify_result(
         command="requalify",
         seed=res.seed,
         inputs=input_files([(f.path, f.rows) for f in res.files]),
-        options={**opts.to_json(archive), "replicates": res.replicates},
+        options={**opts.to_json(archive), "replicates": res.replicates, **estimator_used(res)},
         assumptions=requalify_assumptions(res),
         excluded=excluded_entries(res.excluded),
         arms=list(arms.all),

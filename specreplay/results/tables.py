@@ -271,6 +271,17 @@ def _requalify_head(result: Result, main: Delta | None) -> str:
     )
 
 
+def estimator_line(result: Result) -> str:
+    """One line: the estimator of the run's SIMULATED figures and why (a warning on fallback)."""
+    used = result.options.get("estimator_used")
+    if used is None:
+        return ""
+    why = result.options.get("estimator_reason", "")
+    asked = result.options.get("estimator")
+    head = "WARNING: estimator" if asked == "auto" and used != "importance" else "Estimator"
+    return f"{head} {used} ({'auto: ' if asked == 'auto' else ''}{why})"
+
+
 def _requalify_by_cell(result: Result, main: Delta) -> list[str]:
     rows = []
     for c in result.cells:
@@ -439,7 +450,7 @@ def requalify_tables(result: Result) -> str:
     """Verdict first, then deltas by cell, the reference gain, path bias, survival, law tests."""
     pooled = result.pooled
     main = pooled.delta(Role.CANDIDATE_VS_BASELINE)
-    lines = [_requalify_head(result, main)]
+    lines = [_requalify_head(result, main), estimator_line(result)]
     if main is not None:
         lines += _requalify_by_cell(result, main)
         lines += _reference_gain(result, main.b)

@@ -126,10 +126,14 @@ def pareto_khat_of_tail(
     padded[: top.shape[0]] = top
     if top[0] - top[m - 1] < np.finfo(float).tiny:
         return None, f"the {m} largest ratios are all equal: no tail to fit"
-    k = array_stats.pareto_khat(  # type: ignore[no-untyped-call]
-        padded, chain_axis=None, draw_axis=-1, r_eff=1.0, tail="right"
+    k = float(
+        array_stats.pareto_khat(  # type: ignore[no-untyped-call]
+            padded, chain_axis=None, draw_axis=-1, r_eff=1.0, tail="right"
+        )
     )
-    return float(k), None
+    if not math.isfinite(k):
+        return None, f"the generalised Pareto fit to the {m} largest of {n} ratios failed (k̂ {k})"
+    return k, None
 
 
 def _warning(share: float | None, k: float | None, thr: float | None, n: int) -> str | None:

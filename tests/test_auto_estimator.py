@@ -1,0 +1,132 @@
+"""``--estimator auto`` (the default): one estimator per run, chosen by evidence, and why.
+
+Each test compares an auto run with the explicit run of the estimator it chose (the figures must
+be those of that run, bit for bit) and checks the recorded reason; the tail rule is checked at
+its boundaries, and the swap of a pass's two estimators against a pass run the other way round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from archive_factory import valid_rows, write_parquet
+from typer.testing import CliRunner
+
+from specreplay.cli import app
+from specreplay.replay.archive.synthetic import synth_frames
+from specreplay.replay.choice import BOUND_MAX, auto_passes, choose, tail_blocks
+from specreplay.replay.engine import replay_archive
+from specreplay.sim.arms import parse_arm
+from specreplay.sim.synth import SynthConfig
+
+LOGGING = "top32:t0.7@5"
+FAST = ["-q", "--n-boot", "300", "--min-requests", "5"]
+
+
+def _requalify(archive: Path, out: Path, *extra: str) -> tuple[dict[str, object], str]:
+    cli = CliRunner().invoke(
+        app, ["requalify", str(archive), "--out", str(out), *FAST, *extra], env={"COLUMNS": "300"}
+    )
+    assert cli.exit_code in (0, 1), cli.output
+    return json.loads((out / "results.json").read_text()), cli.stdout
+
+
+def _figures(doc: dict[str, object]) -> dict[str, object]:
+    return {k: doc[k] for k in ("cells", "law_tests", "path_bias", "requalification", "arms")}
+
+
+@pytest.mark.parametrize(
+    ("candidate", "chosen", "why"),
+    [
+        ("top32:t0.7:dyadic12@5", "importance", "every arm's support holds"),
+        # t2: the pooled ESS share of its policy ratio is 0.07 already at depth 1
+        ("top32:t2@5", "analytic", "ESS share < 0.1"),
+    ],
+)
+def test_auto_equals_the_explicit_run_of_the_estimator_it_chose(
+    small_archive: Path, tmp_path: Path, candidate: str, chosen: str, why: str
+) -> None:
+    arms = ["--baseline", LOGGING, "--candidate", candidate, "--reference", "greedy@5"]
+    auto, text = _requalify(small_archive, tmp_path / "auto", *arms)
+    named, _ = _requalify(small_archive, tmp_path / "named", *arms, "--estimator", chosen)
+    opts = auto["options"]
+    assert isinstance(opts, dict)
+    assert (opts["estimator"], opts["estimator_used"]) == ("auto", chosen)
+    assert why in opts["estimator_reason"]
+    assert _figures(auto) == _figures(named)
+    named_opts = named["options"]
+    assert isinstance(named_opts, dict)
+    assert named_opts["estimator_reason"] == f"named by --estimator {chosen}"
+    line = next(s for s in text.splitlines() if "estimator" in s.lower())
+    if chosen == "analytic":
+        assert line.startswith("WARNING: estimator analytic (auto: importance ruled out")
+    else:
+        assert line.startswith("Estimator importance (auto: the archive carries drafted_id")
+
+
+def test_auto_without_drafted_id_is_analytic_with_the_reason(tmp_path: Path) -> None:
+    """Explicit importance is an error on this archive (exit 2); auto replays it, analytic."""
+    rows = [{k: v for k, v in r.items() if k not in ("drafted_id", "accepted")}
+            for r in valid_rows(n_requests=4, n_rounds=3, depth=3)]  # fmt: skip
+    path = write_parquet(tmp_path / "a.parquet", rows)
+    arms = ["--baseline", "top4:t1@3", "--candidate", "top4:t1:dyadic8@3"]
+    doc, text = _requalify(path, tmp_path / "o", *arms, "--min-requests", "2")
+    opts = doc["options"]
+    assert isinstance(opts, dict)
+    assert opts["estimator_used"] == "analytic"
+    assert "the archive has no drafted_id column" in opts["estimator_reason"]
+    assert "WARNING: estimator analytic" in text
+
+
+def test_auto_falls_back_on_support_with_the_count(tmp_path: Path) -> None:
+    """A greedy logging arm never drafts what a sampled arm can accept: analytic, with the rows."""
+    path = tmp_path / "greedy.parquet"
+    cfg = SynthConfig(n_requests=6, rounds=4, greedy=True)
+    pl.concat(list(synth_frames(cfg, seed=3))).write_parquet(path)
+    arms = [parse_arm("greedy@5"), parse_arm(LOGGING)]
+    est, comp = auto_passes("auto")
+    res = replay_archive(path, arms, estimator=est, companion=comp)
+    c = choose(res, arms)
+    rows = int(res.companion_unlogged[LOGGING].sum())
+    assert rows > 0 and c.used == "analytic" and c.fell_back
+    assert f"{rows} position rows where {LOGGING} can accept a token" in c.reason
+
+
+def test_swapped_pass_equals_the_pass_run_the_other_way_round(small_archive: Path) -> None:
+    arms = [parse_arm(a) for a in (LOGGING, "top32:t0.7:dyadic8@5", "greedy@5")]
+    a = replay_archive(small_archive, arms, estimator="analytic", companion="importance")
+    b = replay_archive(small_archive, arms, estimator="importance", companion="analytic")
+    s = a.swapped()
+    assert (s.estimator, s.companion) == ("importance", "analytic")
+    for c in (x.canonical for x in arms):
+        for one, other in ((s.sums[c], b.sums[c]), (s.companion_sums[c], b.companion_sums[c])):
+            for f in dataclasses.fields(one):
+                assert np.array_equal(getattr(one, f.name), getattr(other, f.name)), f.name
+        assert np.array_equal(s.unlogged[c], b.unlogged[c])
+        assert np.array_equal(s.flagged[c], b.flagged[c])
+        for f in dataclasses.fields(s.tails[c]):
+            x, y = getattr(s.tails[c], f.name), getattr(b.tails[c], f.name)
+            assert np.array_equal(x, y), f.name
+    assert s.swapped().sums is a.sums
+
+
+@pytest.mark.parametrize(
+    ("share", "k_hat", "threshold", "bound", "blocks"),
+    [
+        (0.1, None, None, 1e9, False),  # no fit: the share alone decides
+        (0.0999, None, None, 1.0, True),
+        (0.5, 0.71, 0.7, BOUND_MAX, False),  # heavy shape, small size: the dyadic24 case
+        (0.5, 0.71, 0.7, BOUND_MAX * 1.0001, True),
+        (0.5, 0.7, 0.7, 1e9, False),  # at the threshold is adequate
+        (0.5, 0.69, 0.67, 11.0, True),  # the sample-size threshold, not 0.7, is the bar
+    ],
+)
+def test_tail_rule_at_its_boundaries(
+    share: float, k_hat: float | None, threshold: float | None, bound: float, blocks: bool
+) -> None:
+    assert (tail_blocks(share, k_hat, threshold, bound) is not None) is blocks
