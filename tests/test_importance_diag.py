@@ -208,9 +208,14 @@ def test_tail_trick_with_a_small_cap_equals_arviz(
     assert exact > 0 and nulls > 0
 
 
-def test_tail_accumulator_over_batches_equals_arviz_on_heavy_tailed_draws() -> None:
+@pytest.mark.parametrize("flush", [1 << 20, 64])
+def test_tail_accumulator_over_batches_equals_arviz_on_heavy_tailed_draws(
+    flush: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Pareto draws (shape 1/ξ, ξ = 0.8) streamed in 7 batches with K = M + 1: k̂ of the kept
-    tail padded with zeros equals pareto_khat of all 5000 draws, bit for bit."""
+    tail padded with zeros equals pareto_khat of all 5000 draws, bit for bit, whether the
+    buffer is merged once at the end or after every batch (a flush threshold of 64)."""
+    monkeypatch.setattr(TailAccumulator, "_FLUSH", flush)
     rng = np.random.default_rng(20240611)
     n = 5000
     x = rng.pareto(1 / 0.8, size=n)
@@ -383,6 +388,10 @@ def test_canonical_order_equals_the_three_key_lexsort() -> None:
     distinct = rng.random(m)
     np.testing.assert_array_equal(
         _canonical_order(code, distinct, key), np.lexsort((key, -distinct, code))
+    )
+    wide = code * 5000  # codes spanning more than 16 bits: no radix sort
+    np.testing.assert_array_equal(
+        _canonical_order(wide, value, key), np.lexsort((key, -value, wide))
     )
 
 

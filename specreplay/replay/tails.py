@@ -181,15 +181,30 @@ class RatioTail:
         return values.astype(np.float64), float(drop.max()) if drop.size else -np.inf
 
 
+def _code_value_order(code: NDArray[np.int64], value: NDArray[np.float64]) -> NDArray[np.int64]:
+    """Return an order by (code, value descending); equal pairs in no particular order.
+
+    An unstable argsort of −value (NumPy's vectorised sort), then a stable argsort of the codes
+    (a radix sort when they fit in 16 bits): about twice as fast as ``np.lexsort`` here.
+    """
+    by_value: NDArray[np.int64] = np.argsort(-value)
+    c = code[by_value]
+    if c.shape[0] and int(c.max()) - int(c.min()) < (1 << 15):
+        c = (c - c.min()).astype(np.int16)
+    out: NDArray[np.int64] = by_value[np.argsort(c, kind="stable")]
+    return out
+
+
 def _canonical_order(
     code: NDArray[np.int64], value: NDArray[np.float64], key: NDArray[np.uint64]
 ) -> NDArray[np.int64]:
     """Return ``np.lexsort((key, -value, code))``: sort by (code, value ↓), then ties by key.
 
-    Two keys are sorted first and only the runs of equal (code, value) are sorted by key: the
-    same permutation as the three-key sort (every key is stable), in about half the time.
+    Two keys are sorted first (:func:`_code_value_order`) and only the runs of equal (code,
+    value) are sorted by key, then by index: the same permutation as the three-key sort (whose
+    every key is stable, so equal triples keep their index order).
     """
-    order: NDArray[np.int64] = np.lexsort((-value, code))
+    order = _code_value_order(code, value)
     c, v = code[order], value[order]
     eq = (c[1:] == c[:-1]) & (v[1:] == v[:-1])
     if not eq.any():
@@ -200,7 +215,7 @@ def _canonical_order(
     run = np.cumsum(np.concatenate([[True], ~eq]))  # run number of each sorted position
     idx = np.flatnonzero(tie)
     sub = order[idx]
-    order[idx] = sub[np.lexsort((key[sub], run[idx]))]
+    order[idx] = sub[np.lexsort((sub, key[sub], run[idx]))]
     return order
 
 
@@ -208,11 +223,14 @@ class TailAccumulator:
     """Streaming :class:`RatioTail` of one arm over batches (family codes of the reader).
 
     A batch's ratios below their group's current K-th largest are dropped at once; the others
-    wait in a buffer, merged into the tail (one sort) once the buffer holds as many entries as
-    the tail (or 2^16), so the sorting work stays proportional to the entries that enter.
+    wait in a buffer, merged into the tail (one sort) once the buffer holds twice as many
+    entries as the tail, and at least 2^20 (about 28 MB), so the sorting work stays proportional
+    to the entries that enter and an archive of up to 2^20 rounds × depths per arm is sorted
+    once (measured on the demo archive: 0.20 → 0.07 s per arm with the sort of
+    :func:`_code_value_order`).
     """
 
-    _FLUSH = 1 << 16
+    _FLUSH = 1 << 20
 
     def __init__(self, n_buckets: int, max_depth: int, cap: int | None = None) -> None:
         self.cap = TAIL_CAP if cap is None else cap
@@ -289,5 +307,5 @@ class TailAccumulator:
             )
         )
         self._n_pending += int(inside.sum())
-        if self._n_pending >= max(self._tail.value.shape[0], self._FLUSH):
+        if self._n_pending >= max(2 * self._tail.value.shape[0], self._FLUSH):
             self._flush()

@@ -56,7 +56,7 @@ from specreplay.sim.policy import (
     quantize_row,
 )
 
-__all__ = ["AnalyticEstimator", "analytic_rounds"]
+__all__ = ["AnalyticEstimator", "analytic_rounds", "dyadic_nearest_at"]
 
 # reassociation and no-NaN let LLVM vectorise the per-row reductions (sums, counts, maxima);
 # laws are never NaN, and the NaN of depths past a round's last position are written outside
@@ -144,8 +144,10 @@ def _alpha_dyadic_nearest(
     bits: int,
     dr: int,
     frac: NDArray[np.float64],
-) -> tuple[float, float, bool]:
-    """α and the drafted candidate's term of a matched dyadic-nearest row; ok False → fall back.
+) -> tuple[float, float, float, bool]:
+    """α, the drafted candidate's term and q^s there, of a matched dyadic-nearest row.
+
+    Returns (α, min(q^s, p) at ``dr``, q^s at ``dr``, ok); ok False → fall back.
 
     ``q`` and ``p`` are the row's slices: indices from 0 let LLVM vectorise the loops (an offset
     index goes through Numba's negative-index wraparound, which blocks it).
@@ -169,7 +171,7 @@ def _alpha_dyadic_nearest(
     if units > 0.0:
         t = _nearest_threshold(frac, n, int(units), n_support)
         if t < 0.0:
-            return 0.0, 0.0, False
+            return 0.0, 0.0, 0.0, False
     alpha = 0.0
     given = 0
     for i in range(n):
@@ -178,7 +180,7 @@ def _alpha_dyadic_nearest(
         m = np.floor(q[i] * scale) + (1.0 if sel else 0.0)
         alpha += min(m * inv, p[i])
     if given != units:  # tied fractional parts at the cut: the reference quantizer decides
-        return 0.0, 0.0, False
+        return 0.0, 0.0, 0.0, False
     rest = r - units  # units beyond the support's size, or a deficit: to the argmax
     extra_dr = 0.0
     if rest != 0.0:
@@ -191,10 +193,26 @@ def _alpha_dyadic_nearest(
         if top == dr:
             extra_dr = rest
     a_dr = 0.0
+    q_dr = 0.0
     if 0 <= dr < n:
         m_dr = np.floor(q[dr] * scale) + (1.0 if frac[dr] >= t else 0.0) + extra_dr
-        a_dr = min(m_dr * inv, p[dr])
-    return alpha, a_dr, True
+        q_dr = m_dr * inv
+        a_dr = min(q_dr, p[dr])
+    return alpha, a_dr, q_dr, True
+
+
+@njit(fastmath=_FM, cache=True)
+def dyadic_nearest_at(
+    q: NDArray[np.float64], p: NDArray[np.float64], bits: int, dr: int, frac: NDArray[np.float64]
+) -> tuple[float, bool]:
+    """Return (q^s at ``dr``, ok) of a dyadic-nearest row without writing the quantized row.
+
+    The fast path of the analytic kernel (module docstring), for estimators that need the
+    quantized law at one candidate only; ok False: fall back to
+    :func:`~specreplay.sim.policy.quantize_row`. ``frac`` is scratch of the row's length.
+    """
+    _, _, q_dr, ok = _alpha_dyadic_nearest(q, p, bits, dr, frac)
+    return q_dr, ok
 
 
 @njit(inline="always", cache=True)
@@ -273,7 +291,7 @@ def _analytic_kernel(
                 alpha = 0.0
                 a_dr = 0.0
                 if fast:
-                    alpha, a_dr, ok = _alpha_dyadic_nearest(qrow, p[lo:hi], s_bits, dr, frac)
+                    alpha, a_dr, _, ok = _alpha_dyadic_nearest(qrow, p[lo:hi], s_bits, dr, frac)
                 if not ok:
                     alpha, a_dr = _alpha_generic(
                         qrow, p[lo:hi], dr, s_kind, s_bits, s_round, matched, v_kind, v_bits,

@@ -57,23 +57,82 @@ from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.batch import RoundBatch
+from specreplay.replay.estimators.analytic import dyadic_nearest_at
 from specreplay.replay.estimators.base import Estimator, RoundValues
 from specreplay.sim.accept import accept_prob
-from specreplay.sim.arms import Arm
-from specreplay.sim.policy import FLAG_LOGGING_SUPPORT, LawCache
+from specreplay.sim.arms import Arm, Quant
+from specreplay.sim.policy import (
+    FLAG_LOGGING_SUPPORT,
+    HIST_BINS,
+    KIND_CODES,
+    KIND_DYADIC,
+    ROUND_NEAREST,
+    ROUNDING_CODES,
+    LawCache,
+    quantize_row,
+)
 
 __all__ = ["ImportanceEstimator", "importance_rounds"]
+
+
+_F = NDArray[np.float64]
+_I = NDArray[np.int64]
+_Scratch = tuple[_F, _F, _F, _I, _F, _I, _I]
+"""Per-thread row scratch: fractional parts, q^s, q^v, integers, keys, order, histogram."""
+
+
+@njit(inline="always", cache=True)
+def _row_laws(
+    q: NDArray[np.float64],
+    p: NDArray[np.float64],
+    q_log: NDArray[np.float64],
+    dr: int,
+    fast: bool,
+    codes: NDArray[np.int64],
+    matched: bool,
+    scratch: _Scratch,
+) -> tuple[float, float, bool]:
+    """q^s and q^v at ``dr`` of one row (slices), and whether the arm leaves q^L's support.
+
+    ``codes`` = (sampler kind, bits, rounding, verifier kind, bits, rounding). A matched
+    dyadic-nearest row whose logging law has no zero takes the analytic kernel's fast path (no
+    row written, no support to check); any other row is quantized into scratch by the reference
+    quantizer, then checked candidate by candidate.
+    """
+    frac, qs, qv, m, key, order, hist = scratch
+    n = q.shape[0]
+    gap = False
+    for i in range(n):
+        if q_log[i] == 0.0:
+            gap = True
+            break
+    if fast and not gap:
+        q_dr, ok = dyadic_nearest_at(q, p, codes[1], dr, frac)
+        if ok:
+            return q_dr, q_dr, False
+    quantize_row(q, 0, n, codes[0], codes[1], codes[2], qs, m, key, order, hist)
+    if not matched:
+        quantize_row(q, 0, n, codes[3], codes[4], codes[5], qv, m, key, order, hist)
+    qver = qs if matched else qv
+    off = False
+    if gap:  # support: a_j(x) > 0 where q^L_j(x) = 0
+        for i in range(n):
+            if q_log[i] == 0.0 and qs[i] > 0.0 and accept_prob(qver[i], p[i]) > 0.0:
+                off = True
+                break
+    return qs[dr], qver[dr], off
 
 
 @njit(parallel=True, cache=True)
 def _importance_kernel(
     offsets: NDArray[np.int64],
+    q: NDArray[np.float64],
     p: NDArray[np.float64],
-    qs: NDArray[np.float64],
-    qv: NDArray[np.float64],
     q_log: NDArray[np.float64],
     drafted: NDArray[np.int32],
     round_offsets: NDArray[np.int64],
+    codes: NDArray[np.int64],
+    matched: bool,
     max_depth: int,
     flag_in: NDArray[np.int8],
     depth: NDArray[np.int32],
@@ -88,15 +147,19 @@ def _importance_kernel(
     ----------
     offsets : int64, (n_rows + 1,)
         CSR offsets of the position rows' candidates.
+    q : float64, (nnz,)
+        The arm's policy law (quantized here, row by row, into the sampler and verifier laws).
     p : float64, (nnz,)
         Target probabilities of the candidates.
-    qs, qv : float64, (nnz,)
-        The arm's sampler and verifier laws.
     q_log : float64, (nnz,)
         The logging law q^L.
     drafted : int32, (n_rows,)
         Archived drafted candidate index per row (≥ 0).
     round_offsets : int64, (n_rounds + 1,)
+    codes : int64, (6,)
+        Sampler kind, bits, rounding; verifier kind, bits, rounding (``KIND_CODES``, …).
+    matched : bool
+        Whether the verifier law is the sampler's.
     max_depth : int
         D: depths 1..D are evaluated.
     flag_in : int8, (n_rows,)
@@ -110,44 +173,61 @@ def _importance_kernel(
         The policy ratio r_k = Π_{j≤k} q^s_j(x_j)/q^L_j(x_j) (a factor is 0 where q^L_j(x_j) = 0).
     """
     n_rounds = round_offsets.shape[0] - 1
-    for r in prange(n_rounds):
-        a = round_offsets[r]
-        b = round_offsets[r + 1]
-        for row in range(a, b):
-            flag[row] = flag_in[row]
-        d_r = min(b - a, max_depth)
-        depth[r] = d_r
-        w = 1.0
-        acc = 1.0
-        r_k = 1.0
-        for j in range(d_r):
-            row = a + j
-            lo = offsets[row]
-            hi = offsets[row + 1]
-            for i in range(lo, hi):  # support: a_j(x) > 0 where q^L_j(x) = 0
-                if q_log[i] == 0.0 and qs[i] > 0.0 and accept_prob(qv[i], p[i]) > 0.0:
+    width = 1
+    for i in range(offsets.shape[0] - 1):
+        width = max(width, offsets[i + 1] - offsets[i])
+    fast = matched and codes[0] == KIND_DYADIC and codes[2] == ROUND_NEAREST
+    n_chunks = min(n_rounds, 256)  # scratch allocated once per chunk of rounds
+    for c in prange(n_chunks):
+        scratch = (
+            np.empty(width),
+            np.empty(width),
+            np.empty(width),
+            np.empty(width, np.int64),
+            np.empty(width),
+            np.empty(width, np.int64),
+            np.empty(HIST_BINS, np.int64),
+        )
+        for r in range(c * n_rounds // n_chunks, (c + 1) * n_rounds // n_chunks):
+            a = round_offsets[r]
+            b = round_offsets[r + 1]
+            for row in range(a, b):
+                flag[row] = flag_in[row]
+            d_r = min(b - a, max_depth)
+            depth[r] = d_r
+            w = 1.0
+            acc = 1.0
+            r_k = 1.0
+            for j in range(d_r):
+                row = a + j
+                lo = offsets[row]
+                hi = offsets[row + 1]
+                dr = int(drafted[row])
+                qs_x, qv_x, off = _row_laws(q[lo:hi], p[lo:hi], q_log[lo:hi], dr, fast, codes,
+                                            matched, scratch)  # fmt: skip
+                if off:
                     flag[row] |= FLAG_LOGGING_SUPPORT
-                    break
-            x = lo + drafted[row]
-            ratio = 0.0
-            pol = 0.0
-            if q_log[x] > 0.0:  # SPEC §3.2: a_j(x_j) / q^L_j(x_j), policy ratio first
-                pol = qs[x] / q_log[x]
-                ratio = pol * accept_prob(qv[x], p[x])
-            w *= ratio
-            r_k *= pol  # SPEC §3.2 diagnostics: the policy ratio, acceptance factor left out
-            policy[r, j] = r_k
-            acc += w
-            surv[r, j] = w
-            t[r, j] = acc
+                x = lo + dr
+                ratio = 0.0
+                pol = 0.0
+                if q_log[x] > 0.0:  # SPEC §3.2: a_j(x_j) / q^L_j(x_j), policy ratio first
+                    pol = qs_x / q_log[x]
+                    ratio = pol * accept_prob(qv_x, p[x])
+                w *= ratio
+                r_k *= pol  # SPEC §3.2 diagnostics: the policy ratio, acceptance factor left out
+                policy[r, j] = r_k
+                acc += w
+                surv[r, j] = w
+                t[r, j] = acc
 
 
 def importance_rounds(
     *,
     offsets: NDArray[np.int64],
     target_probs: NDArray[np.float64],
-    q_sampler: NDArray[np.float64],
-    q_verifier: NDArray[np.float64],
+    q_policy: NDArray[np.float64],
+    sampler: Quant,
+    verifier: Quant,
     q_logging: NDArray[np.float64],
     drafted_idx: NDArray[np.int32],
     round_offsets: NDArray[np.int64],
@@ -160,8 +240,11 @@ def importance_rounds(
     ----------
     offsets : int64, (n_rows + 1,)
     target_probs : float64, (nnz,)
-    q_sampler, q_verifier : float64, (nnz,)
-        The arm's quantized laws (:meth:`~specreplay.sim.policy.LawCache.laws`).
+    q_policy : float64, (nnz,)
+        The arm's policy law (:meth:`~specreplay.sim.policy.LawCache.policy`).
+    sampler, verifier : Quant
+        The arm's quantizers, applied row by row inside the kernel (the values are those of
+        :func:`~specreplay.sim.policy.quantize`, bit for bit).
     q_logging : float64, (nnz,)
         The logging law q^L (``emitted_q``, or the logging arm's sampler law).
     drafted_idx : int32, (n_rows,)
@@ -192,9 +275,15 @@ def importance_rounds(
         ratio=ratio,
     )
     flag_in = flag if flag is not None else np.zeros(n_rows, np.int8)
+    codes = np.array(
+        [KIND_CODES[sampler.kind], sampler.bits, ROUNDING_CODES[sampler.rounding],
+         KIND_CODES[verifier.kind], verifier.bits, ROUNDING_CODES[verifier.rounding]],
+        np.int64,
+    )  # fmt: skip
     _importance_kernel(
-        offsets, target_probs, q_sampler, q_verifier, q_logging, drafted_idx, round_offsets,
-        int(max_depth), flag_in, out.depth, out.t, out.surv, out.flag, ratio,
+        offsets, q_policy, target_probs, q_logging, drafted_idx, round_offsets, codes,
+        sampler == verifier, int(max_depth), flag_in, out.depth, out.t, out.surv, out.flag,
+        ratio,
     )  # fmt: skip
     return out
 
@@ -243,9 +332,10 @@ class ImportanceEstimator(Estimator):
     ) -> RoundValues:
         """Return the importance values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
         q_log = logging_law(batch, cache, logging)
-        laws = cache.laws(arm)
+        law = cache.policy(arm.policy)
         return importance_rounds(
-            offsets=batch.offsets, target_probs=batch.target_probs, q_sampler=laws.q_sampler,
-            q_verifier=laws.q_verifier, q_logging=q_log, drafted_idx=batch.drafted_idx,
-            round_offsets=batch.round_offsets, max_depth=max_depth, flag=laws.flag,
+            offsets=batch.offsets, target_probs=batch.target_probs, q_policy=law.q,
+            sampler=arm.sampler, verifier=arm.verifier, q_logging=q_log,
+            drafted_idx=batch.drafted_idx, round_offsets=batch.round_offsets,
+            max_depth=max_depth, flag=law.flag,
         )  # fmt: skip
