@@ -33,6 +33,8 @@ __all__ = [
     "STREAM_BOOTSTRAP",
     "STREAM_DRAFT",
     "STREAM_LAW_POSITIONS",
+    "STREAM_LIVE_REPLAY_SEED",
+    "STREAM_LIVE_ROUNDS",
     "STREAM_REQUALIFY_SAMPLE",
     "STREAM_RESIDUAL",
     "STREAM_START_CONTEXT",
@@ -63,6 +65,14 @@ STREAM_REQUALIFY_SAMPLE = 11
 STREAM_LAW_POSITIONS = (1 << 62) + 3
 """Hash of (request key, round, position) choosing the law-test positions (replay.lawsample);
 far above every Monte Carlo replicate's streams (STREAMS_PER_REPLICATE · M)."""
+STREAM_LIVE_ROUNDS = (1 << 62) + 7
+"""Hash of (seed, request key, round, START_POSITION) giving the seed of the live rounds run from
+that archived round's start (replay.livetruth): replicate m then draws
+``uniform(that seed, request key, m, position, STREAM_DRAFT / STREAM_ACCEPT)``, independent of
+the archive's own draws (a different seed)."""
+STREAM_LIVE_REPLAY_SEED = (1 << 62) + 11
+"""Hash of (seed, 0, 0, START_POSITION) giving the Monte Carlo replay seed of replay.livetruth,
+so its replicates never reuse the archive's draft and accept uniforms."""
 STREAMS: dict[str, int] = {
     "draft": STREAM_DRAFT,
     "accept": STREAM_ACCEPT,
@@ -70,6 +80,8 @@ STREAMS: dict[str, int] = {
     "bootstrap": STREAM_BOOTSTRAP,
     "requalify-sample": STREAM_REQUALIFY_SAMPLE,
     "law-positions": STREAM_LAW_POSITIONS,
+    "live-rounds": STREAM_LIVE_ROUNDS,
+    "live-replay-seed": STREAM_LIVE_REPLAY_SEED,
 }
 """Streams of round positions and other keyed draws, name → id (ids distinct)."""
 STREAMS_PER_REPLICATE = 4
@@ -85,7 +97,15 @@ STREAM_START_TOKEN1 = 2
 """sim.synth: the first of a request's two starting history tokens (round 0, position 0)."""
 STREAM_START_TOKEN2 = 3
 """sim.synth: the second starting history token (round 0, position 0)."""
-START_STREAMS: dict[str, int] = {
+START_STREAM_LIVE_ROUNDS = (1 << 62) + 7
+"""Hash of (seed, request key, round, START_POSITION) giving the seed of the live rounds run from
+that archived round's start (replay.livetruth): replicate m then draws
+``uniform(that seed, request key, m, position, STREAM_DRAFT / STREAM_ACCEPT)``, independent of
+the archive's own draws (a different seed)."""
+STREAM_LIVE_REPLAY_SEED = (1 << 62) + 11
+"""Hash of (seed, 0, 0, START_POSITION) giving the Monte Carlo replay seed of replay.livetruth,
+so its replicates never reuse the archive's draft and accept uniforms."""
+STREAMS: dict[str, int] = {
     "start-family": STREAM_START_FAMILY,
     "start-context": STREAM_START_CONTEXT,
     "start-token1": STREAM_START_TOKEN1,
