@@ -46,6 +46,7 @@ def test_stream_ids_keep_their_historical_values() -> None:
         "law-positions": (1 << 62) + 3,
         "live-rounds": (1 << 62) + 7,
         "live-replay-seed": (1 << 62) + 11,
+        "live-starts": (1 << 62) + 15,
     }
     assert START_STREAMS == {
         "start-family": 0,
@@ -71,6 +72,7 @@ def test_keyed_draws_are_outside_the_monte_carlo_replicates() -> None:
         STREAMS["law-positions"],
         STREAMS["live-rounds"],
         STREAMS["live-replay-seed"],
+        STREAMS["live-starts"],
     ):
         assert sid % STREAMS_PER_REPLICATE not in uses
 

@@ -90,16 +90,11 @@ def arm_codes(arm: Arm) -> ArmCodes:
     pol = arm.policy
     top_k = 0 if pol.top_k is None else int(pol.top_k)
     s, v = arm.sampler, arm.verifier
+    quant = [KIND_CODES[s.kind], s.bits, ROUNDING_CODES[s.rounding]]
+    quant += [KIND_CODES[v.kind], v.bits, ROUNDING_CODES[v.rounding], int(arm.matched)]
     return ArmCodes(
         policy=np.array([float(pol.greedy), float(top_k), pol.temperature, pol.top_p]),
-        quant=np.array(
-            [
-                KIND_CODES[s.kind], s.bits, ROUNDING_CODES[s.rounding],
-                KIND_CODES[v.kind], v.bits, ROUNDING_CODES[v.rounding],
-                int(arm.matched),
-            ],
-            dtype=np.int64,
-        ),  # fmt: skip
+        quant=np.array(quant, dtype=np.int64),
     )
 
 
@@ -197,7 +192,7 @@ def _one_round(
     qs: NDArray[np.float64], qv: NDArray[np.float64], ms: NDArray[np.int64],
     key: NDArray[np.float64], order: NDArray[np.int64], hist: NDArray[np.int64], zero: int,
 ) -> np.int64:  # fmt: skip
-    """A of one live round (see the module docstring); the arrays after ``quant`` are scratch."""
+    """Return A of one live round (module docstring); the arrays after ``quant`` are scratch."""
     n_cand = cand.shape[0]
     a, b = t1, t2
     surprise = 0.0
