@@ -44,6 +44,9 @@ def test_stream_ids_keep_their_historical_values() -> None:
         "bootstrap": 7,
         "requalify-sample": 11,
         "law-positions": (1 << 62) + 3,
+        "live-rounds": (1 << 62) + 7,
+        "live-replay-seed": (1 << 62) + 11,
+        "live-starts": (1 << 62) + 15,
     }
     assert START_STREAMS == {
         "start-family": 0,
@@ -63,7 +66,14 @@ def test_position_zero_draws_do_not_share_a_stream() -> None:
 def test_keyed_draws_are_outside_the_monte_carlo_replicates() -> None:
     # Replicate m uses STREAMS_PER_REPLICATE·m + {draft, accept}: residue 0 or 1 mod 4.
     uses = {STREAMS["draft"], STREAMS["accept"]}
-    for sid in (STREAM_BOOTSTRAP, STREAM_REQUALIFY_SAMPLE):
+    for sid in (
+        STREAM_BOOTSTRAP,
+        STREAM_REQUALIFY_SAMPLE,
+        STREAMS["law-positions"],
+        STREAMS["live-rounds"],
+        STREAMS["live-replay-seed"],
+        STREAMS["live-starts"],
+    ):
         assert sid % STREAMS_PER_REPLICATE not in uses
 
 

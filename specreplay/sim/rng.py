@@ -33,6 +33,9 @@ __all__ = [
     "STREAM_BOOTSTRAP",
     "STREAM_DRAFT",
     "STREAM_LAW_POSITIONS",
+    "STREAM_LIVE_REPLAY_SEED",
+    "STREAM_LIVE_ROUNDS",
+    "STREAM_LIVE_STARTS",
     "STREAM_REQUALIFY_SAMPLE",
     "STREAM_RESIDUAL",
     "STREAM_START_CONTEXT",
@@ -63,6 +66,17 @@ STREAM_REQUALIFY_SAMPLE = 11
 STREAM_LAW_POSITIONS = (1 << 62) + 3
 """Hash of (request key, round, position) choosing the law-test positions (replay.lawsample);
 far above every Monte Carlo replicate's streams (STREAMS_PER_REPLICATE · M)."""
+STREAM_LIVE_ROUNDS = (1 << 62) + 7
+"""Hash of (seed, request key, round, START_POSITION) giving the seed of the live rounds run from
+that archived round's start (replay.livetruth): replicate m then draws
+``uniform(that seed, request key, m, position, STREAM_DRAFT / STREAM_ACCEPT)``, independent of
+the archive's own draws (a different seed)."""
+STREAM_LIVE_REPLAY_SEED = (1 << 62) + 11
+"""Hash of (seed, 0, 0, START_POSITION) giving the Monte Carlo replay seed of replay.livetruth,
+so its replicates never reuse the archive's draft and accept uniforms."""
+STREAM_LIVE_STARTS = (1 << 62) + 15
+"""Ranks choosing replay.livetruth's round starts: a request's rank at (request key, round 0,
+START_POSITION), a round's rank within its request at (request key, round, position 1)."""
 STREAMS: dict[str, int] = {
     "draft": STREAM_DRAFT,
     "accept": STREAM_ACCEPT,
@@ -70,6 +84,9 @@ STREAMS: dict[str, int] = {
     "bootstrap": STREAM_BOOTSTRAP,
     "requalify-sample": STREAM_REQUALIFY_SAMPLE,
     "law-positions": STREAM_LAW_POSITIONS,
+    "live-rounds": STREAM_LIVE_ROUNDS,
+    "live-replay-seed": STREAM_LIVE_REPLAY_SEED,
+    "live-starts": STREAM_LIVE_STARTS,
 }
 """Streams of round positions and other keyed draws, name → id (ids distinct)."""
 STREAMS_PER_REPLICATE = 4
@@ -92,7 +109,8 @@ START_STREAMS: dict[str, int] = {
     "start-token2": STREAM_START_TOKEN2,
 }
 """Streams of a request's starting state, name → id. Drawn at :data:`START_POSITION`, where of
-:data:`STREAMS` only the bootstrap and requalify draws also occur (their ids differ from these), so
+:data:`STREAMS` only the bootstrap, requalify and live-truth draws also occur (their ids differ from
+these), so
 these ids may coincide with the ids of the per-position streams."""
 
 _M1 = uint64(0xBF58476D1CE4E5B9)

@@ -982,14 +982,16 @@ def _draft_round(
     return out
 
 
-def _verify(d: _Drafted, depth: int, uk: _UniformKeys) -> tuple[NDArray[np.bool_], int]:
-    """Return the verifier's decisions (False after the first rejection) and A."""
+def _verify(
+    d: _Drafted, depth: int, uk: _UniformKeys, qv: list[NDArray[np.float64]]
+) -> tuple[NDArray[np.bool_], int]:
+    """Return the verifier's decisions (False after the first rejection) and A (qv: q^v laws)."""
     accepted = np.zeros(depth, dtype=np.bool_)
     n_acc = 0
     for j in range(1, depth + 1):
         v = uk.at(j, STREAM_ACCEPT_I64)
         x = d.x_idx[j - 1]
-        if v * d.qs[j - 1][x] < d.target_p[j - 1][x]:  # SPEC §1: accept when v·q(x) < p(x)
+        if v * qv[j - 1][x] < d.target_p[j - 1][x]:  # SPEC §1: accept when v·q^v(x) < p(x)
             accepted[j - 1] = True
             n_acc += 1
         else:
@@ -998,15 +1000,24 @@ def _verify(d: _Drafted, depth: int, uk: _UniformKeys) -> tuple[NDArray[np.bool_
 
 
 def _last_token(
-    pair: ToyPair, start: RoundStart, d: _Drafted, depth: int, n_acc: int, uk: _UniformKeys
+    pair: ToyPair,
+    start: RoundStart,
+    d: _Drafted,
+    depth: int,
+    n_acc: int,
+    uk: _UniformKeys,
+    qv: list[NDArray[np.float64]],
 ) -> int:
-    """Return the correction token at the first rejected position, or the bonus at depth + 1."""
+    """Return the correction token at the first rejected position, or the bonus at depth + 1.
+
+    The correction is drawn from ``max(0, p − q^v)`` (qv: the verifier's laws).
+    """
     fp, gp = pair.packed()
     if n_acc < depth:
         j = n_acc + 1
         ids, p, cand, ts = d.laws[j - 1]
         u = uk.at(j, STREAM_RESIDUAL_I64)
-        return int(sample_residual(ids, p, cand, d.qs[j - 1], ts, d.keys[j - 1], gp, u))
+        return int(sample_residual(ids, p, cand, qv[j - 1], ts, d.keys[j - 1], gp, u))
     fam = np.int64(family_index(start.family))
     t1, t2 = d.history
     ctx = np.int64(int(start.context_tokens) + depth)
@@ -1028,6 +1039,7 @@ def live_round(
     request_key: np.uint64,
     round_index: int,
     n_candidates: int = 32,
+    verifier_law: Callable[[NDArray[np.float64]], NDArray[np.float64]] | None = None,
 ) -> LiveRound:
     """Run one round live from ``start`` with the drafter sampling from ``law``.
 
@@ -1045,6 +1057,11 @@ def live_round(
         Keys of the counter-based uniforms; the same keys as the generator give the same uniforms.
     n_candidates : int
         Candidates per position (the drafter's top-k support, ≤ ``pair.n_explicit``).
+    verifier_law : callable, optional
+        The verifier's law q^v (same signature as ``law``) for an arm whose verifier quantizes
+        differently from its sampler (SPEC §3.1, a mismatched arm): the accept test is then
+        ``v·q^v(x) < p(x)`` and the correction is drawn from ``max(0, p − q^v)``. None (the
+        default) verifies with ``law`` itself.
 
     Returns
     -------
@@ -1056,8 +1073,14 @@ def live_round(
         raise ValueError(f"n_candidates must be in 1..{pair.n_explicit}, got {n_candidates}")
     uk = _UniformKeys(np.uint64(seed), np.uint64(request_key), np.int64(round_index))
     d = _draft_round(pair, start, law, depth, n_candidates, uk)
-    accepted, n_acc = _verify(d, depth, uk)
-    y = _last_token(pair, start, d, depth, n_acc, uk)
+    qv = d.qs
+    if verifier_law is not None:
+        qv = [
+            _check_q(np.asarray(verifier_law(lp.copy()), dtype=np.float64), n_candidates, j + 1)
+            for j, lp in enumerate(d.draft_lp)
+        ]
+    accepted, n_acc = _verify(d, depth, uk, qv)
+    y = _last_token(pair, start, d, depth, n_acc, uk, qv)
     emitted = np.append(d.drafted[:n_acc], np.int64(y)).astype(np.int64)
     hist = (int(start.history[0]), int(start.history[1]), *(int(t) for t in emitted))
     next_start = RoundStart(
