@@ -148,6 +148,28 @@ MUTANTS = [
         "d_r = min(round_offsets[r + 1] - a, max_depth - 1)",
         ("tests/test_analytic.py", REPLAY),
     ),
+    # -- issue 5, items 1–2: the fused importance kernel and --estimator auto --
+    Mutant(
+        "importance: support not checked on the dyadic fast path",
+        "specreplay/replay/estimators/importance.py",
+        "    if fast and not gap:\n",
+        "    if fast:\n",
+        ("tests/test_importance.py",),
+    ),
+    Mutant(
+        "auto: k̂ blocks whatever the tail's size",
+        "specreplay/replay/choice.py",
+        "k_hat > threshold and bound > BOUND_MAX:",
+        "k_hat > threshold:",
+        ("tests/test_auto_estimator.py",),
+    ),
+    Mutant(
+        "auto: swap keeps the analytic tails",
+        "specreplay/replay/engine.py",
+        "            tails=self.companion_tails,\n",
+        "            tails=self.tails,\n",
+        ("tests/test_auto_estimator.py",),
+    ),
 ]
 
 

@@ -382,3 +382,18 @@ def test_only_cells_whose_requests_hold_unlogged_rows_are_null(greedy_path: Path
         assert d.null_reason is None or "logging law" not in d.null_reason
         assert d.point is not None
         assert d.point == fig.R - cells[name].arms["greedy@5"].R
+
+
+@pytest.mark.parametrize(
+    "arm", [LOGGING, "top32:t0.7:dyadic8@5", "top32:t0.7:dyadic12/float64@5", "greedy@5"]
+)
+def test_support_rows_per_request_equal_the_row_reference_for_every_quantizer(
+    greedy_path: Path, arm: str
+) -> None:
+    """The kernel's support check on each path (dyadic-nearest fast path, reference quantizer,
+    mismatched verifier) counts exactly the rows the reference finds from materialized laws."""
+    res = replay_archive(greedy_path, [parse_arm(arm)], estimator="importance")
+    c = parse_arm(arm).canonical
+    expected = _count_unlogged(pl.read_parquet(greedy_path), arm)
+    assert dict(zip(res.requests, res.unlogged[c].tolist(), strict=True)) == expected
+    assert (sum(expected.values()) > 0) is (arm != "greedy@5")
