@@ -314,31 +314,47 @@ def test_importance_without_emitted_q_and_logging_arm_is_an_error(tmp_path: Path
     assert "Traceback" not in cli.output
 
 
-def test_requalify_with_importance_labels_and_explains_its_nulls(
+def test_requalify_with_importance_labels_and_reports_the_analytic_offpath_rates(
     small_archive: Path, tmp_path: Path
 ) -> None:
     """The report of an importance requalification: figures SIMULATED, the estimator recorded,
-    and the off-path shares (the estimator never leaves the archived path) null *with* a reason."""
+    and the off-path shares those of the path-assumption (analytic) replay of the same pass,
+    equal to an analytic run's; without that companion they are null *with* a reason."""
     import json
 
-    out = tmp_path / "rq"
-    res = CliRunner().invoke(
-        app,
-        ["requalify", str(small_archive), "--baseline", "top32:t0.7@5", "--candidate",
-         "top32:t0.7:dyadic8@5", "--estimator", "importance", "--n-boot", "300",
-         "--min-requests", "5", "--out", str(out), "-q"],
-    )  # fmt: skip
-    assert res.exit_code == 0, res.output
-    doc = json.loads((out / "results.json").read_text())
-    assert doc["options"]["estimator"] == "importance"
-    for cell in doc["cells"]:
+    docs = {}
+    for est in ("importance", "analytic"):
+        out = tmp_path / est
+        res = CliRunner().invoke(
+            app,
+            ["requalify", str(small_archive), "--baseline", "top32:t0.7@5", "--candidate",
+             "top32:t0.7:dyadic8@5", "--estimator", est, "--n-boot", "300",
+             "--min-requests", "5", "--out", str(out), "-q"],
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        docs[est] = json.loads((out / "results.json").read_text())
+    doc = docs["importance"]
+    assert doc["options"]["estimator"] == doc["options"]["estimator_used"] == "importance"
+    for cell, twin in zip(doc["cells"], docs["analytic"]["cells"], strict=True):
         for fig in cell["arms"].values():
             assert fig["label"] in ("SIMULATED", "MEASURED")
-        for off in cell["offpath"]:
-            assert off["accepted_offpath_share"] is None
-            assert off["null_reason"] == (
-                "the importance estimator follows the archived tokens: no off-path draw"
-            )
+        assert cell["offpath"] == twin["offpath"]
+    assert doc["cells"][0]["offpath"][0]["accepted_offpath_share"] > 0
+    from specreplay.results.requalification import with_replay_figures
+
+    alone = replay_archive(small_archive, [parse_arm(LOGGING)], estimator="importance")
+    merged = with_replay_figures([_a_cell()], alone, [parse_arm(LOGGING)])
+    off = merged[0].offpath[0]
+    assert off.accepted_offpath_share is None
+    assert off.null_reason == (
+        "the importance estimator follows the archived tokens: no off-path draw"
+    )
+
+
+def _a_cell() -> Any:
+    from specreplay.results.model import Cell, Level
+
+    return Cell(level=Level.POOLED, family=None, bucket=None, n_requests=0, arms={}, deltas=())
 
 
 def test_only_cells_whose_requests_hold_unlogged_rows_are_null(greedy_path: Path) -> None:

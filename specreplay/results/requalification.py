@@ -166,9 +166,17 @@ def _survival(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> list[Surviva
 
 
 def _offpath(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> Offpath:
-    off = res.sums[arm.canonical].offpath[m].sum(axis=0)
+    """Return the off-path rates of the path-assumption replay.
+
+    For an importance run, its analytic companion's: how far that replay strays from the
+    archived path is what the path-bias diagnostic weighs.
+    """
+    sums = res.sums
+    if res.estimator == "importance" and res.companion is not None:
+        sums = res.companion_sums
+    off = sums[arm.canonical].offpath[m].sum(axis=0)
     why = None if "drafted_id" in res.columns else "archive has no drafted_id column"
-    if why is None and res.estimator == "importance":
+    if why is None and sums is res.sums and res.estimator == "importance":
         why = "the importance estimator follows the archived tokens: no off-path draw"
     if why is None and (off[0] == 0 or off[2] == 0):
         why = "no accepted or evaluated position in this cell"

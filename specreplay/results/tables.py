@@ -395,7 +395,8 @@ def _survival_and_offpath(pooled: Cell) -> list[str]:
             for o in pooled.offpath
         ]
         header = ["arm", "accepted ≠ archived token", "evaluated after an off-path prefix"]
-        out += ["", "## Off-path rates, pooled (SIMULATED)", "", markdown_table(header, orows)]
+        title = "## Off-path rates of the path-assumption replay, pooled (SIMULATED)"
+        out += ["", title, "", markdown_table(header, orows)]
     return out
 
 
