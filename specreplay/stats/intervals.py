@@ -225,8 +225,9 @@ def holm_smallest_margins(
     With one margin m for the whole family (as ``--margin`` is), every TOST p-value is
     non-increasing in m and Holm's adjusted p-values are non-decreasing in each raw one, so the
     adjusted p of delta j is non-increasing in m: the smallest m with ``p_adj_j(m) < α`` is
-    found by bisection (to 1e-9 relative). It is at least the unadjusted figure (the default
-    (1 − 2α) interval's largest |bound|) and at most the Bonferroni one (the (1 − 2α/k)
+    found by bisection (to 1e-9 relative). It lies, up to one replicate spacing (the p-values
+    count replicates, the interval interpolates between them), between the unadjusted figure
+    (the default (1 − 2α) interval's largest |bound|) and the Bonferroni one (the (1 − 2α/k)
     interval's, k deltas in the family).
     """
     k = len(reps)
@@ -242,7 +243,10 @@ def holm_smallest_margins(
         if adj(hi) >= alpha:  # replicate ties at the bound: widen until EQUIVALENT
             while adj(hi) >= alpha and hi < 1e300:
                 hi *= 2.0
-        while hi - lo > 1e-9 * hi:
+        # bisection to 1e-9 relative (a degenerate family, all replicates 0, stops at ~1e-300)
+        for _ in range(200):
+            if hi - lo <= 1e-9 * hi:
+                break
             mid = 0.5 * (lo + hi)
             if adj(mid) < alpha:
                 hi = mid
