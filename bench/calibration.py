@@ -248,7 +248,7 @@ def study(
     levels: tuple[float, ...] = (0.95, 0.90),
     chunk: int = 500,
 ) -> dict[tuple[str, str, float], dict[str, float]]:
-    """Coverage (and one-sided misses, median width) of every method; keys (method, scale, level)."""
+    """Coverage, one-sided misses and median width of every method, by (method, scale, level)."""
     true_d, true_r = truth(setting, pop)
     rng = np.random.default_rng([seed, n, ["archive", *PARAMETRIC].index(setting)])
     acc: dict[tuple[str, str, float], dict[str, list[NDArray[np.float64]]]] = {}
@@ -352,8 +352,10 @@ def main() -> None:
                 cells = []
                 for meth in METHODS:
                     r = res[(meth, scale, level)]
-                    cells.append(f"{meth} {r['coverage']:.3f}±{r['mc']:.3f} "
-                                 f"({r['miss_lo']:.3f}/{r['miss_hi']:.3f}) w{r['width']:.4g}")  # fmt: skip
+                    miss = f"({r['miss_lo']:.3f}/{r['miss_hi']:.3f})"
+                    cells.append(
+                        f"{meth} {r['coverage']:.3f}±{r['mc']:.3f} {miss} w{r['width']:.4g}"
+                    )
                 print(f"| {setting} | n={n} | B={b} | {level} | {scale} | " + " | ".join(cells)
                       + f" | {dt:.0f}s")  # fmt: skip
     if args.production:

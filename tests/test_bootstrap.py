@@ -24,8 +24,8 @@ from specreplay.stats.intervals import (
     tost_p,
     verdict,
 )
-from specreplay.stats.tdist import expanded_tail, t_ppf
 from specreplay.stats.pairing import pair_arms
+from specreplay.stats.tdist import expanded_tail, t_ppf
 
 DATA = Path(__file__).parent / "data"
 MEDUSA = DATA / "medusa-mtbench"
@@ -392,7 +392,9 @@ def test_tost_interval_and_smallest_margin_are_at_one_minus_two_alpha(
     # (counting replicates) crosses α, so within one replicate spacing of the interval's bound
     sm = d["smallest_equivalent_margin"]
     srt = np.sort(np.abs(test))
-    gap = float(np.max(np.diff(srt[np.searchsorted(srt, 0.9 * sm) : np.searchsorted(srt, 1.1 * sm)])))
+    gap = float(
+        np.max(np.diff(srt[np.searchsorted(srt, 0.9 * sm) : np.searchsorted(srt, 1.1 * sm)]))
+    )
     assert abs(sm - max(abs(lo), abs(hi))) <= 2 * gap
     assert tost_p(test, sm * (1 + 1e-8), 80) < alpha <= tost_p(test, sm * (1 - 1e-8), 80)
     # the interval printed beside it stays at the 95% level
@@ -424,7 +426,11 @@ def test_requests_for_margin_is_a_tost_power_calculation() -> None:
     k4 = requests_for_margin(se, m, n, alpha=0.05 / 4).requests
     assert k4 is not None and k4 > k
     zero = requests_for_margin(0.0, m, n)
-    assert zero.requests is None and zero.null_reason is not None and "zero variance" in zero.null_reason
+    assert (
+        zero.requests is None
+        and zero.null_reason is not None
+        and "zero variance" in zero.null_reason
+    )
     assert t_ppf(0.95, 10) == pytest.approx(stats.t.ppf(0.95, 10), rel=1e-9)
 
 
@@ -434,7 +440,7 @@ def test_smallest_margin_is_the_holm_adjusted_one() -> None:
     ps = _sums(200, seed=21, families=4, delta_p=0.0)
     comp = compare(ps, arm_a="a", arm_b="b", n_boot=2000, seed=2, margin=parse_margin("0.02"))
     fam = [c["deltas"][0] for c in comp.cells if c["level"] == "family"]
-    for i, d in enumerate(fam):
+    for d in fam:
         assert d["smallest_equivalent_margin"] >= max(abs(d["tost"]["lo"]), abs(d["tost"]["hi"]))
         assert d["requests_for_margin"] is not None
     m_star = max(d["smallest_equivalent_margin"] for d in fam) * (1 + 1e-6)
@@ -442,7 +448,6 @@ def test_smallest_margin_is_the_holm_adjusted_one() -> None:
                     margin=parse_margin(repr(m_star)))  # fmt: skip
     assert all(c["deltas"][0]["verdict"] == "EQUIVALENT"
                for c in again.cells if c["level"] == "family")  # fmt: skip
-    del i
 
 
 @pytest.mark.parametrize(
