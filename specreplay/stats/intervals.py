@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from specreplay.stats.multiple import holm as holm_adjust
-from specreplay.stats.tdist import expanded_tail, tail_p_value
+from specreplay.stats.tdist import expanded_tail, t_ppf, tail_p_value
 
 __all__ = [
     "DEFAULT_METHOD",
@@ -287,7 +287,7 @@ def requests_for_margin(
     z = _N01.inv_cdf(1.0 - alpha)
     need = max(2, math.ceil((sd * (z + zb) / margin) ** 2))
     for _ in range(50):
-        q = _N01.inv_cdf(1.0 - expanded_tail(alpha, need))
+        q = math.sqrt(need / (need - 1)) * t_ppf(1.0 - alpha, need - 1)  # = −Φ⁻¹(g_n'(α))
         nxt = max(2, math.ceil((sd * (q + zb) / margin) ** 2))
         if nxt == need:
             break
