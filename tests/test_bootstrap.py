@@ -439,10 +439,14 @@ def test_smallest_margin_is_the_holm_adjusted_one() -> None:
     Bonferroni figure, and the verdict at that margin (re-run) is EQUIVALENT."""
     ps = _sums(200, seed=21, families=4, delta_p=0.0)
     comp = compare(ps, arm_a="a", arm_b="b", n_boot=2000, seed=2, margin=parse_margin("0.02"))
-    fam = [c["deltas"][0] for c in comp.cells if c["level"] == "family"]
-    for d in fam:
+    idx = [i for i, c in enumerate(comp.cells) if c["level"] == "family"]
+    fam = [comp.cells[i]["deltas"][0] for i in idx]
+    for i, d in zip(idx, fam, strict=True):
         assert d["smallest_equivalent_margin"] >= max(abs(d["tost"]["lo"]), abs(d["tost"]["hi"]))
-        assert d["requests_for_margin"] is not None
+        # the sample size is for the verdict as adjusted: Holm's first step tests at α/4
+        se = float(np.std(comp.delta_reps[:, i], ddof=1))
+        n = comp.cells[i]["n_requests"]
+        assert d["requests_for_margin"] == requests_for_margin(se, 0.02, n, 0.05 / 4).requests
     m_star = max(d["smallest_equivalent_margin"] for d in fam) * (1 + 1e-6)
     again = compare(ps, arm_a="a", arm_b="b", n_boot=2000, seed=2,
                     margin=parse_margin(repr(m_star)))  # fmt: skip
