@@ -7,10 +7,11 @@ cell sizes of 10, 20, 50, 100 and 500 requests, in two settings:
   2,000 requests, seed 0), replayed as ``top32:t0.7@5`` (a, float64 sampling) and
   ``top32:t0.7:dyadic8@5`` (b); the truth is the whole-archive Δ (ratio of sums over the 2,000
   requests), so the sampling law is the archive's empirical law and the truth is exact.
-* ``skewed``: a parametric model with skewed request lengths and heterogeneous, skewed
-  per-request effects: rounds n_i = ⌈lognormal(log 30, 0.8)⌉, t_a = n + Binomial(4n, p_i) with
-  p_i ~ Beta(6, 3), t_b = t_a + Poisson(n_i g_i) with g_i ~ 0.05·lognormal(−σ²/2, σ), σ = 1.
+* ``skewed``: a parametric model with heterogeneous, right-skewed per-request effects: rounds
+  n_i uniform on 5..60, t_a = n + Binomial(4n, p_i) with p_i ~ Beta(6, 3),
+  t_b = t_a + Poisson(n_i g_i) with g_i ~ 0.05·lognormal(−σ²/2, σ), σ = 0.5.
   Δ = E[n g]/E[n] = E[g] = 0.05 exactly (g independent of n), Δ/R_a = 0.05 / (1 + 4·2/3).
+* ``heavy``: as ``skewed`` with n_i = ⌈lognormal(log 30, 0.8)⌉ and σ = 1 (a stress case).
 
 Methods, all from the same B request-resampled replicates θ* of each dataset:
 
