@@ -1,9 +1,9 @@
 """PNG plots where a picture reads better than a table (matplotlib, Agg backend, imported lazily).
 
 The forest plot shows, per cell (pooled, then each family with its buckets when there is more than
-one bucket), the paired delta with
-its 95% expanded percentile interval and, shaded, the equivalence margin: a reader sees at once which cells
-are inside the margin, which exclude zero, and which are too wide to tell.
+one bucket), the paired delta with its 95% expanded percentile interval and, shaded, the
+equivalence margin: a reader sees at once which cells are inside the margin, which exclude zero,
+and which are too wide to tell.
 """
 
 from __future__ import annotations
