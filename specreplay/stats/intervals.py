@@ -87,7 +87,7 @@ def default_interval(reps: NDArray[np.float64], level: float, n: int) -> tuple[f
     Examples
     --------
     >>> [round(x, 6) for x in default_interval(np.arange(101.0), 0.95, 20)]
-    [1.562291, 98.437709]
+    [1.588083, 98.411917]
     """
     tail = expanded_tail((1.0 - level) / 2.0, n)
     lo, hi = np.quantile(reps, [tail, 1.0 - tail])

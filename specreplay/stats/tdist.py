@@ -71,7 +71,7 @@ def t_cdf(x: float, df: float) -> float:
     Examples
     --------
     >>> round(t_cdf(2.0, 5), 10)
-    0.9490302605
+    0.9490302606
     """
     if math.isinf(x):
         return 1.0 if x > 0 else 0.0
@@ -113,7 +113,7 @@ def expanded_tail(alpha: float, n: int) -> float:
     Examples
     --------
     >>> round(expanded_tail(0.025, 20), 5)
-    0.01562
+    0.01588
     """
     if n < 2 or alpha <= 0.0 or alpha >= 1.0:
         return alpha
