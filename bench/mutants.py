@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CALIB = "tests/test_calibration.py"
 BOOT, VALID, REPLAY, RNG = (
     "tests/test_bootstrap.py",
     "tests/test_validation.py",
@@ -66,15 +67,16 @@ MUTANTS = [
     Mutant(
         "compare: verdicts from raw p-values, not Holm",
         "specreplay/stats/compare.py",
-        "v = verdict(test, margin.value, alpha, p_equivalence=pe[j], p_difference=pd[j])",
-        "v = verdict(test, margin.value, alpha)",
+        "            v = verdict(tests[j], margin.value, ns[j], alpha, p_equivalence=pe[j],\n"
+        "                        p_difference=pd[j])  # fmt: skip",
+        "            v = verdict(tests[j], margin.value, ns[j], alpha)",
         (BOOT,),
     ),
     Mutant(
         "compare: TOST interval and smallest margin at 95%",
         "specreplay/stats/compare.py",
-        "lo90, hi90 = percentile_interval(test, 1.0 - 2.0 * alpha)",
-        "lo90, hi90 = percentile_interval(test, level)",
+        "lo90, hi90 = default_interval(test, 1.0 - 2.0 * alpha, k)",
+        "lo90, hi90 = default_interval(test, level, k)",
         (BOOT,),
     ),
     Mutant(
@@ -120,6 +122,34 @@ MUTANTS = [
         (REPLAY,),
     ),
     # -- more of the same kind --
+    Mutant(
+        "default interval: small-sample expansion dropped (plain percentile)",
+        "specreplay/stats/tdist.py",
+        "    return _N01.cdf(math.sqrt(n / (n - 1)) * t_ppf(alpha, n - 1))",
+        "    return alpha",
+        (BOOT, CALIB),
+    ),
+    Mutant(
+        "TOST p-value not inverted through the expansion",
+        "specreplay/stats/intervals.py",
+        "    return float(tail_p_value(frac, n))",
+        "    return float(frac)",
+        (BOOT, CALIB),
+    ),
+    Mutant(
+        "compare: smallest margin from the unadjusted interval beside Holm verdicts",
+        "specreplay/stats/compare.py",
+        "smallest_equivalent_margin=smallest[j],",
+        "smallest_equivalent_margin=v.smallest_equivalent_margin,",
+        (BOOT,),
+    ),
+    Mutant(
+        "requests_for_margin: Holm level α/m replaced by α",
+        "specreplay/stats/compare.py",
+        "alpha / m, POWER)",
+        "alpha, POWER)",
+        (BOOT,),
+    ),
     Mutant(
         "compare: point delta sign flipped",
         "specreplay/stats/compare.py",

@@ -191,5 +191,5 @@ def _verdict_line(d: Delta, margin: str) -> str:
         f"VERDICT (pooled, {d.label}): {d.verdict} at margin {margin} — "
         f"{d.b} vs {d.a}: Δ = {d.point:+.4f} tokens/round "
         f"[{d.lo:+.4f}, {d.hi:+.4f}] ({100 * (d.rel or 0.0):+.2f}% "
-        f"[{100 * (d.rel_lo or 0.0):+.2f}%, {100 * (d.rel_hi or 0.0):+.2f}%]), 95% percentile"
+        f"[{100 * (d.rel_lo or 0.0):+.2f}%, {100 * (d.rel_hi or 0.0):+.2f}%]), 95% {d.method}"
     )

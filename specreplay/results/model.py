@@ -193,6 +193,7 @@ class Delta:
     p_difference_adj: float | None = None
     tests_in_level: int | None = None
     verdict_null_reason: str | None = None
+    requests_for_margin_null_reason: str | None = None
     hdi: CredibleInterval | None = None
     eti: CredibleInterval | None = None
     depth: int | None = None

@@ -235,7 +235,11 @@ def _null_delta(d: Delta, why: str) -> Delta:
     nulls: dict[str, Any] = {
         f.name: None for f in dataclasses.fields(Delta) if f.name not in _KEEP_IN_NULL_DELTA
     }
-    nulls |= {"null_reason": why, "verdict_null_reason": why}
+    nulls |= {
+        "null_reason": why,
+        "verdict_null_reason": why,
+        "requests_for_margin_null_reason": why,
+    }
     return dataclasses.replace(d, **nulls)
 
 

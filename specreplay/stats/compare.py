@@ -2,11 +2,15 @@
 
 Cells are pooled, per family, per context bucket and per family × bucket, all domain estimates
 from the same resampled requests. Per cell and delta: the point Δ = R_b − R_a and Δ/R_a; the
-percentile interval (default method) and BCa (jackknife over requests from leave-one-out sums);
-the 90% interval used by the equivalence test (TOST); Bonferroni intervals at 1 − α/m and
-Holm-adjusted p-values, m being the number of cells of the same level with a delta (the pooled
-cell is its own family of one); the verdict; the smallest margin that would be EQUIVALENT; the
-requests needed to reach the chosen margin at the observed variance.
+default interval (``method`` ``expanded-percentile``: :func:`default_interval`, n = the cell's
+requests, chosen by the calibration study, README "Calibration of the intervals") and BCa
+(jackknife over requests from leave-one-out sums); the (1 − 2α) default interval used by the
+equivalence test (TOST); p-values by inversion of the default interval; Bonferroni intervals at
+1 − α/m and Holm-adjusted p-values, m being the number of cells of the same level with a delta
+(the pooled cell is its own family of one); the verdict; the smallest margin at which the
+Holm-adjusted verdict would be EQUIVALENT; the requests that would give the EQUIVALENT verdict
+with 80% power at the Holm level α/m if the true delta were 0 (a power calculation at the
+observed per-request SD).
 
 Verdicts use the Holm-adjusted p-values; the intervals printed beside them stay unadjusted (their
 ``adjusted`` field says so) and the Bonferroni ones are given separately.
@@ -25,9 +29,11 @@ from specreplay.errors import SpecReplayError
 from specreplay.stats.bootstrap import PairedSums, bootstrap_sums, point_sums
 from specreplay.stats.cells import Cell, cell_layout
 from specreplay.stats.intervals import (
+    DEFAULT_METHOD,
     bca_interval,
+    default_interval,
     holm,
-    percentile_interval,
+    holm_smallest_margins,
     requests_for_margin,
     tost_p,
     two_sided_p,
@@ -36,7 +42,10 @@ from specreplay.stats.intervals import (
 
 __all__ = ["Cell", "Comparison", "Margin", "compare", "parse_margin"]
 
-UNDERCOVER_REQUESTS: Final[int] = 30
+UNDERCOVER_REQUESTS: Final[int] = 50
+"""Cells with fewer requests carry the warning "bootstrap may undercover" (calibration study)."""
+POWER: Final[float] = 0.8
+"""Power of the ``requests_for_margin`` calculation."""
 
 
 @dataclass(frozen=True)
@@ -268,7 +277,7 @@ def _cell_json(
         "hi": None,
         "rel_lo": None,
         "rel_hi": None,
-        "method": "percentile",
+        "method": DEFAULT_METHOD,
         "level": level,
         "adjusted": False,
         "bca": None,
@@ -279,6 +288,7 @@ def _cell_json(
         "verdict": None,
         "smallest_equivalent_margin": None,
         "requests_for_margin": None,
+        "requests_for_margin_null_reason": None,
         "n_boot": n_boot,
         "n_boot_valid": None,
         "warning": None,
@@ -289,6 +299,7 @@ def _cell_json(
     why = _null_reason(r, d_reps, rel_reps, min_requests, n_boot)
     if why is not None:
         delta["null_reason"] = why
+        delta["requests_for_margin_null_reason"] = why
         return out
     delta.update(_delta_figures(r, d_reps, rel_reps, level=level, margin=margin, alpha=alpha))
     if r["n_requests"] < UNDERCOVER_REQUESTS:
@@ -328,19 +339,18 @@ def _delta_figures(
     margin: Margin,
     alpha: float,
 ) -> dict[str, Any]:
-    """Point, percentile and BCa intervals, TOST interval, p-values and sizes of one delta."""
+    """Point, default and BCa intervals, TOST interval and p-values of one delta."""
     ok = np.isfinite(d_reps) & np.isfinite(rel_reps)
     d, rel = d_reps[ok], rel_reps[ok]
+    k = r["n_requests"]
     point = r["rb"] - r["ra"]
     rel_point = r["rb"] / r["ra"] - 1.0
-    lo, hi = percentile_interval(d, level)
-    rlo, rhi = percentile_interval(rel, level)
+    lo, hi = default_interval(d, level, k)
+    rlo, rhi = default_interval(rel, level, k)
     bca_d = bca_interval(d, point, r["jack_delta"], level)
     bca_r = bca_interval(rel, rel_point, r["jack_rel"], level)
     test = rel if margin.relative else d
-    lo90, hi90 = percentile_interval(test, 1.0 - 2.0 * alpha)
-    se = float(np.std(test, ddof=1))
-    est = rel_point if margin.relative else point
+    lo90, hi90 = default_interval(test, 1.0 - 2.0 * alpha, k)
     return {
         "point": point,
         "rel": rel_point,
@@ -365,11 +375,9 @@ def _delta_figures(
             "hi": hi90,
             "level": 1.0 - 2.0 * alpha,
         },
-        "p_difference": two_sided_p(test),
-        "p_equivalence": tost_p(test, margin.value),
-        "smallest_equivalent_margin": max(abs(lo90), abs(hi90)),
+        "p_difference": two_sided_p(test, k),
+        "p_equivalence": tost_p(test, margin.value, k),
         "smallest_equivalent_margin_kind": "relative" if margin.relative else "absolute",
-        "requests_for_margin": requests_for_margin(est, se, margin.value, r["n_requests"], alpha),
     }
 
 
@@ -380,7 +388,7 @@ def _adjust(
     margin: Margin,
     alpha: float,
 ) -> None:
-    """Holm-adjusted verdicts and Bonferroni intervals within each level."""
+    """Holm-adjusted verdicts, margins and sample sizes, and Bonferroni intervals per level."""
     by_level: dict[str, list[int]] = {}
     for i, c in enumerate(cells):
         if c["deltas"][0]["null_reason"] is None:
@@ -388,22 +396,34 @@ def _adjust(
     for idx in by_level.values():
         m = len(idx)
         deltas = [cells[i]["deltas"][0] for i in idx]
+        ns = [cells[i]["n_requests"] for i in idx]
         pe = holm([d["p_equivalence"] for d in deltas])
         pd = holm([d["p_difference"] for d in deltas])
+        tests = []
+        for i in idx:
+            ok = np.isfinite(delta_reps[:, i]) & np.isfinite(rel_reps[:, i])
+            tests.append((rel_reps if margin.relative else delta_reps)[ok, i])
+        smallest = holm_smallest_margins(tests, ns, alpha)
         for j, i in enumerate(idx):
             d = deltas[j]
             reps = delta_reps[:, i]
             rreps = rel_reps[:, i]
             ok = np.isfinite(reps) & np.isfinite(rreps)
-            test = (rreps if margin.relative else reps)[ok]
-            v = verdict(test, margin.value, alpha, p_equivalence=pe[j], p_difference=pd[j])
+            v = verdict(tests[j], margin.value, ns[j], alpha, p_equivalence=pe[j],
+                        p_difference=pd[j])  # fmt: skip
             bl = 1.0 - (1.0 - d["level"]) / m
-            blo, bhi = percentile_interval(reps[ok], bl)
-            brlo, brhi = percentile_interval(rreps[ok], bl)
+            blo, bhi = default_interval(reps[ok], bl, ns[j])
+            brlo, brhi = default_interval(rreps[ok], bl, ns[j])
+            # Holm's first step tests at α/m: the sample size for the verdict as it is adjusted
+            size = requests_for_margin(float(np.std(tests[j], ddof=1)), margin.value, ns[j],
+                                       alpha / m, POWER)  # fmt: skip
             d.update(
                 verdict=v.verdict,
                 p_equivalence_adj=pe[j],
                 p_difference_adj=pd[j],
                 tests_in_level=m,
+                smallest_equivalent_margin=smallest[j],
+                requests_for_margin=size.requests,
+                requests_for_margin_null_reason=size.null_reason,
                 bonferroni={"level": bl, "lo": blo, "hi": bhi, "rel_lo": brlo, "rel_hi": brhi},
             )

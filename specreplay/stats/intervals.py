@@ -2,10 +2,14 @@
 
 Given the bootstrap replicates θ*_1..θ*_B of a statistic θ (Δ = R_b − R_a or Δ/R_a) and its
 leave-one-request-out jackknife values, this module computes the percentile interval, the BCa
+interval, the default expanded percentile interval (Hesterberg 2015; :mod:`specreplay.stats.tdist`:
+the replicate quantiles at g_n(α/2) and 1 − g_n(α/2), n the requests in the cell, chosen by the
+calibration study of ``bench/calibration.py``, README "Calibration of the intervals"), the BCa
 interval (Efron & Tibshirani 1993, §14.3 and Eq. 15.36; the same construction as
 ``scipy.stats.bootstrap``: z0 from the mean percentile of θ̂ among the replicates, acceleration
 a = Σd³ / (6 (Σd²)^{3/2}) with d = mean(θ_(i)) − θ_(i), linear-interpolated quantiles), bootstrap
-p-values, Holm's step-down adjustment and the verdict of SPEC §3.4.
+p-values by inversion of the default interval, Holm's step-down adjustment, the verdict of
+SPEC §3.4, the smallest Holm-adjusted equivalent margin and the TOST sample size.
 
 A degenerate replicate distribution (all replicates equal, e.g. two identical runs) gives a
 zero-width percentile interval and a null BCa with its reason, and never a warning.
@@ -24,12 +28,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from specreplay.stats.multiple import holm as holm_adjust
+from specreplay.stats.tdist import expanded_tail, t_ppf, tail_p_value
 
 __all__ = [
+    "DEFAULT_METHOD",
     "BCa",
+    "SampleSize",
     "Verdict",
     "bca_interval",
+    "default_interval",
     "holm",
+    "holm_smallest_margins",
     "percentile_interval",
     "requests_for_margin",
     "tost_p",
@@ -40,6 +49,9 @@ __all__ = [
 _N01: Final = NormalDist()
 
 EQUIVALENT, DIFFERENT, INCONCLUSIVE = "EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"
+
+DEFAULT_METHOD: Final = "expanded-percentile"
+"""The ``method`` of the default interval (README "Calibration of the intervals")."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,22 @@ def percentile_interval(reps: NDArray[np.float64], level: float) -> tuple[float,
     """
     alpha = (1.0 - level) / 2.0
     lo, hi = np.quantile(reps, [alpha, 1.0 - alpha])
+    return float(lo), float(hi)
+
+
+def default_interval(reps: NDArray[np.float64], level: float, n: int) -> tuple[float, float]:
+    """Return the expanded percentile interval at ``level`` for a cell of ``n`` requests.
+
+    The replicate quantiles at g_n(α/2) and 1 − g_n(α/2), α = 1 − level
+    (:func:`specreplay.stats.tdist.expanded_tail`); the percentile interval when n < 2.
+
+    Examples
+    --------
+    >>> [round(x, 6) for x in default_interval(np.arange(101.0), 0.95, 20)]
+    [1.588083, 98.411917]
+    """
+    tail = expanded_tail((1.0 - level) / 2.0, n)
+    lo, hi = np.quantile(reps, [tail, 1.0 - tail])
     return float(lo), float(hi)
 
 
@@ -114,25 +142,26 @@ def bca_interval(
     return BCa(float(lo), float(hi), z0, a)
 
 
-def two_sided_p(reps: NDArray[np.float64]) -> float:
-    """Return the bootstrap two-sided p-value of θ = 0: 2·min(P*(θ ≤ 0), P*(θ ≥ 0)), at most 1.
+def two_sided_p(reps: NDArray[np.float64], n: int) -> float:
+    """Return the two-sided p-value of θ = 0 by inversion of the default interval, at most 1.
 
-    Consistent with the percentile interval: p < α iff the (1 − α) interval excludes 0 (up to
-    interpolation between replicates).
+    2·g_n⁻¹(min(P*(θ ≤ 0), P*(θ ≥ 0))): p < α iff the default (1 − α) interval of a cell of n
+    requests excludes 0 (up to interpolation between replicates).
     """
     b = reps.shape[0]
     le = np.count_nonzero(reps <= 0.0) / b
     ge = np.count_nonzero(reps >= 0.0) / b
-    return float(min(1.0, 2.0 * min(le, ge)))
+    return float(min(1.0, 2.0 * tail_p_value(min(le, ge), n)))
 
 
-def tost_p(reps: NDArray[np.float64], margin: float) -> float:
-    """Return the bootstrap TOST p-value of |θ| ≥ margin: max(P*(θ ≤ −m), P*(θ ≥ m)).
+def tost_p(reps: NDArray[np.float64], margin: float, n: int) -> float:
+    """Return the TOST p-value of |θ| ≥ margin: g_n⁻¹(max(P*(θ ≤ −m), P*(θ ≥ m))).
 
-    p < α iff the (1 − 2α) percentile interval lies inside (−m, m).
+    p < α iff the default (1 − 2α) interval of a cell of n requests lies inside (−m, m).
     """
     b = reps.shape[0]
-    return float(max(np.count_nonzero(reps <= -margin) / b, np.count_nonzero(reps >= margin) / b))
+    frac = max(np.count_nonzero(reps <= -margin) / b, np.count_nonzero(reps >= margin) / b)
+    return float(tail_p_value(frac, n))
 
 
 def holm(p: list[float]) -> list[float]:
@@ -163,19 +192,21 @@ class Verdict:
 def verdict(
     reps: NDArray[np.float64],
     margin: float,
+    n: int,
     alpha: float = 0.05,
     p_equivalence: float | None = None,
     p_difference: float | None = None,
 ) -> Verdict:
-    """Return the SPEC §3.4 verdict for replicates of θ and a margin.
+    """Return the SPEC §3.4 verdict for replicates of θ in a cell of ``n`` requests.
 
-    EQUIVALENT iff the (1 − 2α) interval lies inside (−m, m) (TOST p < α); otherwise DIFFERENT
-    iff the (1 − α) interval excludes 0 (p < α); otherwise INCONCLUSIVE. Adjusted p-values
-    (Holm) may be passed in place of the raw ones.
+    EQUIVALENT iff the default (1 − 2α) interval lies inside (−m, m) (TOST p < α); otherwise
+    DIFFERENT iff the (1 − α) interval excludes 0 (p < α); otherwise INCONCLUSIVE. Adjusted
+    p-values (Holm) may be passed in place of the raw ones; the smallest equivalent margin
+    returned here is the unadjusted one (:func:`holm_smallest_margins` gives the adjusted one).
     """
-    pe = tost_p(reps, margin) if p_equivalence is None else p_equivalence
-    pd = two_sided_p(reps) if p_difference is None else p_difference
-    lo90, hi90 = percentile_interval(reps, 1.0 - 2.0 * alpha)
+    pe = tost_p(reps, margin, n) if p_equivalence is None else p_equivalence
+    pd = two_sided_p(reps, n) if p_difference is None else p_difference
+    lo90, hi90 = default_interval(reps, 1.0 - 2.0 * alpha, n)
     smallest = max(abs(lo90), abs(hi90))
     if pe < alpha:
         v = EQUIVALENT
@@ -186,19 +217,79 @@ def verdict(
     return Verdict(v, pe, pd, smallest)
 
 
-def requests_for_margin(
-    point: float, se: float, margin: float, n_requests: int, alpha: float = 0.05
-) -> int | None:
-    """Return the requests needed for the (1 − 2α) interval to fit inside ±margin.
+def holm_smallest_margins(
+    reps: list[NDArray[np.float64]], ns: list[int], alpha: float = 0.05
+) -> list[float]:
+    """Return, per delta of one Holm family, the smallest margin its verdict would be EQUIVALENT at.
 
-    At the observed per-request variance the half-width scales as 1/√n, so the interval
-    |θ̂| ± z_{1−α}·se·√(n/n') fits when n' ≥ n·(z·se / (m − |θ̂|))². None when |θ̂| ≥ m (no
-    sample size makes the observed delta equivalent).
+    With one margin m for the whole family (as ``--margin`` is), every TOST p-value is
+    non-increasing in m and Holm's adjusted p-values are non-decreasing in each raw one, so the
+    adjusted p of delta j is non-increasing in m: the smallest m with ``p_adj_j(m) < α`` is
+    found by bisection (to 1e-9 relative). It lies, up to one replicate spacing (the p-values
+    count replicates, the interval interpolates between them), between the unadjusted figure
+    (the default (1 − 2α) interval's largest |bound|) and the Bonferroni one (the (1 − 2α/k)
+    interval's, k deltas in the family).
     """
-    gap = margin - abs(point)
-    if gap <= 0.0:
-        return None
+    k = len(reps)
+    out = []
+    for j in range(k):
+        lo = max(abs(x) for x in default_interval(reps[j], 1.0 - 2.0 * alpha, ns[j]))
+        hi = max(abs(x) for x in default_interval(reps[j], 1.0 - 2.0 * alpha / k, ns[j]))
+        lo, hi = lo * (1 - 1e-12), hi * (1 + 1e-12) + 1e-300
+
+        def adj(m: float, j: int = j) -> float:
+            return holm([tost_p(r, m, n) for r, n in zip(reps, ns, strict=True)])[j]
+
+        if adj(hi) >= alpha:  # replicate ties at the bound: widen until EQUIVALENT
+            while adj(hi) >= alpha and hi < 1e300:
+                hi *= 2.0
+        # bisection to 1e-9 relative (a degenerate family, all replicates 0, stops at ~1e-300)
+        for _ in range(200):
+            if hi - lo <= 1e-9 * hi:
+                break
+            mid = 0.5 * (lo + hi)
+            if adj(mid) < alpha:
+                hi = mid
+            else:
+                lo = mid
+        out.append(hi)
+    return out
+
+
+@dataclass(frozen=True)
+class SampleSize:
+    """Requests for the EQUIVALENT verdict with the stated power, or None and the reason."""
+
+    requests: int | None
+    null_reason: str | None = None
+
+
+def requests_for_margin(
+    se: float, margin: float, n_requests: int, alpha: float = 0.05, power: float = 0.8
+) -> SampleSize:
+    """Return the requests giving the EQUIVALENT verdict with ``power`` if the true θ were 0.
+
+    A stated power calculation for the TOST (Chow, Shao & Wang 2008, *Sample Size Calculations
+    in Clinical Research*, §3.2.3): at the observed per-request SD s = se·√n and a true θ = 0,
+    the TOST at level α rejects both one-sided nulls with probability ≈ 2Φ(m√n'/s − q) − 1,
+    q the one-sided (1 − α) quantile of the default interval (z_{1−α} expanded to
+    √(n'/(n'−1))·t_{n'−1}); so n' = (s (q + z_{(1+power)/2}) / m)², iterated to a fixed point in
+    q. ``alpha`` is the test level the verdict uses (α/k for Holm's first step of k deltas).
+    """
+    if not math.isfinite(se) or margin <= 0.0:
+        return SampleSize(None, "no finite standard error")
     if se == 0.0:
-        return 1
+        return SampleSize(
+            None, "zero variance (every replicate equal): the verdict does not depend on n"
+        )
+    sd = se * math.sqrt(n_requests)
+    zb = _N01.inv_cdf(0.5 + power / 2.0)
     z = _N01.inv_cdf(1.0 - alpha)
-    return max(1, math.ceil(n_requests * (z * se / gap) ** 2))
+    need = max(2, math.ceil((sd * (z + zb) / margin) ** 2))
+    for _ in range(50):
+        q = math.sqrt(need / (need - 1)) * t_ppf(1.0 - alpha, need - 1)  # = −Φ⁻¹(g_n'(α))
+        nxt = max(2, math.ceil((sd * (q + zb) / margin) ** 2))
+        if nxt == need:
+            break
+        need = nxt
+    return SampleSize(need)
