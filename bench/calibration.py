@@ -286,22 +286,26 @@ def study(
     return res
 
 
-def production_check(n: int, n_sets: int, n_boot: int, seed: int) -> tuple[float, float, int]:
-    """Coverage of the package's default 95% interval of family cells of n requests (skewed).
+def production_check(
+    n: int, n_sets: int, n_boot: int, seed: int, setting: str = "skewed"
+) -> tuple[float, float, int]:
+    """Coverage of the package's default 95% interval of family cells of n requests.
 
     Each dataset is one family of a single :class:`PairedSums` (stratified by family, so every
-    family is resampled on its own, as a family cell is); replicates come from the package's
-    :func:`bootstrap_sums`, the interval from :func:`specreplay.stats.intervals.default_interval`.
+    family is resampled on its own, as a family cell is); the replicates, their moments and the
+    studentized interval come from the package (:func:`bootstrap_sums`,
+    :func:`bootstrap_moments`, :func:`specreplay.stats.studentized.cell_standard_errors`), as
+    ``compare`` computes a family cell's ``lo``/``hi``.
     """
-    from specreplay.stats.bootstrap import PairedSums, bootstrap_sums
-    from specreplay.stats.intervals import default_interval
+    from specreplay.stats.bootstrap import PairedSums, bootstrap_moments, bootstrap_sums
+    from specreplay.stats.studentized import Studentized, cell_standard_errors
 
     rng = np.random.default_rng([seed, n, 2])
     hits = total = 0
     chunk = 1000
     for start in range(0, n_sets, chunk):
         m = min(chunk, n_sets - start)
-        data = datasets("skewed", None, m, n, rng).reshape(m * n, 4)
+        data = datasets(setting, None, m, n, rng).reshape(m * n, 4)
         k = m * n
         ps = PairedSums(
             request_ids=tuple(f"r{i}" for i in range(k)),
@@ -312,9 +316,13 @@ def production_check(n: int, n_sets: int, n_boot: int, seed: int) -> tuple[float
             buckets=("all",),
         )  # fmt: skip
         s = bootstrap_sums(ps, n_boot=n_boot, seed=seed + start, stratify="family")[:, :, 0]
+        mom = bootstrap_moments(ps, n_boot=n_boot, seed=seed + start, stratify="family")
         reps = s[..., 3] / s[..., 2] - s[..., 1] / s[..., 0]  # (B, m)
+        pts = data.reshape(m, n, 4).sum(axis=1)
         for f in range(m):
-            lo, hi = default_interval(reps[:, f], 0.95, n)
+            (se, se_reps), _ = cell_standard_errors(mom, (f,), (0,), pts[f], s[:, f])
+            theta = pts[f, 3] / pts[f, 2] - pts[f, 1] / pts[f, 0]
+            lo, hi = Studentized.of(theta, se, reps[:, f], se_reps).interval(0.95)
             hits += lo <= DELTA_SKEWED <= hi
             total += 1
     c = hits / total
@@ -360,9 +368,12 @@ def main() -> None:
                 print(f"| {setting} | n={n} | B={b} | {level} | {scale} | " + " | ".join(cells)
                       + f" | {dt:.0f}s")  # fmt: skip
     if args.production:
-        c, mc, total = production_check(20, args.datasets, args.n_boot, args.seed)
-        print(f"production: skewed family cells of 20 requests, default 95% interval, B="
-              f"{args.n_boot}: coverage {c:.4f} ± {mc:.4f} over {total} intervals")  # fmt: skip
+        for setting in ("skewed", "heavy"):
+            for n in sizes:
+                c, mc, total = production_check(n, args.datasets, args.n_boot, args.seed, setting)
+                print(f"production: {setting} family cells of {n} requests, default 95% interval,"
+                      f" B={args.n_boot}: coverage {c:.4f} ± {mc:.4f} over {total} intervals",
+                      flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

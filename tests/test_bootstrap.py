@@ -10,6 +10,7 @@ import numba
 import numpy as np
 import pytest
 from scipy import stats
+from studentized_ref import hand_studentized
 from typer.testing import CliRunner
 
 from specreplay.cli import app
@@ -19,12 +20,13 @@ from specreplay.stats.bootstrap import PairedSums, bootstrap_sums
 from specreplay.stats.buckets import Buckets
 from specreplay.stats.compare import compare, parse_margin
 from specreplay.stats.intervals import (
+    expanded_interval,
     holm,
     requests_for_margin,
-    tost_p,
     verdict,
 )
 from specreplay.stats.pairing import pair_arms
+from specreplay.stats.studentized import Studentized
 from specreplay.stats.tdist import expanded_tail, t_ppf
 
 DATA = Path(__file__).parent / "data"
@@ -85,8 +87,9 @@ def test_percentile_and_bca_agree_with_scipy() -> None:
     comp = compare(ps, arm_a="a", arm_b="b", n_boot=n_boot, stratify="none", seed=11)
     d = comp.cells[0]["deltas"][0]
     args = (ps.n_a, ps.t_a, ps.n_b, ps.t_b)
-    # the default (expanded percentile) interval is scipy's percentile interval at the level
-    # 1 − 2·g_n(0.025), n = 300 requests (Hesterberg 2015)
+    # the expanded percentile interval is scipy's percentile interval at the level
+    # 1 − 2·g_n(0.025), n = 300 requests (Hesterberg 2015); the default (studentized) interval
+    # is checked against a hand computation in tests/test_studentized.py
     tail = expanded_tail(0.025, 300)
     ref = {
         m: stats.bootstrap(args, _stat, paired=True, vectorized=True, n_resamples=n_boot,
@@ -94,12 +97,13 @@ def test_percentile_and_bca_agree_with_scipy() -> None:
                            confidence_level=lvl).confidence_interval
         for m, lvl in (("percentile", 1 - 2 * tail), ("BCa", 0.95))
     }  # fmt: skip
-    assert d["method"] == "expanded-percentile"
+    assert d["method"] == "studentized"
     sigma = float(np.std(comp.delta_reps[:, 0], ddof=1))
+    lo_x, hi_x = expanded_interval(comp.delta_reps[:, 0], 0.95, 300)
     # two independent estimates of the same quantile: SE of the difference is sqrt(2) * SE_q;
     # k = 4.5 makes a false failure ~7e-6 per endpoint
-    for p, ours, theirs in ((tail, d["lo"], ref["percentile"].low),
-                            (1 - tail, d["hi"], ref["percentile"].high)):  # fmt: skip
+    for p, ours, theirs in ((tail, lo_x, ref["percentile"].low),
+                            (1 - tail, hi_x, ref["percentile"].high)):  # fmt: skip
         assert abs(ours - theirs) < 4.5 * math.sqrt(2) * _quantile_se(sigma, p, n_boot)
     z0, a = d["bca"]["z0"], d["bca"]["acceleration"]
     for zq, ours, theirs in ((-1.959964, d["bca"]["lo"], ref["BCa"].low),
@@ -234,12 +238,13 @@ CATEGORIES = (
     *("reasoning", "roleplay", "stem", "writing"),
 )
 MEDUSA_VERDICTS = {
-    # humanities, stem: raw p_difference 0.038, 0.037; Holm-adjusted 0.30 (raw: DIFFERENT)
+    # studentized: humanities, stem raw p_difference 0.075, 0.093 (no raw DIFFERENT left)
     "0.5%": dict.fromkeys(CATEGORIES, "INCONCLUSIVE"),
-    # coding, humanities, roleplay, writing: raw p_equivalence 0.014, 0.047, 0.035, 0.024;
-    # adjusted 0.098, 0.19, 0.17, 0.14 (raw: EQUIVALENT)
-    "8%": {**dict.fromkeys(CATEGORIES, "INCONCLUSIVE"), "reasoning": "EQUIVALENT"},
+    # coding, roleplay, stem: raw p_equivalence 0.031, 0.033, 0.041; Holm-adjusted 0.25
+    # (raw: EQUIVALENT)
+    "8%": dict.fromkeys(CATEGORIES, "INCONCLUSIVE"),
 }
+RAW_CHANGES = {"0.5%": 0, "8%": 3}  # verdicts the raw p-values would get wrong
 
 
 @pytest.mark.parametrize("margin", list(MEDUSA_VERDICTS))
@@ -264,7 +269,7 @@ def test_medusa_category_verdicts_use_holm_adjusted_p_values(margin: str) -> Non
                   "DIFFERENT" if d["p_difference"] < 0.05 else "INCONCLUSIVE")  # fmt: skip
         assert d["verdict"] == expected == by_adj, c["family"]
         raw_changes += by_raw != expected
-    assert raw_changes >= 2
+    assert raw_changes == RAW_CHANGES[margin]
 
 
 def test_identical_runs_are_equivalent_with_zero_width_and_null_bca(tmp_path: Path) -> None:
@@ -337,29 +342,31 @@ def test_resampling_counts_are_multinomial() -> None:
 
 
 def test_verdicts_follow_spec_definitions() -> None:
-    # n = 1: no small-sample expansion (g_1 is the identity), so the quantiles are exact
-    z = np.linspace(-1, 1, 10_001)  # symmetric, quantiles known exactly
-    assert verdict(0.001 * z, margin=0.002, n=1).verdict == "EQUIVALENT"
-    assert verdict(0.01 + 0.001 * z, margin=0.002, n=1).verdict == "DIFFERENT"
-    assert verdict(0.003 * z, margin=0.002, n=1).verdict == "INCONCLUSIVE"
-    v = verdict(0.001 * z, margin=0.002, n=1)
+    # t* = z symmetric on [−1, 1] (exact linear quantiles); SE 0.001: the 90% interval is
+    # θ̂ ± 0.0009, the 95% one θ̂ ± 0.00095
+    z = np.linspace(-1, 1, 10_001)
+    assert verdict(Studentized(0.0, 0.001, z), margin=0.002).verdict == "EQUIVALENT"
+    assert verdict(Studentized(0.01, 0.001, z), margin=0.002).verdict == "DIFFERENT"
+    assert verdict(Studentized(0.0, 0.003, z), margin=0.002).verdict == "INCONCLUSIVE"
+    v = verdict(Studentized(0.0, 0.001, z), margin=0.002)
     assert v.smallest_equivalent_margin == pytest.approx(0.0009, abs=1e-9)
 
 
 def test_equivalent_wins_over_different() -> None:
     """A Δ both EQUIVALENT and DIFFERENT by its intervals is EQUIVALENT (SPEC §3.4 tests the 90%
-    interval against ±m first). Replicates 0.0015 + 0.001·z, z = −1, −0.9998, …, 1 (exact
+    interval against ±m first). θ̂ = 0.0015, SE = 0.001, t* = z, z = −1, −0.9998, …, 1 (exact
     linear quantiles): 90% interval [0.0006, 0.0024] inside ±0.0025, 95% interval
     [0.00055, 0.00245] excluding 0."""
     z = np.linspace(-1, 1, 10_001)
-    reps = 0.0015 + 0.001 * z
-    v = verdict(reps, margin=0.0025, n=1)  # n = 1: no expansion, exact quantiles
+    test = Studentized(0.0015, 0.001, z)
+    v = verdict(test, margin=0.0025)
     assert v.verdict == "EQUIVALENT"
-    assert v.p_difference == 0.0  # no replicate ≤ 0
-    assert v.p_equivalence == 1 / 10_001  # only z = 1 reaches +m
+    assert v.p_difference == 0.0  # no t* ≥ θ̂/SE = 1.5
+    assert v.p_equivalence == 1 / 10_001  # only z = −1 reaches (θ̂ − m)/SE = −1
     assert v.smallest_equivalent_margin == pytest.approx(0.0024, abs=1e-12)
+    assert test.interval(0.95) == pytest.approx((0.00055, 0.00245), abs=1e-15)
     # the same replicates with a margin the 90% interval does not fit: DIFFERENT
-    assert verdict(reps, margin=0.002, n=1).verdict == "DIFFERENT"
+    assert verdict(test, margin=0.002).verdict == "DIFFERENT"
 
 
 def _linear_quantile(x: np.ndarray, p: float) -> float:
@@ -381,27 +388,26 @@ def test_tost_interval_and_smallest_margin_are_at_one_minus_two_alpha(
     m = parse_margin(margin)
     comp = compare(ps, arm_a="a", arm_b="b", n_boot=2000, seed=1, margin=m, alpha=alpha)
     d = comp.cells[0]["deltas"][0]
-    test = (comp.rel_reps if m.relative else comp.delta_reps)[:, 0]
-    # the default interval reads the replicate quantiles at g_80(α) (expanded percentile)
-    g = expanded_tail(alpha, 80)
-    lo, hi = _linear_quantile(test, g), _linear_quantile(test, 1 - g)
+    theta, se, t = hand_studentized(ps, n_boot=2000, seed=1, stratify="family",
+                                    fam_idx=(0,), bucket_idx=(0,), rel=m.relative)  # fmt: skip
+    # the TOST interval is the studentized one at 1 − 2α: θ̂ − q_{1−α}(t*)·SE, θ̂ − q_α(t*)·SE
+    lo, hi = theta - _linear_quantile(t, 1 - alpha) * se, theta - _linear_quantile(t, alpha) * se
     assert d["tost"]["level"] == pytest.approx(tost_level, abs=1e-15)
-    # the same interpolation in another arithmetic order: equal to a few ulps
-    assert (d["tost"]["lo"], d["tost"]["hi"]) == pytest.approx((lo, hi), rel=1e-12)
+    assert (d["tost"]["lo"], d["tost"]["hi"]) == pytest.approx((lo, hi), rel=1e-6)
     # the pooled cell is a Holm family of one: the smallest margin is where the TOST p-value
     # (counting replicates) crosses α, so within one replicate spacing of the interval's bound
     sm = d["smallest_equivalent_margin"]
-    srt = np.sort(np.abs(test))
-    gap = float(
-        np.max(np.diff(srt[np.searchsorted(srt, 0.9 * sm) : np.searchsorted(srt, 1.1 * sm)]))
-    )
+    st = Studentized(theta, se, t)
+    assert st.p_equivalence(sm * (1 + 1e-6)) < alpha <= st.p_equivalence(sm * (1 - 1e-6))
+    bounds = np.sort(np.abs(theta - t * se))
+    gap = float(np.max(np.diff(bounds[np.searchsorted(bounds, 0.9 * sm):
+                                      np.searchsorted(bounds, 1.1 * sm)])))  # fmt: skip
     assert abs(sm - max(abs(lo), abs(hi))) <= 2 * gap
-    assert tost_p(test, sm * (1 + 1e-8), 80) < alpha <= tost_p(test, sm * (1 - 1e-8), 80)
-    # the interval printed beside it stays at the 95% level
-    reps = comp.delta_reps[:, 0]
-    g95 = expanded_tail(0.025, 80)
-    p95 = (_linear_quantile(reps, g95), _linear_quantile(reps, 1 - g95))
-    assert (d["lo"], d["hi"]) == pytest.approx(p95, rel=1e-12)
+    # the interval printed beside it stays at the 95% level (of Δ)
+    th_d, se_d, t_d = hand_studentized(ps, n_boot=2000, seed=1, stratify="family",
+                                       fam_idx=(0,), bucket_idx=(0,))  # fmt: skip
+    p95 = (th_d - _linear_quantile(t_d, 0.975) * se_d, th_d - _linear_quantile(t_d, 0.025) * se_d)
+    assert (d["lo"], d["hi"]) == pytest.approx(p95, rel=1e-6)
 
 
 def test_holm_matches_hand_computation() -> None:
@@ -443,8 +449,11 @@ def test_smallest_margin_is_the_holm_adjusted_one() -> None:
     fam = [comp.cells[i]["deltas"][0] for i in idx]
     for i, d in zip(idx, fam, strict=True):
         assert d["smallest_equivalent_margin"] >= max(abs(d["tost"]["lo"]), abs(d["tost"]["hi"]))
-        # the sample size is for the verdict as adjusted: Holm's first step tests at α/4
-        se = float(np.std(comp.delta_reps[:, i], ddof=1))
+        # the sample size is for the verdict as adjusted: Holm's first step tests at α/4, with
+        # the cell's (studentized) SE
+        cell = comp.layout[i]
+        _, se, _ = hand_studentized(ps, n_boot=2000, seed=2, stratify="family",
+                                    fam_idx=cell.fam_idx, bucket_idx=cell.bucket_idx)  # fmt: skip
         n = comp.cells[i]["n_requests"]
         assert d["requests_for_margin"] == requests_for_margin(se, 0.02, n, 0.05 / 4).requests
     m_star = max(d["smallest_equivalent_margin"] for d in fam) * (1 + 1e-6)

@@ -92,7 +92,11 @@ def test_pooled_delta_is_analytic_minus_importance_with_a_paired_interval(
         assert d.lo is not None and d.hi is not None
         assert d.lo <= d.point <= d.hi
         paired, unpaired = _independent_widths(plain, imp, arm)
-        width = d.hi - d.lo
+        # the replicates are paired: their BCa width (a replicate-quantile interval, like the
+        # independent one) matches a paired bootstrap, not an unpaired one; the default
+        # (studentized) interval is checked against a hand computation in test_studentized.py
+        assert d.bca is not None and d.bca.lo is not None and d.bca.hi is not None
+        width = d.bca.hi - d.bca.lo
         assert width == pytest.approx(paired, rel=0.2)  # an independent paired bootstrap
         assert abs(width - unpaired) > 0.2 * unpaired  # not an unpaired combination
     text = requalify_tables(result)

@@ -27,7 +27,14 @@ from numpy.typing import NDArray
 
 from specreplay.sim.rng import STREAM_BOOTSTRAP, stream_bits, uniform_bits
 
-__all__ = ["PairedSums", "bootstrap_sums", "point_sums"]
+__all__ = [
+    "N_MOMENTS",
+    "Moments",
+    "PairedSums",
+    "bootstrap_moments",
+    "bootstrap_sums",
+    "point_sums",
+]
 
 
 @dataclass(frozen=True)
@@ -237,6 +244,8 @@ class _Layout:
     piece_vals: NDArray[np.float64]
     identity: bool
     n_cells: int
+    member_family: NDArray[np.int64]  # family code of each member
+    member_vals: NDArray[np.float64]  # (4, n): each member's totals over its pieces
 
 
 def _layout(ps: PairedSums, stratify: str) -> _Layout:
@@ -265,6 +274,9 @@ def _layout(ps: PairedSums, stratify: str) -> _Layout:
     cell_start = np.zeros(n_cells + 1, dtype=np.int64)
     np.cumsum(np.bincount(cell, minlength=n_cells), out=cell_start[1:])
     vals = np.stack([ps.n_a, ps.t_a, ps.n_b, ps.t_b])[:, porder].astype(np.float64)
+    totals = np.zeros((4, n))
+    for v, arr in enumerate((ps.n_a, ps.t_a, ps.n_b, ps.t_b)):
+        totals[v] = np.bincount(pm, weights=arr, minlength=n)
     return _Layout(
         member_request=member_request,
         strat_start=strat_start,
@@ -273,6 +285,8 @@ def _layout(ps: PairedSums, stratify: str) -> _Layout:
         piece_vals=np.ascontiguousarray(vals),
         identity=bool(np.array_equal(pm[porder], np.arange(pm.shape[0]))),
         n_cells=n_cells,
+        member_family=ps.family[member_request].astype(np.int64),
+        member_vals=np.ascontiguousarray(totals),
     )
 
 
@@ -304,6 +318,152 @@ def bootstrap_sums(
         out,
     )
     return out.reshape(n_boot, len(ps.families), len(ps.buckets), 4)
+
+
+N_MOMENTS = 14
+"""Per piece or request z = (n_a, n_b − n_a, e_a, d): its 4 values, then the 10 products z_u·z_v,
+u ≤ v (row-major), where e_a = t_a − c·n_a and d = (t_b − t_a) − c·(n_b − n_a) for one constant c
+(the pooled R_a): residual coordinates in which the linearised variance of Δ has no cancelling
+terms when the arms are nearly equal (:mod:`specreplay.stats.studentized`)."""
+
+
+@njit(inline="always", cache=True, fastmath={"reassoc", "contract"})
+def _add_moments(
+    z0: float, z1: float, z2: float, z3: float, w: float, acc: NDArray[np.float64]
+) -> None:
+    acc[0] += w * z0
+    acc[1] += w * z1
+    acc[2] += w * z2
+    acc[3] += w * z3
+    acc[4] += w * z0 * z0
+    acc[5] += w * z0 * z1
+    acc[6] += w * z0 * z2
+    acc[7] += w * z0 * z3
+    acc[8] += w * z1 * z1
+    acc[9] += w * z1 * z2
+    acc[10] += w * z1 * z3
+    acc[11] += w * z2 * z2
+    acc[12] += w * z2 * z3
+    acc[13] += w * z3 * z3
+
+
+@njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
+def _moment_kernel(
+    seed: np.uint64,
+    n_boot: int,
+    strat_start: NDArray[np.int64],
+    cell_start: NDArray[np.int64],
+    piece_member: NDArray[np.uint64],
+    piece_z: NDArray[np.float64],
+    member_family: NDArray[np.int64],
+    member_z: NDArray[np.float64],
+    piece_out: NDArray[np.float64],
+    total_out: NDArray[np.float64],
+) -> None:
+    """Fill the count-weighted moments of replicate b (the draws of :func:`_boot_kernel`).
+
+    ``piece_out[b, c, :]`` = Σ w_i (z, z z^T) over the pieces of finest cell c and
+    ``total_out[b, f, :]`` the same over the requests of family f with their totals z
+    (:data:`N_MOMENTS` values each); w_i the request's count in replicate b.
+    """
+    n_members = strat_start[strat_start.shape[0] - 1]
+    n_chunks = min(n_boot, 64)
+    for ch in prange(n_chunks):
+        cnt = np.empty(n_members, np.int32)
+        for b in range(ch, n_boot, n_chunks):
+            _count_draws(seed, b, strat_start, cnt)
+            piece_out[b] = 0.0
+            total_out[b] = 0.0
+            for c in range(cell_start.shape[0] - 1):
+                acc = piece_out[b, c]
+                for k in range(cell_start[c], cell_start[c + 1]):
+                    w = float(cnt[piece_member[k]])
+                    if w > 0.0:
+                        _add_moments(piece_z[0, k], piece_z[1, k], piece_z[2, k], piece_z[3, k],
+                                     w, acc)  # fmt: skip
+            for m in range(n_members):
+                w = float(cnt[m])
+                if w > 0.0:
+                    _add_moments(member_z[0, m], member_z[1, m], member_z[2, m], member_z[3, m],
+                                 w, total_out[b, member_family[m]])  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Moments of the resampled pieces and request totals in residual coordinates z.
+
+    Attributes
+    ----------
+    center : float
+        c of z (:data:`N_MOMENTS`): the pooled R_a of the observed sample.
+    piece : float64, (B, n_families, n_buckets, 14)
+        Per replicate and finest cell, Σ w (z, z z^T) over its pieces.
+    total : float64, (B, n_families, 14)
+        Per replicate and family, Σ w (z, z z^T) over its requests' totals.
+    piece_point, total_point : float64, (n_families, n_buckets, 14) and (n_families, 14)
+        The same with every weight 1 (the observed sample).
+    stratum_size : int64, (S,)
+        Requests per resampling stratum (the families, or one stratum for ``--stratify none``).
+    stratified : bool
+        Whether the strata are the families.
+    """
+
+    center: float
+    piece: NDArray[np.float64]
+    total: NDArray[np.float64]
+    piece_point: NDArray[np.float64]
+    total_point: NDArray[np.float64]
+    stratum_size: NDArray[np.int64]
+    stratified: bool
+
+
+def _residuals(x: NDArray[np.float64], c: float) -> NDArray[np.float64]:
+    """Return z = (n_a, n_b − n_a, t_a − c n_a, (t_b − t_a) − c (n_b − n_a)) of rows x.
+
+    ``x`` holds (n_a, t_a, n_b, t_b) in its rows.
+    """
+    return np.ascontiguousarray(
+        np.stack([x[0], x[2] - x[0], x[1] - c * x[0], (x[3] - x[1]) - c * (x[2] - x[0])])
+    )
+
+
+def _point_moments(z: NDArray[np.float64], group: NDArray[np.int64], n: int) -> NDArray[np.float64]:
+    out = np.zeros((n, N_MOMENTS))
+    for u in range(4):
+        out[:, u] = np.bincount(group, weights=z[u], minlength=n)
+    j = 4
+    for u in range(4):
+        for v in range(u, 4):
+            out[:, j] = np.bincount(group, weights=z[u] * z[v], minlength=n)
+            j += 1
+    return out
+
+
+def bootstrap_moments(
+    ps: PairedSums, *, n_boot: int, seed: int, stratify: str = "family"
+) -> Moments:
+    """Return the moments of the replicates :func:`bootstrap_sums` draws (same seed, same draws)."""
+    lay = _layout(ps, stratify)
+    nf, nb = len(ps.families), len(ps.buckets)
+    total_na = float(lay.member_vals[0].sum())
+    c = float(lay.member_vals[1].sum()) / total_na if total_na > 0 else 0.0
+    piece_z, member_z = _residuals(lay.piece_vals, c), _residuals(lay.member_vals, c)
+    piece = np.empty((n_boot, lay.n_cells, N_MOMENTS))
+    total = np.empty((n_boot, nf, N_MOMENTS))
+    _moment_kernel(
+        np.uint64(seed), n_boot, lay.strat_start, lay.cell_start, lay.piece_member, piece_z,
+        lay.member_family, member_z, piece, total,
+    )  # fmt: skip
+    cell = np.repeat(np.arange(lay.n_cells), np.diff(lay.cell_start))
+    return Moments(
+        center=c,
+        piece=piece.reshape(n_boot, nf, nb, N_MOMENTS),
+        total=total,
+        piece_point=_point_moments(piece_z, cell, lay.n_cells).reshape(nf, nb, N_MOMENTS),
+        total_point=_point_moments(member_z, lay.member_family, nf),
+        stratum_size=np.diff(lay.strat_start),
+        stratified=stratify == "family",
+    )
 
 
 def point_sums(ps: PairedSums) -> NDArray[np.float64]:

@@ -2,8 +2,9 @@
 
 Cells are pooled, per family, per context bucket and per family × bucket, all domain estimates
 from the same resampled requests. Per cell and delta: the point Δ = R_b − R_a and Δ/R_a; the
-default interval (``method`` ``expanded-percentile``: :func:`default_interval`, n = the cell's
-requests, chosen by the calibration study, README "Calibration of the intervals") and BCa
+default interval (``method`` ``studentized``: the bootstrap-t of
+:mod:`specreplay.stats.studentized`, chosen by the calibration study, README "Calibration of the
+intervals") and BCa
 (jackknife over requests from leave-one-out sums); the (1 − 2α) default interval used by the
 equivalence test (TOST); p-values by inversion of the default interval; Bonferroni intervals at
 1 − α/m and Holm-adjusted p-values, m being the number of cells of the same level with a delta
@@ -26,23 +27,27 @@ import numpy as np
 from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
-from specreplay.stats.bootstrap import PairedSums, bootstrap_sums, point_sums
+from specreplay.stats.bootstrap import (
+    Moments,
+    PairedSums,
+    bootstrap_moments,
+    bootstrap_sums,
+    point_sums,
+)
 from specreplay.stats.cells import Cell, cell_layout
 from specreplay.stats.intervals import (
     DEFAULT_METHOD,
     bca_interval,
-    default_interval,
     holm,
     holm_smallest_margins,
     requests_for_margin,
-    tost_p,
-    two_sided_p,
     verdict,
 )
+from specreplay.stats.studentized import Studentized, cell_standard_errors
 
 __all__ = ["Cell", "Comparison", "Margin", "compare", "parse_margin"]
 
-UNDERCOVER_REQUESTS: Final[int] = 50
+UNDERCOVER_REQUESTS: Final[int] = 20
 """Cells with fewer requests carry the warning "bootstrap may undercover" (calibration study)."""
 POWER: Final[float] = 0.8
 """Power of the ``requests_for_margin`` calculation."""
@@ -122,9 +127,10 @@ def _cell_stats(
     ps: PairedSums,
     point: NDArray[np.float64],
     reps_sums: NDArray[np.float64],
+    mom: Moments,
     cell: Cell,
 ) -> tuple[dict[str, Any], NDArray[np.float64], NDArray[np.float64]]:
-    """Point sums, R per arm, replicates of Δ and Δ/R_a and jackknife values of one cell."""
+    """Point sums, R per arm, replicates of Δ and Δ/R_a, their SEs and jackknife values."""
     n_boot = reps_sums.shape[0]
     n_req = ps.n_requests
     fam_of_piece = ps.family[ps.piece_request].astype(np.int64)
@@ -155,6 +161,10 @@ def _cell_stats(
         "jack_delta": loo_b - loo_a,
         "jack_rel": loo_b / loo_a - 1.0,
     }
+    if na > 0 and nb_ > 0:
+        raw["se_delta"], raw["se_rel"] = cell_standard_errors(
+            mom, cell.fam_idx, cell.bucket_idx, sel, reps
+        )
     return raw, rb_reps - ra_reps, rb_reps / ra_reps - 1.0
 
 
@@ -196,6 +206,7 @@ def compare(
     """
     margin = margin or parse_margin("0.5%")
     reps_sums = bootstrap_sums(ps, n_boot=n_boot, seed=seed, stratify=stratify)
+    mom = bootstrap_moments(ps, n_boot=n_boot, seed=seed, stratify=stratify)
     point = point_sums(ps)
     present = {int(b) for b in np.unique(ps.piece_bucket)}
     layout = _layout(ps, present)
@@ -203,7 +214,7 @@ def compare(
     rel_reps = np.full((n_boot, len(layout)), np.nan)
     raw: list[dict[str, Any]] = []
     for ci, cell in enumerate(layout):
-        r, delta_reps[:, ci], rel_reps[:, ci] = _cell_stats(ps, point, reps_sums, cell)
+        r, delta_reps[:, ci], rel_reps[:, ci] = _cell_stats(ps, point, reps_sums, mom, cell)
         raw.append(r)
     cells = [
         _cell_json(
@@ -222,7 +233,8 @@ def compare(
         )
         for i, r in enumerate(raw)
     ]
-    _adjust(cells, delta_reps, rel_reps, margin, alpha)
+    tests = [_tests(r, delta_reps[:, i], rel_reps[:, i]) for i, r in enumerate(raw)]
+    _adjust(cells, tests, margin, alpha)
     return Comparison(cells=cells, layout=layout, delta_reps=delta_reps, rel_reps=rel_reps)
 
 
@@ -330,6 +342,20 @@ def _null_reason(
     return None
 
 
+def _tests(
+    r: dict[str, Any], d_reps: NDArray[np.float64], rel_reps: NDArray[np.float64]
+) -> tuple[Studentized, Studentized] | None:
+    """Return the studentized replicates of Δ and Δ/R_a of a cell (None without a delta)."""
+    if r["ra"] is None or r["rb"] is None:
+        return None
+    ok = np.isfinite(d_reps) & np.isfinite(rel_reps)
+    (se_d, se_d_reps), (se_r, se_r_reps) = r["se_delta"], r["se_rel"]
+    return (
+        Studentized.of(r["rb"] - r["ra"], se_d, d_reps[ok], se_d_reps[ok]),
+        Studentized.of(r["rb"] / r["ra"] - 1.0, se_r, rel_reps[ok], se_r_reps[ok]),
+    )
+
+
 def _delta_figures(
     r: dict[str, Any],
     d_reps: NDArray[np.float64],
@@ -339,21 +365,21 @@ def _delta_figures(
     margin: Margin,
     alpha: float,
 ) -> dict[str, Any]:
-    """Point, default and BCa intervals, TOST interval and p-values of one delta."""
+    """Point, default (studentized) and BCa intervals, TOST interval and p-values of a delta."""
     ok = np.isfinite(d_reps) & np.isfinite(rel_reps)
     d, rel = d_reps[ok], rel_reps[ok]
-    k = r["n_requests"]
-    point = r["rb"] - r["ra"]
-    rel_point = r["rb"] / r["ra"] - 1.0
-    lo, hi = default_interval(d, level, k)
-    rlo, rhi = default_interval(rel, level, k)
-    bca_d = bca_interval(d, point, r["jack_delta"], level)
-    bca_r = bca_interval(rel, rel_point, r["jack_rel"], level)
-    test = rel if margin.relative else d
-    lo90, hi90 = default_interval(test, 1.0 - 2.0 * alpha, k)
+    tests = _tests(r, d_reps, rel_reps)
+    assert tests is not None  # a cell with a delta has rounds of both arms
+    st_d, st_r = tests
+    lo, hi = st_d.interval(level)
+    rlo, rhi = st_r.interval(level)
+    bca_d = bca_interval(d, st_d.theta, r["jack_delta"], level)
+    bca_r = bca_interval(rel, st_r.theta, r["jack_rel"], level)
+    test = st_r if margin.relative else st_d
+    lo90, hi90 = test.interval(1.0 - 2.0 * alpha)
     return {
-        "point": point,
-        "rel": rel_point,
+        "point": st_d.theta,
+        "rel": st_r.theta,
         "lo": lo,
         "hi": hi,
         "rel_lo": rlo,
@@ -375,16 +401,15 @@ def _delta_figures(
             "hi": hi90,
             "level": 1.0 - 2.0 * alpha,
         },
-        "p_difference": two_sided_p(test, k),
-        "p_equivalence": tost_p(test, margin.value, k),
+        "p_difference": test.p_difference(),
+        "p_equivalence": test.p_equivalence(margin.value),
         "smallest_equivalent_margin_kind": "relative" if margin.relative else "absolute",
     }
 
 
 def _adjust(
     cells: list[dict[str, Any]],
-    delta_reps: NDArray[np.float64],
-    rel_reps: NDArray[np.float64],
+    tests: list[tuple[Studentized, Studentized] | None],
     margin: Margin,
     alpha: float,
 ) -> None:
@@ -399,24 +424,18 @@ def _adjust(
         ns = [cells[i]["n_requests"] for i in idx]
         pe = holm([d["p_equivalence"] for d in deltas])
         pd = holm([d["p_difference"] for d in deltas])
-        tests = []
-        for i in idx:
-            ok = np.isfinite(delta_reps[:, i]) & np.isfinite(rel_reps[:, i])
-            tests.append((rel_reps if margin.relative else delta_reps)[ok, i])
-        smallest = holm_smallest_margins(tests, ns, alpha)
-        for j, i in enumerate(idx):
-            d = deltas[j]
-            reps = delta_reps[:, i]
-            rreps = rel_reps[:, i]
-            ok = np.isfinite(reps) & np.isfinite(rreps)
-            v = verdict(tests[j], margin.value, ns[j], alpha, p_equivalence=pe[j],
-                        p_difference=pd[j])  # fmt: skip
+        both = [t for t in (tests[i] for i in idx) if t is not None]
+        assert len(both) == m  # a delta was computed in each
+        chosen = [st_r if margin.relative else st_d for st_d, st_r in both]
+        smallest = holm_smallest_margins(chosen, alpha)
+        for j, d in enumerate(deltas):
+            st_d, st_r = both[j]
+            v = verdict(chosen[j], margin.value, alpha, p_equivalence=pe[j], p_difference=pd[j])
             bl = 1.0 - (1.0 - d["level"]) / m
-            blo, bhi = default_interval(reps[ok], bl, ns[j])
-            brlo, brhi = default_interval(rreps[ok], bl, ns[j])
+            blo, bhi = st_d.interval(bl)
+            brlo, brhi = st_r.interval(bl)
             # Holm's first step tests at α/m: the sample size for the verdict as it is adjusted
-            size = requests_for_margin(float(np.std(tests[j], ddof=1)), margin.value, ns[j],
-                                       alpha / m, POWER)  # fmt: skip
+            size = requests_for_margin(chosen[j].se, margin.value, ns[j], alpha / m, POWER)
             d.update(
                 verdict=v.verdict,
                 p_equivalence_adj=pe[j],

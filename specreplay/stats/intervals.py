@@ -1,15 +1,17 @@
 """Bootstrap intervals, tests and verdicts for paired deltas of R (SPEC §3.4).
 
 Given the bootstrap replicates θ*_1..θ*_B of a statistic θ (Δ = R_b − R_a or Δ/R_a) and its
-leave-one-request-out jackknife values, this module computes the percentile interval, the BCa
-interval, the default expanded percentile interval (Hesterberg 2015; :mod:`specreplay.stats.tdist`:
-the replicate quantiles at g_n(α/2) and 1 − g_n(α/2), n the requests in the cell, chosen by the
-calibration study of ``bench/calibration.py``, README "Calibration of the intervals"), the BCa
+leave-one-request-out jackknife values, this module computes the percentile interval, the
+expanded percentile interval (Hesterberg 2015; :mod:`specreplay.stats.tdist`: the replicate
+quantiles at g_n(α/2) and 1 − g_n(α/2), n the requests in the cell; measured against the others
+by ``bench/calibration.py``) with its inverted p-values, the BCa
 interval (Efron & Tibshirani 1993, §14.3 and Eq. 15.36; the same construction as
 ``scipy.stats.bootstrap``: z0 from the mean percentile of θ̂ among the replicates, acceleration
-a = Σd³ / (6 (Σd²)^{3/2}) with d = mean(θ_(i)) − θ_(i), linear-interpolated quantiles), bootstrap
-p-values by inversion of the default interval, Holm's step-down adjustment, the verdict of
-SPEC §3.4, the smallest Holm-adjusted equivalent margin and the TOST sample size.
+a = Σd³ / (6 (Σd²)^{3/2}) with d = mean(θ_(i)) − θ_(i), linear-interpolated quantiles), Holm's
+step-down adjustment, and, from the default studentized interval
+(:class:`specreplay.stats.studentized.Studentized`, chosen by the calibration study, README
+"Calibration of the intervals"), the verdict of SPEC §3.4, the smallest Holm-adjusted equivalent
+margin and the TOST sample size.
 
 A degenerate replicate distribution (all replicates equal, e.g. two identical runs) gives a
 zero-width percentile interval and a null BCa with its reason, and never a warning.
@@ -20,6 +22,7 @@ This module depends on numpy and the standard library only (the normal quantile 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Final
@@ -28,6 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from specreplay.stats.multiple import holm as holm_adjust
+from specreplay.stats.studentized import METHOD, Studentized
 from specreplay.stats.tdist import expanded_tail, t_ppf, tail_p_value
 
 __all__ = [
@@ -36,7 +40,7 @@ __all__ = [
     "SampleSize",
     "Verdict",
     "bca_interval",
-    "default_interval",
+    "expanded_interval",
     "holm",
     "holm_smallest_margins",
     "percentile_interval",
@@ -50,8 +54,8 @@ _N01: Final = NormalDist()
 
 EQUIVALENT, DIFFERENT, INCONCLUSIVE = "EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"
 
-DEFAULT_METHOD: Final = "expanded-percentile"
-"""The ``method`` of the default interval (README "Calibration of the intervals")."""
+DEFAULT_METHOD: Final = METHOD
+"""The ``method`` of the default interval: studentized (README "Calibration of the intervals")."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ def percentile_interval(reps: NDArray[np.float64], level: float) -> tuple[float,
     return float(lo), float(hi)
 
 
-def default_interval(reps: NDArray[np.float64], level: float, n: int) -> tuple[float, float]:
+def expanded_interval(reps: NDArray[np.float64], level: float, n: int) -> tuple[float, float]:
     """Return the expanded percentile interval at ``level`` for a cell of ``n`` requests.
 
     The replicate quantiles at g_n(α/2) and 1 − g_n(α/2), α = 1 − level
@@ -86,7 +90,7 @@ def default_interval(reps: NDArray[np.float64], level: float, n: int) -> tuple[f
 
     Examples
     --------
-    >>> [round(x, 6) for x in default_interval(np.arange(101.0), 0.95, 20)]
+    >>> [round(x, 6) for x in expanded_interval(np.arange(101.0), 0.95, 20)]
     [1.588083, 98.411917]
     """
     tail = expanded_tail((1.0 - level) / 2.0, n)
@@ -143,9 +147,9 @@ def bca_interval(
 
 
 def two_sided_p(reps: NDArray[np.float64], n: int) -> float:
-    """Return the two-sided p-value of θ = 0 by inversion of the default interval, at most 1.
+    """Return the two-sided p-value of θ = 0 by inversion of the expanded interval, at most 1.
 
-    2·g_n⁻¹(min(P*(θ ≤ 0), P*(θ ≥ 0))): p < α iff the default (1 − α) interval of a cell of n
+    2·g_n⁻¹(min(P*(θ ≤ 0), P*(θ ≥ 0))): p < α iff the expanded (1 − α) interval of a cell of n
     requests excludes 0 (up to interpolation between replicates).
     """
     b = reps.shape[0]
@@ -157,7 +161,7 @@ def two_sided_p(reps: NDArray[np.float64], n: int) -> float:
 def tost_p(reps: NDArray[np.float64], margin: float, n: int) -> float:
     """Return the TOST p-value of |θ| ≥ margin: g_n⁻¹(max(P*(θ ≤ −m), P*(θ ≥ m))).
 
-    p < α iff the default (1 − 2α) interval of a cell of n requests lies inside (−m, m).
+    p < α iff the expanded (1 − 2α) interval of a cell of n requests lies inside (−m, m).
     """
     b = reps.shape[0]
     frac = max(np.count_nonzero(reps <= -margin) / b, np.count_nonzero(reps >= margin) / b)
@@ -190,23 +194,22 @@ class Verdict:
 
 
 def verdict(
-    reps: NDArray[np.float64],
+    test: Studentized,
     margin: float,
-    n: int,
     alpha: float = 0.05,
     p_equivalence: float | None = None,
     p_difference: float | None = None,
 ) -> Verdict:
-    """Return the SPEC §3.4 verdict for replicates of θ in a cell of ``n`` requests.
+    """Return the SPEC §3.4 verdict of one delta (its default, studentized, replicates).
 
-    EQUIVALENT iff the default (1 − 2α) interval lies inside (−m, m) (TOST p < α); otherwise
-    DIFFERENT iff the (1 − α) interval excludes 0 (p < α); otherwise INCONCLUSIVE. Adjusted
-    p-values (Holm) may be passed in place of the raw ones; the smallest equivalent margin
-    returned here is the unadjusted one (:func:`holm_smallest_margins` gives the adjusted one).
+    EQUIVALENT iff the (1 − 2α) interval lies inside (−m, m) (TOST p < α); otherwise DIFFERENT
+    iff the (1 − α) interval excludes 0 (p < α); otherwise INCONCLUSIVE. Adjusted p-values
+    (Holm) may be passed in place of the raw ones; the smallest equivalent margin returned here
+    is the unadjusted one (:func:`holm_smallest_margins` gives the adjusted one).
     """
-    pe = tost_p(reps, margin, n) if p_equivalence is None else p_equivalence
-    pd = two_sided_p(reps, n) if p_difference is None else p_difference
-    lo90, hi90 = default_interval(reps, 1.0 - 2.0 * alpha, n)
+    pe = test.p_equivalence(margin) if p_equivalence is None else p_equivalence
+    pd = test.p_difference() if p_difference is None else p_difference
+    lo90, hi90 = test.interval(1.0 - 2.0 * alpha)
     smallest = max(abs(lo90), abs(hi90))
     if pe < alpha:
         v = EQUIVALENT
@@ -217,9 +220,7 @@ def verdict(
     return Verdict(v, pe, pd, smallest)
 
 
-def holm_smallest_margins(
-    reps: list[NDArray[np.float64]], ns: list[int], alpha: float = 0.05
-) -> list[float]:
+def holm_smallest_margins(tests: Sequence[Studentized], alpha: float = 0.05) -> list[float]:
     """Return, per delta of one Holm family, the smallest margin its verdict would be EQUIVALENT at.
 
     With one margin m for the whole family (as ``--margin`` is), every TOST p-value is
@@ -227,18 +228,18 @@ def holm_smallest_margins(
     adjusted p of delta j is non-increasing in m: the smallest m with ``p_adj_j(m) < α`` is
     found by bisection (to 1e-9 relative). It lies, up to one replicate spacing (the p-values
     count replicates, the interval interpolates between them), between the unadjusted figure
-    (the default (1 − 2α) interval's largest |bound|) and the Bonferroni one (the (1 − 2α/k)
-    interval's, k deltas in the family).
+    (the (1 − 2α) interval's largest |bound|) and the Bonferroni one (the (1 − 2α/k) interval's,
+    k deltas in the family).
     """
-    k = len(reps)
+    k = len(tests)
     out = []
     for j in range(k):
-        lo = max(abs(x) for x in default_interval(reps[j], 1.0 - 2.0 * alpha, ns[j]))
-        hi = max(abs(x) for x in default_interval(reps[j], 1.0 - 2.0 * alpha / k, ns[j]))
+        lo = max(abs(x) for x in tests[j].interval(1.0 - 2.0 * alpha))
+        hi = max(abs(x) for x in tests[j].interval(1.0 - 2.0 * alpha / k))
         lo, hi = lo * (1 - 1e-12), hi * (1 + 1e-12) + 1e-300
 
         def adj(m: float, j: int = j) -> float:
-            return holm([tost_p(r, m, n) for r, n in zip(reps, ns, strict=True)])[j]
+            return holm([t.p_equivalence(m) for t in tests])[j]
 
         if adj(hi) >= alpha:  # replicate ties at the bound: widen until EQUIVALENT
             while adj(hi) >= alpha and hi < 1e300:

@@ -1,0 +1,114 @@
+"""The default (studentized) interval against an independent hand computation.
+
+``studentized_ref.hand_studentized`` recomputes every replicate's SE* from the raw pieces in the
+original coordinates, with the kernel's draw counts; the package gets SE* from moments in
+residual coordinates. They must agree to rounding (1e-9 relative), in every kind of cell, with
+and without stratification, and also when the two arms differ by 1e-9 tokens per round (where the
+naive expansion of the quadratic form would lose every digit).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from studentized_ref import hand_studentized
+
+from specreplay.stats.bootstrap import PairedSums, bootstrap_moments, bootstrap_sums
+from specreplay.stats.compare import compare, parse_margin
+from specreplay.stats.studentized import Studentized, cell_standard_errors
+
+
+def _sums(seed: int, n: int = 60, shift: float = 0.05) -> PairedSums:
+    """n requests in 3 families, each with rounds in up to two buckets; b = a + Poisson(n·shift)."""
+    rng = np.random.default_rng(seed)
+    fam = rng.integers(0, 3, n).astype(np.int32)
+    req = np.repeat(np.arange(n), 2)
+    bucket = np.tile([0, 1], n).astype(np.int32)
+    keep = rng.random(2 * n) < 0.8
+    keep[::2] |= ~keep[1::2]  # every request keeps a piece
+    req, bucket = req[keep], bucket[keep]
+    na = rng.integers(5, 40, req.shape[0]).astype(float)
+    ta = na + rng.binomial((4 * na).astype(np.int64), 0.6)
+    tb = ta + (rng.poisson(na * shift) if shift >= 0.01 else na * shift * rng.random(na.shape))
+    return PairedSums(
+        tuple(f"r{i}" for i in range(n)), np.arange(n, dtype=np.uint64) * 7 + 3, fam, req,
+        bucket, na, ta, na.copy(), tb, ("a", "b", "c"), ("x", "y"),
+    )  # fmt: skip
+
+
+CELLS = [((0, 1, 2), (0, 1)), ((1,), (0, 1)), ((0, 1, 2), (1,)), ((2,), (0,))]
+
+
+@pytest.mark.parametrize("stratify", ["family", "none"])
+@pytest.mark.parametrize("shift", [0.05, 1e-9])
+def test_standard_errors_and_t_equal_the_hand_computation(stratify: str, shift: float) -> None:
+    ps = _sums(1, shift=shift)
+    b = 40
+    mom = bootstrap_moments(ps, n_boot=b, seed=5, stratify=stratify)
+    sums = bootstrap_sums(ps, n_boot=b, seed=5, stratify=stratify)
+    for fi, bi in CELLS:
+        sel = np.isin(ps.family[ps.piece_request], fi) & np.isin(ps.piece_bucket, bi)
+        point = np.array([a[sel].sum() for a in (ps.n_a, ps.t_a, ps.n_b, ps.t_b)])
+        reps = sums[:, list(fi)][:, :, list(bi)].reshape(b, -1, 4).sum(axis=1)
+        ses = cell_standard_errors(mom, fi, bi, point, reps)
+        for rel, (se, se_reps) in zip((False, True), ses, strict=True):
+            theta, se_hand, t_hand = hand_studentized(
+                ps, n_boot=b, seed=5, stratify=stratify, fam_idx=fi, bucket_idx=bi, rel=rel
+            )
+            # the hand computation itself cancels to ~1e-7 relative at a 1e-9 shift
+            tol = 1e-9 if shift >= 0.01 else 1e-5
+            assert se > 0 and se == pytest.approx(se_hand, rel=tol)
+            rb, ra = reps[:, 3] / reps[:, 2], reps[:, 1] / reps[:, 0]
+            th = rb / ra - 1.0 if rel else rb - ra
+            atol = 1e-9 if shift >= 0.01 else 1e-4  # θ* − θ̂ itself cancels to ~1e-7 relative
+            np.testing.assert_allclose((th - theta) / se_reps, t_hand, rtol=tol * 100, atol=atol)
+
+
+def test_compare_gives_the_hand_bootstrap_t_interval_and_p_values() -> None:
+    ps = _sums(4, n=80)
+    n_boot = 400
+    comp = compare(ps, arm_a="a", arm_b="b", n_boot=n_boot, seed=9, stratify="family",
+                   margin=parse_margin("0.03"), min_requests=5)  # fmt: skip
+    for c, cell in zip(comp.cells, comp.layout, strict=True):
+        d = c["deltas"][0]
+        if d["null_reason"] is not None:
+            continue
+        theta, se, t = hand_studentized(
+            ps, n_boot=n_boot, seed=9, stratify="family", fam_idx=cell.fam_idx,
+            bucket_idx=cell.bucket_idx,
+        )  # fmt: skip
+        q_lo, q_hi = np.quantile(t, [0.025, 0.975])
+        assert d["method"] == "studentized"
+        assert (d["lo"], d["hi"]) == pytest.approx((theta - q_hi * se, theta - q_lo * se), rel=1e-6)
+        t90 = np.quantile(t, [0.05, 0.95])
+        assert (d["tost"]["lo"], d["tost"]["hi"]) == pytest.approx(
+            (theta - t90[1] * se, theta - t90[0] * se), rel=1e-6
+        )
+        s = theta / se
+        p_diff = min(1.0, 2 * min(np.mean(t >= s), np.mean(t <= s)))
+        p_eq = max(np.mean(t <= (theta - 0.03) / se), np.mean(t >= (theta + 0.03) / se))
+        assert d["p_difference"] == pytest.approx(p_diff, abs=1.5 / n_boot)
+        assert d["p_equivalence"] == pytest.approx(p_eq, abs=1.5 / n_boot)
+
+
+def test_a_zero_standard_error_gives_a_zero_width_interval_and_sure_p_values() -> None:
+    st = Studentized.of(0.0, 0.0, np.zeros(10), np.zeros(10))
+    assert st.interval(0.95) == (0.0, 0.0)
+    assert st.p_difference() == 1.0 and st.p_equivalence(0.01) == 0.0
+    off = Studentized.of(0.02, 0.0, np.full(10, 0.02), np.zeros(10))
+    assert off.p_difference() == 0.0 and off.p_equivalence(0.01) == 1.0
+
+
+def test_inverted_p_values_agree_with_the_interval_they_come_from() -> None:
+    """p < α iff the (1 − α) interval excludes 0; TOST p < α iff the (1 − 2α) one is in ±m."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        st = Studentized(float(rng.normal(0, 1)), float(rng.uniform(0.2, 2)),
+                         rng.standard_t(5, 999))  # fmt: skip
+        lo, hi = st.interval(0.95)
+        assert (st.p_difference() < 0.05) == (lo > 0 or hi < 0) or min(abs(lo), abs(hi)) < 1e-2
+        m = float(rng.uniform(0.5, 6))
+        lo90, hi90 = st.interval(0.90)
+        inside = -m < lo90 and hi90 < m
+        edge = min(abs(lo90 + m), abs(hi90 - m)) < 1e-2
+        assert (st.p_equivalence(m) < 0.05) == inside or edge
