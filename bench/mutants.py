@@ -67,16 +67,16 @@ MUTANTS = [
     Mutant(
         "compare: verdicts from raw p-values, not Holm",
         "specreplay/stats/compare.py",
-        "            v = verdict(tests[j], margin.value, ns[j], alpha, p_equivalence=pe[j],\n"
-        "                        p_difference=pd[j])  # fmt: skip",
-        "            v = verdict(tests[j], margin.value, ns[j], alpha)",
+        "            v = verdict(chosen[j], margin.value, alpha, p_equivalence=pe[j], "
+        "p_difference=pd[j])",
+        "            v = verdict(chosen[j], margin.value, alpha)",
         (BOOT,),
     ),
     Mutant(
         "compare: TOST interval and smallest margin at 95%",
         "specreplay/stats/compare.py",
-        "lo90, hi90 = default_interval(test, 1.0 - 2.0 * alpha, k)",
-        "lo90, hi90 = default_interval(test, level, k)",
+        "    lo90, hi90 = test.interval(1.0 - 2.0 * alpha)\n    return {",
+        "    lo90, hi90 = test.interval(level)\n    return {",
         (BOOT,),
     ),
     Mutant(
@@ -130,11 +130,25 @@ MUTANTS = [
         (BOOT, CALIB),
     ),
     Mutant(
-        "TOST p-value not inverted through the expansion",
-        "specreplay/stats/intervals.py",
-        "    return float(tail_p_value(frac, n))",
-        "    return float(frac)",
-        (BOOT, CALIB),
+        "studentized: t* over the sample's SE, not each replicate's",
+        "specreplay/stats/studentized.py",
+        "            t = (reps - theta) / se_reps",
+        "            t = (reps - theta) / se",
+        ("tests/test_studentized.py",),
+    ),
+    Mutant(
+        "studentized: quantiles of t* not reflected",
+        "specreplay/stats/studentized.py",
+        "        return float(self.theta - q_hi * self.se), float(self.theta - q_lo * self.se)",
+        "        return float(self.theta + q_lo * self.se), float(self.theta + q_hi * self.se)",
+        ("tests/test_studentized.py",),
+    ),
+    Mutant(
+        "studentized: stratum centering dropped",
+        "specreplay/stats/studentized.py",
+        "        centred = quad - np.where(",
+        "        centred = quad + 0.0 * np.where(",
+        ("tests/test_studentized.py",),
     ),
     Mutant(
         "compare: smallest margin from the unadjusted interval beside Holm verdicts",
@@ -153,8 +167,8 @@ MUTANTS = [
     Mutant(
         "compare: point delta sign flipped",
         "specreplay/stats/compare.py",
-        'point = r["rb"] - r["ra"]',
-        'point = r["ra"] - r["rb"]',
+        'Studentized.of(r["rb"] - r["ra"], se_d',
+        'Studentized.of(r["ra"] - r["rb"], se_d',
         (BOOT,),
     ),
     Mutant(
