@@ -221,4 +221,12 @@ def _demo_verdicts(main: Result, sweep: dict[int, Result], law: tuple[LawTest, .
             f"- path bias of the logging arm (SIMULATED − MEASURED R): {pb.point:+.4f} "
             f"[{pb.lo or 0.0:+.4f}, {pb.hi or 0.0:+.4f}] tokens/round"
         )
+    cost = [d for d in main.pooled.deltas
+            if d.role is Role.PATH_BIAS_IMPORTANCE and DEMO_BASELINE in (d.a, d.b)]  # fmt: skip
+    if cost and cost[0].point is not None:
+        d = cost[0]  # Δ = b − a = analytic − importance, whichever estimator the run used
+        lines.append(
+            f"- the path assumption's cost for the logging arm (analytic − importance R): "
+            f"{d.point:+.4f} [{d.lo or 0.0:+.4f}, {d.hi or 0.0:+.4f}] tokens/round"
+        )
     return "\n".join(lines)

@@ -328,23 +328,56 @@ terms when the arms are nearly equal (:mod:`specreplay.stats.studentized`)."""
 
 
 @njit(inline="always", cache=True, fastmath={"reassoc", "contract"})
-def _add_moments(
-    z0: float, z1: float, z2: float, z3: float, w: float, acc: NDArray[np.float64]
+def _range_moments(
+    z: NDArray[np.float64],
+    member: NDArray[np.int64],
+    cnt: NDArray[np.int32],
+    lo: int,
+    hi: int,
+    out: NDArray[np.float64],
 ) -> None:
-    acc[0] += w * z0
-    acc[1] += w * z1
-    acc[2] += w * z2
-    acc[3] += w * z3
-    acc[4] += w * z0 * z0
-    acc[5] += w * z0 * z1
-    acc[6] += w * z0 * z2
-    acc[7] += w * z0 * z3
-    acc[8] += w * z1 * z1
-    acc[9] += w * z1 * z2
-    acc[10] += w * z1 * z3
-    acc[11] += w * z2 * z2
-    acc[12] += w * z2 * z3
-    acc[13] += w * z3 * z3
+    """Write Σ w (z, z z^T) over columns lo..hi − 1 of ``z`` into ``out`` (14 values).
+
+    w = ``cnt[member[k]]``; fourteen scalar accumulators (registers), written once at the end.
+    """
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = a10 = a11 = a12 = a13 = 0.0
+    for k in range(lo, hi):
+        w = float(cnt[member[k]])
+        z0 = z[0, k]
+        z1 = z[1, k]
+        z2 = z[2, k]
+        z3 = z[3, k]
+        w0 = w * z0
+        w1 = w * z1
+        w2 = w * z2
+        a0 += w0
+        a1 += w1
+        a2 += w2
+        a3 += w * z3
+        a4 += w0 * z0
+        a5 += w0 * z1
+        a6 += w0 * z2
+        a7 += w0 * z3
+        a8 += w1 * z1
+        a9 += w1 * z2
+        a10 += w1 * z3
+        a11 += w2 * z2
+        a12 += w2 * z3
+        a13 += w * z3 * z3
+    out[0] = a0
+    out[1] = a1
+    out[2] = a2
+    out[3] = a3
+    out[4] = a4
+    out[5] = a5
+    out[6] = a6
+    out[7] = a7
+    out[8] = a8
+    out[9] = a9
+    out[10] = a10
+    out[11] = a11
+    out[12] = a12
+    out[13] = a13
 
 
 @njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
@@ -353,18 +386,19 @@ def _moment_kernel(
     n_boot: int,
     strat_start: NDArray[np.int64],
     cell_start: NDArray[np.int64],
-    piece_member: NDArray[np.uint64],
+    piece_member: NDArray[np.int64],
     piece_z: NDArray[np.float64],
-    member_family: NDArray[np.int64],
-    member_z: NDArray[np.float64],
+    family_start: NDArray[np.int64],
+    family_member: NDArray[np.int64],
+    family_z: NDArray[np.float64],
     piece_out: NDArray[np.float64],
     total_out: NDArray[np.float64],
 ) -> None:
     """Fill the count-weighted moments of replicate b (the draws of :func:`_boot_kernel`).
 
     ``piece_out[b, c, :]`` = Σ w_i (z, z z^T) over the pieces of finest cell c and
-    ``total_out[b, f, :]`` the same over the requests of family f with their totals z
-    (:data:`N_MOMENTS` values each); w_i the request's count in replicate b.
+    ``total_out[b, f, :]`` the same over the requests of family f with their totals z (columns
+    of ``family_z``, requests ``family_member`` grouped by family); w_i the request's count.
     """
     n_members = strat_start[strat_start.shape[0] - 1]
     n_chunks = min(n_boot, 64)
@@ -372,20 +406,12 @@ def _moment_kernel(
         cnt = np.empty(n_members, np.int32)
         for b in range(ch, n_boot, n_chunks):
             _count_draws(seed, b, strat_start, cnt)
-            piece_out[b] = 0.0
-            total_out[b] = 0.0
             for c in range(cell_start.shape[0] - 1):
-                acc = piece_out[b, c]
-                for k in range(cell_start[c], cell_start[c + 1]):
-                    w = float(cnt[piece_member[k]])
-                    if w > 0.0:
-                        _add_moments(piece_z[0, k], piece_z[1, k], piece_z[2, k], piece_z[3, k],
-                                     w, acc)  # fmt: skip
-            for m in range(n_members):
-                w = float(cnt[m])
-                if w > 0.0:
-                    _add_moments(member_z[0, m], member_z[1, m], member_z[2, m], member_z[3, m],
-                                 w, total_out[b, member_family[m]])  # fmt: skip
+                _range_moments(piece_z, piece_member, cnt, cell_start[c], cell_start[c + 1],
+                               piece_out[b, c])  # fmt: skip
+            for f in range(family_start.shape[0] - 1):
+                _range_moments(family_z, family_member, cnt, family_start[f],
+                               family_start[f + 1], total_out[b, f])  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -448,11 +474,15 @@ def bootstrap_moments(
     total_na = float(lay.member_vals[0].sum())
     c = float(lay.member_vals[1].sum()) / total_na if total_na > 0 else 0.0
     piece_z, member_z = _residuals(lay.piece_vals, c), _residuals(lay.member_vals, c)
+    by_family = np.argsort(lay.member_family, kind="stable")  # members grouped by family
+    family_start = np.zeros(nf + 1, np.int64)
+    np.cumsum(np.bincount(lay.member_family, minlength=nf), out=family_start[1:])
     piece = np.empty((n_boot, lay.n_cells, N_MOMENTS))
     total = np.empty((n_boot, nf, N_MOMENTS))
     _moment_kernel(
-        np.uint64(seed), n_boot, lay.strat_start, lay.cell_start, lay.piece_member, piece_z,
-        lay.member_family, member_z, piece, total,
+        np.uint64(seed), n_boot, lay.strat_start, lay.cell_start,
+        lay.piece_member.astype(np.int64), piece_z, family_start, by_family.astype(np.int64),
+        np.ascontiguousarray(member_z[:, by_family]), piece, total,
     )  # fmt: skip
     cell = np.repeat(np.arange(lay.n_cells), np.diff(lay.cell_start))
     return Moments(

@@ -49,11 +49,18 @@ _BIG: Final = 1e300
 
 @dataclass(frozen=True)
 class Studentized:
-    """θ̂, its SE and the replicates' t* of one delta (the module docstring's interval)."""
+    """θ̂, its SE and the replicates' t* of one delta (the module docstring's interval).
+
+    ``t`` is kept sorted (p-values are then binary searches: the Holm margin bisection asks for
+    thousands of them).
+    """
 
     theta: float
     se: float
     t: NDArray[np.float64]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "t", np.sort(np.asarray(self.t, np.float64)))
 
     @staticmethod
     def of(
@@ -79,8 +86,8 @@ class Studentized:
             return 1.0 if self.theta == 0.0 else 0.0
         s = self.theta / self.se
         b = self.t.shape[0]
-        ge = np.count_nonzero(self.t >= s) / b
-        le = np.count_nonzero(self.t <= s) / b
+        ge = (b - int(np.searchsorted(self.t, s, "left"))) / b
+        le = int(np.searchsorted(self.t, s, "right")) / b
         return float(min(1.0, 2.0 * min(ge, le)))
 
     def p_equivalence(self, margin: float) -> float:
@@ -88,8 +95,8 @@ class Studentized:
         if self.se == 0.0:
             return 0.0 if abs(self.theta) < margin else 1.0
         b = self.t.shape[0]
-        upper = np.count_nonzero(self.t <= (self.theta - margin) / self.se) / b
-        lower = np.count_nonzero(self.t >= (self.theta + margin) / self.se) / b
+        upper = int(np.searchsorted(self.t, (self.theta - margin) / self.se, "right")) / b
+        lower = (b - int(np.searchsorted(self.t, (self.theta + margin) / self.se, "left"))) / b
         return float(max(upper, lower))
 
 

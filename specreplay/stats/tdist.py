@@ -19,6 +19,7 @@ a bisection of the CDF. This module depends on the standard library only.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from statistics import NormalDist
 from typing import Final
 
@@ -79,6 +80,7 @@ def t_cdf(x: float, df: float) -> float:
     return 1.0 - tail if x > 0 else tail
 
 
+@lru_cache(maxsize=65536)
 def t_ppf(p: float, df: float) -> float:
     """Return the p-quantile of Student's t with ``df`` degrees of freedom (bisection, 1e-12).
 
