@@ -123,7 +123,7 @@ MUTANTS = [
     ),
     # -- more of the same kind --
     Mutant(
-        "default interval: small-sample expansion dropped (plain percentile)",
+        "expanded percentile: small-sample expansion dropped (plain percentile)",
         "specreplay/stats/tdist.py",
         "    return _N01.cdf(math.sqrt(n / (n - 1)) * t_ppf(alpha, n - 1))",
         "    return alpha",
