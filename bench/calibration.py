@@ -320,7 +320,7 @@ def production_check(
         reps = s[..., 3] / s[..., 2] - s[..., 1] / s[..., 0]  # (B, m)
         pts = data.reshape(m, n, 4).sum(axis=1)
         for f in range(m):
-            (se, se_reps), _ = cell_standard_errors(mom, (f,), (0,), pts[f], s[:, f])
+            (se, se_reps), *_ = cell_standard_errors(mom, (f,), (0,), pts[f], s[:, f])
             theta = pts[f, 3] / pts[f, 2] - pts[f, 1] / pts[f, 0]
             lo, hi = Studentized.of(theta, se, reps[:, f], se_reps).interval(0.95)
             hits += lo <= DELTA_SKEWED <= hi

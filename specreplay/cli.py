@@ -438,6 +438,67 @@ def requalify(
 
 
 @app.command()
+def sweep(
+    archive: Annotated[Path, typer.Argument(help="Position-trace archive (file or shard folder).")],
+    arm: Annotated[
+        list[str],
+        typer.Option(
+            "--arm",
+            help="Arm (repeatable; its @DEPTH is the reference depth); a quoted "
+            "brace list expands: 'top32:t0.7:dyadic{8,12,16}@5'.",
+        ),
+    ],
+    depths: Annotated[str, typer.Option("--depths", help="Depths: 1..8, or 1,2,4.")] = "1..8",
+    estimator: EstimatorOpt = "auto",
+    replicates: Annotated[
+        int, typer.Option("--replicates", help="Monte Carlo replicates per round.", min=2)
+    ] = 16,
+    cost: Annotated[
+        str | None,
+        typer.Option(
+            "--cost",
+            help="ms per round: linear:T0:C, or a TOML file with "
+            "ms_per_round = {1 = 2.1, …}; gives tokens/s, best depth, P(best).",
+        ),
+    ] = None,
+    n_boot: Annotated[
+        int, typer.Option("--n-boot", help="Bootstrap resamples (per depth and arm).", min=100)
+    ] = 2000,
+    stratify: StratifyOpt = "family",
+    level: LevelOpt = 0.95,
+    min_requests: MinRequestsOpt = 10,
+    buckets: BucketsOpt = "",
+    logging_arm: LoggingArmOpt = None,
+    out: OutOpt = Path("specreplay-out/sweep"),
+    seed: SeedOpt = 0,
+    force: ForceOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
+
+    Each arm's own @DEPTH is the reference for paired Δ; depths past the recorded positions are
+    UNSUPPORTED, never extrapolated. With --cost: tokens/s per depth (ESTIMATED), the best depth
+    per cell and the bootstrap probability that each depth is best.
+    """
+    with _user_errors():
+        from specreplay.commands.sweep import run_sweep
+        from specreplay.results.sweep import SweepOptions, parse_depths
+
+        _bootstrap_options("0.5%", n_boot, stratify, level, min_requests)  # checks stratify
+        opts = SweepOptions(
+            arms=tuple(arm), depths=parse_depths(depths), estimator=estimator,
+            replicates=replicates, cost=cost, n_boot=n_boot, seed=seed, stratify=stratify,
+            level=level, min_requests=min_requests, buckets=buckets or _default_buckets(),
+            logging_arm=_arm_option(logging_arm),
+        )  # fmt: skip
+        text, _ = run_sweep(
+            archive, opts, out=out, force=force,
+            progress=lambda what, total: _progress(quiet, what, total),
+        )  # fmt: skip
+        typer.echo(text)
+
+
+@app.command()
 def lawtest(
     archive: Annotated[
         Path | None, typer.Argument(help="Optional archive: also test sampled positions of it.")

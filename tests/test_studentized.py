@@ -51,7 +51,7 @@ def test_standard_errors_and_t_equal_the_hand_computation(stratify: str, shift: 
         point = np.array([a[sel].sum() for a in (ps.n_a, ps.t_a, ps.n_b, ps.t_b)])
         reps = sums[:, list(fi)][:, :, list(bi)].reshape(b, -1, 4).sum(axis=1)
         ses = cell_standard_errors(mom, fi, bi, point, reps)
-        for rel, (se, se_reps) in zip((False, True), ses, strict=True):
+        for rel, (se, se_reps) in zip((False, True), ses[:2], strict=True):
             theta, se_hand, t_hand = hand_studentized(
                 ps, n_boot=b, seed=5, stratify=stratify, fam_idx=fi, bucket_idx=bi, rel=rel
             )

@@ -290,6 +290,7 @@ class Cell:
     requalification: Requalification | None = None
     null_reason: str | None = None
     importance: tuple[ImportanceDiagnostic, ...] = ()
+    best_depth: dict[str, int] | None = None
 
     def delta(self, role: Role) -> Delta | None:
         """Return the cell's delta of ``role`` (None when it has none)."""

@@ -506,7 +506,57 @@ def lawtest_table(result: Result) -> str:
     return "\n".join(out + note.lines()) + "\n"
 
 
+# -- sweep ---------------------------------------------------------------------------------------
+
+
+def sweep_tables(result: Result) -> str:
+    """Return the sweep's tables: per arm, R by depth (pooled); the best depth per cell.
+
+    With a cost model the depth rows carry tokens/s and P(best).
+    """
+    pooled = result.pooled
+    used = result.options.get("estimator_used")
+    cost = result.options.get("cost")
+    lines = [
+        f"SWEEP (SIMULATED R by fixed depth; estimator {used}"
+        + (f"; cost {cost}, tokens/s ESTIMATED" if cost else "")
+        + ")",
+        estimator_line(result),
+    ]
+    for arm in result.arms:
+        figs = [f for f in pooled.depths if f.arm == arm]
+        rows = []
+        for f in figs:
+            if not f.supported or f.R is None:
+                rows.append([str(f.depth), "UNSUPPORTED" if not f.supported else "—", "—", "—",
+                             "—", f.null_reason or "—"])  # fmt: skip
+                continue
+            d = next((x for x in pooled.deltas if x.b.startswith(arm.rsplit("@", 1)[0] + "@")
+                      and x.depth == f.depth and x.point is not None), None)  # fmt: skip
+            delta = f"{d.point:+.4f} [{_num(d.lo)}, {_num(d.hi)}]" if d is not None else "—"
+            tps = (f"{f.tokens_per_s:.1f} [{f.tokens_per_s_lo:.1f}, {f.tokens_per_s_hi:.1f}]"
+                   if f.tokens_per_s is not None and f.tokens_per_s_lo is not None
+                   and f.tokens_per_s_hi is not None else "—")  # fmt: skip
+            p_best = f"{f.p_best:.3f}" if f.p_best is not None else "—"
+            rows.append([str(f.depth), f"{f.R:.4f} [{_num(f.lo)}, {_num(f.hi)}]", delta, tps,
+                         p_best, ""])  # fmt: skip
+        best = (pooled.best_depth or {}).get(arm)
+        header = ["depth", "R [95% CI]", "Δ vs own depth [95% CI]", "tokens/s [95% CI]",
+                  "P(best)", "note"]  # fmt: skip
+        lines += ["", f"## {arm}: pooled, reference depth {arm.rsplit('@', 1)[1]}"
+                  + (f"; best depth {best}" if best is not None else ""), "",
+                  markdown_table(header, rows)]  # fmt: skip
+    best_rows = [[c.name, *[str((c.best_depth or {}).get(a, "—")) for a in result.arms]]
+                 for c in result.cells if c.best_depth]  # fmt: skip
+    if best_rows:
+        lines += ["", "## Best depth per cell (most tokens/s, ESTIMATED)", "",
+                  markdown_table(["cell", *result.arms], best_rows)]  # fmt: skip
+    lines += ["", "Assumptions:", *[f"- {a}" for a in result.assumptions]]
+    return "\n".join(lines) + "\n"
+
+
 TABLES: dict[str, Callable[[Result], str]] = {
+    "sweep": sweep_tables,
     "validate": measured_tables,
     "demo": measured_tables,
     "interval": comparison_tables,

@@ -102,12 +102,19 @@ class Comparison:
         The cells' definitions, in the same order.
     delta_reps, rel_reps : float64, (n_boot, n_cells)
         Bootstrap replicates of Δ and Δ/R_a per cell (NaN where a replicate has no rounds).
+    rb_reps : float64, (n_boot, n_cells)
+        Bootstrap replicates of R_b per cell (the same resamples for every comparison of the
+        same requests and seed: a depth sweep compares them across depths).
+    rb_tests : list of Studentized or None
+        Per cell, the studentized replicates of R_b alone (its interval; None without rounds).
     """
 
     cells: list[dict[str, Any]]
     layout: list[Cell]
     delta_reps: NDArray[np.float64]
     rel_reps: NDArray[np.float64]
+    rb_reps: NDArray[np.float64] | None = None
+    rb_tests: list[Studentized | None] | None = None
 
 
 def _layout(ps: PairedSums, present_buckets: set[int]) -> list[Cell]:
@@ -162,9 +169,12 @@ def _cell_stats(
         "jack_rel": loo_b / loo_a - 1.0,
     }
     if na > 0 and nb_ > 0:
-        raw["se_delta"], raw["se_rel"] = cell_standard_errors(
+        raw["se_delta"], raw["se_rel"], se_rb = cell_standard_errors(
             mom, cell.fam_idx, cell.bucket_idx, sel, reps
         )
+        ok = np.isfinite(rb_reps)
+        raw["rb_test"] = Studentized.of(tb / nb_, se_rb[0], rb_reps[ok], se_rb[1][ok])
+    raw["rb_reps"] = rb_reps
     return raw, rb_reps - ra_reps, rb_reps / ra_reps - 1.0
 
 
@@ -235,7 +245,11 @@ def compare(
     ]
     tests = [_tests(r, delta_reps[:, i], rel_reps[:, i]) for i, r in enumerate(raw)]
     _adjust(cells, tests, margin, alpha)
-    return Comparison(cells=cells, layout=layout, delta_reps=delta_reps, rel_reps=rel_reps)
+    return Comparison(
+        cells=cells, layout=layout, delta_reps=delta_reps, rel_reps=rel_reps,
+        rb_reps=np.stack([r["rb_reps"] for r in raw], axis=1) if raw else None,
+        rb_tests=[r.get("rb_test") for r in raw],
+    )  # fmt: skip
 
 
 def _arm_json(r: float | None, n: float, label: str, why: str | None) -> dict[str, Any]:

@@ -114,7 +114,7 @@ def _quadratic(beta: NDArray[np.float64], mom: NDArray[np.float64]) -> NDArray[n
 
 def _gradients(
     sums: NDArray[np.float64], c: float
-) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """β of Δ and of Δ/R_a on z = (n_a, n_b − n_a, e_a, d), from the cell's (N_a, T_a, N_b, T_b).
 
     With t_a − R_a n_a = e_a − (R_a − c) z_0 and t_b − R_b n_b = d + e_a − (R_b − c)(z_0 + z_1):
@@ -135,7 +135,8 @@ def _gradients(
             ],
             axis=-1,
         )
-    return delta, rel
+        r_b = np.stack([-gb, -gb, 1.0 / nb, 1.0 / nb], axis=-1)  # R_b alone
+    return delta, rel, r_b
 
 
 def _variance(
@@ -157,8 +158,8 @@ def cell_standard_errors(
     bucket_idx: tuple[int, ...],
     point_sums: NDArray[np.float64],
     rep_sums: NDArray[np.float64],
-) -> tuple[tuple[float, NDArray[np.float64]], tuple[float, NDArray[np.float64]]]:
-    """Return ((SE, SE*) of Δ, (SE, SE*) of Δ/R_a) of one cell.
+) -> tuple[tuple[float, NDArray[np.float64]], ...]:
+    """Return ((SE, SE*) of Δ, (SE, SE*) of Δ/R_a, (SE, SE*) of R_b) of one cell.
 
     Parameters
     ----------
@@ -184,9 +185,9 @@ def cell_standard_errors(
     else:  # one stratum: every request, those of other families with z = 0
         reps, point = reps.sum(axis=1, keepdims=True), point.sum(axis=0, keepdims=True)
         size = np.array([float(mom.stratum_size.sum())])
-    d_pt, r_pt = _gradients(point_sums, mom.center)
-    d_rep, r_rep = _gradients(rep_sums, mom.center)
-    return (
-        (float(np.sqrt(_variance(d_pt, point, size))), np.sqrt(_variance(d_rep, reps, size))),
-        (float(np.sqrt(_variance(r_pt, point, size))), np.sqrt(_variance(r_rep, reps, size))),
+    pts = _gradients(point_sums, mom.center)
+    rps = _gradients(rep_sums, mom.center)
+    return tuple(
+        (float(np.sqrt(_variance(b_pt, point, size))), np.sqrt(_variance(b_rep, reps, size)))
+        for b_pt, b_rep in zip(pts, rps, strict=True)
     )

@@ -1,0 +1,70 @@
+"""``specreplay sweep``: R at every fixed depth per arm and cell, from one replay pass (SPEC §3.5).
+
+One pass replays every arm at depths 1..max(``--depths``, the arms' own depths) with one
+estimator (``--estimator auto`` by default: :mod:`specreplay.replay.choice`, over every arm);
+:mod:`specreplay.results.sweep` builds the cells. ``--arm`` values are expanded for brace lists
+(``'top32:t0.7:dyadic{8,12,16}@5'``, quoted so the shell leaves them alone).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from pathlib import Path
+
+from specreplay.errors import SpecReplayError
+from specreplay.replay.archive.sources import archive_rows
+from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
+from specreplay.replay.engine import OpenArchive
+from specreplay.replay.scan import Progress
+from specreplay.results.model import Result
+from specreplay.results.output import check_out, output_dir
+from specreplay.results.render import write_all
+from specreplay.results.sweep import CostModel, SweepOptions, expand_braces, sweep_result
+from specreplay.results.tables import sweep_tables
+from specreplay.sim.arms import Arm, parse_arm
+from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
+
+__all__ = ["expand_arms", "run_sweep"]
+
+
+def expand_arms(texts: list[str]) -> list[Arm]:
+    """Parse ``--arm`` values, brace lists expanded, distinct by canonical form, in order."""
+    arms: dict[str, Arm] = {}
+    for text in texts:
+        for one in expand_braces(text):
+            arm = parse_arm(one)
+            arms.setdefault(arm.canonical, arm)
+    if not arms:
+        raise SpecReplayError("sweep: give at least one --arm")
+    return list(arms.values())
+
+
+def run_sweep(
+    archive: Path,
+    opts: SweepOptions,
+    *,
+    out: Path,
+    force: bool,
+    progress: Progress | None = None,
+) -> tuple[str, Result]:
+    """Sweep ``opts.arms`` over ``opts.depths``; return (text, result)."""
+    check_out(out, force=force, inputs=[archive])
+    arms = expand_arms(list(opts.arms))
+    if opts.cost:
+        CostModel.parse(opts.cost)  # a bad cost model is an error before any work
+    opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
+                         logging_arm=opts.logging_arm)  # fmt: skip
+    estimator, companion = auto_passes(opts.estimator)
+    depth = max([*opts.depths, *(a.depth for a in arms)])
+    ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
+    with output_dir(out, force=force, inputs=[archive]) as tmp:
+        with ctx as advance:
+            res = opened.replay(arms, estimator=estimator, replicates=opts.replicates,
+                                seed=opts.seed, max_depth=depth, progress=advance,
+                                companion=companion)  # fmt: skip
+        if opts.estimator == AUTO:
+            res, _ = resolve_auto(res, arms)
+        result = sweep_result(res, arms, opts, archive)
+        write_all(result, tmp)
+    text = sweep_tables(result) + f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet)"
+    return text, result

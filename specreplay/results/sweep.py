@@ -1,0 +1,281 @@
+"""The counterfactual fixed-depth sweep (SPEC §3.5): R at every depth per arm and cell, one pass.
+
+Per arm, its own ``@DEPTH`` is the **reference depth**. For every depth d of ``--depths`` the
+archive's replay at depth d is compared with the replay at the reference depth on the same
+requests (paired bootstrap, :func:`specreplay.stats.compare.compare`): the delta (role
+``depth-vs-reference``, its ``depth`` field d, no verdict) carries the interval of R(d) − R(ref),
+and ``cells[].depths[]`` the R(d) itself with its own studentized interval. Depths past the
+positions the archive records are UNSUPPORTED (null, with the reason), never extrapolated.
+
+Every comparison of one sweep uses the same seed on the same requests, so replicate b resamples
+the same requests at every depth: with a **cost model** (milliseconds per round at each depth,
+:class:`CostModel`) tokens/s = 1000·R(d)/ms(d) per depth (ESTIMATED), the best depth per cell and
+arm, and ``p_best``, the share of replicates in which each depth has the most tokens/s (rank
+stability), come from those joint replicates.
+
+Decisions: the depth-vs-reference deltas carry no verdict (a sweep is a counterfactual check,
+not a requalification); cells keep one arm figure per arm (R at its reference depth).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specreplay.errors import SpecReplayError
+from specreplay.replay.engine import ReplayResult
+from specreplay.results.document import excluded_entries, input_files, new_result
+from specreplay.results.model import Cell, DepthFigure, Label, Result, Role
+from specreplay.results.requalification import Comparand, estimator_used, merge_comparisons
+from specreplay.sim.arms import Arm
+from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
+from specreplay.stats.compare import Comparison, compare, parse_margin
+from specreplay.stats.pairing import pair_arms
+
+__all__ = ["CostModel", "SweepOptions", "expand_braces", "parse_depths", "sweep_result"]
+
+NO_VERDICT = "depth sweep: Δ against the arm's own depth (a counterfactual check, no verdict)"
+
+
+def expand_braces(text: str) -> list[str]:
+    """Expand ``{a,b,…}`` groups (cartesian product, left to right).
+
+    Examples
+    --------
+    >>> expand_braces("top32:t0.7:dyadic{8,16}@5")
+    ['top32:t0.7:dyadic8@5', 'top32:t0.7:dyadic16@5']
+    """
+    m = re.search(r"\{([^{}]*)\}", text)
+    if m is None:
+        if "{" in text or "}" in text:
+            raise SpecReplayError(f"--arm {text!r}: unbalanced brace")
+        return [text]
+    parts = m.group(1).split(",")
+    if any(not p for p in parts):
+        raise SpecReplayError(f"--arm {text!r}: empty alternative in {{{m.group(1)}}}")
+    out: list[str] = []
+    for p in parts:
+        out += expand_braces(text[: m.start()] + p + text[m.end() :])
+    return out
+
+
+def parse_depths(text: str) -> tuple[int, ...]:
+    """Parse ``1..8`` or ``1,2,4`` (or a mix, ``1..3,6``) into sorted distinct depths ≥ 1."""
+    depths: set[int] = set()
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:\.\.\s*(\d+)\s*)?", part)
+        if m is None:
+            raise SpecReplayError(f"--depths {text!r}: expected 1..8 or 1,2,4")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        if lo < 1 or hi < lo or hi > 127:
+            raise SpecReplayError(f"--depths {text!r}: depths are 1..127, low to high")
+        depths.update(range(lo, hi + 1))
+    return tuple(sorted(depths))
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Milliseconds per round at each depth: linear T0 + C·d, or a table (TOML)."""
+
+    text: str
+    t0: float | None = None
+    slope: float | None = None
+    table: dict[int, float] | None = None
+
+    @staticmethod
+    def parse(text: str) -> CostModel:
+        """``linear:T0:C`` or a TOML file with ``ms_per_round = {1 = 2.1, 2 = 2.4, …}``."""
+        if text.startswith("linear:"):
+            try:
+                t0, c = (float(x) for x in text.split(":")[1:])
+            except ValueError:
+                raise SpecReplayError(f"--cost {text!r}: expected linear:T0:C (ms)") from None
+            if not (t0 >= 0 and c >= 0 and t0 + c > 0):
+                raise SpecReplayError(f"--cost {text!r}: T0 and C are ms ≥ 0, not both 0")
+            return CostModel(text, t0=t0, slope=c)
+        path = Path(text)
+        try:
+            doc = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise SpecReplayError(f"--cost {text}: {e}") from None
+        raw = doc.get("ms_per_round")
+        if not isinstance(raw, dict) or not raw:
+            raise SpecReplayError(f"{text}: expected a table ms_per_round = {{1 = 2.1, …}}")
+        table: dict[int, float] = {}
+        for k, v in raw.items():
+            if not str(k).isdigit() or not isinstance(v, int | float) or v <= 0:
+                raise SpecReplayError(f"{text}: ms_per_round.{k} = {v!r}: depth ≥ 1 → ms > 0")
+            table[int(k)] = float(v)
+        return CostModel(text, table=table)
+
+    def ms(self, depth: int) -> float | None:
+        """Milliseconds per round at ``depth`` (None where the table has no entry)."""
+        if self.table is not None:
+            return self.table.get(depth)
+        assert self.t0 is not None and self.slope is not None
+        return self.t0 + self.slope * depth
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """Every option of a sweep (``specreplay sweep``)."""
+
+    arms: tuple[str, ...]
+    depths: tuple[int, ...] = tuple(range(1, 9))
+    estimator: str = "auto"
+    replicates: int = 16
+    cost: str | None = None
+    n_boot: int = 2000
+    seed: int = 0
+    stratify: str = "family"
+    level: float = 0.95
+    min_requests: int = 10
+    buckets: str = DEFAULT_BUCKETS
+    logging_arm: str | None = None
+
+    def to_json(self, archive: Path) -> dict[str, Any]:
+        """Return the ``options`` entry of results.json."""
+        return {
+            "archive": str(archive), "arms": list(self.arms), "depths": list(self.depths),
+            "estimator": self.estimator, "replicates": self.replicates, "cost": self.cost,
+            "n_boot": self.n_boot, "stratify": self.stratify, "level": self.level,
+            "min_requests": self.min_requests, "buckets": Buckets.parse(self.buckets).spec,
+            "logging_arm": self.logging_arm,
+        }  # fmt: skip
+
+
+def _depth_name(arm: Arm, depth: int) -> str:
+    return f"{arm.canonical.rsplit('@', 1)[0]}@{depth}"
+
+
+def _comparisons(res: ReplayResult, arm: Arm, opts: SweepOptions) -> dict[int, Comparison | str]:
+    """Per depth, the paired comparison with the reference depth, or why it is UNSUPPORTED."""
+    ref = res.arm_data(arm)
+    out: dict[int, Comparison | str] = {}
+    for d in opts.depths:
+        why = res.depth_problem(arm, d)
+        if why is not None:
+            out[d] = why
+            continue
+        name = _depth_name(arm, d) + (" (reference depth)" if d == arm.depth else "")
+        other = res.arm_data(arm, depth=d, name=name)
+        ps, _ = pair_arms(ref, other, buckets=res.buckets)
+        out[d] = compare(ps, arm_a=ref.name, arm_b=other.name, n_boot=opts.n_boot, seed=res.seed,
+                         stratify=opts.stratify, level=opts.level, margin=parse_margin("0.5%"),
+                         min_requests=opts.min_requests, label="SIMULATED")  # fmt: skip
+    return out
+
+
+def _depth_figures(
+    arm: Arm, comps: dict[int, Comparison | str], i: int, cost: CostModel | None, level: float
+) -> tuple[list[DepthFigure], int | None]:
+    """Return the ``depths[]`` entries of one arm in cell i and its best depth (cost model)."""
+    figs: list[DepthFigure] = []
+    tps_reps: dict[int, np.ndarray] = {}
+    for d, comp in comps.items():
+        if isinstance(comp, str):
+            figs.append(DepthFigure(arm.canonical, d, None, None, None, Label.SIMULATED, False,
+                                    comp))  # fmt: skip
+            continue
+        test = comp.rb_tests[i] if comp.rb_tests else None
+        r_b = comp.cells[i]["arms"][comp.cells[i]["deltas"][0]["b"]]["R"]
+        if test is None or r_b is None:
+            why = "no rounds in this cell"
+            figs.append(DepthFigure(arm.canonical, d, None, None, None, Label.SIMULATED, True, why))
+            continue
+        lo, hi = test.interval(level)
+        fig = DepthFigure(arm.canonical, d, float(r_b), lo, hi, Label.SIMULATED, True, None)
+        ms = cost.ms(d) if cost is not None else None
+        if ms is not None:
+            fig = dataclasses.replace(
+                fig, tokens_per_s=1000.0 * r_b / ms, tokens_per_s_lo=1000.0 * lo / ms,
+                tokens_per_s_hi=1000.0 * hi / ms,
+            )  # fmt: skip
+            assert comp.rb_reps is not None
+            tps_reps[d] = 1000.0 * comp.rb_reps[:, i] / ms
+        figs.append(fig)
+    if not tps_reps:
+        return figs, None
+    ds = sorted(tps_reps)
+    mat = np.stack([tps_reps[d] for d in ds], axis=1)
+    ok = np.all(np.isfinite(mat), axis=1)
+    wins = np.bincount(np.argmax(mat[ok], axis=1), minlength=len(ds)) / max(int(ok.sum()), 1)
+    p_best = dict(zip(ds, wins.tolist(), strict=True))
+    figs = [dataclasses.replace(f, p_best=p_best.get(f.depth)) if f.depth in p_best else f
+            for f in figs]  # fmt: skip
+    best = max(ds, key=lambda d: next(f.tokens_per_s or -math.inf for f in figs if f.depth == d))
+    return figs, best
+
+
+def sweep_result(res: ReplayResult, arms: list[Arm], opts: SweepOptions, archive: Path) -> Result:
+    """Return the typed result of a sweep of ``arms`` over ``opts.depths`` (module docstring)."""
+    cost = CostModel.parse(opts.cost) if opts.cost else None
+    per_arm = {a.canonical: _comparisons(res, a, opts) for a in arms}
+    parts = []
+    for a in arms:
+        for comp in per_arm[a.canonical].values():
+            if isinstance(comp, Comparison):
+                parts.append(Comparand(comp, Role.DEPTH_VS_REFERENCE, NO_VERDICT))
+    if not parts:
+        raise SpecReplayError(
+            f"{archive}: no depth of {', '.join(map(str, opts.depths))} is supported by the "
+            "archive's recorded positions"
+        )
+    cells = _with_depths(merge_comparisons(parts), arms, per_arm, cost, opts.level)
+    return new_result(
+        command="sweep", seed=res.seed,
+        inputs=input_files([(f.path, f.rows) for f in res.files]),
+        options={**opts.to_json(archive), "replicates": res.replicates, **estimator_used(res)},
+        assumptions=_assumptions(cost),
+        excluded=excluded_entries(res.excluded), arms=[a.canonical for a in arms], cells=cells,
+    )  # fmt: skip
+
+
+def _with_depths(
+    cells: tuple[Cell, ...],
+    arms: list[Arm],
+    per_arm: dict[str, dict[int, Comparison | str]],
+    cost: CostModel | None,
+    level: float,
+) -> tuple[Cell, ...]:
+    """Add every arm's depth figures and best depth; keep one arm figure per arm; set depths."""
+    out = []
+    for i, c in enumerate(cells):
+        depths: list[DepthFigure] = []
+        best: dict[str, int] = {}
+        for a in arms:
+            figs, b = _depth_figures(a, per_arm[a.canonical], i, cost, level)
+            depths += figs
+            if b is not None:
+                best[a.canonical] = b
+        deltas = tuple(dataclasses.replace(d, depth=_delta_depth(d.b)) for d in c.deltas)
+        arms_fig = {k: v for k, v in c.arms.items() if k in {a.canonical for a in arms}}
+        out.append(dataclasses.replace(c, arms=arms_fig, deltas=deltas, depths=tuple(depths),
+                                       best_depth=best or None))  # fmt: skip
+    return tuple(out)
+
+
+def _delta_depth(name: str) -> int | None:
+    found = re.findall(r"@(\d+)", name)
+    return int(found[-1]) if found else None
+
+
+def _assumptions(cost: CostModel | None) -> list[str]:
+    out = [
+        "Path assumption or importance weights as the estimator line says (SPEC §3.2); a fixed "
+        "depth d replays the first d archived positions of every round that recorded them.",
+        "A policy that changes depth also changes where later rounds start, which no replay of "
+        "these archives can see.",
+        "Depths past the recorded positions are UNSUPPORTED, never extrapolated.",
+    ]
+    if cost is not None:
+        out.append(f"Cost model {cost.text} (ms per round by depth): tokens/s are ESTIMATED.")
+    return out

@@ -1,0 +1,137 @@
+"""``specreplay sweep`` (issue 6, items 1–2): closed forms on constant-α traces, UNSUPPORTED depths,
+the cost model's best depth (Leviathan et al. 2023, Theorem 3.8), brace lists, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from archive_factory import write_parquet
+from typer.testing import CliRunner
+
+from specreplay.cli import app
+from specreplay.errors import SpecReplayError
+from specreplay.results.sweep import CostModel, expand_braces, parse_depths
+
+ALPHA, DEPTH = 0.8, 10
+
+
+def _constant_alpha_rows(n_requests: int = 24, n_rounds: int = 4) -> list[dict[str, Any]]:
+    """Two candidates per position, q = (1/2, 1/2) under top2:t1, p = (α/2, α/2): Σ min(p, q) =
+    α at every position of every round, recorded to depth 10."""
+    rows = []
+    half = math.log(0.5)
+    for r in range(n_requests):
+        for rnd in range(n_rounds):
+            for pos in range(1, DEPTH + 1):
+                rows.append({
+                    "request_id": f"q{r}", "family": ("chat", "code")[r % 2],
+                    "context_tokens": 100 + 20 * rnd, "round": rnd, "position": pos,
+                    "cand_ids": [2 * pos, 2 * pos + 1], "draft_logprobs": [half, half],
+                    "target_probs": [ALPHA / 2, ALPHA / 2],
+                })  # fmt: skip
+    return rows
+
+
+def _sweep(path: Path, out: Path, *args: str) -> tuple[Any, dict[str, Any]]:
+    res = CliRunner().invoke(
+        app, ["sweep", str(path), "--out", str(out), "-q", "--n-boot", "300", *args],
+        env={"COLUMNS": "300"},
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return res, json.loads((out / "results.json").read_text())
+
+
+def _exact(d: int) -> float:
+    return (1.0 - ALPHA ** (d + 1)) / (1.0 - ALPHA)
+
+
+def test_constant_alpha_best_depth_is_leviathans(tmp_path: Path) -> None:
+    """Depths 1..10 with 1 + 0.05·d ms per round: tokens/s = 1000(1 − 0.8^{d+1})/(0.2(1 + 0.05d)),
+    largest at d = 8: 3092.1 (walltime factor 3.09; depths 7 and 9 lose 0.3% and 0.45%)."""
+    path = write_parquet(tmp_path / "a.parquet", _constant_alpha_rows())
+    res, doc = _sweep(path, tmp_path / "o", "--arm", f"top2:t1@{DEPTH}", "--depths", "1..10",
+                      "--cost", "linear:1:0.05", "--estimator", "analytic")  # fmt: skip
+    pooled = doc["cells"][0]
+    figs = {f["depth"]: f for f in pooled["depths"]}
+    for d in range(1, 11):
+        assert figs[d]["supported"] and figs[d]["label"] == "SIMULATED"
+        assert figs[d]["R"] == pytest.approx(_exact(d), rel=1e-12)
+        tps = 1000.0 * _exact(d) / (1.0 + 0.05 * d)
+        assert figs[d]["tokens_per_s"] == pytest.approx(tps, rel=1e-12)
+    assert pooled["best_depth"] == {f"top2@{DEPTH}": 8}  # canonical form: t1 is the default
+    assert round(figs[8]["tokens_per_s"], 1) == 3092.1
+    assert figs[7]["tokens_per_s"] / figs[8]["tokens_per_s"] == pytest.approx(1 - 0.003, abs=5e-4)
+    assert figs[9]["tokens_per_s"] / figs[8]["tokens_per_s"] == pytest.approx(1 - 0.0045, abs=5e-4)
+    # every request has the same R at every depth: depth 8 wins in every resample
+    assert figs[8]["p_best"] == 1.0 and figs[7]["p_best"] == 0.0
+    deltas = {d["depth"]: d for d in pooled["deltas"] if d["role"] == "depth-vs-reference"}
+    assert deltas[3]["point"] == pytest.approx(_exact(3) - _exact(DEPTH), rel=1e-12)
+    assert deltas[3]["verdict"] is None and deltas[3]["verdict_null_reason"]
+    assert "best depth 8" in res.stdout
+    assert doc["options"]["estimator_used"] == "analytic"
+
+
+def test_depths_past_the_recorded_positions_are_unsupported(tmp_path: Path) -> None:
+    path = write_parquet(tmp_path / "a.parquet", _constant_alpha_rows(n_requests=12))
+    _, doc = _sweep(path, tmp_path / "o", "--arm", "top2:t1@4", "--depths", "3..12",
+                    "--min-requests", "2")  # fmt: skip
+    # auto falls back (no drafted_id), and says so
+    assert doc["options"]["estimator_used"] == "analytic"
+    figs = {f["depth"]: f for f in doc["cells"][0]["depths"]}
+    for d in (11, 12):
+        assert not figs[d]["supported"] and figs[d]["R"] is None
+        assert (
+            "UNSUPPORTED" in figs[d]["null_reason"]
+            and "never extrapolated" in figs[d]["null_reason"]
+        )
+    assert figs[10]["R"] == pytest.approx(_exact(10), rel=1e-12)
+    assert doc["cells"][0]["best_depth"] is None  # no cost model
+
+
+def test_brace_lists_depth_lists_and_cost_models_parse() -> None:
+    assert expand_braces("top32:t0.7:dyadic{8,12}@{4,5}") == [
+        "top32:t0.7:dyadic8@4", "top32:t0.7:dyadic8@5", "top32:t0.7:dyadic12@4",
+        "top32:t0.7:dyadic12@5",
+    ]  # fmt: skip
+    assert parse_depths("1..3,6") == (1, 2, 3, 6)
+    assert CostModel.parse("linear:1:0.05").ms(8) == pytest.approx(1.4)
+    for bad in ("0", "3..1", "a..b", "1..200"):
+        with pytest.raises(SpecReplayError, match="--depths"):
+            parse_depths(bad)
+    for bad in ("top{8,}@5", "top{8@5"):
+        with pytest.raises(SpecReplayError, match="--arm"):
+            expand_braces(bad)
+
+
+def test_a_cost_table_from_toml(tmp_path: Path) -> None:
+    toml = tmp_path / "cost.toml"
+    toml.write_text("[ms_per_round]\n1 = 1.0\n2 = 1.1\n3 = 5.0\n")
+    m = CostModel.parse(str(toml))
+    assert (m.ms(2), m.ms(4)) == (1.1, None)
+    path = write_parquet(tmp_path / "a.parquet", _constant_alpha_rows(n_requests=12))
+    _, doc = _sweep(path, tmp_path / "o", "--arm", "top2:t1@3", "--depths", "1..4",
+                    "--cost", str(toml), "--min-requests", "2")  # fmt: skip
+    figs = {f["depth"]: f for f in doc["cells"][0]["depths"]}
+    assert figs[4]["tokens_per_s"] is None and figs[4]["R"] is not None  # no cost for depth 4
+    assert doc["cells"][0]["best_depth"] == {"top2@3": 2}  # 1000·2.44/1.1 beats 1.8/1.0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cost", "linear:x"], "--cost"),
+        (["--depths", "0..3"], "--depths"),
+        (["--arm", "top2:t1@{3"], "--arm"),
+    ],
+)
+def test_bad_options_are_one_line_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    path = write_parquet(tmp_path / "a.parquet", _constant_alpha_rows(n_requests=4))
+    res = CliRunner().invoke(app, ["sweep", str(path), "--arm", "top2:t1@3", "--out",
+                                   str(tmp_path / "o"), "-q", *args])  # fmt: skip
+    assert res.exit_code == 2
+    assert message in res.stderr and "Traceback" not in res.output
+    assert not (tmp_path / "o").exists()
