@@ -449,6 +449,15 @@ def sweep(
         ),
     ],
     depths: Annotated[str, typer.Option("--depths", help="Depths: 1..8, or 1,2,4.")] = "1..8",
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            "--baseline",
+            help="Arm the dyadic arms are requalified against: the fewest "
+            "bits that stay EQUIVALENT, by fixed-sequence testing from the most bits.",
+        ),
+    ] = None,
+    margin: MarginOpt = "0.5%",
     estimator: EstimatorOpt = "auto",
     replicates: Annotated[
         int, typer.Option("--replicates", help="Monte Carlo replicates per round.", min=2)
@@ -484,9 +493,10 @@ def sweep(
         from specreplay.commands.sweep import run_sweep
         from specreplay.results.sweep import SweepOptions, parse_depths
 
-        _bootstrap_options("0.5%", n_boot, stratify, level, min_requests)  # checks stratify
+        _bootstrap_options(margin, n_boot, stratify, level, min_requests)  # checks stratify
         opts = SweepOptions(
-            arms=tuple(arm), depths=parse_depths(depths), estimator=estimator,
+            arms=tuple(arm), depths=parse_depths(depths), baseline=baseline, margin=margin,
+            estimator=estimator,
             replicates=replicates, cost=cost, n_boot=n_boot, seed=seed, stratify=stratify,
             level=level, min_requests=min_requests, buckets=buckets or _default_buckets(),
             logging_arm=_arm_option(logging_arm),

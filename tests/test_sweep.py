@@ -135,3 +135,30 @@ def test_bad_options_are_one_line_errors(tmp_path: Path, args: list[str], messag
     assert res.exit_code == 2
     assert message in res.stderr and "Traceback" not in res.output
     assert not (tmp_path / "o").exists()
+
+
+def test_fewest_bits_by_fixed_sequence_on_the_synthetic_archive(
+    small_archive: Path, tmp_path: Path
+) -> None:
+    """Most bits first, stop at the first arm that is not EQUIVALENT; the fewest EQUIVALENT is
+    the last before it, and each step's verdict is the pooled candidate-vs-baseline one."""
+    from specreplay.results.io import load_results_schema, validate_json
+
+    _, doc = _sweep(small_archive, tmp_path / "o", "--arm", "top32:t0.7:dyadic{8,24,12}@5",
+                    "--baseline", "top32:t0.7@5", "--depths", "4..5", "--min-requests", "5",
+                    "--margin", "2%")  # fmt: skip
+    validate_json(doc, load_results_schema())
+    bits = doc["fewest_bits"]
+    seq = bits["sequence"]
+    assert [s["bits"] for s in seq] == sorted((s["bits"] for s in seq), reverse=True)
+    assert seq[0]["bits"] == 24
+    pooled = {d["b"]: d["verdict"] for d in doc["cells"][0]["deltas"]
+              if d["role"] == "candidate-vs-baseline"}  # fmt: skip
+    for s in seq:
+        assert pooled[s["arm"]] == s["verdict"]
+    assert all(s["verdict"] == "EQUIVALENT" for s in seq[:-1])
+    if seq[-1]["verdict"] != "EQUIVALENT":
+        assert bits["stopped_at"] == seq[-1]["arm"]
+        assert bits["fewest_bits_equivalent"] == (seq[-2]["arm"] if len(seq) > 1 else None)
+    else:
+        assert bits["stopped_at"] is None and bits["fewest_bits_equivalent"] == seq[-1]["arm"]

@@ -50,21 +50,23 @@ def run_sweep(
     """Sweep ``opts.arms`` over ``opts.depths``; return (text, result)."""
     check_out(out, force=force, inputs=[archive])
     arms = expand_arms(list(opts.arms))
+    baseline = parse_arm(opts.baseline) if opts.baseline else None
+    replayed = list({a.canonical: a for a in [*arms, *([baseline] if baseline else [])]}.values())
     if opts.cost:
         CostModel.parse(opts.cost)  # a bad cost model is an error before any work
     opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
                          logging_arm=opts.logging_arm)  # fmt: skip
     estimator, companion = auto_passes(opts.estimator)
-    depth = max([*opts.depths, *(a.depth for a in arms)])
+    depth = max([*opts.depths, *(a.depth for a in replayed)])
     ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
     with output_dir(out, force=force, inputs=[archive]) as tmp:
         with ctx as advance:
-            res = opened.replay(arms, estimator=estimator, replicates=opts.replicates,
+            res = opened.replay(replayed, estimator=estimator, replicates=opts.replicates,
                                 seed=opts.seed, max_depth=depth, progress=advance,
                                 companion=companion)  # fmt: skip
         if opts.estimator == AUTO:
-            res, _ = resolve_auto(res, arms)
-        result = sweep_result(res, arms, opts, archive)
+            res, _ = resolve_auto(res, replayed)
+        result = sweep_result(res, arms, opts, archive, baseline)
         write_all(result, tmp)
     text = sweep_tables(result) + f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet)"
     return text, result

@@ -130,6 +130,8 @@ class SweepOptions:
 
     arms: tuple[str, ...]
     depths: tuple[int, ...] = tuple(range(1, 9))
+    baseline: str | None = None
+    margin: str = "0.5%"
     estimator: str = "auto"
     replicates: int = 16
     cost: str | None = None
@@ -145,6 +147,7 @@ class SweepOptions:
         """Return the ``options`` entry of results.json."""
         return {
             "archive": str(archive), "arms": list(self.arms), "depths": list(self.depths),
+            "baseline": self.baseline, "margin": parse_margin(self.margin).to_json(),
             "estimator": self.estimator, "replicates": self.replicates, "cost": self.cost,
             "n_boot": self.n_boot, "stratify": self.stratify, "level": self.level,
             "min_requests": self.min_requests, "buckets": Buckets.parse(self.buckets).spec,
@@ -215,7 +218,53 @@ def _depth_figures(
     return figs, best
 
 
-def sweep_result(res: ReplayResult, arms: list[Arm], opts: SweepOptions, archive: Path) -> Result:
+def fewest_bits(
+    res: ReplayResult, arms: list[Arm], baseline: Arm, opts: SweepOptions
+) -> tuple[list[Comparand], dict[str, Any]]:
+    """Fixed-sequence test of the dyadic arms against ``baseline``, most bits first.
+
+    Each arm (at its own depth) is compared with the baseline (at its own); the walk stops at
+    the first arm whose pooled verdict is not EQUIVALENT, and the fewest bits that stay
+    EQUIVALENT is the last arm before it. Testing in a fixed order and stopping at the first
+    failure keeps the family-wise false-EQUIVALENT rate at α with no adjustment (Maurer, Hothorn
+    & Lehmacher 1995), where picking the fewest EQUIVALENT arm from separate tests inflates it.
+    """
+    seq = sorted((a for a in arms if a.sampler.kind == "dyadic" and a != baseline),
+                 key=lambda a: -a.sampler.bits)  # fmt: skip
+    base = res.arm_data(baseline)
+    parts: list[Comparand] = []
+    walk: list[dict[str, Any]] = []
+    fewest: str | None = None
+    stopped: str | None = None
+    for a in seq:
+        ps, _ = pair_arms(base, res.arm_data(a), buckets=res.buckets)
+        comp = compare(ps, arm_a=base.name, arm_b=a.canonical, n_boot=opts.n_boot, seed=res.seed,
+                       stratify=opts.stratify, level=opts.level, margin=parse_margin(opts.margin),
+                       min_requests=opts.min_requests, label="SIMULATED")  # fmt: skip
+        parts.append(Comparand(comp, Role.CANDIDATE_VS_BASELINE))
+        verdict = comp.cells[0]["deltas"][0]["verdict"]
+        walk.append({"arm": a.canonical, "bits": a.sampler.bits, "verdict": verdict})
+        if verdict != "EQUIVALENT":
+            stopped = a.canonical
+            break
+        fewest = a.canonical
+    why = None if fewest else ("no dyadic arm to test" if not seq else f"{walk[0]['arm']} is not "
+                               "EQUIVALENT to the baseline")  # fmt: skip
+    summary = {
+        "baseline": baseline.canonical, "margin": parse_margin(opts.margin).to_json(),
+        "sequence": walk, "fewest_bits_equivalent": fewest, "stopped_at": stopped,
+        "label": "SIMULATED", "null_reason": why,
+    }  # fmt: skip
+    return parts, summary
+
+
+def sweep_result(
+    res: ReplayResult,
+    arms: list[Arm],
+    opts: SweepOptions,
+    archive: Path,
+    baseline: Arm | None = None,
+) -> Result:
     """Return the typed result of a sweep of ``arms`` over ``opts.depths`` (module docstring)."""
     cost = CostModel.parse(opts.cost) if opts.cost else None
     per_arm = {a.canonical: _comparisons(res, a, opts) for a in arms}
@@ -229,6 +278,10 @@ def sweep_result(res: ReplayResult, arms: list[Arm], opts: SweepOptions, archive
             f"{archive}: no depth of {', '.join(map(str, opts.depths))} is supported by the "
             "archive's recorded positions"
         )
+    extra: dict[str, Any] = {}
+    if baseline is not None:
+        bits_parts, extra["fewest_bits"] = fewest_bits(res, arms, baseline, opts)
+        parts += bits_parts
     cells = _with_depths(merge_comparisons(parts), arms, per_arm, cost, opts.level)
     return new_result(
         command="sweep", seed=res.seed,
@@ -236,6 +289,7 @@ def sweep_result(res: ReplayResult, arms: list[Arm], opts: SweepOptions, archive
         options={**opts.to_json(archive), "replicates": res.replicates, **estimator_used(res)},
         assumptions=_assumptions(cost),
         excluded=excluded_entries(res.excluded), arms=[a.canonical for a in arms], cells=cells,
+        extra=extra,
     )  # fmt: skip
 
 
@@ -256,8 +310,16 @@ def _with_depths(
             depths += figs
             if b is not None:
                 best[a.canonical] = b
-        deltas = tuple(dataclasses.replace(d, depth=_delta_depth(d.b)) for d in c.deltas)
-        arms_fig = {k: v for k, v in c.arms.items() if k in {a.canonical for a in arms}}
+        deltas = tuple(
+            dataclasses.replace(d, depth=_delta_depth(d.b))
+            if d.role is Role.DEPTH_VS_REFERENCE
+            else d
+            for d in c.deltas
+        )
+        keep = {a.canonical for a in arms} | {
+            d.a for d in c.deltas if d.role is not Role.DEPTH_VS_REFERENCE
+        }
+        arms_fig = {k: v for k, v in c.arms.items() if k in keep}
         out.append(dataclasses.replace(c, arms=arms_fig, deltas=deltas, depths=tuple(depths),
                                        best_depth=best or None))  # fmt: skip
     return tuple(out)

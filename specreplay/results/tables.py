@@ -551,6 +551,13 @@ def sweep_tables(result: Result) -> str:
     if best_rows:
         lines += ["", "## Best depth per cell (most tokens/s, ESTIMATED)", "",
                   markdown_table(["cell", *result.arms], best_rows)]  # fmt: skip
+    bits = result.extra.get("fewest_bits")
+    if isinstance(bits, dict):
+        seq = "; ".join(f"{s['arm']} {s['verdict']}" for s in bits["sequence"])
+        lines += ["", f"FEWEST BITS EQUIVALENT to {bits['baseline']} (fixed-sequence, most bits "
+                  f"first, margin {bits['margin']['text']}; SIMULATED): "
+                  f"{bits['fewest_bits_equivalent'] or '— (' + str(bits['null_reason']) + ')'}",
+                  f"sequence: {seq}"]  # fmt: skip
     lines += ["", "Assumptions:", *[f"- {a}" for a in result.assumptions]]
     return "\n".join(lines) + "\n"
 
