@@ -439,15 +439,18 @@ def requalify(
 
 @app.command()
 def sweep(
-    archive: Annotated[Path, typer.Argument(help="Position-trace archive (file or shard folder).")],
+    archive: Annotated[
+        Path, typer.Argument(help="Position-trace archive, or round traces (the proxy).")
+    ],
     arm: Annotated[
-        list[str],
+        list[str] | None,
         typer.Option(
             "--arm",
             help="Arm (repeatable; its @DEPTH is the reference depth); a quoted "
-            "brace list expands: 'top32:t0.7:dyadic{8,12,16}@5'.",
+            "brace list expands: 'top32:t0.7:dyadic{8,12,16}@5'. Position traces only: "
+            "round traces give the survival truncation proxy.",
         ),
-    ],
+    ] = None,
     depths: Annotated[str, typer.Option("--depths", help="Depths: 1..8, or 1,2,4.")] = "1..8",
     baseline: Annotated[
         str | None,
@@ -495,7 +498,7 @@ def sweep(
 
         _bootstrap_options(margin, n_boot, stratify, level, min_requests)  # checks stratify
         opts = SweepOptions(
-            arms=tuple(arm), depths=parse_depths(depths), baseline=baseline, margin=margin,
+            arms=tuple(arm or ()), depths=parse_depths(depths), baseline=baseline, margin=margin,
             estimator=estimator,
             replicates=replicates, cost=cost, n_boot=n_boot, seed=seed, stratify=stratify,
             level=level, min_requests=min_requests, buckets=buckets or _default_buckets(),

@@ -35,11 +35,19 @@ from specreplay.results.document import excluded_entries, input_files, new_resul
 from specreplay.results.model import Cell, DepthFigure, Label, Result, Role
 from specreplay.results.requalification import Comparand, estimator_used, merge_comparisons
 from specreplay.sim.arms import Arm
+from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.compare import Comparison, compare, parse_margin
 from specreplay.stats.pairing import pair_arms
 
-__all__ = ["CostModel", "SweepOptions", "expand_braces", "parse_depths", "sweep_result"]
+__all__ = [
+    "CostModel",
+    "SweepOptions",
+    "expand_braces",
+    "parse_depths",
+    "proxy_result",
+    "sweep_result",
+]
 
 NO_VERDICT = "depth sweep: Δ against the arm's own depth (a counterfactual check, no verdict)"
 
@@ -178,24 +186,28 @@ def _comparisons(res: ReplayResult, arm: Arm, opts: SweepOptions) -> dict[int, C
 
 
 def _depth_figures(
-    arm: Arm, comps: dict[int, Comparison | str], i: int, cost: CostModel | None, level: float
+    name: str,
+    comps: dict[int, Comparison | str],
+    i: int,
+    cost: CostModel | None,
+    level: float,
+    label: Label = Label.SIMULATED,
 ) -> tuple[list[DepthFigure], int | None]:
     """Return the ``depths[]`` entries of one arm in cell i and its best depth (cost model)."""
     figs: list[DepthFigure] = []
     tps_reps: dict[int, np.ndarray] = {}
     for d, comp in comps.items():
         if isinstance(comp, str):
-            figs.append(DepthFigure(arm.canonical, d, None, None, None, Label.SIMULATED, False,
-                                    comp))  # fmt: skip
+            figs.append(DepthFigure(name, d, None, None, None, label, False, comp))
             continue
         test = comp.rb_tests[i] if comp.rb_tests else None
         r_b = comp.cells[i]["arms"][comp.cells[i]["deltas"][0]["b"]]["R"]
         if test is None or r_b is None:
             why = "no rounds in this cell"
-            figs.append(DepthFigure(arm.canonical, d, None, None, None, Label.SIMULATED, True, why))
+            figs.append(DepthFigure(name, d, None, None, None, label, True, why))
             continue
         lo, hi = test.interval(level)
-        fig = DepthFigure(arm.canonical, d, float(r_b), lo, hi, Label.SIMULATED, True, None)
+        fig = DepthFigure(name, d, float(r_b), lo, hi, label, True, None)
         ms = cost.ms(d) if cost is not None else None
         if ms is not None:
             fig = dataclasses.replace(
@@ -282,7 +294,8 @@ def sweep_result(
     if baseline is not None:
         bits_parts, extra["fewest_bits"] = fewest_bits(res, arms, baseline, opts)
         parts += bits_parts
-    cells = _with_depths(merge_comparisons(parts), arms, per_arm, cost, opts.level)
+    names = [a.canonical for a in arms]
+    cells = _with_depths(merge_comparisons(parts), names, per_arm, cost, opts.level)
     return new_result(
         command="sweep", seed=res.seed,
         inputs=input_files([(f.path, f.rows) for f in res.files]),
@@ -295,30 +308,29 @@ def sweep_result(
 
 def _with_depths(
     cells: tuple[Cell, ...],
-    arms: list[Arm],
+    names: list[str],
     per_arm: dict[str, dict[int, Comparison | str]],
     cost: CostModel | None,
     level: float,
+    label: Label = Label.SIMULATED,
 ) -> tuple[Cell, ...]:
     """Add every arm's depth figures and best depth; keep one arm figure per arm; set depths."""
     out = []
     for i, c in enumerate(cells):
         depths: list[DepthFigure] = []
         best: dict[str, int] = {}
-        for a in arms:
-            figs, b = _depth_figures(a, per_arm[a.canonical], i, cost, level)
+        for name in names:
+            figs, b = _depth_figures(name, per_arm[name], i, cost, level, label)
             depths += figs
             if b is not None:
-                best[a.canonical] = b
+                best[name] = b
         deltas = tuple(
             dataclasses.replace(d, depth=_delta_depth(d.b))
             if d.role is Role.DEPTH_VS_REFERENCE
             else d
             for d in c.deltas
         )
-        keep = {a.canonical for a in arms} | {
-            d.a for d in c.deltas if d.role is not Role.DEPTH_VS_REFERENCE
-        }
+        keep = set(names) | {d.a for d in c.deltas if d.role is not Role.DEPTH_VS_REFERENCE}
         arms_fig = {k: v for k, v in c.arms.items() if k in keep}
         out.append(dataclasses.replace(c, arms=arms_fig, deltas=deltas, depths=tuple(depths),
                                        best_depth=best or None))  # fmt: skip
@@ -341,3 +353,63 @@ def _assumptions(cost: CostModel | None) -> list[str]:
     if cost is not None:
         out.append(f"Cost model {cost.text} (ms per round by depth): tokens/s are ESTIMATED.")
     return out
+
+
+PROXY = (
+    "Survival truncation proxy (round traces, SPEC §3.5): E(d) = 1 + Σ_{i≤d} S_i with S_i = "
+    "#(rounds with A ≥ i) / #rounds from pooled counts, i.e. each round's retained tokens "
+    "1 + min(A, d): what the observed rounds would have kept had drafting stopped at d, assuming "
+    "the first d positions are accepted as they were (ESTIMATED). Valid only up to the depth every "
+    "round drafted; deeper depths are UNSUPPORTED."
+)
+
+
+def proxy_result(
+    by_depth: dict[int, ArmData],
+    reference: int,
+    valid: tuple[int | None, int],
+    opts: SweepOptions,
+    path: Path,
+) -> Result:
+    """Return the sweep of a round-trace arm: the survival truncation proxy at every depth.
+
+    ``by_depth`` holds the arm read at each supported depth d (retained 1 + min(A, d)) and at
+    ``reference`` (the depth every round drafted); ``valid`` is (that depth, rounds without a
+    recorded depth).
+    """
+    cost = CostModel.parse(opts.cost) if opts.cost else None
+    ref = by_depth[reference]
+    name = ref.name
+    lowest, unknown = valid
+    comps: dict[int, Comparison | str] = {}
+    for d in opts.depths:
+        if d not in by_depth:
+            comps[d] = (
+                f"{unknown} rounds record no drafted depth: the proxy is valid only up to the "
+                "depth every round drafted" if unknown else
+                f"UNSUPPORTED: some rounds drafted only {lowest} positions (the proxy is valid "
+                "only up to the depth every round drafted, never extrapolated)"
+            )  # fmt: skip
+            continue
+        other = dataclasses.replace(by_depth[d], name=f"{name}@{d}")
+        ps, _ = pair_arms(dataclasses.replace(ref, name=f"{name}@{reference} (reference depth)"),
+                          other, buckets=Buckets.parse(opts.buckets))  # fmt: skip
+        comps[d] = compare(ps, arm_a=f"{name}@{reference} (reference depth)", arm_b=other.name,
+                           n_boot=opts.n_boot, seed=opts.seed, stratify=opts.stratify,
+                           level=opts.level, margin=parse_margin("0.5%"),
+                           min_requests=opts.min_requests, label="ESTIMATED")  # fmt: skip
+    parts = [Comparand(c, Role.DEPTH_VS_REFERENCE, NO_VERDICT) for c in comps.values()
+             if isinstance(c, Comparison)]  # fmt: skip
+    if not parts:
+        raise SpecReplayError(
+            f"{path}: no depth of {list(opts.depths)} is within the proxy's range"
+        )
+    cells = _with_depths(merge_comparisons(parts), [name], {name: comps}, cost, opts.level,
+                         Label.ESTIMATED)  # fmt: skip
+    return new_result(
+        command="sweep", seed=opts.seed, inputs=input_files(ref.files),
+        options={**opts.to_json(path), "reference_depth": reference,
+                 "estimator_used": "survival-proxy",
+                 "estimator_reason": "round traces: the survival truncation proxy"},
+        assumptions=[PROXY, *ref.notes], arms=[name], cells=cells,
+    )  # fmt: skip

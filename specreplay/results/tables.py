@@ -543,7 +543,8 @@ def sweep_tables(result: Result) -> str:
         best = (pooled.best_depth or {}).get(arm)
         header = ["depth", "R [95% CI]", "Δ vs own depth [95% CI]", "tokens/s [95% CI]",
                   "P(best)", "note"]  # fmt: skip
-        lines += ["", f"## {arm}: pooled, reference depth {arm.rsplit('@', 1)[1]}"
+        ref = arm.rsplit("@", 1)[1] if "@" in arm else result.options.get("reference_depth")
+        lines += ["", f"## {arm}: pooled, reference depth {ref}"
                   + (f"; best depth {best}" if best is not None else ""), "",
                   markdown_table(header, rows)]  # fmt: skip
     best_rows = [[c.name, *[str((c.best_depth or {}).get(a, "—")) for a in result.arms]]

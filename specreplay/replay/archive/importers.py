@@ -71,7 +71,7 @@ from specreplay.replay.archive.sources import ArchiveFile, format_location
 from specreplay.stats.armdata import ARM_SCHEMA, ArmData
 from specreplay.stats.buckets import Buckets
 
-__all__ = ["KINDS", "detect_kind", "read_arm"]
+__all__ = ["KINDS", "detect_kind", "drafted_depths", "read_arm"]
 
 KINDS: Final[tuple[str, ...]] = ("round-traces", "request-sums", "spec-bench", "medusa")
 """The observed-arm formats, as returned by :func:`detect_kind` and stored in ``ArmData.kind``."""
@@ -133,6 +133,7 @@ def read_arm(
     choice: int = 0,
     drafted: int | None = None,
     name: str | None = None,
+    truncate: int | None = None,
 ) -> ArmData:
     """Read one observed arm as per-(request, bucket) rounds and retained tokens.
 
@@ -151,6 +152,9 @@ def read_arm(
         Draft depth of a Spec-Bench run; every step must then retain ≤ drafted + 1 tokens.
     name : str, optional
         Arm label; default the file stem or directory name.
+    truncate : int, optional
+        Round traces only: retained tokens 1 + min(A, truncate) per round (the survival
+        truncation proxy of a fixed depth, SPEC §3.5).
 
     Returns
     -------
@@ -172,26 +176,9 @@ def read_arm(
         skip = question_file.resolve()
     files = _list_files(path, skip=skip)
     kind, first_line = _detect_all(files)
-    if kind != "spec-bench" and drafted is not None:
-        raise SpecReplayError(
-            f"{files[0].path}: --drafted applies to Spec-Bench answers only; this is {kind}"
-        )
-    if kind in ("round-traces", "request-sums") and choice != 0:
-        raise SpecReplayError(
-            f"{files[0].path}: --choice applies to Spec-Bench and FastChat/Medusa answers only; "
-            f"this is {kind}"
-        )
-    if kind != "medusa" and question_file is not None:
-        raise SpecReplayError(
-            f"{question_file}: --question-file applies to FastChat/Medusa answers only; "
-            f"{path} is {kind}"
-        )
-    if kind == "medusa" and question_file is None:
-        raise SpecReplayError(
-            f"{files[0].path}:line {first_line}: FastChat/Medusa answers carry no category: "
-            "--question-file (the benchmark's question.jsonl) is required"
-        )
-    opts = _Options(buckets, question_file, choice, drafted, counts=[])
+    _check_kind_options(kind, files[0].path, first_line, path, question_file, choice, drafted,
+                        truncate)  # fmt: skip
+    opts = _Options(buckets, question_file, choice, drafted, counts=[], truncate=truncate)
     sums, notes = _READERS[kind](files, opts)
     if sums.height == 0:
         raise SpecReplayError(f"{path}: no rows: an arm needs at least one round")
@@ -203,6 +190,35 @@ def read_arm(
         files=opts.counts,
         notes=notes,
     )
+
+
+def _check_kind_options(
+    kind: str, first: Path, first_line: int, path: Path, question_file: Path | None,
+    choice: int, drafted: int | None, truncate: int | None,
+) -> None:  # fmt: skip
+    """Raise when an option does not apply to the detected format (or one it needs is missing)."""
+    files0 = first
+    if kind != "spec-bench" and drafted is not None:
+        raise SpecReplayError(
+            f"{files0}: --drafted applies to Spec-Bench answers only; this is {kind}"
+        )
+    if kind in ("round-traces", "request-sums") and choice != 0:
+        raise SpecReplayError(
+            f"{files0}: --choice applies to Spec-Bench and FastChat/Medusa answers only; "
+            f"this is {kind}"
+        )
+    if kind != "medusa" and question_file is not None:
+        raise SpecReplayError(
+            f"{question_file}: --question-file applies to FastChat/Medusa answers only; "
+            f"{path} is {kind}"
+        )
+    if kind == "medusa" and question_file is None:
+        raise SpecReplayError(
+            f"{files0}:line {first_line}: FastChat/Medusa answers carry no category: "
+            "--question-file (the benchmark's question.jsonl) is required"
+        )
+    if truncate is not None and kind != "round-traces":
+        raise SpecReplayError(f"{files0}: a depth proxy needs round traces; this is {kind}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,6 +234,7 @@ class _Options:
     choice: int
     drafted: int | None
     counts: list[tuple[Path, int]]
+    truncate: int | None = None
 
 
 def _list_files(path: Path, *, skip: Path | None) -> list[ArchiveFile]:
@@ -641,6 +658,22 @@ def _finish(sums: pl.DataFrame, buckets: Buckets) -> pl.DataFrame:
 _Reader = Callable[[list[ArchiveFile], _Options], tuple[pl.DataFrame, list[str]]]
 
 
+def _truncated(accepted: pl.Expr, depth: int | None) -> pl.Expr:
+    """Return A of a round (a round retains 1 + A, §1), or min(A, depth) for the proxy."""
+    return accepted if depth is None else pl.min_horizontal(accepted, pl.lit(depth))
+
+
+def drafted_depths(path: Path) -> tuple[int | None, int]:
+    """Return (the smallest recorded ``drafted`` of a round-trace arm, rounds with it null)."""
+    files = _list_files(path, skip=None)
+    counts: list[tuple[Path, int]] = []
+    rows, stop = _read_table(files, _ROUND_COLUMNS, counts)
+    _validate(rows, stop, files, _ROUND_RULES)
+    col = rows.get_column("drafted")
+    low = col.min()
+    return (int(low) if low is not None else None), int(col.null_count())  # type: ignore[arg-type]
+
+
 def _read_round_traces(files: list[ArchiveFile], opts: _Options) -> tuple[pl.DataFrame, list[str]]:
     rows, stop = _read_table(files, _ROUND_COLUMNS, opts.counts)
     _validate(rows, stop, files, _ROUND_RULES)
@@ -653,7 +686,7 @@ def _read_round_traces(files: list[ArchiveFile], opts: _Options) -> tuple[pl.Dat
         .agg(
             pl.col("family").first(),
             n=pl.len().cast(pl.Int64()),
-            t=(1 + pl.col("accepted")).sum().cast(pl.Float64()),  # a round retains 1 + A (§1)
+            t=(1 + _truncated(pl.col("accepted"), opts.truncate)).sum().cast(pl.Float64()),
         )
     )
     notes = [f"round traces: a round retains 1 + accepted tokens; buckets {b.spec!r}"]
