@@ -73,6 +73,8 @@ def test_constant_alpha_best_depth_is_leviathans(tmp_path: Path) -> None:
     assert deltas[3]["verdict"] is None and deltas[3]["verdict_null_reason"]
     assert "best depth 8" in res.stdout
     assert doc["options"]["estimator_used"] == "analytic"
+    png = (tmp_path / "o" / "depths.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000  # the depth curves were drawn
 
 
 def test_depths_past_the_recorded_positions_are_unsupported(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specreplay.results.model import Cell, Level, Role
+from specreplay.results.model import Cell, DepthFigure, Level, Result, Role
 
-__all__ = ["forest_plot"]
+__all__ = ["depth_plot", "forest_plot"]
 
 
 def forest_plot(
@@ -75,3 +75,76 @@ def forest_plot(
     fig.tight_layout()
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
+
+
+def depth_plot(result: Result, path: Path) -> None:
+    """Draw R by depth per arm (pooled cell) with its 95% interval, and tokens/s with a cost model.
+
+    The reference depth of each arm is marked with a ring; depths past the recorded positions are
+    shaded and labelled UNSUPPORTED rather than drawn; with a cost model a second panel shows
+    tokens/s (ESTIMATED) and marks each arm's best depth with a star.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pooled = result.pooled
+    cost = any(f.tokens_per_s is not None for f in pooled.depths)
+    fig, axes = plt.subplots(1, 2 if cost else 1, figsize=(11 if cost else 6.5, 4.2), squeeze=False)
+    unsupported = sorted({f.depth for f in pooled.depths if not f.supported})
+    label = pooled.depths[0].label.value if pooled.depths else "SIMULATED"
+    panels = [("R", "R_lo", "R_hi", f"R: retained tokens per round ({label})")]
+    if cost:
+        panels.append(("tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi",
+                       "tokens/s (ESTIMATED, cost model)"))  # fmt: skip
+    for ax, (key, _, _, ylabel) in zip(axes[0], panels, strict=True):
+        for arm in result.arms:
+            xs, ys, lo, hi = _series(pooled.depths, arm, key)
+            line = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", ms=4, capsize=3, label=arm)
+            ref = (
+                int(arm.rsplit("@", 1)[1]) if "@" in arm else result.options.get("reference_depth")
+            )
+            at = [y for x, y in zip(xs, ys, strict=True) if x == ref]
+            if at:
+                ax.plot([ref], at, "o", ms=11, mfc="none", color=line[0].get_color())
+            best = (pooled.best_depth or {}).get(arm)
+            if key != "R" and best is not None:
+                at = [y for x, y in zip(xs, ys, strict=True) if x == best]
+                ax.plot([best], at, "*", ms=14, color=line[0].get_color())
+        if unsupported:
+            ax.axvspan(min(unsupported) - 0.5, max(unsupported) + 0.5, color="0.9", zorder=0)
+            mid = (min(unsupported) + max(unsupported)) / 2
+            ax.text(mid, 0.5, "UNSUPPORTED\n(not recorded)", transform=ax.get_xaxis_transform(),
+                    ha="center", va="center", color="0.4")  # fmt: skip
+        ax.set_xlabel("fixed draft depth d (positions drafted per round)")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7, title="arm (ring: its own depth)", title_fontsize=7)
+    if cost:
+        axes[0][1].set_title("star: best depth", fontsize=8)
+    used = result.options.get("estimator_used")
+    fig.suptitle(f"Depth sweep, pooled cell: value and 95% interval ({used})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=110)
+    plt.close(fig)
+
+
+def _series(
+    figs: tuple[DepthFigure, ...], arm: str, key: str
+) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Depths, values and error-bar lengths of ``key`` (``R`` or ``tokens_per_s``) of one arm."""
+    xs: list[int] = []
+    ys: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
+    low, high = ("lo", "hi") if key == "R" else ("tokens_per_s_lo", "tokens_per_s_hi")
+    for f in figs:
+        y = getattr(f, key)
+        if f.arm != arm or not f.supported or y is None:
+            continue
+        xs.append(f.depth)
+        ys.append(float(y))
+        lo.append(float(y) - float(getattr(f, low) if getattr(f, low) is not None else y))
+        hi.append(float(getattr(f, high) if getattr(f, high) is not None else y) - float(y))
+    return xs, ys, lo, hi

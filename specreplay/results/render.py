@@ -14,7 +14,7 @@ from pathlib import Path
 from specreplay.results.cells_table import cells_frame
 from specreplay.results.io import result_json
 from specreplay.results.model import Result, Role
-from specreplay.results.plots import forest_plot
+from specreplay.results.plots import depth_plot, forest_plot
 from specreplay.results.tables import TABLES
 
 __all__ = ["FOREST_ROLE", "render", "write_all"]
@@ -56,6 +56,11 @@ def render(result: Result, folder: Path) -> list[str]:
         )
         os.replace(tmp, folder / "forest.png")
         written.append("forest.png")
+    if result.command == "sweep" and result.cells and result.pooled.depths:
+        tmp = folder / f".depths.png.tmp-{os.getpid()}"
+        depth_plot(result, tmp)
+        os.replace(tmp, folder / "depths.png")
+        written.append("depths.png")
     return written
 
 
