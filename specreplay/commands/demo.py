@@ -26,11 +26,13 @@ from specreplay.results.requalification import (
     check_replayable,
     requalify_result,
 )
+from specreplay.results.sweep import SweepOptions, sweep_result
 from specreplay.results.tables import (
     archive_summary,
     estimator_line,
     lawtest_table,
     measured_tables,
+    sweep_tables,
 )
 from specreplay.results.tables import requalify_tables as requalify_text
 from specreplay.sim.arms import Arm, parse_arm
@@ -44,6 +46,7 @@ DEMO_CANDIDATE = "top32:t0.7:dyadic24@5"
 DEMO_REFERENCE = "greedy@5"
 DEMO_BITS = (8, 12, 16)
 DEMO_MISMATCHED = "top32:t0.7:dyadic8/float64@5"
+DEMO_COST = "linear:1:0.05"  # ms per round: 1 + 0.05·d
 
 
 def _arms(candidate: str, reference: str | None) -> RequalifyArms:
@@ -139,6 +142,12 @@ def run_demo(
             results[f"bits-dyadic{bits}"] = _requalification(
                 res, archive, cand, None, n_boot, estimator
             )
+        results["sweep"] = sweep_result(
+            res, [parse_arm(DEMO_BASELINE)],
+            SweepOptions(arms=(DEMO_BASELINE,), depths=tuple(range(1, 6)), cost=DEMO_COST,
+                         seed=res.seed, estimator=estimator),
+            archive,
+        )  # fmt: skip
         results["lawtest"] = lawtest_result(
             [DEMO_MISMATCHED, DEMO_CANDIDATE], archive=archive, seed=seed, replayed=res
         )
@@ -163,7 +172,8 @@ def _demo_text(
             f"specreplay demo: built-in synthetic archive, {n_requests:,} requests, seed {seed} "
             f"(written to {out}/archive)",
             "",
-            _demo_verdicts(results["requalify"], sweep, law.law_tests),
+            _demo_verdicts(results["requalify"], sweep, law.law_tests)
+            + _depth_line(results["sweep"]),
             "",
             "# 1. The archive (MEASURED)",
             "",
@@ -177,8 +187,24 @@ def _demo_text(
             f"# 3. Mismatched verifier {DEMO_MISMATCHED} ({out}/lawtest)",
             "",
             lawtest_table(law) + f"\nOutputs: {out}/lawtest/ (results.json, TABLES.md)",
+            f"# 4. Depth sweep of {DEMO_BASELINE}, cost {DEMO_COST} ms per round ({out}/sweep)",
+            "",
+            sweep_tables(results["sweep"])
+            + f"\nOutputs: {out}/sweep/ (results.json, TABLES.md, cells.parquet, depths.png)",
             f"Outputs: {out}/",
         ]
+    )
+
+
+def _depth_line(sweep: Result) -> str:
+    """Return the depth chapter's verdict line: the logging arm's best depth under the cost."""
+    best = (sweep.pooled.best_depth or {}).get(DEMO_BASELINE)
+    fig = next((f for f in sweep.pooled.depths if f.depth == best), None)
+    if best is None or fig is None or fig.tokens_per_s is None:
+        return ""
+    return (
+        f"\n- depth sweep of {DEMO_BASELINE} at {DEMO_COST} ms per round: best depth {best} of "
+        f"1..5, {fig.tokens_per_s:.0f} tokens/s (ESTIMATED), P(best) {fig.p_best:.2f}"
     )
 
 
