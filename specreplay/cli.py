@@ -590,6 +590,61 @@ def report(
         typer.echo(run_report(run_dir, out=out, force=force))
 
 
+@app.command()
+def budget(
+    price_ms: Annotated[
+        float, typer.Option("--price-ms", help="T: the policy's price, ms per round.")
+    ],
+    base: Annotated[
+        float | None, typer.Option("--base", help="R_0: the reference's tokens per round.")
+    ] = None,
+    delta_lo: Annotated[
+        float | None,
+        typer.Option("--delta-lo", help="Δ_lo: lower interval bound of the gain (tokens/round)."),
+    ] = None,
+    known: Annotated[
+        list[float] | None,
+        typer.Option("--known", help="A known added cost, ms per round (repeatable)."),
+    ] = None,
+    source: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            help="A requalify results.json (or its folder): R_0 and Δ_lo per pooled and family "
+            "cell, from the candidate-vs-reference delta.",
+        ),
+    ] = None,
+    rate: Annotated[
+        float | None, typer.Option("--rate", help="Sensitivity: historical rate r_0, tok/s.")
+    ] = None,
+    tau_ms: Annotated[
+        float | None, typer.Option("--tau-ms", help="Sensitivity: historical ms per round τ.")
+    ] = None,
+    gain: Annotated[
+        float | None, typer.Option("--gain", help="Sensitivity: relative gain g (0.0832).")
+    ] = None,
+    x_grid: Annotated[
+        str, typer.Option("--x-grid", help="Sensitivity: extra costs x, ms (comma-separated).")
+    ] = "0,1,3",
+    out: OutOpt = Path("specreplay-out/budget"),
+    force: ForceOpt = False,
+) -> None:
+    """Break-even added cost T·Δ_lo/R_0 of a gain and what remains after known costs (ESTIMATED).
+
+    With --from, per pooled and family cell of a requalify run with --reference; with --rate,
+    --tau-ms and --gain, the sensitivity table r_0·(1 + g)·τ/(τ + x) over --x-grid. Δ_lo ≤ 0
+    gives a null budget with the reason. Writes results.json, TABLES.md and cells.parquet.
+    """
+    with _user_errors():
+        from specreplay.commands.budget import BudgetOptions, run_budget
+
+        opts = BudgetOptions(
+            price_ms=price_ms, base=base, delta_lo=delta_lo, known_ms=tuple(known or ()),
+            source=source, rate=rate, tau_ms=tau_ms, gain=gain, x_grid=x_grid,
+        )  # fmt: skip
+        typer.echo(run_budget(opts, out=out, force=force))
+
+
 def main() -> Any:  # pragma: no cover - console entry point
     """Run the app (the console script calls ``app`` directly)."""
     return app()

@@ -3,7 +3,8 @@
 One row per figure: ``kind`` is ``R``, ``n_rounds``, ``survival`` (``depth`` = position j),
 ``delta`` (``arm_a``, ``arm_b``, ``role``, interval ``lo``/``hi``, ``method``, ``level_conf``, and
 the ``verdict``) or, for an importance replay, ``ess_share`` and ``pareto_k`` (``depth`` = k: the
-tail diagnostics of the policy ratio); every row carries its cell (level, family, bucket,
+tail diagnostics of the policy ratio) or, for a budget, ``break_even_ms`` and ``remaining_ms``
+(SPEC §3.7); every row carries its cell (level, family, bucket,
 ``n_requests``), ``label`` and ``null_reason``.
 """
 
@@ -66,6 +67,11 @@ def _rows(cell: Cell) -> list[dict[str, Any]]:
             why = g.null_reason if value is None else None
             rows.append(base | {"kind": kind, "arm": g.arm, "depth": g.depth, "value": value,
                                 "label": g.label.value, "null_reason": why})  # fmt: skip
+    b = cell.budget
+    if b is not None:
+        for kind, value in (("break_even_ms", b.break_even_ms), ("remaining_ms", b.remaining_ms)):
+            rows.append(base | {"kind": kind, "value": value, "label": b.label.value,
+                                "null_reason": b.null_reason})  # fmt: skip
     return rows
 
 

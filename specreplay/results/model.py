@@ -10,7 +10,8 @@ Terms. A **cell** is one slice of the requests: ``pooled``, a ``family``, a cont
 paired :class:`Delta` of two arms (looked up by its :class:`Role`, never by position), the
 per-position :class:`Survival` P(A ≥ j), the :class:`Offpath` rates, the :class:`DepthFigure` slots
 of the depth sweep (issue 6), for ``requalify`` the :class:`Requalification` and, for an importance
-replay, the :class:`ImportanceDiagnostic` of each arm and depth. A figure that
+replay, the :class:`ImportanceDiagnostic` of each arm and depth, for ``budget`` the cell's
+:class:`Budget` (and the run's :class:`Sensitivity` rows). A figure that
 cannot be computed is ``None`` with its ``null_reason``. Every figure carries its :class:`Label`.
 
 Fields are always written, ``null`` where they do not apply (so a program reading results.json
@@ -29,6 +30,7 @@ __all__ = [
     "ArmFigure",
     "BCa",
     "Bonferroni",
+    "Budget",
     "Cell",
     "CredibleInterval",
     "Delta",
@@ -43,6 +45,7 @@ __all__ = [
     "Requalification",
     "Result",
     "Role",
+    "Sensitivity",
     "Survival",
     "Tost",
 ]
@@ -275,6 +278,38 @@ class Requalification:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """Break-even added cost of one cell (SPEC §3.7), ms per round; ESTIMATED.
+
+    ``break_even_ms`` = ``price_ms``·``delta_lo``/``r0``; ``remaining_ms`` = ``break_even_ms`` −
+    ``known_ms`` (the sum of the known added costs); both null, with the reason, when Δ_lo ≤ 0
+    (nothing to spend) or the gain's interval is null.
+    """
+
+    r0: float | None
+    delta_lo: float | None
+    price_ms: float
+    known_ms: float
+    break_even_ms: float | None
+    remaining_ms: float | None
+    label: Label
+    null_reason: str | None
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """Conditional rate r_0·(1 + g)·τ/(τ + x) at one extra cost x (SPEC §3.7); ESTIMATED."""
+
+    rate: float
+    tau_ms: float
+    gain: float
+    extra_ms: float
+    rate_with_extra: float
+    rel_change: float
+    label: Label
+
+
+@dataclass(frozen=True)
 class Cell:
     """Every figure of one cell (see the module docstring)."""
 
@@ -291,6 +326,7 @@ class Cell:
     null_reason: str | None = None
     importance: tuple[ImportanceDiagnostic, ...] = ()
     best_depth: dict[str, int] | None = None
+    budget: Budget | None = None
 
     def delta(self, role: Role) -> Delta | None:
         """Return the cell's delta of ``role`` (None when it has none)."""
@@ -373,6 +409,7 @@ class Result:
     sources: dict[str, str] | None = None
     archive: ArchiveSummary | None = None
     outputs: tuple[InputFile, ...] | None = None
+    sensitivity: tuple[Sensitivity, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -22,6 +22,7 @@ from specreplay.results.model import (
 
 __all__ = [
     "archive_summary",
+    "budget_tables",
     "comparison_tables",
     "fmt",
     "importance_table",
@@ -563,8 +564,54 @@ def sweep_tables(result: Result) -> str:
     return "\n".join(lines) + "\n"
 
 
+# -- ESTIMATED (budget) -----------------------------------------------------------------------
+
+
+def budget_tables(result: Result) -> str:
+    """Tables of the break-even added cost per cell and of the sensitivity rows (SPEC §3.7)."""
+    note = _Notes()
+    rows = []
+    for c in result.cells:
+        b = c.budget
+        if b is None:
+            continue
+        why = "" if b.null_reason is None else " " + note(b.null_reason)
+        rows.append(
+            [c.name, fmt(b.r0, 6), fmt(b.delta_lo, 6), fmt(b.price_ms, 2), fmt(b.known_ms, 6),
+             fmt(b.break_even_ms, 6) + why, fmt(b.remaining_ms, 6) + why]
+        )  # fmt: skip
+    out = [
+        "## Budget: break-even added cost per round, ESTIMATED (SPEC §3.7)",
+        "",
+        "x = T·Δ_lo/R_0 (from (R_0 + Δ_lo)/(T + x) = R_0/T); remaining = x − Σ known costs.",
+        "",
+        markdown_table(
+            ["cell", "R_0", "Δ_lo", "T ms", "known ms", "break-even ms", "remaining ms"], rows
+        ),
+        *note.lines(),
+    ]
+    if result.sensitivity:
+        s0 = result.sensitivity[0]
+        srows = [
+            [f"{s.extra_ms:g}", fmt(s.rate_with_extra, 2), _pct(s.rel_change)]
+            for s in result.sensitivity
+        ]
+        out += [
+            "",
+            f"## Sensitivity, ESTIMATED: r_0 = {s0.rate:g} tok/s, τ = {s0.tau_ms:g} ms/round, "
+            f"g = {100 * s0.gain:+.2f}%",
+            "",
+            "Conditional rate r_0·(1 + g)·τ/(τ + x) with extra cost x: a sensitivity, not a "
+            "forecast.",
+            "",
+            markdown_table(["extra x ms", "tok/s", "vs r_0"], srows),
+        ]
+    return "\n".join(out) + "\n"
+
+
 TABLES: dict[str, Callable[[Result], str]] = {
     "sweep": sweep_tables,
+    "budget": budget_tables,
     "validate": measured_tables,
     "demo": measured_tables,
     "interval": comparison_tables,
