@@ -13,10 +13,11 @@ the extra label ``position`` = 0..num_speculative_tokens − 1), labelled ``mode
 ``engine`` (``vllm/v1/metrics/loggers.py``); prometheus_client exposes a Counter's samples with the
 ``_total`` suffix, the names read here. Both confirmed in vLLM's public code (vllm-project/vllm).
 ``observe_draft`` increments positions 0..accepted − 1 of one draft, so per-position counts are
-already survivals: S_{i+1} = per_pos[i] / drafts, never a product. Samples are summed over every
-``model_name``/``engine`` label set; two scrapes (before and after a benchmark) are differenced
-(a counter that decreased, a reset, is an error). A vLLM run's rounds are its drafts; its suite,
-worker, batch, context and step p50 come from a ``[[vllm]]`` entry of the config.
+already survivals: S_{i+1} = per_pos[i] / drafts, never a product. Two scrapes (before and after
+a benchmark) are differenced series by series (a series that decreased or vanished, a reset, is an
+error), then summed over every ``model_name``/``engine`` label set. A vLLM run's rounds are its
+drafts; its suite, worker, batch, context and step p50 come from a ``[[vllm]]`` entry of the
+config.
 
 **Config** (TOML, every key optional): ``trained_block``, ``depths``, ``h_ms`` (H indexed from
 depth 0), ``[caps]`` and ``[draft_p50_ms]`` (tables keyed by batch size), ``[central]`` and
@@ -44,6 +45,7 @@ __all__ = [
     "VLLM_METRICS",
     "CounterRun",
     "ScreenConfig",
+    "Series",
     "VllmEntry",
     "is_prometheus_text",
     "read_config",
@@ -210,10 +212,14 @@ def _labels(text: str, where: str) -> dict[str, str]:
     return out
 
 
-def read_prometheus(path: Path) -> dict[tuple[str, int | None], float]:
-    """Read a Prometheus text scrape: the vLLM spec-decode samples summed over label sets.
+Series = tuple[str, tuple[tuple[str, str], ...]]
+"""A sample's name and its sorted label pairs."""
 
-    Returns ``{(sample name, position or None): value}`` for the names of :data:`VLLM_METRICS`.
+
+def read_prometheus(path: Path) -> dict[Series, float]:
+    """Read a Prometheus text scrape: the vLLM spec-decode samples, one value per series.
+
+    Returns ``{(sample name, sorted labels): value}`` for the names of :data:`VLLM_METRICS`.
     Every non-comment line must be a sample line; a malformed one is an error naming its line.
     """
     try:
@@ -223,7 +229,7 @@ def read_prometheus(path: Path) -> dict[tuple[str, int | None], float]:
     except OSError as exc:
         raise SpecReplayError(f"{path}: cannot read: {exc.strerror}") from None
     wanted = set(VLLM_METRICS.values())
-    out: dict[tuple[str, int | None], float] = {}
+    out: dict[Series, float] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -241,40 +247,48 @@ def read_prometheus(path: Path) -> dict[tuple[str, int | None], float]:
             continue
         if not math.isfinite(value) or value < 0 or value != int(value):
             raise SpecReplayError(f"{where}: {name} should be a whole count ≥ 0, got {value!r}")
-        pos = None
-        if name == VLLM_METRICS["per_pos"]:
-            if not labels.get("position", "").isdigit():
-                raise SpecReplayError(f'{where}: {name} needs a label position="0", "1", …')
-            pos = int(labels["position"])
-        out[(name, pos)] = out.get((name, pos), 0.0) + value
+        if name == VLLM_METRICS["per_pos"] and not labels.get("position", "").isdigit():
+            raise SpecReplayError(f'{where}: {name} needs a label position="0", "1", …')
+        series = (name, tuple(sorted(labels.items())))
+        if series in out:
+            raise SpecReplayError(f"{where}: {name} repeats a series (same labels)")
+        out[series] = value
     return out
+
+
+def _describe(series: Series) -> str:
+    return series[0] + "{" + ",".join(f'{k}="{v}"' for k, v in series[1]) + "}"
 
 
 def vllm_run(entry: VllmEntry) -> CounterRun:
     """Difference two scrapes into one run: rounds = drafts, survivals = per-position counts."""
     where = f"{entry.before} → {entry.after}"
     before, after = read_prometheus(entry.before), read_prometheus(entry.after)
-    for key, value in after.items():
-        if value < before.get(key, 0.0):
+    # Difference each series (model_name, engine[, position]) first, then sum: a reset of one
+    # engine cannot hide behind another's growth.
+    for series, value in before.items():
+        if series not in after or after[series] < value:
             raise SpecReplayError(
-                f"{entry.after}: {key[0]}{'' if key[1] is None else f'{{position={key[1]}}}'} "
-                f"decreased since {entry.before} (a counter reset?)"
+                f"{entry.after}: {_describe(series)} "
+                f"{'is missing' if series not in after else 'decreased'} since {entry.before} "
+                "(a counter reset?)"
             )
+    delta: dict[tuple[str, int | None], float] = {}
+    for (name, labels), value in after.items():
+        pos = int(dict(labels)["position"]) if name == VLLM_METRICS["per_pos"] else None
+        delta[(name, pos)] = delta.get((name, pos), 0.0) + value - before.get((name, labels), 0.0)
     drafts_key = (VLLM_METRICS["drafts"], None)
-    if drafts_key not in after:
+    if drafts_key not in delta:
         raise SpecReplayError(f"{entry.after}: no {VLLM_METRICS['drafts']} sample")
-    drafts = int(after[drafts_key] - before.get(drafts_key, 0.0))
+    drafts = int(delta[drafts_key])
     if drafts < 1:
         raise SpecReplayError(f"{where}: no drafts between the two scrapes")
-    positions = sorted(p for (n, p) in after if n == VLLM_METRICS["per_pos"] and p is not None)
-    if not positions or positions != list(range(len(positions))):
-        raise SpecReplayError(
-            f"{entry.after}: {VLLM_METRICS['per_pos']} should have positions 0..k−1, "
-            f"got {positions}"
-        )
     pp = VLLM_METRICS["per_pos"]
+    positions = sorted(p for (n, p) in delta if n == pp and p is not None)
+    if not positions or positions != list(range(len(positions))):
+        raise SpecReplayError(f"{entry.after}: {pp} should have positions 0..k−1, got {positions}")
     # S_{i+1} = per_pos[i] / drafts: vLLM's per-position counts are survivals already.
-    per_pos = [int(after[(pp, p)] - before.get((pp, p), 0.0)) for p in positions]
+    per_pos = [int(delta[(pp, p)]) for p in positions]
     return CounterRun(
         where=where,
         suite=entry.suite,
