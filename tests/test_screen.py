@@ -307,3 +307,26 @@ def test_outputs_are_swapped_in_whole(tmp_path: Path, monkeypatch: pytest.Monkey
     counters.write_text("{\n")
     assert _run(str(counters), "--config", str(cfg), "--out", str(out)).exit_code == 2
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_grids_are_configurable(tmp_path: Path) -> None:
+    """One run and one-point grids at the central values: the envelope collapses to the centre."""
+    cfg = CONFIG + "[envelope]\noverlap = [0.75]\noverhead_ms = [0.3]\nslope = [0.5]\n"
+    counters, config = _write(tmp_path, [RUN1], config=cfg)
+    res = _run(str(counters), "--config", str(config), "--out", str(tmp_path / "out"))
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    for d in range(1, 6):
+        x = _depth(doc["cells"][0], d)
+        assert x["tokens_per_s_lo"] == pytest.approx(x["tokens_per_s"], rel=REL)
+        assert x["tokens_per_s_hi"] == pytest.approx(x["tokens_per_s"], rel=REL)
+    assert doc["options"]["envelope"] == {"overlap": [0.75], "overhead_ms": [0.3], "slope": [0.5]}
+
+
+def test_report_rerenders_the_same_tables(
+    screened: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    out, _ = screened
+    res = CliRunner().invoke(app, ["report", str(out), "--out", str(tmp_path / "again")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "again" / "TABLES.md").read_text() == (out / "TABLES.md").read_text()
