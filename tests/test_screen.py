@@ -330,3 +330,20 @@ def test_report_rerenders_the_same_tables(
     res = CliRunner().invoke(app, ["report", str(out), "--out", str(tmp_path / "again")])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "again" / "TABLES.md").read_text() == (out / "TABLES.md").read_text()
+
+
+def test_cells_parquet_keys_screen_rows(screened: tuple[Path, dict[str, Any]]) -> None:
+    import polars as pl
+
+    out, doc = screened
+    cells = pl.read_parquet(out / "cells.parquet")
+    row = cells.filter(
+        (pl.col("kind") == "tokens_per_s") & (pl.col("batch") == 2) & (pl.col("depth") == 3)
+    ).row(0, named=True)
+    x = _depth(_cell(doc, 2, 0), 3)
+    assert (row["value"], row["lo"], row["hi"]) == (
+        x["tokens_per_s"], x["tokens_per_s_lo"], x["tokens_per_s_hi"]
+    )  # fmt: skip
+    assert (row["level"], row["context"], row["worker"], row["label"]) == (
+        "screen", 0, "w", "ESTIMATED"
+    )  # fmt: skip
