@@ -351,6 +351,38 @@ def interval(
             raise typer.Exit(code=code)
 
 
+@app.command()
+def screen(
+    counters: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Run-counter JSON Lines files (SPEC §2.3) and vLLM Prometheus scrapes (each "
+            "named by a [[vllm]] entry of --config)."
+        ),
+    ],
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="screen.toml: [draft_p50_ms] (D_B per batch), [caps], h_ms, depths, "
+            "[central], [envelope] grids, [[vllm]] runs.",
+        ),
+    ] = None,
+    out: OutOpt = Path("specreplay-out/screen"),
+    force: ForceOpt = False,
+) -> None:
+    """Depth screen (SP2) from run counters: ESTIMATED tokens/s per candidate depth.
+
+    Per (batch, context, worker): pooled survivals S_i, central rate_B(d) and its assumption
+    envelope, gain over the nominal cap and rank; UNSUPPORTED past the trained block or the cap.
+    Writes results.json, TABLES.md and cells.parquet into --out.
+    """
+    with _user_errors():
+        from specreplay.commands.screen import run_screen
+
+        typer.echo(run_screen(counters, config=config, out=out, force=force))
+
+
 def _verdict_set(text: str, allowed: set[str]) -> frozenset[str]:
     verdicts = {v.strip().upper() for v in text.split(",") if v.strip()}
     unknown = verdicts - allowed

@@ -3,9 +3,11 @@
 One row per figure: ``kind`` is ``R``, ``n_rounds``, ``survival`` (``depth`` = position j),
 ``delta`` (``arm_a``, ``arm_b``, ``role``, interval ``lo``/``hi``, ``method``, ``level_conf``, and
 the ``verdict``) or, for an importance replay, ``ess_share`` and ``pareto_k`` (``depth`` = k: the
-tail diagnostics of the policy ratio) or, for a budget, ``break_even_ms`` and ``remaining_ms``
-(SPEC §3.7); every row carries its cell (level, family, bucket,
-``n_requests``), ``label`` and ``null_reason``.
+tail diagnostics of the policy ratio), per depth figure ``R_at_depth``, ``tokens_per_s``,
+``gain`` (``lo``/``hi``: the interval or, for the screen, the assumption envelope) and ``rank``,
+or, for a budget, ``break_even_ms`` and ``remaining_ms`` (SPEC §3.7); every row carries its cell
+(level, family, bucket, ``n_requests``, and for ``screen`` cells ``batch``, ``context``,
+``worker``), ``label`` and ``null_reason``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ CELLS_SCHEMA: dict[str, pl.DataType] = {
     "verdict": pl.String(),
     "label": pl.String(),
     "null_reason": pl.String(),
+    "batch": pl.Int64(),
+    "context": pl.Int64(),
+    "worker": pl.String(),
 }
 
 
@@ -46,6 +51,9 @@ def _rows(cell: Cell) -> list[dict[str, Any]]:
         "family": cell.family,
         "bucket": cell.bucket,
         "n_requests": cell.n_requests,
+        "batch": cell.batch,
+        "context": cell.context,
+        "worker": cell.worker,
     }
     rows: list[dict[str, Any]] = []
     for arm, v in cell.arms.items():
@@ -62,6 +70,16 @@ def _rows(cell: Cell) -> list[dict[str, Any]]:
                             "depth": d.depth, "value": d.point, "lo": d.lo, "hi": d.hi,
                             "method": d.method, "level_conf": d.level, "verdict": d.verdict,
                             "label": d.label.value, "null_reason": d.null_reason})  # fmt: skip
+    for f in cell.depths:
+        for kind, value, lo, hi in (
+            ("R_at_depth", f.R, f.lo, f.hi),
+            ("tokens_per_s", f.tokens_per_s, f.tokens_per_s_lo, f.tokens_per_s_hi),
+            ("gain", f.gain, f.gain_lo, f.gain_hi),
+            ("rank", None if f.rank is None else float(f.rank), None, None),
+        ):
+            rows.append(base | {"kind": kind, "arm": f.arm, "depth": f.depth, "value": value,
+                                "lo": lo, "hi": hi, "label": f.label.value,
+                                "null_reason": f.null_reason})  # fmt: skip
     for g in cell.importance:
         for kind, value in (("ess_share", g.ess_share), ("pareto_k", g.pareto_k)):
             why = g.null_reason if value is None else None

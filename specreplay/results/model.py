@@ -11,7 +11,8 @@ paired :class:`Delta` of two arms (looked up by its :class:`Role`, never by posi
 per-position :class:`Survival` P(A ≥ j), the :class:`Offpath` rates, the :class:`DepthFigure` slots
 of the depth sweep (issue 6), for ``requalify`` the :class:`Requalification` and, for an importance
 replay, the :class:`ImportanceDiagnostic` of each arm and depth, for ``budget`` the cell's
-:class:`Budget` (and the run's :class:`Sensitivity` rows). A figure that
+:class:`Budget` (and the run's :class:`Sensitivity` rows); a ``screen`` cell (SPEC §3.6) is keyed
+by ``batch``, ``context`` and ``worker`` and carries its :class:`ScreenFigures`. A figure that
 cannot be computed is ``None`` with its ``null_reason``. Every figure carries its :class:`Label`.
 
 Fields are always written, ``null`` where they do not apply (so a program reading results.json
@@ -45,6 +46,7 @@ __all__ = [
     "Requalification",
     "Result",
     "Role",
+    "ScreenFigures",
     "Sensitivity",
     "Survival",
     "Tost",
@@ -265,6 +267,32 @@ class DepthFigure:
     tokens_per_s_lo: float | None = None
     tokens_per_s_hi: float | None = None
     p_best: float | None = None
+    round_ms: float | None = None
+    rank: int | None = None
+    gain: float | None = None
+    gain_lo: float | None = None
+    gain_hi: float | None = None
+
+
+@dataclass(frozen=True)
+class ScreenFigures:
+    """The per-cell inputs of the depth screen (SPEC §3.6), in ms; T_B MEASURED, the rest config.
+
+    ``step_p50_ms`` is T_B (median over runs of each run's step p50) with the runs' extrema;
+    ``draft_p50_ms`` D_B; ``cap`` c_B; ``e_ref_ms`` the central e_ref; ``runs`` and ``suites``
+    the runs pooled into the cell; ``rounds`` their Σ request_rounds.
+    """
+
+    cap: int
+    draft_p50_ms: float
+    e_ref_ms: float
+    step_p50_ms: float
+    step_p50_min_ms: float
+    step_p50_max_ms: float
+    runs: int
+    rounds: int
+    suites: tuple[str, ...]
+    label: Label
 
 
 @dataclass(frozen=True)
@@ -327,6 +355,10 @@ class Cell:
     importance: tuple[ImportanceDiagnostic, ...] = ()
     best_depth: dict[str, int] | None = None
     budget: Budget | None = None
+    batch: int | None = None
+    context: int | None = None
+    worker: str | None = None
+    screen: ScreenFigures | None = None
 
     def delta(self, role: Role) -> Delta | None:
         """Return the cell's delta of ``role`` (None when it has none)."""
@@ -341,6 +373,8 @@ class Cell:
             return str(self.family)
         if self.level == Level.BUCKET:
             return f"bucket {self.bucket}"
+        if self.level == Level.SCREEN:
+            return f"B{self.batch} × context {self.context} × {self.worker}"
         return f"{self.family} × {self.bucket}"
 
 

@@ -15,6 +15,7 @@ from specreplay.results.cells_table import cells_frame
 from specreplay.results.io import result_json
 from specreplay.results.model import Result, Role
 from specreplay.results.plots import depth_plot, forest_plot
+from specreplay.results.screen import screen_tables
 from specreplay.results.tables import TABLES
 
 __all__ = ["FOREST_ROLE", "render", "write_all"]
@@ -32,7 +33,7 @@ def _replace(path: Path, text: str) -> None:
 def render(result: Result, folder: Path) -> list[str]:
     """Write the rendered files of ``result`` into ``folder``; return their names."""
     written: list[str] = []
-    tables = TABLES.get(result.command)
+    tables = {**TABLES, "screen": screen_tables}.get(result.command)
     if tables is not None:
         _replace(folder / "TABLES.md", tables(result))
         written.append("TABLES.md")
