@@ -15,6 +15,7 @@ from specreplay.replay.archive.sources import archive_rows
 from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
 from specreplay.replay.engine import ReplayResult, replay_archive
 from specreplay.replay.scan import ArchiveScan, Progress, no_progress
+from specreplay.results.budget import budget_result, cells_from_requalify
 from specreplay.results.builders import measured_result, write_synth_archive
 from specreplay.results.lawtests import lawtest_result
 from specreplay.results.model import LawTest, Result, Role
@@ -29,6 +30,7 @@ from specreplay.results.requalification import (
 from specreplay.results.sweep import SweepOptions, sweep_result
 from specreplay.results.tables import (
     archive_summary,
+    budget_tables,
     estimator_line,
     lawtest_table,
     measured_tables,
@@ -47,6 +49,7 @@ DEMO_REFERENCE = "greedy@5"
 DEMO_BITS = (8, 12, 16)
 DEMO_MISMATCHED = "top32:t0.7:dyadic8/float64@5"
 DEMO_COST = "linear:1:0.05"  # ms per round: 1 + 0.05·d
+DEMO_PRICE_MS = 1.25  # that cost model's ms per round at the production depth 5
 
 
 def _arms(candidate: str, reference: str | None) -> RequalifyArms:
@@ -148,6 +151,12 @@ def run_demo(
                          seed=res.seed, estimator=estimator),
             archive,
         )  # fmt: skip
+        results["budget"] = budget_result(
+            cells_from_requalify(results["requalify"], "requalify", DEMO_PRICE_MS, ()), None,
+            inputs=results["requalify"].inputs,
+            options={"from": f"{out}/requalify/results.json", "price_ms": DEMO_PRICE_MS,
+                     "known_ms": []},
+        )  # fmt: skip
         results["lawtest"] = lawtest_result(
             [DEMO_MISMATCHED, DEMO_CANDIDATE], archive=archive, seed=seed, replayed=res
         )
@@ -173,7 +182,8 @@ def _demo_text(
             f"(written to {out}/archive)",
             "",
             _demo_verdicts(results["requalify"], sweep, law.law_tests)
-            + _depth_line(results["sweep"]),
+            + _depth_line(results["sweep"])
+            + _budget_line(results["budget"]),
             "",
             "# 1. The archive (MEASURED)",
             "",
@@ -191,8 +201,25 @@ def _demo_text(
             "",
             sweep_tables(results["sweep"])
             + f"\nOutputs: {out}/sweep/ (results.json, TABLES.md, cells.parquet, depths.png)",
+            f"# 5. Budget of the gain over {DEMO_REFERENCE} at {DEMO_PRICE_MS:g} ms per round "
+            f"({out}/budget)",
+            "",
+            budget_tables(results["budget"])
+            + f"\nOutputs: {out}/budget/ (results.json, TABLES.md)",
             f"Outputs: {out}/",
         ]
+    )
+
+
+def _budget_line(budget: Result) -> str:
+    """Return the budget chapter's verdict line: the break-even added cost of the gain."""
+    b = budget.pooled.budget
+    if b is None or b.break_even_ms is None:
+        return ""
+    return (
+        f"\n- budget of {DEMO_CANDIDATE}'s gain over {DEMO_REFERENCE} (lower bound) at "
+        f"{DEMO_PRICE_MS:g} ms per round: it pays for up to {b.break_even_ms:.4f} ms more per "
+        "round (ESTIMATED)"
     )
 
 
