@@ -347,3 +347,9 @@ def test_cells_parquet_keys_screen_rows(screened: tuple[Path, dict[str, Any]]) -
     assert (row["level"], row["context"], row["worker"], row["label"]) == (
         "screen", 0, "w", "ESTIMATED"
     )  # fmt: skip
+
+
+def test_screen_plot_is_written(screened: tuple[Path, dict[str, Any]]) -> None:
+    """screen.png: one panel per batch × context cell (central rate, envelope band)."""
+    png = (screened[0] / "screen.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from specreplay.results.model import Cell, DepthFigure, Level, Result, Role
 
-__all__ = ["depth_plot", "forest_plot"]
+__all__ = ["depth_plot", "forest_plot", "screen_plot"]
 
 
 def forest_plot(
@@ -148,3 +148,59 @@ def _series(
         lo.append(float(y) - float(getattr(f, low) if getattr(f, low) is not None else y))
         hi.append(float(getattr(f, high) if getattr(f, high) is not None else y) - float(y))
     return xs, ys, lo, hi
+
+
+def screen_plot(result: Result, path: Path) -> None:
+    """Draw, per batch × context cell of a screen, the central rate by depth and its envelope.
+
+    One small panel per cell (batch across, context down): the central tokens/s per depth as a
+    line, the assumption envelope as a band, the nominal cap ringed and the best-ranked depth
+    starred; depths UNSUPPORTED (past the trained block or the cap) are left out and named in the
+    panel.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    cells = [c for c in result.cells if c.screen is not None]
+    batches = sorted({c.batch for c in cells if c.batch is not None})
+    contexts = sorted({c.context for c in cells if c.context is not None})
+    size = (3.2 * max(len(batches), 1), 2.6 * max(len(contexts), 1))
+    fig, axes = plt.subplots(len(contexts) or 1, len(batches) or 1, squeeze=False, figsize=size)
+    for ax in axes.ravel():
+        ax.set_visible(False)
+    for c in cells:
+        if c.context is None or c.batch is None:
+            continue
+        ax = axes[contexts.index(c.context)][batches.index(c.batch)]
+        ax.set_visible(True)
+        ok = [d for d in c.depths if d.supported and d.tokens_per_s is not None]
+        xs = [d.depth for d in ok]
+        ax.plot(xs, [d.tokens_per_s for d in ok], marker="o", ms=3, label=c.worker)
+        lo = [d.tokens_per_s_lo if d.tokens_per_s_lo is not None else d.tokens_per_s for d in ok]
+        hi = [d.tokens_per_s_hi if d.tokens_per_s_hi is not None else d.tokens_per_s for d in ok]
+        ax.fill_between(xs, lo, hi, alpha=0.2)
+        best = [d for d in ok if d.rank == 1]
+        if best:
+            ax.plot([best[0].depth], [best[0].tokens_per_s], "*", ms=12, color="C3")
+        cap = c.screen.cap if c.screen is not None else None
+        if cap is not None and cap in xs:
+            ax.plot([cap], [next(d.tokens_per_s for d in ok if d.depth == cap)], "o", ms=10,
+                    mfc="none", color="k")  # fmt: skip
+        gone = [d.depth for d in c.depths if not d.supported]
+        title = f"batch {c.batch}, context {c.context}"
+        if gone:
+            title += f"\nUNSUPPORTED: depth {min(gone)}..{max(gone)}"
+        ax.set_title(title, fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("draft depth d", fontsize=8)
+        ax.set_ylabel("tokens/s (ESTIMATED)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle("Depth screen: central rate (line), assumption envelope (band), best rank (star),"
+                 " nominal cap (ring)", fontsize=9)  # fmt: skip
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=110)
+    plt.close(fig)

@@ -14,7 +14,7 @@ from pathlib import Path
 from specreplay.results.cells_table import cells_frame
 from specreplay.results.io import result_json
 from specreplay.results.model import Result, Role
-from specreplay.results.plots import depth_plot, forest_plot
+from specreplay.results.plots import depth_plot, forest_plot, screen_plot
 from specreplay.results.screen import screen_tables
 from specreplay.results.tables import TABLES
 
@@ -57,6 +57,11 @@ def render(result: Result, folder: Path) -> list[str]:
         )
         os.replace(tmp, folder / "forest.png")
         written.append("forest.png")
+    if result.command == "screen" and any(c.screen is not None for c in result.cells):
+        tmp = folder / f".screen.png.tmp-{os.getpid()}"
+        screen_plot(result, tmp)
+        os.replace(tmp, folder / "screen.png")
+        written.append("screen.png")
     if result.command == "sweep" and result.cells and result.pooled.depths:
         tmp = folder / f".depths.png.tmp-{os.getpid()}"
         depth_plot(result, tmp)
