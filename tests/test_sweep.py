@@ -19,9 +19,12 @@ from specreplay.results.sweep import CostModel, expand_braces, parse_depths
 ALPHA, DEPTH = 0.8, 10
 
 
-def _constant_alpha_rows(n_requests: int = 24, n_rounds: int = 4) -> list[dict[str, Any]]:
+def _constant_alpha_rows(
+    n_requests: int = 24, n_rounds: int = 4, logged: bool = False
+) -> list[dict[str, Any]]:
     """Two candidates per position, q = (1/2, 1/2) under top2:t1, p = (α/2, α/2): Σ min(p, q) =
-    α at every position of every round, recorded to depth 10."""
+    α at every position of every round, recorded to depth 10 (``logged``: with the drafted token,
+    the first candidate, and its logging law, for the importance estimator)."""
     rows = []
     half = math.log(0.5)
     for r in range(n_requests):
@@ -32,6 +35,7 @@ def _constant_alpha_rows(n_requests: int = 24, n_rounds: int = 4) -> list[dict[s
                     "context_tokens": 100 + 20 * rnd, "round": rnd, "position": pos,
                     "cand_ids": [2 * pos, 2 * pos + 1], "draft_logprobs": [half, half],
                     "target_probs": [ALPHA / 2, ALPHA / 2],
+                    **({"drafted_id": 2 * pos, "emitted_q": [0.5, 0.5]} if logged else {}),
                 })  # fmt: skip
     return rows
 
@@ -208,3 +212,21 @@ def test_survival_proxy_equals_measured_truncation_and_the_importance_sweep(
                     "--estimator", "importance", "--min-requests", "5")  # fmt: skip
     for f in imp["cells"][0]["depths"]:
         assert f["lo"] <= truth[f["depth"]] <= f["hi"], f
+
+
+@pytest.mark.parametrize("estimator", ["importance", "montecarlo"])
+def test_constant_alpha_every_estimator_reproduces_the_closed_form(
+    tmp_path: Path, estimator: str
+) -> None:
+    """(1 − α^{d+1})/(1 − α) at every depth: importance exactly (its weight Π min(1, p/q) is
+    α^k in every round), Monte Carlo within 4.5 standard errors (from its 95% interval)."""
+    path = write_parquet(tmp_path / "a.parquet", _constant_alpha_rows(logged=True))
+    _, doc = _sweep(path, tmp_path / "o", "--arm", f"top2:t1@{DEPTH}", "--depths", "1..10",
+                    "--estimator", estimator)  # fmt: skip
+    assert doc["options"]["estimator_used"] == estimator
+    for f in doc["cells"][0]["depths"]:
+        if estimator == "importance":
+            assert f["R"] == pytest.approx(_exact(f["depth"]), rel=1e-12)
+        else:
+            se = (f["hi"] - f["lo"]) / 3.92
+            assert abs(f["R"] - _exact(f["depth"])) <= 4.5 * se + 1e-12
