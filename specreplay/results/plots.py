@@ -9,6 +9,7 @@ and which are too wide to tell.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from specreplay.results.model import Cell, DepthFigure, Level, Result, Role
 
@@ -78,12 +79,14 @@ def forest_plot(
 
 
 def depth_plot(result: Result, path: Path) -> None:
-    """Draw R by depth per arm (pooled cell) with its 95% interval, and tokens/s with a cost model.
+    """Draw R by depth per arm and cell (pooled, then each family) with its 95% interval.
 
-    The reference depth of each arm is marked with a ring; depths past the recorded positions are
-    shaded and labelled UNSUPPORTED rather than drawn; with a cost model a second panel shows
-    tokens/s (ESTIMATED) and marks each arm's best depth with a star.
+    Each arm's own (reference) depth is ringed; depths past the recorded positions are shaded
+    and labelled UNSUPPORTED rather than drawn; with a cost model a pooled tokens/s panel
+    (ESTIMATED) marks each arm's best depth with a star.
     """
+    import math
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,43 +94,50 @@ def depth_plot(result: Result, path: Path) -> None:
 
     pooled = result.pooled
     cost = any(f.tokens_per_s is not None for f in pooled.depths)
-    fig, axes = plt.subplots(1, 2 if cost else 1, figsize=(11 if cost else 6.5, 4.2), squeeze=False)
-    unsupported = sorted({f.depth for f in pooled.depths if not f.supported})
     label = pooled.depths[0].label.value if pooled.depths else "SIMULATED"
-    panels = [("R", "R_lo", "R_hi", f"R: retained tokens per round ({label})")]
-    if cost:
-        panels.append(("tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi",
-                       "tokens/s (ESTIMATED, cost model)"))  # fmt: skip
-    for ax, (key, _, _, ylabel) in zip(axes[0], panels, strict=True):
-        for arm in result.arms:
-            xs, ys, lo, hi = _series(pooled.depths, arm, key)
-            line = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", ms=4, capsize=3, label=arm)
-            ref = (
-                int(arm.rsplit("@", 1)[1]) if "@" in arm else result.options.get("reference_depth")
-            )
-            at = [y for x, y in zip(xs, ys, strict=True) if x == ref]
-            if at:
-                ax.plot([ref], at, "o", ms=11, mfc="none", color=line[0].get_color())
-            best = (pooled.best_depth or {}).get(arm)
-            if key != "R" and best is not None:
-                at = [y for x, y in zip(xs, ys, strict=True) if x == best]
-                ax.plot([best], at, "*", ms=14, color=line[0].get_color())
-        if unsupported:
-            ax.axvspan(min(unsupported) - 0.5, max(unsupported) + 0.5, color="0.9", zorder=0)
-            mid = (min(unsupported) + max(unsupported)) / 2
-            ax.text(mid, 0.5, "UNSUPPORTED\n(not recorded)", transform=ax.get_xaxis_transform(),
-                    ha="center", va="center", color="0.4")  # fmt: skip
-        ax.set_xlabel("fixed draft depth d (positions drafted per round)")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
+    panels: list[tuple[Cell, str]] = [(pooled, "R")] + ([(pooled, "tokens_per_s")] if cost else [])
+    panels += [(c, "R") for c in result.cells if c.level == Level.FAMILY and c.depths]
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.6 * nrows), squeeze=False)
+    for ax in axes.ravel()[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (cell, key) in zip(axes.ravel(), panels, strict=False):
+        _depth_panel(ax, result, cell, key)
+        what = f"R, tokens per round ({label})" if key == "R" else "tokens/s (ESTIMATED)"
+        ax.set_title(f"{cell.name}: {what}", fontsize=9)
     axes[0][0].legend(fontsize=7, title="arm (ring: its own depth)", title_fontsize=7)
-    if cost:
-        axes[0][1].set_title("star: best depth", fontsize=8)
     used = result.options.get("estimator_used")
-    fig.suptitle(f"Depth sweep, pooled cell: value and 95% interval ({used})", fontsize=10)
+    extra = "; star: best depth under the cost model" if cost else ""
+    fig.suptitle(f"Depth sweep: value and 95% interval by fixed depth ({used}){extra}",
+                 fontsize=10)  # fmt: skip
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=110)
+    fig.savefig(path, format="png", dpi=100)
     plt.close(fig)
+
+
+def _depth_panel(ax: Any, result: Result, cell: Cell, key: str) -> None:
+    """One cell's curves of ``key`` by depth, every arm, reference ringed, UNSUPPORTED shaded."""
+    for arm in result.arms:
+        xs, ys, lo, hi = _series(cell.depths, arm, key)
+        line = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", ms=3, capsize=2, label=arm)
+        ref = int(arm.rsplit("@", 1)[1]) if "@" in arm else result.options.get("reference_depth")
+        at = [y for x, y in zip(xs, ys, strict=True) if x == ref]
+        if at:
+            ax.plot([ref], at, "o", ms=10, mfc="none", color=line[0].get_color())
+        best = (cell.best_depth or {}).get(arm)
+        if key != "R" and best is not None:
+            at = [y for x, y in zip(xs, ys, strict=True) if x == best]
+            ax.plot([best], at, "*", ms=13, color=line[0].get_color())
+    unsupported = sorted({f.depth for f in cell.depths if not f.supported})
+    if unsupported:
+        ax.axvspan(min(unsupported) - 0.5, max(unsupported) + 0.5, color="0.9", zorder=0)
+        mid = (min(unsupported) + max(unsupported)) / 2
+        ax.text(mid, 0.5, "UNSUPPORTED\n(not recorded)", transform=ax.get_xaxis_transform(),
+                ha="center", va="center", color="0.4", fontsize=8)  # fmt: skip
+    ax.set_xlabel("fixed draft depth d (positions per round)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
 
 
 def _series(
