@@ -30,6 +30,26 @@ app = typer.Typer(
     add_completion=False,
 )
 
+
+def _version(value: bool) -> None:
+    if value:
+        from specreplay import __version__
+
+        typer.echo(f"specreplay {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version and exit.", callback=_version,
+                     is_eager=True),
+    ] = False,
+) -> None:  # fmt: skip
+    """Statistical replay and bootstrap simulator for speculative decoding."""
+
+
 SeedOpt = Annotated[
     int,
     typer.Option("--seed", help="Seed of every random draw (recorded in results.json).", min=0),
@@ -575,6 +595,7 @@ def lawtest(
     out: OutOpt = Path("specreplay-out/lawtest"),
     seed: SeedOpt = 0,
     force: ForceOpt = False,
+    quiet: QuietOpt = False,  # accepted like every command's; lawtest draws no progress bar
 ) -> None:
     """Test that an arm's verifier keeps the target law (exact TV and a Monte Carlo G-test).
 

@@ -29,7 +29,8 @@ def run_synth(
         cfg, files = write_synth_archive(tmp, n_requests, rounds, shard_requests, seed, progress)
         rows = n_requests * rounds * cfg.depth
     return (
-        f"wrote {n_requests:,} requests × {rounds} rounds × {cfg.depth} positions "
-        f"({rows:,} rows) in {len(files)} shards to {out} "
+        f"wrote {n_requests:,} request{'s' if n_requests != 1 else ''} × {rounds} rounds × "
+        f"{cfg.depth} positions "
+        f"({rows:,} rows) in {len(files)} shard{'s' if len(files) != 1 else ''} to {out} "
         f"(logging arm {logging_arm_name(cfg)}, seed {seed}) in {time.perf_counter() - t0:.1f} s"
     )

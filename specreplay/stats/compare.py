@@ -245,6 +245,7 @@ def compare(
     ]
     tests = [_tests(r, delta_reps[:, i], rel_reps[:, i]) for i, r in enumerate(raw)]
     _adjust(cells, tests, margin, alpha)
+    _warn_large_margin(cells, raw, margin)
     return Comparison(
         cells=cells, layout=layout, delta_reps=delta_reps, rel_reps=rel_reps,
         rb_reps=np.stack([r["rb_reps"] for r in raw], axis=1) if raw else None,
@@ -460,3 +461,17 @@ def _adjust(
                 requests_for_margin_null_reason=size.null_reason,
                 bonferroni={"level": bl, "lo": blo, "hi": bhi, "rel_lo": brlo, "rel_hi": brhi},
             )
+
+
+def _warn_large_margin(cells: list[dict[str, Any]], raw: list[dict[str, Any]], m: Margin) -> None:
+    """Warn where an absolute margin exceeds half of R_a (``--margin 5`` meant as 5%?)."""
+    if m.relative:
+        return
+    for c, r in zip(cells, raw, strict=True):
+        d = c["deltas"][0]
+        if r["ra"] is not None and m.value > 0.5 * r["ra"] and d["null_reason"] is None:
+            text = (
+                f"absolute margin {m.text} tokens/round exceeds half of R_a ({r['ra']:.3g}): "
+                f"a relative margin is written with %, e.g. {m.text}%"
+            )
+            d["warning"] = f"{d['warning']}; {text}" if d["warning"] else text

@@ -1,0 +1,46 @@
+"""Issue 7, item 5: the small things a user trips over (each checked where it shows)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from specreplay import __version__
+from specreplay.cli import app
+
+MEDUSA = Path(__file__).parent / "data" / "medusa-mtbench"
+STEM = "temperature-0.0-posterior_threshold-0.09-posterior_alpha-0.3"
+
+
+def test_version_prints_the_package_version() -> None:
+    res = CliRunner().invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.stdout.strip() == f"specreplay {__version__}"
+
+
+def test_synth_says_request_and_shard_in_the_singular_when_there_is_one(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["synth", str(tmp_path / "a"), "--requests", "1", "--rounds",
+                                   "2", "-q"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "wrote 1 request × 2 rounds" in res.stdout and "in 1 shard to" in res.stdout
+
+
+def test_every_command_accepts_quiet() -> None:
+    for cmd in ("synth", "validate", "demo", "interval", "requalify", "sweep", "lawtest"):
+        res = CliRunner().invoke(app, [cmd, "--help"], env={"COLUMNS": "200"})
+        assert "-q" in res.stdout, cmd
+
+
+def test_an_absolute_margin_above_half_of_r_is_flagged(tmp_path: Path) -> None:
+    """--margin 5 on R ≈ 2.6 means 5 tokens/round: every delta says so, and how to write 5%."""
+    res = CliRunner().invoke(app, [
+        "interval", str(MEDUSA / f"medusa-vicuna-7b-v1.3-{STEM}.jsonl"),
+        str(MEDUSA / f"medusa-vicuna-13b-v1.3-{STEM}.jsonl"), "--question-file",
+        str(MEDUSA / "question.jsonl"), "--margin", "5", "--out", str(tmp_path / "o"), "-q",
+        "--n-boot", "300",
+    ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "o" / "results.json").read_text())
+    warning = doc["cells"][0]["deltas"][0]["warning"]
+    assert "exceeds half of R_a" in warning and "5%" in warning
