@@ -498,6 +498,7 @@ def sweep(
         list[str] | None,
         typer.Option(
             "--arm",
+            metavar="ARM",
             help="Arm (repeatable; its @DEPTH is the reference depth); a quoted "
             "brace list expands: 'top32:t0.7:dyadic{8,12,16}@5'. Position traces only: "
             "round traces give the survival truncation proxy.",
@@ -570,7 +571,11 @@ def lawtest(
     ] = None,
     arm: Annotated[
         list[str] | None,
-        typer.Option("--arm", help="Arm to test (repeatable); default: the built-in toy suite."),
+        typer.Option(
+            "--arm",
+            metavar="ARM",
+            help="Arm to test (repeatable); default: the built-in toy suite.",
+        ),
     ] = None,
     positions: Annotated[
         int, typer.Option("--positions", help="Archive positions tested per arm.", min=1)

@@ -44,3 +44,20 @@ def test_an_absolute_margin_above_half_of_r_is_flagged(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "o" / "results.json").read_text())
     warning = doc["cells"][0]["deltas"][0]["warning"]
     assert "exceeds half of R_a" in warning and "5%" in warning
+
+
+def test_help_shows_arm_not_a_python_type() -> None:
+    for cmd in ("lawtest", "sweep"):
+        res = CliRunner().invoke(app, [cmd, "--help"], env={"COLUMNS": "200"})
+        assert "--arm ARM" in res.stdout and "list[str]" not in res.stdout, cmd
+
+
+def test_validate_out_says_where_it_wrote(tmp_path: Path) -> None:
+    arch = tmp_path / "a"
+    assert CliRunner().invoke(app, ["synth", str(arch), "--requests", "2", "--rounds", "2",
+                                    "-q"]).exit_code == 0  # fmt: skip
+    res = CliRunner().invoke(app, ["validate", str(arch), "--out", str(tmp_path / "v")])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.rstrip().endswith(f"Outputs: {tmp_path / 'v'}/ (results.json, TABLES.md, "
+                                        "cells.parquet)")  # fmt: skip
+    assert (tmp_path / "v" / "results.json").exists()

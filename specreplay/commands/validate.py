@@ -40,4 +40,7 @@ def run_validate(
     if out is not None:
         with output_dir(out, force=force, inputs=[path]) as tmp:
             write_all(result, tmp)
-    return True, text + "\n\n" + measured_tables(result)
+    written = (
+        f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet)" if out is not None else ""
+    )
+    return True, text + "\n\n" + measured_tables(result) + written
