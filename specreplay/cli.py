@@ -581,7 +581,8 @@ def lawtest(
         int, typer.Option("--positions", help="Archive positions tested per arm.", min=1)
     ] = 8,
     family_alpha: Annotated[
-        float, typer.Option("--family-alpha", help="Family-wise alpha (Holm over all tests).")
+        float,
+        typer.Option("--family-alpha", help="Family-wise alpha (Holm over the tests that run)."),
     ] = 1e-5,
     max_draws: Annotated[
         int | None,

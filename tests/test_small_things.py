@@ -61,3 +61,24 @@ def test_validate_out_says_where_it_wrote(tmp_path: Path) -> None:
     assert res.stdout.rstrip().endswith(f"Outputs: {tmp_path / 'v'}/ (results.json, TABLES.md, "
                                         "cells.parquet)")  # fmt: skip
     assert (tmp_path / "v" / "results.json").exists()
+
+
+def test_law_table_says_underpowered_and_holm_over_those_that_ran() -> None:
+    from specreplay.results.document import new_result
+    from specreplay.results.model import Label, LawTest
+    from specreplay.results.tables import lawtest_table
+
+    tests = (
+        LawTest("a@3", 1, 0.02, 1.0, True, Label.SIMULATED, draws=100, power=0.2,
+                underpowered=True),
+        LawTest("a@3", 2, 0.0, 1.0, True, Label.SIMULATED, draws=10_000, power=0.99,
+                underpowered=False),
+        LawTest("a@3", 3, None, None, None, Label.SIMULATED, null_reason="no candidates"),
+    )  # fmt: skip
+    result = new_result(command="lawtest", seed=0, inputs=(), options={"family_alpha": 1e-5},
+                        assumptions=[], law_tests=tests)  # fmt: skip
+    text = lawtest_table(result)
+    assert text.startswith("LAW TESTS: 2 ran, 0 failed (G-test, Holm at family-wise α = 1e-05 "
+                           "over the 2 that ran; 1 of the 3 listed could not run")  # fmt: skip
+    rows = [ln for ln in text.splitlines() if ln.startswith("| a@3")]
+    assert "underpowered" in rows[0] and rows[1].rstrip(" |").endswith("pass")

@@ -443,7 +443,8 @@ def _law_rows(law: Sequence[LawTest]) -> list[str]:
     ]
     return [
         "",
-        "## Law tests on archive positions (SIMULATED; Holm over all, family-wise α = 1e-5)",
+        "## Law tests on archive positions (SIMULATED; Holm over those that ran, family-wise "
+        "α = 1e-5)",
         "",
         markdown_table(["arm", "position", "exact TV", "draws", "p (Holm)", "result"], rows),
     ]
@@ -475,6 +476,15 @@ def _power_text(t: LawTest) -> str:
     return f"{t.power:.3f}" + (" (underpowered)" if t.underpowered else "")
 
 
+def _law_result(t: LawTest) -> str:
+    """``pass``, ``FAIL …``, or ``underpowered`` for a pass the test could not have failed."""
+    if not t.passed:
+        return "FAIL (law differs from the target's)"
+    if t.underpowered:
+        return "underpowered (no failure seen; too few draws to detect this TV)"
+    return "pass"
+
+
 def lawtest_table(result: Result) -> str:
     """Table of law tests: exact TV, draws, power, Holm-adjusted p-value, result."""
     law = result.law_tests
@@ -493,15 +503,19 @@ def lawtest_table(result: Result) -> str:
                 f"{t.draws:,}" if t.draws is not None else "—",
                 _power_text(t),
                 f"{t.p_adj:.3g}" if t.p_adj is not None else "—",
-                "pass" if t.passed else "FAIL (law differs from the target's)",
+                _law_result(t),
             ]
         )
     n_fail = sum(1 for t in law if t.passed is False)
     n_ran = sum(1 for t in law if t.passed is not None)
+    skipped = len(law) - n_ran
     head = (
-        f"LAW TESTS: {n_ran} ran, {n_fail} failed "
-        f"(G-test, Holm over all {len(law)} at family-wise α = {family_alpha:g}; SIMULATED)"
-    )
+        f"LAW TESTS: {n_ran} ran, {n_fail} failed (G-test, Holm at family-wise α = "
+        f"{family_alpha:g} over the {n_ran} that ran"
+        + (f"; {skipped} of the {len(law)} listed could not run, see their notes" if skipped
+           else "")
+        + "; SIMULATED)"
+    )  # fmt: skip
     header = ["arm", "position", "exact TV", "draws", "power", "p (Holm)", "result"]
     out = [head, "", markdown_table(header, rows)]
     return "\n".join(out + note.lines()) + "\n"
