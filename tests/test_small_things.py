@@ -82,3 +82,12 @@ def test_law_table_says_underpowered_and_holm_over_those_that_ran() -> None:
                            "over the 2 that ran; 1 of the 3 listed could not run")  # fmt: skip
     rows = [ln for ln in text.splitlines() if ln.startswith("| a@3")]
     assert "underpowered" in rows[0] and rows[1].rstrip(" |").endswith("pass")
+
+
+def test_json_errors_never_say_at_at(tmp_path: Path) -> None:
+    bad = tmp_path / "a.jsonl"
+    bad.write_text('{"request_id": "abc\n')
+    res = CliRunner().invoke(app, ["validate", str(bad)])
+    assert res.exit_code == 2
+    assert "Unterminated string starting at column 16" in res.output
+    assert "at at" not in res.output

@@ -67,7 +67,7 @@ import numpy as np
 import polars as pl
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.archive.sources import ArchiveFile, format_location
+from specreplay.replay.archive.sources import ArchiveFile, format_location, json_message
 from specreplay.stats.armdata import ARM_SCHEMA, ArmData
 from specreplay.stats.buckets import Buckets
 
@@ -345,7 +345,7 @@ def _json_objects(file: ArchiveFile, *, detecting: bool = False) -> Iterator[tup
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    msg = f"{prefix}invalid JSON: {exc.msg} at column {exc.colno}"
+                    msg = f"{prefix}invalid JSON: {json_message(exc.msg, exc.colno)}"
                     _line_problem(file, lineno, msg, detecting)
                 if not isinstance(obj, dict):
                     _line_problem(file, lineno, f"{prefix}expected a JSON object", detecting)

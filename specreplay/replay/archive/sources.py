@@ -45,6 +45,7 @@ __all__ = [
     "archive_rows",
     "check_parquet_schema",
     "format_location",
+    "json_message",
     "list_archive",
     "read_chunks",
 ]
@@ -322,7 +323,7 @@ def _parse_line(line: str, state: _JsonlState) -> tuple[dict[str, Any], str | No
     try:
         obj = json.loads(line.rstrip("\r\n"))
     except json.JSONDecodeError as exc:
-        return {}, f"invalid JSON: {exc.msg} at column {exc.pos + 1}"
+        return {}, f"invalid JSON: {json_message(exc.msg, exc.pos + 1)}"
     if not isinstance(obj, dict):
         return {}, "expected a JSON object"
     for name in REQUIRED:
@@ -386,3 +387,14 @@ def archive_rows(path: Path) -> int | None:
         return sum(int(pl.scan_parquet(f).select(pl.len()).collect().item()) for f in files)
     except Exception:
         return None
+
+
+def json_message(msg: str, column: int) -> str:
+    """Return the JSON decoder's message with its column, without doubling a trailing "at".
+
+    >>> json_message("Unterminated string starting at", 7)
+    'Unterminated string starting at column 7'
+    >>> json_message("Expecting value", 1)
+    'Expecting value at column 1'
+    """
+    return f"{msg} column {column}" if msg.endswith(" at") else f"{msg} at column {column}"
