@@ -91,3 +91,14 @@ def test_json_errors_never_say_at_at(tmp_path: Path) -> None:
     assert res.exit_code == 2
     assert "Unterminated string starting at column 16" in res.output
     assert "at at" not in res.output
+
+
+def test_default_arm_labels_are_short(tmp_path: Path) -> None:
+    """Without --name-a/--name-b the 80-character Medusa stems become what differs."""
+    res = CliRunner().invoke(app, [
+        "interval", str(MEDUSA / f"medusa-vicuna-7b-v1.3-{STEM}.jsonl"),
+        str(MEDUSA / f"medusa-vicuna-13b-v1.3-{STEM}.jsonl"), "--question-file",
+        str(MEDUSA / "question.jsonl"), "--out", str(tmp_path / "o"), "-q", "--n-boot", "200",
+    ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "— vicuna-13b vs vicuna-7b:" in res.stdout.splitlines()[0]

@@ -20,7 +20,7 @@ from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.compare import Comparison, Margin, parse_margin
 
-__all__ = ["IntervalOptions", "run_interval"]
+__all__ = ["IntervalOptions", "run_interval", "short_names"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,10 @@ def run_interval(
     with output_dir(out, force=force, inputs=inputs) as tmp:
         arm_a = _load(path_a, kinds[0], opts.names[0], opts, bk)
         arm_b = _load(path_b, kinds[1], opts.names[1], opts, bk)
+        if opts.names == (None, None):
+            short_a, short_b = short_names(arm_a.name, arm_b.name)
+            arm_a = dataclasses.replace(arm_a, name=short_a)
+            arm_b = dataclasses.replace(arm_b, name=short_b)
         if arm_a.name == arm_b.name:
             arm_b = dataclasses.replace(arm_b, name=arm_b.name + " (B)")
         ps, excluded = pair_arms(arm_a, arm_b, buckets=bk, drop_unpaired=opts.drop_unpaired)
@@ -193,3 +197,35 @@ def _verdict_line(d: Delta, margin: str) -> str:
         f"[{d.lo:+.4f}, {d.hi:+.4f}] ({100 * (d.rel or 0.0):+.2f}% "
         f"[{100 * (d.rel_lo or 0.0):+.2f}%, {100 * (d.rel_hi or 0.0):+.2f}%]), 95% {d.method}"
     )
+
+
+def short_names(a: str, b: str, longest: int = 40) -> tuple[str, str]:
+    """Shorten two default arm labels (file stems) to what tells them apart.
+
+    The stems are split on ``-``; the tokens both end with are dropped, and of the tokens both
+    start with only the last is kept (it usually names the model family). Labels that are
+    already short (≤ ``longest``) or that would become empty are kept whole.
+
+    Examples
+    --------
+    >>> short_names("medusa-vicuna-7b-v1.3-temperature-0.0-posterior_alpha-0.3",
+    ...             "medusa-vicuna-13b-v1.3-temperature-0.0-posterior_alpha-0.3")
+    ('vicuna-7b', 'vicuna-13b')
+    >>> short_names("baseline", "candidate")
+    ('baseline', 'candidate')
+    """
+    if len(a) <= longest and len(b) <= longest:
+        return a, b
+    ta, tb = a.split("-"), b.split("-")
+    tail = 0
+    while tail < min(len(ta), len(tb)) - 1 and ta[-1 - tail] == tb[-1 - tail]:
+        tail += 1
+    ta, tb = ta[: len(ta) - tail], tb[: len(tb) - tail]
+    head = 0
+    while head < min(len(ta), len(tb)) - 1 and ta[head] == tb[head]:
+        head += 1
+    keep = max(head - 1, 0)
+    sa, sb = "-".join(ta[keep:]), "-".join(tb[keep:])
+    if not sa or not sb or sa == sb:
+        return a, b
+    return sa, sb
