@@ -40,6 +40,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+	$(VENV)/bin/specreplay warmup -q
 
 demo: $(STAMP)
 	$(VENV)/bin/specreplay demo --force

@@ -39,8 +39,15 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+COMPILING: frozenset[str] = frozenset(
+    {"synth", "validate", "demo", "interval", "requalify", "sweep", "lawtest", "warmup"}
+)
+"""Commands that run Numba kernels (a cold cache compiles them first)."""
+
+
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option("--version", help="Print the version and exit.", callback=_version,
@@ -48,6 +55,13 @@ def _root(
     ] = False,
 ) -> None:  # fmt: skip
     """Statistical replay and bootstrap simulator for speculative decoding."""
+    from specreplay import numba_cache_dir
+
+    if ctx.invoked_subcommand in COMPILING and "--help" not in sys.argv:
+        cache = Path(numba_cache_dir())
+        if not cache.is_dir() or not any(cache.rglob("*.nbi")):
+            typer.echo(f"compiling kernels (first run only; cached in {cache}): about 30 s",
+                       err=True)  # fmt: skip
 
 
 SeedOpt = Annotated[
@@ -562,6 +576,28 @@ def sweep(
             progress=lambda what, total: _progress(quiet, what, total),
         )  # fmt: skip
         typer.echo(text)
+
+
+@app.command()
+def warmup(quiet: QuietOpt = False) -> None:
+    """Compile and cache every kernel now (a tiny demo in a temporary folder): after pip install."""
+    with _user_errors():
+        import shutil
+        import tempfile
+        import time
+
+        from specreplay import numba_cache_dir
+        from specreplay.commands.demo import run_demo
+
+        t0 = time.perf_counter()
+        tmp = Path(tempfile.mkdtemp(prefix="specreplay-warmup-"))
+        try:
+            run_demo(tmp / "demo", n_requests=8, seed=0, force=True, n_boot=200,
+                     progress=lambda what, total: _progress(quiet, what, total))  # fmt: skip
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        typer.echo(f"kernels compiled and cached in {numba_cache_dir()} "
+                   f"({time.perf_counter() - t0:.0f} s)")  # fmt: skip
 
 
 @app.command()

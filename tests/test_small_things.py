@@ -102,3 +102,34 @@ def test_default_arm_labels_are_short(tmp_path: Path) -> None:
     ])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "— vicuna-13b vs vicuna-7b:" in res.stdout.splitlines()[0]
+
+
+def test_one_default_numba_cache_for_every_way_of_running(tmp_path: Path) -> None:
+    """Without NUMBA_CACHE_DIR, importing specreplay points Numba at the user cache directory."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
+    env["HOME"] = str(tmp_path)
+    code = ("import specreplay, numba; from numba.core import config; "
+            "print(specreplay.numba_cache_dir()); print(config.CACHE_DIR)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()  # fmt: skip
+    expected = str(tmp_path / ".cache" / "specreplay" / "numba" / __version__)
+    assert out == [expected, expected]
+
+
+def test_a_cold_cache_is_announced_on_stderr(tmp_path: Path) -> None:
+    cold = tmp_path / "cache"
+    res = CliRunner().invoke(app, ["synth", str(tmp_path / "a"), "--requests", "1", "--rounds",
+                                   "1", "-q"], env={"NUMBA_CACHE_DIR": str(cold)})  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert f"compiling kernels (first run only; cached in {cold})" in res.stderr
+    assert "compiling" not in res.stdout
+
+
+def test_warmup_compiles_and_says_where() -> None:
+    res = CliRunner().invoke(app, ["warmup", "-q"])
+    assert res.exit_code == 0, res.output
+    assert "kernels compiled and cached in" in res.stdout
