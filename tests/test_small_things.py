@@ -133,3 +133,17 @@ def test_warmup_compiles_and_says_where() -> None:
     res = CliRunner().invoke(app, ["warmup", "-q"])
     assert res.exit_code == 0, res.output
     assert "kernels compiled and cached in" in res.stdout
+
+
+def test_interval_says_where_the_bucket_cells_are(small_archive: Path, tmp_path: Path) -> None:
+    from test_sweep import _round_traces_of
+
+    rounds, _ = _round_traces_of(small_archive, tmp_path)
+    res = CliRunner().invoke(app, ["interval", str(rounds), str(rounds), "--name-a", "A",
+                                   "--name-b", "B", "--out", str(tmp_path / "o"), "-q",
+                                   "--n-boot", "200", "--min-requests", "2"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "o" / "results.json").read_text())
+    n = sum(c["level"] in ("bucket", "family×bucket") for c in doc["cells"])
+    assert n > 0
+    assert f"{n} bucket and family × bucket cells are in {tmp_path / 'o'}/TABLES.md" in res.stdout

@@ -183,8 +183,15 @@ def _interval_text(result: Result, mg: Margin, out: Path) -> str:
     assert pooled is not None  # every interval result has its b-vs-a delta
     head = _verdict_line(pooled, mg.text)
     short = comparison_tables(result, levels=(Level.POOLED, Level.FAMILY))
+    n_bucket = sum(1 for c in result.cells if c.level in (Level.BUCKET, Level.FAMILY_BUCKET))
+    more = (
+        f"{n_bucket} bucket and family × bucket cells are in {out}/TABLES.md and cells.parquet.\n"
+        if n_bucket
+        else ""
+    )
     return (
-        f"{head}\n\n{short}\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet, forest.png)"
+        f"{head}\n\n{short}\n{more}"
+        f"Outputs: {out}/ (results.json, TABLES.md, cells.parquet, forest.png)"
     )
 
 

@@ -1,7 +1,7 @@
 """PNG plots where a picture reads better than a table (matplotlib, Agg backend, imported lazily).
 
 The forest plot shows, per cell (pooled, then each family with its buckets when there is more than
-one bucket), the paired delta with its 95% expanded percentile interval and, shaded, the
+one bucket), the paired delta with its 95% studentized interval and, shaded, the
 equivalence margin: a reader sees at once which cells are inside the margin, which exclude zero,
 and which are too wide to tell.
 """
@@ -70,7 +70,7 @@ def forest_plot(
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([r[0] for r in reversed(rows)], fontsize=8)
     unit = "% of R_a" if relative else "tokens/round"
-    ax.set_xlabel(f"Δ retained tokens per round ({unit}), 95% expanded percentile interval")
+    ax.set_xlabel(f"Δ retained tokens per round ({unit}), 95% studentized interval")
     ax.set_title(title, fontsize=9)
     ax.legend(loc="lower right", fontsize=7)
     fig.tight_layout()

@@ -249,7 +249,7 @@ def comparison_tables(
         f"Verdicts at margin {margin} (test level 0.05): EQUIVALENT iff the 90% interval lies "
         "inside ±margin, else DIFFERENT iff the 95% interval excludes 0, else INCONCLUSIVE; "
         "Holm-adjusted within each level (families, buckets, family × bucket). Intervals shown "
-        "are unadjusted expanded percentile intervals (small-sample corrected); Bonferroni "
+        "are unadjusted studentized (bootstrap-t) intervals; Bonferroni "
         "intervals are in results.json.",
     ]
     return "\n".join(out + note.lines()) + "\n"
