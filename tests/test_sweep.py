@@ -230,3 +230,17 @@ def test_constant_alpha_every_estimator_reproduces_the_closed_form(
         else:
             se = (f["hi"] - f["lo"]) / 3.92
             assert abs(f["R"] - _exact(f["depth"])) <= 4.5 * se + 1e-12
+
+
+def test_each_arm_table_row_shows_its_own_delta(tmp_path: Path) -> None:
+    """Two arms of one policy at different own depths: each arm's Δ(d) is against its own depth
+    (R(2) − R(4) for @4, R(2) − R(10) for @10), in results.json and in the printed table."""
+    path = write_parquet(tmp_path / "a.parquet", _constant_alpha_rows())
+    res, doc = _sweep(path, tmp_path / "o", "--arm", "top2:t1@10", "--arm", "top2:t1@4",
+                      "--depths", "2", "--estimator", "analytic")  # fmt: skip
+    deltas = {(d["a"], d["depth"]): d["point"] for d in doc["cells"][0]["deltas"]}
+    assert deltas[("top2@4", 2)] == pytest.approx(_exact(2) - _exact(4), rel=1e-12)
+    assert deltas[("top2@10", 2)] == pytest.approx(_exact(2) - _exact(10), rel=1e-12)
+    section = res.stdout.split("## top2@4")[1]
+    row = next(ln for ln in section.splitlines() if ln.startswith("| 2 "))
+    assert f"{_exact(2) - _exact(4):+.4f}" in row

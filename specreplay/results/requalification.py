@@ -87,22 +87,29 @@ class Comparand:
         When set, the deltas carry no verdict and this is the reason (``verdict_null_reason``).
     labels : dict of str to Label
         Per-arm labels that differ from the comparison's (the MEASURED arm of the path bias).
+    depth : int or None
+        The fixed depth of arm b (``depth-vs-reference`` deltas of a sweep).
     """
 
     comparison: Comparison
     role: Role
     no_verdict: str | None = None
     labels: dict[str, Label] = dataclasses.field(default_factory=dict)
+    depth: int | None = None
 
     def cells(self) -> tuple[Cell, ...]:
         """Return the comparison's cells with the role, verdicts and labels applied."""
         out = []
         for c in cells_of(self.comparison.cells):
             deltas = tuple(
-                dataclasses.replace(d, role=self.role)
+                dataclasses.replace(d, role=self.role, depth=self.depth)
                 if self.no_verdict is None
                 else dataclasses.replace(
-                    d, role=self.role, verdict=None, verdict_null_reason=self.no_verdict
+                    d,
+                    role=self.role,
+                    depth=self.depth,
+                    verdict=None,
+                    verdict_null_reason=self.no_verdict,
                 )
                 for d in c.deltas
             )

@@ -282,9 +282,9 @@ def sweep_result(
     per_arm = {a.canonical: _comparisons(res, a, opts) for a in arms}
     parts = []
     for a in arms:
-        for comp in per_arm[a.canonical].values():
+        for d, comp in per_arm[a.canonical].items():
             if isinstance(comp, Comparison):
-                parts.append(Comparand(comp, Role.DEPTH_VS_REFERENCE, NO_VERDICT))
+                parts.append(Comparand(comp, Role.DEPTH_VS_REFERENCE, NO_VERDICT, depth=d))
     if not parts:
         raise SpecReplayError(
             f"{archive}: no depth of {', '.join(map(str, opts.depths))} is supported by the "
@@ -324,22 +324,11 @@ def _with_depths(
             depths += figs
             if b is not None:
                 best[name] = b
-        deltas = tuple(
-            dataclasses.replace(d, depth=_delta_depth(d.b))
-            if d.role is Role.DEPTH_VS_REFERENCE
-            else d
-            for d in c.deltas
-        )
         keep = set(names) | {d.a for d in c.deltas if d.role is not Role.DEPTH_VS_REFERENCE}
         arms_fig = {k: v for k, v in c.arms.items() if k in keep}
-        out.append(dataclasses.replace(c, arms=arms_fig, deltas=deltas, depths=tuple(depths),
+        out.append(dataclasses.replace(c, arms=arms_fig, depths=tuple(depths),
                                        best_depth=best or None))  # fmt: skip
     return tuple(out)
-
-
-def _delta_depth(name: str) -> int | None:
-    found = re.findall(r"@(\d+)", name)
-    return int(found[-1]) if found else None
 
 
 def _assumptions(cost: CostModel | None) -> list[str]:
@@ -392,14 +381,13 @@ def proxy_result(
             )  # fmt: skip
             continue
         other = dataclasses.replace(by_depth[d], name=f"{name}@{d}")
-        ps, _ = pair_arms(dataclasses.replace(ref, name=f"{name}@{reference} (reference depth)"),
-                          other, buckets=Buckets.parse(opts.buckets))  # fmt: skip
-        comps[d] = compare(ps, arm_a=f"{name}@{reference} (reference depth)", arm_b=other.name,
+        ps, _ = pair_arms(ref, other, buckets=Buckets.parse(opts.buckets))
+        comps[d] = compare(ps, arm_a=name, arm_b=other.name,
                            n_boot=opts.n_boot, seed=opts.seed, stratify=opts.stratify,
                            level=opts.level, margin=parse_margin("0.5%"),
                            min_requests=opts.min_requests, label="ESTIMATED")  # fmt: skip
-    parts = [Comparand(c, Role.DEPTH_VS_REFERENCE, NO_VERDICT) for c in comps.values()
-             if isinstance(c, Comparison)]  # fmt: skip
+    parts = [Comparand(c, Role.DEPTH_VS_REFERENCE, NO_VERDICT, depth=d)
+             for d, c in comps.items() if isinstance(c, Comparison)]  # fmt: skip
     if not parts:
         raise SpecReplayError(
             f"{path}: no depth of {list(opts.depths)} is within the proxy's range"

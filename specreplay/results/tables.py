@@ -546,8 +546,8 @@ def sweep_tables(result: Result) -> str:
                 rows.append([str(f.depth), "UNSUPPORTED" if not f.supported else "—", "—", "—",
                              "—", f.null_reason or "—"])  # fmt: skip
                 continue
-            d = next((x for x in pooled.deltas if x.b.startswith(arm.rsplit("@", 1)[0] + "@")
-                      and x.depth == f.depth and x.point is not None), None)  # fmt: skip
+            own = [x for x in pooled.deltas if x.role is Role.DEPTH_VS_REFERENCE and x.a == arm]
+            d = next((x for x in own if x.depth == f.depth and x.point is not None), None)
             delta = f"{d.point:+.4f} [{_num(d.lo)}, {_num(d.hi)}]" if d is not None else "—"
             tps = (f"{f.tokens_per_s:.1f} [{f.tokens_per_s_lo:.1f}, {f.tokens_per_s_hi:.1f}]"
                    if f.tokens_per_s is not None and f.tokens_per_s_lo is not None
