@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
+
+from importance_speed import best_of  # the same warm-up-then-best-of timing
 
 from specreplay.commands.requalify import run_requalify
 from specreplay.commands.sweep import run_sweep
@@ -24,16 +24,6 @@ from specreplay.replay.scan import no_progress
 from specreplay.results.builders import write_synth_archive
 from specreplay.results.requalification import RequalifyOptions
 from specreplay.results.sweep import SweepOptions
-
-
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main() -> None:
