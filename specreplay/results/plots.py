@@ -13,7 +13,17 @@ from typing import Any
 
 from specreplay.results.model import Cell, DepthFigure, Level, Result, Role
 
-__all__ = ["depth_plot", "forest_plot", "screen_plot"]
+__all__ = ["PLOT_CAPTIONS", "depth_plot", "forest_plot", "screen_plot"]
+
+PLOT_CAPTIONS: dict[str, str] = {
+    "forest.png": "Paired delta per cell with its 95% studentized interval; the shaded band is the"
+    " equivalence margin.",
+    "depths.png": "R (and, with a cost model, tokens/s) by fixed draft depth per arm, with 95%"
+    " intervals; ring: the arm's own depth.",
+    "screen.png": "Screened tokens/s by draft depth per batch x context cell; band: the assumption"
+    " envelope.",
+}
+"""One-line caption of each PNG a run can write (REPORT.md embeds each with its caption)."""
 
 
 def forest_plot(
