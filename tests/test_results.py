@@ -344,4 +344,5 @@ def test_shipped_schema_is_the_one_the_model_describes() -> None:
     assert schema_text() == shipped_text()
     defs = results_schema()["$defs"]
     assert defs["Delta"]["properties"]["role"]["enum"] == [r.value for r in Role]
-    assert "depth" in defs["Delta"]["required"]
+    assert "depth" in defs["Delta"]["properties"]
+    assert "depth" not in defs["Delta"]["required"]  # added later, with a default

@@ -147,3 +147,67 @@ def test_interval_says_where_the_bucket_cells_are(small_archive: Path, tmp_path:
     n = sum(c["level"] in ("bucket", "family×bucket") for c in doc["cells"])
     assert n > 0
     assert f"{n} bucket and family × bucket cells are in {tmp_path / 'o'}/TABLES.md" in res.stdout
+
+
+def test_law_rows_name_their_request_and_round(small_archive: Path, tmp_path: Path) -> None:
+    """Archive law tests say where they are: the k rows of smallest seeded hash, found again."""
+    import numpy as np
+    import polars as pl
+
+    from specreplay.sim.rng import STREAM_LAW_POSITIONS, request_key, uniform_bits
+
+    res = CliRunner().invoke(app, ["lawtest", str(small_archive), "--arm", "top32:t0.7@5",
+                                   "--positions", "6", "--max-draws", "2000", "--seed", "3",
+                                   "--out", str(tmp_path / "o"), "-q"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "o" / "results.json").read_text())
+    got = [(t["request"], t["round"], t["position"]) for t in doc["law_tests"]
+           if t["round"] is not None]  # the toy positions come first, with neither  # fmt: skip
+    rows = pl.read_parquet(small_archive).select("request_id", "round", "position").rows()
+    bits = [
+        int(uniform_bits(np.uint64(3), request_key(r), np.int64(n), np.int64(p),
+                         np.int64(STREAM_LAW_POSITIONS)))
+        for r, n, p in rows
+    ]  # fmt: skip
+    expected = [rows[i] for i in np.argsort(np.array(bits, dtype=np.uint64), kind="stable")[:6]]
+    assert sorted(got) == sorted(expected)
+    assert len(set(got)) == 6  # two rows at "position 1" are told apart
+    r, n, p = got[0]
+    assert f"| {p} (request {r}, round {n}) |" in (tmp_path / "o" / "TABLES.md").read_text()
+
+
+def test_law_tests_write_acceptance_rate_and_older_files_still_read(
+    small_archive: Path, tmp_path: Path
+) -> None:
+    """``alpha`` is now ``acceptance_rate``; a results.json written before (with ``alpha``, without
+    the fields added later with defaults) still validates and reads back."""
+    import dataclasses
+
+    from specreplay.results import model
+    from specreplay.results.io import read_result
+    from specreplay.results.schema import results_schema
+
+    res = CliRunner().invoke(app, ["lawtest", "--arm", "top32:t0.7@5", "--max-draws", "2000",
+                                   "--out", str(tmp_path / "o"), "-q"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "o" / "results.json").read_text())
+    rates = [t["acceptance_rate"] for t in doc["law_tests"]]
+    assert all("alpha" not in t for t in doc["law_tests"]) and all(
+        0 < a <= 1 for a in rates if a is not None
+    )
+    assert sum(a is not None for a in rates) >= 1
+    for t in doc["law_tests"]:
+        t["alpha"] = t.pop("acceptance_rate")
+        del t["request"], t["round"]
+    old = tmp_path / "old" / "results.json"
+    old.parent.mkdir()
+    old.write_text(json.dumps(doc))
+    back = read_result(old)
+    assert [t.acceptance_rate for t in back.law_tests] == rates
+    assert all(t.request is None for t in back.law_tests)
+    for name, spec in results_schema()["$defs"].items():
+        fields = dataclasses.fields(getattr(model, name))
+        required = [f.name for f in fields if f.name != "extra"
+                    and f.default is dataclasses.MISSING
+                    and f.default_factory is dataclasses.MISSING]  # fmt: skip
+        assert spec["required"] == required, name

@@ -10,6 +10,7 @@ candidates is not tested and says so (never clamped).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,14 @@ import numpy as np
 from specreplay.replay.lawsample import LawSample
 from specreplay.sim.arms import Arm
 from specreplay.sim.policy import FLAG_K_EXCEEDS, FLAG_NO_SUPPORT, LawCache
-from specreplay.stats.lawtest import LawCase, run_law_tests, to_json, toy_laws
+from specreplay.sim.rng import request_key
+from specreplay.stats.lawtest import (
+    DEFAULT_MIN_DRAWS,
+    LawCase,
+    run_law_tests,
+    to_json,
+    toy_laws,
+)
 
 __all__ = ["run_cases", "sample_cases", "toy_arm_cases"]
 
@@ -30,13 +38,16 @@ def _cases_from_rows(
     p_other: list[float],
     positions: list[int],
     rows: list[int],
+    where: list[tuple[str | None, int | None]] | None = None,
 ) -> tuple[list[LawCase], list[dict[str, Any]]]:
+    """Cases of every arm at ``rows``; ``where`` names each row's (request, round) if known."""
+    where = where or [(None, None)] * len(rows)
     cache = LawCache(offsets, lp)
     cases: list[LawCase] = []
     skipped: list[dict[str, Any]] = []
     for arm in arms:
         laws = cache.laws(arm)
-        for r, pos in zip(rows, positions, strict=True):
+        for r, pos, (request, rnd) in zip(rows, positions, where, strict=True):
             a, b = int(offsets[r]), int(offsets[r + 1])
             flag = int(laws.flag[r])
             if flag & (FLAG_K_EXCEEDS | FLAG_NO_SUPPORT):
@@ -47,7 +58,8 @@ def _cases_from_rows(
                 )
                 skipped.append(
                     {"arm": arm.canonical, "position": pos, "tv": None, "p_adj": None,
-                     "passed": None, "label": "SIMULATED", "null_reason": why}
+                     "passed": None, "label": "SIMULATED", "null_reason": why,
+                     "request": request, "round": rnd}
                 )  # fmt: skip
                 continue
             bits = laws.sampler_bits
@@ -61,6 +73,8 @@ def _cases_from_rows(
                     p_other[rows.index(r)],
                     laws.m_sampler[a:b].copy() if bits else None,
                     bits if bits else None,
+                    request,
+                    rnd,
                 )
             )
     return cases, skipped
@@ -80,19 +94,27 @@ def toy_arm_cases(arms: list[Arm]) -> tuple[list[LawCase], list[dict[str, Any]]]
     )
 
 
-def sample_cases(sample: LawSample, arms: list[Arm]) -> tuple[list[LawCase], list[dict[str, Any]]]:
+def sample_cases(
+    sample: LawSample, arms: list[Arm], requests: Sequence[str] = ()
+) -> tuple[list[LawCase], list[dict[str, Any]]]:
     """Cases of each arm on the archive positions of ``sample`` (chosen by hash in the pass).
 
     The positions are the rows with the smallest seeded hashes of (request key, round,
     position) over the whole archive (:mod:`~specreplay.replay.lawsample`), so they do not
-    depend on files, shards or batches.
+    depend on files, shards or batches. ``requests`` (the replay's request ids) name each
+    position's request: the sample holds only its stable key, which is matched to the id here.
     """
     rows = list(range(sample.size))
     off, tp = sample.offsets, sample.target_probs
     p_other = [max(0.0, 1.0 - float(tp[off[r] : off[r + 1]].sum())) for r in rows]
+    wanted = {int(k) for k in sample.request_key}
+    ids = {k: r for r in requests if (k := int(request_key(r))) in wanted}
+    keys_rounds = zip(sample.request_key, sample.round, strict=True)
+    where = [(ids.get(int(k)), int(n)) for k, n in keys_rounds]
     return _cases_from_rows(
-        arms, off, sample.draft_logprobs, tp, p_other, [int(p) for p in sample.position], rows
-    )
+        arms, off, sample.draft_logprobs, tp, p_other, [int(p) for p in sample.position], rows,
+        where,
+    )  # fmt: skip
 
 
 def run_cases(
@@ -105,7 +127,8 @@ def run_cases(
 ) -> list[dict[str, Any]]:
     """Run the law tests (Holm over all of them) and return results.json entries."""
     kw: dict[str, Any] = {"seed": seed, "family_alpha": family_alpha}
-    if max_draws is not None:
+    if max_draws is not None:  # a cap below the default floor lowers the floor with it
         kw["max_draws"] = max_draws
+        kw["min_draws"] = min(DEFAULT_MIN_DRAWS, max_draws)
     results = [to_json(r) for r in run_law_tests(cases, **kw)] if cases else []
     return results + skipped

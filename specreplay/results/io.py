@@ -87,12 +87,17 @@ def load(tp: Any, data: Any, where: str = "$") -> Any:
     return data
 
 
+RENAMED: dict[tuple[str, str], str] = {("LawTest", "alpha"): "acceptance_rate"}
+"""Keys renamed within contract v1, (class, old key) → new key: older files still read back."""
+
+
 def _load_dataclass(cls: type[Any], data: dict[str, Any], where: str) -> Any:
     hints = _hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     extra: dict[str, Any] = {}
-    for key, value in data.items():
+    for old, value in data.items():
+        key = RENAMED.get((cls.__name__, old), old)
         if key in names and key != "extra":
             kwargs[key] = load(hints[key], value, f"{where}.{key}")
         elif "extra" in names:

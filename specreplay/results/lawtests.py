@@ -61,7 +61,7 @@ def lawtest_result(
             why = res.depth_problem(arm)
             if why is not None:
                 raise SpecReplayError(why)
-        more, more_skipped = sample_cases(res.law_sample, arms)
+        more, more_skipped = sample_cases(res.law_sample, arms, res.requests)
         cases += more
         skipped += more_skipped
         inputs = input_files([(f.path, f.rows) for f in res.files])

@@ -389,7 +389,9 @@ class LawTest:
     passed: bool | None
     label: Label
     null_reason: str | None = None
-    alpha: float | None = None
+    request: str | None = None
+    round: int | None = None
+    acceptance_rate: float | None = None
     draws: int | None = None
     statistic: float | None = None
     df: int | None = None

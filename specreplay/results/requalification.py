@@ -502,7 +502,7 @@ def requalify_result(
     cells = merge_comparisons(comparands(res, arms, opts))
     cells = with_replay_figures(cells, res, list(arms.all.values()))
     cells = with_support_nulls(cells, res)
-    cases, skipped = sample_cases(res.law_sample, [arms.cand, arms.base])
+    cases, skipped = sample_cases(res.law_sample, [arms.cand, arms.base], res.requests)
     law = law_tests_of(run_cases(cases, skipped, seed=res.seed))
     ran = [t.passed for t in law if t.arm == arms.cand.canonical and t.passed is not None]
     cells = with_requalification(cells, all(ran) if ran else None)

@@ -1,8 +1,10 @@
 """The JSON Schema of results.json, derived from the typed model (SPEC §4.1).
 
 :func:`results_schema` walks :class:`~specreplay.results.model.Result` and its nested dataclasses
-(one ``$defs`` entry each; every field required, as every field is written; ``null`` allowed where
-the type is optional; enums as their values), so the schema cannot drift from the model: the
+(one ``$defs`` entry each; ``null`` allowed where the type is optional; enums as their values), so
+the schema cannot drift from the model. Every field is written, but only fields without a default
+are required: a field added later with a default (``None``) leaves results.json files written
+before it valid, and :func:`~specreplay.results.io.read_result` fills in the default. The
 shipped ``schemas/results-v1.json`` is its output, and a test checks they are equal. After a change
 to the model, regenerate it with ``python -m specreplay.results.schema``.
 """
@@ -66,14 +68,20 @@ def _type(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
         if tp.__name__ not in defs:
             defs[tp.__name__] = None  # placeholder against recursion
             hints = typing.get_type_hints(tp, vars(model))
-            names = [f.name for f in dataclasses.fields(tp) if f.name != "extra"]
+            fields = [f for f in dataclasses.fields(tp) if f.name != "extra"]
+            names = [f.name for f in fields]
             defs[tp.__name__] = {
                 "type": "object",
-                "required": names,
+                "required": [f.name for f in fields if _required(f)],
                 "properties": {n: _type(hints[n], defs) for n in names},
             }
         return {"$ref": f"#/$defs/{tp.__name__}"}
     return dict(_SCALARS[tp])
+
+
+def _required(f: dataclasses.Field[Any]) -> bool:
+    """Say whether a field is required: one with a default may be absent in older files."""
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
 def results_schema() -> dict[str, Any]:

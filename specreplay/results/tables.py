@@ -427,13 +427,20 @@ def importance_table(pooled: Cell) -> list[str]:
     ]
 
 
+def law_where(t: LawTest) -> str:
+    """Return a law test's position, with its request and round for an archive position."""
+    if t.request is None and t.round is None:
+        return str(t.position)
+    return f"{t.position} (request {t.request or '?'}, round {t.round})"
+
+
 def _law_rows(law: Sequence[LawTest]) -> list[str]:
     if not law:
         return []
     rows = [
         [
             t.arm,
-            str(t.position),
+            law_where(t),
             "—" if t.tv is None else f"{t.tv:.3g}",
             "—" if t.draws is None else str(t.draws),
             "—" if t.p_adj is None else f"{t.p_adj:.3g}",
@@ -493,12 +500,12 @@ def lawtest_table(result: Result) -> str:
     rows = []
     for t in law:
         if t.passed is None:
-            rows.append([t.arm, str(t.position), "—", "—", "—", "—", f"— {note(t.null_reason)}"])
+            rows.append([t.arm, law_where(t), "—", "—", "—", "—", f"— {note(t.null_reason)}"])
             continue
         rows.append(
             [
                 t.arm,
-                str(t.position),
+                law_where(t),
                 f"{t.tv:.3g}" if t.tv is not None else "—",
                 f"{t.draws:,}" if t.draws is not None else "—",
                 _power_text(t),

@@ -863,6 +863,10 @@ class LawCase(NamedTuple):
         Dyadic integers of the sampler, or None for a float sampler.
     bits : int or None
         N of the dyadic sampler (ignored when m_s is None).
+    request : str or None
+        The archive request the position is from (None for a toy position).
+    round : int or None
+        Its round within the request (None for a toy position).
     """
 
     arm: str
@@ -873,6 +877,8 @@ class LawCase(NamedTuple):
     p_other: float
     m_s: NDArray[np.int64] | None
     bits: int | None
+    request: str | None = None
+    round: int | None = None
 
 
 @dataclass(frozen=True)
@@ -913,6 +919,8 @@ class LawTestResult:
         Why this many draws: ``power``, ``min-draws``, ``max-draws`` or ``null-law``.
     label : str
         ``SIMULATED``.
+    request, round : str or None, int or None
+        Where in the archive the position is (None for a toy position).
     """
 
     arm: str
@@ -932,6 +940,8 @@ class LawTestResult:
     method: str
     draws_rule: str
     label: str = "SIMULATED"
+    request: str | None = None
+    round: int | None = None
 
 
 def run_law_tests(
@@ -975,6 +985,8 @@ def run_law_tests(
         LawTestResult(
             arm=case.arm,
             position=int(case.position),
+            request=case.request,
+            round=None if case.round is None else int(case.round),
             tv=exact.tv,
             alpha=exact.alpha,
             draws=plan.draws,
@@ -1058,7 +1070,9 @@ def to_json(result: LawTestResult) -> dict[str, Any]:
         "tv": result.tv,
         "p_adj": result.p_adj,
         "passed": result.passed,
-        "alpha": result.alpha,
+        "request": result.request,
+        "round": result.round,
+        "acceptance_rate": result.alpha,
         "draws": result.draws,
         "statistic": result.statistic,
         "df": result.df,
