@@ -38,7 +38,7 @@ def _cases_from_rows(
     p_other: list[float],
     positions: list[int],
     rows: list[int],
-    where: list[tuple[str | None, int | None]] | None = None,
+    where: Sequence[tuple[str | None, int | None]] | None = None,
 ) -> tuple[list[LawCase], list[dict[str, Any]]]:
     """Cases of every arm at ``rows``; ``where`` names each row's (request, round) if known."""
     where = where or [(None, None)] * len(rows)
