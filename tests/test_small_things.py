@@ -211,3 +211,34 @@ def test_law_tests_write_acceptance_rate_and_older_files_still_read(
                     and f.default is dataclasses.MISSING
                     and f.default_factory is dataclasses.MISSING]  # fmt: skip
         assert spec["required"] == required, name
+
+
+def test_synth_manifest_never_names_the_temporary_folder(tmp_path: Path) -> None:
+    """SYNTH.json is written inside ``.NAME.tmp-PID`` and renamed: it names shards by file name."""
+    arch = tmp_path / "arch"
+    res = CliRunner().invoke(app, ["synth", str(arch), "--requests", "5", "--rounds", "2",
+                                   "--shard-requests", "2", "-q"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    text = (arch / "SYNTH.json").read_text()
+    assert ".tmp-" not in text and str(tmp_path) not in text
+    outputs = json.loads(text)["outputs"]
+    assert sorted(o["path"] for o in outputs) == sorted(p.name for p in arch.glob("*.parquet"))
+    assert len(outputs) == 3
+
+
+def test_one_shard_moves_the_progress_bar_before_it_ends(tmp_path: Path) -> None:
+    """A one-shard, one-batch archive reports a share of its positions after each arm."""
+    import polars as pl
+
+    from specreplay.replay.engine import replay_archive
+    from specreplay.sim.arms import parse_arm
+
+    arch = tmp_path / "a"
+    assert CliRunner().invoke(app, ["synth", str(arch), "--requests", "6", "--rounds", "3",
+                                    "-q"]).exit_code == 0  # fmt: skip
+    rows = pl.scan_parquet(arch / "*.parquet").select(pl.len()).collect().item()
+    calls: list[int] = []
+    arms = [parse_arm(a) for a in ("top32:t0.7@5", "greedy@5", "top32:t0.7:dyadic8@5")]
+    replay_archive(arch, arms, progress=calls.append)
+    assert sum(calls) == rows == 6 * 3 * 5
+    assert len(calls) == 4 and calls[0] == rows // 4  # three arms, then the companion's share

@@ -328,7 +328,8 @@ def replay_reader(
         row_request = np.repeat(batch.round_request, depth_rows)
         # the column's value, known once the reader has read this batch; else --logging-arm
         logging = parse_arm(reader.logging_arm) if reader.logging_arm is not None else None
-        for arm in arms:
+        done = 0  # positions reported: a share after each arm, so one batch moves the bar too
+        for i, arm in enumerate(arms):
             c = arm.canonical
             v = est.rounds(
                 batch, arm, cache, seed=options.seed, replicates=reps, max_depth=depth,
@@ -342,9 +343,13 @@ def replay_reader(
             if v.ratio is not None:
                 tails[c].add(batch.round_family, batch.round_bucket, batch.round_key, v.depth,
                               v.ratio)  # fmt: skip
+            if progress is not None:
+                share = batch.n_positions * (i + 1) // (len(arms) + 1) - done
+                progress(share)
+                done += share
         companion.add(batch, arms, cache, logging, options, keys, row_request)
         if progress is not None:
-            progress(batch.n_positions)
+            progress(batch.n_positions - done)
     return _finish(reader, accs, tails, counts, rows, measured, sample, options, companion)
 
 
