@@ -214,7 +214,9 @@ def _progress(quiet: bool, what: str, total: int | None) -> Iterator[Callable[[i
 
 @app.command()
 def synth(
-    out: Annotated[Path, typer.Argument(help="Folder to write the archive shards into.")],
+    out: Annotated[
+        Path, typer.Argument(metavar="OUT", help="Folder to write the archive shards into.")
+    ],
     requests: Annotated[int, typer.Option("--requests", help="Number of requests.", min=1)] = 2000,
     rounds: Annotated[int, typer.Option("--rounds", help="Rounds per request.", min=1)] = 64,
     shard_requests: Annotated[
@@ -247,7 +249,10 @@ def synth(
 @app.command()
 def validate(
     path: Annotated[
-        Path, typer.Argument(help="Archive: Parquet file, JSONL file or shard folder.")
+        Path,
+        typer.Argument(
+            metavar="ARCHIVE", help="Archive: Parquet file, JSONL file or shard folder."
+        ),
     ],
     all_errors: Annotated[
         bool, typer.Option("--all", help="List every error, not only the first 20.")
@@ -320,11 +325,12 @@ def interval(
     a: Annotated[
         Path,
         typer.Argument(
+            metavar="A",
             help="Arm A (the reference): round traces, per-request "
-            "sums, a Spec-Bench or a Medusa answer file."
+            "sums, a Spec-Bench or a Medusa answer file.",
         ),
     ],
-    b: Annotated[Path, typer.Argument(help="Arm B, in any of the same forms.")],
+    b: Annotated[Path, typer.Argument(metavar="B", help="Arm B, in any of the same forms.")],
     question_file: Annotated[
         Path | None,
         typer.Option("--question-file", help="FastChat question.jsonl (categories for Medusa)."),
@@ -390,8 +396,9 @@ def screen(
     counters: Annotated[
         list[Path],
         typer.Argument(
+            metavar="COUNTERS",
             help="Run-counter JSON Lines files (SPEC §2.3) and vLLM Prometheus scrapes (each "
-            "named by a [[vllm]] entry of --config)."
+            "named by a [[vllm]] entry of --config).",
         ),
     ],
     config: Annotated[
@@ -427,7 +434,10 @@ def _verdict_set(text: str, allowed: set[str]) -> frozenset[str]:
 
 @app.command()
 def requalify(
-    archive: Annotated[Path, typer.Argument(help="Position-trace archive (file or shard folder).")],
+    archive: Annotated[
+        Path,
+        typer.Argument(metavar="ARCHIVE", help="Position-trace archive (file or shard folder)."),
+    ],
     baseline: Annotated[
         str, typer.Option("--baseline", help="Arm in production, e.g. top32:t0.7@5.")
     ],
@@ -506,7 +516,10 @@ def requalify(
 @app.command()
 def sweep(
     archive: Annotated[
-        Path, typer.Argument(help="Position-trace archive, or round traces (the proxy).")
+        Path,
+        typer.Argument(
+            metavar="ARCHIVE", help="Position-trace archive, or round traces (the proxy)."
+        ),
     ],
     arm: Annotated[
         list[str] | None,
@@ -603,7 +616,10 @@ def warmup(quiet: QuietOpt = False) -> None:
 @app.command()
 def lawtest(
     archive: Annotated[
-        Path | None, typer.Argument(help="Optional archive: also test sampled positions of it.")
+        Path | None,
+        typer.Argument(
+            metavar="ARCHIVE", help="Optional archive: also test sampled positions of it."
+        ),
     ] = None,
     arm: Annotated[
         list[str] | None,
@@ -667,7 +683,10 @@ def lawtest(
 
 @app.command()
 def report(
-    run_dir: Annotated[Path, typer.Argument(help="A run's output folder (holding results.json).")],
+    run_dir: Annotated[
+        Path,
+        typer.Argument(metavar="RUN_DIR", help="A run's output folder (holding results.json)."),
+    ],
     out: Annotated[
         Path | None,
         typer.Option("--out", help="Write the re-rendered run here instead of in place."),
@@ -699,7 +718,9 @@ def budget(
     ] = None,
     known: Annotated[
         list[float] | None,
-        typer.Option("--known", help="A known added cost, ms per round (repeatable)."),
+        typer.Option(
+            "--known", metavar="MS", help="A known added cost, ms per round (repeatable)."
+        ),
     ] = None,
     source: Annotated[
         Path | None,

@@ -50,6 +50,20 @@ def test_help_shows_arm_not_a_python_type() -> None:
     for cmd in ("lawtest", "sweep"):
         res = CliRunner().invoke(app, [cmd, "--help"], env={"COLUMNS": "200"})
         assert "--arm ARM" in res.stdout and "list[str]" not in res.stdout, cmd
+    res = CliRunner().invoke(app, ["budget", "--help"], env={"COLUMNS": "200"})
+    assert "--known MS" in res.stdout and "list[float]" not in res.stdout
+
+
+def test_usage_lines_name_arguments_in_capitals() -> None:
+    """Typer writes a required argument {NAME} and an optional one [NAME]; never {out}."""
+    usage = {
+        "synth": "{OUT}", "validate": "{ARCHIVE}", "interval": "{A} {B}",
+        "requalify": "{ARCHIVE}", "lawtest": "[ARCHIVE]", "sweep": "{ARCHIVE}",
+        "report": "{RUN_DIR}", "screen": "{COUNTERS}...",
+    }  # fmt: skip
+    for cmd, args in usage.items():
+        res = CliRunner().invoke(app, [cmd, "--help"], env={"COLUMNS": "200"})
+        assert f"Usage: specreplay {cmd} [OPTIONS] {args}" in res.stdout, cmd
 
 
 def test_validate_out_says_where_it_wrote(tmp_path: Path) -> None:
