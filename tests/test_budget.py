@@ -7,6 +7,7 @@ compared with a printed, rounded one (half a unit of its last printed digit).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -262,3 +263,15 @@ def test_readme_example_prints_the_seed_figures(tmp_path: Path) -> None:
     assert code == 0, stderr
     assert "2.727134" in stdout and "2.544321" in stdout
     assert "2.727134 ms break-even and 2.544321 ms remaining" in readme
+
+
+def test_from_a_folder_reads_its_results_json(requalify_dirs: Path, tmp_path: Path) -> None:
+    """``--from RUN_DIR`` (as documented) reads RUN_DIR/results.json and lists that file."""
+    folder = requalify_dirs / "ref"
+    code, _, stderr = _run(["--from", str(folder), "--price-ms", "48.08",
+                            "--out", str(tmp_path / "b")])  # fmt: skip
+    assert code == 0, stderr
+    result = read_result(tmp_path / "b" / "results.json")
+    src = folder / "results.json"
+    assert [i.path for i in result.inputs] == [str(src)]
+    assert result.inputs[0].sha256 == hashlib.sha256(src.read_bytes()).hexdigest()

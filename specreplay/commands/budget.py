@@ -71,9 +71,10 @@ def run_budget(opts: BudgetOptions, *, out: Path, force: bool) -> str:
     if grid is not None:
         assert opts.rate is not None and opts.tau_ms is not None and opts.gain is not None
         sens = sensitivity_rows(opts.rate, opts.tau_ms, opts.gain, grid)
+    read = [p / "results.json" if p.is_dir() else p for p in inputs]  # the file --from read
     with output_dir(out, force=force, inputs=inputs) as tmp:
         result = budget_result(
-            cells, sens, inputs=input_files([(p, None) for p in inputs]),
+            cells, sens, inputs=input_files([(p, None) for p in read]),
             options=opts.to_json(grid), arms=arms,
         )  # fmt: skip
         write_all(result, tmp)
