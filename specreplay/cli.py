@@ -411,6 +411,7 @@ def screen(
     ] = None,
     out: OutOpt = Path("specreplay-out/screen"),
     force: ForceOpt = False,
+    quiet: QuietOpt = False,  # accepted like every command's; it draws no progress bar
 ) -> None:
     """Depth screen (SP2) from run counters: ESTIMATED tokens/s per candidate depth.
 
@@ -692,6 +693,7 @@ def report(
         typer.Option("--out", help="Write the re-rendered run here instead of in place."),
     ] = None,
     force: ForceOpt = False,
+    quiet: QuietOpt = False,  # accepted like every command's; it draws no progress bar
 ) -> None:
     """Re-render TABLES.md, cells.parquet and the plots of a run from its results.json alone.
 
@@ -744,6 +746,7 @@ def budget(
     ] = "0,1,3",
     out: OutOpt = Path("specreplay-out/budget"),
     force: ForceOpt = False,
+    quiet: QuietOpt = False,  # accepted like every command's; it draws no progress bar
 ) -> None:
     """Break-even added cost T·Δ_lo/R_0 of a gain and what remains after known costs (ESTIMATED).
 
