@@ -1,8 +1,9 @@
 """Privacy and grouping (issue 7, item 7): ``--hash-ids`` and ``--by COLUMN``.
 
 The archive is the factory's (``tests/archive_factory.py``): 24 requests × 4 rounds × 3 positions
-with dyadic laws, a carried ``worker`` column (w0 for even requests, w1 for odd ones) and every
-round of a w1 request rejected at position 1, so the workers differ in MEASURED acceptance.
+with dyadic laws, a carried ``worker`` column (w0 for even requests, w1 for odd ones); every
+round of a w1 request is rejected at position 1 and its target law is its draft law, so the
+workers differ in MEASURED and in SIMULATED acceptance.
 Expected figures are computed here from the rows with numpy, never read from the code's output.
 """
 
@@ -37,8 +38,9 @@ def _rows() -> list[dict[str, Any]]:
         k = int(r["request_id"].split("-")[1])
         r["request_id"] = f"zz-secret-{k:04d}"
         r["worker"] = f"w{k % 2}"
-        if k % 2:
+        if k % 2:  # w1: every draft rejected, and target = draft law (α = Σ q = 15/16)
             r["accepted"] = False
+            r["target_probs"] = [math.exp(x) for x in r["draft_logprobs"]]
     return rows
 
 
@@ -188,6 +190,13 @@ def test_hash_ids_on_sweep_interval_lawtest_validate(archive: Path, tmp_path: Pa
         assert (out / "results.json").is_file()
         assert _found(out, ids) == {}, name
         assert _doc(out)["options"]["hash_ids"] is True, name
+    want = _expected(pl.read_parquet(archive), ["worker"])
+    sweep = {c["group"]["worker"]: c for c in _doc(tmp_path / "sweep")["cells"]
+             if c["level"] == Level.BY.value}  # fmt: skip
+    for (w,), (_, simulated) in want.items():
+        at3 = next(f for f in sweep[w]["depths"] if f["arm"] == "top4@3" and f["depth"] == 3)
+        assert at3["R"] == pytest.approx(simulated, rel=1e-12)
+        assert f"| worker={w} " in (tmp_path / "sweep" / "TABLES.md").read_text()
 
 
 def _round_traces(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -245,6 +254,9 @@ def test_by_worker_cells_equal_rows(runs: dict[str, Path], archive: Path) -> Non
         assert got[1] == pytest.approx(simulated, rel=1e-12)
         assert by[w]["n_requests"] == N_REQ // 2 and by[w]["family"] is None
     assert by["w1"]["arms"]["top4@3 (MEASURED)"]["R"] == 1.0  # every w1 round rejected at 1
+    # closed forms: α = 0.7 (w0) and 15/16 (w1) at every position, R = 1 + α + α² + α³
+    for w, a in (("w0", 0.7), ("w1", 15 / 16)):
+        assert by[w]["arms"]["top4@3"]["R"] == pytest.approx(1 + a + a**2 + a**3, rel=1e-12)
     crossed = [c for c in cells if c["level"] == Level.FAMILY_BUCKET_BY.value]
     want3 = _expected(frame, ["family", "worker"])
     assert len(crossed) == len(want3) == 6
@@ -258,7 +270,10 @@ def test_by_worker_cells_equal_rows(runs: dict[str, Path], archive: Path) -> Non
 
 
 def test_by_leaves_the_other_cells_unchanged(runs: dict[str, Path]) -> None:
+    from specreplay.results.io import load_results_schema, validate_json
+
     plain, by = _doc(runs["plain"])["cells"], _doc(runs["by"])["cells"]
+    assert validate_json(_doc(runs["by"]), load_results_schema()) == []
     assert by[: len(plain)] == plain
     assert all(c["group"] is None for c in plain)
     assert _doc(runs["by"])["options"]["by"] == "worker"
