@@ -100,6 +100,23 @@ LoggingArmOpt = Annotated[
     typer.Option("--logging-arm", help="Arm that drafted the archive, if it has no column."),
 ]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
+HashIdsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--hash-ids",
+        help="Replace request ids by salted hashes (h:…) in every output; the salt is drawn "
+        "per run and never written. Figures are unchanged.",
+    ),
+]
+ByOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--by",
+        metavar="COLUMN",
+        help="A carried archive column (worker, run, suite, …; constant within a request): "
+        "adds cells per value and per family × bucket × value.",
+    ),
+]
 EstimatorOpt = Annotated[
     str,
     typer.Option(
@@ -264,6 +281,7 @@ def validate(
     ] = None,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
+    hash_ids: HashIdsOpt = False,
 ) -> None:
     """Check an archive against schema v1 and report its counts and MEASURED acceptance.
 
@@ -280,6 +298,7 @@ def validate(
             out=out,
             force=force,
             progress=lambda what, total: _progress(quiet, what, total),
+            hash_ids=hash_ids,
         )
         if not ok:
             typer.echo(text, err=True)
@@ -366,6 +385,7 @@ def interval(
     seed: SeedOpt = 0,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
+    hash_ids: HashIdsOpt = False,
 ) -> None:
     """Paired bootstrap interval of Δ = R_B − R_A by family × context bucket, with verdicts.
 
@@ -379,7 +399,7 @@ def interval(
         opts = IntervalOptions(
             question_file=question_file, fail_on=verdicts, seed=seed,
             drop_unpaired=drop_unpaired, buckets=buckets, choice=choice, drafted=drafted,
-            names=(name_a, name_b),
+            names=(name_a, name_b), hash_ids=hash_ids,
             **_bootstrap_options(margin, n_boot, stratify, level, min_requests),
         )  # fmt: skip
         text, code = run_interval(
@@ -479,6 +499,8 @@ def requalify(
     seed: SeedOpt = 0,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
+    hash_ids: HashIdsOpt = False,
+    by: ByOpt = None,
 ) -> None:
     """Replay an archive under baseline and candidate arms and requalify the change.
 
@@ -503,6 +525,8 @@ def requalify(
             seed=seed,
             buckets=buckets or _default_buckets(),
             logging_arm=_arm_option(logging_arm),
+            by=by,
+            hash_ids=hash_ids,
             **_bootstrap_options(margin, n_boot, stratify, level, min_requests),
         )
         text, code, _ = run_requalify(
@@ -566,6 +590,8 @@ def sweep(
     seed: SeedOpt = 0,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
+    hash_ids: HashIdsOpt = False,
+    by: ByOpt = None,
 ) -> None:
     """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
 
@@ -583,7 +609,7 @@ def sweep(
             estimator=estimator,
             replicates=replicates, cost=cost, n_boot=n_boot, seed=seed, stratify=stratify,
             level=level, min_requests=min_requests, buckets=buckets or _default_buckets(),
-            logging_arm=_arm_option(logging_arm),
+            logging_arm=_arm_option(logging_arm), by=by, hash_ids=hash_ids,
         )  # fmt: skip
         text, _ = run_sweep(
             archive, opts, out=out, force=force,
@@ -655,6 +681,7 @@ def lawtest(
     seed: SeedOpt = 0,
     force: ForceOpt = False,
     quiet: QuietOpt = False,  # accepted like every command's; lawtest draws no progress bar
+    hash_ids: HashIdsOpt = False,
 ) -> None:
     """Test that an arm's verifier keeps the target law (exact TV and a Monte Carlo G-test).
 
@@ -676,6 +703,7 @@ def lawtest(
             max_draws=max_draws,
             buckets=buckets,
             logging_arm=_arm_option(logging_arm),
+            hash_ids=hash_ids,
         )
         typer.echo(text)
         if fail_on_fail and not ok:

@@ -14,6 +14,7 @@ from specreplay.results.document import excluded_entries, input_files, new_resul
 from specreplay.results.gates import fail_on_code
 from specreplay.results.model import Delta, Level, Result, Role
 from specreplay.results.output import check_out, output_dir
+from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.results.render import write_all
 from specreplay.results.tables import comparison_tables
 from specreplay.stats.armdata import ArmData
@@ -30,7 +31,9 @@ class IntervalOptions:
     ``margin`` as the user wrote it (``0.5%`` of R_a, or tokens/round); ``fail_on`` the pooled
     verdicts that exit 1 (a null verdict counts as INCONCLUSIVE); ``choice`` and ``drafted`` apply
     to Spec-Bench (and ``choice`` to Medusa) inputs, ``question_file`` to Medusa ones; ``names``
-    label arms A and B (default: the inputs' names).
+    label arms A and B (default: the inputs' names); ``hash_ids`` hashes request ids in every
+    output (:mod:`specreplay.results.privacy`). Round traces carry no grouping columns: ``--by``
+    is for position traces (requalify, sweep).
     """
 
     question_file: Path | None = None
@@ -46,6 +49,7 @@ class IntervalOptions:
     choice: int = 0
     drafted: int | None = None
     names: tuple[str | None, str | None] = (None, None)
+    hash_ids: bool = False
 
     def to_json(self, path_a: Path, path_b: Path, buckets: Buckets) -> dict[str, Any]:
         """Return the ``options`` entry of results.json."""
@@ -109,6 +113,8 @@ def run_interval(
             comp, hdi_eti(comp, prob=opts.level), arm_a, arm_b, excluded,
             opts.to_json(path_a, path_b, bk), opts.seed,
         )  # fmt: skip
+        ids = [*arm_a.sums.get_column("request_id"), *arm_b.sums.get_column("request_id")]
+        result = hash_result(result, IdHasher(ids) if opts.hash_ids else None)
         write_all(result, tmp)
     return _interval_text(result, mg, out), _exit_code(result, opts.fail_on)
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from specreplay.results.lawtests import lawtest_result
 from specreplay.results.output import check_out, output_dir
+from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.results.render import write_all
 from specreplay.results.tables import lawtest_table
 
@@ -24,11 +25,13 @@ def run_lawtest(
     max_draws: int | None = None,
     buckets: str = "",
     logging_arm: str | None = None,
+    hash_ids: bool = False,
 ) -> tuple[str, bool]:
     """Law tests of arms on the toy laws and, given an archive, on sampled positions.
 
     Returns (terminal text, every test passed); see
-    :func:`~specreplay.results.lawtests.lawtest_result`.
+    :func:`~specreplay.results.lawtests.lawtest_result`. ``hash_ids`` hashes the request ids
+    of the sampled archive positions (:mod:`specreplay.results.privacy`).
     """
     read = [archive] if archive is not None else []
     check_out(out, force=force, inputs=read)
@@ -38,6 +41,7 @@ def run_lawtest(
             family_alpha=family_alpha, max_draws=max_draws, buckets=buckets,
             logging_arm=logging_arm,
         )  # fmt: skip
+        result = hash_result(result, IdHasher() if hash_ids else None)  # request fields by name
         write_all(result, tmp)
     ok = all(t.passed is not False for t in result.law_tests)
     return lawtest_table(result) + f"\nOutputs: {out}/ (results.json, TABLES.md)", ok

@@ -14,17 +14,20 @@ passes, NOT QUALIFIED when it is DIFFERENT or its law test fails, else INCONCLUS
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.sources import archive_rows
 from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
-from specreplay.replay.engine import OpenArchive
+from specreplay.replay.engine import OpenArchive, ReplayResult
 from specreplay.replay.scan import Progress
 from specreplay.results.gates import fail_on_code
+from specreplay.results.grouping import check_by, with_by_cells
 from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
+from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.results.render import write_all
 from specreplay.results.requalification import (
     RequalifyArms,
@@ -61,6 +64,9 @@ def run_requalify(
 ) -> tuple[str, int, Result]:
     """Requalify ``opts.candidate`` against ``opts.baseline``; return (text, exit code, result)."""
     check_out(out, force=force, inputs=[archive])
+    check_by(opts.by)
+    if opts.by is not None and opts.families is not None:
+        raise SpecReplayError("--by and --families: give one of them (--by cells span families)")
     parse_margin(opts.margin)  # a bad margin is an error before any work
     # the first batch is read here, through the validating reader: the logging arm is known
     # before the pass, which then goes on from the same reader (one read of every file)
@@ -74,23 +80,53 @@ def run_requalify(
     estimator, companion = auto_passes(opts.estimator)
     with output_dir(out, force=force, inputs=[archive]) as tmp:
         with ctx as advance:
-            res = opened.replay(list(arms.all.values()), estimator=estimator,
-                                replicates=opts.replicates, seed=opts.seed,
-                                law_positions=opts.law_positions, progress=advance,
-                                companion=companion)  # fmt: skip
-        n = opts.sample_requests
-        wanted = sample_requests(res.requests, n, opts.seed) if n else None
-        if opts.families is not None or wanted is not None:
-            res = res.select(set(opts.families) if opts.families else None, wanted)
-        check_replayable(res, arms)
+            res = _replay(opened, arms, opts, estimator, companion, advance)
         if opts.estimator == AUTO:
             res, _ = resolve_auto(res, list(arms.all.values()))
         result = requalify_result(res, arms, opts, archive)
+        if opts.by is not None:
+            result = with_by_cells(
+                result, opts.by, lambda g: _group_pass(archive, arms, opts, res.estimator, g)
+            )
+        hasher = IdHasher(res.requests) if opts.hash_ids else None
+        result = hash_result(result, hasher)
         write_all(result, tmp)
     text = requalify_tables(result)
     text += f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet, forest.png)"
     rq = result.requalification
     return text, fail_on_code(rq.verdict if rq is not None else None, opts.fail_on), result
+
+
+def _replay(
+    opened: OpenArchive,
+    arms: RequalifyArms,
+    opts: RequalifyOptions,
+    estimator: str,
+    companion: str | None,
+    advance: Callable[[int], None] | None,
+) -> ReplayResult:
+    """Replay the arms once and select requests (``--families``, ``--sample-requests``)."""
+    res = opened.replay(list(arms.all.values()), estimator=estimator,
+                        replicates=opts.replicates, seed=opts.seed,
+                        law_positions=opts.law_positions, progress=advance,
+                        companion=companion)  # fmt: skip
+    n = opts.sample_requests
+    wanted = sample_requests(res.requests, n, opts.seed) if n else None
+    if opts.families is not None or wanted is not None:
+        res = res.select(set(opts.families) if opts.families else None, wanted)
+    check_replayable(res, arms)
+    return res
+
+
+def _group_pass(
+    archive: Path, arms: RequalifyArms, opts: RequalifyOptions, estimator: str,
+    group: tuple[str, ...],
+) -> Result:  # fmt: skip
+    """One ``--by`` pass: requests coded by ``group``, the main pass's resolved estimator."""
+    opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
+                         logging_arm=opts.logging_arm, group=group)  # fmt: skip
+    res = _replay(opened, arms, opts, estimator, None, None)
+    return requalify_result(res, arms, opts, archive)
 
 
 def _arms(

@@ -17,8 +17,10 @@ from specreplay.replay.archive.sources import archive_rows
 from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
 from specreplay.replay.engine import OpenArchive
 from specreplay.replay.scan import Progress
+from specreplay.results.grouping import check_by, with_by_cells
 from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
+from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.results.render import write_all
 from specreplay.results.sweep import (
     CostModel,
@@ -59,7 +61,12 @@ def run_sweep(
     Round traces (the inputs of ``interval``) give the survival truncation proxy instead.
     """
     check_out(out, force=force, inputs=[archive])
+    check_by(opts.by)
     if _is_round_traces(archive):
+        if opts.by is not None:
+            raise SpecReplayError(
+                f"--by {opts.by!r}: round traces carry no grouping columns (position traces only)"
+            )
         return _run_proxy(archive, opts, out=out, force=force)
     arms = expand_arms(list(opts.arms))
     baseline = parse_arm(opts.baseline) if opts.baseline else None
@@ -79,6 +86,17 @@ def run_sweep(
         if opts.estimator == AUTO:
             res, _ = resolve_auto(res, replayed)
         result = sweep_result(res, arms, opts, archive, baseline)
+        if opts.by is not None:
+
+            def group_pass(group: tuple[str, ...]) -> Result:
+                again = OpenArchive(archive, buckets=opened.buckets, logging_arm=opts.logging_arm,
+                                    group=group)  # fmt: skip
+                r = again.replay(replayed, estimator=res.estimator, replicates=opts.replicates,
+                                 seed=opts.seed, max_depth=depth)  # fmt: skip
+                return sweep_result(r, arms, opts, archive, baseline)
+
+            result = with_by_cells(result, opts.by, group_pass)
+        result = hash_result(result, IdHasher(res.requests) if opts.hash_ids else None)
         write_all(result, tmp)
     text = sweep_tables(result) + f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet)"
     return text, result
@@ -116,6 +134,8 @@ def _run_proxy(archive: Path, opts: SweepOptions, *, out: Path, force: bool) -> 
                 + f"; --depths {list(opts.depths)} lies beyond it"
             )
         result = proxy_result(by_depth, reference, (lowest, unknown), opts, archive)
+        ids = {r for a in by_depth.values() for r in a.sums.get_column("request_id").to_list()}
+        result = hash_result(result, IdHasher(ids) if opts.hash_ids else None)
         write_all(result, tmp)
     return sweep_tables(
         result

@@ -326,6 +326,8 @@ class OpenArchive:
         ``--logging-arm`` for archives without a logging_arm column.
     batch_rows : int
         Position rows per batch.
+    group : tuple of str
+        Columns that code the requests' groups in place of ``family`` (``--by``).
     """
 
     def __init__(
@@ -335,15 +337,17 @@ class OpenArchive:
         buckets: Buckets | None = None,
         logging_arm: str | None = None,
         batch_rows: int = 262_144,
+        group: tuple[str, ...] = ("family",),
     ) -> None:
         self.path = Path(path)
         self.buckets = buckets if buckets is not None else Buckets.parse()
         self.logging_arm_option = logging_arm
         self.batch_rows = batch_rows
+        self.group = group
         self.sources = list_archive(self.path)
         self._reader: ArchiveReader | None = ArchiveReader(
             self.sources[0].path, buckets=self.buckets, batch_rows=batch_rows,
-            logging_arm=logging_arm, shard=True,
+            logging_arm=logging_arm, shard=True, group=group,
         )  # fmt: skip
         self._batches = iter(self._reader)
         self._head = next(self._batches, None)
@@ -376,7 +380,7 @@ class OpenArchive:
             estimator=estimator, replicates=replicates, seed=seed, buckets=self.buckets,
             max_depth=max_depth or max((a.depth for a in arms), default=1),
             logging_arm=self.logging_arm_option, batch_rows=self.batch_rows,
-            law_positions=law_positions, companion=companion,
+            law_positions=law_positions, companion=companion, group=self.group,
         )  # fmt: skip
         reader, head, self._reader = self._reader, self._head, None
         first = self._batches if head is None else _chain(head, self._batches)

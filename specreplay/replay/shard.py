@@ -39,7 +39,7 @@ from numpy.typing import NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.replay.accumulate import ArmSums, ReplayAccumulator
 from specreplay.replay.archive.batch import RoundBatch
-from specreplay.replay.archive.reader import ArchiveReader, FileInfo
+from specreplay.replay.archive.reader import ArchiveReader, FileInfo, group_label
 from specreplay.replay.archive.sources import ArchiveFile, format_location
 from specreplay.replay.estimators import get_estimator
 from specreplay.replay.lawsample import LawSample
@@ -98,6 +98,8 @@ class ReplayOptions:
     companion : str or None
         A second estimator replayed over the same batches (sums in ``ShardSums.companion``),
         when the archive has what it needs (:func:`companion_possible`); None: none.
+    group : tuple of str
+        The columns that code a request's "family" (``--by``: see the archive reader).
     """
 
     estimator: str = "analytic"
@@ -109,6 +111,7 @@ class ReplayOptions:
     batch_rows: int = 262_144
     law_positions: int = 0
     companion: str | None = None
+    group: tuple[str, ...] = ("family",)
 
 
 def companion_possible(batch: RoundBatch, logging: Arm | None) -> bool:
@@ -195,6 +198,8 @@ class ShardSums:
     companion_tails : dict of str to RatioTail
         Per arm, the companion's largest policy ratios (importance companion; else empty), so
         either estimator can become the run's own (``--estimator auto``).
+    group : tuple of str
+        The columns that coded ``families`` (``ReplayOptions.group``), for messages.
     """
 
     sources: list[ArchiveFile]
@@ -218,6 +223,7 @@ class ShardSums:
     companion: dict[str, ArmSums]
     companion_unlogged: dict[str, NDArray[np.int64]]
     companion_tails: dict[str, RatioTail]
+    group: tuple[str, ...] = ("family",)
 
 
 class _Companion:
@@ -273,7 +279,7 @@ def replay_shard(
     """
     reader = ArchiveReader(
         file, buckets=options.buckets, batch_rows=options.batch_rows,
-        logging_arm=options.logging_arm, shard=True,
+        logging_arm=options.logging_arm, shard=True, group=options.group,
     )  # fmt: skip
     return replay_reader(reader, iter(reader), arms, options, progress)
 
@@ -409,6 +415,7 @@ def _finish(
         law_positions=options.law_positions,
         positions=int(rows.sum()),
         continued=[(int(index[c]), r, p, f, loc) for c, r, p, f, loc in reader.continued],
+        group=options.group,
         companion={c: a.result(nb, keys, code_family, index) for c, a in companion.accs.items()}
         if companion.ok
         else {},
@@ -510,7 +517,8 @@ def _check_requests(
         msg = f"round {first[i]} of request {rid!r} is split across files; first at {last_at}"
     else:
         fam_at = _where(a, ba["family_file"][ra], ba["family_loc"][ra])
-        msg = f"request {rid!r} changes family to {fam_b[i]!r}; first at {fam_at}"
+        what = group_label(b.group)
+        msg = f"request {rid!r} changes {what} to {fam_b[i]!r}; first at {fam_at}"
     raise SpecReplayError(f"{here}: {msg}")
 
 
@@ -619,6 +627,7 @@ def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
         law_positions=a.law_positions,
         positions=a.positions + b.positions,
         continued=[(int(to_a[r]), rnd, p, f, loc) for r, rnd, p, f, loc in a.continued],
+        group=a.group,
         companion=companion,
         companion_unlogged=comp_unlogged,
         companion_tails=_merge_tails(

@@ -7,7 +7,7 @@ tail diagnostics of the policy ratio), per depth figure ``R_at_depth``, ``tokens
 ``gain`` (``lo``/``hi``: the interval or, for the screen, the assumption envelope) and ``rank``,
 or, for a budget, ``break_even_ms`` and ``remaining_ms`` (SPEC §3.7); every row carries its cell
 (level, family, bucket, ``n_requests``, and for ``screen`` cells ``batch``, ``context``,
-``worker``), ``label`` and ``null_reason``.
+``worker``; for ``--by`` cells ``group``, ``COLUMN=value``), ``label`` and ``null_reason``.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ CELLS_SCHEMA: dict[str, pl.DataType] = {
     "batch": pl.Int64(),
     "context": pl.Int64(),
     "worker": pl.String(),
+    "group": pl.String(),
 }
 
 
@@ -54,6 +55,9 @@ def _rows(cell: Cell) -> list[dict[str, Any]]:
         "batch": cell.batch,
         "context": cell.context,
         "worker": cell.worker,
+        "group": None
+        if cell.group is None
+        else ",".join(f"{k}={v}" for k, v in cell.group.items()),
     }
     rows: list[dict[str, Any]] = []
     for arm, v in cell.arms.items():

@@ -12,7 +12,10 @@ per-position :class:`Survival` P(A ≥ j), the :class:`Offpath` rates, the :clas
 of the depth sweep (issue 6), for ``requalify`` the :class:`Requalification` and, for an importance
 replay, the :class:`ImportanceDiagnostic` of each arm and depth, for ``budget`` the cell's
 :class:`Budget` (and the run's :class:`Sensitivity` rows); a ``screen`` cell (SPEC §3.6) is keyed
-by ``batch``, ``context`` and ``worker`` and carries its :class:`ScreenFigures`. A figure that
+by ``batch``, ``context`` and ``worker`` and carries its :class:`ScreenFigures`. With ``--by
+COLUMN`` (a carried archive column, constant within a request) a ``by`` cell pools one value of
+the column over families and buckets and a ``family×bucket×by`` cell is one family × bucket × value;
+both name the value in ``group`` ({column: value}, null in every other cell). A figure that
 cannot be computed is ``None`` with its ``null_reason``. Every figure carries its :class:`Label`.
 
 Fields are always written, ``null`` where they do not apply (so a program reading results.json
@@ -71,6 +74,8 @@ class Level(StrEnum):
     BUCKET = "bucket"
     FAMILY_BUCKET = "family×bucket"
     SCREEN = "screen"
+    BY = "by"
+    FAMILY_BUCKET_BY = "family×bucket×by"
 
 
 class Role(StrEnum):
@@ -359,6 +364,7 @@ class Cell:
     context: int | None = None
     worker: str | None = None
     screen: ScreenFigures | None = None
+    group: dict[str, str] | None = None
 
     def delta(self, role: Role) -> Delta | None:
         """Return the cell's delta of ``role`` (None when it has none)."""
@@ -375,6 +381,11 @@ class Cell:
             return f"bucket {self.bucket}"
         if self.level == Level.SCREEN:
             return f"B{self.batch} × context {self.context} × {self.worker}"
+        by = " × ".join(f"{k}={v}" for k, v in (self.group or {}).items())
+        if self.level == Level.BY:
+            return by
+        if self.level == Level.FAMILY_BUCKET_BY:
+            return f"{self.family} × {self.bucket} × {by}"
         return f"{self.family} × {self.bucket}"
 
 

@@ -370,7 +370,9 @@ class RequalifyOptions:
     ``margin`` as the user wrote it (``0.5%`` relative to R_baseline, or tokens/round);
     ``fail_on`` the pooled requalifications that exit 1; ``families`` and ``sample_requests``
     select requests after the one pass (the rest is counted under ``excluded``);
-    ``law_positions`` archive positions law-tested per arm.
+    ``law_positions`` archive positions law-tested per arm; ``by`` a carried column giving
+    extra cells (:mod:`specreplay.results.grouping`); ``hash_ids`` request ids hashed in every
+    output (:mod:`specreplay.results.privacy`).
     """
 
     baseline: str
@@ -390,6 +392,8 @@ class RequalifyOptions:
     buckets: str = DEFAULT_BUCKETS
     logging_arm: str | None = None
     law_positions: int = 8
+    by: str | None = None
+    hash_ids: bool = False
 
     def to_json(self, archive: Path) -> dict[str, Any]:
         """Return the ``options`` entry of results.json."""
@@ -410,6 +414,8 @@ class RequalifyOptions:
             "min_requests": self.min_requests,
             "buckets": Buckets.parse(self.buckets).spec,
             "logging_arm": self.logging_arm,
+            "by": self.by,
+            "hash_ids": self.hash_ids,
         }
 
 

@@ -150,6 +150,8 @@ class SweepOptions:
     min_requests: int = 10
     buckets: str = DEFAULT_BUCKETS
     logging_arm: str | None = None
+    by: str | None = None
+    hash_ids: bool = False
 
     def to_json(self, archive: Path) -> dict[str, Any]:
         """Return the ``options`` entry of results.json."""
@@ -159,7 +161,7 @@ class SweepOptions:
             "estimator": self.estimator, "replicates": self.replicates, "cost": self.cost,
             "n_boot": self.n_boot, "stratify": self.stratify, "level": self.level,
             "min_requests": self.min_requests, "buckets": Buckets.parse(self.buckets).spec,
-            "logging_arm": self.logging_arm,
+            "logging_arm": self.logging_arm, "by": self.by, "hash_ids": self.hash_ids,
         }  # fmt: skip
 
 

@@ -574,6 +574,7 @@ def sweep_tables(result: Result) -> str:
     if best_rows:
         lines += ["", "## Best depth per cell (most tokens/s, ESTIMATED)", "",
                   markdown_table(["cell", *result.arms], best_rows)]  # fmt: skip
+    lines += _sweep_by_cells(result)
     bits = result.extra.get("fewest_bits")
     if isinstance(bits, dict):
         seq = "; ".join(f"{s['arm']} {s['verdict']}" for s in bits["sequence"])
@@ -583,6 +584,22 @@ def sweep_tables(result: Result) -> str:
                   f"sequence: {seq}"]  # fmt: skip
     lines += ["", "Assumptions:", *[f"- {a}" for a in result.assumptions]]
     return "\n".join(lines) + "\n"
+
+
+def _sweep_by_cells(result: Result) -> list[str]:
+    """R of each arm at its reference depth in the ``--by`` cells (empty without ``--by``)."""
+    grouped = [c for c in result.cells if c.group is not None]
+    if not grouped:
+        return []
+
+    def r_at(c: Cell, arm: str) -> str:
+        ref = int(arm.rsplit("@", 1)[1]) if "@" in arm else None
+        f = next((f for f in c.depths if f.arm == arm and f.depth == ref), None)
+        return fmt(f.R) if f is not None else "—"
+
+    rows = [[c.name, str(c.n_requests), *[r_at(c, a) for a in result.arms]] for c in grouped]
+    return ["", f"## R at each arm's reference depth by {result.options.get('by')} (SIMULATED)",
+            "", markdown_table(["cell", "requests", *result.arms], rows)]  # fmt: skip
 
 
 # -- ESTIMATED (budget) -----------------------------------------------------------------------

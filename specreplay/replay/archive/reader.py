@@ -13,6 +13,13 @@ Errors: with ``max_errors=1`` (every command but ``validate``) the first error r
 An archive that holds no row at all raises once it has been read (there is nothing to replay;
 a shard reader, ``shard=True``, leaves that to the engine, which sees every shard); a
 ``logging_arm`` (column or option) must parse as an arm (:func:`specreplay.sim.arms.parse_arm`).
+
+Grouping (``--by COLUMN``): with ``group=("worker",)`` or ``("family", "worker")`` the reader
+codes requests by those columns' values (joined by :data:`GROUP_SEP`) where it would code them by
+family, so the family tables, the "constant within a request" rule and every per-family figure
+of the pass are per group instead. A carried grouping column must therefore be constant within a
+request (the bootstrap resamples requests whole): a change is the one-line error that a family
+change is, naming the grouping. Nulls are the value :data:`NULL_VALUE`.
 """
 
 from __future__ import annotations
@@ -41,7 +48,17 @@ from specreplay.sim.arms import parse_arm
 from specreplay.sim.rng import request_key
 from specreplay.stats.buckets import Buckets
 
-__all__ = ["ArchiveReader", "FileInfo"]
+__all__ = ["GROUP_SEP", "NULL_VALUE", "ArchiveReader", "FileInfo", "group_label"]
+
+GROUP_SEP = " · "
+"""Joins the values of the ``group`` columns into the name of a composite group."""
+NULL_VALUE = "(null)"
+"""The group value of a null in a carried grouping column (a value of its own, never dropped)."""
+
+
+def group_label(group: tuple[str, ...]) -> str:
+    """Name the grouping in messages: ``family``, ``worker``, ``family × worker``."""
+    return " × ".join(group)
 
 
 @dataclass(frozen=True)
@@ -166,8 +183,10 @@ class ArchiveReader:
         logging_arm: str | None = None,
         max_errors: int | None = 1,
         shard: bool = False,
+        group: tuple[str, ...] = ("family",),
     ) -> None:
         self.path = Path(path)
+        self.group = group
         self.buckets = buckets if buckets is not None else Buckets.parse()
         self.batch_rows = max(1, batch_rows)
         self.chunk_rows = max(1, chunk_rows)
@@ -311,6 +330,7 @@ class ArchiveReader:
             self._first_file = chunk.file
             self.columns = present
             self.extra_columns = extras
+            self._check_group(chunk, extras)
             if "logging_arm" in present and self._arm_from_option:
                 raise SpecReplayError(
                     f"{chunk.file.path}: --logging-arm given but the archive has a logging_arm "
@@ -423,7 +443,7 @@ class ArchiveReader:
             issues.append(Issue(int(locs[i]), msg))
         # codes for requests and families, in first-appearance order
         req = self._codes(frame.get_column("request_id"), self._req_code, self.requests)
-        fam = self._codes(frame.get_column("family"), self._fam_code, self.families)
+        fam = self._codes(self._group_column(frame), self._fam_code, self.families)
         while len(self.request_keys) < len(self.requests):
             self.request_keys.append(request_key(self.requests[len(self.request_keys)]))
         self._carry.ensure(len(self.requests))
@@ -506,6 +526,22 @@ class ArchiveReader:
             self._first_at[c] = (file_index, loc)
         self._first_rows.append(rows)
 
+    def _check_group(self, chunk: RawChunk, extras: tuple[str, ...]) -> None:
+        """Raise when a ``--by`` grouping column is not a carried column of the archive."""
+        for c in self.group:
+            if c != "family" and c not in extras:
+                raise SpecReplayError(
+                    f"--by {c!r}: {chunk.file.path} has no such carried column (carried: "
+                    f"{', '.join(extras) or 'none'})"
+                )
+
+    def _group_column(self, frame: pl.DataFrame) -> pl.Series:
+        """Return the column that plays the family: ``family``, or the ``group`` columns joined."""
+        if self.group == ("family",):
+            return frame.get_column("family")
+        parts = [pl.col(c).cast(pl.String).fill_null(NULL_VALUE) for c in self.group]
+        return frame.select(pl.concat_str(parts, separator=GROUP_SEP).alias("family")).to_series()
+
     def _codes(self, col: pl.Series, table: dict[str, int], names: list[str]) -> NDArray[np.int64]:
         """Integer codes of a string column, new names numbered in first-appearance order."""
         col = col.cast(pl.String)
@@ -545,8 +581,8 @@ class ArchiveReader:
             ctx = frame.get_column("context_tokens")[i]
             return f"context_tokens {ctx} varies within round {rnd} of request {rid!r}{where}"
         if code == ordercheck.FAM_CHANGES:
-            fam = frame.get_column("family")[i]
-            return f"request {rid!r} changes family to {fam!r}{where}"
+            fam = self._group_column(frame)[i]
+            return f"request {rid!r} changes {group_label(self.group)} to {fam!r}{where}"
         if code == ordercheck.ACC_AFTER_FALSE:
             return f"accepted True after a False in round {rnd} of request {rid!r}{where}"
         if code == ordercheck.ROUND_ORDER:

@@ -1,0 +1,85 @@
+"""Cells by a carried column (``--by COLUMN``, SPEC §2.1: further columns are grouping keys).
+
+A position-trace archive may carry columns beyond schema v1 (worker, run, suite, …). With
+``--by COLUMN`` a command adds two levels of cells to its result:
+
+``by``
+    One cell per value of the column, pooled over families and buckets (e.g. per worker).
+``family×bucket×by``
+    One cell per family × context bucket × value.
+
+Both name their value in :attr:`~specreplay.results.model.Cell.group` (``{COLUMN: value}``).
+
+Design decisions
+----------------
+- The column must be constant within a request: requests stay the bootstrap unit (SPEC §3), and a
+  request split between two values could not be resampled whole. A request whose value changes
+  is the reader's one-line error (file and row), as a family change is. Round-level columns
+  (a serving batch) are therefore not grouping keys here.
+- The extra cells come from extra replay passes in which the archive reader codes requests by
+  the column (``by`` cells: its value; ``family×bucket×by`` cells: family and value) where it
+  codes them by family (:class:`~specreplay.replay.archive.reader.ArchiveReader` ``group``).
+  Every figure of a request is a function of its request key, never of its family, so the
+  requests' sums are those of the main pass; each cell is then built by the same code as a
+  family (× bucket) cell, so every figure, interval and verdict of the command is there too.
+  Costs: two more passes over the archive. The pooled, family and bucket cells are those of the
+  main pass, untouched.
+- In those passes the bootstrap strata (``--stratify family``) are the groups of the pass: a
+  ``by`` cell is resampled within its value, a ``family×bucket×by`` cell within its family ×
+  value; the Holm and Bonferroni families of a verdict are the cells of the same level.
+- The column may not be a schema-v1 column (they are the archive's own fields; ``family`` is a
+  level already), and must exist: the error lists the carried columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from specreplay.errors import SpecReplayError
+from specreplay.replay.archive.reader import GROUP_SEP
+from specreplay.replay.archive.schema import SCHEMA_V1
+from specreplay.results.model import Cell, Level, Result
+
+__all__ = ["BY_PASSES", "check_by", "with_by_cells"]
+
+BY_PASSES: tuple[tuple[str, ...], ...] = (("{by}",), ("family", "{by}"))
+"""The grouping of each extra pass: the column alone, then family × column."""
+
+
+def check_by(column: str | None) -> None:
+    """Raise the one-line error of a ``--by`` value that names a schema-v1 column."""
+    if column is None:
+        return
+    if not column or column in SCHEMA_V1:
+        raise SpecReplayError(
+            f"--by {column!r}: a schema-v1 column is not a grouping key; give a carried column "
+            "(e.g. worker, run, suite)"
+        )
+
+
+def with_by_cells(result: Result, column: str, run: Callable[[tuple[str, ...]], Result]) -> Result:
+    """Return ``result`` with the ``by`` and ``family×bucket×by`` cells of ``column`` appended.
+
+    ``run(group)`` replays the archive with requests coded by ``group`` (see the module
+    docstring) and returns the command's result of that pass; only its family cells (the
+    column's values) and family × bucket cells (family · value × bucket) are kept.
+    """
+    by_values = run((column,))
+    crossed = run(("family", column))
+    cells = [
+        _relabel(c, Level.BY, None, None, c.family, column)
+        for c in by_values.cells
+        if c.level == Level.FAMILY
+    ]
+    for c in crossed.cells:
+        if c.level == Level.FAMILY_BUCKET:
+            family, _, value = str(c.family).partition(GROUP_SEP)
+            cells.append(_relabel(c, Level.FAMILY_BUCKET_BY, family, c.bucket, value, column))
+    return replace(result, cells=(*result.cells, *cells))
+
+
+def _relabel(
+    c: Cell, level: Level, family: str | None, bucket: str | None, value: str | None, column: str
+) -> Cell:
+    return replace(c, level=level, family=family, bucket=bucket, group={column: str(value)})
