@@ -120,7 +120,9 @@ def test_grep_finds_ids_where_they_are_written(archive: Path, tmp_path: Path) ->
     )
     (tmp_path / "raw").mkdir()
     write_all(named, tmp_path / "raw")
-    assert _found(tmp_path / "raw", ids)["results.json"] == {ids[0], ids[1]}
+    # the two planted ids, and the law tests' archive positions (their ``request``)
+    law = {t["request"] for t in _doc(tmp_path / "rq")["law_tests"] if t["request"] is not None}
+    assert law and _found(tmp_path / "raw", ids)["results.json"] == {ids[0], ids[1]} | law
     (tmp_path / "hashed").mkdir()
     write_all(hash_result(named, IdHasher(ids)), tmp_path / "hashed")
     assert _found(tmp_path / "hashed", ids) == {}
@@ -146,7 +148,11 @@ def test_hash_ids_no_request_id_in_any_output(runs: dict[str, Path]) -> None:
 def test_hash_ids_changes_no_figure(runs: dict[str, Path]) -> None:
     a, b = _doc(runs["plain"]), _doc(runs["hashed"])
     assert a["cells"] == b["cells"]
-    assert a["law_tests"] == b["law_tests"] and a["excluded"] == b["excluded"]
+    assert a["excluded"] == b["excluded"]
+    hashed = [t.pop("request") for t in b["law_tests"]]
+    plain = [t.pop("request") for t in a["law_tests"]]
+    assert a["law_tests"] == b["law_tests"]  # every figure; only the request names differ
+    assert all(h.startswith("h:") for h in hashed) and len(set(hashed)) == len(set(plain))
 
 
 def test_salt_is_in_no_output(runs: dict[str, Path]) -> None:
@@ -184,6 +190,8 @@ def test_hash_ids_on_sweep_interval_lawtest_validate(archive: Path, tmp_path: Pa
         "lawtest": ["lawtest", str(archive), "--arm", "top4:t1@3", "--positions", "1"],
         "validate": ["validate", str(archive), "-q"],
     }  # fmt: skip
+    _invoke([*runs["lawtest"], "--out", str(tmp_path / "plain")])  # the control: ids written
+    assert _found(tmp_path / "plain", ids)["results.json"]
     for name, args in runs.items():
         out = tmp_path / name
         _invoke([*args, "--hash-ids", "--out", str(out)])
