@@ -37,7 +37,7 @@ from specreplay.sim.arms import Arm, parse_arm
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.compare import parse_margin
 
-__all__ = ["run_requalify", "sample_requests"]
+__all__ = ["requalify_run", "run_requalify", "sample_requests"]
 
 
 def sample_requests(ids: list[str], n: int, seed: int) -> set[str]:
@@ -51,6 +51,50 @@ def sample_requests(ids: list[str], n: int, seed: int) -> set[str]:
     return set(ranked[:n])
 
 
+def requalify_run(
+    archive: Path, opts: RequalifyOptions, *, progress: Progress | None = None
+) -> Result:
+    """Replay ``archive`` under the arms of ``opts``, requalify the candidate; return the result."""
+    return _requalified(_opened(archive, opts), archive, opts, progress)
+
+
+def _opened(archive: Path, opts: RequalifyOptions) -> tuple[OpenArchive, RequalifyArms]:
+    """Check the options and open the archive (its first batch read): errors before any work."""
+    parse_margin(opts.margin)
+    # the first batch is read here, through the validating reader: the logging arm is known
+    # before the pass, which then goes on from the same reader (one read of every file)
+    opened = OpenArchive(
+        archive,
+        buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
+        logging_arm=opts.logging_arm,
+    )
+    return opened, _arms(opts.baseline, opts.candidate, opts.reference, opened.logging_arm)
+
+
+def _requalified(
+    opened: tuple[OpenArchive, RequalifyArms],
+    archive: Path,
+    opts: RequalifyOptions,
+    progress: Progress | None,
+) -> Result:
+    reader, arms = opened
+    ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
+    estimator, companion = auto_passes(opts.estimator)
+    with ctx as advance:
+        res = reader.replay(list(arms.all.values()), estimator=estimator,
+                            replicates=opts.replicates, seed=opts.seed,
+                            law_positions=opts.law_positions, progress=advance,
+                            companion=companion)  # fmt: skip
+    n = opts.sample_requests
+    wanted = sample_requests(res.requests, n, opts.seed) if n else None
+    if opts.families is not None or wanted is not None:
+        res = res.select(set(opts.families) if opts.families else None, wanted)
+    check_replayable(res, arms)
+    if opts.estimator == AUTO:
+        res, _ = resolve_auto(res, list(arms.all.values()))
+    return requalify_result(res, arms, opts, archive)
+
+
 def run_requalify(
     archive: Path,
     opts: RequalifyOptions,
@@ -61,31 +105,9 @@ def run_requalify(
 ) -> tuple[str, int, Result]:
     """Requalify ``opts.candidate`` against ``opts.baseline``; return (text, exit code, result)."""
     check_out(out, force=force, inputs=[archive])
-    parse_margin(opts.margin)  # a bad margin is an error before any work
-    # the first batch is read here, through the validating reader: the logging arm is known
-    # before the pass, which then goes on from the same reader (one read of every file)
-    opened = OpenArchive(
-        archive,
-        buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
-        logging_arm=opts.logging_arm,
-    )
-    arms = _arms(opts.baseline, opts.candidate, opts.reference, opened.logging_arm)
-    ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
-    estimator, companion = auto_passes(opts.estimator)
+    opened = _opened(archive, opts)
     with output_dir(out, force=force, inputs=[archive]) as tmp:
-        with ctx as advance:
-            res = opened.replay(list(arms.all.values()), estimator=estimator,
-                                replicates=opts.replicates, seed=opts.seed,
-                                law_positions=opts.law_positions, progress=advance,
-                                companion=companion)  # fmt: skip
-        n = opts.sample_requests
-        wanted = sample_requests(res.requests, n, opts.seed) if n else None
-        if opts.families is not None or wanted is not None:
-            res = res.select(set(opts.families) if opts.families else None, wanted)
-        check_replayable(res, arms)
-        if opts.estimator == AUTO:
-            res, _ = resolve_auto(res, list(arms.all.values()))
-        result = requalify_result(res, arms, opts, archive)
+        result = _requalified(opened, archive, opts, progress)
         write_all(result, tmp)
     text = requalify_tables(result)
     text += f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet, forest.png)"
