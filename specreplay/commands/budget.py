@@ -21,7 +21,7 @@ from specreplay.results.output import check_out, output_dir
 from specreplay.results.render import write_all
 from specreplay.results.tables import budget_tables
 
-__all__ = ["DEFAULT_X_GRID", "BudgetOptions", "budget_run", "run_budget"]
+__all__ = ["DEFAULT_X_GRID", "BudgetOptions", "budget_inputs", "budget_run", "run_budget"]
 
 DEFAULT_X_GRID = "0,1,3"
 """Extra costs (ms per round) of the sensitivity table: the seed's columns."""
@@ -64,7 +64,7 @@ class BudgetOptions:
 def budget_run(opts: BudgetOptions) -> Result:
     """Compute the budget cells (and the sensitivity table, when asked for); return the result."""
     grid = _check(opts)
-    inputs = [opts.source] if opts.source is not None else []
+    inputs = budget_inputs(opts)
     cells, arms = _cells(opts)
     sens: tuple[Sensitivity, ...] | None = None
     if grid is not None:
@@ -76,10 +76,17 @@ def budget_run(opts: BudgetOptions) -> Result:
     )  # fmt: skip
 
 
+def budget_inputs(opts: BudgetOptions) -> list[Path]:
+    """Return the file a budget reads: ``--from`` (a folder's results.json), or none."""
+    if opts.source is None:
+        return []
+    return [opts.source / "results.json" if opts.source.is_dir() else opts.source]
+
+
 def run_budget(opts: BudgetOptions, *, out: Path, force: bool) -> str:
     """Compute the budget, write results.json and TABLES.md into ``out``; return the text."""
     _check(opts)
-    inputs = [opts.source] if opts.source is not None else []
+    inputs = budget_inputs(opts)
     check_out(out, force=force, inputs=inputs)
     result = budget_run(opts)  # every input is read and checked before any write
     with output_dir(out, force=force, inputs=inputs) as tmp:
