@@ -280,3 +280,18 @@ def test_api_never_imports_typer() -> None:
     code = "import sys, specreplay.api; print('typer' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_readme_python_api_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("## Python API\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```python\n(.*?)```", section, re.S)
+    assert block is not None
+    scope: dict[str, Any] = {}
+    exec(compile(block.group(1), "README.md", "exec"), scope)
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == ["QUALIFIED", "EQUIVALENT"]  # the values the README's comments give
+    assert (scope["tmp"] / "requalify" / "results.json").is_file()
+    import shutil
+
+    shutil.rmtree(scope["tmp"])
