@@ -29,7 +29,8 @@ Design decisions:
   of :mod:`specreplay.commands` and never import each other (import-linter layers
   ``specreplay.cli | specreplay.api``): each verb's module exposes the function that builds its
   result, which the CLI path (``run_*``, adding the terminal text and the exit code) and this
-  module call. typer is never imported here.
+  module call. typer is never imported here. ``demo`` (a tour: synth, requalify, sweep,
+  lawtest and budget in one pass) and ``warmup`` stay command-line only.
 
 Examples
 --------
@@ -63,7 +64,7 @@ A small end-to-end session (40 requests: a few seconds once the kernels are comp
 >>> _ = api.requalify(tmp / "nowhere", baseline="top32:t0.7@5", candidate="greedy@5")
 Traceback (most recent call last):
 ...
-specreplay.errors.SpecReplayError: ...nowhere...
+specreplay.errors.SpecReplayError: .../nowhere: no such file or directory
 >>> shutil.rmtree(tmp)
 """
 

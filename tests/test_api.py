@@ -174,8 +174,11 @@ def test_deltas_arms_survival_and_law_test_views(requalified: tuple[Any, Path]) 
         result.to_polars("nope")
 
 
-def test_validate_equals_cli(archive: Path, tmp_path: Path) -> None:
-    result = api.validate(archive)
+def test_validate_equals_cli(
+    archive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = api.validate(archive, progress=True)  # no terminal here: no bar, nothing printed
+    assert capsys.readouterr() == ("", "")
     _cli("validate", str(archive), "--out", str(tmp_path / "cli"))
     _same_as_cli(result, tmp_path / "cli", tmp_path)
 
@@ -254,6 +257,12 @@ def test_errors_raise_with_the_file_named(tmp_path: Path) -> None:
         api.interval(MEDUSA_A, MEDUSA_B, stratify="x")
     with pytest.raises(SpecReplayError, match=r"--fail-on: unknown verdict"):
         api.requalify(missing, baseline=BASE, candidate=CAND, fail_on="MAYBE")
+    with pytest.raises(SpecReplayError, match=r"level=0.2: should be between 0.5 and 0.999"):
+        api.requalify(missing, baseline=BASE, candidate=CAND, level=0.2)
+    with pytest.raises(SpecReplayError, match=r"--logging-arm 'bogus': "):
+        api.sweep(missing, arms=BASE, logging_arm="bogus")
+    with pytest.raises(SpecReplayError, match=r"requests=0: should be at least 1"):
+        api.synth(tmp_path / "never", requests=0)
     with pytest.raises(SpecReplayError, match=r"report: a result needs out="):
         api.report(api.budget(price_ms=1.0, base=2.0, delta_lo=0.1))
     assert sorted(os.listdir(tmp_path)) == ["bad.jsonl"]  # nothing written by a failed call
