@@ -10,13 +10,17 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from specreplay.commands.options import check_stratify
+from specreplay.commands.options import logging_arm_option as _arm_option
+from specreplay.commands.options import verdict_set as _verdict_set
+from specreplay.commands.progress import progress_bar as _progress
 from specreplay.errors import SpecReplayError
 
 __all__ = ["app"]
@@ -136,8 +140,7 @@ def _bootstrap_options(
     margin: str, n_boot: int, stratify: str, level: float, min_requests: int
 ) -> dict[str, Any]:
     """Return the bootstrap and verdict options shared by interval and requalify, checked."""
-    if stratify not in ("family", "none"):
-        raise SpecReplayError(f"--stratify: {stratify!r} should be family or none")
+    check_stratify(stratify)
     return {
         "margin": margin,
         "n_boot": n_boot,
@@ -186,44 +189,6 @@ def _sigterm_unwinds() -> Iterator[None]:
         raise typer.Exit(code=128 + signal.SIGTERM) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _arm_option(value: str | None) -> str | None:
-    """Check ``--logging-arm`` when parsing options (a bad arm is exit 2, never ignored)."""
-    if value is not None:
-        from specreplay.sim.arms import parse_arm
-
-        try:
-            parse_arm(value)
-        except SpecReplayError as err:
-            raise SpecReplayError(f"--logging-arm {value!r}: {err.message}") from None
-    return value
-
-
-@contextmanager
-def _progress(quiet: bool, what: str, total: int | None) -> Iterator[Callable[[int], None]]:
-    """Yield ``advance(n)`` driving a rich progress bar on stderr (a no-op when quiet)."""
-    if quiet or not sys.stderr.isatty():
-        yield lambda n: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    count = (
-        TextColumn("{task.completed:,}/{task.total:,}")
-        if total is not None
-        else TextColumn("{task.completed:,}")  # no known total: a count, no percentage
-    )
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        count,
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(what, total=total)
-        yield lambda n: bar.advance(task, n)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -443,14 +408,6 @@ def screen(
         from specreplay.commands.screen import run_screen
 
         typer.echo(run_screen(counters, config=config, out=out, force=force))
-
-
-def _verdict_set(text: str, allowed: set[str]) -> frozenset[str]:
-    verdicts = {v.strip().upper() for v in text.split(",") if v.strip()}
-    unknown = verdicts - allowed
-    if unknown:
-        raise SpecReplayError(f"--fail-on: unknown verdict(s) {sorted(unknown)}")
-    return frozenset(verdicts)
 
 
 @app.command()

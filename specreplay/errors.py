@@ -8,7 +8,7 @@ traceback. Nothing else in the package prints.
 
 from __future__ import annotations
 
-__all__ = ["SpecReplayError"]
+__all__ = ["InvalidArchive", "SpecReplayError"]
 
 
 class SpecReplayError(Exception):
@@ -20,3 +20,18 @@ class SpecReplayError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class InvalidArchive(SpecReplayError):
+    """An archive that fails validation: every error line found (``errors``), one per problem.
+
+    The message is the first line and how many more there are; ``truncated`` says the check
+    stopped at its error limit (more may follow).
+    """
+
+    def __init__(self, path: str, errors: tuple[str, ...], truncated: bool) -> None:
+        more = f" (+{len(errors) - 1} more error(s) in {path})" if len(errors) > 1 else ""
+        super().__init__(errors[0] + more)
+        self.path = path
+        self.errors = errors
+        self.truncated = truncated

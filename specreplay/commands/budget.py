@@ -21,7 +21,7 @@ from specreplay.results.output import check_out, output_dir
 from specreplay.results.render import write_all
 from specreplay.results.tables import budget_tables
 
-__all__ = ["DEFAULT_X_GRID", "BudgetOptions", "run_budget"]
+__all__ = ["DEFAULT_X_GRID", "BudgetOptions", "budget_inputs", "budget_run", "run_budget"]
 
 DEFAULT_X_GRID = "0,1,3"
 """Extra costs (ms per round) of the sensitivity table: the seed's columns."""
@@ -61,22 +61,35 @@ class BudgetOptions:
         }
 
 
-def run_budget(opts: BudgetOptions, *, out: Path, force: bool) -> str:
-    """Compute the budget, write results.json and TABLES.md into ``out``; return the text."""
+def budget_run(opts: BudgetOptions) -> Result:
+    """Compute the budget cells (and the sensitivity table, when asked for); return the result."""
     grid = _check(opts)
-    inputs = [opts.source] if opts.source is not None else []
-    check_out(out, force=force, inputs=inputs)
+    inputs = budget_inputs(opts)
     cells, arms = _cells(opts)
     sens: tuple[Sensitivity, ...] | None = None
     if grid is not None:
         assert opts.rate is not None and opts.tau_ms is not None and opts.gain is not None
         sens = sensitivity_rows(opts.rate, opts.tau_ms, opts.gain, grid)
-    read = [p / "results.json" if p.is_dir() else p for p in inputs]  # the file --from read
+    return budget_result(
+        cells, sens, inputs=input_files([(p, None) for p in inputs]),
+        options=opts.to_json(grid), arms=arms,
+    )  # fmt: skip
+
+
+def budget_inputs(opts: BudgetOptions) -> list[Path]:
+    """Return the file a budget reads: ``--from`` (a folder's results.json), or none."""
+    if opts.source is None:
+        return []
+    return [opts.source / "results.json" if opts.source.is_dir() else opts.source]
+
+
+def run_budget(opts: BudgetOptions, *, out: Path, force: bool) -> str:
+    """Compute the budget, write results.json and TABLES.md into ``out``; return the text."""
+    _check(opts)
+    inputs = budget_inputs(opts)
+    check_out(out, force=force, inputs=inputs)
+    result = budget_run(opts)  # every input is read and checked before any write
     with output_dir(out, force=force, inputs=inputs) as tmp:
-        result = budget_result(
-            cells, sens, inputs=input_files([(p, None) for p in read]),
-            options=opts.to_json(grid), arms=arms,
-        )  # fmt: skip
         write_all(result, tmp)
     return f"{budget_tables(result)}\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet)"
 

@@ -21,7 +21,7 @@ from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.compare import Comparison, Margin, parse_margin
 
-__all__ = ["IntervalOptions", "run_interval", "short_names"]
+__all__ = ["IntervalOptions", "interval_inputs", "interval_result", "run_interval", "short_names"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,63 @@ class IntervalOptions:
         }
 
 
+def interval_result(
+    path_a: Path, path_b: Path, opts: IntervalOptions, *, progress: Progress = no_progress
+) -> Result:
+    """Read both arms, pair them and bootstrap Δ = R_B − R_A per cell; return the typed result."""
+    return _compared(path_a, path_b, opts, _kinds(path_a, path_b, opts), progress)
+
+
+def _kinds(path_a: Path, path_b: Path, opts: IntervalOptions) -> tuple[str, str]:
+    """Check the options against the inputs' kinds (before any work); return the kinds."""
+    from specreplay.replay.archive.importers import detect_kind
+
+    parse_margin(opts.margin)
+    Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
+    kinds = (detect_kind(path_a), detect_kind(path_b))
+    _check_flags(kinds, question_file=opts.question_file, choice=opts.choice, drafted=opts.drafted)
+    return kinds
+
+
+def _compared(
+    path_a: Path,
+    path_b: Path,
+    opts: IntervalOptions,
+    kinds: tuple[str, str],
+    progress: Progress,
+) -> Result:
+    from specreplay.stats.arviz_bridge import hdi_eti
+    from specreplay.stats.compare import compare
+    from specreplay.stats.pairing import pair_arms
+
+    mg = parse_margin(opts.margin)
+    bk = Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
+    arm_a = _load(path_a, kinds[0], opts.names[0], opts, bk)
+    arm_b = _load(path_b, kinds[1], opts.names[1], opts, bk)
+    if opts.names == (None, None):
+        short_a, short_b = short_names(arm_a.name, arm_b.name)
+        arm_a = dataclasses.replace(arm_a, name=short_a)
+        arm_b = dataclasses.replace(arm_b, name=short_b)
+    if arm_a.name == arm_b.name:
+        arm_b = dataclasses.replace(arm_b, name=arm_b.name + " (B)")
+    ps, excluded = pair_arms(arm_a, arm_b, buckets=bk, drop_unpaired=opts.drop_unpaired)
+    with progress(f"bootstrap ({opts.n_boot:,} resamples)", None):
+        comp = compare(ps, arm_a=arm_a.name, arm_b=arm_b.name, n_boot=opts.n_boot,
+                       seed=opts.seed, stratify=opts.stratify, level=opts.level, margin=mg,
+                       min_requests=opts.min_requests, label=arm_a.label)  # fmt: skip
+    result = _interval_result(
+        comp, hdi_eti(comp, prob=opts.level), arm_a, arm_b, excluded,
+        opts.to_json(path_a, path_b, bk), opts.seed,
+    )  # fmt: skip
+    ids = [*arm_a.sums.get_column("request_id"), *arm_b.sums.get_column("request_id")]
+    return hash_result(result, IdHasher(ids) if opts.hash_ids else None)
+
+
+def interval_inputs(path_a: Path, path_b: Path, opts: IntervalOptions) -> list[Path]:
+    """Return the input paths of an interval run (``--out`` may not touch them)."""
+    return [p for p in (path_a, path_b, opts.question_file) if p is not None]
+
+
 def run_interval(
     path_a: Path,
     path_b: Path,
@@ -84,39 +141,14 @@ def run_interval(
     The exit code is 1 when the pooled verdict is in ``opts.fail_on`` (a null verdict counts as
     INCONCLUSIVE), else 0.
     """
-    from specreplay.replay.archive.importers import detect_kind
-    from specreplay.stats.arviz_bridge import hdi_eti
-    from specreplay.stats.compare import compare
-    from specreplay.stats.pairing import pair_arms
-
-    inputs = [p for p in (path_a, path_b, opts.question_file) if p is not None]
+    inputs = interval_inputs(path_a, path_b, opts)
     check_out(out, force=force, inputs=inputs)
-    mg = parse_margin(opts.margin)
-    bk = Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
-    kinds = (detect_kind(path_a), detect_kind(path_b))
-    _check_flags(kinds, question_file=opts.question_file, choice=opts.choice, drafted=opts.drafted)
+    kinds = _kinds(path_a, path_b, opts)
     with output_dir(out, force=force, inputs=inputs) as tmp:
-        arm_a = _load(path_a, kinds[0], opts.names[0], opts, bk)
-        arm_b = _load(path_b, kinds[1], opts.names[1], opts, bk)
-        if opts.names == (None, None):
-            short_a, short_b = short_names(arm_a.name, arm_b.name)
-            arm_a = dataclasses.replace(arm_a, name=short_a)
-            arm_b = dataclasses.replace(arm_b, name=short_b)
-        if arm_a.name == arm_b.name:
-            arm_b = dataclasses.replace(arm_b, name=arm_b.name + " (B)")
-        ps, excluded = pair_arms(arm_a, arm_b, buckets=bk, drop_unpaired=opts.drop_unpaired)
-        with progress(f"bootstrap ({opts.n_boot:,} resamples)", None):
-            comp = compare(ps, arm_a=arm_a.name, arm_b=arm_b.name, n_boot=opts.n_boot,
-                           seed=opts.seed, stratify=opts.stratify, level=opts.level, margin=mg,
-                           min_requests=opts.min_requests, label=arm_a.label)  # fmt: skip
-        result = _interval_result(
-            comp, hdi_eti(comp, prob=opts.level), arm_a, arm_b, excluded,
-            opts.to_json(path_a, path_b, bk), opts.seed,
-        )  # fmt: skip
-        ids = [*arm_a.sums.get_column("request_id"), *arm_b.sums.get_column("request_id")]
-        result = hash_result(result, IdHasher(ids) if opts.hash_ids else None)
+        result = _compared(path_a, path_b, opts, kinds, progress)
         write_all(result, tmp)
-    return _interval_text(result, mg, out), _exit_code(result, opts.fail_on)
+    text = _interval_text(result, parse_margin(opts.margin), out)
+    return text, _exit_code(result, opts.fail_on)
 
 
 def _load(path: Path, kind: str, name: str | None, opts: IntervalOptions, bk: Buckets) -> ArmData:

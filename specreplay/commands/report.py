@@ -12,10 +12,11 @@ from pathlib import Path
 
 from specreplay.errors import SpecReplayError
 from specreplay.results.io import read_result
+from specreplay.results.model import Result
 from specreplay.results.output import output_dir
 from specreplay.results.render import render, write_all
 
-__all__ = ["run_report"]
+__all__ = ["rerender", "run_report"]
 
 
 def _runs(run_dir: Path) -> list[Path]:
@@ -27,19 +28,26 @@ def _runs(run_dir: Path) -> list[Path]:
     return runs
 
 
-def run_report(run_dir: Path, *, out: Path | None = None, force: bool = False) -> str:
-    """Re-render every run at or below ``run_dir``; return what was written, one line a run."""
+def rerender(
+    run_dir: Path, *, out: Path | None = None, force: bool = False
+) -> list[tuple[Path, Result, list[str]]]:
+    """Re-render every run at or below ``run_dir``; return (folder written, result, files) each."""
     runs = _runs(run_dir)
     results = [(folder, read_result(folder / "results.json")) for folder in runs]
-    lines = []
     if out is None:
-        for folder, result in results:
-            lines.append(f"{folder}: {', '.join(render(result, folder))} ({result.command})")
-        return "\n".join(lines)
+        return [(folder, result, render(result, folder)) for folder, result in results]
+    done = []
     with output_dir(out, force=force) as tmp:
         for folder, result in results:
             target = tmp / folder.relative_to(run_dir)
             target.mkdir(parents=True, exist_ok=True)
-            files = write_all(result, target)
-            lines.append(f"{out / folder.relative_to(run_dir)}: {', '.join(files)}")
-    return "\n".join(lines)
+            done.append((out / folder.relative_to(run_dir), result, write_all(result, target)))
+    return done
+
+
+def run_report(run_dir: Path, *, out: Path | None = None, force: bool = False) -> str:
+    """Re-render every run at or below ``run_dir``; return what was written, one line a run."""
+    done = rerender(run_dir, out=out, force=force)
+    if out is None:
+        return "\n".join(f"{f}: {', '.join(files)} ({r.command})" for f, r, files in done)
+    return "\n".join(f"{f}: {', '.join(files)}" for f, _, files in done)

@@ -40,7 +40,7 @@ from specreplay.sim.arms import Arm, parse_arm
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.compare import parse_margin
 
-__all__ = ["run_requalify", "sample_requests"]
+__all__ = ["requalify_run", "run_requalify", "sample_requests"]
 
 
 def sample_requests(ids: list[str], n: int, seed: int) -> set[str]:
@@ -54,20 +54,19 @@ def sample_requests(ids: list[str], n: int, seed: int) -> set[str]:
     return set(ranked[:n])
 
 
-def run_requalify(
-    archive: Path,
-    opts: RequalifyOptions,
-    *,
-    out: Path,
-    force: bool,
-    progress: Progress | None = None,
-) -> tuple[str, int, Result]:
-    """Requalify ``opts.candidate`` against ``opts.baseline``; return (text, exit code, result)."""
-    check_out(out, force=force, inputs=[archive])
+def requalify_run(
+    archive: Path, opts: RequalifyOptions, *, progress: Progress | None = None
+) -> Result:
+    """Replay ``archive`` under the arms of ``opts``, requalify the candidate; return the result."""
+    return _requalified(_opened(archive, opts), archive, opts, progress)
+
+
+def _opened(archive: Path, opts: RequalifyOptions) -> tuple[OpenArchive, RequalifyArms]:
+    """Check the options and open the archive (its first batch read): errors before any work."""
     check_by(opts.by)
     if opts.by is not None and opts.families is not None:
         raise SpecReplayError("--by and --families: give one of them (--by cells span families)")
-    parse_margin(opts.margin)  # a bad margin is an error before any work
+    parse_margin(opts.margin)
     # the first batch is read here, through the validating reader: the logging arm is known
     # before the pass, which then goes on from the same reader (one read of every file)
     opened = OpenArchive(
@@ -75,26 +74,29 @@ def run_requalify(
         buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
         logging_arm=opts.logging_arm,
     )
-    arms = _arms(opts.baseline, opts.candidate, opts.reference, opened.logging_arm)
+    return opened, _arms(opts.baseline, opts.candidate, opts.reference, opened.logging_arm)
+
+
+def _requalified(
+    opened: tuple[OpenArchive, RequalifyArms],
+    archive: Path,
+    opts: RequalifyOptions,
+    progress: Progress | None,
+) -> Result:
+    """Run the pass, the ``--by`` passes and ``--hash-ids``: return the result to write."""
+    reader, arms = opened
     ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
     estimator, companion = auto_passes(opts.estimator)
-    with output_dir(out, force=force, inputs=[archive]) as tmp:
-        with ctx as advance:
-            res = _replay(opened, arms, opts, estimator, companion, advance)
-        if opts.estimator == AUTO:
-            res, _ = resolve_auto(res, list(arms.all.values()))
-        result = requalify_result(res, arms, opts, archive)
-        if opts.by is not None:
-            result = with_by_cells(
-                result, opts.by, lambda g: _group_pass(archive, arms, opts, res.estimator, g)
-            )
-        hasher = IdHasher(res.requests) if opts.hash_ids else None
-        result = hash_result(result, hasher)
-        write_all(result, tmp)
-    text = requalify_tables(result)
-    text += f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet, forest.png)"
-    rq = result.requalification
-    return text, fail_on_code(rq.verdict if rq is not None else None, opts.fail_on), result
+    with ctx as advance:
+        res = _replay(reader, arms, opts, estimator, companion, advance)
+    if opts.estimator == AUTO:
+        res, _ = resolve_auto(res, list(arms.all.values()))
+    result = requalify_result(res, arms, opts, archive)
+    if opts.by is not None:
+        result = with_by_cells(
+            result, opts.by, lambda g: _group_pass(archive, arms, opts, res.estimator, g)
+        )
+    return hash_result(result, IdHasher(res.requests) if opts.hash_ids else None)
 
 
 def _replay(
@@ -127,6 +129,26 @@ def _group_pass(
                          logging_arm=opts.logging_arm, group=group)  # fmt: skip
     res = _replay(opened, arms, opts, estimator, None, None)
     return requalify_result(res, arms, opts, archive)
+
+
+def run_requalify(
+    archive: Path,
+    opts: RequalifyOptions,
+    *,
+    out: Path,
+    force: bool,
+    progress: Progress | None = None,
+) -> tuple[str, int, Result]:
+    """Requalify ``opts.candidate`` against ``opts.baseline``; return (text, exit code, result)."""
+    check_out(out, force=force, inputs=[archive])
+    opened = _opened(archive, opts)
+    with output_dir(out, force=force, inputs=[archive]) as tmp:
+        result = _requalified(opened, archive, opts, progress)
+        write_all(result, tmp)
+    text = requalify_tables(result)
+    text += f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet, forest.png)"
+    rq = result.requalification
+    return text, fail_on_code(rq.verdict if rq is not None else None, opts.fail_on), result
 
 
 def _arms(

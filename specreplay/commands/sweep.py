@@ -9,6 +9,7 @@ estimator (``--estimator auto`` by default: :mod:`specreplay.replay.choice`, ove
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
@@ -33,7 +34,7 @@ from specreplay.results.tables import sweep_tables
 from specreplay.sim.arms import Arm, parse_arm
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 
-__all__ = ["expand_arms", "run_sweep"]
+__all__ = ["expand_arms", "run_sweep", "sweep_run"]
 
 
 def expand_arms(texts: list[str]) -> list[Arm]:
@@ -46,6 +47,63 @@ def expand_arms(texts: list[str]) -> list[Arm]:
     if not arms:
         raise SpecReplayError("sweep: give at least one --arm")
     return list(arms.values())
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A sweep's checked inputs: the archive opened (its first batch read) and the arms."""
+
+    opened: OpenArchive
+    arms: list[Arm]
+    baseline: Arm | None
+    replayed: list[Arm]
+
+
+def sweep_run(archive: Path, opts: SweepOptions, *, progress: Progress | None = None) -> Result:
+    """Sweep ``opts.arms`` over ``opts.depths``; return the typed result.
+
+    Round traces (the inputs of ``interval``) give the survival truncation proxy instead.
+    """
+    if _is_round_traces(archive):
+        return _proxy(archive, opts, _proxy_depths(archive, opts))
+    return _swept(archive, opts, _prepare(archive, opts), progress)
+
+
+def _prepare(archive: Path, opts: SweepOptions) -> _Prepared:
+    """Check the arms and the cost model and open the archive: errors before any work."""
+    check_by(opts.by)
+    arms = expand_arms(list(opts.arms))
+    baseline = parse_arm(opts.baseline) if opts.baseline else None
+    replayed = list({a.canonical: a for a in [*arms, *([baseline] if baseline else [])]}.values())
+    if opts.cost:
+        CostModel.parse(opts.cost)  # a bad cost model is an error before any work
+    opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
+                         logging_arm=opts.logging_arm)  # fmt: skip
+    return _Prepared(opened, arms, baseline, replayed)
+
+
+def _swept(archive: Path, opts: SweepOptions, prep: _Prepared, progress: Progress | None) -> Result:
+    estimator, companion = auto_passes(opts.estimator)
+    depth = max([*opts.depths, *(a.depth for a in prep.replayed)])
+    ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
+    with ctx as advance:
+        res = prep.opened.replay(prep.replayed, estimator=estimator,
+                                 replicates=opts.replicates, seed=opts.seed, max_depth=depth,
+                                 progress=advance, companion=companion)  # fmt: skip
+    if opts.estimator == AUTO:
+        res, _ = resolve_auto(res, prep.replayed)
+    result = sweep_result(res, prep.arms, opts, archive, prep.baseline)
+    if opts.by is not None:
+
+        def group_pass(group: tuple[str, ...]) -> Result:
+            again = OpenArchive(archive, buckets=prep.opened.buckets, logging_arm=opts.logging_arm,
+                                group=group)  # fmt: skip
+            r = again.replay(prep.replayed, estimator=res.estimator, replicates=opts.replicates,
+                             seed=opts.seed, max_depth=depth)  # fmt: skip
+            return sweep_result(r, prep.arms, opts, archive, prep.baseline)
+
+        result = with_by_cells(result, opts.by, group_pass)
+    return hash_result(result, IdHasher(res.requests) if opts.hash_ids else None)
 
 
 def run_sweep(
@@ -61,43 +119,16 @@ def run_sweep(
     Round traces (the inputs of ``interval``) give the survival truncation proxy instead.
     """
     check_out(out, force=force, inputs=[archive])
-    check_by(opts.by)
     if _is_round_traces(archive):
-        if opts.by is not None:
-            raise SpecReplayError(
-                f"--by {opts.by!r}: round traces carry no grouping columns (position traces only)"
-            )
-        return _run_proxy(archive, opts, out=out, force=force)
-    arms = expand_arms(list(opts.arms))
-    baseline = parse_arm(opts.baseline) if opts.baseline else None
-    replayed = list({a.canonical: a for a in [*arms, *([baseline] if baseline else [])]}.values())
-    if opts.cost:
-        CostModel.parse(opts.cost)  # a bad cost model is an error before any work
-    opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
-                         logging_arm=opts.logging_arm)  # fmt: skip
-    estimator, companion = auto_passes(opts.estimator)
-    depth = max([*opts.depths, *(a.depth for a in replayed)])
-    ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
-    with output_dir(out, force=force, inputs=[archive]) as tmp:
-        with ctx as advance:
-            res = opened.replay(replayed, estimator=estimator, replicates=opts.replicates,
-                                seed=opts.seed, max_depth=depth, progress=advance,
-                                companion=companion)  # fmt: skip
-        if opts.estimator == AUTO:
-            res, _ = resolve_auto(res, replayed)
-        result = sweep_result(res, arms, opts, archive, baseline)
-        if opts.by is not None:
-
-            def group_pass(group: tuple[str, ...]) -> Result:
-                again = OpenArchive(archive, buckets=opened.buckets, logging_arm=opts.logging_arm,
-                                    group=group)  # fmt: skip
-                r = again.replay(replayed, estimator=res.estimator, replicates=opts.replicates,
-                                 seed=opts.seed, max_depth=depth)  # fmt: skip
-                return sweep_result(r, arms, opts, archive, baseline)
-
-            result = with_by_cells(result, opts.by, group_pass)
-        result = hash_result(result, IdHasher(res.requests) if opts.hash_ids else None)
-        write_all(result, tmp)
+        depths = _proxy_depths(archive, opts)
+        with output_dir(out, force=force, inputs=[archive]) as tmp:
+            result = _proxy(archive, opts, depths)
+            write_all(result, tmp)
+    else:
+        prep = _prepare(archive, opts)
+        with output_dir(out, force=force, inputs=[archive]) as tmp:
+            result = _swept(archive, opts, prep, progress)
+            write_all(result, tmp)
     text = sweep_tables(result) + f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet)"
     return text, result
 
@@ -110,8 +141,13 @@ def _is_round_traces(path: Path) -> bool:
         return False
 
 
-def _run_proxy(archive: Path, opts: SweepOptions, *, out: Path, force: bool) -> tuple[str, Result]:
-    """Return the survival truncation proxy of a round-trace arm at every depth (SPEC §3.5)."""
+def _proxy_depths(archive: Path, opts: SweepOptions) -> tuple[int, int | None, int]:
+    """Check a proxy's options; return (top supported depth, lowest drafted, rounds unknown)."""
+    check_by(opts.by)
+    if opts.by is not None:
+        raise SpecReplayError(
+            f"--by {opts.by!r}: round traces carry no grouping columns (position traces only)"
+        )
     if opts.arms or opts.baseline:
         raise SpecReplayError(
             f"{archive}: round traces hold observed rounds, not archived laws: --arm and "
@@ -119,24 +155,26 @@ def _run_proxy(archive: Path, opts: SweepOptions, *, out: Path, force: bool) -> 
         )
     if opts.cost:
         CostModel.parse(opts.cost)
-    buckets = Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
+    Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
     lowest, unknown = drafted_depths(archive)
     top = 0 if unknown or lowest is None else lowest
+    return top, lowest, unknown
+
+
+def _proxy(archive: Path, opts: SweepOptions, depths: tuple[int, int | None, int]) -> Result:
+    """Return the survival truncation proxy of a round-trace arm at every depth (SPEC §3.5)."""
+    top, lowest, unknown = depths
+    buckets = Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
     supported = [d for d in opts.depths if d <= top]
     reference = top if top else max(opts.depths)
-    with output_dir(out, force=force, inputs=[archive]) as tmp:
-        by_depth = {d: read_arm(archive, buckets=buckets, truncate=d)
-                    for d in sorted({*supported, *([reference] if top else [])})}  # fmt: skip
-        if not by_depth:
-            raise SpecReplayError(
-                f"{archive}: the proxy is valid only up to the depth every round drafted "
-                + (f"({unknown} rounds record none)" if unknown else f"({lowest})")
-                + f"; --depths {list(opts.depths)} lies beyond it"
-            )
-        result = proxy_result(by_depth, reference, (lowest, unknown), opts, archive)
-        ids = {r for a in by_depth.values() for r in a.sums.get_column("request_id").to_list()}
-        result = hash_result(result, IdHasher(ids) if opts.hash_ids else None)
-        write_all(result, tmp)
-    return sweep_tables(
-        result
-    ) + f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet)", result
+    by_depth = {d: read_arm(archive, buckets=buckets, truncate=d)
+                for d in sorted({*supported, *([reference] if top else [])})}  # fmt: skip
+    if not by_depth:
+        raise SpecReplayError(
+            f"{archive}: the proxy is valid only up to the depth every round drafted "
+            + (f"({unknown} rounds record none)" if unknown else f"({lowest})")
+            + f"; --depths {list(opts.depths)} lies beyond it"
+        )
+    result = proxy_result(by_depth, reference, (lowest, unknown), opts, archive)
+    ids = {r for a in by_depth.values() for r in a.sums.get_column("request_id").to_list()}
+    return hash_result(result, IdHasher(ids) if opts.hash_ids else None)

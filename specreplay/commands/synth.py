@@ -1,8 +1,13 @@
-"""``specreplay synth``: log a synthetic archive from the toy model pair."""
+"""``specreplay synth``: log a synthetic archive from the toy model pair.
+
+:func:`synth_archive` writes the archive and returns what it wrote (the Python API's ``synth``);
+:func:`run_synth` adds the terminal line.
+"""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from specreplay.replay.scan import Progress, no_progress
@@ -10,7 +15,54 @@ from specreplay.results.builders import write_synth_archive
 from specreplay.results.output import output_dir
 from specreplay.sim.synth import logging_arm_name
 
-__all__ = ["run_synth"]
+__all__ = ["SynthArchive", "run_synth", "synth_archive"]
+
+
+@dataclass(frozen=True)
+class SynthArchive:
+    """A synthetic archive written by :func:`synth_archive`.
+
+    ``path`` the shard folder; ``shards`` its Parquet files (in order); ``rows`` =
+    ``n_requests`` × ``rounds`` × ``positions`` (one row per position); ``logging_arm`` the arm
+    that drafted it; ``seconds`` the wall time taken.
+    """
+
+    path: Path
+    shards: tuple[Path, ...]
+    n_requests: int
+    rounds: int
+    positions: int
+    rows: int
+    logging_arm: str
+    seed: int
+    seconds: float
+
+
+def synth_archive(
+    out: Path,
+    *,
+    n_requests: int,
+    rounds: int,
+    shard_requests: int,
+    seed: int,
+    force: bool,
+    progress: Progress = no_progress,
+) -> SynthArchive:
+    """Generate the synthetic archive into ``out`` (Parquet shards + SYNTH.json manifest)."""
+    t0 = time.perf_counter()
+    with output_dir(out, force=force, marker=False) as tmp:  # an archive: no marker
+        cfg, files = write_synth_archive(tmp, n_requests, rounds, shard_requests, seed, progress)
+    return SynthArchive(
+        path=Path(out),
+        shards=tuple(Path(out) / Path(f).name for f in files),
+        n_requests=n_requests,
+        rounds=rounds,
+        positions=cfg.depth,
+        rows=n_requests * rounds * cfg.depth,
+        logging_arm=logging_arm_name(cfg),
+        seed=seed,
+        seconds=time.perf_counter() - t0,
+    )
 
 
 def run_synth(
@@ -23,14 +75,13 @@ def run_synth(
     force: bool,
     progress: Progress = no_progress,
 ) -> str:
-    """Generate the synthetic archive into ``out`` (Parquet shards + SYNTH.json manifest)."""
-    t0 = time.perf_counter()
-    with output_dir(out, force=force, marker=False) as tmp:  # an archive: no marker
-        cfg, files = write_synth_archive(tmp, n_requests, rounds, shard_requests, seed, progress)
-        rows = n_requests * rounds * cfg.depth
+    """Generate the synthetic archive into ``out``; return the terminal line."""
+    a = synth_archive(out, n_requests=n_requests, rounds=rounds, shard_requests=shard_requests,
+                      seed=seed, force=force, progress=progress)  # fmt: skip
+    n = len(a.shards)
     return (
-        f"wrote {n_requests:,} request{'s' if n_requests != 1 else ''} × {rounds} rounds × "
-        f"{cfg.depth} positions "
-        f"({rows:,} rows) in {len(files)} shard{'s' if len(files) != 1 else ''} to {out} "
-        f"(logging arm {logging_arm_name(cfg)}, seed {seed}) in {time.perf_counter() - t0:.1f} s"
+        f"wrote {a.n_requests:,} request{'s' if a.n_requests != 1 else ''} × {a.rounds} rounds × "
+        f"{a.positions} positions "
+        f"({a.rows:,} rows) in {n} shard{'s' if n != 1 else ''} to {out} "
+        f"(logging arm {a.logging_arm}, seed {seed}) in {a.seconds:.1f} s"
     )

@@ -1,17 +1,50 @@
-"""``specreplay validate``: check an archive and report its MEASURED acceptance."""
+"""``specreplay validate``: check an archive and report its MEASURED acceptance.
+
+:func:`validate_result` returns the typed result or raises
+:class:`~specreplay.errors.InvalidArchive` with every error line (the Python API's
+``validate``); :func:`run_validate` turns both into the terminal text.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from specreplay.errors import InvalidArchive
 from specreplay.replay.scan import Progress, no_progress, scan_archive
 from specreplay.results.builders import measured_result
+from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
 from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.results.render import write_all
 from specreplay.results.tables import archive_summary, measured_tables
 
-__all__ = ["run_validate"]
+__all__ = ["run_validate", "validate_result"]
+
+
+def validate_result(
+    path: Path,
+    *,
+    max_errors: int | None,
+    buckets: str,
+    logging_arm: str | None,
+    progress: Progress = no_progress,
+    hash_ids: bool = False,
+) -> Result:
+    """Validate an archive; return its counts and MEASURED R as a typed result.
+
+    Raises
+    ------
+    InvalidArchive
+        When the archive has errors (up to ``max_errors`` of them; None: every one).
+    """
+    scan = scan_archive(
+        path, buckets=buckets, logging_arm=logging_arm, max_errors=max_errors, progress=progress
+    )
+    if scan.errors:
+        raise InvalidArchive(str(path), tuple(scan.errors), scan.truncated)
+    options = {"path": str(path), "buckets": buckets, "logging_arm": logging_arm}
+    result = measured_result(scan, command="validate", seed=0, options=options)
+    return hash_result(result, IdHasher() if hash_ids else None)  # holds no id today
 
 
 def run_validate(
@@ -32,16 +65,14 @@ def run_validate(
     """
     if out is not None:
         check_out(out, force=force, inputs=[path])
-    scan = scan_archive(
-        path, buckets=buckets, logging_arm=logging_arm, max_errors=max_errors, progress=progress
-    )
-    errors = scan.errors
-    if errors:
-        more = " (stopped there; --all lists every one)" if scan.truncated else ""
-        return False, "\n".join([*errors, f"{len(errors)} error(s) in {path}{more}"])
-    options = {"path": str(path), "buckets": buckets, "logging_arm": logging_arm}
-    result = measured_result(scan, command="validate", seed=0, options=options)
-    result = hash_result(result, IdHasher() if hash_ids else None)  # holds no id today
+    try:
+        result = validate_result(
+            path, max_errors=max_errors, buckets=buckets, logging_arm=logging_arm,
+            progress=progress, hash_ids=hash_ids,
+        )  # fmt: skip
+    except InvalidArchive as bad:
+        more = " (stopped there; --all lists every one)" if bad.truncated else ""
+        return False, "\n".join([*bad.errors, f"{len(bad.errors)} error(s) in {path}{more}"])
     assert result.archive is not None  # measured_result always describes the archive
     text = archive_summary(result.archive, str(path), result.pooled.arms[result.arms[0]])
     if out is not None:

@@ -24,12 +24,19 @@ finds the same keys in every delta); their order is the order of the dataclass f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from specreplay.errors import SpecReplayError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = [
     "SCHEMA_ID",
+    "VIEWS",
     "ArchiveSummary",
     "ArmFigure",
     "BCa",
@@ -463,3 +470,31 @@ class Result:
     def pooled(self) -> Cell:
         """The pooled cell (the first one)."""
         return self.cells[0]
+
+    def to_polars(self, view: str = "cells") -> pl.DataFrame:
+        """Return a tabular view of this result as a polars frame.
+
+        Parameters
+        ----------
+        view : str
+            ``cells`` (default: the rows of cells.parquet), ``arms``, ``deltas``, ``depths``,
+            ``survival`` or ``law_tests``; :mod:`specreplay.results.views` documents each
+            view's columns.
+
+        Raises
+        ------
+        SpecReplayError
+            For a view that does not exist.
+        """
+        make = VIEWS.get(view)
+        if make is None:
+            raise SpecReplayError(f"view={view!r}: should be one of {', '.join(VIEWS)}")
+        return make(self)
+
+
+VIEWS: dict[str, Callable[[Result], pl.DataFrame]] = {}
+"""``Result.to_polars`` views by name, registered by :mod:`specreplay.results.views`.
+
+The package imports that module, so the views are there whenever a result exists; the registry
+keeps this module free of imports from the rest of the results layer (no import cycle).
+"""

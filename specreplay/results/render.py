@@ -9,16 +9,18 @@ and renamed, so a killed run never leaves a half-written file.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from specreplay.results.cells_table import cells_frame
 from specreplay.results.io import result_json
 from specreplay.results.model import Result, Role
+from specreplay.results.output import check_out, output_dir
 from specreplay.results.plots import depth_plot, forest_plot, screen_plot
 from specreplay.results.screen import screen_tables
 from specreplay.results.tables import TABLES
 
-__all__ = ["FOREST_ROLE", "render", "write_all"]
+__all__ = ["FOREST_ROLE", "render", "write_all", "write_run"]
 
 FOREST_ROLE: dict[str, Role] = {"interval": Role.B_VS_A, "requalify": Role.CANDIDATE_VS_BASELINE}
 """The delta each command's forest plot draws."""
@@ -74,3 +76,13 @@ def write_all(result: Result, folder: Path) -> list[str]:
     """Write results.json and every rendered file of ``result`` into ``folder``."""
     _replace(folder / "results.json", result_json(result))
     return ["results.json", *render(result, folder)]
+
+
+def write_run(result: Result, out: Path, *, force: bool, inputs: Sequence[Path] = ()) -> list[str]:
+    """Write ``result``'s output folder ``out`` atomically (:func:`output_dir`); return its files.
+
+    ``inputs`` are the run's inputs, which ``out`` may not be, contain or lie inside.
+    """
+    check_out(out, force=force, inputs=inputs)
+    with output_dir(out, force=force, inputs=inputs) as tmp:
+        return write_all(result, tmp)

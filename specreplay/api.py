@@ -1,0 +1,466 @@
+"""The Python API: every specreplay operation as a function returning a typed result.
+
+A notebook calls these instead of shelling out to the ``specreplay`` command line. Each function
+takes the options of the CLI verb of the same name, with the same defaults and the same value
+syntax (arms as strings such as ``"top32:t0.7:dyadic24@5"``, margins as ``"0.5%"``, buckets as
+``"NAME:LO-HI,…"``); the main inputs are positional, every option is keyword-only. Each returns
+the :class:`~specreplay.results.model.Result` the CLI writes as results.json (``synth`` returns
+a :class:`~specreplay.commands.synth.SynthArchive`), with tabular views through
+:meth:`Result.to_polars() <specreplay.results.model.Result.to_polars>` (``"cells"``: the rows of
+cells.parquet; ``"arms"``, ``"deltas"``, ``"depths"``, ``"survival"``, ``"law_tests"``: see
+:mod:`specreplay.results.views`).
+
+Design decisions:
+
+- **Outputs are optional.** ``out=None`` (the default) writes nothing; ``out=PATH`` writes the
+  folder the CLI writes (results.json, TABLES.md, cells.parquet, plots) with the same atomic swap
+  and the same refusals (a foreign non-empty folder without ``force``; a folder that is, contains
+  or lies inside an input), checked before any work. ``synth`` always writes (its output is the
+  archive); ``report`` re-renders a run folder in place, or writes a result into ``out``.
+- **Errors raise.** Bad input or options raise :class:`~specreplay.errors.SpecReplayError` with
+  the one-line message the CLI prints (naming the file and row, or the option and value; the API
+  names its keyword for the numeric bounds typer enforces on the CLI); the CLI turns that into
+  exit code 2, the API lets it propagate. ``validate`` raises
+  :class:`~specreplay.errors.InvalidArchive`, which also holds every error line. ``fail_on``
+  does not raise: it is recorded in ``options`` as the CLI records it; read the verdict instead.
+- **No progress bars** unless ``progress=True`` (drawn on stderr, and only when stderr is a
+  terminal, as on the CLI).
+- **Two front ends, one implementation.** This module and :mod:`specreplay.cli` both sit on top
+  of :mod:`specreplay.commands` and never import each other (import-linter layers
+  ``specreplay.cli | specreplay.api``): each verb's module exposes the function that builds its
+  result, which the CLI path (``run_*``, adding the terminal text and the exit code) and this
+  module call. typer is never imported here. ``demo`` (a tour: synth, requalify, sweep,
+  lawtest and budget in one pass) and ``warmup`` stay command-line only.
+
+Examples
+--------
+A small end-to-end session (40 requests: a few seconds once the kernels are compiled):
+
+>>> import shutil, tempfile
+>>> from pathlib import Path
+>>> from specreplay import api
+>>> tmp = Path(tempfile.mkdtemp())
+>>> archive = api.synth(tmp / "archive", requests=40, rounds=16)
+>>> archive.rows, archive.logging_arm
+(3200, 'top32:t0.7@5')
+>>> rq = api.requalify(archive.path, baseline="top32:t0.7@5",
+...                    candidate="top32:t0.7:dyadic24@5", n_boot=200)
+>>> rq.requalification.verdict, rq.requalification.label.value
+('QUALIFIED', 'SIMULATED')
+>>> round(rq.pooled.arms["top32:t0.7@5"].R, 4)
+2.9956
+>>> cells = rq.to_polars()  # the rows of cells.parquet
+>>> cells.shape
+(1320, 21)
+>>> cells.columns[:6]
+['level', 'family', 'bucket', 'n_requests', 'kind', 'arm']
+>>> deltas = rq.to_polars("deltas")
+>>> deltas.filter(level="pooled").select("role", "verdict", "label").rows()[0]
+('candidate-vs-baseline', 'EQUIVALENT', 'SIMULATED')
+>>> sw = api.sweep(archive.path, arms=["top32:t0.7@5"], depths="2,4", n_boot=200)
+>>> pooled = sw.to_polars("depths").filter(level="pooled").sort("depth")
+>>> [(d, round(r, 4), label) for d, r, label in pooled.select("depth", "R", "label").rows()]
+[(2, 2.2537, 'SIMULATED'), (4, 2.8389, 'SIMULATED')]
+>>> _ = api.requalify(tmp / "nowhere", baseline="top32:t0.7@5", candidate="greedy@5")
+Traceback (most recent call last):
+...
+specreplay.errors.SpecReplayError: .../nowhere: no such file or directory
+>>> shutil.rmtree(tmp)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from specreplay.commands.budget import DEFAULT_X_GRID, BudgetOptions, budget_inputs, budget_run
+from specreplay.commands.interval import IntervalOptions, interval_inputs, interval_result
+from specreplay.commands.options import (
+    FAIL_ON_INTERVAL,
+    FAIL_ON_REQUALIFY,
+    at_least,
+    between,
+    check_stratify,
+    logging_arm_option,
+    verdict_set,
+)
+from specreplay.commands.progress import progress_bar
+from specreplay.commands.report import rerender
+from specreplay.commands.requalify import requalify_run
+from specreplay.commands.screen import screen_result
+from specreplay.commands.sweep import sweep_run
+from specreplay.commands.synth import SynthArchive, synth_archive
+from specreplay.commands.validate import validate_result
+from specreplay.errors import InvalidArchive, SpecReplayError
+from specreplay.replay.scan import Progress, no_progress
+from specreplay.results import io
+from specreplay.results.lawtests import lawtest_result
+from specreplay.results.model import Result
+from specreplay.results.output import check_out
+from specreplay.results.render import write_run
+from specreplay.results.requalification import RequalifyOptions
+from specreplay.results.sweep import SweepOptions, parse_depths
+from specreplay.stats.buckets import DEFAULT_BUCKETS
+
+__all__ = [
+    "InvalidArchive",
+    "Result",
+    "SpecReplayError",
+    "SynthArchive",
+    "budget",
+    "interval",
+    "lawtest",
+    "read_result",
+    "report",
+    "requalify",
+    "screen",
+    "sweep",
+    "synth",
+    "validate",
+]
+
+PathLike = str | os.PathLike[str]
+
+
+def _bar(progress: bool) -> Progress:
+    """Return the progress factory: a bar on stderr when asked for, else nothing."""
+    if not progress:
+        return no_progress
+    return lambda what, total: progress_bar(False, what, total)
+
+
+def _before(out: PathLike | None, force: bool, inputs: Sequence[Path]) -> Path | None:
+    """Check ``out`` before any work (as the CLI does); return it as a Path."""
+    if out is None:
+        return None
+    check_out(Path(out), force=force, inputs=inputs)
+    return Path(out)
+
+
+def _after(result: Result, out: Path | None, force: bool, inputs: Sequence[Path]) -> Result:
+    """Write ``result``'s output folder when ``out`` is given; return the result."""
+    if out is not None:
+        write_run(result, out, force=force, inputs=inputs)
+    return result
+
+
+def _bootstrap(*, n_boot: int, stratify: str, level: float, min_requests: int, seed: int) -> None:
+    """Check the bootstrap options against the CLI's bounds."""
+    at_least("n_boot", n_boot, 100)
+    check_stratify(stratify)
+    between("level", level, 0.5, 0.999)
+    at_least("min_requests", min_requests, 2)
+    at_least("seed", seed, 0)
+
+
+def synth(
+    out: PathLike,
+    *,
+    requests: int = 2000,
+    rounds: int = 64,
+    shard_requests: int = 250,
+    seed: int = 0,
+    force: bool = False,
+    progress: bool = False,
+) -> SynthArchive:
+    """Log a synthetic position-trace archive from the toy model pair into ``out``.
+
+    As ``specreplay synth OUT``: the logging arm top32:t0.7@5 drafts, the target verifies by
+    rejection sampling; Parquet shards of ``shard_requests`` requests and a SYNTH.json manifest.
+    Always writes (the archive is the output); ``force`` replaces an existing folder.
+
+    Returns
+    -------
+    SynthArchive
+        The folder, its shards, the counts and the logging arm.
+    """
+    for name, value in (("requests", requests), ("rounds", rounds),
+                        ("shard_requests", shard_requests)):  # fmt: skip
+        at_least(name, value, 1)
+    at_least("seed", seed, 0)
+    return synth_archive(Path(out), n_requests=requests, rounds=rounds,
+                         shard_requests=shard_requests, seed=seed, force=force,
+                         progress=_bar(progress))  # fmt: skip
+
+
+def validate(
+    path: PathLike,
+    *,
+    all_errors: bool = False,
+    buckets: str = "",
+    logging_arm: str | None = None,
+    out: PathLike | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> Result:
+    """Check an archive against schema v1; return its counts and MEASURED acceptance.
+
+    As ``specreplay validate PATH``. ``result.archive`` describes the archive; the cells hold
+    the MEASURED R of its logging arm by family × bucket.
+
+    Raises
+    ------
+    InvalidArchive
+        When the archive has errors: ``.errors`` holds up to 20 lines (every one with
+        ``all_errors``), each naming the file and row.
+    """
+    p = Path(path)
+    target = _before(out, force, [p])
+    result = validate_result(p, max_errors=None if all_errors else 20,
+                             buckets=buckets or DEFAULT_BUCKETS,
+                             logging_arm=logging_arm_option(logging_arm),
+                             progress=_bar(progress))  # fmt: skip
+    return _after(result, target, force, [p])
+
+
+def requalify(
+    archive: PathLike,
+    *,
+    baseline: str,
+    candidate: str,
+    reference: str | None = None,
+    estimator: str = "auto",
+    replicates: int = 16,
+    margin: str = "0.5%",
+    fail_on: str = "",
+    families: str | Sequence[str] | None = None,
+    sample_requests: int | None = None,
+    n_boot: int = 10_000,
+    stratify: str = "family",
+    level: float = 0.95,
+    min_requests: int = 10,
+    buckets: str = "",
+    logging_arm: str | None = None,
+    seed: int = 0,
+    out: PathLike | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> Result:
+    """Replay an archive under baseline and candidate arms and requalify the change.
+
+    As ``specreplay requalify ARCHIVE --baseline … --candidate …``: ``result.requalification``
+    is QUALIFIED / NOT QUALIFIED / INCONCLUSIVE (or null with the reason); each cell holds R per
+    arm (SIMULATED), the deltas by :class:`~specreplay.results.model.Role`, survival and the
+    law tests. ``families``: comma-separated or a sequence.
+    """
+    a = Path(archive)
+    at_least("replicates", replicates, 2)
+    at_least("sample_requests", sample_requests, 1)
+    _bootstrap(n_boot=n_boot, stratify=stratify, level=level, min_requests=min_requests, seed=seed)
+    names = families.split(",") if isinstance(families, str) else families
+    opts = RequalifyOptions(
+        baseline=baseline, candidate=candidate, reference=reference, estimator=estimator,
+        replicates=replicates, margin=margin, fail_on=verdict_set(fail_on, FAIL_ON_REQUALIFY),
+        families=frozenset(f.strip() for f in names) if names else None,
+        sample_requests=sample_requests, n_boot=n_boot, seed=seed, stratify=stratify,
+        level=level, min_requests=min_requests, buckets=buckets or DEFAULT_BUCKETS,
+        logging_arm=logging_arm_option(logging_arm),
+    )  # fmt: skip
+    target = _before(out, force, [a])
+    return _after(requalify_run(a, opts, progress=_bar(progress)), target, force, [a])
+
+
+def sweep(
+    archive: PathLike,
+    *,
+    arms: str | Sequence[str] = (),
+    depths: str | Sequence[int] = "1..8",
+    baseline: str | None = None,
+    margin: str = "0.5%",
+    estimator: str = "auto",
+    replicates: int = 16,
+    cost: str | None = None,
+    n_boot: int = 2000,
+    stratify: str = "family",
+    level: float = 0.95,
+    min_requests: int = 10,
+    buckets: str = "",
+    logging_arm: str | None = None,
+    seed: int = 0,
+    out: PathLike | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> Result:
+    """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
+
+    As ``specreplay sweep ARCHIVE --arm …``: ``arms`` are the ``--arm`` values (one string or a
+    sequence; brace lists expand), ``depths`` ``"1..8"``, ``"1,2,4"`` or a sequence of ints.
+    Each cell's ``depths`` hold R per arm and depth (``to_polars("depths")``); round traces give
+    the survival truncation proxy.
+    """
+    a = Path(archive)
+    at_least("replicates", replicates, 2)
+    _bootstrap(n_boot=n_boot, stratify=stratify, level=level, min_requests=min_requests, seed=seed)
+    opts = SweepOptions(
+        arms=(arms,) if isinstance(arms, str) else tuple(arms),
+        depths=parse_depths(depths if isinstance(depths, str) else ",".join(map(str, depths))),
+        baseline=baseline, margin=margin, estimator=estimator, replicates=replicates, cost=cost,
+        n_boot=n_boot, seed=seed, stratify=stratify, level=level, min_requests=min_requests,
+        buckets=buckets or DEFAULT_BUCKETS, logging_arm=logging_arm_option(logging_arm),
+    )  # fmt: skip
+    target = _before(out, force, [a])
+    return _after(sweep_run(a, opts, progress=_bar(progress)), target, force, [a])
+
+
+def interval(
+    a: PathLike,
+    b: PathLike,
+    *,
+    question_file: PathLike | None = None,
+    margin: str = "0.5%",
+    fail_on: str = "",
+    n_boot: int = 10_000,
+    stratify: str = "family",
+    level: float = 0.95,
+    min_requests: int = 10,
+    drop_unpaired: bool = False,
+    buckets: str = "",
+    choice: int = 0,
+    drafted: int | None = None,
+    name_a: str | None = None,
+    name_b: str | None = None,
+    seed: int = 0,
+    out: PathLike | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> Result:
+    """Paired bootstrap interval of Δ = R_B − R_A by family × context bucket, with verdicts.
+
+    As ``specreplay interval A B``: each input is round traces, per-request sums, a Spec-Bench
+    or a Medusa answer file; the pooled verdict is ``result.pooled.delta(Role.B_VS_A).verdict``.
+    """
+    at_least("choice", choice, 0)
+    _bootstrap(n_boot=n_boot, stratify=stratify, level=level, min_requests=min_requests, seed=seed)
+    opts = IntervalOptions(
+        question_file=Path(question_file) if question_file is not None else None,
+        margin=margin, fail_on=verdict_set(fail_on, FAIL_ON_INTERVAL), n_boot=n_boot, seed=seed,
+        stratify=stratify, level=level, min_requests=min_requests, drop_unpaired=drop_unpaired,
+        buckets=buckets, choice=choice, drafted=drafted, names=(name_a, name_b),
+    )  # fmt: skip
+    pa, pb = Path(a), Path(b)
+    inputs = interval_inputs(pa, pb, opts)
+    target = _before(out, force, inputs)
+    result = interval_result(pa, pb, opts, progress=_bar(progress))
+    return _after(result, target, force, inputs)
+
+
+def screen(
+    counters: Sequence[PathLike],
+    *,
+    config: PathLike | None = None,
+    out: PathLike | None = None,
+    force: bool = False,
+) -> Result:
+    """Depth screen (SP2) from run counters: ESTIMATED tokens/s per candidate depth.
+
+    As ``specreplay screen COUNTERS… --config screen.toml``: one cell per (batch, context,
+    worker) with its ``depths`` (``to_polars("depths")``) and ``screen`` inputs.
+    """
+    paths = [Path(p) for p in counters]
+    cfg = Path(config) if config is not None else None
+    inputs = [*paths, *([cfg] if cfg is not None else [])]
+    target = _before(out, force, inputs)
+    return _after(screen_result(paths, cfg), target, force, inputs)
+
+
+def budget(
+    *,
+    price_ms: float,
+    base: float | None = None,
+    delta_lo: float | None = None,
+    known: Sequence[float] = (),
+    source: PathLike | None = None,
+    rate: float | None = None,
+    tau_ms: float | None = None,
+    gain: float | None = None,
+    x_grid: str = DEFAULT_X_GRID,
+    out: PathLike | None = None,
+    force: bool = False,
+) -> Result:
+    """Break-even added cost T·Δ_lo/R_0 of a gain and what remains after known costs.
+
+    As ``specreplay budget --price-ms T``: from ``base`` (R_0) and ``delta_lo`` (Δ_lo), or per
+    pooled and family cell of a requalify results.json or its folder (``source``: the CLI's
+    ``--from``); ``known`` the ``--known`` costs; ``rate``, ``tau_ms`` and ``gain`` ask for the
+    sensitivity table (``result.sensitivity``). All figures ESTIMATED.
+    """
+    opts = BudgetOptions(
+        price_ms=price_ms, base=base, delta_lo=delta_lo, known_ms=tuple(known),
+        source=Path(source) if source is not None else None, rate=rate, tau_ms=tau_ms,
+        gain=gain, x_grid=x_grid,
+    )  # fmt: skip
+    inputs = budget_inputs(opts)
+    target = _before(out, force, inputs)
+    return _after(budget_run(opts), target, force, inputs)
+
+
+def lawtest(
+    archive: PathLike | None = None,
+    *,
+    arms: str | Sequence[str] = (),
+    positions: int = 8,
+    family_alpha: float = 1e-5,
+    max_draws: int | None = None,
+    buckets: str = "",
+    logging_arm: str | None = None,
+    seed: int = 0,
+    out: PathLike | None = None,
+    force: bool = False,
+) -> Result:
+    """Test that an arm's verifier keeps the target law (exact TV and a Monte Carlo G-test).
+
+    As ``specreplay lawtest [ARCHIVE] --arm …``: without arms the built-in toy suite; with an
+    archive also ``positions`` of its positions per arm. ``result.law_tests`` (or
+    ``to_polars("law_tests")``) holds each test; ``passed`` is False for a failed one.
+    """
+    at_least("positions", positions, 1)
+    at_least("max_draws", max_draws, 1000)
+    at_least("seed", seed, 0)
+    path = Path(archive) if archive is not None else None
+    inputs = [path] if path is not None else []
+    target = _before(out, force, inputs)
+    result = lawtest_result(
+        [arms] if isinstance(arms, str) else list(arms), archive=path, positions=positions,
+        seed=seed, family_alpha=family_alpha, max_draws=max_draws, buckets=buckets,
+        logging_arm=logging_arm_option(logging_arm),
+    )  # fmt: skip
+    return _after(result, target, force, inputs)
+
+
+def read_result(path: PathLike) -> Result:
+    """Read a results.json (or the run folder holding one) back into its typed result.
+
+    Raises
+    ------
+    SpecReplayError
+        When the file is missing, unreadable or not a valid results.json (naming the file and,
+        for a bad key, its JSON path).
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / "results.json"
+    try:
+        return io.read_result(p)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecReplayError(f"{p}: unreadable: {exc}") from None
+
+
+def report(
+    run: PathLike | Result, *, out: PathLike | None = None, force: bool = False
+) -> dict[Path, Result]:
+    """Re-render a run's TABLES.md, cells.parquet and plots; return {folder written: result}.
+
+    Given a folder, as ``specreplay report RUN_DIR [--out DIR]``: every results.json at or below
+    it is rendered again, in place, or into ``out`` keeping the sub-folders. Given a result (say
+    one computed with ``out=None``), writes its output folder into ``out`` (required), as the
+    command that made it would have.
+    """
+    if isinstance(run, Result):
+        if out is None:
+            raise SpecReplayError("report: a result needs out=, the folder to write it into")
+        inputs = [Path(f.path) for f in run.inputs if Path(f.path).exists()]
+        write_run(run, Path(out), force=force, inputs=inputs)
+        return {Path(out): run}
+    done = rerender(Path(run), out=Path(out) if out is not None else None, force=force)
+    return {folder: result for folder, result, _ in done}
