@@ -23,6 +23,9 @@ Design decisions:
   exit code 2, the API lets it propagate. ``validate`` raises
   :class:`~specreplay.errors.InvalidArchive`, which also holds every error line. ``fail_on``
   does not raise: it is recorded in ``options`` as the CLI records it; read the verdict instead.
+- ``hash_ids=True`` (validate, requalify, sweep, interval, lawtest) replaces every request id in
+  the result by a salted hash, as ``--hash-ids`` does, so nothing written from it names a
+  request; ``by="COLUMN"`` (requalify, sweep) adds the cells of ``--by COLUMN``.
 - **No progress bars** unless ``progress=True`` (drawn on stderr, and only when stderr is a
   terminal, as on the CLI).
 - **Two front ends, one implementation.** This module and :mod:`specreplay.cli` both sit on top
@@ -51,7 +54,7 @@ A small end-to-end session (40 requests: a few seconds once the kernels are comp
 2.9956
 >>> cells = rq.to_polars()  # the rows of cells.parquet
 >>> cells.shape
-(1320, 21)
+(1320, 22)
 >>> cells.columns[:6]
 ['level', 'family', 'bucket', 'n_requests', 'kind', 'arm']
 >>> deltas = rq.to_polars("deltas")
@@ -193,6 +196,7 @@ def validate(
     out: PathLike | None = None,
     force: bool = False,
     progress: bool = False,
+    hash_ids: bool = False,
 ) -> Result:
     """Check an archive against schema v1; return its counts and MEASURED acceptance.
 
@@ -210,7 +214,7 @@ def validate(
     result = validate_result(p, max_errors=None if all_errors else 20,
                              buckets=buckets or DEFAULT_BUCKETS,
                              logging_arm=logging_arm_option(logging_arm),
-                             progress=_bar(progress))  # fmt: skip
+                             progress=_bar(progress), hash_ids=hash_ids)  # fmt: skip
     return _after(result, target, force, [p])
 
 
@@ -236,6 +240,8 @@ def requalify(
     out: PathLike | None = None,
     force: bool = False,
     progress: bool = False,
+    by: str | None = None,
+    hash_ids: bool = False,
 ) -> Result:
     """Replay an archive under baseline and candidate arms and requalify the change.
 
@@ -255,7 +261,7 @@ def requalify(
         families=frozenset(f.strip() for f in names) if names else None,
         sample_requests=sample_requests, n_boot=n_boot, seed=seed, stratify=stratify,
         level=level, min_requests=min_requests, buckets=buckets or DEFAULT_BUCKETS,
-        logging_arm=logging_arm_option(logging_arm),
+        logging_arm=logging_arm_option(logging_arm), by=by, hash_ids=hash_ids,
     )  # fmt: skip
     target = _before(out, force, [a])
     return _after(requalify_run(a, opts, progress=_bar(progress)), target, force, [a])
@@ -281,6 +287,8 @@ def sweep(
     out: PathLike | None = None,
     force: bool = False,
     progress: bool = False,
+    by: str | None = None,
+    hash_ids: bool = False,
 ) -> Result:
     """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
 
@@ -298,6 +306,7 @@ def sweep(
         baseline=baseline, margin=margin, estimator=estimator, replicates=replicates, cost=cost,
         n_boot=n_boot, seed=seed, stratify=stratify, level=level, min_requests=min_requests,
         buckets=buckets or DEFAULT_BUCKETS, logging_arm=logging_arm_option(logging_arm),
+        by=by, hash_ids=hash_ids,
     )  # fmt: skip
     target = _before(out, force, [a])
     return _after(sweep_run(a, opts, progress=_bar(progress)), target, force, [a])
@@ -324,6 +333,7 @@ def interval(
     out: PathLike | None = None,
     force: bool = False,
     progress: bool = False,
+    hash_ids: bool = False,
 ) -> Result:
     """Paired bootstrap interval of Δ = R_B − R_A by family × context bucket, with verdicts.
 
@@ -337,6 +347,7 @@ def interval(
         margin=margin, fail_on=verdict_set(fail_on, FAIL_ON_INTERVAL), n_boot=n_boot, seed=seed,
         stratify=stratify, level=level, min_requests=min_requests, drop_unpaired=drop_unpaired,
         buckets=buckets, choice=choice, drafted=drafted, names=(name_a, name_b),
+        hash_ids=hash_ids,
     )  # fmt: skip
     pa, pb = Path(a), Path(b)
     inputs = interval_inputs(pa, pb, opts)
@@ -407,6 +418,7 @@ def lawtest(
     seed: int = 0,
     out: PathLike | None = None,
     force: bool = False,
+    hash_ids: bool = False,
 ) -> Result:
     """Test that an arm's verifier keeps the target law (exact TV and a Monte Carlo G-test).
 
@@ -423,7 +435,7 @@ def lawtest(
     result = lawtest_result(
         [arms] if isinstance(arms, str) else list(arms), archive=path, positions=positions,
         seed=seed, family_alpha=family_alpha, max_draws=max_draws, buckets=buckets,
-        logging_arm=logging_arm_option(logging_arm),
+        logging_arm=logging_arm_option(logging_arm), hash_ids=hash_ids,
     )  # fmt: skip
     return _after(result, target, force, inputs)
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 from specreplay.results.lawtests import lawtest_result
 from specreplay.results.output import check_out, output_dir
-from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.results.render import write_all
 from specreplay.results.tables import lawtest_table
 
@@ -39,9 +38,8 @@ def run_lawtest(
         result = lawtest_result(
             arms_text, archive=archive, positions=positions, seed=seed,
             family_alpha=family_alpha, max_draws=max_draws, buckets=buckets,
-            logging_arm=logging_arm,
+            logging_arm=logging_arm, hash_ids=hash_ids,
         )  # fmt: skip
-        result = hash_result(result, IdHasher() if hash_ids else None)  # request fields by name
         write_all(result, tmp)
     ok = all(t.passed is not False for t in result.law_tests)
     return lawtest_table(result) + f"\nOutputs: {out}/ (results.json, TABLES.md)", ok

@@ -10,6 +10,7 @@ from specreplay.replay.lawcases import run_cases, sample_cases, toy_arm_cases
 from specreplay.results.builders import law_tests_of
 from specreplay.results.document import input_files, new_result
 from specreplay.results.model import InputFile, Result
+from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.sim.arms import parse_arm
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.lawtest import toy_cases
@@ -28,6 +29,7 @@ def lawtest_result(
     buckets: str = "",
     logging_arm: str | None = None,
     replayed: ReplayResult | None = None,
+    hash_ids: bool = False,
 ) -> Result:
     """Law tests of arms on the toy laws and, given an archive, on sampled positions.
 
@@ -85,4 +87,4 @@ def lawtest_result(
         arms=[a.canonical for a in arms] or sorted({c.arm for c in cases}),
         law_tests=law_tests_of(law),
     )
-    return result
+    return hash_result(result, IdHasher() if hash_ids else None)  # request fields by name
