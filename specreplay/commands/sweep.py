@@ -28,7 +28,7 @@ from specreplay.results.sweep import (
     sweep_result,
 )
 from specreplay.results.tables import sweep_tables
-from specreplay.sim.arms import Arm, parse_arm
+from specreplay.sim.arms import Arm, parse_arm_option
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 
 __all__ = ["expand_arms", "run_sweep"]
@@ -39,7 +39,7 @@ def expand_arms(texts: list[str]) -> list[Arm]:
     arms: dict[str, Arm] = {}
     for text in texts:
         for one in expand_braces(text):
-            arm = parse_arm(one)
+            arm = parse_arm_option("--arm", one)
             arms.setdefault(arm.canonical, arm)
     if not arms:
         raise SpecReplayError("sweep: give at least one --arm")
@@ -62,7 +62,7 @@ def run_sweep(
     if _is_round_traces(archive):
         return _run_proxy(archive, opts, out=out, force=force)
     arms = expand_arms(list(opts.arms))
-    baseline = parse_arm(opts.baseline) if opts.baseline else None
+    baseline = parse_arm_option("--baseline", opts.baseline) if opts.baseline else None
     replayed = list({a.canonical: a for a in [*arms, *([baseline] if baseline else [])]}.values())
     if opts.cost:
         CostModel.parse(opts.cost)  # a bad cost model is an error before any work

@@ -71,6 +71,7 @@ __all__ = [
     "Quant",
     "canonical",
     "parse_arm",
+    "parse_arm_option",
 ]
 
 FLOAT_KINDS: tuple[str, ...] = ("float64", "float32", "bfloat16", "float16")
@@ -411,3 +412,19 @@ def parse_arm(text: str) -> Arm:
     if not isinstance(text, str):
         raise SpecReplayError(f"arm {text!r}: expected a string ({_GRAMMAR})")
     return _Parser(text).arm()
+
+
+def parse_arm_option(option: str, text: str) -> Arm:
+    """Parse the value of an arm option; a bad one names the option (``--baseline: arm …``).
+
+    Examples
+    --------
+    >>> parse_arm_option("--baseline", "top32@0")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    specreplay.errors.SpecReplayError: --baseline: arm 'top32@0': DEPTH must be an integer ...
+    """
+    try:
+        return parse_arm(text)
+    except SpecReplayError as err:
+        raise SpecReplayError(f"{option}: {err.message}") from None
