@@ -416,6 +416,14 @@ line_case(
     "jsonl-not-json", "request_id=req-0 family=code", "invalid JSON: Expecting value at column 1"
 )
 line_case("jsonl-not-an-object", "[1, 2, 3]", "expected a JSON object")
+# Python's json raises ValueError (not JSONDecodeError) past 4,300 digits, RecursionError when
+# nested past the recursion limit: found by tests/test_fuzz.py
+line_case(
+    "jsonl-integer-of-5000-digits",
+    '{"round": ' + "9" * 5000 + "}",
+    "invalid JSON: an integer of more than 4300 digits",
+)
+line_case("jsonl-nested-too-deeply", "[" * 100_000, "invalid JSON: nested too deeply")
 
 
 @case("jsonl-invalid-utf8", "position archive")
@@ -444,6 +452,15 @@ def _(tmp: Path) -> Built:
         r["batch"] = "eight" if i == 5 else 8
     path = write_rows(tmp / "trace.jsonl", rows)
     return requalify(path), [where(path, 5) + "column 'batch' is str here but int above"]
+
+
+@case("jsonl-carried-column-out-of-range", "position archive")
+def _(tmp: Path) -> Built:
+    rows = clone(valid_rows())
+    for i, r in enumerate(rows):
+        r["batch"] = 2**63 if i == 5 else 8  # polars would read it as a null, silently
+    path = write_rows(tmp / "trace.jsonl", rows)
+    return requalify(path), [where(path, 5) + f"column 'batch' = {2**63} does not fit in int64"]
 
 
 @case("parquet-corrupt-file", "position archive")
@@ -613,6 +630,17 @@ def _(tmp: Path) -> Built:
     rows = [{**r, "request_id": i // 3} for i, r in enumerate(round_rows())]
     b = write_table(tmp / "b.parquet", rows)
     return interval(tmp, b), [f"{b}: column 'request_id' has type Int64; expected string"]
+
+
+@case("request-sums-tokens-past-float-range", "round traces")
+def _(tmp: Path) -> Built:
+    rows = [
+        {"request_id": f"r{i}", "family": "code", "rounds": 10, "retained_tokens": 25}
+        for i in range(12)
+    ]
+    rows[2]["retained_tokens"] = 10**400
+    b = write_jsonl(tmp / "b.jsonl", rows)
+    return interval(tmp, b), [where(b, 2) + "retained_tokens = 1000", "is not a finite number"]
 
 
 @case("request-sums-fewer-tokens-than-rounds", "round traces")
@@ -830,6 +858,11 @@ counters_case(
 )
 counters_case("counters-empty-suite", {**RUN, "suite": ""}, "suite should be a non-empty string")
 counters_case("counters-not-an-object", "[1, 2]", "expected a JSON object")
+counters_case(
+    "counters-step-past-float-range",
+    {**RUN, "step_p50_ms": 10**400},
+    "step_p50_ms should be a finite number > 0, got 1000",
+)
 
 
 @case("counters-no-d-b-for-batch", "counters")
@@ -996,6 +1029,12 @@ arm_case(
     "'ceil' after the sampler QUANT 'dyadic8'",
 )
 arm_case("arm-unknown-part", "--candidate", "top4:k9@3", "unknown part 'k9'")
+arm_case(
+    "arm-depth-of-5000-digits",
+    "--baseline",
+    "top4@" + "9" * 5000,
+    "DEPTH must be an integer in 1..127",
+)
 option_case(
     "arm-bad-logging-arm-option",
     "arm spec",
@@ -1040,6 +1079,11 @@ bucket_case("buckets-no-range", "short", "'short' should be NAME:LO-HI, NAME:<HI
 bucket_case("buckets-bad-range-form", "a:4K", "range '4K' in 'a:4K' should be LO-HI, <HI or >=LO")
 bucket_case("buckets-fractional-tokens", "a:<10.5", "'10.5' in 'a:<10.5' is not a whole number")
 bucket_case("buckets-none-given", " , ", "no bucket given")
+bucket_case(
+    "buckets-number-past-int64",
+    "a:<" + "9" * 400,
+    f"'{'9' * 400}' in 'a:<{'9' * 400}' is more tokens than an int64 holds",
+)
 
 
 def sweep(tmp: Path, *extra: str) -> list[str]:
@@ -1245,6 +1289,28 @@ option_case(
     lambda tmp: [*requalify(good_archive(tmp)), "--fail-on", "QUALIFIED,MAYBE"],
     "--fail-on: unknown verdict(s) ['MAYBE']",
 )
+
+
+def test_counters_lines_are_physical_lines(tmp_path: Path) -> None:
+    """A JSON string may hold U+2028 unescaped: it does not start a line (``str.splitlines``
+    split there, so a valid file failed and later lines were misnumbered)."""
+    counters = tmp_path / "counters.jsonl"
+    rows = [{**RUN, "suite": "a\u2028b"}, RUN]
+    counters.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    assert "\u2028" in counters.read_text(encoding="utf-8")  # written raw, not escaped
+    cfg = tmp_path / "screen.toml"
+    cfg.write_text(CONFIG)
+    res = CliRunner().invoke(
+        app, ["screen", str(counters), "--config", str(cfg), "--out", str(tmp_path / "out")]
+    )
+    assert res.exit_code == 0, res.output
+    with counters.open("a", encoding="utf-8") as fh:
+        fh.write("{oops\n")
+    res = CliRunner().invoke(
+        app, ["screen", str(counters), "--config", str(cfg), "--out", str(tmp_path / "out2")]
+    )
+    assert res.exit_code == 2
+    assert f"{counters}:line 3: not JSON" in res.stderr
 
 
 # ---------------------------------------------------------------------------------------------

@@ -261,7 +261,9 @@ class _Parser:
         return SpecReplayError(f"arm {self.text!r}: {what}")
 
     def integer(self, digits: str, token: str, name: str, lo: int, hi: int) -> int:
-        if not _INT.fullmatch(digits) or not lo <= int(digits) <= hi:
+        # more than 19 significant digits exceed every bound (and int() refuses > 4,300 digits)
+        small = _INT.fullmatch(digits) is not None and len(digits.lstrip("0")) <= 19
+        if not small or not lo <= int(digits) <= hi:
             expected = f"≥ {lo}" if hi == _MAX_K else f"in {lo}..{hi}"
             raise self.fail(f"{name} must be an integer {expected}, got {token!r}")
         return int(digits)

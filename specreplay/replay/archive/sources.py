@@ -378,6 +378,8 @@ def _parse_line(line: str, state: _JsonlState) -> tuple[dict[str, Any], str | No
             typ = type(value)
             if typ not in (str, int, float, bool):
                 return {}, f"column {name!r} must be a string, number or boolean"
+            if typ is int and not -_INT64_MAX - 1 <= value <= _INT64_MAX:  # else a silent null
+                return {}, f"column {name!r} = {value} does not fit in int64"
             seen = extras.setdefault(name, typ)
             if seen is not typ and not (seen is float and typ is int):
                 return {}, f"column {name!r} is {typ.__name__} here but {seen.__name__} above"
