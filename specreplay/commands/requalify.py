@@ -36,7 +36,7 @@ from specreplay.results.requalification import (
     requalify_result,
 )
 from specreplay.results.tables import requalify_tables
-from specreplay.sim.arms import Arm, parse_arm
+from specreplay.sim.arms import Arm, parse_arm, parse_arm_option
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.compare import parse_margin
 
@@ -154,8 +154,9 @@ def run_requalify(
 def _arms(
     baseline: str, candidate: str, reference: str | None, logged: str | None
 ) -> RequalifyArms:
-    base, cand = parse_arm(baseline), parse_arm(candidate)
-    ref = parse_arm(reference) if reference else None
+    base = parse_arm_option("--baseline", baseline)
+    cand = parse_arm_option("--candidate", candidate)
+    ref = parse_arm_option("--reference", reference) if reference else None
     if base.canonical == cand.canonical:
         raise SpecReplayError(f"baseline and candidate are the same arm ({base.canonical})")
     log = parse_arm(logged) if logged is not None else None  # the reader checked it is an arm

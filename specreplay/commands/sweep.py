@@ -31,7 +31,7 @@ from specreplay.results.sweep import (
     sweep_result,
 )
 from specreplay.results.tables import sweep_tables
-from specreplay.sim.arms import Arm, parse_arm
+from specreplay.sim.arms import Arm, parse_arm_option
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 
 __all__ = ["expand_arms", "run_sweep", "sweep_run"]
@@ -42,7 +42,7 @@ def expand_arms(texts: list[str]) -> list[Arm]:
     arms: dict[str, Arm] = {}
     for text in texts:
         for one in expand_braces(text):
-            arm = parse_arm(one)
+            arm = parse_arm_option("--arm", one)
             arms.setdefault(arm.canonical, arm)
     if not arms:
         raise SpecReplayError("sweep: give at least one --arm")
@@ -73,7 +73,7 @@ def _prepare(archive: Path, opts: SweepOptions) -> _Prepared:
     """Check the arms and the cost model and open the archive: errors before any work."""
     check_by(opts.by)
     arms = expand_arms(list(opts.arms))
-    baseline = parse_arm(opts.baseline) if opts.baseline else None
+    baseline = parse_arm_option("--baseline", opts.baseline) if opts.baseline else None
     replayed = list({a.canonical: a for a in [*arms, *([baseline] if baseline else [])]}.values())
     if opts.cost:
         CostModel.parse(opts.cost)  # a bad cost model is an error before any work

@@ -30,7 +30,6 @@ Every problem is a :class:`~specreplay.errors.SpecReplayError` naming the file a
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import tomllib
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from specreplay.errors import SpecReplayError
+from specreplay.replay.archive.sources import parse_json_line, text_lines
 from specreplay.stats.screen import ScreenParams
 
 __all__ = [
@@ -109,9 +109,40 @@ def _int(value: Any, key: str, where: str, lo: int) -> int:
     return value
 
 
+def _finite(value: Any) -> bool:
+    """Tell whether ``value`` is a finite int or float (a bool is neither).
+
+    An int past float's range is not finite (``math.isfinite`` would raise OverflowError).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _lines(path: Path) -> list[tuple[int, str]]:
+    """Return (1-based physical line, text) of a file's lines, split at newlines only.
+
+    ``str.splitlines`` would also split at U+2028, form feeds and other separators that JSON
+    strings may hold, so a line number would no longer be the line an editor shows.
+    """
+    try:
+        with path.open("rb") as fh:
+            lines = list(text_lines(fh))
+    except OSError as exc:
+        raise SpecReplayError(f"{path}: cannot read: {exc.strerror}") from None
+    out = []
+    for lineno, line in lines:
+        if line is None:
+            raise SpecReplayError(f"{path}:line {lineno}: not valid UTF-8")
+        out.append((lineno, line.rstrip("\r\n")))
+    return out
+
+
 def _pos(value: Any, key: str, where: str) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value <= 0:
+    if not _finite(value) or value <= 0:
         raise SpecReplayError(f"{where}: {key} should be a finite number > 0, got {value!r}")
     return float(value)
 
@@ -142,21 +173,14 @@ def _survivals(counts: Any, rounds: int, where: str, key: str) -> tuple[int, ...
 
 def read_counter_runs(path: Path) -> list[CounterRun]:
     """Read a run-counter JSONL file (SPEC §2.3); one :class:`CounterRun` per non-blank line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise SpecReplayError(f"{path}: not valid UTF-8") from None
-    except OSError as exc:
-        raise SpecReplayError(f"{path}: cannot read: {exc.strerror}") from None
     runs = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in _lines(path):
         if not line.strip():
             continue
         where = f"{path}:line {lineno}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecReplayError(f"{where}: not JSON: {exc.msg}") from None
+        row, problem = parse_json_line(line)
+        if problem is not None:
+            raise SpecReplayError(f"{where}: not JSON: {problem.removeprefix('invalid JSON: ')}")
         if not isinstance(row, dict):
             raise SpecReplayError(f"{where}: expected a JSON object")
         missing = [k for k in _RUN_KEYS if k not in row]
@@ -222,15 +246,9 @@ def read_prometheus(path: Path) -> dict[Series, float]:
     Returns ``{(sample name, sorted labels): value}`` for the names of :data:`VLLM_METRICS`.
     Every non-comment line must be a sample line; a malformed one is an error naming its line.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise SpecReplayError(f"{path}: not valid UTF-8") from None
-    except OSError as exc:
-        raise SpecReplayError(f"{path}: cannot read: {exc.strerror}") from None
     wanted = set(VLLM_METRICS.values())
     out: dict[Series, float] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in _lines(path):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         where = f"{path}:line {lineno}"
@@ -316,8 +334,7 @@ def _table(value: Any, where: str, allowed: set[str] | None = None) -> dict[str,
 
 
 def _fraction(value: Any, where: str, hi: float | None = 1.0) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value < 0 or (hi is not None and value > hi):
+    if not _finite(value) or value < 0 or (hi is not None and value > hi):
         bound = f"in [0, {hi}]" if hi is not None else "≥ 0"
         raise SpecReplayError(f"{where}: should be a number {bound}, got {value!r}")
     return float(value)

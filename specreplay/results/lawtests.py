@@ -11,7 +11,7 @@ from specreplay.results.builders import law_tests_of
 from specreplay.results.document import input_files, new_result
 from specreplay.results.model import InputFile, Result
 from specreplay.results.privacy import IdHasher, hash_result
-from specreplay.sim.arms import parse_arm
+from specreplay.sim.arms import parse_arm_option
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.lawtest import toy_cases
 
@@ -40,7 +40,7 @@ def lawtest_result(
     than the archive's recorded positions is UNSUPPORTED: an error with the reason, as in
     ``requalify``.
     """
-    arms = [parse_arm(a) for a in arms_text]
+    arms = [parse_arm_option("--arm", a) for a in arms_text]
     if arms:
         cases, skipped = toy_arm_cases(arms)
         cases = [c._replace(arm=f"toy:{c.arm}") for c in cases]

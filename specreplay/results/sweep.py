@@ -74,15 +74,47 @@ def expand_braces(text: str) -> list[str]:
     return out
 
 
+def _cost_table(text: str) -> dict[int, float]:
+    """Read ``--cost FILE.toml``: ``ms_per_round`` maps depths ≥ 1 to finite ms > 0."""
+    try:
+        doc = tomllib.loads(Path(text).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise SpecReplayError(f"--cost {text}: not valid UTF-8") from None
+    except (OSError, tomllib.TOMLDecodeError, ValueError) as e:
+        raise SpecReplayError(f"--cost {text}: {e}") from None
+    raw = doc.get("ms_per_round")
+    if not isinstance(raw, dict) or not raw:
+        raise SpecReplayError(f"--cost {text}: expected a table ms_per_round = {{1 = 2.1, …}}")
+    table: dict[int, float] = {}
+    for k, v in raw.items():
+        depth_ok = k.isdigit() and k.isascii() and len(k) <= 3 and 1 <= int(k) <= 127
+        ms_ok = type(v) in (int, float) and math.isfinite(v) and v > 0
+        if not (depth_ok and ms_ok):
+            raise SpecReplayError(
+                f"--cost {text}: ms_per_round.{k} = {v!r}: depth 1..127 → finite ms > 0"
+            )
+        table[int(k)] = float(v)
+    return table
+
+
+def _small_int(digits: str) -> int:
+    """Return ASCII ``digits`` as an int, 10⁵ for more than 4 significant digits.
+
+    Such a number is out of range anyway, and ``int()`` refuses more than 4,300 digits.
+    """
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 4 else 10**5
+
+
 def parse_depths(text: str) -> tuple[int, ...]:
     """Parse ``1..8`` or ``1,2,4`` (or a mix, ``1..3,6``) into sorted distinct depths ≥ 1."""
     depths: set[int] = set()
     for part in text.split(","):
-        m = re.fullmatch(r"\s*(\d+)\s*(?:\.\.\s*(\d+)\s*)?", part)
+        m = re.fullmatch(r"\s*([0-9]+)\s*(?:\.\.\s*([0-9]+)\s*)?", part)
         if m is None:
             raise SpecReplayError(f"--depths {text!r}: expected 1..8 or 1,2,4")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) else lo
+        lo = _small_int(m.group(1))
+        hi = _small_int(m.group(2)) if m.group(2) else lo
         if lo < 1 or hi < lo or hi > 127:
             raise SpecReplayError(f"--depths {text!r}: depths are 1..127, low to high")
         depths.update(range(lo, hi + 1))
@@ -106,23 +138,10 @@ class CostModel:
                 t0, c = (float(x) for x in text.split(":")[1:])
             except ValueError:
                 raise SpecReplayError(f"--cost {text!r}: expected linear:T0:C (ms)") from None
-            if not (t0 >= 0 and c >= 0 and t0 + c > 0):
-                raise SpecReplayError(f"--cost {text!r}: T0 and C are ms ≥ 0, not both 0")
+            if not (math.isfinite(t0 + c) and t0 >= 0 and c >= 0 and t0 + c > 0):
+                raise SpecReplayError(f"--cost {text!r}: T0 and C are finite ms ≥ 0, not both 0")
             return CostModel(text, t0=t0, slope=c)
-        path = Path(text)
-        try:
-            doc = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise SpecReplayError(f"--cost {text}: {e}") from None
-        raw = doc.get("ms_per_round")
-        if not isinstance(raw, dict) or not raw:
-            raise SpecReplayError(f"{text}: expected a table ms_per_round = {{1 = 2.1, …}}")
-        table: dict[int, float] = {}
-        for k, v in raw.items():
-            if not str(k).isdigit() or not isinstance(v, int | float) or v <= 0:
-                raise SpecReplayError(f"{text}: ms_per_round.{k} = {v!r}: depth ≥ 1 → ms > 0")
-            table[int(k)] = float(v)
-        return CostModel(text, table=table)
+        return CostModel(text, table=_cost_table(text))
 
     def ms(self, depth: int) -> float | None:
         """Milliseconds per round at ``depth`` (None where the table has no entry)."""

@@ -71,6 +71,7 @@ __all__ = [
     "Quant",
     "canonical",
     "parse_arm",
+    "parse_arm_option",
 ]
 
 FLOAT_KINDS: tuple[str, ...] = ("float64", "float32", "bfloat16", "float16")
@@ -260,7 +261,9 @@ class _Parser:
         return SpecReplayError(f"arm {self.text!r}: {what}")
 
     def integer(self, digits: str, token: str, name: str, lo: int, hi: int) -> int:
-        if not _INT.fullmatch(digits) or not lo <= int(digits) <= hi:
+        # more than 19 significant digits exceed every bound (and int() refuses > 4,300 digits)
+        small = _INT.fullmatch(digits) is not None and len(digits.lstrip("0")) <= 19
+        if not small or not lo <= int(digits) <= hi:
             expected = f"≥ {lo}" if hi == _MAX_K else f"in {lo}..{hi}"
             raise self.fail(f"{name} must be an integer {expected}, got {token!r}")
         return int(digits)
@@ -411,3 +414,19 @@ def parse_arm(text: str) -> Arm:
     if not isinstance(text, str):
         raise SpecReplayError(f"arm {text!r}: expected a string ({_GRAMMAR})")
     return _Parser(text).arm()
+
+
+def parse_arm_option(option: str, text: str) -> Arm:
+    """Parse the value of an arm option; a bad one names the option (``--baseline: arm …``).
+
+    Examples
+    --------
+    >>> parse_arm_option("--baseline", "top32@0")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    specreplay.errors.SpecReplayError: --baseline: arm 'top32@0': DEPTH must be an integer ...
+    """
+    try:
+        return parse_arm(text)
+    except SpecReplayError as err:
+        raise SpecReplayError(f"{option}: {err.message}") from None

@@ -41,6 +41,8 @@ def _number(text: str, item: str) -> int:
             f"--buckets: cannot read {text!r} in {item!r} as a token count (e.g. 4096 or 4K)"
         )
     value = float(m.group(1)) * (1024 if m.group(2) else 1)
+    if not value <= _INF:  # also inf, from a number of more than 308 digits
+        raise SpecReplayError(f"--buckets: {text!r} in {item!r} is more tokens than an int64 holds")
     if value != int(value):
         raise SpecReplayError(f"--buckets: {text!r} in {item!r} is not a whole number of tokens")
     return int(value)

@@ -19,6 +19,7 @@ Verdicts use the Holm-adjusted p-values; the intervals printed beside them stay 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Final
@@ -79,7 +80,7 @@ def parse_margin(text: str) -> Margin:
     Margin(value=0.005, relative=True, text='0.5%')
     """
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*", text)
-    if m is None or float(m.group(1)) <= 0:
+    if m is None or not 0 < float(m.group(1)) < math.inf:
         raise SpecReplayError(
             f"--margin: {text!r} should be a positive number of tokens/round (0.02) "
             "or a percentage of R_a (0.5%)"

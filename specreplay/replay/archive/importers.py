@@ -67,7 +67,12 @@ import numpy as np
 import polars as pl
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.archive.sources import ArchiveFile, format_location, json_message
+from specreplay.replay.archive.sources import (
+    ArchiveFile,
+    format_location,
+    parse_json_line,
+    text_lines,
+)
 from specreplay.stats.armdata import ARM_SCHEMA, ArmData
 from specreplay.stats.buckets import Buckets
 
@@ -331,27 +336,22 @@ def _json_objects(file: ArchiveFile, *, detecting: bool = False) -> Iterator[tup
     ``detecting``, :class:`SpecReplayError` directly, saying the file is not Parquet either).
     """
     try:
-        fh = file.path.open("r", encoding="utf-8-sig")
+        fh = file.path.open("rb")
     except OSError as exc:
         raise SpecReplayError(f"{file.path}: cannot open: {exc.strerror}") from None
     prefix = "neither Parquet nor JSON Lines: " if detecting else ""
     with fh:
-        lineno = 0
-        try:
-            for line in fh:
-                lineno += 1
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    msg = f"{prefix}invalid JSON: {json_message(exc.msg, exc.colno)}"
-                    _line_problem(file, lineno, msg, detecting)
-                if not isinstance(obj, dict):
-                    _line_problem(file, lineno, f"{prefix}expected a JSON object", detecting)
-                yield lineno, obj
-        except UnicodeDecodeError:
-            _line_problem(file, lineno + 1, f"{prefix}not valid UTF-8", detecting)
+        for lineno, line in text_lines(fh):
+            if line is None:
+                _line_problem(file, lineno, f"{prefix}not valid UTF-8", detecting)
+            if not line.strip():
+                continue
+            obj, problem = parse_json_line(line)
+            if problem is not None:
+                _line_problem(file, lineno, prefix + problem, detecting)
+            if not isinstance(obj, dict):
+                _line_problem(file, lineno, f"{prefix}expected a JSON object", detecting)
+            yield lineno, obj
 
 
 def _line_problem(file: ArchiveFile, lineno: int, message: str, detecting: bool) -> NoReturn:
@@ -419,7 +419,7 @@ def _value_problem(col: _Column, value: Any) -> str | None:
             return f"{col.name} = {value} does not fit in int64"
     else:
         ok = type(value) in (int, float)
-        if ok and not math.isfinite(value):
+        if ok and (abs(value) > 1e308 or not math.isfinite(value)):  # an int past float's range
             return f"{col.name} = {value} is not a finite number"
     if not ok:
         return f"column {col.name!r} should be {col.kind}, got {json.dumps(value)[:40]}"

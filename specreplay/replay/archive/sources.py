@@ -21,7 +21,7 @@ records.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -47,7 +47,9 @@ __all__ = [
     "format_location",
     "json_message",
     "list_archive",
+    "parse_json_line",
     "read_chunks",
+    "text_lines",
 ]
 
 _INT64_MAX: Final[int] = int(np.iinfo(np.int64).max)
@@ -257,9 +259,39 @@ def _to_canonical(
 # JSON Lines
 
 
+def text_lines(fh: Iterable[bytes]) -> Iterator[tuple[int, str | None]]:
+    """Yield (1-based physical line, its text) of a binary file; None for a line not UTF-8.
+
+    Decoding line by line names the line that holds a bad byte (a text-mode file decodes
+    ahead in blocks, so its error cannot say which line). A UTF-8 byte-order mark is dropped.
+    """
+    for lineno, raw in enumerate(fh, 1):
+        try:
+            yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+        except UnicodeDecodeError:
+            yield lineno, None
+
+
+def parse_json_line(line: str) -> tuple[Any, str | None]:
+    """Return (the JSON value of ``line``, None), or (None, why it is not JSON).
+
+    Besides malformed text, Python's ``json`` refuses integers of more than 4,300 digits
+    (ValueError) and nesting deeper than the interpreter's recursion limit (RecursionError):
+    both are bad input, reported like any other invalid JSON.
+    """
+    try:
+        return json.loads(line), None
+    except json.JSONDecodeError as exc:
+        return None, f"invalid JSON: {json_message(exc.msg, exc.colno)}"
+    except ValueError:
+        return None, "invalid JSON: an integer of more than 4300 digits"
+    except RecursionError:
+        return None, "invalid JSON: nested too deeply"
+
+
 def _jsonl_chunks(file: ArchiveFile, chunk_rows: int) -> Iterator[RawChunk]:
     try:
-        fh = file.path.open("r", encoding="utf-8-sig")
+        fh = file.path.open("rb")
     except OSError as exc:
         raise SpecReplayError(f"{file.path}: cannot open: {exc.strerror}") from None
     state = _JsonlState()
@@ -268,22 +300,20 @@ def _jsonl_chunks(file: ArchiveFile, chunk_rows: int) -> Iterator[RawChunk]:
         rows: list[dict[str, Any]] = []
         locs: list[int] = []
         issues: list[Issue] = []
-        try:
-            for line in fh:
-                lineno += 1
-                if not line.strip():
-                    continue
-                row, problem = _parse_line(line, state)
-                if problem is not None:
-                    issues.append(Issue(lineno, problem))
-                else:
-                    rows.append(row)
-                    locs.append(lineno)
-                if len(rows) >= chunk_rows:
-                    yield _jsonl_chunk(file, rows, locs, issues, state)
-                    rows, locs, issues = [], [], []
-        except UnicodeDecodeError:
-            raise SpecReplayError(f"{file.path}:line {lineno + 1}: not valid UTF-8") from None
+        for lineno, line in text_lines(fh):
+            if line is None:
+                raise SpecReplayError(f"{file.path}:line {lineno}: not valid UTF-8")
+            if not line.strip():
+                continue
+            row, problem = _parse_line(line, state)
+            if problem is not None:
+                issues.append(Issue(lineno, problem))
+            else:
+                rows.append(row)
+                locs.append(lineno)
+            if len(rows) >= chunk_rows:
+                yield _jsonl_chunk(file, rows, locs, issues, state)
+                rows, locs, issues = [], [], []
         if rows or issues or lineno == 0:
             yield _jsonl_chunk(file, rows, locs, issues, state)
 
@@ -320,10 +350,9 @@ def _jsonl_chunk(
 
 
 def _parse_line(line: str, state: _JsonlState) -> tuple[dict[str, Any], str | None]:
-    try:
-        obj = json.loads(line.rstrip("\r\n"))
-    except json.JSONDecodeError as exc:
-        return {}, f"invalid JSON: {json_message(exc.msg, exc.pos + 1)}"
+    obj, problem = parse_json_line(line.rstrip("\r\n"))
+    if problem is not None:
+        return {}, problem
     if not isinstance(obj, dict):
         return {}, "expected a JSON object"
     for name in REQUIRED:
@@ -349,6 +378,8 @@ def _parse_line(line: str, state: _JsonlState) -> tuple[dict[str, Any], str | No
             typ = type(value)
             if typ not in (str, int, float, bool):
                 return {}, f"column {name!r} must be a string, number or boolean"
+            if typ is int and not -_INT64_MAX - 1 <= value <= _INT64_MAX:  # else a silent null
+                return {}, f"column {name!r} = {value} does not fit in int64"
             seen = extras.setdefault(name, typ)
             if seen is not typ and not (seen is float and typ is int):
                 return {}, f"column {name!r} is {typ.__name__} here but {seen.__name__} above"
