@@ -1,9 +1,11 @@
 """``specreplay report RUN_DIR [--out DIR]``: re-render a run's files from its results.json alone.
 
 Every folder at or below RUN_DIR that holds a ``results.json`` (a run, or the sub-runs of a demo)
-is read back into its typed result and rendered again: TABLES.md, cells.parquet and the plots,
-exactly what the command wrote, without the archive or any other input. In place by default (the
-files it renders are its own outputs); with ``--out DIR`` into DIR, keeping the sub-folders.
+is read back into its typed result and rendered again: TABLES.md, cells.parquet, the plots and
+REPORT.md, exactly what the command wrote, without the archive or any other input. In place by
+default (the files it renders are its own outputs); with ``--out DIR`` into DIR, keeping the
+sub-folders. Deeper folders are rendered first: a demo's REPORT.md reads its sub-runs' results.json
+and embeds their plots, so they must already be in place (in DIR too).
 """
 
 from __future__ import annotations
@@ -31,15 +33,16 @@ def run_report(run_dir: Path, *, out: Path | None = None, force: bool = False) -
     """Re-render every run at or below ``run_dir``; return what was written, one line a run."""
     runs = _runs(run_dir)
     results = [(folder, read_result(folder / "results.json")) for folder in runs]
-    lines = []
+    deepest_first = sorted(results, key=lambda fr: (-len(fr[0].parts), fr[0]))
+    lines: dict[Path, str] = {}
     if out is None:
-        for folder, result in results:
-            lines.append(f"{folder}: {', '.join(render(result, folder))} ({result.command})")
-        return "\n".join(lines)
+        for folder, result in deepest_first:
+            lines[folder] = f"{folder}: {', '.join(render(result, folder))} ({result.command})"
+        return "\n".join(lines[folder] for folder in runs)
     with output_dir(out, force=force) as tmp:
-        for folder, result in results:
+        for folder, result in deepest_first:
             target = tmp / folder.relative_to(run_dir)
             target.mkdir(parents=True, exist_ok=True)
             files = write_all(result, target)
-            lines.append(f"{out / folder.relative_to(run_dir)}: {', '.join(files)}")
-    return "\n".join(lines)
+            lines[folder] = f"{out / folder.relative_to(run_dir)}: {', '.join(files)}"
+    return "\n".join(lines[folder] for folder in runs)
