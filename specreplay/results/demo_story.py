@@ -277,7 +277,9 @@ _HOW = {
 
 _BITS = (
     "The same requalification with fewer bits in the dyadic verifier: Δ/R_a against the "
-    "float64 baseline with its 95% interval; each row links to that sub-run's own report."
+    "float64 baseline with its 95% interval; each row links to that sub-run's own report. The "
+    "forest plot of each run that is not QUALIFIED follows: its intervals lie outside the "
+    "shaded margin."
 )
 
 
@@ -307,7 +309,18 @@ def _bits_table(runs: DemoRuns) -> str:
     return "\n".join(rows)
 
 
-def _chapter_md(i: int, ch: Chapter, runs: DemoRuns, pngs: Sequence[str]) -> str:
+def _failing_bits(runs: DemoRuns, folder: Path) -> list[str]:
+    """Return the forest plots of the bits runs that are not QUALIFIED (where the story turns)."""
+    out = []
+    for name, r in runs.runs.items():
+        rq = r.requalification
+        if name.startswith(BITS_PREFIX) and rq is not None and rq.verdict != "QUALIFIED":
+            out += [figure_block(p, figure_label(r, p), folder=f"{name}/")
+                    for p in _pngs(folder / name) if p == "forest.png"]  # fmt: skip
+    return out
+
+
+def _chapter_md(i: int, ch: Chapter, runs: DemoRuns, pngs: Sequence[str], folder: Path) -> str:
     sub = ch.folder or ""
     if ch.folder is None:
         body = md_blocks("\n".join(f"- {ln}" for ln in ch.body.split("\n\n", 1)[0].split("\n")))
@@ -320,7 +333,7 @@ def _chapter_md(i: int, ch: Chapter, runs: DemoRuns, pngs: Sequence[str]) -> str
     result = runs.runs[sub] if ch.folder is not None else runs.measured
     parts = [f"## {i}. {ch.title}", _HOW.get(ch.folder, ""), links, body]
     if ch.folder == "requalify" and len(runs.bits()) > 1:
-        parts += ["### The bits sweep", _BITS, _bits_table(runs)]
+        parts += ["### The bits sweep", _BITS, _bits_table(runs), *_failing_bits(runs, folder)]
     figures = _figures(pngs, sub, result)
     if figures:
         parts += ["### Figures", figures]
@@ -363,5 +376,5 @@ def demo_report(measured: Result, folder: Path, pngs: Sequence[str]) -> str:
     text = "\n\n".join(head) + "\n"
     for i, ch in enumerate(chapters(runs, "`archive/`"), 1):
         here = pngs if ch.folder is None else _pngs(folder / ch.folder)
-        text += "\n" + _chapter_md(i, ch, runs, here)
+        text += "\n" + _chapter_md(i, ch, runs, here, folder)
     return text

@@ -23,6 +23,7 @@ REPORT.md tells the whole story from its sub-runs (:mod:`specreplay.results.demo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from specreplay.results.markdown import (
     num,
     split_assumptions,
 )
-from specreplay.results.model import Level, Result, Role
+from specreplay.results.model import Result, Role
 from specreplay.results.screen import screen_tables
 from specreplay.results.tables import TABLES, estimator_line
 from specreplay.results.verdicts_md import HOW_TO_READ, QUESTIONS, VERDICTS, delta_text
@@ -202,14 +203,30 @@ def _law_diag(result: Result) -> list[str]:
     return out
 
 
+def _null_cells(result: Result) -> list[str]:
+    """Count the cells whose main Δ is null, with their distinct reasons (most frequent first)."""
+    main = main_delta(result)
+    if main is None:
+        return []
+    why: dict[str, int] = {}
+    for c in result.cells:
+        d = c.delta(main.role)
+        if d is None or d.point is None:
+            reason = (d.null_reason if d is not None else None) or c.null_reason or "—"
+            key = re.sub(r"^\d+ requests", "k requests", reason)
+            why[key] = why.get(key, 0) + 1
+    if not why:
+        return []
+    reasons = "; ".join(f"{k} ({n})" for k, n in sorted(why.items(), key=lambda kv: -kv[1]))
+    return [f"{sum(why.values())} of {len(result.cells)} cells have no Δ (`—`): {reasons}."]
+
+
 def _diagnostics(result: Result) -> str:
     items = _path_bias(result) + _importance(result) + _undercover(result) + _law_diag(result)
     if result.command == "screen":
         items.append("Envelopes are assumption envelopes (grids of overlap, overhead and slope × "
                      "every run's survivals), not confidence intervals.")  # fmt: skip
-    if result.cells and any(c.level == Level.FAMILY_BUCKET and c.null_reason for c in result.cells):
-        n = sum(1 for c in result.cells if c.null_reason)
-        items.append(f"{n} cell(s) have no figures (`—`, with the reason in the tables).")
+    items += _null_cells(result)
     return bullets(items or ["No diagnostic applies to this run."])
 
 
