@@ -267,7 +267,7 @@ def test_demo_lawtest_report_counts_the_failures(demo_run: tuple[Path, str]) -> 
     if failed:
         assert f"law test **FAILED** at {failed} of {len(ran)} positions" in line
     else:
-        assert f"law test passed at all {len(ran)} position" in line
+        assert f"law test passed at all {len(ran)} positions" in line
 
 
 def test_demo_report_without_its_sub_runs_says_why(

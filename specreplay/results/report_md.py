@@ -49,8 +49,9 @@ __all__ = ["REPORT_NAME", "report_markdown", "report_text"]
 REPORT_NAME = "REPORT.md"
 
 _READ = {
-    "tables": "The same tables as TABLES.md, every cell (pooled, family, context bucket, family "
-    "× bucket). Footnote numbers [k] point to the reason for a `—`.",
+    "tables": "The same tables as TABLES.md, for every cell the run has (pooled, family, "
+    "context bucket, family × bucket where they apply). Footnote numbers [k] point to the "
+    "reason for a `—`.",
     "choices": "What this run assumed and chose, and why: read it before trusting a verdict.",
     "diagnostics": "Checks of the method on this data. A diagnostic that fails does not change "
     "a verdict; it says where the verdict may be wrong.",
@@ -114,9 +115,18 @@ def _choices(result: Result) -> str:
         items.append(estimator_line(result))
         items.append("Replay: " + _PATH.get(str(o["estimator_used"]), str(o["estimator_used"])))
     items += _interval_choice(result)
+    if isinstance(o.get("central"), dict) and isinstance(o.get("envelope"), dict):
+        c, e = o["central"], o["envelope"]
+        items.append(
+            f"Central values: overlap {c.get('overlap')}, overhead {c.get('overhead_ms')} ms, "
+            f"slope {c.get('slope')}; envelope grids: overlap {e.get('overlap')}, overhead "
+            f"{e.get('overhead_ms')} ms, slope {e.get('slope')} (config "
+            f"{Path(str(o.get('config'))).name if o.get('config') else '— (defaults)'})."
+        )
     reps = o.get("replicates")
-    items.append(f"Seed {result.seed}" + (f"; {reps} Monte Carlo replicates per round" if reps
-                                          else "") + ".")  # fmt: skip
+    if result.command not in ("screen", "budget"):  # the only commands that draw nothing
+        items.append(f"Seed {result.seed}" + (f"; {reps} Monte Carlo replicates per round"
+                                              if reps else "") + ".")  # fmt: skip
     text = bullets(items)
     text += "\n\nAssumptions the command states:\n\n" + bullets(list(result.assumptions) or ["—"])
     excl = [f"{e.reason}: " + ", ".join(f"{v:,} {k}" for k in ("rows", "rounds", "requests")

@@ -180,8 +180,8 @@ def screen_verdicts(result: Result) -> list[str]:
         if best is None or best.tokens_per_s is None:
             lines.append(f"{c.name}: — (no supported depth)")
             continue
-        gain = (f"; gain over the nominal cap {c.screen.cap}: {pct(best.gain, 2)} "
-                f"[{pct(best.gain_lo, 2)}, {pct(best.gain_hi, 2)}]" if best.gain is not None
+        gain = (f"; gain over the nominal cap {c.screen.cap}: {pct(best.gain, 2)} (envelope "
+                f"{pct(best.gain_lo, 2)} to {pct(best.gain_hi, 2)})" if best.gain is not None
                 else "")  # fmt: skip
         lines.append(
             f"{c.name}: **best depth {best.depth}**, {best.tokens_per_s:.1f} tokens/s "
@@ -222,7 +222,8 @@ def law_summary(law: tuple[LawTest, ...], arm: str) -> str:
     failed = sum(1 for t in ran if not t.passed)
     tv = max(t.tv or 0.0 for t in ran)
     under = sum(1 for t in ran if t.passed and t.underpowered)
-    what = f"**FAILED** at {failed} of {len(ran)}" if failed else f"passed at all {len(ran)}"
+    every = "the" if len(ran) == 1 else "all"
+    what = f"**FAILED** at {failed} of {len(ran)}" if failed else f"passed at {every} {len(ran)}"
     extra = f"; {under} pass(es) underpowered" if under else ""
     skipped = len(mine) - len(ran)
     extra += f"; {skipped} could not run" if skipped else ""
@@ -246,7 +247,7 @@ def measured_verdicts(result: Result) -> list[str]:
             return f"{_who(c)}: — ({(f.null_reason if f else None) or c.null_reason})"
         return f"{_who(c)}: R {f.R:.4f} retained tokens per round ({f.label.value})"
 
-    return [f"pooled, {arm}: " + line(result.pooled)] + [line(c) for c in _families(result)]
+    return [line(c) for c in [result.pooled, *_families(result)]]
 
 
 VERDICTS: dict[str, Callable[[Result], list[str]]] = {
@@ -327,7 +328,7 @@ def _lawtest_q(r: Result) -> tuple[str, str]:
     where = (f"at {o['positions']} positions of the archive {_name(o['archive'])}"
              if o.get("archive") else "on the built-in toy suite")  # fmt: skip
     return (
-        f"Law tests of {', '.join(r.arms)}",
+        f"Law tests of {', '.join(r.arms) if len(r.arms) <= 3 else f'{len(r.arms)} arms'}",
         f"Does each arm's verifier ({', '.join(f'`{a}`' for a in r.arms)}) emit tokens with "
         f"the target model's law, tested {where}?",
     )
