@@ -1,9 +1,10 @@
-"""Render a result's files for people and programs: TABLES.md, cells.parquet, plots.
+"""Render a result's files for people and programs: TABLES.md, cells.parquet, plots, REPORT.md.
 
 :func:`render` is the one place that decides which files a command's result has; commands call it
 after writing results.json, and ``specreplay report`` calls it on a results.json read back, so
-both write the same bytes (the inputs are not needed). Files are written under a temporary name
-and renamed, so a killed run never leaves a half-written file.
+both write the same bytes (the inputs are not needed). REPORT.md comes last, since it embeds the
+plots; a demo's REPORT.md also reads its sub-runs' results.json, so they are rendered first. Files
+are written under a temporary name and renamed, so a killed run never leaves a half-written file.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from specreplay.results.io import result_json
 from specreplay.results.model import Result, Role
 from specreplay.results.output import check_out, output_dir
 from specreplay.results.plots import depth_plot, forest_plot, screen_plot
+from specreplay.results.report_md import REPORT_NAME, report_text
 from specreplay.results.screen import screen_tables
 from specreplay.results.tables import TABLES
 
@@ -69,6 +71,11 @@ def render(result: Result, folder: Path) -> list[str]:
         depth_plot(result, tmp)
         os.replace(tmp, folder / "depths.png")
         written.append("depths.png")
+    # REPORT.md last: it embeds every PNG written above (a demo's also reads its sub-runs)
+    report = report_text(result, folder, [n for n in written if n.endswith(".png")])
+    if report is not None:
+        _replace(folder / REPORT_NAME, report)
+        written.append(REPORT_NAME)
     return written
 
 

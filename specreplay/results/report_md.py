@@ -1,0 +1,275 @@
+"""REPORT.md: one run's findings for a person, rendered from its typed result (issue 7, item 1).
+
+Sections, in this order, each opening with one short paragraph on how to read it:
+
+1. ``# title`` and the question in one sentence, built from the result (arms, inputs, margin);
+2. **Verdicts**: the pooled verdict first, then per family (per cell for a screen), each with its
+   figures and label (:mod:`specreplay.results.verdicts_md`);
+3. **Tables**: the TABLES.md text of the run, produced by the same renderers (never a copy of
+   them), headings moved under this section, its closing assumption list moved to section 4;
+4. **Assumptions and choices**: the estimator used and why, the path assumption, the interval
+   method and its calibration, the margin and verdict rule, seed and bootstrap replicates, the
+   command's stated assumptions, what was excluded, the inputs;
+5. **Diagnostics**: path bias, the importance weights' ESS and Pareto k̂, cells whose interval
+   may undercover, underpowered or skipped law tests;
+6. **Figures**: every PNG the run wrote, embedded by its relative file name (the folder can be
+   moved) with its label and the one-line caption of :data:`~specreplay.results.plots.PLOT_CAPTIONS`
+   (a fallback caption for a name it lacks).
+
+Nulls read ``—`` with their reason. The text is a function of the result and of the names of the
+PNGs written beside it, so ``specreplay report`` re-renders it byte for byte. The demo's top-level
+REPORT.md tells the whole story from its sub-runs (:mod:`specreplay.results.demo_story`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from specreplay.results import demo_story
+from specreplay.results.markdown import (
+    bullets,
+    demote,
+    figure_block,
+    figure_label,
+    main_delta,
+    md_blocks,
+    num,
+    split_assumptions,
+)
+from specreplay.results.model import Result, Role
+from specreplay.results.screen import screen_tables
+from specreplay.results.tables import TABLES, estimator_line
+from specreplay.results.verdicts_md import HOW_TO_READ, QUESTIONS, VERDICTS, delta_text
+from specreplay.stats.compare import UNDERCOVER_REQUESTS
+
+__all__ = ["REPORT_NAME", "report_markdown", "report_text"]
+
+REPORT_NAME = "REPORT.md"
+
+_READ = {
+    "tables": "The same tables as TABLES.md, for every cell the run has (pooled, family, "
+    "context bucket, family × bucket where they apply). Footnote numbers [k] point to the "
+    "reason for a `—`.",
+    "choices": "What this run assumed and chose, and why: read it before trusting a verdict.",
+    "diagnostics": "Checks of the method on this data. A diagnostic that fails does not change "
+    "a verdict; it says where the verdict may be wrong.",
+    "figures": "The plots written beside this file (links are relative: keep them together).",
+}
+
+_PATH = {
+    "importance": "importance weights: each replayed round is reweighted by the policy ratio of "
+    "its archived drafts, which removes the path assumption's bias where the archive records "
+    "the drafted token and its logging law (SPEC §3.2).",
+    "analytic": "the path assumption: archived positions are replayed as if their laws did not "
+    "depend on what was drafted before (exact expectations, no Monte Carlo noise); biased even "
+    "for the logging arm — see the path-bias diagnostic.",
+    "montecarlo": "the path assumption, replayed by Monte Carlo draws: archived positions are "
+    "replayed as if their laws did not depend on what was drafted before.",
+    "survival-proxy": "the survival truncation proxy: R at depth d = 1 + Σ_{j≤d} P(A ≥ j) of "
+    "the archived rounds (ESTIMATED; no replay).",
+}
+
+
+def _section(title: str, read: str, body: str) -> str:
+    return f"## {title}\n\n{read}\n\n{body.strip()}\n"
+
+
+def _tables(result: Result) -> str:
+    render = {**TABLES, "screen": screen_tables}[result.command]
+    return demote(md_blocks(split_assumptions(render(result))), 3)
+
+
+def _interval_choice(result: Result) -> list[str]:
+    d = main_delta(result)
+    if d is None:
+        return []
+    o = result.options
+    valid = f" ({d.n_boot_valid:,} valid)" if d.n_boot_valid is not None else ""
+    out = [
+        f"Intervals: {d.method} bootstrap at {d.level:.0%}, {d.n_boot:,} replicates{valid}, "
+        f"requests resampled as clusters, stratified by {o.get('stratify', '—')}. In the "
+        f'calibration study (README "Calibration of the intervals") the studentized 95% '
+        f"interval covered 0.94–0.95 at {UNDERCOVER_REQUESTS} or more requests per cell and "
+        "about 0.91 when a few long requests carry most of Δ; cells under "
+        f'{UNDERCOVER_REQUESTS} requests carry the warning "bootstrap may undercover".'
+    ]
+    if "margin" in o and d.verdict is not None:
+        m = o["margin"]
+        out.append(
+            f"Margin ±{m['text']} ({m['kind']}). Verdict at test level 0.05: EQUIVALENT iff the "
+            "90% interval (TOST) lies inside ±margin, else DIFFERENT iff the 95% interval "
+            "excludes 0, else INCONCLUSIVE; p-values Holm-adjusted within each level (families, "
+            "buckets, family × bucket)."
+        )
+    if o.get("min_requests") is not None:
+        out.append(f"Cells with fewer than {o['min_requests']} requests get no Δ (`—`, reason).")
+    return out
+
+
+def _choices(result: Result) -> str:
+    o = result.options
+    items = []
+    if o.get("estimator_used"):
+        items.append(estimator_line(result))
+        items.append("Replay: " + _PATH.get(str(o["estimator_used"]), str(o["estimator_used"])))
+    items += _interval_choice(result)
+    if isinstance(o.get("central"), dict) and isinstance(o.get("envelope"), dict):
+        c, e = o["central"], o["envelope"]
+        items.append(
+            f"Central values: overlap {c.get('overlap')}, overhead {c.get('overhead_ms')} ms, "
+            f"slope {c.get('slope')}; envelope grids: overlap {e.get('overlap')}, overhead "
+            f"{e.get('overhead_ms')} ms, slope {e.get('slope')} (config "
+            f"{Path(str(o.get('config'))).name if o.get('config') else '— (defaults)'})."
+        )
+    reps = o.get("replicates")
+    if result.command not in ("screen", "budget"):  # the only commands that draw nothing
+        items.append(f"Seed {result.seed}" + (f"; {reps} Monte Carlo replicates per round"
+                                              if reps else "") + ".")  # fmt: skip
+    text = bullets(items)
+    text += "\n\nAssumptions the command states:\n\n" + bullets(list(result.assumptions) or ["—"])
+    excl = [f"{e.reason}: " + ", ".join(f"{v:,} {k}" for k in ("rows", "rounds", "requests")
+            if (v := getattr(e, k)) is not None) for e in result.excluded]  # fmt: skip
+    text += "\n\nExcluded: " + ("nothing." if not excl else "\n\n" + bullets(excl))
+    files = [f"`{Path(f.path).name}` ({f.bytes:,} bytes, SHA-256 {f.sha256[:12]}…)"
+             for f in result.inputs]  # fmt: skip
+    text += (f"\n\nInputs ({len(files)} file(s)), specreplay {result.version}, "
+             f"{result.created_utc}:\n\n" + bullets(files[:12]))  # fmt: skip
+    if len(files) > 12:
+        text += f"\n- … and {len(files) - 12} more (results.json lists every one)"
+    return text
+
+
+def _path_bias(result: Result) -> list[str]:
+    if not result.cells:
+        return []
+    out = []
+    pb = result.pooled.delta(Role.PATH_BIAS)
+    if pb is not None:
+        if pb.point is None or pb.lo is None or pb.hi is None:
+            out.append(f"Path bias of the logging arm: — ({pb.null_reason})")
+        else:
+            inside = pb.lo <= 0.0 <= pb.hi
+            out.append(
+                f"Path bias of the logging arm {pb.b} (SIMULATED − MEASURED R): {num(pb.point)} "
+                f"[{num(pb.lo)}, {num(pb.hi)}] tokens/round: "
+                + ("the interval holds 0, the replay reproduces the archived acceptance."
+                   if inside else "the interval excludes 0, the replay is biased even for the "
+                   "arm that wrote the archive; deltas may carry part of that bias.")
+            )  # fmt: skip
+    for d in result.pooled.deltas:
+        if d.role is Role.PATH_BIAS_IMPORTANCE:
+            out.append(f"Path assumption's cost for {d.b.split(' (')[0]} ({d.b} − {d.a}): "
+                       + delta_text(d).replace(", Δ/R_a", "; relative"))  # fmt: skip
+    return out
+
+
+def _importance(result: Result) -> list[str]:
+    imp = [d for d in result.pooled.importance if d.ess_share is not None] if result.cells else []
+    if not imp:
+        return []
+    low = min(imp, key=lambda d: d.ess_share or 0.0)
+    ks = [d for d in imp if d.pareto_k is not None]
+    high = max(ks, key=lambda d: d.pareto_k or 0.0) if ks else None
+    k_text = (f"; largest Pareto k̂ {high.pareto_k:.2f} ({high.arm} at depth {high.depth}, "
+              f"threshold {num(high.khat_threshold, 2).lstrip('+')})" if high else "")  # fmt: skip
+    warned = sorted({f"{d.arm} at depth {d.depth}: {d.warning}" for d in imp if d.warning})
+    return [
+        f"Importance weights (pooled): lowest ESS share {100 * (low.ess_share or 0.0):.1f}% "
+        f"({low.arm} at depth {low.depth}){k_text}. "
+        + ("No tail warning." if not warned else f"{len(warned)} warning(s): " + "; ".join(warned))
+    ]
+
+
+def _undercover(result: Result) -> list[str]:
+    cells: dict[str, list[str]] = {}
+    for c in result.cells:
+        for d in c.deltas:
+            if d.warning:
+                cells.setdefault(d.warning.split(":")[0], []).append(c.name)
+    out = []
+    for warning, names in cells.items():
+        names = list(dict.fromkeys(names))
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        out.append(f'{len(names)} cell(s) warn "{warning}": {shown}.')
+    if any(d.verdict is not None for c in result.cells for d in c.deltas) and not out:
+        out.append(f"No cell warns of undercoverage (every cell has ≥ {UNDERCOVER_REQUESTS} "
+                   "requests, or no delta).")  # fmt: skip
+    return out
+
+
+def _law_diag(result: Result) -> list[str]:
+    law = result.law_tests
+    under = [t for t in law if t.passed and t.underpowered]
+    skipped = [t for t in law if t.passed is None]
+    out = []
+    if under:
+        out.append(f"{len(under)} law test(s) passed with too few draws to detect their exact "
+                   "TV (underpowered): a pass there says little.")  # fmt: skip
+    if skipped:
+        why = "; ".join(sorted({t.null_reason or "—" for t in skipped}))
+        out.append(f"{len(skipped)} law test(s) could not run: — ({why}).")
+    return out
+
+
+def _null_cells(result: Result) -> list[str]:
+    """Count the cells whose main Δ is null, with their distinct reasons (most frequent first)."""
+    main = main_delta(result)
+    if main is None:
+        return []
+    why: dict[str, int] = {}
+    for c in result.cells:
+        d = c.delta(main.role)
+        if d is None or d.point is None:
+            reason = (d.null_reason if d is not None else None) or c.null_reason or "—"
+            key = re.sub(r"^\d+ requests", "k requests", reason)
+            why[key] = why.get(key, 0) + 1
+    if not why:
+        return []
+    reasons = "; ".join(f"{k} ({n})" for k, n in sorted(why.items(), key=lambda kv: -kv[1]))
+    return [f"{sum(why.values())} of {len(result.cells)} cells have no Δ (`—`): {reasons}."]
+
+
+def _diagnostics(result: Result) -> str:
+    items = _path_bias(result) + _importance(result) + _undercover(result) + _law_diag(result)
+    if result.command == "screen":
+        items.append("Envelopes are assumption envelopes (grids of overlap, overhead and slope × "
+                     "every run's survivals), not confidence intervals.")  # fmt: skip
+    items += _null_cells(result)
+    return bullets(items or ["No diagnostic applies to this run."])
+
+
+def _figures(result: Result, pngs: Sequence[str]) -> str:
+    if not pngs:
+        return "This run wrote no plot."
+    return "\n\n".join(figure_block(p, figure_label(result, p)) for p in pngs)
+
+
+def report_markdown(result: Result, pngs: Sequence[str]) -> str:
+    """Return the REPORT.md text of a run that has tables (see the module docstring)."""
+    title, question = QUESTIONS[result.command](result)
+    parts = [
+        f"# {title}\n\n{question}\n",
+        _section(
+            "Verdicts", HOW_TO_READ[result.command], bullets(VERDICTS[result.command](result))
+        ),
+        _section("Tables", _READ["tables"], _tables(result)),
+        _section("Assumptions and choices", _READ["choices"], _choices(result)),
+        _section("Diagnostics", _READ["diagnostics"], _diagnostics(result)),
+        _section("Figures", _READ["figures"], _figures(result, pngs)),
+    ]
+    return "\n".join(parts)
+
+
+def report_text(result: Result, folder: Path, pngs: Sequence[str]) -> str | None:
+    """Return the REPORT.md of ``result`` written in ``folder``, or None if it has none.
+
+    A demo's REPORT.md is the whole story: it reads the sub-runs' results.json in ``folder``
+    (:func:`specreplay.results.demo_story.demo_report`).
+    """
+    if result.command == "demo":
+        return demo_story.demo_report(result, folder, pngs)
+    if result.command not in VERDICTS:
+        return None
+    return report_markdown(result, pngs)
