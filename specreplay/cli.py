@@ -471,21 +471,14 @@ def requalify(
         from specreplay.results.requalification import RequalifyOptions
 
         opts = RequalifyOptions(
-            baseline=baseline,
-            candidate=candidate,
-            reference=reference,
-            estimator=estimator,
+            baseline=baseline, candidate=candidate, reference=reference, estimator=estimator,
             replicates=replicates,
             fail_on=_verdict_set(fail_on, {"QUALIFIED", "NOT QUALIFIED", "INCONCLUSIVE"}),
             families=frozenset(f.strip() for f in families.split(",")) if families else None,
-            sample_requests=sample_requests,
-            seed=seed,
-            buckets=buckets or _default_buckets(),
-            logging_arm=_arm_option(logging_arm),
-            by=by,
-            hash_ids=hash_ids,
+            sample_requests=sample_requests, seed=seed, buckets=buckets or _default_buckets(),
+            logging_arm=_arm_option(logging_arm), by=by, hash_ids=hash_ids,
             **_bootstrap_options(margin, n_boot, stratify, level, min_requests),
-        )
+        )  # fmt: skip
         text, code, _ = run_requalify(
             archive, opts, out=out, force=force,
             progress=lambda what, total: _progress(quiet, what, total),
