@@ -106,7 +106,11 @@ class Excluded:
 
 @dataclass(frozen=True)
 class ArmFigure:
-    """R (retained tokens per round) of one arm in one cell."""
+    """R (retained tokens per round) of one arm in one cell.
+
+    ``lo``/``hi``: R's studentized interval at ``level`` (requests resampled as for the deltas;
+    null where the arm's figure comes from no paired comparison, e.g. an analytic replay's).
+    """
 
     R: float | None
     n_rounds: int
@@ -114,6 +118,9 @@ class ArmFigure:
     mcse: float | None
     null_reason: str | None
     estimator: str | None = None
+    lo: float | None = None
+    hi: float | None = None
+    level: float | None = None
 
 
 @dataclass(frozen=True)

@@ -294,7 +294,8 @@ def with_support_nulls(cells: Sequence[Cell], res: ReplayResult) -> tuple[Cell, 
             out.append(c)
             continue
         arms = {
-            k: dataclasses.replace(v, R=None, mcse=None, null_reason=why[k]) if k in why else v
+            k: dataclasses.replace(v, R=None, mcse=None, lo=None, hi=None, level=None,
+                                   null_reason=why[k]) if k in why else v
             for k, v in c.arms.items()
         }
         deltas = tuple(
