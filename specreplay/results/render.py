@@ -14,7 +14,15 @@ from pathlib import Path
 from specreplay.results.cells_table import cells_frame
 from specreplay.results.io import result_json
 from specreplay.results.model import Result, Role
-from specreplay.results.plots import depth_plot, forest_plot, screen_plot
+from specreplay.results.plots import (
+    context_plot,
+    context_series,
+    depth_plot,
+    forest_plot,
+    screen_plot,
+    survival_plot,
+    survival_series,
+)
 from specreplay.results.screen import screen_tables
 from specreplay.results.tables import TABLES
 
@@ -54,6 +62,7 @@ def render(result: Result, folder: Path) -> list[str]:
             relative=margin["kind"] == "relative",
             margin=float(margin["margin"]),
             title=f"{main.b} vs {main.a} ({main.label.value})",
+            buckets=result.options.get("buckets"),
         )
         os.replace(tmp, folder / "forest.png")
         written.append("forest.png")
@@ -67,6 +76,16 @@ def render(result: Result, folder: Path) -> list[str]:
         depth_plot(result, tmp)
         os.replace(tmp, folder / "depths.png")
         written.append("depths.png")
+    if result.command in FOREST_ROLE and context_series(result):
+        tmp = folder / f".context.png.tmp-{os.getpid()}"
+        context_plot(result, tmp)
+        os.replace(tmp, folder / "context.png")
+        written.append("context.png")
+    if result.command in FOREST_ROLE and survival_series(result):
+        tmp = folder / f".survival.png.tmp-{os.getpid()}"
+        survival_plot(result, tmp)
+        os.replace(tmp, folder / "survival.png")
+        written.append("survival.png")
     return written
 
 
