@@ -250,7 +250,8 @@ def forest_plot(
     foot = _forest_footnote(cells, role, dropped)
     n = max(len(rows), 1)
     row_in = 0.24 if n <= 30 else 0.2
-    foot_in = 0.2 * foot.count("\n") + 0.9
+    text_in = 0.13 * (foot.count("\n") + 1) + 0.1
+    foot_in = text_in + 0.6  # the footnote, the legend above it, the x label above that
     height = n * row_in + 1.0 + foot_in
     fig, ax = plt.subplots(figsize=(9.0, height))
     scale = 100.0 if relative else 1.0
@@ -264,15 +265,15 @@ def forest_plot(
         fontsize=8,
     )
     ax.set_title(
-        f"{title}\nHow to read: a bar inside the green band is within the margin; a red bar's "
-        "interval clears 0",
+        f"{title}\nHow to read: a row per cell; colour = verdict (legend); green band = the"
+        " margin; '—': no bar, and why",
         fontsize=9,
     )
     handles = _forest_legend(rows, m, unit)
     fig.tight_layout(rect=(0.0, foot_in / height, 1.0, 1.0))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7,
-               bbox_to_anchor=(0.5, (foot_in - 0.35) / height), frameon=False)  # fmt: skip
-    fig.text(0.01, 0.01, foot, fontsize=6.5, va="bottom", ha="left", color="0.25")
+               bbox_to_anchor=(0.5, (text_in + 0.02) / height), frameon=False)  # fmt: skip
+    fig.text(0.01, 0.08 / height, foot, fontsize=7, va="bottom", ha="left", color="0.25")
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
@@ -341,7 +342,7 @@ def _forest_footnote(cells: Sequence[Cell], role: Role, dropped: int) -> str:
     )
     if dropped:
         text += f" {dropped} cells without a delta are not drawn (too many rows)."
-    return "\n".join(textwrap.wrap(text, 150))
+    return "\n".join(textwrap.wrap(text, 135))
 
 
 def _plotted_arms(result: Result) -> list[str]:
@@ -421,11 +422,16 @@ def survival_series(result: Result, *, max_families: int = 8) -> list[Panel]:
 
 
 _STYLE: Final[dict[Label, str]] = {Label.MEASURED: "-", Label.SIMULATED: "--", Label.ESTIMATED: ":"}
+_MARKERS: Final[tuple[str, ...]] = ("o", "s", "^", "D", "v", "P", "X")
 
 
 def _panels_figure(panels: list[Panel], path: Path, *, title: str, xlabel: str,
-                   ylabel: str) -> None:  # fmt: skip
-    """Draw ``panels`` (one axis each, one colour per arm, line style by label) into ``path``."""
+                   ylabel: str, dodge: bool) -> None:  # fmt: skip
+    """Draw ``panels`` (one axis each; per arm a colour and marker; line style by label).
+
+    With ``dodge`` the arms' points are spread a little along x so that their error bars do
+    not hide one another (without error bars that would only slant coinciding curves apart).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -439,11 +445,13 @@ def _panels_figure(panels: list[Panel], path: Path, *, title: str, xlabel: str,
         ax.set_visible(False)
     arms = list(dict.fromkeys((s.arm, s.label) for p in panels for s in p.series))
     colour = {a: f"C{i % 10}" for i, a in enumerate(arms)}
-    width = 0.25 / max(len(arms), 1)
+    width = 0.25 / max(len(arms), 1) if dodge else 0.0
     for ax, panel in zip(axes.ravel(), panels, strict=False):
         for s in panel.series:
             k = arms.index((s.arm, s.label))
-            _draw_series(ax, s, (k - (len(arms) - 1) / 2) * width, colour[(s.arm, s.label)])
+            size = 6.0 - 3.0 * k / max(len(arms), 1)  # later arms smaller: coinciding ones show
+            shift = (k - (len(arms) - 1) / 2) * width
+            _draw_series(ax, s, shift, colour[(s.arm, s.label)], _MARKERS[k % len(_MARKERS)], size)
         ax.set_xticks(range(len(panel.ticks)))
         ax.set_xticklabels(panel.ticks, fontsize=7)
         ax.set_title(panel.title, fontsize=9)
@@ -454,8 +462,9 @@ def _panels_figure(panels: list[Panel], path: Path, *, title: str, xlabel: str,
         ax.grid(alpha=0.3)
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=colour[a], ls=_STYLE.get(a[1], "-"), marker="o", ms=4,
-                      label=f"{a[0]} ({a[1].value})") for a in arms]  # fmt: skip
+    handles = [Line2D([], [], color=colour[a], ls=_STYLE.get(a[1], "-"),
+                      marker=_MARKERS[k % len(_MARKERS)], ms=5, mfc="none", label=_arm_label(*a))
+               for k, a in enumerate(arms)]  # fmt: skip
     fig.suptitle(title, fontsize=9)
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 3), fontsize=7,
                frameon=False)  # fmt: skip
@@ -465,7 +474,14 @@ def _panels_figure(panels: list[Panel], path: Path, *, title: str, xlabel: str,
     plt.close(fig)
 
 
-def _draw_series(ax: Any, s: ArmSeries, shift: float, colour: str) -> None:
+def _arm_label(arm: str, label: Label) -> str:
+    """Return the arm's legend entry with its label (once, when the arm's name already has it)."""
+    return arm if arm.endswith(f"({label.value})") else f"{arm} ({label.value})"
+
+
+def _draw_series(
+    ax: Any, s: ArmSeries, shift: float, colour: str, marker: str, size: float
+) -> None:
     """One arm's points joined by a line (label's style), with error bars where it has them."""
     xs = [i + shift for i, y in enumerate(s.y) if y is not None]
     ys = [float(y) for y in s.y if y is not None]
@@ -473,8 +489,9 @@ def _draw_series(ax: Any, s: ArmSeries, shift: float, colour: str) -> None:
           for y, lo in zip(s.y, s.lo, strict=True) if y is not None]  # fmt: skip
     hi = [float(hi) - float(y) if hi is not None else 0.0
           for y, hi in zip(s.y, s.hi, strict=True) if y is not None]  # fmt: skip
-    ax.errorbar(xs, ys, yerr=[lo, hi], color=colour, ls=_STYLE.get(s.label, "-"), marker="o",
-                ms=3.5, capsize=2, lw=1.2)  # fmt: skip
+    ax.errorbar(xs, ys, yerr=[lo, hi] if any(lo) or any(hi) else None, color=colour,
+                ls=_STYLE.get(s.label, "-"), marker=marker, ms=size, mfc="none", capsize=2,
+                lw=1.2)  # fmt: skip
 
 
 def context_plot(result: Result, path: Path) -> None:
@@ -489,6 +506,7 @@ def context_plot(result: Result, path: Path) -> None:
         "tokens per round at longer contexts; solid = MEASURED, dashed = SIMULATED.",
         xlabel="context bucket (target context length); n = requests in the cell",
         ylabel="R, tokens per round",
+        dodge=True,
     )
 
 
@@ -499,9 +517,11 @@ def survival_plot(result: Result, path: Path) -> None:
         path,
         title="Per-position survival P(A ≥ j): share of rounds that retained at least j drafted"
         " tokens (no interval in the results).\nHow to read: the curve falls with j; a higher "
-        "curve keeps drafts longer, and R = 1 + the sum of the curve over j.",
+        "curve keeps drafts longer; R = 1 + the curve's sum over j; coinciding arms overlap "
+        "(see the markers).",
         xlabel="draft position j",
         ylabel="P(A ≥ j)",
+        dodge=False,
     )
 
 
