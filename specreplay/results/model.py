@@ -108,8 +108,9 @@ class Excluded:
 class ArmFigure:
     """R (retained tokens per round) of one arm in one cell.
 
-    ``lo``/``hi``: R's studentized interval at ``level`` (requests resampled as for the deltas;
-    null where the arm's figure comes from no paired comparison, e.g. an analytic replay's).
+    ``lo``/``hi``: R's studentized interval at ``level`` (requests resampled as for the deltas);
+    null where the cell's delta is null (too few requests) and where the arm's figure comes from
+    no paired comparison (e.g. a requalification's analytic replay).
     """
 
     R: float | None

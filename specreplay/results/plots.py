@@ -251,7 +251,7 @@ def forest_plot(
     n = max(len(rows), 1)
     row_in = 0.24 if n <= 30 else 0.2
     text_in = 0.13 * (foot.count("\n") + 1) + 0.1
-    foot_in = text_in + 0.6  # the footnote, the legend above it, the x label above that
+    foot_in = text_in + 0.5  # the footnote, the legend above it, the x label above that
     height = n * row_in + 1.0 + foot_in
     fig, ax = plt.subplots(figsize=(9.0, height))
     scale = 100.0 if relative else 1.0

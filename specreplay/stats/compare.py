@@ -291,14 +291,17 @@ def _cell_json(
     cell: Cell = r["cell"]
     k = r["n_requests"]
     empty = "no rounds in this cell"
+    why = _null_reason(r, d_reps, rel_reps, min_requests, n_boot)
+    # an arm's R gets an interval where the cell's delta does (too few requests: none)
+    ta, tb = (None, None) if why is not None else (r.get("ra_test"), r.get("rb_test"))
     out: dict[str, Any] = {
         "level": cell.level,
         "family": cell.family,
         "bucket": cell.bucket,
         "n_requests": k,
         "arms": {
-            arm_a: _arm_json(r["ra"], r["na"], label, empty, r.get("ra_test"), level),
-            arm_b: _arm_json(r["rb"], r["nb"], label, empty, r.get("rb_test"), level),
+            arm_a: _arm_json(r["ra"], r["na"], label, empty, ta, level),
+            arm_b: _arm_json(r["rb"], r["nb"], label, empty, tb, level),
         },
         "deltas": [],
         "depths": [],
@@ -333,7 +336,6 @@ def _cell_json(
         "null_reason": None,
     }
     out["deltas"].append(delta)
-    why = _null_reason(r, d_reps, rel_reps, min_requests, n_boot)
     if why is not None:
         delta["null_reason"] = why
         delta["requests_for_margin_null_reason"] = why
