@@ -460,6 +460,13 @@ def _panels_figure(panels: list[Panel], path: Path, *, title: str, xlabel: str,
         ax.tick_params(axis="y", labelsize=7)
         ax.yaxis.set_tick_params(labelleft=True)
         ax.grid(alpha=0.3)
+    lo, hi, wild = _y_limits(panels)
+    axes[0][0].set_ylim(lo, hi)  # shared by every panel
+    for ax, panel in zip(axes.ravel(), panels, strict=False):
+        if panel.title in wild:
+            note = "a bar running off the panel: interval unbounded (too few requests)"
+            ax.text(0.5, 0.98, note, transform=ax.transAxes, ha="center", va="top",
+                    fontsize=6.5, color="0.35")  # fmt: skip
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=colour[a], ls=_STYLE.get(a[1], "-"),
@@ -472,6 +479,31 @@ def _panels_figure(panels: list[Panel], path: Path, *, title: str, xlabel: str,
     fig.tight_layout(rect=(0.0, (0.25 + 0.18 * rows) / fig.get_figheight(), 1.0, 1.0))
     fig.savefig(path, format="png", dpi=100)
     plt.close(fig)
+
+
+def _y_limits(panels: list[Panel]) -> tuple[float, float, set[str]]:
+    """Return y limits holding every point and every interval no wider than twice its value.
+
+    A wider interval is a studentized one whose replicates drew one request (t* = ±1e300): it
+    runs off the panel rather than squash every curve; the titles of such panels are returned.
+    """
+    vals: list[float] = []
+    wild: set[str] = set()
+    for p in panels:
+        for s in p.series:
+            for y, lo, hi in zip(s.y, s.lo, s.hi, strict=True):
+                if y is None:
+                    continue
+                vals.append(y)
+                for end in (lo, hi):
+                    if end is not None and abs(end - y) <= 2.0 * max(abs(y), 1e-9):
+                        vals.append(end)
+                    elif end is not None:
+                        wild.add(p.title)
+    if not vals:
+        return 0.0, 1.0, wild
+    pad = 0.06 * (max(vals) - min(vals)) or 0.05 * max(abs(max(vals)), 1.0)
+    return min(vals) - pad, max(vals) + pad, wild
 
 
 def _arm_label(arm: str, label: Label) -> str:
