@@ -224,3 +224,17 @@ def test_render_writes_each_plot_as_a_png(tmp_path: Path, command: str) -> None:
         assert 500 <= width <= 3000 and 300 <= height <= 4000, (name, width, height)
         assert (tmp_path / name).stat().st_size > 10_000
     assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_forest_limits_cut_an_unbounded_bar_and_count_it() -> None:
+    """A bar to ±1e300 (replicates of one request) is cut at the edge, not drawn to scale."""
+    from specreplay.results.plots import ForestRow, _forest_clipped, _forest_limits
+
+    rows = [ForestRow(f"c{i}", Level.FAMILY, 0.1 * i, 0.1 * i - 1, 0.1 * i + 1, "INCONCLUSIVE",
+                      None, 0) for i in range(5)]  # fmt: skip
+    wide = ForestRow("wide", Level.FAMILY, 0.0, -1e300, 2.0, "INCONCLUSIVE", None, 0)
+    left, right = _forest_limits([*rows, wide], 0.5)
+    # every dot and bounded bar inside; the cap is 5 × the median half-width (1)
+    assert left <= -1.0 and right >= 1.4 and left > -10.0
+    assert _forest_clipped([*rows, wide], 0.5) == 1
+    assert _forest_clipped(rows, 0.5) == 0

@@ -247,7 +247,9 @@ def forest_plot(
 
     rows, dropped = _fit_rows(forest_rows(cells, role, relative=relative, buckets=buckets),
                               FOREST_MAX_ROWS)  # fmt: skip
-    foot = _forest_footnote(cells, role, dropped)
+    foot = _forest_footnote(
+        cells, role, dropped, _forest_clipped(rows, margin * (100.0 if relative else 1.0))
+    )
     n = max(len(rows), 1)
     row_in = 0.24 if n <= 30 else 0.2
     text_in = 0.13 * (foot.count("\n") + 1) + 0.1
@@ -260,6 +262,7 @@ def forest_plot(
     ax.axvspan(-m, m, color="tab:green", alpha=0.12)
     ax.axvline(0.0, color="black", lw=0.8)
     _forest_rows_draw(ax, rows)
+    _forest_xlim(ax, rows, m)
     ax.set_xlabel(
         f"Δ = R_b − R_a, retained tokens per round ({'% of R_a' if relative else 'tokens/round'})",
         fontsize=8,
@@ -320,7 +323,53 @@ def _forest_legend(rows: list[ForestRow], m: float, unit: str) -> list[Any]:
     return handles
 
 
-def _forest_footnote(cells: Sequence[Cell], role: Role, dropped: int) -> str:
+def _forest_cap(rows: list[ForestRow]) -> float:
+    """Return how far from its dot a bar is drawn: 5 × the median half-width (inf if that is 0).
+
+    A studentized interval whose replicates drew a single request runs to ±1e300; drawn in
+    full it would squash every other bar into a dot.
+    """
+    import statistics
+
+    half = [max(r.point - r.lo, r.hi - r.point) for r in rows
+            if r.point is not None and r.lo is not None and r.hi is not None]  # fmt: skip
+    mid = statistics.median(half) if half else 0.0
+    return 5.0 * mid if mid > 0 else math.inf
+
+
+def _forest_limits(rows: list[ForestRow], m: float) -> tuple[float, float]:
+    """Return x limits holding the dots, the margin ±``m``, 0 and the bars up to the cap."""
+    cap = _forest_cap(rows)
+    xs = [-m, m, 0.0]
+    for r in rows:
+        if r.point is not None and r.lo is not None and r.hi is not None:
+            xs += [r.point, max(r.lo, r.point - cap), min(r.hi, r.point + cap)]
+    pad = 0.05 * (max(xs) - min(xs))
+    return min(xs) - pad, max(xs) + pad
+
+
+def _forest_clipped(rows: list[ForestRow], m: float) -> int:
+    """Return how many bars run past the x limits (:func:`_forest_limits`)."""
+    left, right = _forest_limits(rows, m)
+    return sum(1 for r in rows if r.lo is not None and r.hi is not None
+               and (r.lo < left or r.hi > right))  # fmt: skip
+
+
+def _forest_xlim(ax: Any, rows: list[ForestRow], m: float) -> None:
+    """Set the x limits (:func:`_forest_limits`); an arrowhead at the edge marks a cut bar."""
+    left, right = _forest_limits(rows, m)
+    ax.set_xlim(left, right)
+    n = len(rows)
+    for i, r in enumerate(rows):
+        if r.lo is None or r.hi is None:
+            continue
+        colour = _VERDICT_COLORS.get(r.verdict or "", _NO_VERDICT)
+        for cut, edge, mark in ((r.lo < left, left, "<"), (r.hi > right, right, ">")):
+            if cut:
+                ax.plot([edge], [n - 1 - i], marker=mark, color=colour, ms=6, clip_on=False)
+
+
+def _forest_footnote(cells: Sequence[Cell], role: Role, dropped: int, clipped: int = 0) -> str:
     """How the bar and the colour relate (the verdict rule of :mod:`specreplay.stats.compare`)."""
     import textwrap
 
@@ -340,6 +389,9 @@ def _forest_footnote(cells: Sequence[Cell], role: Role, dropped: int) -> str:
         f"otherwise INCONCLUSIVE. So a grey bar can exclude 0 (significant before the "
         f"adjustment) and still be INCONCLUSIVE. A row with '—' has no delta; the text says why."
     )
+    if clipped:
+        text += (f" {clipped} bars run past the edge of the plot (arrowhead at the edge; too few"
+                 " requests for a bounded interval): their ends are in TABLES.md.")  # fmt: skip
     if dropped:
         text += f" {dropped} cells without a delta are not drawn (too many rows)."
     return "\n".join(textwrap.wrap(text, 135))
@@ -535,7 +587,8 @@ def context_plot(result: Result, path: Path) -> None:
         path,
         title="R (retained tokens per round) by context bucket, per arm, with its "
         f"{band} (bars).\nHow to read: a line falling to the right means the arm retains fewer "
-        "tokens per round at longer contexts; solid = MEASURED, dashed = SIMULATED.",
+        "tokens per round at longer contexts; solid = MEASURED, dashed = SIMULATED; a point\n"
+        "without a bar: too few requests for an interval (see n under each bucket).",
         xlabel="context bucket (target context length); n = requests in the cell",
         ylabel="R, tokens per round",
         dodge=True,
