@@ -9,6 +9,9 @@ naive expansion of the quadratic form would lose every digit).
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import numpy as np
 import pytest
 from studentized_ref import hand_studentized
@@ -112,3 +115,33 @@ def test_inverted_p_values_agree_with_the_interval_they_come_from() -> None:
         inside = -m < lo90 and hi90 < m
         edge = min(abs(lo90 + m), abs(hi90 - m)) < 1e-2
         assert (st.p_equivalence(m) < 0.05) == inside or edge
+
+
+def test_each_arms_r_interval_is_the_same_whichever_arm_is_a() -> None:
+    """R_a's interval (its own gradient) equals R_b's when the arms swap places.
+
+    Same requests and seed: the same resamples, so the swap changes only which gradient is
+    used; a wrong R_a gradient would give another SE and interval.
+    """
+    ps = _sums(6, n=60, shift=0.05)
+    swapped = dataclasses.replace(ps, n_a=ps.n_b, t_a=ps.t_b, n_b=ps.n_a, t_b=ps.t_a)
+    kw: dict[str, Any] = {"n_boot": 300, "seed": 3, "stratify": "family", "min_requests": 5}
+    ab = compare(ps, arm_a="a", arm_b="b", **kw)
+    ba = compare(swapped, arm_a="b", arm_b="a", **kw)
+    checked = 0
+    for c1, c2 in zip(ab.cells, ba.cells, strict=True):
+        for arm in ("a", "b"):
+            f1, f2 = c1["arms"][arm], c2["arms"][arm]
+            assert f1["R"] == pytest.approx(f2["R"], rel=1e-12)
+            # no interval where the cell's delta is null (too few requests), as for the delta
+            null = c1["deltas"][0]["null_reason"] is not None
+            assert (f1["lo"] is None) == null or f1["R"] is None
+            if f1["R"] is None or null:
+                continue
+            # delta-method sums of squares cancel differently in the two parametrisations
+            assert (f1["lo"], f1["hi"]) == pytest.approx((f2["lo"], f2["hi"]), rel=1e-9)
+            assert f1["lo"] < f1["R"] < f1["hi"] and f1["level"] == 0.95
+            checked += 1
+    assert checked >= 8
+    few = compare(ps, arm_a="a", arm_b="b", **{**kw, "min_requests": 61})
+    assert all(f["lo"] is None and f["R"] is not None for f in few.cells[0]["arms"].values())

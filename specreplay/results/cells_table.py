@@ -61,7 +61,9 @@ def _rows(cell: Cell) -> list[dict[str, Any]]:
     }
     rows: list[dict[str, Any]] = []
     for arm, v in cell.arms.items():
-        rows.append(base | {"kind": "R", "arm": arm, "value": v.R, "label": v.label.value,
+        rows.append(base | {"kind": "R", "arm": arm, "value": v.R, "lo": v.lo, "hi": v.hi,
+                            "method": None if v.lo is None else "studentized",
+                            "level_conf": v.level, "label": v.label.value,
                             "null_reason": v.null_reason})  # fmt: skip
         rows.append(base | {"kind": "n_rounds", "arm": arm, "value": float(v.n_rounds),
                             "label": Label.MEASURED.value})  # fmt: skip

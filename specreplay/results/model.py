@@ -118,7 +118,12 @@ class Excluded:
 
 @dataclass(frozen=True)
 class ArmFigure:
-    """R (retained tokens per round) of one arm in one cell."""
+    """R (retained tokens per round) of one arm in one cell.
+
+    ``lo``/``hi``: R's studentized interval at ``level`` (requests resampled as for the deltas);
+    null where the cell's delta is null (too few requests) and where the arm's figure comes from
+    no paired comparison (e.g. a requalification's analytic replay).
+    """
 
     R: float | None
     n_rounds: int
@@ -126,6 +131,9 @@ class ArmFigure:
     mcse: float | None
     null_reason: str | None
     estimator: str | None = None
+    lo: float | None = None
+    hi: float | None = None
+    level: float | None = None
 
 
 @dataclass(frozen=True)

@@ -1,29 +1,228 @@
 """PNG plots where a picture reads better than a table (matplotlib, Agg backend, imported lazily).
 
-The forest plot shows, per cell (pooled, then each family with its buckets when there is more than
-one bucket), the paired delta with its 95% studentized interval and, shaded, the
-equivalence margin: a reader sees at once which cells are inside the margin, which exclude zero,
-and which are too wide to tell.
+Each plot is two functions: a pure one that picks the figures it draws from the typed result
+(``forest_rows``, ``context_series``, ``survival_series``: what the tests check) and one that
+draws them. Every plot names in its title or footnote how to read it, and every figure its label
+(MEASURED / SIMULATED / ESTIMATED).
+
+Design decisions:
+
+- Context buckets are ordered by their numeric lower edge, read from the run's bucket
+  specification (``options["buckets"]``, :class:`~specreplay.stats.buckets.Buckets`), never by
+  their names as strings (``<4K`` would sort after ``32K-64K``); a name the specification does not
+  hold is parsed as a range itself (``4K-16K``), and one that is no range goes last.
+- The forest plot draws pooled, bucket (``pooled · B``), family and family × bucket
+  (``F · B``) cells. A cell whose delta is null stays as a row with its reason written where the
+  bar would be (``— 3 requests < --min-requests 10``): a reader looking for a slice learns why it
+  has no bar instead of wondering whether it was forgotten. Only past
+  :data:`FOREST_MAX_ROWS` rows are null rows dropped, and a footnote counts them.
+- The forest plot draws each cell's unadjusted interval (``Delta.lo``/``hi``, or ``rel_lo``/
+  ``rel_hi`` with a relative margin) while its colour is the verdict, which compares
+  Holm-adjusted p-values (:mod:`specreplay.stats.compare`); the footnote says so, since a grey
+  bar can exclude 0 and still be INCONCLUSIVE.
+- ``context.png`` draws each arm's R by bucket (``Cell.arms``: R and its studentized interval,
+  ``ArmFigure.lo``/``hi``), one panel for all families pooled and one per family; the arms are
+  the run's named arms and any MEASURED figure (a requalification's "(analytic)" and importance
+  diagnostics are left to the tables). A figure without an interval is drawn as a point alone.
+- ``survival.png`` draws P(A ≥ j) by position per arm (``Cell.survival``), pooled and per family;
+  the model holds no interval for survival, so none is drawn, and the title says so.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from specreplay.results.model import Cell, DepthFigure, Level, Result, Role
+from specreplay.errors import SpecReplayError
+from specreplay.results.model import Cell, DepthFigure, Label, Level, Result, Role
+from specreplay.stats.buckets import Buckets
 
-__all__ = ["PLOT_CAPTIONS", "depth_plot", "forest_plot", "screen_plot"]
+__all__ = [
+    "FOREST_MAX_ROWS",
+    "PLOT_CAPTIONS",
+    "ArmSeries",
+    "ForestRow",
+    "Panel",
+    "bucket_order",
+    "context_plot",
+    "context_series",
+    "depth_plot",
+    "forest_plot",
+    "forest_rows",
+    "screen_plot",
+    "survival_plot",
+    "survival_series",
+]
+
+FOREST_MAX_ROWS: Final[int] = 60
+"""Past this many rows the forest plot drops its null rows (a footnote counts them)."""
 
 PLOT_CAPTIONS: dict[str, str] = {
-    "forest.png": "Paired delta per cell with its 95% studentized interval; the shaded band is the"
-    " equivalence margin.",
+    "forest.png": "Paired delta per cell (pooled, context buckets, families, family · bucket) with"
+    " its unadjusted 95% studentized interval; colour: the Holm-adjusted verdict; shaded band:"
+    " the equivalence margin; a '—' row says why the cell has no delta.",
     "depths.png": "R (and, with a cost model, tokens/s) by fixed draft depth per arm, with 95%"
     " intervals; ring: the arm's own depth.",
     "screen.png": "Screened tokens/s by draft depth per batch x context cell; band: the assumption"
     " envelope.",
+    "context.png": "R by context bucket per arm (solid: MEASURED, dashed: SIMULATED) with 95%"
+    " studentized intervals, all families pooled and per family; a falling line: fewer tokens"
+    " per round at longer contexts.",
+    "survival.png": "Per-position survival P(A ≥ j) by draft position j per arm, pooled and per"
+    " family: the share of rounds retaining at least j drafted tokens.",
 }
 """One-line caption of each PNG a run can write (REPORT.md embeds each with its caption)."""
+
+
+_VERDICT_COLORS: Final[dict[str, str]] = {
+    "EQUIVALENT": "tab:green",
+    "DIFFERENT": "tab:red",
+    "INCONCLUSIVE": "tab:gray",
+}
+_NO_VERDICT: Final[str] = "black"
+
+
+@dataclass(frozen=True)
+class ForestRow:
+    """One row of the forest plot: a cell's delta, or the reason it has none.
+
+    ``point``, ``lo`` and ``hi`` are in the plot's unit (% of R_a when relative); all three are
+    None, and ``note`` says why, when the delta is null. ``group`` numbers the block the row is
+    in (0: pooled and its buckets; then one per family), between which the plot rules a line.
+    """
+
+    label: str
+    level: Level
+    point: float | None
+    lo: float | None
+    hi: float | None
+    verdict: str | None
+    note: str | None
+    group: int
+
+
+@dataclass(frozen=True)
+class ArmSeries:
+    """One arm's curve in a panel: value ``y`` (None: not computed) and interval at each ``x``."""
+
+    arm: str
+    label: Label
+    x: tuple[str, ...]
+    y: tuple[float | None, ...]
+    lo: tuple[float | None, ...]
+    hi: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel of ``context.png`` or ``survival.png``: its cell, x tick labels and curves."""
+
+    title: str
+    ticks: tuple[str, ...]
+    series: tuple[ArmSeries, ...]
+
+
+def bucket_order(names: Sequence[str], spec: str | None = None) -> list[str]:
+    """Return the distinct bucket ``names`` by numeric lower edge (see the module docstring).
+
+    Examples
+    --------
+    >>> bucket_order([">=64K", "16K-32K", "<4K", "32K-64K", "4K-16K"])
+    ['<4K', '4K-16K', '16K-32K', '32K-64K', '>=64K']
+    >>> bucket_order(["long", "short"], "short:<4K,long:>=4K")
+    ['short', 'long']
+    """
+    edges: dict[str, int] = {}
+    if spec:
+        try:
+            parsed = Buckets.parse(spec)
+            edges = dict(zip(parsed.names, parsed.lo, strict=False))
+        except SpecReplayError:
+            edges = {}
+
+    def key(name: str) -> tuple[int, int]:
+        if name in edges:
+            return 0, edges[name]
+        try:
+            return 0, Buckets.parse(f"b:{name}").lo[0]
+        except SpecReplayError:
+            return 1, 0
+
+    return sorted(dict.fromkeys(names), key=key)
+
+
+def _cell_buckets(cells: Sequence[Cell], spec: str | None) -> list[str]:
+    """Return the bucket names of the bucket cells, in numeric order."""
+    return bucket_order([c.bucket for c in cells if c.level == Level.BUCKET and c.bucket], spec)
+
+
+def _families(cells: Sequence[Cell]) -> list[str]:
+    """Family names in the order the cells first name them."""
+    fams = (c.family for c in cells if c.level in (Level.FAMILY, Level.FAMILY_BUCKET))
+    return list(dict.fromkeys(f for f in fams if f is not None))
+
+
+def _short(why: str, limit: int = 60) -> str:
+    """Return a null reason short enough for a row: up to its first colon, at most ``limit``."""
+    text = why if len(why) <= limit else why.split(":")[0]
+    return "— " + (text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def forest_rows(
+    cells: Sequence[Cell], role: Role, *, relative: bool, buckets: str | None = None
+) -> list[ForestRow]:
+    """Return the forest plot's rows, top to bottom, of the ``role`` delta of each cell.
+
+    Pooled, then (with more than one bucket) each bucket as ``pooled · B``; then per family
+    the family and its ``F · B`` cells; buckets by numeric lower edge (``buckets``: the run's
+    bucket specification). Values are Δ, or Δ/R_a in % when ``relative``. Cells without a
+    delta of ``role`` are left out; a null delta gives a row with its reason in ``note``.
+    """
+    order = _cell_buckets(cells, buckets)
+    by_key = {(c.level, c.family, c.bucket): c for c in cells}
+    split = len(order) > 1
+    blocks: list[list[Cell | None]] = [
+        [by_key.get((Level.POOLED, None, None))]
+        + ([by_key.get((Level.BUCKET, None, b)) for b in order] if split else [])
+    ]
+    for fam in _families(cells):
+        blocks.append(
+            [by_key.get((Level.FAMILY, fam, None))]
+            + ([by_key.get((Level.FAMILY_BUCKET, fam, b)) for b in order] if split else [])
+        )
+    rows: list[ForestRow] = []
+    for group, block in enumerate(blocks):
+        rows += [r for c in block if c is not None and (r := _row(c, role, relative, group))]
+    return rows
+
+
+def _row(cell: Cell, role: Role, relative: bool, group: int) -> ForestRow | None:
+    """Return the forest row of one cell (None when the cell has no delta of ``role``)."""
+    d = cell.delta(role)
+    if d is None:
+        return None
+    where = "pooled" if cell.family is None else cell.family
+    name = where if cell.bucket is None else f"{where} · {cell.bucket}"
+    label = f"{name}  (n={cell.n_requests})"
+    vals = (d.rel, d.rel_lo, d.rel_hi) if relative else (d.point, d.lo, d.hi)
+    if d.null_reason is not None or any(v is None for v in vals):
+        note = _short(d.null_reason or cell.null_reason or "not computed")
+        return ForestRow(label, cell.level, None, None, None, None, note, group)
+    scale = 100.0 if relative else 1.0
+    point, lo, hi = (float(v) * scale for v in vals if v is not None)
+    why = None if d.verdict is not None else _short(d.verdict_null_reason or "no verdict")
+    return ForestRow(label, cell.level, point, lo, hi, d.verdict, why, group)
+
+
+def _fit_rows(rows: list[ForestRow], max_rows: int) -> tuple[list[ForestRow], int]:
+    """Drop the null rows when there are more than ``max_rows``; return the rows and the count."""
+    if len(rows) <= max_rows:
+        return rows, 0
+    kept = [r for r in rows if r.point is not None]
+    return kept, len(rows) - len(kept)
 
 
 def forest_plot(
@@ -34,58 +233,381 @@ def forest_plot(
     relative: bool,
     margin: float,
     title: str,
+    buckets: str | None = None,
 ) -> None:
-    """Draw the ``role`` delta (relative, in %, when ``relative``) per cell into ``path``."""
+    """Draw the ``role`` delta (relative, in %, when ``relative``) per cell into ``path``.
+
+    Rows from :func:`forest_rows`; colour: the verdict; band: the equivalence margin; legend
+    and a footnote on how the verdict relates to the bar drawn (see the module docstring).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows: list[tuple[str, float, float, float, str | None]] = []
-    n_buckets = sum(1 for c in cells if c.level == Level.BUCKET)
-    levels = (
-        (Level.POOLED, Level.FAMILY, Level.FAMILY_BUCKET)
-        if n_buckets > 1
-        else (Level.POOLED, Level.FAMILY)
+    rows, dropped = _fit_rows(forest_rows(cells, role, relative=relative, buckets=buckets),
+                              FOREST_MAX_ROWS)  # fmt: skip
+    foot = _forest_footnote(
+        cells, role, dropped, _forest_clipped(rows, margin * (100.0 if relative else 1.0))
     )
-    order = [c for c in cells if c.level in levels]
-    order.sort(key=lambda c: (c.family is not None, c.family or "", c.bucket or ""))
+    n = max(len(rows), 1)
+    row_in = 0.24 if n <= 30 else 0.2
+    text_in = 0.13 * (foot.count("\n") + 1) + 0.1
+    foot_in = text_in + 0.5  # the footnote, the legend above it, the x label above that
+    height = n * row_in + 1.0 + foot_in
+    fig, ax = plt.subplots(figsize=(9.0, height))
     scale = 100.0 if relative else 1.0
-    for c in order:
-        d = c.delta(role)
-        if d is None:
-            continue
-        name = (
-            "pooled"
-            if c.level == Level.POOLED
-            else (str(c.family) if c.bucket is None else f"   {c.bucket}")
-        )
-        vals = (d.rel, d.rel_lo, d.rel_hi) if relative else (d.point, d.lo, d.hi)
-        if d.null_reason is not None or vals[0] is None or vals[1] is None or vals[2] is None:
-            rows.append((f"{name} (—)", float("nan"), float("nan"), float("nan"), None))
-            continue
-        rows.append((name, vals[0] * scale, vals[1] * scale, vals[2] * scale, d.verdict))
-    colors = {"EQUIVALENT": "tab:green", "DIFFERENT": "tab:red", "INCONCLUSIVE": "tab:gray"}
-    fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(rows) + 1.6))
     m = margin * scale
-    ax.axvspan(
-        -m, m, color="tab:green", alpha=0.12, label=f"margin ±{m:g}{'%' if relative else ''}"
-    )
+    unit = "%" if relative else " tokens/round"
+    ax.axvspan(-m, m, color="tab:green", alpha=0.12)
     ax.axvline(0.0, color="black", lw=0.8)
-    # one collection for the intervals and one for the points (two artists, not two per row)
-    ys = [len(rows) - 1 - i for i in range(len(rows))]
-    cols = [colors.get(r[4] or "", "tab:gray") for r in rows]
-    ax.hlines(ys, [r[2] for r in rows], [r[3] for r in rows], colors=cols, lw=2)
-    ax.scatter([r[1] for r in rows], ys, c=cols, s=16, zorder=3)
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([r[0] for r in reversed(rows)], fontsize=8)
-    unit = "% of R_a" if relative else "tokens/round"
-    ax.set_xlabel(f"Δ retained tokens per round ({unit}), 95% studentized interval")
-    ax.set_title(title, fontsize=9)
-    ax.legend(loc="lower right", fontsize=7)
-    fig.tight_layout()
+    _forest_rows_draw(ax, rows)
+    _forest_xlim(ax, rows, m)
+    ax.set_xlabel(
+        f"Δ = R_b − R_a, retained tokens per round ({'% of R_a' if relative else 'tokens/round'})",
+        fontsize=8,
+    )
+    ax.set_title(
+        f"{title}\nHow to read: a row per cell; colour = verdict (legend); green band = the"
+        " margin; '—': no bar, and why",
+        fontsize=9,
+    )
+    handles = _forest_legend(rows, m, unit)
+    fig.tight_layout(rect=(0.0, foot_in / height, 1.0, 1.0))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7,
+               bbox_to_anchor=(0.5, (text_in + 0.02) / height), frameon=False)  # fmt: skip
+    fig.text(0.01, 0.08 / height, foot, fontsize=7, va="bottom", ha="left", color="0.25")
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
+
+
+def _forest_rows_draw(ax: Any, rows: list[ForestRow]) -> None:
+    """Draw the bars, points, null-row reasons, block rules and row labels of a forest plot."""
+    n = len(rows)
+    ys = [n - 1 - i for i in range(n)]
+    drawn = [(y, r) for y, r in zip(ys, rows, strict=True) if r.point is not None]
+    cols = [_VERDICT_COLORS.get(r.verdict or "", _NO_VERDICT) for _, r in drawn]
+    # one collection for the intervals and one for the points (two artists, not two per row)
+    ax.hlines([y for y, _ in drawn], [r.lo for _, r in drawn], [r.hi for _, r in drawn],
+              colors=cols, lw=2)  # fmt: skip
+    ax.scatter([r.point for _, r in drawn], [y for y, _ in drawn], c=cols, s=16, zorder=3)
+    for y, r in zip(ys, rows, strict=True):
+        if r.point is None and r.note:
+            ax.text(0.01, y, r.note, transform=ax.get_yaxis_transform(), fontsize=7,
+                    va="center", ha="left", color="0.35", style="italic")  # fmt: skip
+    for i in range(1, n):
+        if rows[i].group != rows[i - 1].group:
+            ax.axhline(ys[i] + 0.5, color="0.8", lw=0.6)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([r.label for r in rows], fontsize=7 if n > 30 else 8)
+    for tick, r in zip(ax.get_yticklabels(), rows, strict=True):
+        if r.level in (Level.POOLED, Level.FAMILY):
+            tick.set_fontweight("bold")
+    ax.set_ylim(-0.7, n - 0.3)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _forest_legend(rows: list[ForestRow], m: float, unit: str) -> list[Any]:
+    """Legend handles: each verdict colour (and "no verdict" when drawn) and the margin band."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles: list[Any] = [
+        Line2D([], [], color=c, lw=2, marker="o", ms=4, label=v) for v, c in _VERDICT_COLORS.items()
+    ]
+    if any(r.point is not None and r.verdict is None for r in rows):
+        handles.append(Line2D([], [], color=_NO_VERDICT, lw=2, marker="o", ms=4,
+                              label="no verdict"))  # fmt: skip
+    handles.append(Patch(color="tab:green", alpha=0.12, label=f"equivalence margin ±{m:g}{unit}"))
+    return handles
+
+
+def _forest_cap(rows: list[ForestRow]) -> float:
+    """Return how far from its dot a bar is drawn: 5 × the median half-width (inf if that is 0).
+
+    A studentized interval whose replicates drew a single request runs to ±1e300; drawn in
+    full it would squash every other bar into a dot.
+    """
+    import statistics
+
+    half = [max(r.point - r.lo, r.hi - r.point) for r in rows
+            if r.point is not None and r.lo is not None and r.hi is not None]  # fmt: skip
+    mid = statistics.median(half) if half else 0.0
+    return 5.0 * mid if mid > 0 else math.inf
+
+
+def _forest_limits(rows: list[ForestRow], m: float) -> tuple[float, float]:
+    """Return x limits holding the dots, the margin ±``m``, 0 and the bars up to the cap."""
+    cap = _forest_cap(rows)
+    xs = [-m, m, 0.0]
+    for r in rows:
+        if r.point is not None and r.lo is not None and r.hi is not None:
+            xs += [r.point, max(r.lo, r.point - cap), min(r.hi, r.point + cap)]
+    pad = 0.05 * (max(xs) - min(xs))
+    return min(xs) - pad, max(xs) + pad
+
+
+def _forest_clipped(rows: list[ForestRow], m: float) -> int:
+    """Return how many bars run past the x limits (:func:`_forest_limits`)."""
+    left, right = _forest_limits(rows, m)
+    return sum(1 for r in rows if r.lo is not None and r.hi is not None
+               and (r.lo < left or r.hi > right))  # fmt: skip
+
+
+def _forest_xlim(ax: Any, rows: list[ForestRow], m: float) -> None:
+    """Set the x limits (:func:`_forest_limits`); an arrowhead at the edge marks a cut bar."""
+    left, right = _forest_limits(rows, m)
+    ax.set_xlim(left, right)
+    n = len(rows)
+    for i, r in enumerate(rows):
+        if r.lo is None or r.hi is None:
+            continue
+        colour = _VERDICT_COLORS.get(r.verdict or "", _NO_VERDICT)
+        for cut, edge, mark in ((r.lo < left, left, "<"), (r.hi > right, right, ">")):
+            if cut:
+                ax.plot([edge], [n - 1 - i], marker=mark, color=colour, ms=6, clip_on=False)
+
+
+def _forest_footnote(cells: Sequence[Cell], role: Role, dropped: int, clipped: int = 0) -> str:
+    """How the bar and the colour relate (the verdict rule of :mod:`specreplay.stats.compare`)."""
+    import textwrap
+
+    deltas = [d for c in cells if (d := c.delta(role)) is not None and d.null_reason is None]
+    d = next((x for x in deltas if x.tost is not None), deltas[0] if deltas else None)
+    level = d.level if d is not None else 0.95
+    alpha = d.tost.alpha if d is not None and d.tost is not None else 0.05
+    method = d.method if d is not None else "studentized"
+    adjusted = d is not None and d.adjusted
+    text = (
+        f"Bar: the cell's {'' if adjusted else 'unadjusted '}{level:.0%} {method} interval of Δ; "
+        f"dot: Δ; colour: the cell's verdict. The verdict is not read off the bar: it uses "
+        f"p-values Holm-adjusted within each level (pooled; buckets; families; family × bucket; "
+        f"m = cells of the level with a delta). EQUIVALENT if the Holm-adjusted equivalence "
+        f"(TOST) p < α = {alpha:g} (for one cell alone: its {1 - 2 * alpha:.0%} interval lies "
+        f"inside the band); otherwise DIFFERENT if the Holm-adjusted p of Δ = 0 is < α; "
+        f"otherwise INCONCLUSIVE. So a grey bar can exclude 0 (significant before the "
+        f"adjustment) and still be INCONCLUSIVE. A row with '—' has no delta; the text says why."
+    )
+    if clipped:
+        text += (f" {clipped} bars run past the edge of the plot (arrowhead at the edge; too few"
+                 " requests for a bounded interval): their ends are in TABLES.md.")  # fmt: skip
+    if dropped:
+        text += f" {dropped} cells without a delta are not drawn (too many rows)."
+    return "\n".join(textwrap.wrap(text, 135))
+
+
+def _plotted_arms(result: Result) -> list[str]:
+    """Return the run's named arms, then any arm with a MEASURED figure (module docstring)."""
+    measured = [a for c in result.cells for a, f in c.arms.items() if f.label == Label.MEASURED]
+    return list(dict.fromkeys([*result.arms, *measured]))
+
+
+def _arm_series(arm: str, cells: Sequence[Cell | None], x: Sequence[str]) -> ArmSeries | None:
+    """One arm's R (and interval) in each of ``cells``; None when it has no R anywhere."""
+    figs = [c.arms.get(arm) if c is not None else None for c in cells]
+    if all(f is None or f.R is None for f in figs):
+        return None
+    label = next(f.label for f in figs if f is not None and f.R is not None)
+    return ArmSeries(
+        arm,
+        label,
+        tuple(x),
+        tuple(f.R if f is not None else None for f in figs),
+        tuple(f.lo if f is not None and f.R is not None else None for f in figs),
+        tuple(f.hi if f is not None and f.R is not None else None for f in figs),
+    )
+
+
+def context_series(result: Result) -> list[Panel]:
+    """Per panel (all families pooled, then each family), each arm's R by context bucket.
+
+    Buckets in numeric order (the bucket cells'); empty when the run has fewer than two bucket
+    cells. A tick label gives the bucket and the cell's requests (``-`` when there is no cell).
+    """
+    cells = result.cells
+    order = _cell_buckets(cells, result.options.get("buckets"))
+    if len(order) < 2:
+        return []
+    by_key = {(c.level, c.family, c.bucket): c for c in cells}
+    arms = _plotted_arms(result)
+    panels: list[Panel] = []
+    for fam in [None, *_families(cells)]:
+        level = Level.BUCKET if fam is None else Level.FAMILY_BUCKET
+        row = [by_key.get((level, fam, b)) for b in order]
+        ticks = tuple(
+            f"{b}\nn={c.n_requests if c is not None else '-'}"
+            for b, c in zip(order, row, strict=True)
+        )
+        series = tuple(s for a in arms if (s := _arm_series(a, row, order)) is not None)
+        if series:
+            panels.append(Panel("all families" if fam is None else fam, ticks, series))
+    return panels
+
+
+def survival_series(result: Result, *, max_families: int = 8) -> list[Panel]:
+    """Per panel, each arm's P(A ≥ j) by position j (``Cell.survival``; no interval).
+
+    Panels: pooled, then each family unless there are more than ``max_families``.
+    """
+    cells = [c for c in result.cells if c.level == Level.POOLED and c.survival]
+    fams = [c for c in result.cells if c.level == Level.FAMILY and c.survival]
+    if len(fams) <= max_families:
+        cells += fams
+    panels: list[Panel] = []
+    for c in cells:
+        arms = list(dict.fromkeys(s.arm for s in c.survival))
+        positions = sorted({s.position for s in c.survival})
+        x = tuple(str(j) for j in positions)
+        series = []
+        for arm in arms:
+            at = {s.position: s for s in c.survival if s.arm == arm}
+            ys = tuple(at[j].value if j in at else None for j in positions)
+            if all(y is None for y in ys):
+                continue
+            label = next(s.label for s in at.values() if s.value is not None)
+            none = tuple(None for _ in positions)
+            series.append(ArmSeries(arm, label, x, ys, none, none))
+        if series:
+            panels.append(Panel(c.name, x, tuple(series)))
+    return panels
+
+
+_STYLE: Final[dict[Label, str]] = {Label.MEASURED: "-", Label.SIMULATED: "--", Label.ESTIMATED: ":"}
+_MARKERS: Final[tuple[str, ...]] = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def _panels_figure(panels: list[Panel], path: Path, *, title: str, xlabel: str,
+                   ylabel: str, dodge: bool) -> None:  # fmt: skip
+    """Draw ``panels`` (one axis each; per arm a colour and marker; line style by label).
+
+    With ``dodge`` the arms' points are spread a little along x so that their error bars do
+    not hide one another (without error bars that would only slant coinciding curves apart).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, 3.3 * nrows + 1.3),
+                             squeeze=False, sharey=True)  # fmt: skip
+    for ax in axes.ravel()[len(panels) :]:
+        ax.set_visible(False)
+    arms = list(dict.fromkeys((s.arm, s.label) for p in panels for s in p.series))
+    colour = {a: f"C{i % 10}" for i, a in enumerate(arms)}
+    width = 0.25 / max(len(arms), 1) if dodge else 0.0
+    for ax, panel in zip(axes.ravel(), panels, strict=False):
+        for s in panel.series:
+            k = arms.index((s.arm, s.label))
+            size = 6.0 - 3.0 * k / max(len(arms), 1)  # later arms smaller: coinciding ones show
+            shift = (k - (len(arms) - 1) / 2) * width
+            _draw_series(ax, s, shift, colour[(s.arm, s.label)], _MARKERS[k % len(_MARKERS)], size)
+        ax.set_xticks(range(len(panel.ticks)))
+        ax.set_xticklabels(panel.ticks, fontsize=7)
+        ax.set_title(panel.title, fontsize=9)
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.yaxis.set_tick_params(labelleft=True)
+        ax.grid(alpha=0.3)
+    lo, hi, wild = _y_limits(panels)
+    axes[0][0].set_ylim(lo, hi)  # shared by every panel
+    for ax, panel in zip(axes.ravel(), panels, strict=False):
+        if panel.title in wild:
+            note = "a bar running off the panel: interval unbounded (too few requests)"
+            ax.text(0.5, 0.98, note, transform=ax.transAxes, ha="center", va="top",
+                    fontsize=6.5, color="0.35")  # fmt: skip
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colour[a], ls=_STYLE.get(a[1], "-"),
+                      marker=_MARKERS[k % len(_MARKERS)], ms=5, mfc="none", label=_arm_label(*a))
+               for k, a in enumerate(arms)]  # fmt: skip
+    fig.suptitle(title, fontsize=9)
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 3), fontsize=7,
+               frameon=False)  # fmt: skip
+    rows = math.ceil(len(handles) / 3)
+    fig.tight_layout(rect=(0.0, (0.25 + 0.18 * rows) / fig.get_figheight(), 1.0, 1.0))
+    fig.savefig(path, format="png", dpi=100)
+    plt.close(fig)
+
+
+def _y_limits(panels: list[Panel]) -> tuple[float, float, set[str]]:
+    """Return y limits holding every point and every interval no wider than twice its value.
+
+    A wider interval is a studentized one whose replicates drew one request (t* = ±1e300): it
+    runs off the panel rather than squash every curve; the titles of such panels are returned.
+    """
+    vals: list[float] = []
+    wild: set[str] = set()
+    for p in panels:
+        for s in p.series:
+            for y, lo, hi in zip(s.y, s.lo, s.hi, strict=True):
+                if y is None:
+                    continue
+                vals.append(y)
+                for end in (lo, hi):
+                    if end is not None and abs(end - y) <= 2.0 * max(abs(y), 1e-9):
+                        vals.append(end)
+                    elif end is not None:
+                        wild.add(p.title)
+    if not vals:
+        return 0.0, 1.0, wild
+    pad = 0.06 * (max(vals) - min(vals)) or 0.05 * max(abs(max(vals)), 1.0)
+    return min(vals) - pad, max(vals) + pad, wild
+
+
+def _arm_label(arm: str, label: Label) -> str:
+    """Return the arm's legend entry with its label (once, when the arm's name already has it)."""
+    return arm if arm.endswith(f"({label.value})") else f"{arm} ({label.value})"
+
+
+def _draw_series(
+    ax: Any, s: ArmSeries, shift: float, colour: str, marker: str, size: float
+) -> None:
+    """One arm's points joined by a line (label's style), with error bars where it has them."""
+    xs = [i + shift for i, y in enumerate(s.y) if y is not None]
+    ys = [float(y) for y in s.y if y is not None]
+    lo = [float(y) - float(lo) if lo is not None else 0.0
+          for y, lo in zip(s.y, s.lo, strict=True) if y is not None]  # fmt: skip
+    hi = [float(hi) - float(y) if hi is not None else 0.0
+          for y, hi in zip(s.y, s.hi, strict=True) if y is not None]  # fmt: skip
+    ax.errorbar(xs, ys, yerr=[lo, hi] if any(lo) or any(hi) else None, color=colour,
+                ls=_STYLE.get(s.label, "-"), marker=marker, ms=size, mfc="none", capsize=2,
+                lw=1.2)  # fmt: skip
+
+
+def context_plot(result: Result, path: Path) -> None:
+    """Draw R by context bucket per arm, pooled and per family (:func:`context_series`)."""
+    level = next((f.level for c in result.cells for f in c.arms.values() if f.level), None)
+    band = f"{level:.0%} studentized interval" if level is not None else "no interval"
+    _panels_figure(
+        context_series(result),
+        path,
+        title="R (retained tokens per round) by context bucket, per arm, with its "
+        f"{band} (bars).\nHow to read: a line falling to the right means the arm retains fewer "
+        "tokens per round at longer contexts; solid = MEASURED, dashed = SIMULATED; a point\n"
+        "without a bar: too few requests for an interval (see n under each bucket).",
+        xlabel="context bucket (target context length); n = requests in the cell",
+        ylabel="R, tokens per round",
+        dodge=True,
+    )
+
+
+def survival_plot(result: Result, path: Path) -> None:
+    """Draw P(A ≥ j) by position j per arm, pooled and per family (:func:`survival_series`)."""
+    _panels_figure(
+        survival_series(result),
+        path,
+        title="Per-position survival P(A ≥ j): share of rounds that retained at least j drafted"
+        " tokens (no interval in the results).\nHow to read: the curve falls with j; a higher "
+        "curve keeps drafts longer; R = 1 + the curve's sum over j; coinciding arms overlap "
+        "(see the markers).",
+        xlabel="draft position j",
+        ylabel="P(A ≥ j)",
+        dodge=False,
+    )
 
 
 def depth_plot(result: Result, path: Path) -> None:

@@ -17,7 +17,15 @@ from specreplay.results.cells_table import cells_frame
 from specreplay.results.io import result_json
 from specreplay.results.model import Result, Role
 from specreplay.results.output import check_out, output_dir
-from specreplay.results.plots import depth_plot, forest_plot, screen_plot
+from specreplay.results.plots import (
+    context_plot,
+    context_series,
+    depth_plot,
+    forest_plot,
+    screen_plot,
+    survival_plot,
+    survival_series,
+)
 from specreplay.results.report_md import REPORT_NAME, report_text
 from specreplay.results.screen import screen_tables
 from specreplay.results.tables import TABLES
@@ -58,6 +66,7 @@ def render(result: Result, folder: Path) -> list[str]:
             relative=margin["kind"] == "relative",
             margin=float(margin["margin"]),
             title=f"{main.b} vs {main.a} ({main.label.value})",
+            buckets=result.options.get("buckets"),
         )
         os.replace(tmp, folder / "forest.png")
         written.append("forest.png")
@@ -71,6 +80,16 @@ def render(result: Result, folder: Path) -> list[str]:
         depth_plot(result, tmp)
         os.replace(tmp, folder / "depths.png")
         written.append("depths.png")
+    if result.command in FOREST_ROLE and context_series(result):
+        tmp = folder / f".context.png.tmp-{os.getpid()}"
+        context_plot(result, tmp)
+        os.replace(tmp, folder / "context.png")
+        written.append("context.png")
+    if result.command in FOREST_ROLE and survival_series(result):
+        tmp = folder / f".survival.png.tmp-{os.getpid()}"
+        survival_plot(result, tmp)
+        os.replace(tmp, folder / "survival.png")
+        written.append("survival.png")
     # REPORT.md last: it embeds every PNG written above (a demo's also reads its sub-runs)
     report = report_text(result, folder, [n for n in written if n.endswith(".png")])
     if report is not None:

@@ -27,6 +27,7 @@ from specreplay.results.builders import cells_of, law_tests_of
 from specreplay.results.document import excluded_entries, input_files, new_result
 from specreplay.results.importance import importance_diagnostics
 from specreplay.results.model import (
+    ArmFigure,
     Cell,
     Delta,
     ImportanceDiagnostic,
@@ -124,7 +125,10 @@ class Comparand:
 def merge_comparisons(parts: Sequence[Comparand]) -> tuple[Cell, ...]:
     """Merge the cells of comparisons on the same requests, keyed by (level, family, bucket).
 
-    Arms are united and deltas concatenated; the first comparison's cell order is kept.
+    Arms are united (a later comparison's figure of an arm replaces an earlier one, but an arm's
+    interval stays the first comparison's that gave one, so that appending a comparison, e.g.
+    the importance path bias, leaves the others' figures bit-identical) and deltas concatenated;
+    the first comparison's cell order is kept.
     """
     merged: dict[tuple[Level, str | None, str | None], Cell] = {}
     for part in parts:
@@ -135,9 +139,20 @@ def merge_comparisons(parts: Sequence[Comparand]) -> tuple[Cell, ...]:
                 merged[key] = c
             else:
                 merged[key] = dataclasses.replace(
-                    old, arms={**old.arms, **c.arms}, deltas=old.deltas + c.deltas
+                    old, arms=_unite_arms(old.arms, c.arms), deltas=old.deltas + c.deltas
                 )
     return tuple(merged.values())
+
+
+def _unite_arms(old: dict[str, ArmFigure], new: dict[str, ArmFigure]) -> dict[str, ArmFigure]:
+    """Return ``old`` updated by ``new``, an arm keeping its interval from ``old`` if it has one."""
+    out = dict(old)
+    for k, v in new.items():
+        was = old.get(k)
+        if was is not None and was.lo is not None:
+            v = dataclasses.replace(v, lo=was.lo, hi=was.hi, level=was.level)
+        out[k] = v
+    return out
 
 
 def _specs(res: ReplayResult, cells: Sequence[Cell]) -> list[CellSpec]:
@@ -294,7 +309,11 @@ def with_support_nulls(cells: Sequence[Cell], res: ReplayResult) -> tuple[Cell, 
             out.append(c)
             continue
         arms = {
-            k: dataclasses.replace(v, R=None, mcse=None, null_reason=why[k]) if k in why else v
+            k: dataclasses.replace(
+                v, R=None, mcse=None, lo=None, hi=None, level=None, null_reason=why[k]
+            )
+            if k in why
+            else v
             for k, v in c.arms.items()
         }
         deltas = tuple(

@@ -44,7 +44,7 @@ from specreplay.stats.intervals import (
     requests_for_margin,
     verdict,
 )
-from specreplay.stats.studentized import Studentized, cell_standard_errors
+from specreplay.stats.studentized import Studentized, arm_a_standard_error, cell_standard_errors
 
 __all__ = ["Cell", "Comparison", "Margin", "compare", "parse_margin"]
 
@@ -175,6 +175,9 @@ def _cell_stats(
         )
         ok = np.isfinite(rb_reps)
         raw["rb_test"] = Studentized.of(tb / nb_, se_rb[0], rb_reps[ok], se_rb[1][ok])
+        se_ra = arm_a_standard_error(mom, cell.fam_idx, cell.bucket_idx, sel, reps)
+        ok = np.isfinite(ra_reps)
+        raw["ra_test"] = Studentized.of(ta / na, se_ra[0], ra_reps[ok], se_ra[1][ok])
     raw["rb_reps"] = rb_reps
     return raw, rb_reps - ra_reps, rb_reps / ra_reps - 1.0
 
@@ -254,13 +257,20 @@ def compare(
     )  # fmt: skip
 
 
-def _arm_json(r: float | None, n: float, label: str, why: str | None) -> dict[str, Any]:
+def _arm_json(
+    r: float | None, n: float, label: str, why: str | None, test: Studentized | None, level: float
+) -> dict[str, Any]:
+    """One arm's R in a cell with its studentized interval at ``level`` (None without rounds)."""
+    lo, hi = test.interval(level) if test is not None and r is not None else (None, None)
     return {
         "R": r,
         "n_rounds": int(n),
         "label": label,
         "mcse": None,
         "null_reason": why if r is None else None,
+        "lo": lo,
+        "hi": hi,
+        "level": level if lo is not None else None,
     }
 
 
@@ -282,14 +292,17 @@ def _cell_json(
     cell: Cell = r["cell"]
     k = r["n_requests"]
     empty = "no rounds in this cell"
+    why = _null_reason(r, d_reps, rel_reps, min_requests, n_boot)
+    # an arm's R gets an interval where the cell's delta does (too few requests: none)
+    ta, tb = (None, None) if why is not None else (r.get("ra_test"), r.get("rb_test"))
     out: dict[str, Any] = {
         "level": cell.level,
         "family": cell.family,
         "bucket": cell.bucket,
         "n_requests": k,
         "arms": {
-            arm_a: _arm_json(r["ra"], r["na"], label, empty),
-            arm_b: _arm_json(r["rb"], r["nb"], label, empty),
+            arm_a: _arm_json(r["ra"], r["na"], label, empty, ta, level),
+            arm_b: _arm_json(r["rb"], r["nb"], label, empty, tb, level),
         },
         "deltas": [],
         "depths": [],
@@ -324,7 +337,6 @@ def _cell_json(
         "null_reason": None,
     }
     out["deltas"].append(delta)
-    why = _null_reason(r, d_reps, rel_reps, min_requests, n_boot)
     if why is not None:
         delta["null_reason"] = why
         delta["requests_for_margin_null_reason"] = why

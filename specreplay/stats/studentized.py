@@ -41,7 +41,7 @@ from numpy.typing import NDArray
 
 from specreplay.stats.bootstrap import Moments
 
-__all__ = ["METHOD", "Studentized", "cell_standard_errors"]
+__all__ = ["METHOD", "Studentized", "arm_a_standard_error", "cell_standard_errors"]
 
 METHOD: Final = "studentized"
 _BIG: Final = 1e300
@@ -114,8 +114,8 @@ def _quadratic(beta: NDArray[np.float64], mom: NDArray[np.float64]) -> NDArray[n
 
 def _gradients(
     sums: NDArray[np.float64], c: float
-) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
-    """β of Δ and of Δ/R_a on z = (n_a, n_b − n_a, e_a, d), from the cell's (N_a, T_a, N_b, T_b).
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """β of Δ, Δ/R_a, R_b and R_a on z = (n_a, n_b − n_a, e_a, d), from (N_a, T_a, N_b, T_b).
 
     With t_a − R_a n_a = e_a − (R_a − c) z_0 and t_b − R_b n_b = d + e_a − (R_b − c)(z_0 + z_1):
     for paired replays (n_b = n_a) every term of β^T (Σ w z z^T) β is of the order of the
@@ -136,7 +136,9 @@ def _gradients(
             axis=-1,
         )
         r_b = np.stack([-gb, -gb, 1.0 / nb, 1.0 / nb], axis=-1)  # R_b alone
-    return delta, rel, r_b
+        zero = np.zeros_like(ga)
+        r_a = np.stack([-ga, zero, 1.0 / na, zero], axis=-1)  # R_a alone
+    return delta, rel, r_b, r_a
 
 
 def _variance(
@@ -172,6 +174,28 @@ def cell_standard_errors(
     rep_sums : float64, (B, 4)
         The same per replicate.
     """
+    return _standard_errors(mom, fam_idx, bucket_idx, point_sums, rep_sums)[:3]
+
+
+def arm_a_standard_error(
+    mom: Moments,
+    fam_idx: tuple[int, ...],
+    bucket_idx: tuple[int, ...],
+    point_sums: NDArray[np.float64],
+    rep_sums: NDArray[np.float64],
+) -> tuple[float, NDArray[np.float64]]:
+    """Return (SE, SE*) of R_a alone of one cell (arguments as :func:`cell_standard_errors`)."""
+    return _standard_errors(mom, fam_idx, bucket_idx, point_sums, rep_sums)[3]
+
+
+def _standard_errors(
+    mom: Moments,
+    fam_idx: tuple[int, ...],
+    bucket_idx: tuple[int, ...],
+    point_sums: NDArray[np.float64],
+    rep_sums: NDArray[np.float64],
+) -> tuple[tuple[float, NDArray[np.float64]], ...]:
+    """(SE, SE*) of Δ, Δ/R_a, R_b and R_a of one cell."""
     fi = list(fam_idx)
     n_buckets = mom.piece.shape[2]
     if len(bucket_idx) == n_buckets:
