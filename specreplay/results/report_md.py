@@ -248,7 +248,10 @@ def _figures(result: Result, pngs: Sequence[str]) -> str:
 
 def report_markdown(result: Result, pngs: Sequence[str]) -> str:
     """Return the REPORT.md text of a run that has tables (see the module docstring)."""
-    title, question = QUESTIONS[result.command](result)
+    try:
+        title, question = QUESTIONS[result.command](result)
+    except KeyError:  # a hand-built result without the options the question names
+        title, question = f"specreplay {result.command}", f"A `{result.command}` run."
     parts = [
         f"# {title}\n\n{question}\n",
         _section(

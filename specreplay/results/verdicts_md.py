@@ -59,6 +59,12 @@ def _name(path: Any) -> str:
     return f"`{Path(str(path)).name}`" if path else "—"
 
 
+def _margin_text(options: dict[str, Any]) -> str:
+    """Return the margin as the user wrote it (``0.5%``, ``0.02``), or ``—`` if not recorded."""
+    margin = options.get("margin")
+    return str(margin.get("text", "—")) if isinstance(margin, dict) else "—"
+
+
 def delta_text(d: Delta) -> str:
     """Δ with its 95% interval, absolute and relative, and its label; ``—`` with the reason."""
     if d.point is None:
@@ -275,8 +281,9 @@ def _requalify_q(r: Result) -> tuple[str, str]:
         "reference") else ""  # fmt: skip
     return (
         f"Requalification of {o['candidate']} against {o['baseline']}",
-        f"Can `{o['candidate']}` replace `{o['baseline']}`: on the archive {_name(o['archive'])} "
-        f"({_n(r)}), is its retained tokens per round within ±{o['margin']['text']} of the "
+        f"Can `{o['candidate']}` replace `{o['baseline']}`: on the archive "
+        f"{_name(o.get('archive'))} "
+        f"({_n(r)}), is its retained tokens per round within ±{_margin_text(o)} of the "
         f"baseline's, pooled and in every family, and does its verifier keep the target's output "
         f"law?{ref}",
     )
@@ -286,8 +293,8 @@ def _interval_q(r: Result) -> tuple[str, str]:
     o, (a, b) = r.options, r.arms
     return (
         f"Paired comparison of {b} against {a}",
-        f"Do `{b}` ({_name(o['b'])}) and `{a}` ({_name(o['a'])}) retain the same tokens per "
-        f"round within ±{o['margin']['text']} on the same {_n(r)}, or does one retain more?",
+        f"Do `{b}` ({_name(o.get('b'))}) and `{a}` ({_name(o.get('a'))}) retain the same "
+        f"tokens per round within ±{_margin_text(o)} on the same {_n(r)}, or does one retain more?",
     )
 
 
@@ -325,7 +332,7 @@ def _budget_q(r: Result) -> tuple[str, str]:
 
 def _lawtest_q(r: Result) -> tuple[str, str]:
     o = r.options
-    where = (f"at {o['positions']} positions of the archive {_name(o['archive'])}"
+    where = (f"at {o['positions']} positions of the archive {_name(o.get('archive'))}"
              if o.get("archive") else "on the built-in toy suite")  # fmt: skip
     return (
         f"Law tests of {', '.join(r.arms) if len(r.arms) <= 3 else f'{len(r.arms)} arms'}",
