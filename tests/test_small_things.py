@@ -79,7 +79,7 @@ def test_validate_out_says_where_it_wrote(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["validate", str(arch), "--out", str(tmp_path / "v")])
     assert res.exit_code == 0, res.output
     assert res.stdout.rstrip().endswith(f"Outputs: {tmp_path / 'v'}/ (results.json, TABLES.md, "
-                                        "cells.parquet)")  # fmt: skip
+                                        "cells.parquet, REPORT.md)")  # fmt: skip
     assert (tmp_path / "v" / "results.json").exists()
 
 
@@ -262,3 +262,24 @@ def test_one_shard_moves_the_progress_bar_before_it_ends(tmp_path: Path) -> None
     replay_archive(arch, arms, progress=calls.append)
     assert sum(calls) == rows == 6 * 3 * 5
     assert len(calls) == 4 and calls[0] == rows // 4  # three arms, then the companion's share
+
+
+def test_outputs_line_lists_exactly_the_files_written(small_archive: Path, tmp_path: Path) -> None:
+    """The last line names every file the run wrote (REPORT.md and each plot), and only those."""
+    runs = {
+        "rq": ["requalify", str(small_archive), "--baseline", "top32:t0.7@5", "--candidate",
+               "top32:t0.7:dyadic24@5", "--n-boot", "200", "--min-requests", "2"],
+        "law": ["lawtest", "--arm", "top32:t0.7@5", "--max-draws", "2000"],
+        "iv": ["interval", str(MEDUSA / f"medusa-vicuna-7b-v1.3-{STEM}.jsonl"),
+               str(MEDUSA / f"medusa-vicuna-13b-v1.3-{STEM}.jsonl"), "--question-file",
+               str(MEDUSA / "question.jsonl"), "--n-boot", "300"],
+    }  # fmt: skip
+    for name, argv in runs.items():
+        out = tmp_path / name
+        res = CliRunner().invoke(app, [*argv, "--out", str(out), "-q"])
+        assert res.exit_code == 0, res.output
+        listed = res.stdout.rstrip().splitlines()[-1]
+        assert listed.startswith(f"Outputs: {out}/ ("), listed
+        names = listed.split(" (", 1)[1].rstrip(")").split(", ")
+        on_disk = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+        assert sorted(names) == on_disk and "REPORT.md" in names, name

@@ -18,7 +18,7 @@ from specreplay.results.document import input_files
 from specreplay.results.io import read_result
 from specreplay.results.model import Cell, Result, Sensitivity
 from specreplay.results.output import check_out, output_dir
-from specreplay.results.render import write_all
+from specreplay.results.render import outputs_line, write_all
 from specreplay.results.tables import budget_tables
 
 __all__ = ["DEFAULT_X_GRID", "BudgetOptions", "budget_inputs", "budget_run", "run_budget"]
@@ -90,8 +90,8 @@ def run_budget(opts: BudgetOptions, *, out: Path, force: bool) -> str:
     check_out(out, force=force, inputs=inputs)
     result = budget_run(opts)  # every input is read and checked before any write
     with output_dir(out, force=force, inputs=inputs) as tmp:
-        write_all(result, tmp)
-    return f"{budget_tables(result)}\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet)"
+        files = write_all(result, tmp)
+    return f"{budget_tables(result)}\n{outputs_line(out, files)}"
 
 
 def _cells(opts: BudgetOptions) -> tuple[tuple[Cell, ...], tuple[str, ...]]:

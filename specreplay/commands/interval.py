@@ -15,7 +15,7 @@ from specreplay.results.gates import fail_on_code
 from specreplay.results.model import Delta, Level, Result, Role
 from specreplay.results.output import check_out, output_dir
 from specreplay.results.privacy import IdHasher, hash_result
-from specreplay.results.render import write_all
+from specreplay.results.render import outputs_line, write_all
 from specreplay.results.tables import comparison_tables
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
@@ -146,8 +146,8 @@ def run_interval(
     kinds = _kinds(path_a, path_b, opts)
     with output_dir(out, force=force, inputs=inputs) as tmp:
         result = _compared(path_a, path_b, opts, kinds, progress)
-        write_all(result, tmp)
-    text = _interval_text(result, parse_margin(opts.margin), out)
+        files = write_all(result, tmp)
+    text = _interval_text(result, parse_margin(opts.margin), out, files)
     return text, _exit_code(result, opts.fail_on)
 
 
@@ -216,7 +216,7 @@ def _exit_code(result: Result, fail_on: frozenset[str]) -> int:
     return fail_on_code(d.verdict if d is not None else None, fail_on)
 
 
-def _interval_text(result: Result, mg: Margin, out: Path) -> str:
+def _interval_text(result: Result, mg: Margin, out: Path, files: list[str]) -> str:
     pooled = result.pooled.delta(Role.B_VS_A)
     assert pooled is not None  # every interval result has its b-vs-a delta
     head = _verdict_line(pooled, mg.text)
@@ -227,10 +227,7 @@ def _interval_text(result: Result, mg: Margin, out: Path) -> str:
         if n_bucket
         else ""
     )
-    return (
-        f"{head}\n\n{short}\n{more}"
-        f"Outputs: {out}/ (results.json, TABLES.md, cells.parquet, forest.png)"
-    )
+    return f"{head}\n\n{short}\n{more}{outputs_line(out, files)}"
 
 
 def _verdict_line(d: Delta, margin: str) -> str:

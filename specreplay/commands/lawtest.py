@@ -6,7 +6,7 @@ from pathlib import Path
 
 from specreplay.results.lawtests import lawtest_result
 from specreplay.results.output import check_out, output_dir
-from specreplay.results.render import write_all
+from specreplay.results.render import outputs_line, write_all
 from specreplay.results.tables import lawtest_table
 
 __all__ = ["run_lawtest"]
@@ -40,6 +40,6 @@ def run_lawtest(
             family_alpha=family_alpha, max_draws=max_draws, buckets=buckets,
             logging_arm=logging_arm, hash_ids=hash_ids,
         )  # fmt: skip
-        write_all(result, tmp)
+        files = write_all(result, tmp)
     ok = all(t.passed is not False for t in result.law_tests)
-    return lawtest_table(result) + f"\nOutputs: {out}/ (results.json, TABLES.md)", ok
+    return lawtest_table(result) + "\n" + outputs_line(out, files), ok

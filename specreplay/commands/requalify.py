@@ -28,7 +28,7 @@ from specreplay.results.grouping import check_by, with_by_cells
 from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
 from specreplay.results.privacy import IdHasher, hash_result
-from specreplay.results.render import write_all
+from specreplay.results.render import outputs_line, write_all
 from specreplay.results.requalification import (
     RequalifyArms,
     RequalifyOptions,
@@ -144,9 +144,9 @@ def run_requalify(
     opened = _opened(archive, opts)
     with output_dir(out, force=force, inputs=[archive]) as tmp:
         result = _requalified(opened, archive, opts, progress)
-        write_all(result, tmp)
+        files = write_all(result, tmp)
     text = requalify_tables(result)
-    text += f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet, forest.png)"
+    text += "\n" + outputs_line(out, files)
     rq = result.requalification
     return text, fail_on_code(rq.verdict if rq is not None else None, opts.fail_on), result
 

@@ -28,7 +28,7 @@ from specreplay.replay.counters import (
 from specreplay.results.document import input_files, new_result
 from specreplay.results.model import Cell, Result
 from specreplay.results.output import check_out, output_dir
-from specreplay.results.render import write_all
+from specreplay.results.render import outputs_line, write_all
 from specreplay.results.screen import SCREEN_ASSUMPTIONS, screen_cell_result
 from specreplay.results.tables import fmt
 from specreplay.stats.screen import ScreenParams, ScreenRun, screen_cell
@@ -125,7 +125,7 @@ def run_screen(paths: list[Path], *, config: Path | None, out: Path, force: bool
     check_out(out, force=force, inputs=inputs)
     result = screen_result(paths, config)  # every input is read and checked before any write
     with output_dir(out, force=force, inputs=inputs) as tmp:
-        write_all(result, tmp)
+        files = write_all(result, tmp)
     lines = []
     for c in result.cells:
         best = min((d for d in c.depths if d.rank is not None), key=lambda d: d.rank or 0,
@@ -137,4 +137,4 @@ def run_screen(paths: list[Path], *, config: Path | None, out: Path, force: bool
             else "no supported depth"
         )
         lines.append(f"{c.name}: best central {what} (ESTIMATED)")
-    return "\n".join([*lines, f"Outputs: {out}/ (results.json, TABLES.md, cells.parquet)"])
+    return "\n".join([*lines, outputs_line(out, files)])

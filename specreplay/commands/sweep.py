@@ -22,7 +22,7 @@ from specreplay.results.grouping import check_by, with_by_cells
 from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
 from specreplay.results.privacy import IdHasher, hash_result
-from specreplay.results.render import write_all
+from specreplay.results.render import outputs_line, write_all
 from specreplay.results.sweep import (
     CostModel,
     SweepOptions,
@@ -123,13 +123,13 @@ def run_sweep(
         depths = _proxy_depths(archive, opts)
         with output_dir(out, force=force, inputs=[archive]) as tmp:
             result = _proxy(archive, opts, depths)
-            write_all(result, tmp)
+            files = write_all(result, tmp)
     else:
         prep = _prepare(archive, opts)
         with output_dir(out, force=force, inputs=[archive]) as tmp:
             result = _swept(archive, opts, prep, progress)
-            write_all(result, tmp)
-    text = sweep_tables(result) + f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet)"
+            files = write_all(result, tmp)
+    text = sweep_tables(result) + "\n" + outputs_line(out, files)
     return text, result
 
 

@@ -15,7 +15,7 @@ from specreplay.results.builders import measured_result
 from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
 from specreplay.results.privacy import IdHasher, hash_result
-from specreplay.results.render import write_all
+from specreplay.results.render import outputs_line, write_all
 from specreplay.results.tables import archive_summary, measured_tables
 
 __all__ = ["run_validate", "validate_result"]
@@ -75,10 +75,8 @@ def run_validate(
         return False, "\n".join([*bad.errors, f"{len(bad.errors)} error(s) in {path}{more}"])
     assert result.archive is not None  # measured_result always describes the archive
     text = archive_summary(result.archive, str(path), result.pooled.arms[result.arms[0]])
+    written = ""
     if out is not None:
         with output_dir(out, force=force, inputs=[path]) as tmp:
-            write_all(result, tmp)
-    written = (
-        f"\nOutputs: {out}/ (results.json, TABLES.md, cells.parquet)" if out is not None else ""
-    )
+            written = "\n" + outputs_line(out, write_all(result, tmp))
     return True, text + "\n\n" + measured_tables(result) + written

@@ -98,6 +98,11 @@ def render(result: Result, folder: Path) -> list[str]:
     return written
 
 
+def outputs_line(out: Path, files: Sequence[str]) -> str:
+    """Return the terminal's last line: the output folder and the files written into it."""
+    return f"Outputs: {out}/ ({', '.join(files)})"
+
+
 def write_all(result: Result, folder: Path) -> list[str]:
     """Write results.json and every rendered file of ``result`` into ``folder``."""
     _replace(folder / "results.json", result_json(result))
