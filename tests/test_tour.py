@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -23,6 +24,10 @@ ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 TOUR = README[README.index("## A ten-minute tour") : README.index("\n## Commands")]
 BLOCKS = re.findall(r"```(python|bash)\n(.*?)```", TOUR, re.S)
+
+
+NAMESPACES: dict[int, dict[str, Any]] = {}
+"""What each Python block of the tour left behind, by block index."""
 
 
 def _flat(text: str) -> str:
@@ -39,9 +44,11 @@ def tour(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[str
     cwd = os.getcwd()
     os.chdir(folder)
     try:
-        for kind, body in BLOCKS:
+        for i, (kind, body) in enumerate(BLOCKS):
             if kind == "python":
-                exec(compile(body, "README.md (tour)", "exec"), {"__name__": "tour"})
+                namespace: dict[str, Any] = {"__name__": "tour"}
+                exec(compile(body, "README.md (tour)", "exec"), namespace)
+                NAMESPACES[i] = namespace
                 continue
             for line in body.splitlines():
                 if line.strip():
@@ -81,3 +88,19 @@ def test_every_figure_the_tour_quotes_is_printed(
     assert len(quoted) >= 10
     for q in quoted:
         assert _flat(q.rstrip("…").rstrip()) in printed, q
+
+
+def test_the_python_step_gives_the_cli_figures(
+    tour: tuple[Path, list[tuple[str, int, str]]],
+) -> None:
+    """Step 10's ``api.requalify`` is step 3's run: the same verdict and the same pooled Δ."""
+    import json
+
+    from specreplay.results.model import Role
+
+    rq = next(ns["rq"] for ns in NAMESPACES.values() if "rq" in ns)
+    doc = json.loads((tour[0] / "tour" / "requalify" / "results.json").read_text())
+    cli = next(d for d in doc["cells"][0]["deltas"] if d["role"] == Role.CANDIDATE_VS_BASELINE)
+    api = rq.pooled.delta(Role.CANDIDATE_VS_BASELINE)
+    assert rq.requalification.verdict == doc["requalification"]["verdict"] == "QUALIFIED"
+    assert (api.point, api.lo, api.hi) == (cli["point"], cli["lo"], cli["hi"])
