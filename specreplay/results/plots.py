@@ -667,6 +667,9 @@ def _depth_panel(ax: Any, result: Result, cell: Cell, key: str) -> None:
         mid = (min(unsupported) + max(unsupported)) / 2
         ax.text(mid, 0.5, "UNSUPPORTED\n(not recorded)", transform=ax.get_xaxis_transform(),
                 ha="center", va="center", color="0.4", fontsize=8)  # fmt: skip
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # depths are whole positions
     ax.set_xlabel("fixed draft depth d (positions per round)", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
