@@ -712,7 +712,7 @@ def screen_plot(result: Result, path: Path) -> None:
     cells = [c for c in result.cells if c.screen is not None]
     batches = sorted({c.batch for c in cells if c.batch is not None})
     contexts = sorted({c.context for c in cells if c.context is not None})
-    size = (3.2 * max(len(batches), 1), 2.6 * max(len(contexts), 1))
+    size = (max(3.2 * len(batches), 6.4), 2.6 * max(len(contexts), 1) + 0.6)  # title fits
     fig, axes = plt.subplots(len(contexts) or 1, len(batches) or 1, squeeze=False, figsize=size)
     for ax in axes.ravel():
         ax.set_visible(False)
@@ -744,8 +744,8 @@ def screen_plot(result: Result, path: Path) -> None:
         ax.set_ylabel("tokens/s (ESTIMATED)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    fig.suptitle("Depth screen: central rate (line), assumption envelope (band), best rank (star),"
-                 " nominal cap (ring)", fontsize=9)  # fmt: skip
+    fig.suptitle("Depth screen: central rate (line), assumption envelope (band),\n"
+                 "best rank (star), nominal cap (ring)", fontsize=9)  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=110)
     plt.close(fig)
