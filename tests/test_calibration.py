@@ -135,7 +135,7 @@ def _studentized(
     for fi, bi in cells:
         point = pts[list(fi)][:, list(bi)].reshape(-1, 4).sum(axis=0)
         reps = s[:, list(fi)][:, :, list(bi)].reshape(n_boot, -1, 4).sum(axis=1)
-        (se_d, sd), (se_r, sr), _ = cell_standard_errors(mom, fi, bi, point, reps)
+        (se_d, sd), (se_r, sr), *_ = cell_standard_errors(mom, fi, bi, point, reps)
         ra, rb = point[1] / point[0], point[3] / point[2]
         ra_s, rb_s = reps[:, 1] / reps[:, 0], reps[:, 3] / reps[:, 2]
         out.append((Studentized.of(rb - ra, se_d, rb_s - ra_s, sd),

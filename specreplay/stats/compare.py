@@ -44,7 +44,7 @@ from specreplay.stats.intervals import (
     requests_for_margin,
     verdict,
 )
-from specreplay.stats.studentized import Studentized, arm_a_standard_error, cell_standard_errors
+from specreplay.stats.studentized import Studentized, cell_standard_errors
 
 __all__ = ["Cell", "Comparison", "Margin", "compare", "parse_margin"]
 
@@ -170,12 +170,11 @@ def _cell_stats(
         "jack_rel": loo_b / loo_a - 1.0,
     }
     if na > 0 and nb_ > 0:
-        raw["se_delta"], raw["se_rel"], se_rb = cell_standard_errors(
+        raw["se_delta"], raw["se_rel"], se_rb, se_ra = cell_standard_errors(
             mom, cell.fam_idx, cell.bucket_idx, sel, reps
         )
         ok = np.isfinite(rb_reps)
         raw["rb_test"] = Studentized.of(tb / nb_, se_rb[0], rb_reps[ok], se_rb[1][ok])
-        se_ra = arm_a_standard_error(mom, cell.fam_idx, cell.bucket_idx, sel, reps)
         ok = np.isfinite(ra_reps)
         raw["ra_test"] = Studentized.of(ta / na, se_ra[0], ra_reps[ok], se_ra[1][ok])
     raw["rb_reps"] = rb_reps

@@ -41,7 +41,7 @@ from numpy.typing import NDArray
 
 from specreplay.stats.bootstrap import Moments
 
-__all__ = ["METHOD", "Studentized", "arm_a_standard_error", "cell_standard_errors"]
+__all__ = ["METHOD", "Studentized", "cell_standard_errors"]
 
 METHOD: Final = "studentized"
 _BIG: Final = 1e300
@@ -161,7 +161,7 @@ def cell_standard_errors(
     point_sums: NDArray[np.float64],
     rep_sums: NDArray[np.float64],
 ) -> tuple[tuple[float, NDArray[np.float64]], ...]:
-    """Return ((SE, SE*) of Δ, (SE, SE*) of Δ/R_a, (SE, SE*) of R_b) of one cell.
+    """Return ((SE, SE*) of Δ, of Δ/R_a, of R_b, of R_a) of one cell, in one computation.
 
     Parameters
     ----------
@@ -174,18 +174,7 @@ def cell_standard_errors(
     rep_sums : float64, (B, 4)
         The same per replicate.
     """
-    return _standard_errors(mom, fam_idx, bucket_idx, point_sums, rep_sums)[:3]
-
-
-def arm_a_standard_error(
-    mom: Moments,
-    fam_idx: tuple[int, ...],
-    bucket_idx: tuple[int, ...],
-    point_sums: NDArray[np.float64],
-    rep_sums: NDArray[np.float64],
-) -> tuple[float, NDArray[np.float64]]:
-    """Return (SE, SE*) of R_a alone of one cell (arguments as :func:`cell_standard_errors`)."""
-    return _standard_errors(mom, fam_idx, bucket_idx, point_sums, rep_sums)[3]
+    return _standard_errors(mom, fam_idx, bucket_idx, point_sums, rep_sums)
 
 
 def _standard_errors(
