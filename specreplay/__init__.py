@@ -21,4 +21,17 @@ def numba_cache_dir() -> str:
     return _os.path.join(base, "specreplay", "numba", __version__)
 
 
+def cache_root() -> str:
+    """Return specreplay's user cache folder: ``$SPECREPLAY_CACHE_DIR``, else under XDG's.
+
+    It holds the input-hash cache (:mod:`specreplay.replay.archive.filehash`); never a folder
+    beside an archive (inputs are read-only).
+    """
+    env = _os.environ.get("SPECREPLAY_CACHE_DIR")
+    if env:
+        return env
+    base = _os.environ.get("XDG_CACHE_HOME") or _os.path.join(_os.path.expanduser("~"), ".cache")
+    return _os.path.join(base, "specreplay")
+
+
 _os.environ.setdefault("NUMBA_CACHE_DIR", numba_cache_dir())

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from specreplay.replay.archive.writer import TraceWriter
+
+# the input-hash cache of every run in the tests (in-process and CLI subprocesses) stays out of
+# the user's cache folder
+os.environ.setdefault("SPECREPLAY_CACHE_DIR", tempfile.mkdtemp(prefix="specreplay-test-cache-"))
 
 
 @pytest.fixture(scope="session")

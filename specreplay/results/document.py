@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import platform
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -14,18 +13,15 @@ import numpy as np
 import polars as pl
 
 from specreplay import __version__
+from specreplay.replay.archive.filehash import file_sha256
 from specreplay.results.model import Cell, Excluded, InputFile, LawTest, Result
 
 __all__ = ["environment", "excluded_entries", "input_files", "new_result", "sha256_file"]
 
 
 def sha256_file(path: Path) -> str:
-    """Return the hex SHA-256 of a file, read in 1 MiB blocks (a separate pass over inputs)."""
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """Return the hex SHA-256 of a file (cached: :mod:`specreplay.replay.archive.filehash`)."""
+    return file_sha256(path)
 
 
 def input_files(files: Sequence[tuple[Path, int | None]]) -> tuple[InputFile, ...]:
