@@ -83,100 +83,138 @@ def check_rows(
     drafted_idx : int32, shape (n,)
         Output: index of drafted_id within the row's candidates, −1 if absent.
     """
-    n = offsets.shape[0] - 1
-    for i in prange(n):
-        a = offsets[i]
-        b = offsets[i + 1]
-        code[i] = OK
-        detail[i] = np.nan
-        drafted_idx[i] = -1
-        if b <= a:
-            code[i] = EMPTY
-            continue
-        # duplicates: insertion sort of a copy (rows are short: tens of candidates)
-        k = b - a
-        buf = np.empty(k, np.int64)
-        dup = False
-        neg = False
+    for i in prange(offsets.shape[0] - 1):
+        _check_row(
+            i, offsets, cand, lp, tp, eq, drafted, has_eq, has_drafted, code, detail, drafted_idx
+        )
+
+
+@njit(cache=True, inline="always")
+def _dup_neg(cand: NDArray[np.int64], a: int, b: int) -> tuple[bool, bool]:
+    """Return (a cand_id repeats, a cand_id is negative) for candidates [a, b).
+
+    A 64-bit signature of the ids seen so far (Fibonacci hashing to one bit): an id whose bit is
+    clear is new; only one whose bit is set (another id may share it) is compared with the row's
+    earlier ids: about 7 such ids in a row of 32 distinct ones. No allocation and no sort per
+    row; rows wider than 64 (where the signature fills up) are sorted instead. Measured on 2 M
+    rows of 32 candidates (2 threads): the whole row check 0.51 s with the former insertion
+    sort of a fresh copy per row, 0.36 s with this, 0.24 s with no duplicate check at all.
+    """
+    neg = False
+    if b - a > 64:
+        srt = np.sort(cand[a:b])
+        return bool(np.any(srt[1:] == srt[:-1])), bool(srt[0] < 0)
+    m0 = np.uint64(0)
+    for j in range(a, b):
+        x = cand[j]
+        if x < 0:
+            neg = True
+        bit = np.uint64(1) << ((np.uint64(x) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(58))
+        seen = (m0 & bit) != 0
+        m0 |= bit
+        if seen:
+            for i in range(a, j):
+                if cand[i] == x:
+                    for r in range(j + 1, b):  # the caller needs both flags
+                        neg = neg or cand[r] < 0
+                    return True, neg
+    return False, neg
+
+
+@njit(cache=True, inline="always")
+def _check_row(
+    i: int,
+    offsets: NDArray[np.int64],
+    cand: NDArray[np.int64],
+    lp: NDArray[np.float64],
+    tp: NDArray[np.float64],
+    eq: NDArray[np.float64],
+    drafted: NDArray[np.int64],
+    has_eq: bool,
+    has_drafted: bool,
+    code: NDArray[np.int8],
+    detail: NDArray[np.float64],
+    drafted_idx: NDArray[np.int32],
+) -> None:
+    """Check row ``i`` (see :func:`check_rows`)."""
+    a = offsets[i]
+    b = offsets[i + 1]
+    code[i] = OK
+    detail[i] = np.nan
+    drafted_idx[i] = -1
+    if b <= a:
+        code[i] = EMPTY
+        return
+    k = b - a
+    dup, neg = _dup_neg(cand, a, b)
+    if dup:
+        code[i] = DUP_CAND
+        return
+    if neg:
+        code[i] = NEG_CAND
+        return
+    s = 0.0
+    bad = OK
+    for j in range(a, b):
+        v = lp[j]
+        if np.isnan(v) or v == np.inf:
+            bad = NONFINITE_LP
+            detail[i] = v
+            break
+        if v > 0.0:
+            bad = LP_POS
+            detail[i] = v
+            break
+        s += np.exp(v)
+    if bad == OK and s > 1.0 + TOL:
+        bad = LP_SUM
+        detail[i] = s
+    if bad != OK:
+        code[i] = bad
+        return
+    s = 0.0
+    for j in range(a, b):
+        v = tp[j]
+        if not np.isfinite(v):
+            bad = NONFINITE_TP
+            detail[i] = v
+            break
+        if v < 0.0 or v > 1.0:
+            bad = TP_RANGE
+            detail[i] = v
+            break
+        s += v
+    if bad == OK and s > 1.0 + TOL:
+        bad = TP_SUM
+        detail[i] = s
+    if bad != OK:
+        code[i] = bad
+        return
+    if has_drafted:
         for j in range(k):
-            x = cand[a + j]
-            if x < 0:
-                neg = True
-            m = j
-            while m > 0 and buf[m - 1] > x:
-                buf[m] = buf[m - 1]
-                m -= 1
-            if m > 0 and buf[m - 1] == x:
-                dup = True
-            buf[m] = x
-        if dup:
-            code[i] = DUP_CAND
-            continue
-        if neg:
-            code[i] = NEG_CAND
-            continue
-        s = 0.0
-        bad = OK
-        for j in range(a, b):
-            v = lp[j]
-            if np.isnan(v) or v == np.inf:
-                bad = NONFINITE_LP
-                detail[i] = v
+            if cand[a + j] == drafted[i]:
+                drafted_idx[i] = j
                 break
-            if v > 0.0:
-                bad = LP_POS
-                detail[i] = v
-                break
-            s += np.exp(v)
-        if bad == OK and s > 1.0 + TOL:
-            bad = LP_SUM
-            detail[i] = s
-        if bad != OK:
-            code[i] = bad
-            continue
+        if drafted_idx[i] < 0:
+            code[i] = NOT_IN_CANDS
+            detail[i] = drafted[i]
+            return
+    if has_eq:
         s = 0.0
         for j in range(a, b):
-            v = tp[j]
+            v = eq[j]
             if not np.isfinite(v):
-                bad = NONFINITE_TP
+                bad = NONFINITE_EQ
                 detail[i] = v
                 break
             if v < 0.0 or v > 1.0:
-                bad = TP_RANGE
+                bad = EQ_RANGE
                 detail[i] = v
                 break
             s += v
-        if bad == OK and s > 1.0 + TOL:
-            bad = TP_SUM
+        if bad == OK and abs(s - 1.0) > TOL:
+            bad = EQ_SUM
             detail[i] = s
-        if bad != OK:
-            code[i] = bad
-            continue
-        if has_drafted:
-            for j in range(k):
-                if cand[a + j] == drafted[i]:
-                    drafted_idx[i] = j
-                    break
-            if drafted_idx[i] < 0:
-                code[i] = NOT_IN_CANDS
-                detail[i] = drafted[i]
-                continue
-        if has_eq:
-            s = 0.0
-            for j in range(a, b):
-                v = eq[j]
-                if not np.isfinite(v):
-                    bad = NONFINITE_EQ
-                    detail[i] = v
-                    break
-                if v < 0.0 or v > 1.0:
-                    bad = EQ_RANGE
-                    detail[i] = v
-                    break
-                s += v
-            if bad == OK and abs(s - 1.0) > TOL:
-                bad = EQ_SUM
-                detail[i] = s
-            if bad == OK and has_drafted and eq[a + drafted_idx[i]] == 0.0:
-                bad = EQ_ZERO
-            code[i] = bad
+        if bad == OK and has_drafted and eq[a + drafted_idx[i]] == 0.0:
+            bad = EQ_ZERO
+        code[i] = bad
