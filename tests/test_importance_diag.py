@@ -324,6 +324,51 @@ def test_merge_is_the_top_k_of_the_union() -> None:
     assert values.tolist() == [6.0, 5.0, 4.0] and dropped == 3.0
 
 
+def _random_tail(rng: np.random.Generator, n: int, cap: int) -> RatioTail:
+    """A canonical tail of up to ``cap`` entries per group, with many tied values and keys."""
+    fam = rng.integers(0, 3, n).astype(np.int32)
+    bkt = rng.integers(0, 2, n).astype(np.int32)
+    dep = rng.integers(0, 2, n).astype(np.int32)
+    key = rng.integers(0, 6, n).astype(np.uint64)
+    val = rng.integers(0, 8, n).astype(np.float64) / 4
+    order = np.lexsort((key, -val, (fam * 2 + bkt) * 2 + dep))
+    t = RatioTail(fam[order], bkt[order], dep[order], key[order], val[order],
+                  np.full((3, 2, 2), -np.inf))  # fmt: skip
+    return t._top(cap)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_linear_merge_equals_a_lexsort_of_the_union(seed: int) -> None:
+    """``RatioTail.merge`` (a two-way merge) keeps the same entries, in the same order, with the
+    same dropped maxima as a three-key lexsort of both tails' entries cut at the cap."""
+    rng = np.random.default_rng(seed)
+    cap = 5
+    a, b = _random_tail(rng, 60, cap), _random_tail(rng, 45, cap)
+    m = RatioTail.merge(a, b, cap=cap)
+    fam = np.concatenate([a.family, b.family])
+    bkt = np.concatenate([a.bucket, b.bucket])
+    dep = np.concatenate([a.depth, b.depth])
+    key = np.concatenate([a.request_key, b.request_key])
+    val = np.concatenate([a.value, b.value])
+    code = (fam * 2 + bkt) * 2 + dep
+    order = np.lexsort((key, -val, code))  # stable: a's entry first on a full tie
+    want = []
+    dropped = np.maximum(a.dropped, b.dropped)
+    seen: dict[int, int] = {}
+    for i in order.tolist():
+        c = int(code[i])
+        seen[c] = seen.get(c, 0) + 1
+        if seen[c] <= cap:
+            want.append((int(fam[i]), int(bkt[i]), int(dep[i]), int(key[i]), float(val[i])))
+        else:
+            dropped[fam[i], bkt[i], dep[i]] = max(dropped[fam[i], bkt[i], dep[i]], val[i])
+    got = list(zip(m.family.tolist(), m.bucket.tolist(), m.depth.tolist(),
+                   m.request_key.tolist(), m.value.tolist(), strict=True))  # fmt: skip
+    assert got == want
+    np.testing.assert_array_equal(m.dropped, dropped)
+    assert len(want) < len(order)  # some entries were cut
+
+
 def test_requalify_reports_the_diagnostics_in_json_and_tables(
     small_archive: Path, tmp_path: Path
 ) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numba import njit
 from numpy.typing import NDArray
 
 __all__ = ["TAIL_CAP", "RatioTail", "TailAccumulator"]
@@ -96,19 +97,50 @@ class RatioTail:
     def merge(a: RatioTail, b: RatioTail, cap: int | None = None) -> RatioTail:
         """Return the top ``cap`` (default :data:`TAIL_CAP`) of both per finest cell and depth.
 
-        Both must be on the same family table. An entry below the other part's K-th largest
-        of its group cannot be among the union's K largest: it is dropped before the sort.
+        Both must be on the same family table and in canonical order (every tail is). An entry
+        below the other part's K-th largest of its group cannot be among the union's K largest:
+        it is dropped first; the rest are merged in one linear pass (:func:`_merge_sorted`), the
+        same entries in the same order as sorting the concatenation ``a, b`` (ties: ``a`` first).
+        Folding many shards, a merge then costs a copy of the tail, not a sort of it.
         """
         k = TAIL_CAP if cap is None else cap
         dropped = np.maximum(a.dropped, b.dropped)
         a_in, b_in = a._above(b.thresholds(k), dropped), b._above(a.thresholds(k), dropped)
-        both = RatioTail(
-            np.concatenate([a_in.family, b_in.family]), np.concatenate([a_in.bucket, b_in.bucket]),
-            np.concatenate([a_in.depth, b_in.depth]),
-            np.concatenate([a_in.request_key, b_in.request_key]),
-            np.concatenate([a_in.value, b_in.value]), dropped,
+        nb, d = dropped.shape[1], dropped.shape[2]
+        src, idx, out = _merge_sorted(
+            a_in._codes(nb, d), a_in.value, a_in.request_key,
+            b_in._codes(nb, d), b_in.value, b_in.request_key, k,
         )  # fmt: skip
-        return both._top(k)
+        take_a, take_b = idx[src == 0], idx[src == 1]
+        from_a = np.flatnonzero(src == 0)
+        from_b = np.flatnonzero(src == 1)
+        m = src.shape[0]
+
+        def pick(x: NDArray[Any], y: NDArray[Any]) -> NDArray[Any]:
+            z = np.empty(m, x.dtype)
+            z[from_a], z[from_b] = x[take_a], y[take_b]
+            return z
+
+        both = RatioTail(
+            pick(a_in.family, b_in.family), pick(a_in.bucket, b_in.bucket),
+            pick(a_in.depth, b_in.depth), pick(a_in.request_key, b_in.request_key),
+            pick(a_in.value, b_in.value), dropped,
+        )  # fmt: skip
+        if out.shape[0]:  # entries beyond the cap raise their group's dropped value
+            lost_a, lost_b = out[out >= 0], -out[out < 0] - 1
+            for part, rows in ((a_in, lost_a), (b_in, lost_b)):
+                np.maximum.at(
+                    dropped,
+                    (part.family[rows], part.bucket[rows], part.depth[rows]),
+                    part.value[rows],
+                )
+        return both
+
+    def _codes(self, nb: int, d: int) -> NDArray[np.int64]:
+        codes: NDArray[np.int64] = (
+            self.family.astype(np.int64) * nb + self.bucket
+        ) * d + self.depth
+        return codes
 
     def _above(self, thr: NDArray[np.float64], dropped: NDArray[np.float64]) -> RatioTail:
         """Return the entries ≥ ``thr`` of their group; the others raise ``dropped`` in place."""
@@ -309,3 +341,51 @@ class TailAccumulator:
         self._n_pending += int(inside.sum())
         if self._n_pending >= max(2 * self._tail.value.shape[0], self._FLUSH):
             self._flush()
+
+
+@njit(cache=True)
+def _merge_sorted(
+    code_a: NDArray[np.int64], val_a: NDArray[np.float64], key_a: NDArray[np.uint64],
+    code_b: NDArray[np.int64], val_b: NDArray[np.float64], key_b: NDArray[np.uint64],
+    cap: int,
+) -> tuple[NDArray[np.int8], NDArray[np.int64], NDArray[np.int64]]:  # fmt: skip
+    """Merge two canonically ordered tails, keeping the first ``cap`` of each group.
+
+    Returns (src, idx, out): the kept entries in order, each taken from part ``src`` (0: a,
+    1: b) at ``idx``; and the entries beyond the cap (``i`` for a's row i, ``-j - 1`` for b's
+    row j). Order: code ascending, value descending, key ascending, then a before b.
+    """
+    na, nb = code_a.shape[0], code_b.shape[0]
+    src = np.empty(na + nb, np.int8)
+    idx = np.empty(na + nb, np.int64)
+    out = np.empty(na + nb, np.int64)
+    i = j = m = lost = 0
+    group = np.int64(-1)
+    rank = 0
+    while i < na or j < nb:
+        if j >= nb:
+            take_a = True
+        elif i >= na:
+            take_a = False
+        elif code_a[i] != code_b[j]:
+            take_a = code_a[i] < code_b[j]
+        elif val_a[i] != val_b[j]:
+            take_a = val_a[i] > val_b[j]
+        else:
+            take_a = key_a[i] <= key_b[j]
+        c = code_a[i] if take_a else code_b[j]
+        if c != group:
+            group, rank = c, 0
+        if rank < cap:
+            src[m] = 0 if take_a else 1
+            idx[m] = i if take_a else j
+            m += 1
+        else:
+            out[lost] = i if take_a else -j - 1
+            lost += 1
+        rank += 1
+        if take_a:
+            i += 1
+        else:
+            j += 1
+    return src[:m], idx[:m], out[:lost]
