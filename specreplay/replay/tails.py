@@ -91,7 +91,9 @@ class RatioTail:
         out = RatioTail(fam, self.bucket, self.depth, self.request_key, self.value, dropped)
         if np.all(np.diff(index) > 0):  # an increasing map keeps the order
             return out
-        return out._top(max(out.value.shape[0], 1))  # re-sorted on the new codes, none dropped
+        # within a family the order stands: a stable sort on the new family codes (contiguous
+        # runs, which the stable sort finds in one pass) restores the canonical order
+        return out._with(np.argsort(fam, kind="stable"), dropped)
 
     @staticmethod
     def merge(a: RatioTail, b: RatioTail, cap: int | None = None) -> RatioTail:
@@ -105,42 +107,17 @@ class RatioTail:
         """
         k = TAIL_CAP if cap is None else cap
         dropped = np.maximum(a.dropped, b.dropped)
-        a_in, b_in = a._above(b.thresholds(k), dropped), b._above(a.thresholds(k), dropped)
-        nb, d = dropped.shape[1], dropped.shape[2]
-        src, idx, out = _merge_sorted(
-            a_in._codes(nb, d), a_in.value, a_in.request_key,
-            b_in._codes(nb, d), b_in.value, b_in.request_key, k,
+        src, idx = _merge_sorted(
+            a.family, a.bucket, a.depth, a.value, a.request_key,
+            b.family, b.bucket, b.depth, b.value, b.request_key,
+            a.thresholds(k), b.thresholds(k), dropped, k,
         )  # fmt: skip
-        take_a, take_b = idx[src == 0], idx[src == 1]
-        from_a = np.flatnonzero(src == 0)
-        from_b = np.flatnonzero(src == 1)
-        m = src.shape[0]
-
-        def pick(x: NDArray[Any], y: NDArray[Any]) -> NDArray[Any]:
-            z = np.empty(m, x.dtype)
-            z[from_a], z[from_b] = x[take_a], y[take_b]
-            return z
-
-        both = RatioTail(
-            pick(a_in.family, b_in.family), pick(a_in.bucket, b_in.bucket),
-            pick(a_in.depth, b_in.depth), pick(a_in.request_key, b_in.request_key),
-            pick(a_in.value, b_in.value), dropped,
+        return RatioTail(
+            _gather(src, idx, a.family, b.family), _gather(src, idx, a.bucket, b.bucket),
+            _gather(src, idx, a.depth, b.depth),
+            _gather(src, idx, a.request_key, b.request_key),
+            _gather(src, idx, a.value, b.value), dropped,
         )  # fmt: skip
-        if out.shape[0]:  # entries beyond the cap raise their group's dropped value
-            lost_a, lost_b = out[out >= 0], -out[out < 0] - 1
-            for part, rows in ((a_in, lost_a), (b_in, lost_b)):
-                np.maximum.at(
-                    dropped,
-                    (part.family[rows], part.bucket[rows], part.depth[rows]),
-                    part.value[rows],
-                )
-        return both
-
-    def _codes(self, nb: int, d: int) -> NDArray[np.int64]:
-        codes: NDArray[np.int64] = (
-            self.family.astype(np.int64) * nb + self.bucket
-        ) * d + self.depth
-        return codes
 
     def _above(self, thr: NDArray[np.float64], dropped: NDArray[np.float64]) -> RatioTail:
         """Return the entries ≥ ``thr`` of their group; the others raise ``dropped`` in place."""
@@ -345,47 +322,72 @@ class TailAccumulator:
 
 @njit(cache=True)
 def _merge_sorted(
-    code_a: NDArray[np.int64], val_a: NDArray[np.float64], key_a: NDArray[np.uint64],
-    code_b: NDArray[np.int64], val_b: NDArray[np.float64], key_b: NDArray[np.uint64],
-    cap: int,
-) -> tuple[NDArray[np.int8], NDArray[np.int64], NDArray[np.int64]]:  # fmt: skip
+    fa: NDArray[np.int32], ba: NDArray[np.int32], da: NDArray[np.int32],
+    va: NDArray[np.float64], ka: NDArray[np.uint64],
+    fb: NDArray[np.int32], bb: NDArray[np.int32], db: NDArray[np.int32],
+    vb: NDArray[np.float64], kb: NDArray[np.uint64],
+    thr_a: NDArray[np.float64], thr_b: NDArray[np.float64],
+    dropped: NDArray[np.float64], cap: int,
+) -> tuple[NDArray[np.int8], NDArray[np.int64]]:  # fmt: skip
     """Merge two canonically ordered tails, keeping the first ``cap`` of each group.
 
-    Returns (src, idx, out): the kept entries in order, each taken from part ``src`` (0: a,
-    1: b) at ``idx``; and the entries beyond the cap (``i`` for a's row i, ``-j - 1`` for b's
-    row j). Order: code ascending, value descending, key ascending, then a before b.
+    An entry below the other part's K-th largest of its group (``thr_a``, ``thr_b``) cannot be
+    kept; it and every entry beyond the cap raise their group's ``dropped`` (in place). Returns
+    the kept entries in order, each from part ``src`` (0: a, 1: b) at row ``idx``. Order: group
+    ascending, value descending, key ascending, then a before b.
     """
-    na, nb = code_a.shape[0], code_b.shape[0]
+    na, nb = va.shape[0], vb.shape[0]
     src = np.empty(na + nb, np.int8)
     idx = np.empty(na + nb, np.int64)
-    out = np.empty(na + nb, np.int64)
-    i = j = m = lost = 0
-    group = np.int64(-1)
+    i = j = m = 0
     rank = 0
+    gf = gb = gd = -1
     while i < na or j < nb:
+        if i < na and va[i] < thr_b[fa[i], ba[i], da[i]]:
+            dropped[fa[i], ba[i], da[i]] = max(dropped[fa[i], ba[i], da[i]], va[i])
+            i += 1
+            continue
+        if j < nb and vb[j] < thr_a[fb[j], bb[j], db[j]]:
+            dropped[fb[j], bb[j], db[j]] = max(dropped[fb[j], bb[j], db[j]], vb[j])
+            j += 1
+            continue
         if j >= nb:
             take_a = True
         elif i >= na:
             take_a = False
-        elif code_a[i] != code_b[j]:
-            take_a = code_a[i] < code_b[j]
-        elif val_a[i] != val_b[j]:
-            take_a = val_a[i] > val_b[j]
+        elif fa[i] != fb[j]:
+            take_a = fa[i] < fb[j]
+        elif ba[i] != bb[j]:
+            take_a = ba[i] < bb[j]
+        elif da[i] != db[j]:
+            take_a = da[i] < db[j]
+        elif va[i] != vb[j]:
+            take_a = va[i] > vb[j]
         else:
-            take_a = key_a[i] <= key_b[j]
-        c = code_a[i] if take_a else code_b[j]
-        if c != group:
-            group, rank = c, 0
+            take_a = ka[i] <= kb[j]
+        f, b, d, v = (fa[i], ba[i], da[i], va[i]) if take_a else (fb[j], bb[j], db[j], vb[j])
+        if f != gf or b != gb or d != gd:
+            gf, gb, gd, rank = f, b, d, 0
         if rank < cap:
             src[m] = 0 if take_a else 1
             idx[m] = i if take_a else j
             m += 1
         else:
-            out[lost] = i if take_a else -j - 1
-            lost += 1
+            dropped[f, b, d] = max(dropped[f, b, d], v)
         rank += 1
         if take_a:
             i += 1
         else:
             j += 1
-    return src[:m], idx[:m], out[:lost]
+    return src[:m], idx[:m]
+
+
+@njit(cache=True)
+def _gather(
+    src: NDArray[np.int8], idx: NDArray[np.int64], x: NDArray[Any], y: NDArray[Any]
+) -> NDArray[Any]:
+    """Return ``x[idx[i]]`` where ``src[i] == 0``, else ``y[idx[i]]`` (one pass)."""
+    out = np.empty(src.shape[0], x.dtype)
+    for i in range(src.shape[0]):
+        out[i] = x[idx[i]] if src[i] == 0 else y[idx[i]]
+    return out
