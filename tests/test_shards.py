@@ -179,6 +179,36 @@ def test_merge_rejects_round_split_across_files(tmp_path: Path) -> None:
     _expect_reader_message(path, "round 1 of request 'req-0' is split across files")
 
 
+def _four_files(tmp: Path, parts: list[list[dict[str, Any]]]) -> Path:
+    d = tmp / "arch4"
+    d.mkdir()
+    for i, rows in enumerate(parts):
+        write_parquet(d / f"part-{i}.parquet", rows)
+    return d
+
+
+@pytest.mark.parametrize("case", ["split", "starts"])
+def test_tree_fold_judges_a_round_continued_from_a_distant_file(
+    tmp_path: Path, case: str
+) -> None:
+    """The fold is a tree ((0, 1), (2, 3)): a round that starts past position 1 in file 3 is
+    judged against the files before it, not only file 2, with the whole-archive reader's message
+    (split across files when file 0 holds the round's start; else starts at position 2)."""
+    rows = valid_rows(n_requests=4, n_rounds=2, depth=3)  # 6 rows per request
+    req = [rows[6 * i : 6 * i + 6] for i in range(4)]
+    if case == "split":
+        parts = [req[0][:4], req[1], req[2], req[0][4:] + req[3]]
+        want = "part-3.parquet: row 0 (0-based): round 1 of request 'req-0' is split across files"
+    else:
+        parts = [req[0], req[1], req[2], req[3][1:]]
+        want = "part-3.parquet: row 0 (0-based): round 0 of request 'req-3' starts at position 2"
+    path = _four_files(tmp_path, parts)
+    msg = _reader_message(path)
+    assert want in msg, msg
+    with pytest.raises(SpecReplayError, match=f"^{re.escape(msg)}$"):
+        replay_archive(path, [parse_arm("top4:t1@3")])
+
+
 def test_merge_rejects_duplicate_round_in_two_files(tmp_path: Path) -> None:
     rows = valid_rows(n_requests=2, n_rounds=2, depth=3)
     path = _two_files(tmp_path, rows[:6], clone(rows[3:6]) + rows[6:])

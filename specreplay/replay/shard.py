@@ -30,7 +30,7 @@ validate`` reads the archive as a whole and lists every error.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -200,6 +200,9 @@ class ShardSums:
         either estimator can become the run's own (``--estimator auto``).
     group : tuple of str
         The columns that coded ``families`` (``ReplayOptions.group``), for messages.
+    opens : bool
+        The first file is the archive's first (set by :func:`fold_shards`): a round of a later
+        file that starts past position 1 and whose request this holds no row of is an error.
     """
 
     sources: list[ArchiveFile]
@@ -224,6 +227,7 @@ class ShardSums:
     companion_unlogged: dict[str, NDArray[np.int64]]
     companion_tails: dict[str, RatioTail]
     group: tuple[str, ...] = ("family",)
+    opens: bool = False
 
 
 class _Companion:
@@ -442,15 +446,31 @@ def _check_keys(keys: NDArray[np.uint64], ids: list[str]) -> None:
 
 
 def fold_shards(shards: Iterator[ShardSums]) -> ShardSums:
-    """Merge shards left to right (give them in sorted path order)."""
-    out: ShardSums | None = None
+    """Merge shards given in sorted path order, as a balanced tree built while they arrive.
+
+    A binary counter: each new shard is pushed, and while the two newest runs cover the same
+    number of shards they are merged (earlier first). A merge costs about the size of its
+    parts, so folding S shards costs O(total · log S), not the O(total · S) of merging every
+    shard into one growing result (128 shards of 10 M positions: 7 levels instead of 127 copies
+    of the whole sums). The tree's shape depends only on the number of shards, so the same
+    shards always give the same figures (to the bit) whoever runs the fold: the local engine,
+    Dask or the shard cache.
+    """
+    runs: list[tuple[int, ShardSums]] = []  # (shards covered, sums), oldest first
     for s in shards:
-        if out is None:
+        if not runs:
             _check_continued(s, None, {})
-        out = s if out is None else merge_shards(out, s)
-    if out is None:
+            s = replace(s, opens=True, continued=[])
+        runs.append((1, s))
+        while len(runs) > 1 and runs[-2][0] == runs[-1][0]:
+            (n, a), (_, b) = runs[-2], runs[-1]
+            runs[-2:] = [(2 * n, merge_shards(a, b))]
+    if not runs:
         raise SpecReplayError("no shard to merge")
-    return out
+    while len(runs) > 1:
+        (n, a), (m, b) = runs[-2], runs[-1]
+        runs[-2:] = [(n + m, merge_shards(a, b))]
+    return runs[0][1]
 
 
 def _where(s: ShardSums, file: int, loc: int) -> str:
@@ -473,22 +493,32 @@ def _check_files(a: ShardSums, b: ShardSums) -> None:
         )
 
 
-def _check_continued(b: ShardSums, a: ShardSums | None, in_a: dict[int, int]) -> None:
+def _check_continued(
+    b: ShardSums, a: ShardSums | None, in_a: dict[int, int]
+) -> list[tuple[int, int, int, int, int]]:
     """Raise for a round of ``b`` starting past position 1 that does not continue ``a``.
 
     Such a round gets the reader's "starts at position" message, unless ``a``'s last round of
     its request is that round or a later one (:func:`_check_requests` reports those: split
-    across files, out of order); ``in_a`` maps b's request indices to a's.
+    across files, out of order); ``in_a`` maps b's request indices to a's. A round whose
+    request ``a`` does not hold, while ``a`` does not start the archive, may continue an earlier
+    file: it is returned, to be judged by a later merge (the fold is a tree, not left to right).
     """
+    carried = []
+    opens = a is None or a.opens
     for req, rnd, pos, file, loc in sorted(b.continued, key=lambda c: (c[3], c[4])):
         ra = in_a.get(req)
         if a is not None and ra is not None and a.requests.bounds["last_round"][ra] >= rnd:
+            continue
+        if ra is None and not opens:
+            carried.append((req, rnd, pos, file, loc))
             continue
         rid = b.requests.ids[req]
         raise SpecReplayError(
             f"{_where(b, file, loc)}: round {rnd} of request {rid!r} starts at position {pos}, "
             "not 1"
         )
+    return carried
 
 
 def _check_requests(
@@ -586,7 +616,7 @@ def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
         if a.requests.ids[i] != b.requests.ids[j]:
             _check_keys(np.array([0, 0], np.uint64), [a.requests.ids[i], b.requests.ids[j]])
     _check_requests(a, b, ia.astype(np.int64), ib.astype(np.int64))
-    _check_continued(b, a, dict(zip(ib.tolist(), ia.tolist(), strict=True)))
+    carried = _check_continued(b, a, dict(zip(ib.tolist(), ia.tolist(), strict=True)))
     families = sorted(set(a.families) | set(b.families))
     table, to_a, to_b = _merged_requests(a, b, families)
     n = len(table.ids)
@@ -626,8 +656,10 @@ def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
         tails=_merge_tails(a.tails, b.tails, fam_a, fam_b, len(families)),
         law_positions=a.law_positions,
         positions=a.positions + b.positions,
-        continued=[(int(to_a[r]), rnd, p, f, loc) for r, rnd, p, f, loc in a.continued],
+        continued=[(int(to_a[r]), rnd, p, f, loc) for r, rnd, p, f, loc in a.continued]
+        + [(int(to_b[r]), rnd, p, f + shift, loc) for r, rnd, p, f, loc in carried],
         group=a.group,
+        opens=a.opens,
         companion=companion,
         companion_unlogged=comp_unlogged,
         companion_tails=_merge_tails(
