@@ -190,41 +190,57 @@ class RatioTail:
         return values.astype(np.float64), float(drop.max()) if drop.size else -np.inf
 
 
-def _code_value_order(code: NDArray[np.int64], value: NDArray[np.float64]) -> NDArray[np.int64]:
-    """Return an order by (code, value descending); equal pairs in no particular order.
-
-    An unstable argsort of −value (NumPy's vectorised sort), then a stable argsort of the codes
-    (a radix sort when they fit in 16 bits): about twice as fast as ``np.lexsort`` here.
-    """
-    by_value: NDArray[np.int64] = np.argsort(-value)
-    c = code[by_value]
-    if c.shape[0] and int(c.max()) - int(c.min()) < (1 << 15):
-        c = (c - c.min()).astype(np.int16)
-    out: NDArray[np.int64] = by_value[np.argsort(c, kind="stable")]
-    return out
-
-
 def _canonical_order(
     code: NDArray[np.int64], value: NDArray[np.float64], key: NDArray[np.uint64]
 ) -> NDArray[np.int64]:
     """Return ``np.lexsort((key, -value, code))``: sort by (code, value ↓), then ties by key.
 
-    Two keys are sorted first (:func:`_code_value_order`) and only the runs of equal (code,
-    value) are sorted by key, then by index: the same permutation as the three-key sort (whose
-    every key is stable, so equal triples keep their index order).
+    A counting sort on the codes (stable: each group keeps its index order), then per group a
+    stable sort by value descending and, within a run of equal values, a stable sort by key
+    (:func:`_order_kernel`): the same permutation as the three-key sort (whose every key is
+    stable, so equal triples keep their index order). Measured on one shard's tail (16,000
+    rounds × 5 depths, 140 groups): the ordering 3.7 ms (the whole shard tail 9 → 7.5 ms per
+    arm, against NumPy's unstable argsort of −value then a stable argsort of the codes).
     """
-    order = _code_value_order(code, value)
-    c, v = code[order], value[order]
-    eq = (c[1:] == c[:-1]) & (v[1:] == v[:-1])
-    if not eq.any():
-        return order
-    tie = np.zeros(order.shape[0], bool)
-    tie[1:] |= eq
-    tie[:-1] |= eq
-    run = np.cumsum(np.concatenate([[True], ~eq]))  # run number of each sorted position
-    idx = np.flatnonzero(tie)
-    sub = order[idx]
-    order[idx] = sub[np.lexsort((sub, key[sub], run[idx]))]
+    if code.shape[0] == 0:
+        return np.zeros(0, np.int64)
+    lo = int(code.min())
+    out: NDArray[np.int64] = _order_kernel(code - lo, int(code.max()) - lo + 1, value, key)
+    return out
+
+
+@njit(cache=True)
+def _order_kernel(
+    code: NDArray[np.int64], n_codes: int, value: NDArray[np.float64], key: NDArray[np.uint64]
+) -> NDArray[np.int64]:
+    """See :func:`_canonical_order` (``code`` shifted to start at 0)."""
+    m = code.shape[0]
+    start = np.zeros(n_codes + 1, np.int64)
+    for i in range(m):
+        start[code[i] + 1] += 1
+    for c in range(n_codes):
+        start[c + 1] += start[c]
+    fill = start[:-1].copy()
+    order = np.empty(m, np.int64)
+    for i in range(m):
+        order[fill[code[i]]] = i
+        fill[code[i]] += 1
+    for c in range(n_codes):
+        a, b = start[c], start[c + 1]
+        if b - a < 2:
+            continue
+        grp = order[a:b]
+        by_value = grp[np.argsort(-value[grp], kind="mergesort")]
+        i = 0
+        while i < b - a:  # runs of equal values: stable by key
+            j = i + 1
+            while j < b - a and value[by_value[j]] == value[by_value[i]]:
+                j += 1
+            if j - i > 1:
+                run = by_value[i:j]
+                by_value[i:j] = run[np.argsort(key[run], kind="mergesort")]
+            i = j
+        order[a:b] = by_value
     return order
 
 
@@ -235,8 +251,7 @@ class TailAccumulator:
     wait in a buffer, merged into the tail (one sort) once the buffer holds twice as many
     entries as the tail, and at least 2^20 (about 28 MB), so the sorting work stays proportional
     to the entries that enter and an archive of up to 2^20 rounds × depths per arm is sorted
-    once (measured on the demo archive: 0.20 → 0.07 s per arm with the sort of
-    :func:`_code_value_order`).
+    once (measured on the demo archive: 0.20 → 0.07 s per arm with a two-key sort).
     """
 
     _FLUSH = 1 << 20
