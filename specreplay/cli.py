@@ -131,6 +131,33 @@ EstimatorOpt = Annotated[
         "needs drafted_id, and emitted_q or the logging arm).",
     ),
 ]
+SchedulerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="Replay one shard per task on this running Dask cluster (e.g. tcp://10.0.0.5:8786; "
+        "needs specreplay[dask]; workers read the archive at the same path).",
+    ),
+]
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        help="Replay one shard per task on a local Dask cluster of N worker processes "
+        "(needs specreplay[dask]).",
+        min=1,
+    ),
+]
+CacheOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--cache",
+        metavar="DIR",
+        help="Per-shard result cache: shards already replayed with the same bytes, arms and "
+        "options are not replayed again (with or without Dask).",
+    ),
+]
 _NULL_FAILS = (
     "; with INCONCLUSIVE a null pooled verdict (too few requests, unsupported cell) exits 1 too."
 )
@@ -154,6 +181,22 @@ def _default_buckets() -> str:
     from specreplay.stats.buckets import DEFAULT_BUCKETS
 
     return DEFAULT_BUCKETS
+
+
+def _backend(scheduler: str | None, workers: int | None, cache: Path | None) -> Any:
+    """``--scheduler``/``--workers``/``--cache`` as a checked Backend (one of the first two)."""
+    from specreplay.replay.backend import Backend
+
+    return Backend(scheduler=scheduler, workers=workers, cache=cache)
+
+
+def _backend_note(extra: dict[str, Any]) -> None:
+    """Print on stderr what the per-shard cache did (nothing without ``--cache``)."""
+    from specreplay.replay.backend import backend_note
+
+    note = backend_note(extra.get("replay_backend"))
+    if note is not None:
+        typer.echo(note, err=True)
 
 
 @contextmanager
@@ -458,6 +501,9 @@ def requalify(
     quiet: QuietOpt = False,
     hash_ids: HashIdsOpt = False,
     by: ByOpt = None,
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
+    cache: CacheOpt = None,
 ) -> None:
     """Replay an archive under baseline and candidate arms and requalify the change.
 
@@ -479,10 +525,12 @@ def requalify(
             logging_arm=_arm_option(logging_arm), by=by, hash_ids=hash_ids,
             **_bootstrap_options(margin, n_boot, stratify, level, min_requests),
         )  # fmt: skip
-        text, code, _ = run_requalify(
+        text, code, result = run_requalify(
             archive, opts, out=out, force=force,
             progress=lambda what, total: _progress(quiet, what, total),
+            backend=_backend(scheduler, workers, cache),
         )  # fmt: skip
+        _backend_note(result.extra)
         typer.echo(text)
         if code:
             raise typer.Exit(code=code)
@@ -542,6 +590,9 @@ def sweep(
     quiet: QuietOpt = False,
     hash_ids: HashIdsOpt = False,
     by: ByOpt = None,
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
+    cache: CacheOpt = None,
 ) -> None:
     """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
 
@@ -561,10 +612,12 @@ def sweep(
             level=level, min_requests=min_requests, buckets=buckets or _default_buckets(),
             logging_arm=_arm_option(logging_arm), by=by, hash_ids=hash_ids,
         )  # fmt: skip
-        text, _ = run_sweep(
+        text, result = run_sweep(
             archive, opts, out=out, force=force,
             progress=lambda what, total: _progress(quiet, what, total),
+            backend=_backend(scheduler, workers, cache),
         )  # fmt: skip
+        _backend_note(result.extra)
         typer.echo(text)
 
 
