@@ -13,7 +13,8 @@ reference greedy@5), ``--estimator analytic``, ``--n-boot 2000``, through the Py
 Each is the best of ``--repeats`` (default 2) after a warm-up run on a tiny archive (kernels
 compiled or loaded; the archive was just written, so it is in the page cache). Then the replay
 pass alone is timed on a running 2-worker cluster (``replay_archive(..., runner=DaskRunner)``,
-best of ``--repeats``): positions / time / 2 is the **per-worker throughput** a larger cluster
+best of ``--repeats``; beside it the same pass in this process): positions / time / 2 is the
+**per-worker throughput** a larger cluster
 scales by (the bootstrap after the fold does not grow with the positions: it grows with the
 requests). Prints both end-to-end times, their ratio and the per-worker throughput.
 
@@ -73,6 +74,13 @@ def _replay_throughput(archive: Path, repeats: int) -> tuple[float, int]:
     return t, res.positions
 
 
+def _replay_here(archive: Path) -> object:
+    from specreplay.replay.engine import replay_archive
+    from specreplay.sim.arms import parse_arm
+
+    return replay_archive(archive, [parse_arm(a) for a in ARMS], estimator="analytic")
+
+
 def main() -> None:
     """Synthesize, time local vs Dask, print the figures."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -93,12 +101,14 @@ def main() -> None:
         local = _best(lambda: _requalify(arch.path), args.repeats)
         dask = _best(lambda: _requalify(arch.path, workers=2), args.repeats)
         replay, positions = _replay_throughput(arch.path, args.repeats)
+        here = _best(lambda: _replay_here(arch.path), args.repeats)
         per_worker = positions / replay / 2
         print(f"requalify, 3 arms, analytic, n_boot 2000, best of {args.repeats}:")
         print(f"  local (this process):         {local:7.2f} s")
-        print(
-            f"  --workers 2 (LocalCluster):   {dask:7.2f} s   (dask / local = {dask / local:.2f})"
-        )
+        ratio = dask / local
+        print(f"  --workers 2 (LocalCluster):   {dask:7.2f} s   (dask / local = {ratio:.2f})")
+        print(f"  replay pass here:             {here:7.2f} s   "
+              f"{positions / here / 1e6:.2f} M positions/s")  # fmt: skip
         print(f"  replay pass on 2 workers:     {replay:7.2f} s   "
               f"{per_worker / 1e6:.2f} M positions/s per worker")  # fmt: skip
         print(f"  10^9 positions at that rate:  {1e9 / per_worker / 3600:.2f} worker-hours")
