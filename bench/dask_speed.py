@@ -14,9 +14,9 @@ Each is the best of ``--repeats`` (default 2) after a warm-up run on a tiny arch
 compiled or loaded; the archive was just written, so it is in the page cache). Then the replay
 pass alone is timed on a running 2-worker cluster (``replay_archive(..., runner=DaskRunner)``,
 best of ``--repeats``; beside it the same pass in this process): positions / time / 2 is the
-**per-worker throughput** a larger cluster
-scales by (the bootstrap after the fold does not grow with the positions: it grows with the
-requests). Prints both end-to-end times, their ratio and the per-worker throughput.
+**per-worker throughput** a larger cluster scales by (the bootstrap after the fold does not grow
+with the positions: it grows with the requests). Prints both end-to-end times, their ratio, the
+per-worker throughput and what 10^9 positions cost at it.
 
     python bench/dask_speed.py [--positions 2000000] [--repeats 2]
 """
