@@ -190,13 +190,14 @@ def _backend(scheduler: str | None, workers: int | None, cache: Path | None) -> 
     return Backend(scheduler=scheduler, workers=workers, cache=cache)
 
 
-def _backend_note(extra: dict[str, Any]) -> None:
-    """Print on stderr what the per-shard cache did (nothing without ``--cache``)."""
+def _echo(text: str, extra: dict[str, Any]) -> None:
+    """Print what the per-shard cache did on stderr (with ``--cache``), then ``text``."""
     from specreplay.replay.backend import backend_note
 
     note = backend_note(extra.get("replay_backend"))
     if note is not None:
         typer.echo(note, err=True)
+    typer.echo(text)
 
 
 @contextmanager
@@ -530,8 +531,7 @@ def requalify(
             progress=lambda what, total: _progress(quiet, what, total),
             backend=_backend(scheduler, workers, cache),
         )  # fmt: skip
-        _backend_note(result.extra)
-        typer.echo(text)
+        _echo(text, result.extra)
         if code:
             raise typer.Exit(code=code)
 
@@ -607,18 +607,16 @@ def sweep(
         _bootstrap_options(margin, n_boot, stratify, level, min_requests)  # checks stratify
         opts = SweepOptions(
             arms=tuple(arm or ()), depths=parse_depths(depths), baseline=baseline, margin=margin,
-            estimator=estimator,
-            replicates=replicates, cost=cost, n_boot=n_boot, seed=seed, stratify=stratify,
-            level=level, min_requests=min_requests, buckets=buckets or _default_buckets(),
-            logging_arm=_arm_option(logging_arm), by=by, hash_ids=hash_ids,
+            estimator=estimator, replicates=replicates, cost=cost, n_boot=n_boot, seed=seed,
+            stratify=stratify, level=level, min_requests=min_requests, by=by, hash_ids=hash_ids,
+            buckets=buckets or _default_buckets(), logging_arm=_arm_option(logging_arm),
         )  # fmt: skip
         text, result = run_sweep(
             archive, opts, out=out, force=force,
             progress=lambda what, total: _progress(quiet, what, total),
             backend=_backend(scheduler, workers, cache),
         )  # fmt: skip
-        _backend_note(result.extra)
-        typer.echo(text)
+        _echo(text, result.extra)
 
 
 @app.command()

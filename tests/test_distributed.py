@@ -101,7 +101,7 @@ def client(archive: Path) -> Iterator[Any]:
     cluster.close()
 
 
-def _cli(args: list[str]) -> None:
+def _cli(args: list[str]) -> str:
     """Run the command line in a fresh process (kernels from the Numba cache); dask unimported
     unless a Dask option is given (checked in the child)."""
     dask = any(a in ("--scheduler", "--workers") for a in args)
@@ -114,6 +114,7 @@ def _cli(args: list[str]) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+    return done.stderr
 
 
 def _doc(out: Path) -> dict[str, Any]:
@@ -130,9 +131,11 @@ def test_dask_run_equals_local_run(archive: Path, client: Any, tmp_path: Path) -
     """(a) requalify --scheduler equals the local run bit for bit (every figure, as bytes)."""
     _cli(_requalify(archive, tmp_path / "local"))
     addr = client.scheduler.address
-    _cli(
+    err = _cli(
         _requalify(archive, tmp_path / "dask", "--scheduler", addr, "--cache", str(tmp_path / "c"))
     )
+    names = ", ".join(f"part-{k}.parquet" for k in range(4))
+    assert f"cache: 0 of 4 shards reused, 4 replayed ({names})" in err.splitlines()
     local, dask = _doc(tmp_path / "local"), _doc(tmp_path / "dask")
     assert json.dumps(dask["cells"]) == json.dumps(local["cells"])
     assert json.dumps(dask["law_tests"]) == json.dumps(local["law_tests"])
