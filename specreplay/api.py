@@ -96,6 +96,7 @@ from specreplay.commands.sweep import sweep_run
 from specreplay.commands.synth import SynthArchive, synth_archive
 from specreplay.commands.validate import validate_result
 from specreplay.errors import InvalidArchive, SpecReplayError
+from specreplay.replay.backend import Backend
 from specreplay.replay.scan import Progress, no_progress
 from specreplay.results import io
 from specreplay.results.lawtests import lawtest_result
@@ -146,6 +147,18 @@ def _after(result: Result, out: Path | None, force: bool, inputs: Sequence[Path]
     if out is not None:
         write_run(result, out, force=force, inputs=inputs)
     return result
+
+
+def _backend(scheduler: str | None, workers: int | None, cache: PathLike | None) -> Backend:
+    """Return who replays the shards (``--scheduler``, ``--workers``, ``--cache``), checked.
+
+    A Dask cluster (``scheduler``: the ADDRESS of a running one, or ``workers``: N for a local
+    one; not both) and the per-shard cache folder ``cache``. What they did is in
+    ``result.extra["replay_backend"]`` (results.json ``replay_backend``:
+    :mod:`specreplay.replay.backend`).
+    """
+    return Backend(scheduler=scheduler, workers=workers,
+                   cache=Path(cache) if cache is not None else None)  # fmt: skip
 
 
 def _bootstrap(*, n_boot: int, stratify: str, level: float, min_requests: int, seed: int) -> None:
@@ -242,13 +255,17 @@ def requalify(
     progress: bool = False,
     by: str | None = None,
     hash_ids: bool = False,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    cache: PathLike | None = None,
 ) -> Result:
     """Replay an archive under baseline and candidate arms and requalify the change.
 
     As ``specreplay requalify ARCHIVE --baseline … --candidate …``: ``result.requalification``
     is QUALIFIED / NOT QUALIFIED / INCONCLUSIVE (or null with the reason); each cell holds R per
     arm (SIMULATED), the deltas by :class:`~specreplay.results.model.Role`, survival and the
-    law tests. ``families``: comma-separated or a sequence.
+    law tests. ``families``: comma-separated or a sequence. ``scheduler``, ``workers``,
+    ``cache``: as ``--scheduler``, ``--workers``, ``--cache`` (:func:`_backend`).
     """
     a = Path(archive)
     at_least("replicates", replicates, 2)
@@ -263,8 +280,10 @@ def requalify(
         level=level, min_requests=min_requests, buckets=buckets or DEFAULT_BUCKETS,
         logging_arm=logging_arm_option(logging_arm), by=by, hash_ids=hash_ids,
     )  # fmt: skip
+    backend = _backend(scheduler, workers, cache)
     target = _before(out, force, [a])
-    return _after(requalify_run(a, opts, progress=_bar(progress)), target, force, [a])
+    result = requalify_run(a, opts, progress=_bar(progress), backend=backend)
+    return _after(result, target, force, [a])
 
 
 def sweep(
@@ -289,13 +308,17 @@ def sweep(
     progress: bool = False,
     by: str | None = None,
     hash_ids: bool = False,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    cache: PathLike | None = None,
 ) -> Result:
     """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
 
     As ``specreplay sweep ARCHIVE --arm …``: ``arms`` are the ``--arm`` values (one string or a
     sequence; brace lists expand), ``depths`` ``"1..8"``, ``"1,2,4"`` or a sequence of ints.
     Each cell's ``depths`` hold R per arm and depth (``to_polars("depths")``); round traces give
-    the survival truncation proxy.
+    the survival truncation proxy. ``scheduler``, ``workers``, ``cache``: as ``--scheduler``,
+    ``--workers``, ``--cache`` (:func:`_backend`).
     """
     a = Path(archive)
     at_least("replicates", replicates, 2)
@@ -308,8 +331,10 @@ def sweep(
         buckets=buckets or DEFAULT_BUCKETS, logging_arm=logging_arm_option(logging_arm),
         by=by, hash_ids=hash_ids,
     )  # fmt: skip
+    backend = _backend(scheduler, workers, cache)
     target = _before(out, force, [a])
-    return _after(sweep_run(a, opts, progress=_bar(progress)), target, force, [a])
+    result = sweep_run(a, opts, progress=_bar(progress), backend=backend)
+    return _after(result, target, force, [a])
 
 
 def interval(

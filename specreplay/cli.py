@@ -131,6 +131,33 @@ EstimatorOpt = Annotated[
         "needs drafted_id, and emitted_q or the logging arm).",
     ),
 ]
+SchedulerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="Replay one shard per task on this running Dask cluster (e.g. tcp://10.0.0.5:8786; "
+        "needs specreplay[dask]; workers read the archive at the same path).",
+    ),
+]
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        help="Replay one shard per task on a local Dask cluster of N worker processes "
+        "(needs specreplay[dask]).",
+        min=1,
+    ),
+]
+CacheOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--cache",
+        metavar="DIR",
+        help="Per-shard result cache: shards already replayed with the same bytes, arms and "
+        "options are not replayed again (with or without Dask).",
+    ),
+]
 _NULL_FAILS = (
     "; with INCONCLUSIVE a null pooled verdict (too few requests, unsupported cell) exits 1 too."
 )
@@ -154,6 +181,23 @@ def _default_buckets() -> str:
     from specreplay.stats.buckets import DEFAULT_BUCKETS
 
     return DEFAULT_BUCKETS
+
+
+def _backend(scheduler: str | None, workers: int | None, cache: Path | None) -> Any:
+    """``--scheduler``/``--workers``/``--cache`` as a checked Backend (one of the first two)."""
+    from specreplay.replay.backend import Backend
+
+    return Backend(scheduler=scheduler, workers=workers, cache=cache)
+
+
+def _echo(text: str, extra: dict[str, Any]) -> None:
+    """Print what the per-shard cache did on stderr (with ``--cache``), then ``text``."""
+    from specreplay.replay.backend import backend_note
+
+    note = backend_note(extra.get("replay_backend"))
+    if note is not None:
+        typer.echo(note, err=True)
+    typer.echo(text)
 
 
 @contextmanager
@@ -458,6 +502,9 @@ def requalify(
     quiet: QuietOpt = False,
     hash_ids: HashIdsOpt = False,
     by: ByOpt = None,
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
+    cache: CacheOpt = None,
 ) -> None:
     """Replay an archive under baseline and candidate arms and requalify the change.
 
@@ -479,11 +526,12 @@ def requalify(
             logging_arm=_arm_option(logging_arm), by=by, hash_ids=hash_ids,
             **_bootstrap_options(margin, n_boot, stratify, level, min_requests),
         )  # fmt: skip
-        text, code, _ = run_requalify(
+        text, code, result = run_requalify(
             archive, opts, out=out, force=force,
             progress=lambda what, total: _progress(quiet, what, total),
+            backend=_backend(scheduler, workers, cache),
         )  # fmt: skip
-        typer.echo(text)
+        _echo(text, result.extra)
         if code:
             raise typer.Exit(code=code)
 
@@ -542,6 +590,9 @@ def sweep(
     quiet: QuietOpt = False,
     hash_ids: HashIdsOpt = False,
     by: ByOpt = None,
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
+    cache: CacheOpt = None,
 ) -> None:
     """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
 
@@ -556,16 +607,16 @@ def sweep(
         _bootstrap_options(margin, n_boot, stratify, level, min_requests)  # checks stratify
         opts = SweepOptions(
             arms=tuple(arm or ()), depths=parse_depths(depths), baseline=baseline, margin=margin,
-            estimator=estimator,
-            replicates=replicates, cost=cost, n_boot=n_boot, seed=seed, stratify=stratify,
-            level=level, min_requests=min_requests, buckets=buckets or _default_buckets(),
-            logging_arm=_arm_option(logging_arm), by=by, hash_ids=hash_ids,
+            estimator=estimator, replicates=replicates, cost=cost, n_boot=n_boot, seed=seed,
+            stratify=stratify, level=level, min_requests=min_requests, by=by, hash_ids=hash_ids,
+            buckets=buckets or _default_buckets(), logging_arm=_arm_option(logging_arm),
         )  # fmt: skip
-        text, _ = run_sweep(
+        text, result = run_sweep(
             archive, opts, out=out, force=force,
             progress=lambda what, total: _progress(quiet, what, total),
+            backend=_backend(scheduler, workers, cache),
         )  # fmt: skip
-        typer.echo(text)
+        _echo(text, result.extra)
 
 
 @app.command()

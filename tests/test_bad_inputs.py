@@ -1291,6 +1291,64 @@ option_case(
 )
 
 
+# ---------------------------------------------------------------------------------------------
+# Dask and the per-shard cache (issue 8): --scheduler, --workers, --cache
+
+
+def _unused_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+option_case(
+    "dask-scheduler-and-workers",
+    "Dask",
+    lambda tmp: [
+        *requalify(good_archive(tmp)),
+        "--scheduler",
+        "tcp://127.0.0.1:8786",
+        "--workers",
+        "2",
+    ],
+    "--scheduler tcp://127.0.0.1:8786 and --workers 2: give one of them",
+)
+option_case(
+    "cache-not-a-folder",
+    "Dask",
+    lambda tmp: [*requalify(good_archive(tmp)), "--cache", str(good_archive(tmp))],
+    "--cache ",
+    "trace.jsonl: not a folder",
+)
+
+
+@case("dask-scheduler-unreachable", "Dask")
+def _(tmp: Path) -> Built:
+    import specreplay.replay.distributed as dist
+
+    dist.CONNECT_TIMEOUT = 2.0  # nobody listens: fail after 2 s rather than the default
+    address = f"tcp://127.0.0.1:{_unused_port()}"
+    return [*requalify(good_archive(tmp)), "--scheduler", address], [
+        f"--scheduler {address}: no Dask scheduler answered within 2 s"
+    ]
+
+
+@case("dask-bad-row-in-worker", "Dask")
+def _(tmp: Path) -> Built:
+    """Two shards replayed by a 1-worker local cluster; the second's row 2 is bad."""
+    rows = clone(valid_rows())  # requests req-0, req-1, req-2: 6 rows each
+    rows[12 + 2]["drafted_id"] = 1000  # the factory draws candidate ids from [0, 1000)
+    folder = tmp / "archive"
+    folder.mkdir()
+    write_parquet(folder / "part-0.parquet", rows[:12])
+    second = write_parquet(folder / "part-1.parquet", rows[12:])
+    args = ["requalify", str(folder), "--baseline", BASE, "--candidate", CAND, *FAST,
+            "--workers", "1"]  # fmt: skip
+    return args, [where(second, 2) + "drafted_id not in cand_ids (1000)"]
+
+
 def test_counters_lines_are_physical_lines(tmp_path: Path) -> None:
     """A JSON string may hold U+2028 unescaped: it does not start a line (``str.splitlines``
     split there, so a valid file failed and later lines were misnumbered)."""

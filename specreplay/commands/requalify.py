@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.sources import archive_rows
+from specreplay.replay.backend import Backend, BackendRun, backend_runner
 from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
 from specreplay.replay.engine import OpenArchive, ReplayResult
 from specreplay.replay.scan import Progress
@@ -55,10 +57,17 @@ def sample_requests(ids: list[str], n: int, seed: int) -> set[str]:
 
 
 def requalify_run(
-    archive: Path, opts: RequalifyOptions, *, progress: Progress | None = None
+    archive: Path,
+    opts: RequalifyOptions,
+    *,
+    progress: Progress | None = None,
+    backend: Backend | None = None,
 ) -> Result:
-    """Replay ``archive`` under the arms of ``opts``, requalify the candidate; return the result."""
-    return _requalified(_opened(archive, opts), archive, opts, progress)
+    """Replay ``archive`` under the arms of ``opts``, requalify the candidate; return the result.
+
+    ``backend``: who replays the shards (Dask, the per-shard cache; default this process).
+    """
+    return _requalified(_opened(archive, opts), archive, opts, progress, backend)
 
 
 def _opened(archive: Path, opts: RequalifyOptions) -> tuple[OpenArchive, RequalifyArms]:
@@ -82,21 +91,40 @@ def _requalified(
     archive: Path,
     opts: RequalifyOptions,
     progress: Progress | None,
+    backend: Backend | None = None,
 ) -> Result:
     """Run the pass, the ``--by`` passes and ``--hash-ids``: return the result to write."""
+    filters = {"families": sorted(opts.families) if opts.families else None,
+               "sample_requests": opts.sample_requests}  # fmt: skip
+    with backend_runner(backend, filters) as run:
+        result, res = _passes(opened, archive, opts, progress, run)
+        entry = run.to_json()
+    if entry is not None:
+        result = replace(result, extra={**result.extra, "replay_backend": entry})
+    return hash_result(result, IdHasher(res.requests) if opts.hash_ids else None)
+
+
+def _passes(
+    opened: tuple[OpenArchive, RequalifyArms],
+    archive: Path,
+    opts: RequalifyOptions,
+    progress: Progress | None,
+    run: BackendRun,
+) -> tuple[Result, ReplayResult]:
+    """Run the main pass and the ``--by`` passes, shards replayed by ``run``."""
     reader, arms = opened
     ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
     estimator, companion = auto_passes(opts.estimator)
     with ctx as advance:
-        res = _replay(reader, arms, opts, estimator, companion, advance)
+        res = _replay(reader, arms, opts, estimator, companion, advance, run)
     if opts.estimator == AUTO:
         res, _ = resolve_auto(res, list(arms.all.values()))
     result = requalify_result(res, arms, opts, archive)
     if opts.by is not None:
         result = with_by_cells(
-            result, opts.by, lambda g: _group_pass(archive, arms, opts, res.estimator, g)
+            result, opts.by, lambda g: _group_pass(archive, arms, opts, res.estimator, g, run)
         )
-    return hash_result(result, IdHasher(res.requests) if opts.hash_ids else None)
+    return result, res
 
 
 def _replay(
@@ -106,12 +134,13 @@ def _replay(
     estimator: str,
     companion: str | None,
     advance: Callable[[int], None] | None,
+    run: BackendRun,
 ) -> ReplayResult:
     """Replay the arms once and select requests (``--families``, ``--sample-requests``)."""
     res = opened.replay(list(arms.all.values()), estimator=estimator,
                         replicates=opts.replicates, seed=opts.seed,
                         law_positions=opts.law_positions, progress=advance,
-                        companion=companion)  # fmt: skip
+                        companion=companion, runner=run.runner)  # fmt: skip
     n = opts.sample_requests
     wanted = sample_requests(res.requests, n, opts.seed) if n else None
     if opts.families is not None or wanted is not None:
@@ -122,12 +151,12 @@ def _replay(
 
 def _group_pass(
     archive: Path, arms: RequalifyArms, opts: RequalifyOptions, estimator: str,
-    group: tuple[str, ...],
+    group: tuple[str, ...], run: BackendRun,
 ) -> Result:  # fmt: skip
     """One ``--by`` pass: requests coded by ``group``, the main pass's resolved estimator."""
     opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
                          logging_arm=opts.logging_arm, group=group)  # fmt: skip
-    res = _replay(opened, arms, opts, estimator, None, None)
+    res = _replay(opened, arms, opts, estimator, None, None, run)
     return requalify_result(res, arms, opts, archive)
 
 
@@ -138,12 +167,13 @@ def run_requalify(
     out: Path,
     force: bool,
     progress: Progress | None = None,
+    backend: Backend | None = None,
 ) -> tuple[str, int, Result]:
     """Requalify ``opts.candidate`` against ``opts.baseline``; return (text, exit code, result)."""
     check_out(out, force=force, inputs=[archive])
     opened = _opened(archive, opts)
     with output_dir(out, force=force, inputs=[archive]) as tmp:
-        result = _requalified(opened, archive, opts, progress)
+        result = _requalified(opened, archive, opts, progress, backend)
         files = write_all(result, tmp)
     text = requalify_tables(result)
     text += "\n" + outputs_line(out, files)

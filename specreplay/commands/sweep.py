@@ -9,12 +9,13 @@ estimator (``--estimator auto`` by default: :mod:`specreplay.replay.choice`, ove
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.importers import detect_kind, drafted_depths, read_arm
 from specreplay.replay.archive.sources import archive_rows
+from specreplay.replay.backend import Backend, BackendRun, backend_runner
 from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
 from specreplay.replay.engine import OpenArchive
 from specreplay.replay.scan import Progress
@@ -59,14 +60,31 @@ class _Prepared:
     replayed: list[Arm]
 
 
-def sweep_run(archive: Path, opts: SweepOptions, *, progress: Progress | None = None) -> Result:
+def sweep_run(
+    archive: Path,
+    opts: SweepOptions,
+    *,
+    progress: Progress | None = None,
+    backend: Backend | None = None,
+) -> Result:
     """Sweep ``opts.arms`` over ``opts.depths``; return the typed result.
 
     Round traces (the inputs of ``interval``) give the survival truncation proxy instead.
+    ``backend``: who replays the shards (Dask, the per-shard cache; default this process).
     """
     if _is_round_traces(archive):
+        _no_backend(archive, backend)
         return _proxy(archive, opts, _proxy_depths(archive, opts))
-    return _swept(archive, opts, _prepare(archive, opts), progress)
+    return _swept(archive, opts, _prepare(archive, opts), progress, backend)
+
+
+def _no_backend(archive: Path, backend: Backend | None) -> None:
+    """Refuse Dask and cache options for round traces (nothing is replayed)."""
+    if backend is not None and not backend.default:
+        raise SpecReplayError(
+            f"{archive}: round traces are not replayed: --scheduler, --workers and --cache "
+            "apply to position traces"
+        )
 
 
 def _prepare(archive: Path, opts: SweepOptions) -> _Prepared:
@@ -82,14 +100,34 @@ def _prepare(archive: Path, opts: SweepOptions) -> _Prepared:
     return _Prepared(opened, arms, baseline, replayed)
 
 
-def _swept(archive: Path, opts: SweepOptions, prep: _Prepared, progress: Progress | None) -> Result:
+def _swept(
+    archive: Path,
+    opts: SweepOptions,
+    prep: _Prepared,
+    progress: Progress | None,
+    backend: Backend | None = None,
+) -> Result:
+    filters: dict[str, object] = {"families": None, "sample_requests": None}
+    with backend_runner(backend, filters) as run:
+        result, requests = _swept_passes(archive, opts, prep, progress, run)
+        entry = run.to_json()
+    if entry is not None:
+        result = replace(result, extra={**result.extra, "replay_backend": entry})
+    return hash_result(result, IdHasher(requests) if opts.hash_ids else None)
+
+
+def _swept_passes(
+    archive: Path, opts: SweepOptions, prep: _Prepared, progress: Progress | None, run: BackendRun
+) -> tuple[Result, list[str]]:
+    """Run the main pass and the ``--by`` passes, shards replayed by ``run``."""
     estimator, companion = auto_passes(opts.estimator)
     depth = max([*opts.depths, *(a.depth for a in prep.replayed)])
     ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
     with ctx as advance:
         res = prep.opened.replay(prep.replayed, estimator=estimator,
                                  replicates=opts.replicates, seed=opts.seed, max_depth=depth,
-                                 progress=advance, companion=companion)  # fmt: skip
+                                 progress=advance, companion=companion,
+                                 runner=run.runner)  # fmt: skip
     if opts.estimator == AUTO:
         res, _ = resolve_auto(res, prep.replayed)
     result = sweep_result(res, prep.arms, opts, archive, prep.baseline)
@@ -99,11 +137,11 @@ def _swept(archive: Path, opts: SweepOptions, prep: _Prepared, progress: Progres
             again = OpenArchive(archive, buckets=prep.opened.buckets, logging_arm=opts.logging_arm,
                                 group=group)  # fmt: skip
             r = again.replay(prep.replayed, estimator=res.estimator, replicates=opts.replicates,
-                             seed=opts.seed, max_depth=depth)  # fmt: skip
+                             seed=opts.seed, max_depth=depth, runner=run.runner)  # fmt: skip
             return sweep_result(r, prep.arms, opts, archive, prep.baseline)
 
         result = with_by_cells(result, opts.by, group_pass)
-    return hash_result(result, IdHasher(res.requests) if opts.hash_ids else None)
+    return result, res.requests
 
 
 def run_sweep(
@@ -113,6 +151,7 @@ def run_sweep(
     out: Path,
     force: bool,
     progress: Progress | None = None,
+    backend: Backend | None = None,
 ) -> tuple[str, Result]:
     """Sweep ``opts.arms`` over ``opts.depths``; return (text, result).
 
@@ -120,6 +159,7 @@ def run_sweep(
     """
     check_out(out, force=force, inputs=[archive])
     if _is_round_traces(archive):
+        _no_backend(archive, backend)
         depths = _proxy_depths(archive, opts)
         with output_dir(out, force=force, inputs=[archive]) as tmp:
             result = _proxy(archive, opts, depths)
@@ -127,7 +167,7 @@ def run_sweep(
     else:
         prep = _prepare(archive, opts)
         with output_dir(out, force=force, inputs=[archive]) as tmp:
-            result = _swept(archive, opts, prep, progress)
+            result = _swept(archive, opts, prep, progress, backend)
             files = write_all(result, tmp)
     text = sweep_tables(result) + "\n" + outputs_line(out, files)
     return text, result

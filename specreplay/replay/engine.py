@@ -37,6 +37,7 @@ from specreplay.errors import SpecReplayError
 from specreplay.replay.accumulate import ArmSums
 from specreplay.replay.archive.reader import ArchiveReader, FileInfo
 from specreplay.replay.archive.sources import list_archive
+from specreplay.replay.distributed import Runner
 from specreplay.replay.estimators import get_estimator
 from specreplay.replay.lawsample import LawSample
 from specreplay.replay.shard import (
@@ -370,6 +371,7 @@ class OpenArchive:
         law_positions: int = 0,
         progress: Callable[[int], None] | None = None,
         companion: str | None = None,
+        runner: Runner | None = None,
     ) -> ReplayResult:
         """Replay ``arms`` over every file, once; see :func:`replay_archive`."""
         if self._reader is None:
@@ -390,7 +392,10 @@ class OpenArchive:
             for f in self.sources[1:]:
                 yield replay_shard(f.path, arms, opts, progress)
 
-        merged = fold_shards(shards())
+        # a runner replays every file itself (the first batch read here is dropped)
+        merged = fold_shards(
+            shards() if runner is None else runner(self.sources, arms, opts, progress)
+        )
         if not any(f.rows for f in merged.files):
             n = len(merged.files)
             raise SpecReplayError(
@@ -459,6 +464,7 @@ def replay_archive(
     law_positions: int = 0,
     progress: Callable[[int], None] | None = None,
     companion: str | None = None,
+    runner: Runner | None = None,
 ) -> ReplayResult:
     """Replay ``arms`` over the archive at ``path`` in one streaming pass.
 
@@ -493,12 +499,16 @@ def replay_archive(
     companion : str, optional
         A second estimator replayed in the same pass when the archive allows it
         (``ReplayResult.companion_sums``; see :func:`specreplay.replay.choice.auto_passes`).
+    runner : Runner, optional
+        Who replays the shards (:mod:`specreplay.replay.distributed`: a Dask cluster, or
+        the per-shard cache of :mod:`specreplay.replay.shardcache`); default: this process,
+        file after file. The fold runs here in sorted path order either way.
     """
     get_estimator(estimator).replicates_used(replicates)  # bad options fail before any read
     opened = OpenArchive(path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows)
     res = opened.replay(
         arms, estimator=estimator, replicates=replicates, seed=seed, max_depth=max_depth,
-        law_positions=law_positions, progress=progress, companion=companion,
+        law_positions=law_positions, progress=progress, companion=companion, runner=runner,
     )  # fmt: skip
     if families is None and requests is None:
         return res

@@ -1,0 +1,129 @@
+"""Who replays the shards of a command's passes: this process, a Dask cluster, and the cache.
+
+:class:`Backend` holds ``--scheduler ADDRESS`` / ``--workers N`` (Dask; one of them) and
+``--cache DIR`` of requalify and sweep (and the same keywords of the Python API);
+:func:`backend_runner` starts what it asks for and yields a :class:`BackendRun`, whose
+``runner`` goes to :meth:`OpenArchive.replay <specreplay.replay.engine.OpenArchive.replay>` for
+every pass of the command (``--by`` passes too) and whose :meth:`BackendRun.to_json` becomes the
+``replay_backend`` entry of results.json. The default backend (this process, no cache) has no
+runner and adds no entry, so a local run's results.json is unchanged.
+
+results.json ``replay_backend`` (only with ``--scheduler``, ``--workers`` or ``--cache``)::
+
+    {"runner": "dask" | "local", "scheduler": ADDRESS | "local cluster" | null,
+     "workers": N | null, "tasks": shard tasks submitted | null,
+     "cache": null | {"folder": DIR, "shards": n, "reused": n, "replayed": n,
+                      "replayed_files": [paths], "rejected_files": [entry paths]}}
+
+The cache counts every shard of every pass of the run. :func:`backend_note` is the stderr line
+the command line prints from it (``cache: 3 of 4 shards reused, 1 replayed (part-00003.parquet)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specreplay.errors import SpecReplayError
+from specreplay.replay.distributed import DaskRunner, Runner, local_runner, open_dask
+from specreplay.replay.shardcache import ShardCache, cached_runner
+
+__all__ = ["Backend", "BackendRun", "backend_note", "backend_runner"]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """``--scheduler ADDRESS`` or ``--workers N`` (Dask), and ``--cache DIR``; checked when made.
+
+    All None: this process, no cache (the default).
+    """
+
+    scheduler: str | None = None
+    workers: int | None = None
+    cache: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.scheduler is not None and self.workers is not None:
+            raise SpecReplayError(
+                f"--scheduler {self.scheduler} and --workers {self.workers}: give one of them "
+                "(an existing cluster, or a local one of N workers)"
+            )
+        if self.scheduler is not None and not self.scheduler.strip():
+            raise SpecReplayError(
+                "--scheduler '': give the scheduler's address, e.g. tcp://10.0.0.5:8786"
+            )
+        if self.workers is not None and self.workers < 1:
+            raise SpecReplayError(f"--workers {self.workers}: should be at least 1")
+
+    @property
+    def default(self) -> bool:
+        """Whether this is the default backend (nothing to start, nothing to report)."""
+        return self.scheduler is None and self.workers is None and self.cache is None
+
+
+@dataclass
+class BackendRun:
+    """The runner of one command's replay passes, and what it did."""
+
+    backend: Backend
+    runner: Runner | None = None
+    dask: DaskRunner | None = None
+    cache: ShardCache | None = None
+    workers: int | None = None
+
+    def to_json(self) -> dict[str, Any] | None:
+        """Return the ``replay_backend`` entry of results.json (module docstring), or None."""
+        b = self.backend
+        if b.default:
+            return None
+        where = b.scheduler if b.scheduler is not None else "local cluster"
+        return {
+            "runner": "dask" if self.dask is not None else "local",
+            "scheduler": where if self.dask is not None else None,
+            "workers": self.workers,
+            "tasks": self.dask.tasks if self.dask is not None else None,
+            "cache": self.cache.report.to_json() if self.cache is not None else None,
+        }
+
+
+@contextmanager
+def backend_runner(backend: Backend | None, filters: dict[str, Any]) -> Iterator[BackendRun]:
+    """Start what ``backend`` asks for (a Dask client, the cache); yield the run; close it.
+
+    ``filters`` (``--families``, ``--sample-requests`` as JSON values) join the cache key.
+    """
+    b = backend or Backend()
+    run = BackendRun(b)
+    with ExitStack() as stack:
+        inner: Runner | None = None
+        if b.cache is not None:  # a bad folder fails before a cluster starts
+            run.cache = ShardCache(b.cache, filters)
+        if b.scheduler is not None or b.workers is not None:
+            run.dask = stack.enter_context(open_dask(b.scheduler, b.workers))
+            run.workers = run.dask.workers
+            inner = run.dask
+        if run.cache is not None:
+            inner = cached_runner(run.cache, inner or local_runner)
+        run.runner = inner
+        yield run
+
+
+def backend_note(entry: Any) -> str | None:
+    """Return the stderr line saying what the cache did (None without ``--cache``)."""
+    cache = entry.get("cache") if isinstance(entry, dict) else None
+    if not isinstance(cache, dict):
+        return None
+    names = [Path(p).name for p in dict.fromkeys(cache["replayed_files"])]
+    shown = ", ".join(names[:5]) + (f", … ({len(names) - 5} more)" if len(names) > 5 else "")
+    rejected = len(cache["rejected_files"])
+    line = (
+        f"cache: {cache['reused']} of {cache['shards']} shards reused, {cache['replayed']} replayed"
+    )
+    if names:
+        line += f" ({shown})"
+    if rejected:
+        line += f"; {rejected} unreadable entr{'y' if rejected == 1 else 'ies'} recomputed"
+    return line

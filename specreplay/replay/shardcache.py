@@ -1,0 +1,250 @@
+"""Per-shard result cache (``--cache DIR``): a shard replayed once is not replayed again.
+
+A shard's :class:`~specreplay.replay.shard.ShardSums` depend on the shard's bytes, the arms and
+the replay options, and on the code that computed them; the cache key holds all of it
+(:meth:`ShardCache.key_fields`):
+
+- the shard's SHA-256 (:func:`~specreplay.replay.archive.filehash.file_sha256`, itself cached by
+  real path, size, modification time and inode), **not** its path: a renamed or moved shard is
+  still a hit, and its place in the fold still follows sorted path order;
+- the canonical arms, sorted;
+- every field of :class:`~specreplay.replay.shard.ReplayOptions`: estimator, replicates, seed,
+  the bucket table (names and bounds), max_depth, ``--logging-arm``, law_positions, companion,
+  grouping columns (``--by``), batch_rows;
+- the filters (``--families``, ``--sample-requests``): they are applied after the fold, so they do
+  not change a shard's sums, but the key errs on the side of holding them;
+- specreplay's version and a SHA-256 of the kernel sources (every ``.py`` file under
+  ``specreplay/sim``, ``specreplay/stats`` and ``specreplay/replay``): editing the code that makes
+  the sums invalidates every entry.
+
+Format: one file per entry, ``DIR/<key>.shard``, where ``<key>`` is the SHA-256 of the key fields
+as canonical JSON; the file is a pickle of ``{"format": FORMAT, "key": key, "fields": {...},
+"sums": ShardSums}``, written to a temporary name in DIR and renamed (concurrent runs never see
+half an entry). An entry that cannot be read, does not unpickle, or whose format, key or type do
+not match is recomputed and overwritten, never trusted; it is counted as ``rejected``. **Trust
+assumption:** pickle runs code when loaded, so the cache folder must be the user's own (as the
+Numba cache is); never point ``--cache`` at a folder others can write. Entries are never evicted:
+delete the folder to reclaim the space (an entry is about the size of the shard's per-request
+sums: small against the shard itself). A shard's entry is written in this process when its sums
+come back (from a Dask worker too), so only this machine needs the folder.
+
+The cache wraps any runner (:func:`cached_runner`): hits are yielded at their place in sorted
+order; the misses go to the inner runner (local or Dask) as one list, in sorted order.
+:class:`CacheReport` tells what it did (the run records it in results.json ``replay_backend``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import pickle
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specreplay.errors import SpecReplayError
+from specreplay.replay.archive.filehash import file_sha256
+from specreplay.replay.archive.reader import FileInfo
+from specreplay.replay.archive.sources import ArchiveFile
+from specreplay.replay.distributed import Runner
+from specreplay.replay.shard import ReplayOptions, ShardSums
+from specreplay.sim.arms import Arm
+from specreplay.stats.buckets import Buckets
+
+__all__ = ["FORMAT", "CacheReport", "ShardCache", "cached_runner", "kernel_hash"]
+
+FORMAT = "specreplay-shard-cache/1"
+_KERNEL_DIRS = ("sim", "stats", "replay")
+# ShardSums fields keyed by arm (reordered to the run's arm order on a hit)
+_BY_ARM = ("arms", "flagged", "no_support", "unlogged", "tails", "companion",
+           "companion_unlogged", "companion_tails")  # fmt: skip
+
+
+@functools.cache
+def kernel_hash() -> str:
+    """SHA-256 of the kernel sources: every .py under specreplay/sim, stats and replay."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for sub in _KERNEL_DIRS:
+        for p in sorted((root / sub).rglob("*.py")):
+            h.update(p.relative_to(root).as_posix().encode() + b"\0")
+            h.update(p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+@dataclass
+class CacheReport:
+    """What the cache did over a run (every pass: ``--by`` passes count too).
+
+    Attributes
+    ----------
+    folder : Path
+    reused, replayed : list of str
+        Paths of the shards served from the cache / replayed (and stored), in the order met.
+    rejected : list of str
+        Paths of shards whose entry was unreadable or corrupt (then replayed).
+    """
+
+    folder: Path
+    reused: list[str] = field(default_factory=list)
+    replayed: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the ``cache`` entry of results.json ``replay_backend``."""
+        return {
+            "folder": str(self.folder),
+            "shards": len(self.reused) + len(self.replayed),
+            "reused": len(self.reused),
+            "replayed": len(self.replayed),
+            "replayed_files": list(self.replayed),
+            "rejected_files": list(self.rejected),
+        }
+
+
+class ShardCache:
+    """The cache folder ``DIR`` of ``--cache DIR`` (see the module docstring).
+
+    Parameters
+    ----------
+    folder : Path
+        Created when missing; must be a folder that can be written.
+    filters : dict
+        ``--families`` and ``--sample-requests`` as JSON values (part of every key).
+    """
+
+    def __init__(self, folder: Path, filters: dict[str, Any] | None = None) -> None:
+        self.folder = Path(folder)
+        if self.folder.exists() and not self.folder.is_dir():
+            raise SpecReplayError(f"--cache {self.folder}: not a folder")
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            msg = f"--cache {self.folder}: cannot create it ({exc.strerror})"
+            raise SpecReplayError(msg) from None
+        if not os.access(self.folder, os.W_OK | os.X_OK):
+            raise SpecReplayError(f"--cache {self.folder}: not writable")
+        self.filters = dict(filters or {})
+        self.report = CacheReport(self.folder)
+
+    def key_fields(self, file: Path, arms: Sequence[Arm], options: ReplayOptions) -> dict[str, Any]:
+        """Everything the shard's sums depend on (module docstring), as JSON values."""
+        from specreplay import __version__
+
+        b = options.buckets if options.buckets is not None else Buckets.parse()
+        opts = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+        opts["buckets"] = {"names": list(b.names), "lo": list(b.lo), "hi": list(b.hi)}
+        opts["group"] = list(options.group)
+        return {
+            "format": FORMAT,
+            "sha256": file_sha256(file),
+            "arms": sorted(a.canonical for a in arms),
+            "options": opts,
+            "filters": self.filters,
+            "version": __version__,
+            "kernels": kernel_hash(),
+        }
+
+    @staticmethod
+    def key(fields: dict[str, Any]) -> str:
+        """Return the entry's name: SHA-256 of the key fields as canonical JSON."""
+        text = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.folder / f"{key}.shard"
+
+    def load(self, key: str) -> ShardSums | None:
+        """Return the entry's sums; None when absent or corrupt (counted as rejected)."""
+        p = self._path(key)
+        if not p.exists():
+            return None
+        try:
+            with p.open("rb") as fh:
+                entry = pickle.load(fh)  # the user's own folder (module docstring)
+            ok = (
+                isinstance(entry, dict)
+                and entry.get("format") == FORMAT
+                and entry.get("key") == key
+                and isinstance(entry.get("sums"), ShardSums)
+            )
+        except Exception:  # any unreadable entry is recomputed
+            ok = False
+        if not ok:
+            self.report.rejected.append(str(p))
+            return None
+        sums: ShardSums = entry["sums"]
+        return sums
+
+    def store(self, key: str, fields: dict[str, Any], sums: ShardSums) -> None:
+        """Write the entry (temporary name, then rename); a failed write costs only the reuse."""
+        entry = {"format": FORMAT, "key": key, "fields": fields, "sums": sums}
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".shard", dir=self.folder)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                pickle.dump(entry, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, self._path(key))
+        except OSError:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _as_file(sums: ShardSums, file: ArchiveFile, arms: Sequence[Arm]) -> ShardSums:
+    """Return cached sums as if just replayed from ``file`` (its path, the run's arm order)."""
+    rows = sum(f.rows for f in sums.files)
+    moved: dict[str, Any] = {
+        "sources": [ArchiveFile(0, file.path, file.kind)],
+        "files": [FileInfo(file.path, rows)],
+    }
+    for name in _BY_ARM:
+        d = getattr(sums, name)
+        if d:
+            moved[name] = {a.canonical: d[a.canonical] for a in arms if a.canonical in d}
+    return dataclasses.replace(sums, **moved)
+
+
+def cached_runner(cache: ShardCache, inner: Runner) -> Runner:
+    """Wrap ``inner``: hits come from ``cache``, misses from ``inner`` and are stored."""
+
+    def run(
+        files: Sequence[ArchiveFile],
+        arms: Sequence[Arm],
+        options: ReplayOptions,
+        progress: Callable[[int], None] | None,
+    ) -> Iterator[ShardSums]:
+        fields = [cache.key_fields(f.path, arms, options) for f in files]
+        keys = [cache.key(k) for k in fields]
+        hits = [cache.load(k) for k in keys]
+        misses = [f for f, h in zip(files, hits, strict=True) if h is None]
+        fresh = inner(misses, arms, options, progress) if misses else iter(())
+        return _merged(cache, files, arms, fields, keys, hits, fresh, progress)
+
+    return run
+
+
+def _merged(
+    cache: ShardCache,
+    files: Sequence[ArchiveFile],
+    arms: Sequence[Arm],
+    fields: list[dict[str, Any]],
+    keys: list[str],
+    hits: list[ShardSums | None],
+    fresh: Iterator[ShardSums],
+    progress: Callable[[int], None] | None,
+) -> Iterator[ShardSums]:
+    """Hits and freshly replayed shards, interleaved back into sorted path order."""
+    for f, fld, key, hit in zip(files, fields, keys, hits, strict=True):
+        if hit is not None:
+            cache.report.reused.append(str(f.path))
+            if progress is not None:
+                progress(hit.positions)
+            yield _as_file(hit, f, arms)
+            continue
+        sums = next(fresh)
+        cache.store(key, fld, sums)
+        cache.report.replayed.append(str(f.path))
+        yield sums
