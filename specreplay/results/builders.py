@@ -61,24 +61,34 @@ def law_tests_of(records: Iterable[dict[str, Any]]) -> tuple[LawTest, ...]:
 
 
 def write_synth_archive(
-    folder: Path, n_requests: int, rounds: int, shard_requests: int, seed: int, progress: Progress
+    folder: Path,
+    n_requests: int,
+    rounds: int,
+    shard_requests: int,
+    seed: int,
+    progress: Progress,
+    form: str = "parquet",
+    compression: str | None = None,
 ) -> tuple[SynthConfig, list[Path]]:
-    """Write the synthetic archive (Parquet shards and its SYNTH.json manifest) into ``folder``.
+    """Write the synthetic archive (shards of ``form`` and its SYNTH.json manifest) into ``folder``.
+
+    ``form``: parquet, ipc or jsonl; ``compression`` as the writer takes it (None: the form's
+    default). The manifest records both.
 
     ``outputs`` of the manifest name the shards by their file names (the folder may still be a
     temporary one when this runs).
     """
-    from specreplay.replay.archive.synthetic import synth_frames
+    from specreplay.replay.archive.synthetic import for_form, synth_frames
     from specreplay.replay.archive.writer import TraceWriter
 
     cfg = SynthConfig(n_requests=n_requests, rounds=rounds, requests_per_shard=shard_requests)
     arm = logging_arm_name(cfg)
     with (
         progress("synthesising requests", n_requests) as advance,
-        TraceWriter(folder, format="parquet-dir") as writer,
+        TraceWriter(folder, format=f"{form}-dir", compression=compression) as writer,
     ):
         for frame in synth_frames(cfg, seed):
-            writer.append_frame(frame)
+            writer.append_frame(for_form(frame, form))
             writer.end_shard()
             advance(frame.height // (rounds * cfg.depth))
     files = writer.written
@@ -96,6 +106,8 @@ def write_synth_archive(
             "depth": cfg.depth,
             "shard_requests": shard_requests,
             "logging_arm": arm,
+            "form": form,
+            "compression": writer.compression,
         },
         assumptions=[
             "Synthetic archive logged from specreplay's toy draft/target model pair "

@@ -76,6 +76,7 @@ __all__ = [
     "list_archive",
     "parse_json_line",
     "read_chunks",
+    "scan_file",
     "text_lines",
 ]
 
@@ -295,7 +296,8 @@ def _check_ipc_magic(file: ArchiveFile) -> None:
         )
 
 
-def _scan(file: ArchiveFile) -> pl.LazyFrame:
+def scan_file(file: ArchiveFile) -> pl.LazyFrame:
+    """Return a lazy scan of a Parquet or IPC file (nothing read yet)."""
     if file.kind == "ipc":
         return pl.scan_ipc(file.path)
     return pl.scan_parquet(file.path)
@@ -306,7 +308,7 @@ def _file_schema(file: ArchiveFile) -> pl.Schema:
     if file.kind == "ipc":
         _check_ipc_magic(file)
     try:
-        return _scan(file).collect_schema()
+        return scan_file(file).collect_schema()
     except Exception as exc:
         raise _read_error(file, exc) from None
 
@@ -355,7 +357,7 @@ def _batches(file: ArchiveFile, chunk_rows: int, names: list[str] | None) -> Ite
     The row cited is the first one not yet read when the error came (polars names no row).
     """
     start = 0
-    scan = _scan(file)
+    scan = scan_file(file)
     if names is not None:
         scan = scan.select(names)
     try:
@@ -567,7 +569,7 @@ def archive_rows(path: Path) -> int | None:
         files = list_archive(path)
         if any(f.kind == "jsonl" for f in files):
             return None
-        return sum(int(_scan(f).select(pl.len()).collect().item()) for f in files)
+        return sum(int(scan_file(f).select(pl.len()).collect().item()) for f in files)
     except Exception:
         return None
 
