@@ -24,6 +24,7 @@ from specreplay import api
 from specreplay.cli import app
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive import reader as reader_module
+from specreplay.replay.archive import sources
 from specreplay.replay.archive.reader import ArchiveReader
 from specreplay.replay.archive.sources import (
     ArchiveFile,
@@ -334,3 +335,56 @@ def test_ipc_is_read_in_chunks_with_row_locations(forms: dict[str, Path]) -> Non
     assert [c.frame.height for c in chunks] == [100] * (n // 100) + ([n % 100] if n % 100 else [])
     assert np.array_equal(np.concatenate([c.locs for c in chunks]), np.arange(n))
     assert file.kind == "ipc" and all(not c.issues for c in chunks)
+
+
+def _engines() -> list[str]:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return ["polars"]
+    return ["polars", "pyarrow"]
+
+
+@pytest.fixture(params=_engines())
+def ipc_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Read IPC through pyarrow's memory map (when installed) or through polars alone."""
+    if request.param == "polars":
+        monkeypatch.setattr(sources, "_pyarrow", lambda: None)
+    return str(request.param)
+
+
+def test_ipc_engines_give_the_same_chunks(forms: dict[str, Path], ipc_engine: str) -> None:
+    """Either IPC engine yields the chunks polars reads from the zstd Parquet twin, bit for bit."""
+    for ipc_file, pq_file in zip(
+        list_archive(forms["ipc-dir"]), list_archive(forms["parquet-zstd"]), strict=True
+    ):
+        got = list(read_chunks(ipc_file, 70, columns=("accepted",)))
+        want = list(read_chunks(pq_file, 70, columns=("accepted",)))
+        assert [c.frame.height for c in got] == [c.frame.height for c in want]
+        for g, w in zip(got, want, strict=True):
+            assert _bits(g.frame).equals(_bits(w.frame))
+            assert np.array_equal(g.locs, w.locs)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "utf8", "offsets", "stream"])
+def test_corrupt_ipc_is_one_error_line(tmp_path: Path, ipc_engine: str, damage: str) -> None:
+    """A damaged IPC file is a SpecReplayError naming the file, never a crash, in either engine."""
+    path = tmp_path / "t.arrow"
+    frame = next(_frames())
+    frame.write_ipc(path)
+    raw = bytearray(path.read_bytes())
+    if damage == "truncate":
+        raw = raw[: len(raw) - 100]
+    elif damage == "utf8":
+        raw[raw.find(b"code")] = 0xFF  # an inline family string
+    elif damage == "offsets":  # the cand_ids offsets: int64 0, 32, 64, … (32 candidates a row)
+        at = raw.find(b"".join(int(32 * i).to_bytes(8, "little") for i in range(4)))
+        assert at > 0
+        raw[at + 8 * 5 + 6] = 0x7F  # the sixth offset far past the values
+    else:
+        frame.write_ipc_stream(path)
+        raw = bytearray(path.read_bytes())
+    path.write_bytes(bytes(raw))
+    with pytest.raises(SpecReplayError, match=rf"^{tmp_path}/t.arrow: cannot read as Arrow IPC"):
+        for _ in read_chunks(list_archive(path)[0], 1000):
+            pass

@@ -44,6 +44,7 @@ records.
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
@@ -356,6 +357,9 @@ def _batches(file: ArchiveFile, chunk_rows: int, names: list[str] | None) -> Ite
 
     The row cited is the first one not yet read when the error came (polars names no row).
     """
+    if file.kind == "ipc" and _pyarrow() is not None:
+        yield from _mapped_batches(file, chunk_rows, names)
+        return
     start = 0
     scan = scan_file(file)
     if names is not None:
@@ -365,6 +369,41 @@ def _batches(file: ArchiveFile, chunk_rows: int, names: list[str] | None) -> Ite
             yield batch
             start += batch.height
     except (pl.exceptions.PolarsError, OSError) as exc:
+        raise _read_error(file, exc, start) from None
+
+
+def _pyarrow() -> Any:
+    """Return the pyarrow module, or None when it is not installed (polars reads IPC then)."""
+    try:
+        return importlib.import_module("pyarrow.ipc")
+    except ImportError:
+        return None
+
+
+def _mapped_batches(
+    file: ArchiveFile, chunk_rows: int, names: list[str] | None
+) -> Iterator[pl.DataFrame]:
+    """Stream an IPC file through pyarrow's memory map: the frames' buffers are the file's pages.
+
+    Each record batch is validated in full (offsets in bounds and increasing, UTF-8) before polars
+    sees it, so a corrupt file is an error line, never a crash; float values cannot be checked
+    here (the row checks do). The file must not change while it is read (it is an input).
+    """
+    ipc = _pyarrow()
+    start = 0
+    try:
+        reader = ipc.open_file(ipc.pa.memory_map(str(file.path)))
+        for i in range(reader.num_record_batches):
+            batch = reader.get_batch(i)
+            if names is not None:
+                batch = batch.select(names)
+            batch.validate(full=True)
+            for lo in range(0, batch.num_rows, chunk_rows):
+                frame = pl.from_arrow(batch.slice(lo, chunk_rows), rechunk=False)
+                assert isinstance(frame, pl.DataFrame)
+                yield frame
+                start += frame.height
+    except (ipc.pa.ArrowException, OSError, pl.exceptions.PolarsError) as exc:
         raise _read_error(file, exc, start) from None
 
 
