@@ -176,8 +176,9 @@ def synth(
 
     As ``specreplay synth OUT``: the logging arm top32:t0.7@5 drafts, the target verifies by
     rejection sampling; shards of ``shard_requests`` requests and a SYNTH.json manifest.
-    ``format``: parquet, ipc (Arrow IPC) or jsonl; ``compression``: the form's codec (None: its
-    default). Always writes (the archive is the output); ``force`` replaces an existing folder.
+    ``format``: parquet, ipc (Arrow IPC) or jsonl; ``compression``: the form's codec (None: lz4
+    for Parquet, uncompressed Arrow IPC). Always writes (the archive is the output); ``force``
+    replaces an existing folder.
 
     Returns
     -------

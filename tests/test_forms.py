@@ -388,3 +388,20 @@ def test_corrupt_ipc_is_one_error_line(tmp_path: Path, ipc_engine: str, damage: 
     with pytest.raises(SpecReplayError, match=rf"^{tmp_path}/t.arrow: cannot read as Arrow IPC"):
         for _ in read_chunks(list_archive(path)[0], 1000):
             pass
+
+
+def test_synth_default_is_lz4_parquet(tmp_path: Path) -> None:
+    """The default chosen by measurement (commands/synth.py): Parquet shards compressed lz4."""
+    a = api.synth(tmp_path / "s", requests=4, rounds=2)
+    assert (a.form, a.compression) == ("parquet", "lz4")
+    opts = json.loads((tmp_path / "s" / "SYNTH.json").read_text())["options"]
+    assert (opts["form"], opts["compression"]) == ("parquet", "lz4")
+    assert _codec_of(a.shards[0]) == "LZ4"  # the codec in the Parquet footer (pyarrow reads it)
+
+
+def _codec_of(path: Path) -> str:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        pytest.skip("pyarrow reads the Parquet footer")
+    return str(pq.ParquetFile(path).metadata.row_group(0).column(0).compression)

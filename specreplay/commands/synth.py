@@ -2,6 +2,26 @@
 
 :func:`synth_archive` writes the archive and returns what it wrote (the Python API's ``synth``);
 :func:`run_synth` adds the terminal line.
+
+The default form, lz4 Parquet, was chosen by measurement (issue 8). The same synthetic archive of
+512,000 positions (1,600 requests × 64 rounds × 5 positions, 7 shards), page cache warm, 2 shared
+cores (noisy: ±30 %), best of 3 runs of ``ArchiveReader(path).validate()`` and of reading every
+chunk (``read_chunks``), and ``api.requalify`` (analytic, 200 resamples, best of 2):
+
+=======================  ========  ===================  ===========  ==============
+form                     disk      validate (reader)    read chunks  requalify
+=======================  ========  ===================  ===========  ==============
+Parquet zstd             406 MiB   1.38 s               0.95 s       2.2–3.4 s
+Parquet lz4              449 MiB   1.04 s               0.58 s       1.8–3.0 s
+Parquet uncompressed     518 MiB   0.93 s               0.55 s       1.7 s
+Arrow IPC, polars        559 MiB   0.52–0.72 s          0.27–0.32 s  1.5–2.5 s
+Arrow IPC, pyarrow map   559 MiB   0.26–0.61 s          0.02 s       1.2–2.4 s
+=======================  ========  ===================  ===========  ==============
+
+zstd buys 10 % of disk over lz4 for 1.3–1.6× the reading time; Arrow IPC reads fastest but takes
+25 % more disk than lz4 and is a form fewer tools open than Parquet, and every earlier archive,
+test and bench of ``synth`` output is Parquet, so the default stays Parquet with lz4 instead of
+zstd; ``--format ipc`` (or ``specreplay convert``) gives the fastest form.
 """
 
 from __future__ import annotations
@@ -13,7 +33,7 @@ from pathlib import Path
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.writer import check_compression
 from specreplay.replay.scan import Progress, no_progress
-from specreplay.results.builders import write_synth_archive
+from specreplay.results.builders import DEFAULT_COMPRESSION, write_synth_archive
 from specreplay.results.output import output_dir
 from specreplay.sim.synth import logging_arm_name
 
@@ -75,7 +95,7 @@ def synth_archive(
     t0 = time.perf_counter()
     if form not in SYNTH_FORMS:
         raise SpecReplayError(f"--format {form!r}: expected one of {', '.join(SYNTH_FORMS)}")
-    codec = check_compression(form, compression)
+    codec = check_compression(form, compression or DEFAULT_COMPRESSION.get(form))
     with output_dir(out, force=force, marker=False) as tmp:  # an archive: no marker
         cfg, files = write_synth_archive(
             tmp, n_requests, rounds, shard_requests, seed, progress, form, codec

@@ -22,6 +22,7 @@ from specreplay.sim.synth import SynthConfig, logging_arm_name
 from specreplay.stats.cells import excluded_unbucketed
 
 __all__ = [
+    "DEFAULT_COMPRESSION",
     "PATH_ASSUMPTION_NOTE",
     "archive_summary_of",
     "cells_of",
@@ -60,6 +61,11 @@ def law_tests_of(records: Iterable[dict[str, Any]]) -> tuple[LawTest, ...]:
     return tuple(load(LawTest, t, f"law_tests[{i}]") for i, t in enumerate(records))
 
 
+DEFAULT_COMPRESSION: dict[str, str] = {"parquet": "lz4"}
+"""The synthetic archive's codec per form when none is given (measured: see commands/synth.py);
+other forms take the writer's default (Arrow IPC uncompressed)."""
+
+
 def write_synth_archive(
     folder: Path,
     n_requests: int,
@@ -72,8 +78,8 @@ def write_synth_archive(
 ) -> tuple[SynthConfig, list[Path]]:
     """Write the synthetic archive (shards of ``form`` and its SYNTH.json manifest) into ``folder``.
 
-    ``form``: parquet, ipc or jsonl; ``compression`` as the writer takes it (None: the form's
-    default). The manifest records both.
+    ``form``: parquet, ipc or jsonl; ``compression`` as the writer takes it (None:
+    :data:`DEFAULT_COMPRESSION`, else the writer's default). The manifest records both.
 
     ``outputs`` of the manifest name the shards by their file names (the folder may still be a
     temporary one when this runs).
@@ -85,7 +91,11 @@ def write_synth_archive(
     arm = logging_arm_name(cfg)
     with (
         progress("synthesising requests", n_requests) as advance,
-        TraceWriter(folder, format=f"{form}-dir", compression=compression) as writer,
+        TraceWriter(
+            folder,
+            format=f"{form}-dir",
+            compression=compression or DEFAULT_COMPRESSION.get(form),
+        ) as writer,
     ):
         for frame in synth_frames(cfg, seed):
             writer.append_frame(for_form(frame, form))
