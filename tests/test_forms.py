@@ -405,3 +405,15 @@ def _codec_of(path: Path) -> str:
     except ImportError:
         pytest.skip("pyarrow reads the Parquet footer")
     return str(pq.ParquetFile(path).metadata.row_group(0).column(0).compression)
+
+
+def test_small_record_batches_are_regrouped_into_chunks(tmp_path: Path, ipc_engine: str) -> None:
+    """An IPC file of 7-row record batches is read in chunks of 50 rows, in order."""
+    frame = next(_frames())
+    frame.write_ipc(tmp_path / "t.arrow", record_batch_size=7)
+    chunks = list(read_chunks(list_archive(tmp_path / "t.arrow")[0], 50))
+    n = frame.height
+    assert [c.frame.height for c in chunks] == [50] * (n // 50) + ([n % 50] if n % 50 else [])
+    assert np.array_equal(np.concatenate([c.locs for c in chunks]), np.arange(n))
+    got = pl.concat([c.frame for c in chunks], how="vertical")
+    assert _bits(got).equals(_bits(frame))

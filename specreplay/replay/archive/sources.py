@@ -18,17 +18,19 @@ draft log-probability of a token that cannot be drafted), because polars names n
 errors and drops unknown fields.
 
 Arrow IPC files are checked for the ``ARROW1`` magic at both ends (an Arrow *stream* file, a
-truncated file or another format is one line naming the file), then streamed with polars
-``scan_ipc(...).collect_batches`` into the same :class:`RawChunk` as Parquet (same casts, same
-Issues, same messages for a missing column or a wrong type). Polars maps the file and decodes each
-chunk into its own memory; the flat float buffers then reach numpy without a further copy
-(``Series.list.explode().to_numpy()`` shares polars' buffer). Measured on 512,000 positions of the
-synthetic archive (7 shards, warm page cache, 2 cores), reading the three list columns
-``requalify`` needs: polars ``scan_ipc`` 0.18–0.21 s, lz4 Parquet 0.39–0.66 s, uncompressed
-Parquet 0.37–0.67 s, zstd Parquet 0.68–0.76 s; pyarrow's ``memory_map`` + ``open_file`` +
-``pl.from_arrow`` 0.01–0.03 s, since its buffers stay in the page cache (file-backed, not
-private memory) until touched. See :mod:`specreplay.replay.archive.writer` for the end-to-end
-table and why pyarrow is not (yet) a dependency.
+truncated file or another format is one line naming the file), then read into the same
+:class:`RawChunk` as Parquet (same casts, same Issues, same messages for a missing column or a
+wrong type). With pyarrow installed (a dependency since issue 8) the file is memory-mapped
+(``pa.memory_map`` + ``pa.ipc.open_file``), each record batch validated in full, and handed to
+polars by ``pl.from_arrow`` without a copy: the flat float buffers the kernels read are the
+file's pages in the page cache, not private memory. Without pyarrow, polars ``scan_ipc`` reads
+the file (polars 2.1 has no ``memory_map`` option any more: it decodes every buffer into its own
+memory, which ``/proc/self/maps`` shows as anonymous pages; from there ``list.explode().to_numpy()``
+shares polars' buffer, so that is the only copy). Measured on 512,000 positions of the
+synthetic archive (7 shards, 559 MiB, warm page cache, 2 shared cores, best of 3): reading every
+column's chunks 0.02 s mapped vs 0.27–0.32 s with polars alone (0.55–0.95 s from Parquet);
+``ArchiveReader.validate`` 0.26 s vs 0.52 s; ``api.requalify`` (analytic, 200 resamples) 1.24 s vs
+1.50 s. The disk and speed table of every form is in :mod:`specreplay.commands.synth`.
 
 Projection: ``read_chunks(file, chunk_rows, columns)`` reads only the named columns present in the
 file plus every REQUIRED one; for Parquet and IPC the selection is pushed into the scan, so a
@@ -387,24 +389,40 @@ def _mapped_batches(
 
     Each record batch is validated in full (offsets in bounds and increasing, UTF-8) before polars
     sees it, so a corrupt file is an error line, never a crash; float values cannot be checked
-    here (the row checks do). The file must not change while it is read (it is an input).
+    here (the row checks do). Record batches are sliced and regrouped into frames of
+    ``chunk_rows`` rows (slicing copies nothing). The file must not change while it is read.
     """
     ipc = _pyarrow()
     start = 0
     try:
         reader = ipc.open_file(ipc.pa.memory_map(str(file.path)))
+        pending: list[Any] = []
+        n = 0
         for i in range(reader.num_record_batches):
             batch = reader.get_batch(i)
             if names is not None:
                 batch = batch.select(names)
             batch.validate(full=True)
-            for lo in range(0, batch.num_rows, chunk_rows):
-                frame = pl.from_arrow(batch.slice(lo, chunk_rows), rechunk=False)
-                assert isinstance(frame, pl.DataFrame)
-                yield frame
-                start += frame.height
+            lo = 0
+            while lo < batch.num_rows:
+                take = min(chunk_rows - n, batch.num_rows - lo)
+                pending.append(batch.slice(lo, take))
+                n, lo = n + take, lo + take
+                if n >= chunk_rows:
+                    yield _arrow_frame(ipc.pa, pending)
+                    start, pending, n = start + n, [], 0
+        if pending:
+            yield _arrow_frame(ipc.pa, pending)
     except (ipc.pa.ArrowException, OSError, pl.exceptions.PolarsError) as exc:
         raise _read_error(file, exc, start) from None
+
+
+def _arrow_frame(pa: Any, batches: list[Any]) -> pl.DataFrame:
+    """Return record batches as one polars frame without copying their buffers."""
+    data = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches)
+    frame = pl.from_arrow(data, rechunk=False)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 def _to_canonical(
