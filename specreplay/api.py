@@ -78,6 +78,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specreplay.commands.budget import DEFAULT_X_GRID, BudgetOptions, budget_inputs, budget_run
+from specreplay.commands.convert import ConvertedArchive, convert_archive
 from specreplay.commands.interval import IntervalOptions, interval_inputs, interval_result
 from specreplay.commands.options import (
     FAIL_ON_INTERVAL,
@@ -93,7 +94,7 @@ from specreplay.commands.report import rerender
 from specreplay.commands.requalify import requalify_run
 from specreplay.commands.screen import screen_result
 from specreplay.commands.sweep import sweep_run
-from specreplay.commands.synth import SynthArchive, synth_archive
+from specreplay.commands.synth import DEFAULT_FORM, SynthArchive, synth_archive
 from specreplay.commands.validate import validate_result
 from specreplay.errors import InvalidArchive, SpecReplayError
 from specreplay.replay.backend import Backend
@@ -108,11 +109,13 @@ from specreplay.results.sweep import SweepOptions, parse_depths
 from specreplay.stats.buckets import DEFAULT_BUCKETS
 
 __all__ = [
+    "ConvertedArchive",
     "InvalidArchive",
     "Result",
     "SpecReplayError",
     "SynthArchive",
     "budget",
+    "convert",
     "interval",
     "lawtest",
     "read_result",
@@ -179,12 +182,16 @@ def synth(
     seed: int = 0,
     force: bool = False,
     progress: bool = False,
+    format: str = DEFAULT_FORM,
+    compression: str | None = None,
 ) -> SynthArchive:
     """Log a synthetic position-trace archive from the toy model pair into ``out``.
 
     As ``specreplay synth OUT``: the logging arm top32:t0.7@5 drafts, the target verifies by
-    rejection sampling; Parquet shards of ``shard_requests`` requests and a SYNTH.json manifest.
-    Always writes (the archive is the output); ``force`` replaces an existing folder.
+    rejection sampling; shards of ``shard_requests`` requests and a SYNTH.json manifest.
+    ``format``: parquet, ipc (Arrow IPC) or jsonl; ``compression``: the form's codec (None: lz4
+    for Parquet, uncompressed Arrow IPC). Always writes (the archive is the output); ``force``
+    replaces an existing folder.
 
     Returns
     -------
@@ -197,7 +204,33 @@ def synth(
     at_least("seed", seed, 0)
     return synth_archive(Path(out), n_requests=requests, rounds=rounds,
                          shard_requests=shard_requests, seed=seed, force=force,
-                         progress=_bar(progress))  # fmt: skip
+                         progress=_bar(progress), form=format,
+                         compression=compression)  # fmt: skip
+
+
+def convert(
+    archive: PathLike,
+    out: PathLike,
+    *,
+    format: str = "ipc",
+    compression: str | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> ConvertedArchive:
+    """Validate every row of ``archive``, then write it into the folder ``out`` in ``format``.
+
+    As ``specreplay convert ARCHIVE OUT``: ``format`` ipc (Arrow IPC, the default), parquet or
+    jsonl; one shard per input shard (same stem, new suffix) and a CONVERT.json manifest. The
+    first invalid row raises :class:`~specreplay.errors.SpecReplayError` and nothing is written;
+    ``force`` replaces a folder specreplay did not write.
+
+    Returns
+    -------
+    ConvertedArchive
+        The folder, its shards, rows, sizes before and after, and the seconds taken.
+    """
+    return convert_archive(Path(archive), Path(out), form=format, compression=compression,
+                           force=force, progress=_bar(progress))  # fmt: skip
 
 
 def validate(

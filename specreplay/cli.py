@@ -44,7 +44,7 @@ def _version(value: bool) -> None:
 
 
 COMPILING: frozenset[str] = frozenset(
-    {"synth", "validate", "demo", "interval", "requalify", "sweep", "lawtest", "warmup"}
+    {"synth", "validate", "convert", "demo", "interval", "requalify", "sweep", "lawtest", "warmup"}
 )
 """Commands that run Numba kernels (a cold cache compiles them first)."""
 
@@ -76,6 +76,14 @@ ForceOpt = Annotated[
     bool, typer.Option("--force", help="Replace OUT even if specreplay did not write it.")
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+CompressionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--compression",
+        help="Parquet: zstd (default), lz4, snappy, uncompressed; Arrow IPC: uncompressed "
+        "(default; can be memory-mapped), lz4, zstd; JSON Lines: none.",
+    ),
+]
 BucketsOpt = Annotated[
     str,
     typer.Option(
@@ -246,8 +254,13 @@ def synth(
     requests: Annotated[int, typer.Option("--requests", help="Number of requests.", min=1)] = 2000,
     rounds: Annotated[int, typer.Option("--rounds", help="Rounds per request.", min=1)] = 64,
     shard_requests: Annotated[
-        int, typer.Option("--shard-requests", help="Requests per Parquet shard.", min=1)
+        int, typer.Option("--shard-requests", help="Requests per shard.", min=1)
     ] = 250,
+    form: Annotated[
+        str | None,
+        typer.Option("--format", help="Form of the shards: parquet (default), ipc or jsonl."),
+    ] = None,
+    compression: CompressionOpt = None,
     seed: SeedOpt = 0,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
@@ -258,7 +271,7 @@ def synth(
     sampling, as a serving engine would; every position's laws and decisions are recorded.
     """
     with _user_errors():
-        from specreplay.commands.synth import run_synth
+        from specreplay.commands.synth import DEFAULT_FORM, run_synth
 
         summary = run_synth(
             out,
@@ -268,8 +281,48 @@ def synth(
             seed=seed,
             force=force,
             progress=lambda what, total: _progress(quiet, what, total),
+            form=form or DEFAULT_FORM,
+            compression=compression,
         )
         typer.echo(summary)
+
+
+@app.command()
+def convert(
+    archive: Annotated[
+        Path,
+        typer.Argument(
+            metavar="ARCHIVE", help="Archive: Parquet, Arrow IPC or JSONL file, or shard folder."
+        ),
+    ],
+    out: Annotated[
+        Path, typer.Argument(metavar="OUT", help="Folder to write the converted shards into.")
+    ],
+    form: Annotated[
+        str, typer.Option("--format", help="Form to write: ipc (Arrow IPC), parquet or jsonl.")
+    ] = "ipc",
+    compression: CompressionOpt = None,
+    force: ForceOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Validate every row of an archive, then rewrite it in another form, bit for bit.
+
+    One shard per input shard (same stem, new suffix) in OUT, plus a CONVERT.json manifest.
+    The first invalid row stops it with exit code 2 and nothing written.
+    """
+    with _user_errors():
+        from specreplay.commands.convert import run_convert
+
+        typer.echo(
+            run_convert(
+                archive,
+                out,
+                form=form,
+                compression=compression,
+                force=force,
+                progress=lambda what, total: _progress(quiet, what, total),
+            )
+        )
 
 
 @app.command()

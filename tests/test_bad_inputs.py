@@ -69,14 +69,14 @@ def case(name: str, kind: str) -> Callable[[Builder], Builder]:
 
 def where(path: Path, i: int) -> str:
     """SPEC §2.1 prefix of row ``i`` of a file written without blank lines."""
-    if path.suffix == ".parquet":
+    if path.suffix in (".parquet", ".arrow"):
         return f"{path}: row {i} (0-based): "
     return f"{path}:line {i + 1}: "
 
 
 def cite(path: Path, i: int) -> str:
     """How a message cites row ``i`` of the same file."""
-    return f"row {i}" if path.suffix == ".parquet" else f"line {i + 1}"
+    return f"row {i}" if path.suffix in (".parquet", ".arrow") else f"line {i + 1}"
 
 
 def requalify(path: Path, *extra: str) -> list[str]:
@@ -86,6 +86,11 @@ def requalify(path: Path, *extra: str) -> list[str]:
 def write_rows(path: Path, rows: list[Row], dtypes: dict[str, pl.DataType] | None = None) -> Path:
     if path.suffix == ".parquet":
         return write_parquet(path, rows, schema_overrides=dtypes)
+    if path.suffix == ".arrow":  # Arrow IPC: the same frame as the Parquet writer's
+        write_parquet(path.with_suffix(".tmp-parquet"), rows, schema_overrides=dtypes)
+        pl.read_parquet(path.with_suffix(".tmp-parquet")).write_ipc(path)
+        path.with_suffix(".tmp-parquet").unlink()
+        return path
     return write_jsonl(path, rows)
 
 
@@ -468,6 +473,75 @@ def _(tmp: Path) -> Built:
     path = tmp / "trace.parquet"
     path.write_bytes(b"PAR1 this is not a parquet file PAR1")
     return requalify(path), [f"{path}: cannot read as Parquet"]
+
+
+# Arrow IPC (issue 8): the same contract as Parquet; rows are cited 0-based.
+
+
+@row_case("ipc-drafted-id-not-in-cand-ids", "arrow", "drafted_id not in cand_ids (1000)")
+def _(r: Row) -> None:
+    r["drafted_id"] = 1000
+
+
+@case("ipc-truncated", "position archive")
+def _(tmp: Path) -> Built:
+    path = write_rows(tmp / "trace.arrow", valid_rows())
+    raw = path.read_bytes()
+    path.write_bytes(raw[: len(raw) // 2])
+    return requalify(path), [f"{path}: cannot read as Arrow IPC: not an Arrow IPC file"]
+
+
+@case("ipc-flipped-bytes", "position archive")
+def _(tmp: Path) -> Built:
+    path = write_rows(tmp / "trace.arrow", valid_rows())
+    raw = bytearray(path.read_bytes())
+    at = raw.find(b"req-1")  # a request id, stored inline: 0xFF makes it invalid UTF-8
+    assert at > 0
+    raw[at] = 0xFF
+    path.write_bytes(bytes(raw))
+    return requalify(path), [f"{path}: cannot read as Arrow IPC at row 0 (0-based) or later"]
+
+
+@case("ipc-is-parquet-renamed", "position archive")
+def _(tmp: Path) -> Built:
+    path = write_rows(tmp / "trace.parquet", valid_rows()).rename(tmp / "trace.arrow")
+    return requalify(path), [f"{path}: cannot read as Arrow IPC: not an Arrow IPC file: it is a "
+                             "Parquet file"]  # fmt: skip
+
+
+@case("ipc-stream-not-file-format", "position archive")
+def _(tmp: Path) -> Built:
+    path = tmp / "trace.arrow"
+    pl.read_parquet(write_rows(tmp / "t.parquet", valid_rows())).write_ipc_stream(path)
+    (tmp / "t.parquet").unlink()
+    return requalify(path), [f"{path}: cannot read as Arrow IPC: not an Arrow IPC file: it is an "
+                             "Arrow stream"]  # fmt: skip
+
+
+@case("ipc-string-position", "position archive")
+def _(tmp: Path) -> Built:
+    path = write_rows(tmp / "trace.arrow", valid_rows(), {"position": pl.String()})
+    return requalify(path), [f"{path}: column 'position' has type String; expected integer"]
+
+
+@case("ipc-missing-cand-ids", "position archive")
+def _(tmp: Path) -> Built:
+    rows = [{k: v for k, v in r.items() if k != "cand_ids"} for r in valid_rows()]
+    path = write_rows(tmp / "trace.arrow", rows)
+    return requalify(path), [f"{path}: missing required column 'cand_ids'"]
+
+
+@case("dir-mixing-forms", "position archive")
+def _(tmp: Path) -> Built:
+    rows = valid_rows()
+    folder = tmp / "arch"
+    folder.mkdir()
+    write_rows(folder / "part-00000.parquet", rows[:6])
+    write_rows(folder / "part-00001.jsonl", rows[6:])
+    return requalify(folder), [
+        f"{folder}: directory mixes archive forms: Parquet (part-00000.parquet) and JSON Lines "
+        "(part-00001.jsonl)"
+    ]
 
 
 @case("unknown-suffix", "position archive")
@@ -1416,3 +1490,66 @@ def test_bad_input(tmp_path: Path, name: str) -> None:
     assert res.stdout == ""
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["in"]  # no temporary folder beside --out
+
+
+# ---------------------------------------------------------------------------------------------
+# convert (issue 8): OUT is its second argument, not --out, so these run outside CASES
+
+
+def _convert_bad_format(tmp: Path) -> tuple[list[str], list[str]]:
+    src = write_rows(tmp / "trace.parquet", valid_rows())
+    return ["convert", str(src), "--format", "xyz"], ["--format 'xyz': expected one of"]
+
+
+def _convert_bad_compression(tmp: Path) -> tuple[list[str], list[str]]:
+    src = write_rows(tmp / "trace.parquet", valid_rows())
+    return ["convert", str(src), "--format", "jsonl", "--compression", "zstd"], [
+        "--compression 'zstd': jsonl takes none"
+    ]
+
+
+def _convert_bad_row(tmp: Path) -> tuple[list[str], list[str]]:
+    rows = clone(valid_rows())
+    rows[5]["drafted_id"] = 1000
+    src = write_rows(tmp / "trace.jsonl", rows)
+    return ["convert", str(src)], [where(src, 5) + "drafted_id not in cand_ids (1000)"]
+
+
+def _convert_onto_foreign_out(tmp: Path) -> tuple[list[str], list[str]]:
+    src = write_rows(tmp / "trace.parquet", valid_rows())
+    return ["convert", str(src)], ["folder is not empty and was not written by specreplay"]
+
+
+CONVERT_CASES: dict[str, Callable[[Path], tuple[list[str], list[str]]]] = {
+    "convert-format-xyz": _convert_bad_format,
+    "convert-compression-not-of-form": _convert_bad_compression,
+    "convert-bad-row": _convert_bad_row,
+    "convert-onto-foreign-out": _convert_onto_foreign_out,
+}
+
+
+@pytest.mark.parametrize("name", list(CONVERT_CASES))
+def test_bad_convert(tmp_path: Path, name: str) -> None:
+    """One error line, exit 2, no traceback, and OUT as it was (absent, or a foreign folder)."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    args, fragments = CONVERT_CASES[name](inputs)
+    out = tmp_path / "out"
+    foreign = name == "convert-onto-foreign-out"
+    if foreign:
+        out.mkdir()
+        (out / "notes.txt").write_text("mine\n")
+    res = CliRunner().invoke(app, [*args[:2], str(out), *args[2:], "-q"], env={"COLUMNS": "300"})
+    assert "Traceback" not in res.output, res.output
+    assert res.exit_code == 2, (res.exit_code, res.output)
+    lines = [x for x in res.stderr.strip().splitlines() if not x.startswith("compiling kernels")]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert res.stdout == ""
+    if foreign:
+        assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    else:
+        assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"] + (["out"] if foreign else [])

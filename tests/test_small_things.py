@@ -32,7 +32,7 @@ def test_every_command_accepts_quiet() -> None:
     commands = sorted(
         c.name or getattr(c.callback, "__name__", "") for c in cli.registered_commands
     )
-    assert len(commands) == 11
+    assert len(commands) == 12  # convert joined in issue 8
     for cmd in commands:
         res = CliRunner().invoke(app, [cmd, "--help"], env={"COLUMNS": "200"})
         assert "-q" in res.stdout, cmd

@@ -22,6 +22,7 @@ from specreplay.sim.synth import SynthConfig, logging_arm_name
 from specreplay.stats.cells import excluded_unbucketed
 
 __all__ = [
+    "DEFAULT_COMPRESSION",
     "PATH_ASSUMPTION_NOTE",
     "archive_summary_of",
     "cells_of",
@@ -60,25 +61,44 @@ def law_tests_of(records: Iterable[dict[str, Any]]) -> tuple[LawTest, ...]:
     return tuple(load(LawTest, t, f"law_tests[{i}]") for i, t in enumerate(records))
 
 
+DEFAULT_COMPRESSION: dict[str, str] = {"parquet": "lz4"}
+"""The synthetic archive's codec per form when none is given (measured: see commands/synth.py);
+other forms take the writer's default (Arrow IPC uncompressed)."""
+
+
 def write_synth_archive(
-    folder: Path, n_requests: int, rounds: int, shard_requests: int, seed: int, progress: Progress
+    folder: Path,
+    n_requests: int,
+    rounds: int,
+    shard_requests: int,
+    seed: int,
+    progress: Progress,
+    form: str = "parquet",
+    compression: str | None = None,
 ) -> tuple[SynthConfig, list[Path]]:
-    """Write the synthetic archive (Parquet shards and its SYNTH.json manifest) into ``folder``.
+    """Write the synthetic archive (shards of ``form`` and its SYNTH.json manifest) into ``folder``.
+
+    ``form``: parquet, ipc or jsonl; ``compression`` as the writer takes it (None:
+    :data:`DEFAULT_COMPRESSION`, else the writer's default). The manifest records both.
 
     ``outputs`` of the manifest name the shards by their file names (the folder may still be a
     temporary one when this runs).
     """
-    from specreplay.replay.archive.synthetic import synth_frames
+    from specreplay.replay.archive.synthetic import for_form, synth_frames
     from specreplay.replay.archive.writer import TraceWriter
 
     cfg = SynthConfig(n_requests=n_requests, rounds=rounds, requests_per_shard=shard_requests)
     arm = logging_arm_name(cfg)
     with (
         progress("synthesising requests", n_requests) as advance,
-        TraceWriter(folder, format="parquet-dir") as writer,
+        TraceWriter(
+            folder,
+            format=f"{form}-dir",
+            compression=compression or DEFAULT_COMPRESSION.get(form),
+        ) as writer,
     ):
         for frame in synth_frames(cfg, seed):
-            writer.append_frame(frame)
+            writer.append_frame(for_form(frame, form))
             writer.end_shard()
             advance(frame.height // (rounds * cfg.depth))
     files = writer.written
@@ -96,6 +116,8 @@ def write_synth_archive(
             "depth": cfg.depth,
             "shard_requests": shard_requests,
             "logging_arm": arm,
+            "form": form,
+            "compression": writer.compression,
         },
         assumptions=[
             "Synthetic archive logged from specreplay's toy draft/target model pair "

@@ -22,7 +22,7 @@ from specreplay.sim.synth import (
 )
 from specreplay.sim.toy import FAMILIES
 
-__all__ = ["FRAME_SCHEMA", "shard_frame", "synth_frames"]
+__all__ = ["FRAME_SCHEMA", "for_form", "shard_frame", "synth_frames"]
 
 FRAME_SCHEMA: dict[str, pl.DataType] = {**SCHEMA_V1, "toy_state": pl.UInt64()}
 
@@ -61,6 +61,18 @@ def shard_frame(cfg: SynthConfig, shard: SynthShard) -> pl.DataFrame:
             pl.Series("toy_state", shard.toy_state, dtype=pl.UInt64),
         ]
     )
+
+
+def for_form(frame: pl.DataFrame, form: str) -> pl.DataFrame:
+    """Return ``frame`` as the archive ``form`` holds it: in JSON Lines, ``toy_state`` is a string.
+
+    ``toy_state`` is a 64-bit key, often past int64, and the JSON Lines reader refuses integers
+    past int64 (SPEC §2.1), so a JSON Lines synthetic archive writes it as its decimal string.
+    It is a carried column that no figure depends on.
+    """
+    if form != "jsonl":
+        return frame
+    return frame.with_columns(pl.col("toy_state").cast(pl.String))
 
 
 def synth_frames(cfg: SynthConfig, seed: int) -> Iterator[pl.DataFrame]:

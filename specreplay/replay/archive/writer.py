@@ -1,9 +1,15 @@
 """TraceWriter: write a position-trace archive (schema v1) the way a serving engine would log it.
 
-A writer takes rows (dicts) or polars frames in archive order and writes one of the three input
-forms of SPEC §2.1: a directory of Parquet shards (``part-00000.parquet`` …), one Parquet file, or
-one JSON Lines file. Every file is written under a temporary name and renamed when complete, so a
-reader never sees a half-written shard. Shards are cut only between rounds, so a round never spans
+A writer takes rows (dicts) or polars frames in archive order and writes one of the input forms
+of SPEC §2.1: a directory of Parquet shards (``part-00000.parquet`` …), one Parquet file, a
+directory of Arrow IPC shards (``part-00000.arrow`` …), one Arrow IPC file (``.arrow``, ``.ipc``,
+``.feather``), or one JSON Lines file. Every file is written under a temporary name and renamed
+when complete, so a reader never sees a half-written shard.
+
+Compression: Parquet takes ``zstd`` (polars' default), ``lz4``, ``snappy`` or ``uncompressed``;
+Arrow IPC is written ``uncompressed`` by default (a reader can then map it; polars also writes
+``lz4`` and ``zstd`` IPC, which must be decompressed into memory and cannot be mapped); JSON Lines
+takes none. Shards are cut only between rounds, so a round never spans
 two files (the archive order rule). JSON Lines are written with Python's ``json`` so that a
 draft log-probability of −inf is written ``-Infinity`` (and read back as −inf).
 
@@ -26,14 +32,41 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, cast
 
 import polars as pl
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.schema import SCHEMA_V1
 
-__all__ = ["TraceWriter"]
+__all__ = [
+    "COMPRESSIONS",
+    "FORMATS",
+    "TraceWriter",
+    "canonical_exprs",
+    "check_compression",
+    "jsonl_text",
+    "write_frame",
+]
+
+_ParquetCodec = Literal["zstd", "lz4", "snappy", "uncompressed"]
+_IpcCodec = Literal["uncompressed", "lz4", "zstd"]
+FORMATS: tuple[str, ...] = ("parquet-dir", "parquet", "ipc-dir", "ipc", "jsonl-dir", "jsonl")
+"""The forms a TraceWriter writes (``-dir``: a folder of shards)."""
+COMPRESSIONS: dict[str, tuple[str, ...]] = {
+    "parquet": ("zstd", "lz4", "snappy", "uncompressed"),
+    "ipc": ("uncompressed", "lz4", "zstd"),
+    "jsonl": ("none",),
+}
+"""Compression codecs each form takes; the first is the default."""
+_SUFFIX_FORMATS: dict[str, str] = {
+    ".parquet": "parquet",
+    ".arrow": "ipc",
+    ".ipc": "ipc",
+    ".feather": "ipc",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+}
 
 
 class TraceWriter:
@@ -42,23 +75,35 @@ class TraceWriter:
     Parameters
     ----------
     path : Path
-        A directory (``format="parquet-dir"``, the default when the path has no suffix), a
-        ``.parquet`` file, or a ``.jsonl`` file.
-    format : {"parquet-dir", "parquet", "jsonl"}, optional
+        A directory (``format="parquet-dir"``, the default when the path has no suffix, or
+        ``"ipc-dir"``), a ``.parquet`` file, an ``.arrow``/``.ipc``/``.feather`` file, or a
+        ``.jsonl`` file.
+    format : {"parquet-dir", "parquet", "ipc-dir", "ipc", "jsonl-dir", "jsonl"}, optional
         Inferred from the suffix when omitted.
     shard_rows : int
-        Target rows per Parquet shard (cut at the next round boundary).
+        Target rows per shard of a directory (cut at the next round boundary).
+    compression : str, optional
+        Parquet: zstd (default), lz4, snappy, uncompressed. IPC: uncompressed (default), lz4,
+        zstd. JSON Lines: none.
     """
 
-    def __init__(self, path: Path, *, format: str | None = None, shard_rows: int = 500_000) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        format: str | None = None,
+        shard_rows: int = 500_000,
+        compression: str | None = None,
+    ) -> None:
         self.path = Path(path)
         if format is None:
-            format = {".parquet": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl"}.get(
-                self.path.suffix, "parquet-dir"
+            format = _SUFFIX_FORMATS.get(self.path.suffix, "parquet-dir")
+        if format not in FORMATS:
+            raise SpecReplayError(
+                f"TraceWriter: unknown format {format!r} (expected {', '.join(FORMATS)})"
             )
-        if format not in ("parquet-dir", "parquet", "jsonl"):
-            raise SpecReplayError(f"TraceWriter: unknown format {format!r}")
         self.format = format
+        self.compression = check_compression(format.removesuffix("-dir"), compression)
         self.shard_rows = max(1, shard_rows)
         self.written: list[Path] = []
         self._frames: list[pl.DataFrame] = []
@@ -66,7 +111,8 @@ class TraceWriter:
         self._n = 0
         self._shard = 0
         self._closed = False
-        if format == "parquet-dir":
+        self._sharded = format.endswith("-dir")
+        if self._sharded:
             self.path.mkdir(parents=True, exist_ok=True)
 
     def __enter__(self) -> TraceWriter:
@@ -98,7 +144,7 @@ class TraceWriter:
 
     def end_shard(self) -> None:
         """Write everything buffered as one shard now (the caller ends it at a round boundary)."""
-        if self.format != "parquet-dir":
+        if not self._sharded:
             return
         self._flush_rows()
         if self._frames:
@@ -115,14 +161,11 @@ class TraceWriter:
         self._flush_rows()
         frame = pl.concat(self._frames, how="vertical") if self._frames else None
         self._frames = []
-        if self.format == "parquet-dir":
+        if self._sharded:
             if frame is not None and frame.height:
                 self._write_shard(frame)
-        elif self.format == "parquet":
-            _atomic_parquet(frame if frame is not None else _empty(), self.path)
-            self.written.append(self.path)
         else:
-            _atomic_jsonl(frame if frame is not None else _empty(), self.path)
+            write_frame(frame if frame is not None else _empty(), self.path, self.compression)
             self.written.append(self.path)
         self._closed = True
         return self.written
@@ -141,7 +184,7 @@ class TraceWriter:
             self._frames.append(self._rows_frame())
 
     def _maybe_flush(self) -> None:
-        if self.format != "parquet-dir" or self._n < self.shard_rows:
+        if not self._sharded or self._n < self.shard_rows:
             return
         self._flush_rows()
         frame = pl.concat(self._frames, how="vertical")
@@ -155,17 +198,28 @@ class TraceWriter:
         self._n = rest.height
 
     def _write_shard(self, frame: pl.DataFrame) -> None:
-        path = self.path / f"part-{self._shard:05d}.parquet"
-        _atomic_parquet(frame, path)
+        suffix = {"ipc-dir": ".arrow", "jsonl-dir": ".jsonl"}.get(self.format, ".parquet")
+        path = self.path / f"part-{self._shard:05d}{suffix}"
+        write_frame(frame, path, self.compression)
         self.written.append(path)
         self._shard += 1
 
 
+def canonical_exprs(columns: list[str]) -> list[pl.Expr]:
+    """Select schema-v1 columns in canonical order (cast to their dtypes), then carried ones."""
+    known = [c for c in SCHEMA_V1 if c in columns]
+    other = [c for c in columns if c not in SCHEMA_V1]
+    return [pl.col(c).cast(SCHEMA_V1[c]) for c in known] + [pl.col(c) for c in other]
+
+
 def _canonical(frame: pl.DataFrame) -> pl.DataFrame:
     """Order schema-v1 columns canonically (cast to their dtypes), then carried columns."""
-    known = [c for c in SCHEMA_V1 if c in frame.columns]
-    other = [c for c in frame.columns if c not in SCHEMA_V1]
-    return frame.select([pl.col(c).cast(SCHEMA_V1[c]) for c in known] + [pl.col(c) for c in other])
+    return frame.select(canonical_exprs(frame.columns))
+
+
+def jsonl_text(frame: pl.DataFrame) -> str:
+    """Return the rows of ``frame`` as JSON Lines (−inf written ``-Infinity``)."""
+    return "".join(json.dumps(row, allow_nan=True) + "\n" for row in frame.iter_rows(named=True))
 
 
 def _empty() -> pl.DataFrame:
@@ -185,15 +239,48 @@ def _tmp(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
-def _atomic_parquet(frame: pl.DataFrame, path: Path) -> None:
+def write_frame(frame: pl.DataFrame, path: Path, compression: str | None = None) -> None:
+    """Write ``frame`` as one file of the form its suffix says, under a temporary name first.
+
+    ``compression`` as :func:`check_compression` returns it (None: the form's default).
+    """
+    form = _SUFFIX_FORMATS.get(path.suffix)
+    if form is None:
+        raise SpecReplayError(
+            f"{path}: unknown archive suffix (expected {', '.join(_SUFFIX_FORMATS)})"
+        )
+    compression = check_compression(form, compression)
     tmp = _tmp(path)
-    frame.write_parquet(tmp)
-    os.replace(tmp, path)
+    try:
+        if form == "parquet":
+            frame.write_parquet(tmp, compression=cast(_ParquetCodec, compression))
+        elif form == "ipc":
+            frame.write_ipc(tmp, compression=cast(_IpcCodec, compression))
+        else:
+            _write_jsonl(frame, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
-def _atomic_jsonl(frame: pl.DataFrame, path: Path) -> None:
-    tmp = _tmp(path)
-    with tmp.open("w", encoding="utf-8") as fh:
-        for row in frame.iter_rows(named=True):
-            fh.write(json.dumps(row, allow_nan=True) + "\n")
-    os.replace(tmp, path)
+def check_compression(form: str, compression: str | None) -> str:
+    """Return the compression of ``form`` ("parquet", "ipc", "jsonl"), its default when None.
+
+    >>> check_compression("ipc", None)
+    'uncompressed'
+    >>> check_compression("parquet", "lz4")
+    'lz4'
+    """
+    allowed = COMPRESSIONS[form]
+    if compression is None:
+        return allowed[0]
+    if compression not in allowed:
+        raise SpecReplayError(f"--compression {compression!r}: {form} takes {', '.join(allowed)}")
+    return compression
+
+
+def _write_jsonl(frame: pl.DataFrame, path: Path) -> None:
+    with path.open("w", encoding="utf-8") as fh:
+        for lo in range(0, frame.height, 10_000):
+            fh.write(jsonl_text(frame.slice(lo, 10_000)))
