@@ -188,9 +188,7 @@ def _four_files(tmp: Path, parts: list[list[dict[str, Any]]]) -> Path:
 
 
 @pytest.mark.parametrize("case", ["split", "starts"])
-def test_tree_fold_judges_a_round_continued_from_a_distant_file(
-    tmp_path: Path, case: str
-) -> None:
+def test_tree_fold_judges_a_round_continued_from_a_distant_file(tmp_path: Path, case: str) -> None:
     """The fold is a tree ((0, 1), (2, 3)): a round that starts past position 1 in file 3 is
     judged against the files before it, not only file 2, with the whole-archive reader's message
     (split across files when file 0 holds the round's start; else starts at position 2)."""

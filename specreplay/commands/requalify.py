@@ -25,6 +25,7 @@ from specreplay.replay.backend import Backend, BackendRun, backend_runner
 from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
 from specreplay.replay.engine import OpenArchive, ReplayResult
 from specreplay.replay.scan import Progress
+from specreplay.replay.shard import needed_columns
 from specreplay.results.gates import fail_on_code
 from specreplay.results.grouping import check_by, with_by_cells
 from specreplay.results.model import Result
@@ -82,8 +83,15 @@ def _opened(archive: Path, opts: RequalifyOptions) -> tuple[OpenArchive, Requali
         archive,
         buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
         logging_arm=opts.logging_arm,
+        columns=_columns(opts.estimator, opts.by),
     )
     return opened, _arms(opts.baseline, opts.candidate, opts.reference, opened.logging_arm)
+
+
+def _columns(estimator: str, by: str | None) -> frozenset[str] | None:
+    """Return the columns the main pass reads (and the ``--by`` column its passes need)."""
+    cols = needed_columns(*auto_passes(estimator))
+    return None if cols is None else cols | ({by} if by else set())
 
 
 def _requalified(
@@ -155,7 +163,8 @@ def _group_pass(
 ) -> Result:  # fmt: skip
     """One ``--by`` pass: requests coded by ``group``, the main pass's resolved estimator."""
     opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
-                         logging_arm=opts.logging_arm, group=group)  # fmt: skip
+                         logging_arm=opts.logging_arm, group=group,
+                         columns=needed_columns(estimator, None, group))  # fmt: skip
     res = _replay(opened, arms, opts, estimator, None, None, run)
     return requalify_result(res, arms, opts, archive)
 

@@ -19,6 +19,7 @@ from specreplay.replay.backend import Backend, BackendRun, backend_runner
 from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
 from specreplay.replay.engine import OpenArchive
 from specreplay.replay.scan import Progress
+from specreplay.replay.shard import needed_columns
 from specreplay.results.grouping import check_by, with_by_cells
 from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
@@ -95,8 +96,11 @@ def _prepare(archive: Path, opts: SweepOptions) -> _Prepared:
     replayed = list({a.canonical: a for a in [*arms, *([baseline] if baseline else [])]}.values())
     if opts.cost:
         CostModel.parse(opts.cost)  # a bad cost model is an error before any work
+    cols = needed_columns(*auto_passes(opts.estimator))
+    if cols is not None and opts.by:
+        cols |= {opts.by}  # its passes need it
     opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
-                         logging_arm=opts.logging_arm)  # fmt: skip
+                         logging_arm=opts.logging_arm, columns=cols)  # fmt: skip
     return _Prepared(opened, arms, baseline, replayed)
 
 
@@ -134,8 +138,9 @@ def _swept_passes(
     if opts.by is not None:
 
         def group_pass(group: tuple[str, ...]) -> Result:
+            cols = needed_columns(res.estimator, None, group)
             again = OpenArchive(archive, buckets=prep.opened.buckets, logging_arm=opts.logging_arm,
-                                group=group)  # fmt: skip
+                                group=group, columns=cols)  # fmt: skip
             r = again.replay(prep.replayed, estimator=res.estimator, replicates=opts.replicates,
                              seed=opts.seed, max_depth=depth, runner=run.runner)  # fmt: skip
             return sweep_result(r, prep.arms, opts, archive, prep.baseline)

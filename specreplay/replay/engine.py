@@ -118,6 +118,8 @@ class ReplayResult:
     estimator_reason : str or None
         Why ``estimator`` is the run's estimator (set by ``--estimator auto``; None when the
         user named it).
+    unread : tuple of str
+        Columns of the archive the pass did not read, hence did not validate (sorted).
     """
 
     arms: list[Arm]
@@ -150,6 +152,7 @@ class ReplayResult:
     companion_unlogged: dict[str, NDArray[np.int64]] = field(default_factory=dict)
     companion_tails: dict[str, RatioTail] = field(default_factory=dict)
     estimator_reason: str | None = None
+    unread: tuple[str, ...] = ()
 
     def swapped(self) -> ReplayResult:
         """Return this pass with its companion as the run's estimator and its own as companion.
@@ -329,6 +332,10 @@ class OpenArchive:
         Position rows per batch.
     group : tuple of str
         Columns that code the requests' groups in place of ``family`` (``--by``).
+    columns : frozenset of str, optional
+        Read only these columns (:func:`~specreplay.replay.shard.needed_columns` of the passes to
+        come); the others are neither decoded nor validated (``ReplayResult.unread``). None:
+        every column.
     """
 
     def __init__(
@@ -339,8 +346,10 @@ class OpenArchive:
         logging_arm: str | None = None,
         batch_rows: int = 262_144,
         group: tuple[str, ...] = ("family",),
+        columns: frozenset[str] | None = None,
     ) -> None:
         self.path = Path(path)
+        self.columns = columns
         self.buckets = buckets if buckets is not None else Buckets.parse()
         self.logging_arm_option = logging_arm
         self.batch_rows = batch_rows
@@ -348,7 +357,7 @@ class OpenArchive:
         self.sources = list_archive(self.path)
         self._reader: ArchiveReader | None = ArchiveReader(
             self.sources[0].path, buckets=self.buckets, batch_rows=batch_rows,
-            logging_arm=logging_arm, shard=True, group=group,
+            logging_arm=logging_arm, shard=True, group=group, columns=columns,
         )  # fmt: skip
         self._batches = iter(self._reader)
         self._head = next(self._batches, None)
@@ -383,6 +392,7 @@ class OpenArchive:
             max_depth=max_depth or max((a.depth for a in arms), default=1),
             logging_arm=self.logging_arm_option, batch_rows=self.batch_rows,
             law_positions=law_positions, companion=companion, group=self.group,
+            columns=self.columns,
         )  # fmt: skip
         reader, head, self._reader = self._reader, self._head, None
         first = self._batches if head is None else _chain(head, self._batches)
@@ -445,6 +455,7 @@ def _result(
         companion_sums=s.companion,
         companion_unlogged=s.companion_unlogged,
         companion_tails=s.companion_tails,
+        unread=s.unread,
     )
 
 

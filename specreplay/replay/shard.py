@@ -57,12 +57,14 @@ from specreplay.stats.buckets import Buckets
 from specreplay.stats.measured import MeasuredArchive
 
 __all__ = [
+    "PASS_COLUMNS",
     "ReplayOptions",
     "RequestTable",
     "ShardSums",
     "companion_possible",
     "fold_shards",
     "merge_shards",
+    "needed_columns",
     "replay_reader",
     "replay_shard",
 ]
@@ -100,6 +102,9 @@ class ReplayOptions:
         when the archive has what it needs (:func:`companion_possible`); None: none.
     group : tuple of str
         The columns that code a request's "family" (``--by``: see the archive reader).
+    columns : frozenset of str or None
+        Columns to read (:func:`needed_columns`); the others are neither decoded nor
+        validated (``ShardSums.unread``). None: every column.
     """
 
     estimator: str = "analytic"
@@ -112,6 +117,32 @@ class ReplayOptions:
     law_positions: int = 0
     companion: str | None = None
     group: tuple[str, ...] = ("family",)
+    columns: frozenset[str] | None = None
+
+
+PASS_COLUMNS: frozenset[str] = frozenset({"drafted_id", "accepted", "logging_arm"})
+"""Optional columns every replay pass reads: the drafted index, the MEASURED figures, the
+logging arm."""
+
+
+def needed_columns(
+    estimator: str, companion: str | None = None, group: tuple[str, ...] = ("family",)
+) -> frozenset[str] | None:
+    """Return the columns a pass of ``estimator`` (and ``companion``) reads; None: every one.
+
+    The required columns, :data:`PASS_COLUMNS`, the ``group`` columns and what each estimator
+    declares (:attr:`~specreplay.replay.estimators.base.Estimator.columns`): ``emitted_q`` only
+    for the importance estimator; carried columns only when they code the groups (``--by``).
+    """
+    cols = set(PASS_COLUMNS) | set(group)
+    for name in (estimator, companion):
+        if name is None:
+            continue
+        own = get_estimator(name).columns
+        if own is None:
+            return None
+        cols |= own
+    return frozenset(cols)
 
 
 def companion_possible(batch: RoundBatch, logging: Arm | None) -> bool:
@@ -200,6 +231,8 @@ class ShardSums:
         either estimator can become the run's own (``--estimator auto``).
     group : tuple of str
         The columns that coded ``families`` (``ReplayOptions.group``), for messages.
+    unread : tuple of str
+        Columns of the files that were not read (``ReplayOptions.columns``), sorted.
     opens : bool
         The first file is the archive's first (set by :func:`fold_shards`): a round of a later
         file that starts past position 1 and whose request this holds no row of is an error.
@@ -227,6 +260,7 @@ class ShardSums:
     companion_unlogged: dict[str, NDArray[np.int64]]
     companion_tails: dict[str, RatioTail]
     group: tuple[str, ...] = ("family",)
+    unread: tuple[str, ...] = ()
     opens: bool = False
 
 
@@ -284,6 +318,7 @@ def replay_shard(
     reader = ArchiveReader(
         file, buckets=options.buckets, batch_rows=options.batch_rows,
         logging_arm=options.logging_arm, shard=True, group=options.group,
+        columns=options.columns,
     )  # fmt: skip
     return replay_reader(reader, iter(reader), arms, options, progress)
 
@@ -405,6 +440,7 @@ def _finish(
         files=list(reader.files),
         columns=reader.columns if int(rows.sum()) > 0 else None,
         carried=tuple(reader.extra_columns),
+        unread=tuple(sorted(reader.unread)),
         logging_arm=reader.logging_arm,
         logging_arm_at=(arm_at[0].index, arm_at[1]) if arm_at else None,
         families=fam_sorted,
@@ -659,6 +695,7 @@ def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
         continued=[(int(to_a[r]), rnd, p, f, loc) for r, rnd, p, f, loc in a.continued]
         + [(int(to_b[r]), rnd, p, f + shift, loc) for r, rnd, p, f, loc in carried],
         group=a.group,
+        unread=tuple(sorted(set(a.unread) | set(b.unread))),
         opens=a.opens,
         companion=companion,
         companion_unlogged=comp_unlogged,

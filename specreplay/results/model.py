@@ -472,6 +472,7 @@ class Result:
     archive: ArchiveSummary | None = None
     outputs: tuple[InputFile, ...] | None = None
     sensitivity: tuple[Sensitivity, ...] | None = None
+    columns_not_read: tuple[str, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

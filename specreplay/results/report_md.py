@@ -40,7 +40,7 @@ from specreplay.results.markdown import (
 )
 from specreplay.results.model import Result, Role
 from specreplay.results.screen import screen_tables
-from specreplay.results.tables import TABLES, estimator_line
+from specreplay.results.tables import TABLES, estimator_line, unread_lines
 from specreplay.results.verdicts_md import HOW_TO_READ, QUESTIONS, VERDICTS, delta_text
 from specreplay.stats.compare import UNDERCOVER_REQUESTS
 
@@ -115,6 +115,7 @@ def _choices(result: Result) -> str:
         items.append(estimator_line(result))
         items.append("Replay: " + _PATH.get(str(o["estimator_used"]), str(o["estimator_used"])))
     items += _interval_choice(result)
+    items += unread_lines(result)
     if isinstance(o.get("central"), dict) and isinstance(o.get("envelope"), dict):
         c, e = o["central"], o["envelope"]
         items.append(

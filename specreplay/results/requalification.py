@@ -544,4 +544,5 @@ def requalify_result(
         requalification=cells[0].requalification,
         logging_arm=arms.log.canonical if arms.log else None,
         path_bias=cells[0].delta(Role.PATH_BIAS),
+        columns_not_read=res.unread or None,
     )

@@ -323,7 +323,7 @@ def sweep_result(
         options={**opts.to_json(archive), "replicates": res.replicates, **estimator_used(res)},
         assumptions=_assumptions(cost),
         excluded=excluded_entries(res.excluded), arms=[a.canonical for a in arms], cells=cells,
-        extra=extra,
+        columns_not_read=res.unread or None, extra=extra,
     )  # fmt: skip
 
 

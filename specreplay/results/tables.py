@@ -284,6 +284,16 @@ def estimator_line(result: Result) -> str:
     return f"{head} {used} ({'auto: ' if asked == 'auto' else ''}{why})"
 
 
+def unread_lines(result: Result) -> list[str]:
+    """Return a line naming the columns the run did not read (so did not validate), if any."""
+    if not result.columns_not_read:
+        return []
+    return [
+        "Columns not read (neither decoded nor validated; no pass used them): "
+        + ", ".join(result.columns_not_read)
+    ]
+
+
 def _requalify_by_cell(result: Result, main: Delta) -> list[str]:
     rows = []
     for c in result.cells:
@@ -461,7 +471,7 @@ def requalify_tables(result: Result) -> str:
     """Verdict first, then deltas by cell, the reference gain, path bias, survival, law tests."""
     pooled = result.pooled
     main = pooled.delta(Role.CANDIDATE_VS_BASELINE)
-    lines = [_requalify_head(result, main), estimator_line(result)]
+    lines = [_requalify_head(result, main), estimator_line(result), *unread_lines(result)]
     if main is not None:
         lines += _requalify_by_cell(result, main)
         lines += _reference_gain(result, main.b)
@@ -544,6 +554,7 @@ def sweep_tables(result: Result) -> str:
         + (f"; cost {cost}, tokens/s ESTIMATED" if cost else "")
         + ")",
         estimator_line(result),
+        *unread_lines(result),
     ]
     for arm in result.arms:
         figs = [f for f in pooled.depths if f.arm == arm]

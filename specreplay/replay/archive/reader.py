@@ -24,7 +24,7 @@ change is, naming the grouping. Nulls are the value :data:`NULL_VALUE`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -35,11 +35,12 @@ from numpy.typing import NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive import ordercheck, rowcheck
 from specreplay.replay.archive.batch import RoundBatch
-from specreplay.replay.archive.schema import LIST_COLUMNS, OPTIONAL, SCHEMA_V1
+from specreplay.replay.archive.schema import LIST_COLUMNS, OPTIONAL, REQUIRED, SCHEMA_V1
 from specreplay.replay.archive.sources import (
     ArchiveFile,
     Issue,
     RawChunk,
+    file_columns,
     format_location,
     list_archive,
     read_chunks,
@@ -150,6 +151,9 @@ class ArchiveReader:
         The arm that drafted the archive when it has no logging_arm column (``--logging-arm``).
     max_errors : int or None
         1: raise at the first error; k: collect up to k errors; None: collect all.
+    columns : collection of str, optional
+        Read only these columns (every required one and the ``group`` columns too); the others
+        are neither decoded nor validated, and are listed in ``unread``. None: every column.
     shard : bool
         Read one shard of a larger archive: a request's first round in this reader may continue
         a round of an earlier file (start past position 1); instead of an error it is recorded
@@ -184,9 +188,13 @@ class ArchiveReader:
         max_errors: int | None = 1,
         shard: bool = False,
         group: tuple[str, ...] = ("family",),
+        columns: Collection[str] | None = None,
     ) -> None:
         self.path = Path(path)
         self.group = group
+        self.read_columns = None if columns is None else frozenset(columns) | frozenset(group)
+        self.unread: set[str] = set()
+        """Columns of the files read that were not read (so not validated): see ``columns``."""
         self.buckets = buckets if buckets is not None else Buckets.parse()
         self.batch_rows = max(1, batch_rows)
         self.chunk_rows = max(1, chunk_rows)
@@ -229,7 +237,9 @@ class ArchiveReader:
         for file in self.archive_files:
             self._carry.new_file()
             rows_in_file = 0
-            for chunk in read_chunks(file, self.chunk_rows):
+            if self.read_columns is not None:
+                self.unread.update(set(file_columns(file)) - self.read_columns - set(REQUIRED))
+            for chunk in read_chunks(file, self.chunk_rows, self.read_columns):
                 rows_in_file += chunk.frame.height + len(chunk.issues)
                 rows = self._check_chunk(chunk)
                 if self.errors or self.truncated:
@@ -530,9 +540,10 @@ class ArchiveReader:
         """Raise when a ``--by`` grouping column is not a carried column of the archive."""
         for c in self.group:
             if c != "family" and c not in extras:
+                carried = [n for n in file_columns(chunk.file) if n not in SCHEMA_V1]
                 raise SpecReplayError(
                     f"--by {c!r}: {chunk.file.path} has no such carried column (carried: "
-                    f"{', '.join(extras) or 'none'})"
+                    f"{', '.join(carried) or 'none'})"
                 )
 
     def _group_column(self, frame: pl.DataFrame) -> pl.Series:

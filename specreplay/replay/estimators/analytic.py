@@ -370,6 +370,7 @@ class AnalyticEstimator(Estimator):
     """
 
     name = "analytic"
+    columns = frozenset({"drafted_id"})
 
     def rounds(
         self,

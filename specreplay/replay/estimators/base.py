@@ -69,6 +69,10 @@ class Estimator(ABC):
     name: ClassVar[str]
     """Registry name, as ``--estimator`` spells it."""
 
+    columns: ClassVar[frozenset[str] | None] = None
+    """Optional archive columns its ``rounds`` reads (None: every column, the safe default for
+    an estimator that does not say); the replay reads no other optional column."""
+
     def replicates_used(self, replicates: int) -> int:
         """Return the replicates M this estimator runs for ``replicates`` requested (0: exact).
 

@@ -318,6 +318,7 @@ class ImportanceEstimator(Estimator):
     """
 
     name = "importance"
+    columns = frozenset({"drafted_id", "emitted_q", "logging_arm"})
 
     def rounds(
         self,

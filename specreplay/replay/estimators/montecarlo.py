@@ -216,6 +216,7 @@ class MonteCarloEstimator(Estimator):
     """
 
     name = "montecarlo"
+    columns = frozenset({"drafted_id"})
 
     def replicates_used(self, replicates: int) -> int:
         """Return ``replicates``; raise when it is below 2 (no variance from one replicate)."""
