@@ -128,9 +128,10 @@ _BF16_MANT, _BF16_EMIN = 7, -126
 # ================================================================================================
 
 
-# Fast-math flags of the policy kernel: reassociation and no-NaN let LLVM vectorise the row's
-# maximum and sums (log-probabilities are never NaN; −inf is allowed, so no "ninf").
-_FM = {"reassoc", "nsz", "nnan"}
+# Fast-math flags of the policy kernel: no-NaN and no-signed-zero (log-probabilities are never
+# NaN; −inf is allowed, so no "ninf"). No reassociation: it made a freshly compiled kernel and a
+# cached one disagree in the last bits (specreplay/replay/estimators/analytic.py).
+_FM = {"nsz", "nnan"}
 
 _LOG2E = 1.4426950408889634
 _LN2_HI = 0.693145751953125  # ln 2 split for Cody-Waite: k·_LN2_HI is exact for |k| < 2^11

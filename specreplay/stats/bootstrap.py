@@ -119,7 +119,7 @@ def _count_draws(
     return True
 
 
-@njit(inline="always", cache=True, fastmath={"reassoc", "contract"})
+@njit(inline="always", cache=True, fastmath={"contract"})
 def _weighted_sums(
     b: int,
     cell_start: NDArray[np.int64],
@@ -153,7 +153,7 @@ def _weighted_sums(
         out[b, c, 3] = a3
 
 
-@njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
+@njit(parallel=True, cache=True, fastmath={"contract"})
 def _boot_kernel(
     seed: np.uint64,
     n_boot: int,
@@ -191,7 +191,7 @@ def _boot_kernel(
     array that stays in L2 cache; a replicate in which a count passes 255, possible only in
     strata of more members than that and then astronomically rare, is redone with int32 counts),
     then sums each cell's pieces weighted by their member's count in four register accumulators
-    (reassociated, so vectorised: exact for whole counts, deterministic otherwise). Draws 2i and
+    (not reassociated: the same order in every process, freshly compiled or cached). Draws 2i and
     2i + 1 of stratum s use the high and low halves of
     ``stream_bits(uniform_bits(seed, b, s, 0, STREAM_BOOTSTRAP), i)``, each mapped to a member by
     the multiply-shift ``(half · m) >> 32`` (Lemire 2019; relative bias below m / 2³²).
@@ -327,7 +327,7 @@ u ≤ v (row-major), where e_a = t_a − c·n_a and d = (t_b − t_a) − c·(n_
 terms when the arms are nearly equal (:mod:`specreplay.stats.studentized`)."""
 
 
-@njit(inline="always", cache=True, fastmath={"reassoc", "contract"})
+@njit(inline="always", cache=True, fastmath={"contract"})
 def _range_moments(
     z: NDArray[np.float64],
     member: NDArray[np.int64],
@@ -380,7 +380,7 @@ def _range_moments(
     out[13] = a13
 
 
-@njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
+@njit(parallel=True, cache=True, fastmath={"contract"})
 def _moment_kernel(
     seed: np.uint64,
     n_boot: int,

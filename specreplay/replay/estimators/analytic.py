@@ -20,11 +20,10 @@ exactly those of :func:`~specreplay.sim.policy.quantize`. α is then Σ_i min(m_
 is q^s·a for a matched arm (q^s(x)·min(1, p/q^s) = min(q^s, p)). Every other arm (float kinds,
 floor-argmax, mismatched verifiers) quantizes the row with the reference quantizer into scratch.
 
-Floating-point sums inside a row may be reassociated by the compiler (``fastmath`` reassoc), so
-values can differ from
-:func:`~specreplay.replay.estimators.montecarlo.replay_rounds`'s analytic columns in the last ulps;
-each row's arithmetic depends on that row alone, so results are still bit-identical whatever the
-thread count or batch size.
+No ``fastmath`` reassociation: with it, a process that had just compiled the kernel summed α in
+another order than one that loaded it from the Numba cache (last-bit differences; see
+``tests/test_jit_determinism.py``). Each row's arithmetic depends on that row alone, so results are
+bit-identical whatever the thread count, batch size, process or machine.
 
 Speed (``bench/replay_speed.py``, 2 cores, rows of 32 candidates): about 21 M positions/s for
 ``dyadic24``, against 57 M/s for a pass that only reads q and p. Per row and thread, in cache:
@@ -58,10 +57,11 @@ from specreplay.sim.policy import (
 
 __all__ = ["AnalyticEstimator", "analytic_rounds", "dyadic_nearest_at"]
 
-# reassociation and no-NaN let LLVM vectorise the per-row reductions (sums, counts, maxima);
+# no-NaN and no-signed-zero only: reassociation would let LLVM vectorise the per-row sums, but a
+# freshly compiled kernel then summed in another order than the cached one (module docstring);
 # laws are never NaN, and the NaN of depths past a round's last position are written outside
 # the kernel (no "ninf": nothing here is infinite, but nothing needs the flag either)
-_FM = {"reassoc", "nsz", "nnan"}
+_FM = {"nsz", "nnan"}
 
 
 @njit(inline="always", fastmath=_FM, cache=True)
