@@ -80,7 +80,7 @@ CompressionOpt = Annotated[
     str | None,
     typer.Option(
         "--compression",
-        help="Parquet: zstd (default), lz4, snappy, uncompressed; Arrow IPC: uncompressed "
+        help="Parquet: lz4 (default), zstd, snappy, uncompressed; Arrow IPC: uncompressed "
         "(default; can be memory-mapped), lz4, zstd; JSON Lines: none.",
     ),
 ]

@@ -145,6 +145,10 @@ def test_dask_run_equals_local_run(archive: Path, client: Any, tmp_path: Path) -
     assert backend["workers"] == 2 and backend["tasks"] == 4
     assert backend["cache"]["replayed"] == 4 and backend["cache"]["reused"] == 0
     assert "replay_backend" not in json.loads((tmp_path / "local" / "results.json").read_text())
+    report = (tmp_path / "dask" / "REPORT.md").read_text()
+    assert f"Shards replayed on Dask ({addr}, 2 workers, 4 shard tasks)" in report
+    assert "cache: 0 of 4 shards reused, 4 replayed" in report
+    assert "Shards replayed" not in (tmp_path / "local" / "REPORT.md").read_text()
 
 
 def _arms() -> list[Arm]:

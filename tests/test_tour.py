@@ -74,7 +74,7 @@ def test_every_tour_command_succeeds(tour: tuple[Path, list[tuple[str, int, str]
     folder, runs = tour
     for line, code, out in runs:
         assert code == 0, f"{line}\n{out}"
-    for sub in ("requalify", "sweep", "budget", "spec-bench", "medusa", "screen"):
+    for sub in ("requalify", "sweep", "budget", "spec-bench", "medusa", "screen", "requalify-ipc"):
         assert (folder / "tour" / sub / "results.json").is_file(), sub
 
 
@@ -104,3 +104,20 @@ def test_the_python_step_gives_the_cli_figures(
     api = rq.pooled.delta(Role.CANDIDATE_VS_BASELINE)
     assert rq.requalification.verdict == doc["requalification"]["verdict"] == "QUALIFIED"
     assert (api.point, api.lo, api.hi) == (cli["point"], cli["lo"], cli["hi"])
+
+
+def test_the_ipc_and_dask_step_gives_step_3s_figures(
+    tour: tuple[Path, list[tuple[str, int, str]]],
+) -> None:
+    """Step 11 (the archive converted to Arrow IPC, replayed on 2 Dask workers with a cache)
+    writes step 3's figures bit for bit; only its inputs and replay_backend differ."""
+    import json
+
+    docs = [json.loads((tour[0] / "tour" / s / "results.json").read_text())
+            for s in ("requalify", "requalify-ipc")]  # fmt: skip
+    for key in ("cells", "law_tests", "requalification", "path_bias", "arms"):
+        assert json.dumps(docs[0][key]) == json.dumps(docs[1][key]), key
+    backend = docs[1]["replay_backend"]
+    assert backend["runner"] == "dask" and backend["workers"] == 2
+    assert backend["cache"]["replayed"] == 1 and "replay_backend" not in docs[0]
+    assert [Path(i["path"]).suffix for i in docs[1]["inputs"]] == [".arrow"]

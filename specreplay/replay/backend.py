@@ -31,7 +31,7 @@ from specreplay.errors import SpecReplayError
 from specreplay.replay.distributed import DaskRunner, Runner, local_runner, open_dask
 from specreplay.replay.shardcache import ShardCache, cached_runner
 
-__all__ = ["Backend", "BackendRun", "backend_note", "backend_runner"]
+__all__ = ["Backend", "BackendRun", "backend_line", "backend_note", "backend_runner"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,26 @@ def backend_runner(backend: Backend | None, filters: dict[str, Any]) -> Iterator
             inner = cached_runner(run.cache, inner or local_runner)
         run.runner = inner
         yield run
+
+
+def backend_line(entry: Any) -> str | None:
+    """Return one line saying where the shards were replayed and what the cache did (REPORT.md).
+
+    None for a local run without a cache (no ``replay_backend`` entry).
+    """
+    if not isinstance(entry, dict):
+        return None
+    if entry.get("runner") == "dask":
+        workers = entry.get("workers")
+        where = (
+            f"on Dask ({entry.get('scheduler')}"
+            + (f", {workers} workers" if workers else "")
+            + f", {entry.get('tasks')} shard tasks); partial sums merged here in sorted path order"
+        )
+    else:
+        where = "in this process"
+    note = backend_note(entry)
+    return f"Shards replayed {where}" + (f"; {note}" if note else "")
 
 
 def backend_note(entry: Any) -> str | None:

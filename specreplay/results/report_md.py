@@ -27,6 +27,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from specreplay.replay.backend import backend_line
 from specreplay.results import demo_story
 from specreplay.results.markdown import (
     bullets,
@@ -116,6 +117,9 @@ def _choices(result: Result) -> str:
         items.append("Replay: " + _PATH.get(str(o["estimator_used"]), str(o["estimator_used"])))
     items += _interval_choice(result)
     items += unread_lines(result)
+    backend = backend_line(result.extra.get("replay_backend"))
+    if backend is not None:
+        items.append(backend)
     if isinstance(o.get("central"), dict) and isinstance(o.get("envelope"), dict):
         c, e = o["central"], o["envelope"]
         items.append(

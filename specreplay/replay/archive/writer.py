@@ -6,7 +6,8 @@ directory of Arrow IPC shards (``part-00000.arrow`` …), one Arrow IPC file (``
 ``.feather``), or one JSON Lines file. Every file is written under a temporary name and renamed
 when complete, so a reader never sees a half-written shard.
 
-Compression: Parquet takes ``zstd`` (polars' default), ``lz4``, ``snappy`` or ``uncompressed``;
+Compression: Parquet takes ``lz4`` (the default: read 1.3–1.6× faster than zstd for about 10%
+more disk, measured in ``specreplay/commands/synth.py``), ``zstd``, ``snappy`` or ``uncompressed``;
 Arrow IPC is written ``uncompressed`` by default (a reader can then map it; polars also writes
 ``lz4`` and ``zstd`` IPC, which must be decompressed into memory and cannot be mapped); JSON Lines
 takes none. Shards are cut only between rounds, so a round never spans
@@ -54,7 +55,7 @@ _IpcCodec = Literal["uncompressed", "lz4", "zstd"]
 FORMATS: tuple[str, ...] = ("parquet-dir", "parquet", "ipc-dir", "ipc", "jsonl-dir", "jsonl")
 """The forms a TraceWriter writes (``-dir``: a folder of shards)."""
 COMPRESSIONS: dict[str, tuple[str, ...]] = {
-    "parquet": ("zstd", "lz4", "snappy", "uncompressed"),
+    "parquet": ("lz4", "zstd", "snappy", "uncompressed"),  # lz4 first: read 1.3-1.6x faster
     "ipc": ("uncompressed", "lz4", "zstd"),
     "jsonl": ("none",),
 }
@@ -83,7 +84,7 @@ class TraceWriter:
     shard_rows : int
         Target rows per shard of a directory (cut at the next round boundary).
     compression : str, optional
-        Parquet: zstd (default), lz4, snappy, uncompressed. IPC: uncompressed (default), lz4,
+        Parquet: lz4 (default), zstd, snappy, uncompressed. IPC: uncompressed (default), lz4,
         zstd. JSON Lines: none.
     """
 
