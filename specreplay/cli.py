@@ -60,6 +60,9 @@ def _root(
 ) -> None:  # fmt: skip
     """Statistical replay and bootstrap simulator for speculative decoding."""
     from specreplay import numba_cache_dir
+    from specreplay.replay.archive.filehash import reset_hash_stats
+
+    reset_hash_stats()  # the hashing a command reports is its own
 
     if ctx.invoked_subcommand in COMPILING and "--help" not in sys.argv:
         cache = Path(numba_cache_dir())
@@ -198,13 +201,31 @@ def _backend(scheduler: str | None, workers: int | None, cache: Path | None) -> 
     return Backend(scheduler=scheduler, workers=workers, cache=cache)
 
 
+HASH_NOTE_SECONDS = 0.5
+"""Hashing the inputs that took at least this long is reported on stderr."""
+
+
 def _echo(text: str, extra: dict[str, Any]) -> None:
-    """Print what the per-shard cache did on stderr (with ``--cache``), then ``text``."""
+    """Print notes on stderr, then ``text``.
+
+    The notes: what the per-shard cache did (with ``--cache``), and what hashing the inputs for
+    results.json cost when it took a while (digests not yet in the input-hash cache).
+    """
+    from specreplay import cache_root
+    from specreplay.replay.archive.filehash import hash_stats
     from specreplay.replay.backend import backend_note
 
     note = backend_note(extra.get("replay_backend"))
     if note is not None:
         typer.echo(note, err=True)
+    h = hash_stats()
+    if h.computed and h.seconds >= HASH_NOTE_SECONDS:
+        typer.echo(
+            f"hashed {h.computed} input file{'s' if h.computed != 1 else ''} "
+            f"({h.bytes_read / 2**30:.2f} GiB) in {h.seconds:.1f} s for results.json; the next "
+            f"run takes the digests from {Path(cache_root()) / 'hashes'}",
+            err=True,
+        )
     typer.echo(text)
 
 

@@ -76,3 +76,33 @@ def test_no_cache_writes_nothing(tmp_path: Path, cache: Path) -> None:
     f.write_bytes(b"abc")
     assert file_sha256(f, cache=False) == _sha(f)
     assert not cache.exists()
+
+
+def test_requalify_hashes_each_input_once_then_reads_the_cache(
+    small_archive: Path, tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first run reads every shard for its SHA-256 and says what it cost; a second run takes
+    the digests from the cache (the same digests in results.json) and says nothing."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from specreplay import cli
+
+    monkeypatch.setattr(cli, "HASH_NOTE_SECONDS", 0.0)
+    shards = sorted(small_archive.glob("*.parquet"))
+    args = ["requalify", str(small_archive), "--baseline", "top32:t0.7@5", "--candidate",
+            "top32:t0.7:dyadic24@5", "--n-boot", "200", "--min-requests", "5", "-q"]  # fmt: skip
+    runs = []
+    for k in range(2):
+        out = tmp_path / f"run{k}"
+        res = CliRunner().invoke(cli.app, [*args, "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        runs.append((res.stderr, hash_stats(), json.loads((out / "results.json").read_text())))
+    (err0, s0, doc0), (err1, s1, doc1) = runs
+    assert (s0.computed, s0.hits) == (len(shards), 0)
+    assert s0.bytes_read == sum(p.stat().st_size for p in shards)
+    assert f"hashed {len(shards)} input files (" in err0
+    assert (s1.computed, s1.hits) == (0, len(shards)) and "hashed" not in err1
+    assert [i["sha256"] for i in doc1["inputs"]] == [_sha(p) for p in shards]
+    assert doc0["inputs"] == doc1["inputs"]
