@@ -8,10 +8,10 @@ boundary: folding in completion order instead of sorted path order then raises t
 fail on that planted bug; :func:`test_completion_order_does_not_matter` makes shard 0 finish last
 on purpose.
 
-Numba: a kernel compiled in this process can differ in the last bits from the same kernel loaded
-from the Numba cache (seen on the analytic dyadic replay), so the bit-for-bit comparisons of the
-command line run both sides as subprocesses after a warm-up that fills the cache, and the
-comparisons at the engine level compare two Dask runs (both on the workers' cached kernels).
+Numba: a kernel compiled in this process once differed in the last bits from the same kernel
+loaded from the Numba cache (fast-math reassociation, removed in issue 8; see
+``tests/test_jit_determinism.py``); the bit-for-bit comparisons of the command line still run both
+sides as subprocesses after a warm-up, and the engine-level ones compare two Dask runs.
 """
 
 from __future__ import annotations
@@ -332,3 +332,27 @@ def test_shard_sums_pickle_round_trip(archive: Path) -> None:
     back = pickle.loads(pickle.dumps(s))
     for c in s.arms:
         np.testing.assert_array_equal(back.arms[c].t, s.arms[c].t)
+
+
+def test_cache_key_is_the_same_in_every_process(archive: Path, tmp_path: Path) -> None:
+    """The key of a shard does not depend on the process's string-hash seed (a set printed as
+    text does): two processes with different PYTHONHASHSEED name the same entry."""
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from specreplay.replay.shard import ReplayOptions, needed_columns\n"
+        "from specreplay.replay.shardcache import ShardCache\n"
+        "from specreplay.sim.arms import parse_arm\n"
+        "c = ShardCache(Path(sys.argv[1]))\n"
+        "opts = ReplayOptions(companion='importance', columns=needed_columns('analytic', "
+        "'importance'))\n"
+        "arms = [parse_arm(a) for a in ('top32:t0.7@5', 'greedy@5')]\n"
+        "print(c.key(c.key_fields(Path(sys.argv[2]), arms, opts)))\n"
+    )
+    keys = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": seed}
+        argv = [sys.executable, "-c", code, str(tmp_path), str(archive / "part-0.parquet")]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+        keys.add(done.stdout.strip())
+    assert len(keys) == 1 and len(next(iter(keys))) == 64

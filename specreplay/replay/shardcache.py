@@ -140,6 +140,8 @@ class ShardCache:
         opts = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
         opts["buckets"] = {"names": list(b.names), "lo": list(b.lo), "hi": list(b.hi)}
         opts["group"] = list(options.group)
+        # sets as sorted lists: str() of a set follows the process's string-hash seed
+        opts = {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in opts.items()}
         return {
             "format": FORMAT,
             "sha256": file_sha256(file),
