@@ -172,9 +172,20 @@ def _same(a: ReplayResult, b: ReplayResult) -> None:
 
 
 def slow_first(path: Path, arms: Sequence[Arm], options: ReplayOptions) -> Any:
-    """A task whose shard 0 comes back last (the others have long finished)."""
-    if path.name == "part-0.parquet":
-        time.sleep(1.5)
+    """A task whose shard 0 comes back last: it waits until every other shard's task has
+    finished (each leaves a marker beside the archive; a fixed sleep was not enough on a cold
+    cluster, where a shard queued behind shard 0 on the same worker came back after it; Dask
+    moves such a queued task to the idle worker)."""
+    markers = path.parent.parent / "slow-first"
+    markers.mkdir(exist_ok=True)
+    if path.name != "part-0.parquet":
+        out = replay_task(path, arms, options)
+        (markers / path.name).touch()
+        return out
+    others = [p.name for p in path.parent.glob("*.parquet") if p.name != path.name]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all((markers / n).exists() for n in others):
+        time.sleep(0.05)
     return replay_task(path, arms, options)
 
 
