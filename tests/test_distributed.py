@@ -36,6 +36,7 @@ from specreplay.errors import SpecReplayError
 from specreplay.replay.distributed import DaskRunner, ShardFailure, replay_task
 from specreplay.replay.engine import ReplayResult, replay_archive
 from specreplay.replay.shard import ReplayOptions, ShardSums
+from specreplay.results.model import Level
 from specreplay.sim.arms import Arm, parse_arm
 
 distributed = pytest.importorskip("distributed")
@@ -367,3 +368,22 @@ def test_cache_key_is_the_same_in_every_process(archive: Path, tmp_path: Path) -
         done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
         keys.add(done.stdout.strip())
     assert len(keys) == 1 and len(next(iter(keys))) == 64
+
+
+def test_by_passes_on_dask_equal_the_local_ones(
+    frame: pl.DataFrame, client: Any, tmp_path: Path
+) -> None:
+    """``--by worker`` on Dask: its extra passes go through the same runner, and every cell (the
+    worker and family × bucket × worker cells too) equals the local run's."""
+    ids = frame.get_column("request_id").unique(maintain_order=True).to_list()
+    worker = {r: f"w{i % 2}" for i, r in enumerate(ids)}  # constant within a request
+    tagged = frame.with_columns(pl.col("request_id").replace_strict(worker).alias("worker"))
+    out = tmp_path / "by"
+    _write_shards(tagged, out, CUTS)
+    kw: dict[str, Any] = dict(baseline=BASE, candidate=CAND, estimator="analytic", n_boot=200,
+                              by="worker")  # fmt: skip
+    local = api.requalify(out, **kw)
+    dask = api.requalify(out, scheduler=client.scheduler.address, **kw)
+    assert sum(c.level == Level.BY for c in local.cells) == 2  # w0 and w1
+    assert _figures(dask) == _figures(local)
+    assert dask.extra["replay_backend"]["tasks"] == 3 * 4  # 3 passes (main, by, family × by)
