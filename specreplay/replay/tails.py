@@ -119,17 +119,6 @@ class RatioTail:
             _gather(src, idx, a.value, b.value), dropped,
         )  # fmt: skip
 
-    def _above(self, thr: NDArray[np.float64], dropped: NDArray[np.float64]) -> RatioTail:
-        """Return the entries ≥ ``thr`` of their group; the others raise ``dropped`` in place."""
-        keep = self.value >= thr[self.family, self.bucket, self.depth]
-        if keep.all():
-            return self
-        out = ~keep
-        np.maximum.at(
-            dropped, (self.family[out], self.bucket[out], self.depth[out]), self.value[out]
-        )
-        return self._with(keep, dropped)
-
     def _top(self, cap: int) -> RatioTail:
         """Sort the entries canonically and keep the first ``cap`` of each group."""
         m = self.value.shape[0]
