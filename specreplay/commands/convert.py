@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.reader import ArchiveReader
 from specreplay.replay.archive.sources import (
+    FORM_NAMES,
     ArchiveFile,
     archive_rows,
     format_location,
@@ -43,6 +44,7 @@ from specreplay.replay.archive.sources import (
     scan_file,
 )
 from specreplay.replay.archive.writer import (
+    SHARD_SUFFIX,
     canonical_exprs,
     check_compression,
     jsonl_text,
@@ -57,8 +59,6 @@ __all__ = ["CONVERT_FORMS", "ConvertedArchive", "convert_archive", "run_convert"
 
 CONVERT_FORMS: tuple[str, ...] = ("ipc", "parquet", "jsonl")
 """The forms ``convert`` writes; the first is the default."""
-SUFFIXES: dict[str, str] = {"ipc": ".arrow", "parquet": ".parquet", "jsonl": ".jsonl"}
-_LABELS: dict[str, str] = {"ipc": "Arrow IPC", "parquet": "Parquet", "jsonl": "JSON Lines"}
 MANIFEST = "CONVERT.json"
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
@@ -106,11 +106,11 @@ def convert_archive(
     archive, out = Path(archive), Path(out)
     check_out(out, force=force, inputs=[archive])
     files = list_archive(archive)
-    names = [f.path.stem + SUFFIXES[form] for f in files]
+    names = [f.path.stem + SHARD_SUFFIX[form] for f in files]
     _check_names(files, names)
     rows = _validate(archive, progress)
     with output_dir(out, force=force, inputs=[archive], marker=False) as tmp:
-        with progress(f"writing {_LABELS[form]}", len(files)) as advance:
+        with progress(f"writing {FORM_NAMES[form]}", len(files)) as advance:
             for file, name in zip(files, names, strict=True):
                 _convert_file(file, tmp / name, form, codec)
                 advance(1)
@@ -223,7 +223,7 @@ def run_convert(
     n = len(c.files)
     mib = 2**20
     return (
-        f"wrote {n} {_LABELS[c.form]} shard{'s' if n != 1 else ''} ({c.compression}) to {out}: "
+        f"wrote {n} {FORM_NAMES[c.form]} shard{'s' if n != 1 else ''} ({c.compression}) to {out}: "
         f"{c.rows:,} rows, {c.bytes_in / mib:,.1f} MiB → {c.bytes_out / mib:,.1f} MiB, "
         f"in {c.seconds:.1f} s (every row validated; manifest {MANIFEST})"
     )

@@ -31,15 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
+from specreplay.replay.archive.sources import FORM_NAMES
 from specreplay.replay.archive.writer import check_compression
 from specreplay.replay.scan import Progress, no_progress
-from specreplay.results.builders import DEFAULT_COMPRESSION, write_synth_archive
+from specreplay.results.builders import write_synth_archive
 from specreplay.results.output import output_dir
 from specreplay.sim.synth import logging_arm_name
 
 __all__ = [
     "DEFAULT_FORM",
-    "FORM_LABELS",
     "SYNTH_FORMS",
     "SynthArchive",
     "run_synth",
@@ -47,7 +47,6 @@ __all__ = [
 ]
 
 SYNTH_FORMS: tuple[str, ...] = ("parquet", "ipc", "jsonl")
-FORM_LABELS: dict[str, str] = {"parquet": "Parquet", "ipc": "Arrow IPC", "jsonl": "JSON Lines"}
 DEFAULT_FORM = "parquet"
 """The form synth writes by default (chosen by measurement: see the module docstring)."""
 
@@ -95,7 +94,7 @@ def synth_archive(
     t0 = time.perf_counter()
     if form not in SYNTH_FORMS:
         raise SpecReplayError(f"--format {form!r}: expected one of {', '.join(SYNTH_FORMS)}")
-    codec = check_compression(form, compression or DEFAULT_COMPRESSION.get(form))
+    codec = check_compression(form, compression)
     with output_dir(out, force=force, marker=False) as tmp:  # an archive: no marker
         cfg, files = write_synth_archive(
             tmp, n_requests, rounds, shard_requests, seed, progress, form, codec
@@ -135,6 +134,6 @@ def run_synth(
     return (
         f"wrote {a.n_requests:,} request{'s' if a.n_requests != 1 else ''} × {a.rounds} rounds × "
         f"{a.positions} positions ({a.rows:,} rows) in {n} shard{'s' if n != 1 else ''} to {out} "
-        f"({FORM_LABELS[a.form]}, {a.compression}; logging arm {a.logging_arm}, seed {seed}) "
+        f"({FORM_NAMES[a.form]}, {a.compression}; logging arm {a.logging_arm}, seed {seed}) "
         f"in {a.seconds:.1f} s"
     )

@@ -22,7 +22,6 @@ from specreplay.sim.synth import SynthConfig, logging_arm_name
 from specreplay.stats.cells import excluded_unbucketed
 
 __all__ = [
-    "DEFAULT_COMPRESSION",
     "PATH_ASSUMPTION_NOTE",
     "archive_summary_of",
     "cells_of",
@@ -61,11 +60,6 @@ def law_tests_of(records: Iterable[dict[str, Any]]) -> tuple[LawTest, ...]:
     return tuple(load(LawTest, t, f"law_tests[{i}]") for i, t in enumerate(records))
 
 
-DEFAULT_COMPRESSION: dict[str, str] = {"parquet": "lz4"}
-"""The synthetic archive's codec per form when none is given (measured: see commands/synth.py);
-other forms take the writer's default (Arrow IPC uncompressed)."""
-
-
 def write_synth_archive(
     folder: Path,
     n_requests: int,
@@ -78,8 +72,9 @@ def write_synth_archive(
 ) -> tuple[SynthConfig, list[Path]]:
     """Write the synthetic archive (shards of ``form`` and its SYNTH.json manifest) into ``folder``.
 
-    ``form``: parquet, ipc or jsonl; ``compression`` as the writer takes it (None:
-    :data:`DEFAULT_COMPRESSION`, else the writer's default). The manifest records both.
+    ``form``: parquet, ipc or jsonl; ``compression`` as the writer takes it (None: the form's
+    default, lz4 for Parquet: see :data:`~specreplay.replay.archive.writer.COMPRESSIONS`). The
+    manifest records both.
 
     ``outputs`` of the manifest name the shards by their file names (the folder may still be a
     temporary one when this runs).
@@ -94,7 +89,7 @@ def write_synth_archive(
         TraceWriter(
             folder,
             format=f"{form}-dir",
-            compression=compression or DEFAULT_COMPRESSION.get(form),
+            compression=compression,
         ) as writer,
     ):
         for frame in synth_frames(cfg, seed):

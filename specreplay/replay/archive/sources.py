@@ -68,11 +68,12 @@ from specreplay.replay.archive.schema import (
 )
 
 __all__ = [
+    "DATA_SUFFIXES",
+    "FORM_NAMES",
     "ArchiveFile",
     "Issue",
     "RawChunk",
     "archive_rows",
-    "check_parquet_schema",
     "check_schema",
     "file_columns",
     "form_of",
@@ -94,12 +95,14 @@ _FOLDER_KINDS: Final[dict[str, str]] = {
     **dict.fromkeys(_SHARD_SUFFIXES, "jsonl"),
     **dict.fromkeys(IPC_SUFFIXES, "ipc"),
 }
-"""The data suffixes that are shards in a folder, and their form."""
+"""The data suffixes that are shards in a folder, and their form (the writer's table too)."""
+DATA_SUFFIXES: Final[tuple[str, ...]] = tuple(_FOLDER_KINDS)
 FORM_NAMES: Final[dict[str, str]] = {
     "parquet": "Parquet",
     "jsonl": "JSON Lines",
     "ipc": "Arrow IPC",
 }
+"""Each form's name in messages and terminal lines."""
 _ARROW_MAGIC: Final[bytes] = b"ARROW1"
 
 
@@ -186,12 +189,9 @@ def form_of(path: Path) -> str | None:
 
 
 def _kind_of(path: Path) -> str:
-    if path.suffix == ".parquet":
-        return "parquet"
-    if path.suffix in IPC_SUFFIXES:
-        return "ipc"
-    if path.suffix in _JSONL_SUFFIXES:
-        return "jsonl"
+    kind = form_of(path) or ("jsonl" if path.suffix in _JSONL_SUFFIXES else None)
+    if kind is not None:
+        return kind
     raise SpecReplayError(
         f"{path}: unknown archive format (expected .parquet, .arrow/.ipc/.feather (Arrow IPC), "
         ".jsonl, .ndjson or a .json file of JSON Lines)"
@@ -335,11 +335,6 @@ def check_schema(file: ArchiveFile, columns: Collection[str] | None = None) -> p
                 f"{file.path}: column {name!r} has type {dtype}; expected {_EXPECTED[name]}"
             )
     return schema
-
-
-def check_parquet_schema(file: ArchiveFile) -> pl.Schema:
-    """Return a Parquet (or IPC) file's schema, every column checked (see :func:`check_schema`)."""
-    return check_schema(file)
 
 
 def _columnar_chunks(

@@ -39,10 +39,12 @@ import polars as pl
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.schema import SCHEMA_V1
+from specreplay.replay.archive.sources import DATA_SUFFIXES, form_of
 
 __all__ = [
     "COMPRESSIONS",
     "FORMATS",
+    "SHARD_SUFFIX",
     "TraceWriter",
     "canonical_exprs",
     "check_compression",
@@ -60,14 +62,8 @@ COMPRESSIONS: dict[str, tuple[str, ...]] = {
     "jsonl": ("none",),
 }
 """Compression codecs each form takes; the first is the default."""
-_SUFFIX_FORMATS: dict[str, str] = {
-    ".parquet": "parquet",
-    ".arrow": "ipc",
-    ".ipc": "ipc",
-    ".feather": "ipc",
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-}
+SHARD_SUFFIX: dict[str, str] = {"parquet": ".parquet", "ipc": ".arrow", "jsonl": ".jsonl"}
+"""The suffix of a shard the writer names itself (a folder's ``part-NNNNN``, convert's output)."""
 
 
 class TraceWriter:
@@ -98,7 +94,7 @@ class TraceWriter:
     ) -> None:
         self.path = Path(path)
         if format is None:
-            format = _SUFFIX_FORMATS.get(self.path.suffix, "parquet-dir")
+            format = form_of(self.path) or "parquet-dir"
         if format not in FORMATS:
             raise SpecReplayError(
                 f"TraceWriter: unknown format {format!r} (expected {', '.join(FORMATS)})"
@@ -199,7 +195,7 @@ class TraceWriter:
         self._n = rest.height
 
     def _write_shard(self, frame: pl.DataFrame) -> None:
-        suffix = {"ipc-dir": ".arrow", "jsonl-dir": ".jsonl"}.get(self.format, ".parquet")
+        suffix = SHARD_SUFFIX[self.format.removesuffix("-dir")]
         path = self.path / f"part-{self._shard:05d}{suffix}"
         write_frame(frame, path, self.compression)
         self.written.append(path)
@@ -245,10 +241,10 @@ def write_frame(frame: pl.DataFrame, path: Path, compression: str | None = None)
 
     ``compression`` as :func:`check_compression` returns it (None: the form's default).
     """
-    form = _SUFFIX_FORMATS.get(path.suffix)
+    form = form_of(path)
     if form is None:
         raise SpecReplayError(
-            f"{path}: unknown archive suffix (expected {', '.join(_SUFFIX_FORMATS)})"
+            f"{path}: unknown archive suffix (expected {', '.join(DATA_SUFFIXES)})"
         )
     compression = check_compression(form, compression)
     tmp = _tmp(path)
