@@ -22,7 +22,7 @@ from pathlib import Path
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.sources import archive_rows
 from specreplay.replay.backend import Backend, BackendRun, backend_runner
-from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
+from specreplay.replay.choice import AUTO, auto_passes, pass_columns, resolve_auto
 from specreplay.replay.engine import OpenArchive, ReplayResult
 from specreplay.replay.scan import Progress
 from specreplay.replay.shard import needed_columns
@@ -83,15 +83,9 @@ def _opened(archive: Path, opts: RequalifyOptions) -> tuple[OpenArchive, Requali
         archive,
         buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
         logging_arm=opts.logging_arm,
-        columns=_columns(opts.estimator, opts.by),
+        columns=pass_columns(opts.estimator, opts.by),
     )
     return opened, _arms(opts.baseline, opts.candidate, opts.reference, opened.logging_arm)
-
-
-def _columns(estimator: str, by: str | None) -> frozenset[str] | None:
-    """Return the columns the main pass reads (and the ``--by`` column its passes need)."""
-    cols = needed_columns(*auto_passes(estimator))
-    return None if cols is None else cols | ({by} if by else set())
 
 
 def _requalified(

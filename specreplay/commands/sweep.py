@@ -16,7 +16,7 @@ from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.importers import detect_kind, drafted_depths, read_arm
 from specreplay.replay.archive.sources import archive_rows
 from specreplay.replay.backend import Backend, BackendRun, backend_runner
-from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
+from specreplay.replay.choice import AUTO, auto_passes, pass_columns, resolve_auto
 from specreplay.replay.engine import OpenArchive
 from specreplay.replay.scan import Progress
 from specreplay.replay.shard import needed_columns
@@ -96,11 +96,9 @@ def _prepare(archive: Path, opts: SweepOptions) -> _Prepared:
     replayed = list({a.canonical: a for a in [*arms, *([baseline] if baseline else [])]}.values())
     if opts.cost:
         CostModel.parse(opts.cost)  # a bad cost model is an error before any work
-    cols = needed_columns(*auto_passes(opts.estimator))
-    if cols is not None and opts.by:
-        cols |= {opts.by}  # its passes need it
     opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
-                         logging_arm=opts.logging_arm, columns=cols)  # fmt: skip
+                         logging_arm=opts.logging_arm,
+                         columns=pass_columns(opts.estimator, opts.by))  # fmt: skip
     return _Prepared(opened, arms, baseline, replayed)
 
 

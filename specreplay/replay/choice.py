@@ -35,6 +35,7 @@ from typing import Final
 import numpy as np
 
 from specreplay.replay.engine import ReplayResult
+from specreplay.replay.shard import needed_columns
 from specreplay.sim.arms import Arm
 from specreplay.stats.importance_diag import ESS_SHARE_MIN, diagnose
 
@@ -44,6 +45,7 @@ __all__ = [
     "EstimatorChoice",
     "auto_passes",
     "choose",
+    "pass_columns",
     "resolve_auto",
     "tail_blocks",
 ]
@@ -77,6 +79,16 @@ def auto_passes(estimator: str) -> tuple[str, str | None]:
     if estimator == AUTO:
         return "analytic", "importance"
     return estimator, "analytic" if estimator == "importance" else "importance"
+
+
+def pass_columns(estimator: str, by: str | None = None) -> frozenset[str] | None:
+    """Return the columns the pass behind ``--estimator estimator`` reads (None: every one).
+
+    With ``--by COLUMN`` the column too: the ``--by`` passes read it to code their cells, and
+    read by the main pass as well, a malformed value of it fails in that first pass.
+    """
+    cols = needed_columns(*auto_passes(estimator))
+    return None if cols is None else cols | ({by} if by else set())
 
 
 def _missing(res: ReplayResult) -> str:
