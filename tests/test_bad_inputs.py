@@ -29,6 +29,7 @@ from typing import Any
 import polars as pl
 import pytest
 from archive_factory import LOGGING_ARM, clone, valid_rows, write_jsonl, write_parquet
+from corpus import assert_clean, tree_digest
 from typer.testing import CliRunner
 
 from specreplay.cli import app
@@ -1481,8 +1482,10 @@ def test_bad_input(tmp_path: Path, name: str) -> None:
     inputs = tmp_path / "in"
     inputs.mkdir()
     args, fragments = build(inputs)
+    before = tree_digest(inputs)
     out = tmp_path / "out"
     res = CliRunner().invoke(app, [*args, "--out", str(out)], env={"COLUMNS": "300"})
+    assert_clean(res, before, [inputs])
     assert "Traceback" not in res.output, res.output
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     assert res.exit_code == 2, (res.exit_code, res.output)
@@ -1544,7 +1547,9 @@ def test_bad_convert(tmp_path: Path, name: str) -> None:
     if foreign:
         out.mkdir()
         (out / "notes.txt").write_text("mine\n")
+    before = tree_digest(inputs, out)
     res = CliRunner().invoke(app, [*args[:2], str(out), *args[2:], "-q"], env={"COLUMNS": "300"})
+    assert_clean(res, before, [inputs, out])
     assert "Traceback" not in res.output, res.output
     assert res.exit_code == 2, (res.exit_code, res.output)
     lines = [x for x in res.stderr.strip().splitlines() if not x.startswith("compiling kernels")]
