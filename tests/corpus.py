@@ -88,7 +88,7 @@ def error_lines(res: Result) -> list[str]:
 
 
 def leftovers(*folders: Path) -> list[str]:
-    """Temporary names a run left in ``folders`` (``.NAME.tmp-PID``, ``.NAME.old-PID``, ``.tmp-``)."""
+    """Temporary names a run left in ``folders`` (``.NAME.tmp-PID``, ``.NAME.old-PID``)."""
     found: list[str] = []
     for folder in folders:
         if not Path(folder).is_dir():
