@@ -87,6 +87,20 @@ def test_replace_leaves_only_the_new_run(tmp_path: Path) -> None:
     assert not leftovers(tmp_path)
 
 
+def test_replace_and_append_take_an_empty_or_absent_folder(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _write(empty, _rows("n", 1, 1), mode="replace")
+    _write(tmp_path / "absent", _rows("n", 1, 1), mode="append", writer_id="first")
+    assert _valid_rows(empty) == _valid_rows(tmp_path / "absent") == 6
+    assert sorted(p.name for p in (tmp_path / "absent").iterdir()) == [
+        MANIFEST,
+        "part-first-00000.parquet",
+        "part-first-00001.parquet",
+    ]
+    assert not leftovers(tmp_path)
+
+
 def test_replace_refuses_a_folder_without_manifest(tmp_path: Path) -> None:
     arch = tmp_path / "arch"
     _write(arch, _rows("old", 2, 1))
@@ -185,3 +199,21 @@ def test_append_with_another_schema_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SpecReplayError, match=r"columns differ from the folder's .*emitted_q"):
         _write(arch, other, mode="append")
     assert tree_digest(arch) == before and not leftovers(tmp_path)
+
+
+def test_option_and_target_messages(tmp_path: Path) -> None:
+    with pytest.raises(SpecReplayError, match=r"unknown mode 'merge' \(expected new, replace"):
+        TraceWriter(tmp_path / "a", mode="merge")
+    with pytest.raises(SpecReplayError, match=r"writer_id 'w-1' should be a letter then letters"):
+        TraceWriter(tmp_path / "a", mode="append", writer_id="w-1")
+    f = tmp_path / "file"
+    f.write_text("x")
+    _refused(f, lambda: TraceWriter(f, format="parquet-dir"), f"{f}: exists and is not a folder")
+    arch = tmp_path / "arch"
+    _write(arch, _rows("x", 1, 1))
+    _refused(
+        arch,
+        lambda: TraceWriter(arch, format="jsonl-dir", mode="append"),
+        f"{arch}: {MANIFEST} says format 'parquet-dir'; this writer writes 'jsonl-dir'",
+    )
+    assert not (tmp_path / "a").exists()

@@ -368,7 +368,7 @@ class TraceWriter:
             return self._commit_append(stage, shards)
         _write_manifest(stage, self._new_manifest([self._writer_record(shards)]))
         target = Path(os.path.abspath(self.path))
-        if self.mode == "new" or not os.path.lexists(target):
+        if self.mode == "new" or not _entries(target):  # absent or empty: a rename suffices
             _rename_in(stage, target)
         else:
             with _locked(target):
