@@ -202,6 +202,14 @@ def test_curl_i_headers_are_skipped(tmp_path: Path) -> None:
     assert [s["value"] for s in cell["survival"]] == pytest.approx([1.0, 0.75, 0.45], rel=REL)
 
 
+def test_curl_il_redirect_headers_are_skipped(tmp_path: Path) -> None:
+    after = scrape({"m": {"drafts": 300, "per_pos": [260, 180, 100]}})
+    redirect = "HTTP/1.1 307 Temporary Redirect\r\nlocation: /metrics/\r\n\r\n"
+    args = write_inputs(tmp_path, redirect + _curl(scrape(ONE_BEFORE)), _curl(after))
+    (cell,) = screened(tmp_path, args)["cells"]
+    assert [s["value"] for s in cell["survival"]] == pytest.approx([1.0, 0.75, 0.45], rel=REL)
+
+
 def test_curl_i_error_response_and_counters_are_named(tmp_path: Path) -> None:
     after = _curl("Not Found\n", "404 Not Found")
     args = write_inputs(tmp_path, scrape(ONE_BEFORE), after)

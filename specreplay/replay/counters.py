@@ -258,24 +258,27 @@ def is_prometheus_text(path: Path) -> bool:
 def _body_lines(path: Path) -> list[tuple[int, str]]:
     """Return the lines of a scrape less HTTP headers on top (``curl -i``); line numbers kept.
 
-    A response whose status is not 200 holds no metrics: it is refused, naming its status.
+    Each header block (``curl -iL`` saves one per redirect, ``100 Continue`` one more) ends at a
+    blank line. The last response's status must be 200: any other holds no metrics, and is
+    refused naming its status and line.
     """
     lines = _lines(path)
-    first = next(((n, t) for n, t in lines if t.strip()), None)
-    if first is None:
-        return lines
-    m = _HTTP_STATUS.match(first[1])
-    if m is None:
-        return lines
-    if m.group("status") != "200":
+    status: tuple[int, str] | None = None
+    while True:
+        first = next((i for i, (_, t) in enumerate(lines) if t.strip()), None)
+        m = _HTTP_STATUS.match(lines[first][1]) if first is not None else None
+        if first is None or m is None:
+            break
+        status = (lines[first][0], m.group("status"))
+        end = next((i for i in range(first + 1, len(lines)) if not lines[i][1].strip()), None)
+        lines = lines[end + 1 :] if end is not None else []
+    if status is not None and (status[1] != "200" or not lines):
+        what = f"status {status[1]}" if status[1] != "200" else "no metrics after its headers"
         raise SpecReplayError(
-            f"{path}:line {first[0]}: an HTTP response with status {m.group('status')} "
-            "(saved with curl -i?), not a metrics scrape"
+            f"{path}:line {status[0]}: an HTTP response with {what} (saved with curl -i?), "
+            "not a metrics scrape"
         )
-    end = next((n for n, t in lines if n > first[0] and not t.strip()), None)
-    if end is None:
-        raise SpecReplayError(f"{path}: HTTP headers (curl -i?) and no metrics after them")
-    return [(n, t) for n, t in lines if n > end]
+    return lines
 
 
 def _labels(text: str, where: str) -> dict[str, str]:
