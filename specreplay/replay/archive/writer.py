@@ -174,7 +174,6 @@ class TraceWriter:
         self._shard = 0
         self._closed = False
         self._sharded = format.endswith("-dir")
-        self._manifest = manifest
         self._columns: dict[str, str] | None = None
         self._arms: set[str] = set()
         self._requests: set[str] = set()
