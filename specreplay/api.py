@@ -418,19 +418,20 @@ def screen(
     counters: Sequence[PathLike],
     *,
     config: PathLike | None = None,
+    model_name: str | None = None,
     out: PathLike | None = None,
     force: bool = False,
 ) -> Result:
     """Depth screen (SP2) from run counters: ESTIMATED tokens/s per candidate depth.
 
-    As ``specreplay screen COUNTERS… --config screen.toml``: one cell per (batch, context,
-    worker) with its ``depths`` (``to_polars("depths")``) and ``screen`` inputs.
+    As ``specreplay screen COUNTERS… --config screen.toml [--model-name NAME]``: one cell per
+    (batch, context, worker) with its ``depths`` (``to_polars("depths")``) and ``screen`` inputs.
     """
     paths = [Path(p) for p in counters]
     cfg = Path(config) if config is not None else None
     inputs = [*paths, *([cfg] if cfg is not None else [])]
     target = _before(out, force, inputs)
-    return _after(screen_result(paths, cfg), target, force, inputs)
+    return _after(screen_result(paths, cfg, model_name), target, force, inputs)
 
 
 def budget(

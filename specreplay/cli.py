@@ -512,6 +512,14 @@ def screen(
             "[central], [envelope] grids, [[vllm]] runs.",
         ),
     ] = None,
+    model_name: Annotated[
+        str | None,
+        typer.Option(
+            "--model-name",
+            help="Screen this model_name's series of the vLLM scrapes (needed when a scrape "
+            "holds two models: they are never summed).",
+        ),
+    ] = None,
     out: OutOpt = Path("specreplay-out/screen"),
     force: ForceOpt = False,
     quiet: QuietOpt = False,  # accepted like every command's; it draws no progress bar
@@ -525,7 +533,7 @@ def screen(
     with _user_errors():
         from specreplay.commands.screen import run_screen
 
-        typer.echo(run_screen(counters, config=config, out=out, force=force))
+        typer.echo(run_screen(counters, config=config, out=out, force=force, model_name=model_name))
 
 
 @app.command()

@@ -90,6 +90,7 @@ def write_synth_archive(
             folder,
             format=f"{form}-dir",
             compression=compression,
+            manifest=False,  # synth stages the folder and writes SYNTH.json itself
         ) as writer,
     ):
         for frame in synth_frames(cfg, seed):
