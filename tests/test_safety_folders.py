@@ -293,6 +293,19 @@ def test_every_shard_ignored_is_an_empty_folder(tmp_path: Path) -> None:
                    "(2 entries skipped by --ignore)")  # fmt: skip
 
 
+def test_folder_without_shard_says_so_then_names_its_first_bad_entry(tmp_path: Path) -> None:
+    arch = tmp_path / "arch"
+    arch.mkdir()
+    write_jsonl(arch / "trace.json", valid_rows())  # JSON Lines, but .json is no shard suffix
+    (arch / "z.txt").write_text("x")
+    before = tree_digest(arch)
+    res = invoke(["validate", str(arch), "-q"])
+    assert_refused(res, f"error: {arch}: directory holds no .parquet or .jsonl shard",
+                   f"; {arch / 'trace.json'}: not a shard (")  # fmt: skip
+    assert "z.txt" not in res.stderr  # the first bad entry only
+    assert_clean(res, before, [arch])
+
+
 def test_empty_folder_is_an_error(tmp_path: Path) -> None:
     arch = tmp_path / "arch"
     arch.mkdir()

@@ -264,7 +264,8 @@ def _list_files(
     if not path.is_dir():
         check_globs(ignore)
         return [ArchiveFile(0, path, _sniff(path))], ()
-    entries = folder_entries(path, ignore, (".parquet", *_JSONL_SUFFIXES), skip=skip)
+    empty = "directory holds no .parquet or .jsonl shard"
+    entries = folder_entries(path, ignore, (".parquet", *_JSONL_SUFFIXES), empty=empty, skip=skip)
     shards = list(entries.shards)
     parquet = [p for p in shards if p.suffix == ".parquet"]
     jsonl = [p for p in shards if p.suffix in _JSONL_SUFFIXES]
@@ -272,10 +273,6 @@ def _list_files(
         raise SpecReplayError(
             f"{path}: directory mixes Parquet ({parquet[0].name}) and JSON Lines "
             f"({jsonl[0].name}) shards; keep one form per folder, or skip one with --ignore"
-        )
-    if not shards:
-        raise SpecReplayError(
-            f"{path}: directory holds no .parquet or .jsonl shard{entries.ignored_note()}"
         )
     return [ArchiveFile(i, p, _sniff(p)) for i, p in enumerate(shards)], entries.ignored
 

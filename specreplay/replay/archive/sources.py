@@ -34,8 +34,10 @@ once, with ``lstat``, and each one is:
   ``.NAME.tmp-PID`` is "an unfinished shard (its writer is still running or was killed)". The
   first bad entry in name order is reported.
 
-A folder with no shard (empty, or every shard ignored) is an error, as before, saying how many
-entries ``--ignore`` skipped.
+A folder with no shard (empty, only sidecars, or every shard ignored) is an error, as before,
+saying how many entries ``--ignore`` skipped and then naming its first bad entry, if any
+(``FOLDER: directory holds no … shard; FOLDER/trace.json: not a shard …``): "no shard" is the
+news, the entry is often why.
 A single file named explicitly may also end in ``.json``: it is then read as JSON Lines (one
 object per line), since some engines log JSON Lines under that suffix; a JSON document that is
 not one object per line fails validation at its first line.
@@ -217,13 +219,9 @@ def archive_listing(path: Path, ignore: Sequence[str] = ()) -> ArchiveListing:
     if not path.is_dir():
         check_globs(ignore)
         return ArchiveListing((ArchiveFile(0, path, _kind_of(path)),), ())
-    entries = folder_entries(path, ignore, DATA_SUFFIXES)
+    empty = "directory holds no .parquet or .jsonl shard (nor .ndjson, .arrow, .ipc, .feather)"
+    entries = folder_entries(path, ignore, DATA_SUFFIXES, empty=empty)
     files = entries.shards
-    if not files:
-        raise SpecReplayError(
-            f"{path}: directory holds no .parquet or .jsonl shard (nor .ndjson, .arrow, .ipc, "
-            f".feather){entries.ignored_note()}"
-        )
     first: dict[str, Path] = {}
     for p in files:
         first.setdefault(_FOLDER_KINDS[p.suffix], p)
@@ -262,11 +260,6 @@ class FolderEntries:
     sidecars: tuple[Path, ...]
     ignored: tuple[IgnoredEntry, ...]
 
-    def ignored_note(self) -> str:
-        """`` (N entries skipped by --ignore)`` when any was, for an empty folder's message."""
-        n = len(self.ignored)
-        return f" ({n} entr{'ies' if n != 1 else 'y'} skipped by --ignore)" if n else ""
-
 
 def check_globs(ignore: Sequence[str]) -> None:
     """Raise for an ``--ignore`` glob no name in a folder can match (empty, or holding ``/``)."""
@@ -279,7 +272,12 @@ def check_globs(ignore: Sequence[str]) -> None:
 
 
 def folder_entries(
-    folder: Path, ignore: Sequence[str], suffixes: Collection[str], *, skip: Path | None = None
+    folder: Path,
+    ignore: Sequence[str],
+    suffixes: Collection[str],
+    *,
+    empty: str,
+    skip: Path | None = None,
 ) -> FolderEntries:
     """Judge every entry of ``folder``: a shard, a known sidecar, ignored, or an error naming it.
 
@@ -291,6 +289,8 @@ def folder_entries(
         ``--ignore`` globs, matched with ``fnmatch.fnmatchcase`` against each entry's name.
     suffixes : collection of str
         The shard suffixes of this kind of folder (matched exactly, case-sensitively).
+    empty : str
+        What the error for a folder with no shard says after the folder's path.
     skip : Path, optional
         A file (resolved path) that is read as something else and is neither shard nor error
         (a Medusa ``question.jsonl`` inside the answers' folder).
@@ -298,7 +298,8 @@ def folder_entries(
     Raises
     ------
     SpecReplayError
-        ``FOLDER/NAME: <what it is>; <what to do>`` for the first bad entry in name order, or
+        ``FOLDER/NAME: <what it is>; <what to do>`` for the first bad entry in name order;
+        ``FOLDER: <empty>`` (then the first bad entry, if any) for a folder with no shard; or
         for ``SYNTH.json`` and ``CONVERT.json`` together.
     """
     check_globs(ignore)
@@ -309,6 +310,7 @@ def folder_entries(
     shards: list[Path] = []
     sidecars: list[Path] = []
     ignored: list[IgnoredEntry] = []
+    problem = ""
     for name in names:
         p = folder / name
         glob = next((g for g in ignore if fnmatch.fnmatchcase(name, g)), None)
@@ -319,8 +321,15 @@ def folder_entries(
             continue  # read as the question file, not as a shard
         what = _entry_problem(p, suffixes)
         if what is not None:
-            raise SpecReplayError(f"{p}: {what}; {_remedy(name)}")
+            problem = problem or f"{p}: {what}; {_remedy(name)}"
+            continue
         (sidecars if name in SIDECARS else shards).append(p)
+    if not shards:
+        n = len(ignored)
+        note = f" ({n} entr{'ies' if n != 1 else 'y'} skipped by --ignore)" if n else ""
+        raise SpecReplayError(f"{folder}: {empty}{note}" + (f"; {problem}" if problem else ""))
+    if problem:
+        raise SpecReplayError(problem)
     origins = [p for p in sidecars if p.name in _ORIGINS]
     if len(origins) > 1:
         first, second = origins[0].name, origins[1].name
