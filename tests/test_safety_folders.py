@@ -154,8 +154,10 @@ def results(out: Path) -> dict[str, Any]:
 
 def figures(data: dict[str, Any]) -> Any:
     """What a run found, less where and when (paths, times and environment differ by run)."""
-    return {"cells": data["cells"], "rows": [(Path(f["path"]).name, f["rows"], f["sha256"])
-                                            for f in data["inputs"]]}  # fmt: skip
+    return {
+        "cells": data["cells"],
+        "rows": [(Path(f["path"]).name, f["rows"], f["sha256"]) for f in data["inputs"]],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -222,8 +224,9 @@ def test_bad_entry_ignored(tmp_path: Path, case: str, clean: dict[str, Any]) -> 
     assert data["inputs_ignored"] == skipped
     assert figures(data) == figures(clean["validate"])
 
-    s = invoke(["sweep", str(arch), "--arm", BASE, *FAST, "--ignore", glob,
-                "--out", str(tmp_path / "s")])  # fmt: skip
+    s = invoke(
+        ["sweep", str(arch), "--arm", BASE, *FAST, "--ignore", glob, "--out", str(tmp_path / "s")]
+    )
     assert s.exit_code == 0, s.output
     data = results(tmp_path / "s")
     assert data["inputs_ignored"] == skipped
@@ -289,8 +292,11 @@ def test_ignore_can_leave_out_a_good_shard_and_says_so(tmp_path: Path) -> None:
 def test_every_shard_ignored_is_an_empty_folder(tmp_path: Path) -> None:
     arch = good_folder(tmp_path)
     res = invoke(["validate", str(arch), "-q", "--ignore", "*.parquet"])
-    assert_refused(res, f"{arch}: directory holds no .parquet or .jsonl shard",
-                   "(2 entries skipped by --ignore)")  # fmt: skip
+    assert_refused(
+        res,
+        f"{arch}: directory holds no .parquet or .jsonl shard",
+        "(2 entries skipped by --ignore)",
+    )
 
 
 def test_folder_without_shard_says_so_then_names_its_first_bad_entry(tmp_path: Path) -> None:
@@ -300,8 +306,11 @@ def test_folder_without_shard_says_so_then_names_its_first_bad_entry(tmp_path: P
     (arch / "z.txt").write_text("x")
     before = tree_digest(arch)
     res = invoke(["validate", str(arch), "-q"])
-    assert_refused(res, f"error: {arch}: directory holds no .parquet or .jsonl shard",
-                   f"; {arch / 'trace.json'}: not a shard (")  # fmt: skip
+    assert_refused(
+        res,
+        f"error: {arch}: directory holds no .parquet or .jsonl shard",
+        f"; {arch / 'trace.json'}: not a shard (",
+    )
     assert "z.txt" not in res.stderr  # the first bad entry only
     assert_clean(res, before, [arch])
 
@@ -316,9 +325,9 @@ def test_empty_folder_is_an_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "sidecars", [("SYNTH.json",), ("CONVERT.json",), ("CAPTURE.json",), ("CAPTURE.json",
-                                                                          "SYNTH.json")]
-)  # fmt: skip
+    "sidecars",
+    [("SYNTH.json",), ("CONVERT.json",), ("CAPTURE.json",), ("CAPTURE.json", "SYNTH.json")],
+)
 def test_known_sidecars_accepted(tmp_path: Path, sidecars: tuple[str, ...]) -> None:
     arch = good_folder(tmp_path)
     for name in sidecars:
@@ -388,8 +397,9 @@ def test_lawtest_refuses_then_ignores(tmp_path: Path) -> None:
     res = invoke([*args, "--ignore", "*.crc", "--out", str(tmp_path / "l1")])
     assert res.exit_code == 0, res.output
     data = results(tmp_path / "l1")
-    assert data["inputs_ignored"] == [{"path": str(arch / "part-00000.parquet.crc"),
-                                       "glob": "*.crc"}]  # fmt: skip
+    assert data["inputs_ignored"] == [
+        {"path": str(arch / "part-00000.parquet.crc"), "glob": "*.crc"}
+    ]
     assert [Path(f["path"]).name for f in data["inputs"]] == list(GOOD)
     assert_clean(res, before, [arch])
 
@@ -405,8 +415,11 @@ def test_convert_refuses_then_ignores(tmp_path: Path) -> None:
     assert not out.exists()
     res = invoke(["convert", str(arch), str(out), "-q", "--ignore", ".*.tmp-*"])
     assert res.exit_code == 0, res.output
-    assert sorted(p.name for p in out.iterdir()) == ["CONVERT.json", "part-00000.arrow",
-                                                     "part-00001.arrow"]  # fmt: skip
+    assert sorted(p.name for p in out.iterdir()) == [
+        "CONVERT.json",
+        "part-00000.arrow",
+        "part-00001.arrow",
+    ]
     manifest = json.loads((out / "CONVERT.json").read_text())
     assert manifest["inputs_ignored"] == [
         {"path": str(arch / ".part-00001.parquet.tmp-12345"), "glob": ".*.tmp-*"}
@@ -419,10 +432,16 @@ def test_convert_refuses_then_ignores(tmp_path: Path) -> None:
 def round_rows(first: int, n: int) -> list[dict[str, Any]]:
     """Round traces of requests r{first}..: 3 rounds each, accepted i % 5 % 4 of 4 drafted."""
     return [
-        {"request_id": f"r{i // 3}", "family": ("code", "chat")[i // 3 % 2],
-         "context_tokens": 100 + i, "round": i % 3, "drafted": 4, "accepted": i % 5 % 4}
+        {
+            "request_id": f"r{i // 3}",
+            "family": ("code", "chat")[i // 3 % 2],
+            "context_tokens": 100 + i,
+            "round": i % 3,
+            "drafted": 4,
+            "accepted": i % 5 % 4,
+        }
         for i in range(3 * first, 3 * (first + n))
-    ]  # fmt: skip
+    ]
 
 
 def round_folder(root: Path) -> Path:
@@ -468,8 +487,19 @@ def test_sweep_proxy_round_trace_folder_ignores(tmp_path: Path) -> None:
     before = tree_digest(b)
     res = invoke(["sweep", str(b), *FAST, "--depths", "1,2", "--out", str(tmp_path / "s0")])
     assert_refused(res, f"{b / '_SUCCESS'}: not a shard")
-    res = invoke(["sweep", str(b), *FAST, "--depths", "1,2", "--ignore", "_SUCCESS",
-                  "--out", str(tmp_path / "s1")])  # fmt: skip
+    res = invoke(
+        [
+            "sweep",
+            str(b),
+            *FAST,
+            "--depths",
+            "1,2",
+            "--ignore",
+            "_SUCCESS",
+            "--out",
+            str(tmp_path / "s1"),
+        ]
+    )
     assert res.exit_code == 0, res.output
     data = results(tmp_path / "s1")
     assert data["inputs_ignored"] == [{"path": str(b / "_SUCCESS"), "glob": "_SUCCESS"}]
@@ -480,7 +510,8 @@ def test_api_ignore(tmp_path: Path) -> None:
     arch = good_folder(tmp_path)
     _success(arch)
     result = api.validate(arch, ignore="_SUCCESS")  # one string is one glob
-    assert [(i.path, i.glob) for i in result.inputs_ignored] == [(str(arch / "_SUCCESS"),
-                                                                 "_SUCCESS")]  # fmt: skip
+    assert [(i.path, i.glob) for i in result.inputs_ignored] == [
+        (str(arch / "_SUCCESS"), "_SUCCESS")
+    ]
     with pytest.raises(SpecReplayError, match=r"_SUCCESS: not a shard"):
         api.validate(arch)

@@ -149,9 +149,12 @@ def scan_archive(
     ``ignore``: ``--ignore`` globs, entries of a folder archive to skip (``ArchiveScan.ignored``).
     """
     reader = ArchiveReader(
-        path, buckets=Buckets.parse(buckets), logging_arm=logging_arm, max_errors=max_errors,
+        path,
+        buckets=Buckets.parse(buckets),
+        logging_arm=logging_arm,
+        max_errors=max_errors,
         ignore=ignore,
-    )  # fmt: skip
+    )
     acc = MeasuredAccumulator(len(reader.buckets.names))
     with progress(f"reading {path.name}", archive_rows(path, ignore)) as advance:
         for batch in reader:
