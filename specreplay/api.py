@@ -173,6 +173,11 @@ def _bootstrap(*, n_boot: int, stratify: str, level: float, min_requests: int, s
     at_least("seed", seed, 0)
 
 
+def _globs(ignore: str | Sequence[str]) -> tuple[str, ...]:
+    """``ignore`` as a tuple of globs (one string is one glob, not its characters)."""
+    return (ignore,) if isinstance(ignore, str) else tuple(ignore)
+
+
 def synth(
     out: PathLike,
     *,
@@ -216,13 +221,15 @@ def convert(
     compression: str | None = None,
     force: bool = False,
     progress: bool = False,
+    ignore: str | Sequence[str] = (),
 ) -> ConvertedArchive:
     """Validate every row of ``archive``, then write it into the folder ``out`` in ``format``.
 
     As ``specreplay convert ARCHIVE OUT``: ``format`` ipc (Arrow IPC, the default), parquet or
     jsonl; one shard per input shard (same stem, new suffix) and a CONVERT.json manifest. The
     first invalid row raises :class:`~specreplay.errors.SpecReplayError` and nothing is written;
-    ``force`` replaces a folder specreplay did not write.
+    ``force`` replaces a folder specreplay did not write. ``ignore``: as ``--ignore``, globs
+    of the folder's entries to skip.
 
     Returns
     -------
@@ -230,7 +237,8 @@ def convert(
         The folder, its shards, rows, sizes before and after, and the seconds taken.
     """
     return convert_archive(Path(archive), Path(out), form=format, compression=compression,
-                           force=force, progress=_bar(progress))  # fmt: skip
+                           force=force, progress=_bar(progress),
+                           ignore=_globs(ignore))  # fmt: skip
 
 
 def validate(
@@ -243,11 +251,13 @@ def validate(
     force: bool = False,
     progress: bool = False,
     hash_ids: bool = False,
+    ignore: str | Sequence[str] = (),
 ) -> Result:
     """Check an archive against schema v1; return its counts and MEASURED acceptance.
 
     As ``specreplay validate PATH``. ``result.archive`` describes the archive; the cells hold
-    the MEASURED R of its logging arm by family × bucket.
+    the MEASURED R of its logging arm by family × bucket. ``ignore``: as ``--ignore`` (globs
+    of a folder's entries to skip; ``result.inputs_ignored`` lists what was skipped).
 
     Raises
     ------
@@ -260,7 +270,8 @@ def validate(
     result = validate_result(p, max_errors=None if all_errors else 20,
                              buckets=buckets or DEFAULT_BUCKETS,
                              logging_arm=logging_arm_option(logging_arm),
-                             progress=_bar(progress), hash_ids=hash_ids)  # fmt: skip
+                             progress=_bar(progress), hash_ids=hash_ids,
+                             ignore=_globs(ignore))  # fmt: skip
     return _after(result, target, force, [p])
 
 
@@ -291,6 +302,7 @@ def requalify(
     scheduler: str | None = None,
     workers: int | None = None,
     cache: PathLike | None = None,
+    ignore: str | Sequence[str] = (),
 ) -> Result:
     """Replay an archive under baseline and candidate arms and requalify the change.
 
@@ -298,7 +310,8 @@ def requalify(
     is QUALIFIED / NOT QUALIFIED / INCONCLUSIVE (or null with the reason); each cell holds R per
     arm (SIMULATED), the deltas by :class:`~specreplay.results.model.Role`, survival and the
     law tests. ``families``: comma-separated or a sequence. ``scheduler``, ``workers``,
-    ``cache``: as ``--scheduler``, ``--workers``, ``--cache`` (:func:`_backend`).
+    ``cache``: as ``--scheduler``, ``--workers``, ``--cache`` (:func:`_backend`). ``ignore``:
+    as ``--ignore`` (``result.inputs_ignored`` lists what was skipped).
     """
     a = Path(archive)
     at_least("replicates", replicates, 2)
@@ -312,6 +325,7 @@ def requalify(
         sample_requests=sample_requests, n_boot=n_boot, seed=seed, stratify=stratify,
         level=level, min_requests=min_requests, buckets=buckets or DEFAULT_BUCKETS,
         logging_arm=logging_arm_option(logging_arm), by=by, hash_ids=hash_ids,
+        ignore=_globs(ignore),
     )  # fmt: skip
     backend = _backend(scheduler, workers, cache)
     target = _before(out, force, [a])
@@ -344,6 +358,7 @@ def sweep(
     scheduler: str | None = None,
     workers: int | None = None,
     cache: PathLike | None = None,
+    ignore: str | Sequence[str] = (),
 ) -> Result:
     """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
 
@@ -351,7 +366,7 @@ def sweep(
     sequence; brace lists expand), ``depths`` ``"1..8"``, ``"1,2,4"`` or a sequence of ints.
     Each cell's ``depths`` hold R per arm and depth (``to_polars("depths")``); round traces give
     the survival truncation proxy. ``scheduler``, ``workers``, ``cache``: as ``--scheduler``,
-    ``--workers``, ``--cache`` (:func:`_backend`).
+    ``--workers``, ``--cache`` (:func:`_backend`). ``ignore``: as ``--ignore``.
     """
     a = Path(archive)
     at_least("replicates", replicates, 2)
@@ -362,7 +377,7 @@ def sweep(
         baseline=baseline, margin=margin, estimator=estimator, replicates=replicates, cost=cost,
         n_boot=n_boot, seed=seed, stratify=stratify, level=level, min_requests=min_requests,
         buckets=buckets or DEFAULT_BUCKETS, logging_arm=logging_arm_option(logging_arm),
-        by=by, hash_ids=hash_ids,
+        by=by, hash_ids=hash_ids, ignore=_globs(ignore),
     )  # fmt: skip
     backend = _backend(scheduler, workers, cache)
     target = _before(out, force, [a])
@@ -392,11 +407,13 @@ def interval(
     force: bool = False,
     progress: bool = False,
     hash_ids: bool = False,
+    ignore: str | Sequence[str] = (),
 ) -> Result:
     """Paired bootstrap interval of Δ = R_B − R_A by family × context bucket, with verdicts.
 
     As ``specreplay interval A B``: each input is round traces, per-request sums, a Spec-Bench
     or a Medusa answer file; the pooled verdict is ``result.pooled.delta(Role.B_VS_A).verdict``.
+    ``ignore``: as ``--ignore``, globs of entries of an input folder to skip.
     """
     at_least("choice", choice, 0)
     _bootstrap(n_boot=n_boot, stratify=stratify, level=level, min_requests=min_requests, seed=seed)
@@ -405,7 +422,7 @@ def interval(
         margin=margin, fail_on=verdict_set(fail_on, FAIL_ON_INTERVAL), n_boot=n_boot, seed=seed,
         stratify=stratify, level=level, min_requests=min_requests, drop_unpaired=drop_unpaired,
         buckets=buckets, choice=choice, drafted=drafted, names=(name_a, name_b),
-        hash_ids=hash_ids,
+        hash_ids=hash_ids, ignore=_globs(ignore),
     )  # fmt: skip
     pa, pb = Path(a), Path(b)
     inputs = interval_inputs(pa, pb, opts)
@@ -478,12 +495,14 @@ def lawtest(
     out: PathLike | None = None,
     force: bool = False,
     hash_ids: bool = False,
+    ignore: str | Sequence[str] = (),
 ) -> Result:
     """Test that an arm's verifier keeps the target law (exact TV and a Monte Carlo G-test).
 
     As ``specreplay lawtest [ARCHIVE] --arm …``: without arms the built-in toy suite; with an
     archive also ``positions`` of its positions per arm. ``result.law_tests`` (or
     ``to_polars("law_tests")``) holds each test; ``passed`` is False for a failed one.
+    ``ignore``: as ``--ignore``, globs of entries of the archive's folder to skip.
     """
     at_least("positions", positions, 1)
     at_least("max_draws", max_draws, 1000)
@@ -495,6 +514,7 @@ def lawtest(
         [arms] if isinstance(arms, str) else list(arms), archive=path, positions=positions,
         seed=seed, family_alpha=family_alpha, max_draws=max_draws, buckets=buckets,
         logging_arm=logging_arm_option(logging_arm), hash_ids=hash_ids,
+        ignore=_globs(ignore),
     )  # fmt: skip
     return _after(result, target, force, inputs)
 

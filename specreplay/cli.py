@@ -115,6 +115,17 @@ LoggingArmOpt = Annotated[
     typer.Option("--logging-arm", help="Arm that drafted the archive, if it has no column."),
 ]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
+IgnoreOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--ignore",
+        metavar="GLOB",
+        help="Skip the entries of a folder archive whose name (relative to the folder) matches "
+        "GLOB, e.g. '_SUCCESS', '*.crc', '.*' (repeatable; case-sensitive; quote it). Any other "
+        "entry that is not a shard or a known sidecar (SYNTH.json, CONVERT.json, CAPTURE.json) "
+        "is an error; what was skipped is listed in results.json (inputs_ignored).",
+    ),
+]
 HashIdsOpt = Annotated[
     bool,
     typer.Option(
@@ -325,6 +336,7 @@ def convert(
     compression: CompressionOpt = None,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
+    ignore: IgnoreOpt = None,
 ) -> None:
     """Validate every row of an archive, then rewrite it in another form, bit for bit.
 
@@ -342,6 +354,7 @@ def convert(
                 compression=compression,
                 force=force,
                 progress=lambda what, total: _progress(quiet, what, total),
+                ignore=tuple(ignore or ()),
             )
         )
 
@@ -365,6 +378,7 @@ def validate(
     force: ForceOpt = False,
     quiet: QuietOpt = False,
     hash_ids: HashIdsOpt = False,
+    ignore: IgnoreOpt = None,
 ) -> None:
     """Check an archive against schema v1 and report its counts and MEASURED acceptance.
 
@@ -382,6 +396,7 @@ def validate(
             force=force,
             progress=lambda what, total: _progress(quiet, what, total),
             hash_ids=hash_ids,
+            ignore=tuple(ignore or ()),
         )
         if not ok:
             typer.echo(text, err=True)
@@ -469,6 +484,7 @@ def interval(
     force: ForceOpt = False,
     quiet: QuietOpt = False,
     hash_ids: HashIdsOpt = False,
+    ignore: IgnoreOpt = None,
 ) -> None:
     """Paired bootstrap interval of Δ = R_B − R_A by family × context bucket, with verdicts.
 
@@ -482,7 +498,7 @@ def interval(
         opts = IntervalOptions(
             question_file=question_file, fail_on=verdicts, seed=seed,
             drop_unpaired=drop_unpaired, buckets=buckets, choice=choice, drafted=drafted,
-            names=(name_a, name_b), hash_ids=hash_ids,
+            names=(name_a, name_b), hash_ids=hash_ids, ignore=tuple(ignore or ()),
             **_bootstrap_options(margin, n_boot, stratify, level, min_requests),
         )  # fmt: skip
         text, code = run_interval(
@@ -587,6 +603,7 @@ def requalify(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     cache: CacheOpt = None,
+    ignore: IgnoreOpt = None,
 ) -> None:
     """Replay an archive under baseline and candidate arms and requalify the change.
 
@@ -606,6 +623,7 @@ def requalify(
             families=frozenset(f.strip() for f in families.split(",")) if families else None,
             sample_requests=sample_requests, seed=seed, buckets=buckets or _default_buckets(),
             logging_arm=_arm_option(logging_arm), by=by, hash_ids=hash_ids,
+            ignore=tuple(ignore or ()),
             **_bootstrap_options(margin, n_boot, stratify, level, min_requests),
         )  # fmt: skip
         text, code, result = run_requalify(
@@ -675,6 +693,7 @@ def sweep(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     cache: CacheOpt = None,
+    ignore: IgnoreOpt = None,
 ) -> None:
     """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
 
@@ -692,6 +711,7 @@ def sweep(
             estimator=estimator, replicates=replicates, cost=cost, n_boot=n_boot, seed=seed,
             stratify=stratify, level=level, min_requests=min_requests, by=by, hash_ids=hash_ids,
             buckets=buckets or _default_buckets(), logging_arm=_arm_option(logging_arm),
+            ignore=tuple(ignore or ()),
         )  # fmt: skip
         text, result = run_sweep(
             archive, opts, out=out, force=force,
@@ -765,6 +785,7 @@ def lawtest(
     force: ForceOpt = False,
     quiet: QuietOpt = False,  # accepted like every command's; lawtest draws no progress bar
     hash_ids: HashIdsOpt = False,
+    ignore: IgnoreOpt = None,
 ) -> None:
     """Test that an arm's verifier keeps the target law (exact TV and a Monte Carlo G-test).
 
@@ -787,6 +808,7 @@ def lawtest(
             buckets=buckets,
             logging_arm=_arm_option(logging_arm),
             hash_ids=hash_ids,
+            ignore=tuple(ignore or ()),
         )
         typer.echo(text)
         if fail_on_fail and not ok:

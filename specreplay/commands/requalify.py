@@ -84,6 +84,7 @@ def _opened(archive: Path, opts: RequalifyOptions) -> tuple[OpenArchive, Requali
         buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
         logging_arm=opts.logging_arm,
         columns=pass_columns(opts.estimator, opts.by),
+        ignore=opts.ignore,
     )
     return opened, _arms(opts.baseline, opts.candidate, opts.reference, opened.logging_arm)
 
@@ -115,7 +116,8 @@ def _passes(
 ) -> tuple[Result, ReplayResult]:
     """Run the main pass and the ``--by`` passes, shards replayed by ``run``."""
     reader, arms = opened
-    ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
+    rows = archive_rows(archive, opts.ignore)
+    ctx = progress("replaying", rows) if progress else nullcontext(None)
     estimator, companion = auto_passes(opts.estimator)
     with ctx as advance:
         res = _replay(reader, arms, opts, estimator, companion, advance, run)
@@ -158,7 +160,8 @@ def _group_pass(
     """One ``--by`` pass: requests coded by ``group``, the main pass's resolved estimator."""
     opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
                          logging_arm=opts.logging_arm, group=group,
-                         columns=needed_columns(estimator, None, group))  # fmt: skip
+                         columns=needed_columns(estimator, None, group),
+                         ignore=opts.ignore)  # fmt: skip
     res = _replay(opened, arms, opts, estimator, None, None, run)
     return requalify_result(res, arms, opts, archive)
 

@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.replay.accumulate import ArmSums
 from specreplay.replay.archive.reader import ArchiveReader, FileInfo
-from specreplay.replay.archive.sources import list_archive
+from specreplay.replay.archive.sources import IgnoredEntry, archive_listing
 from specreplay.replay.distributed import Runner
 from specreplay.replay.estimators import get_estimator
 from specreplay.replay.lawsample import LawSample
@@ -120,6 +120,8 @@ class ReplayResult:
         user named it).
     unread : tuple of str
         Columns of the archive the pass did not read, hence did not validate (sorted).
+    ignored : tuple of IgnoredEntry
+        Entries of the archive's folder skipped by ``--ignore`` (they count nowhere).
     """
 
     arms: list[Arm]
@@ -153,6 +155,7 @@ class ReplayResult:
     companion_tails: dict[str, RatioTail] = field(default_factory=dict)
     estimator_reason: str | None = None
     unread: tuple[str, ...] = ()
+    ignored: tuple[IgnoredEntry, ...] = ()
 
     def swapped(self) -> ReplayResult:
         """Return this pass with its companion as the run's estimator and its own as companion.
@@ -336,6 +339,8 @@ class OpenArchive:
         Read only these columns (:func:`~specreplay.replay.shard.needed_columns` of the passes to
         come); the others are neither decoded nor validated (``ReplayResult.unread``). None:
         every column.
+    ignore : sequence of str
+        ``--ignore`` globs: entries of a folder archive to skip (``ReplayResult.ignored``).
     """
 
     def __init__(
@@ -347,6 +352,7 @@ class OpenArchive:
         batch_rows: int = 262_144,
         group: tuple[str, ...] = ("family",),
         columns: frozenset[str] | None = None,
+        ignore: Sequence[str] = (),
     ) -> None:
         self.path = Path(path)
         self.columns = columns
@@ -354,7 +360,9 @@ class OpenArchive:
         self.logging_arm_option = logging_arm
         self.batch_rows = batch_rows
         self.group = group
-        self.sources = list_archive(self.path)
+        listing = archive_listing(self.path, ignore)
+        self.sources = list(listing.files)
+        self.ignored = listing.ignored
         self._reader: ArchiveReader | None = ArchiveReader(
             self.sources[0].path, buckets=self.buckets, batch_rows=batch_rows,
             logging_arm=logging_arm, shard=True, group=group, columns=columns,
@@ -412,7 +420,7 @@ class OpenArchive:
                 f"{self.path}: the archive holds no row ({n} file{'s' if n != 1 else ''} read); "
                 "there is nothing to replay"
             )
-        return _result(merged, list(arms), opts, reps, self.buckets)
+        return replace(_result(merged, list(arms), opts, reps, self.buckets), ignored=self.ignored)
 
 
 def _chain(head: Any, rest: Iterator[Any]) -> Iterator[Any]:
@@ -476,6 +484,7 @@ def replay_archive(
     progress: Callable[[int], None] | None = None,
     companion: str | None = None,
     runner: Runner | None = None,
+    ignore: Sequence[str] = (),
 ) -> ReplayResult:
     """Replay ``arms`` over the archive at ``path`` in one streaming pass.
 
@@ -514,9 +523,13 @@ def replay_archive(
         Who replays the shards (:mod:`specreplay.replay.distributed`: a Dask cluster, or
         the per-shard cache of :mod:`specreplay.replay.shardcache`); default: this process,
         file after file. The fold runs here in sorted path order either way.
+    ignore : sequence of str
+        ``--ignore`` globs: entries of a folder archive to skip (``ReplayResult.ignored``).
     """
     get_estimator(estimator).replicates_used(replicates)  # bad options fail before any read
-    opened = OpenArchive(path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows)
+    opened = OpenArchive(
+        path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows, ignore=ignore
+    )
     res = opened.replay(
         arms, estimator=estimator, replicates=replicates, seed=seed, max_depth=max_depth,
         law_positions=law_positions, progress=progress, companion=companion, runner=runner,

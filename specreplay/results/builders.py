@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from specreplay.replay.scan import ArchiveScan, Progress
-from specreplay.results.document import excluded_entries, input_files, new_result
+from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
 from specreplay.results.io import load, write_result
 from specreplay.results.model import ArchiveSummary, Cell, LawTest, Result
 from specreplay.sim.synth import SynthConfig, logging_arm_name
@@ -174,4 +174,5 @@ def measured_result(
         arms=[scan.arm],
         cells=cells_of(scan.cells()),
         archive=archive_summary_of(scan),
+        inputs_ignored=ignored_inputs((e.path, e.glob) for e in scan.ignored),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import platform
 from collections.abc import Iterable, Sequence
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,16 @@ import polars as pl
 
 from specreplay import __version__
 from specreplay.replay.archive.filehash import file_sha256
-from specreplay.results.model import Cell, Excluded, InputFile, LawTest, Result
+from specreplay.results.model import Cell, Excluded, InputFile, InputIgnored, LawTest, Result
 
-__all__ = ["environment", "excluded_entries", "input_files", "new_result", "sha256_file"]
+__all__ = [
+    "environment",
+    "excluded_entries",
+    "ignored_inputs",
+    "input_files",
+    "new_result",
+    "sha256_file",
+]
 
 
 def sha256_file(path: Path) -> str:
@@ -30,6 +38,11 @@ def input_files(files: Sequence[tuple[Path, int | None]]) -> tuple[InputFile, ..
         InputFile(path=str(p), sha256=sha256_file(p), bytes=p.stat().st_size, rows=rows)
         for p, rows in files
     )
+
+
+def ignored_inputs(entries: Iterable[tuple[str | PathLike[str], str]]) -> tuple[InputIgnored, ...]:
+    """Return the ``inputs_ignored`` entries: (path, glob) of what ``--ignore`` skipped."""
+    return tuple(InputIgnored(path=str(p), glob=g) for p, g in entries)
 
 
 def environment() -> dict[str, Any]:
