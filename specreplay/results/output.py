@@ -134,8 +134,8 @@ def output_dir(
     """
     out = Path(out)
     _check_inputs(out, inputs)
-    _check_cwd(out)
     _check_creatable(out)
+    _check_cwd(out)
     target = Path(os.path.abspath(out))
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
@@ -165,9 +165,9 @@ def check_out(out: Path, *, force: bool, inputs: Sequence[Path] = ()) -> None:
     """Refuse an ``--out`` that would harm an input or another folder, before any work.
 
     In this order: ``out`` is, contains or lies inside an input (compared as real paths, symlinks
-    resolved; refused even with ``force``); ``out`` is or holds the current folder; ``out`` lies
-    under a regular file or in a folder without write permission; ``out`` exists and may not be
-    replaced (module docstring).
+    resolved; refused even with ``force``); ``out`` is the root, lies under a regular file or in a
+    folder without write permission; ``out`` is or holds the current folder; ``out`` exists and
+    may not be replaced (module docstring).
 
     Raises
     ------
@@ -176,8 +176,8 @@ def check_out(out: Path, *, force: bool, inputs: Sequence[Path] = ()) -> None:
     """
     out = Path(out)
     _check_inputs(out, inputs)
-    _check_cwd(out)
     _check_creatable(out)
+    _check_cwd(out)
     _judge(Path(os.path.abspath(out)), out, force)
 
 
