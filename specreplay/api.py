@@ -14,9 +14,11 @@ Design decisions:
 
 - **Outputs are optional.** ``out=None`` (the default) writes nothing; ``out=PATH`` writes the
   folder the CLI writes (results.json, TABLES.md, cells.parquet, plots) with the same atomic swap
-  and the same refusals (a foreign non-empty folder without ``force``; a folder that is, contains
-  or lies inside an input), checked before any work. ``synth`` always writes (its output is the
-  archive); ``report`` re-renders a run folder in place, or writes a result into ``out``.
+  and the same refusals (never a file, symlink or non-empty folder specreplay did not write;
+  ``force`` adds only the archive folders ``synth``/``convert`` wrote; never a folder that is,
+  contains or lies inside an input), checked before any work. ``synth`` always writes (its
+  output is the archive); ``report`` re-renders a run folder in place, or writes a result into
+  ``out``.
 - **Errors raise.** Bad input or options raise :class:`~specreplay.errors.SpecReplayError` with
   the one-line message the CLI prints (naming the file and row, or the option and value; the API
   names its keyword for the numeric bounds typer enforces on the CLI); the CLI turns that into
@@ -196,7 +198,7 @@ def synth(
     rejection sampling; shards of ``shard_requests`` requests and a SYNTH.json manifest.
     ``format``: parquet, ipc (Arrow IPC) or jsonl; ``compression``: the form's codec (None: lz4
     for Parquet, uncompressed Arrow IPC). Always writes (the archive is the output); ``force``
-    replaces an existing folder.
+    replaces an archive folder specreplay wrote (its SYNTH.json or CONVERT.json says so).
 
     Returns
     -------
@@ -228,8 +230,8 @@ def convert(
     As ``specreplay convert ARCHIVE OUT``: ``format`` ipc (Arrow IPC, the default), parquet or
     jsonl; one shard per input shard (same stem, new suffix) and a CONVERT.json manifest. The
     first invalid row raises :class:`~specreplay.errors.SpecReplayError` and nothing is written;
-    ``force`` replaces a folder specreplay did not write. ``ignore``: as ``--ignore``, globs
-    of the folder's entries to skip.
+    ``force`` replaces an archive folder specreplay wrote (never one it did not write).
+    ``ignore``: as ``--ignore``, globs of the folder's entries to skip.
 
     Returns
     -------

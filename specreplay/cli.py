@@ -76,7 +76,12 @@ SeedOpt = Annotated[
     typer.Option("--seed", help="Seed of every random draw (recorded in results.json).", min=0),
 ]
 ForceOpt = Annotated[
-    bool, typer.Option("--force", help="Replace OUT even if specreplay did not write it.")
+    bool,
+    typer.Option(
+        "--force",
+        help="Also replace an archive folder specreplay wrote (synth, convert). Never a file, "
+        "symlink or other folder specreplay did not write.",
+    ),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 CompressionOpt = Annotated[
@@ -241,38 +246,71 @@ def _echo(text: str, extra: dict[str, Any]) -> None:
 
 
 @contextmanager
-def _user_errors() -> Iterator[None]:
-    """Map the project's error type to one line on stderr and exit code 2; SIGTERM unwinds."""
+def _user_errors(command: str) -> Iterator[None]:
+    """Run ``command``'s body: say what it replaced and what stopped it, on stderr.
+
+    The project's error type becomes one line and exit code 2. SIGINT and SIGTERM unwind (the
+    output's temporary folder is removed) and become one line and exit code 128 + the signal's
+    number. Every earlier run's folder the command replaced is one line
+    ``replaced OUT (written CREATED_UTC)``.
+    """
+    from specreplay.results.output import reset_swaps, swaps
+
+    reset_swaps()
     try:
-        with _sigterm_unwinds():
+        with _signals_unwind():
             yield
     except SpecReplayError as err:
         typer.echo(f"error: {err.message}", err=True)
         raise typer.Exit(code=2) from None
+    except _Stopped as stop:
+        done = [str(s.out) for s in swaps()]
+        what = f"{', '.join(done)} written before it stopped" if done else "nothing written"
+        typer.echo(f"error: {command} {stop.how} ({stop.name}); {what}, no partial output left",
+                   err=True)  # fmt: skip
+        raise typer.Exit(code=128 + stop.signum) from None
+    finally:
+        for s in swaps():
+            note = s.note()
+            if note is not None:
+                typer.echo(note, err=True)
 
 
-class _Terminated(BaseException):
-    """Raised by the SIGTERM handler so that ``output_dir`` removes its temporary folder."""
+class _Stopped(BaseException):
+    """Raised by the SIGINT and SIGTERM handlers, so that ``output_dir`` removes its folder.
+
+    ``how`` says what the signal did (interrupted, terminated).
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        self.how = "interrupted" if signum == signal.SIGINT else "terminated"
 
 
 @contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """Turn SIGTERM into an exception (as SIGINT is), then exit 128 + 15 once unwound."""
+def _signals_unwind() -> Iterator[None]:
+    """Turn SIGINT and SIGTERM into :class:`_Stopped` while the command runs.
+
+    Installed explicitly, so SIGINT unwinds even in a process started with it ignored.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be installed from the main thread
         return
 
-    def on_sigterm(signum: int, frame: object) -> None:
-        raise _Terminated
+    def on_signal(signum: int, frame: object) -> None:
+        raise _Stopped(signum)
 
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, on_signal) for s in held}
     try:
         yield
-    except _Terminated:
-        typer.echo("error: terminated (SIGTERM); no partial output left", err=True)
-        raise typer.Exit(code=128 + signal.SIGTERM) from None
+    except KeyboardInterrupt:  # a SIGINT raised before the handler was in place
+        raise _Stopped(signal.SIGINT) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,7 +340,7 @@ def synth(
     The logging arm top32:t0.7@5 drafts autoregressively and the target verifies by rejection
     sampling, as a serving engine would; every position's laws and decisions are recorded.
     """
-    with _user_errors():
+    with _user_errors("synth"):
         from specreplay.commands.synth import DEFAULT_FORM, run_synth
 
         summary = run_synth(
@@ -343,7 +381,7 @@ def convert(
     One shard per input shard (same stem, new suffix) in OUT, plus a CONVERT.json manifest.
     The first invalid row stops it with exit code 2 and nothing written.
     """
-    with _user_errors():
+    with _user_errors("convert"):
         from specreplay.commands.convert import run_convert
 
         typer.echo(
@@ -384,7 +422,7 @@ def validate(
 
     Exit status 0 when valid, 2 with up to 20 error lines (all with --all) otherwise.
     """
-    with _user_errors():
+    with _user_errors("validate"):
         from specreplay.commands.validate import run_validate
 
         ok, text = run_validate(
@@ -422,7 +460,7 @@ def demo(
     one folder per chapter (requalify, bits-dyadicN, lawtest). --n-boot 1000 gives a quicker,
     coarser tour.
     """
-    with _user_errors():
+    with _user_errors("demo"):
         from specreplay.commands.demo import run_demo
 
         text = run_demo(
@@ -491,7 +529,7 @@ def interval(
     Requests are paired by id and resampled as clusters (strata = family by default); writes
     results.json, TABLES.md, cells.parquet and forest.png into --out.
     """
-    with _user_errors():
+    with _user_errors("interval"):
         from specreplay.commands.interval import IntervalOptions, run_interval
 
         verdicts = _verdict_set(fail_on, {"EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"})
@@ -546,7 +584,7 @@ def screen(
     envelope, gain over the nominal cap and rank; UNSUPPORTED past the trained block or the cap.
     Writes results.json, TABLES.md and cells.parquet into --out.
     """
-    with _user_errors():
+    with _user_errors("screen"):
         from specreplay.commands.screen import run_screen
 
         typer.echo(run_screen(counters, config=config, out=out, force=force, model_name=model_name))
@@ -612,7 +650,7 @@ def requalify(
     INCONCLUSIVE; then R per arm by family x bucket, the gain over --reference, the path-bias
     diagnostic of the logging arm, survival per position and the law tests.
     """
-    with _user_errors():
+    with _user_errors("requalify"):
         from specreplay.commands.requalify import run_requalify
         from specreplay.results.requalification import RequalifyOptions
 
@@ -701,7 +739,7 @@ def sweep(
     UNSUPPORTED, never extrapolated. With --cost: tokens/s per depth (ESTIMATED), the best depth
     per cell and the bootstrap probability that each depth is best.
     """
-    with _user_errors():
+    with _user_errors("sweep"):
         from specreplay.commands.sweep import run_sweep
         from specreplay.results.sweep import SweepOptions, parse_depths
 
@@ -724,7 +762,7 @@ def sweep(
 @app.command()
 def warmup(quiet: QuietOpt = False) -> None:
     """Compile and cache every kernel now (a tiny demo in a temporary folder): after pip install."""
-    with _user_errors():
+    with _user_errors("warmup"):
         import shutil
         import tempfile
         import time
@@ -793,7 +831,7 @@ def lawtest(
     such as top32:t0.7:dyadic8/float64@5 is detected wherever it is detectable at the draws
     chosen for 0.99 power against its exact total-variation distance.
     """
-    with _user_errors():
+    with _user_errors("lawtest"):
         from specreplay.commands.lawtest import run_lawtest
 
         text, ok = run_lawtest(
@@ -833,7 +871,7 @@ def report(
     Needs no archive or other input: every figure comes from results.json. Every folder at or
     below RUN_DIR holding a results.json is rendered (a demo's sub-runs too).
     """
-    with _user_errors():
+    with _user_errors("report"):
         from specreplay.commands.report import run_report
 
         typer.echo(run_report(run_dir, out=out, force=force))
@@ -887,7 +925,7 @@ def budget(
     --tau-ms and --gain, the sensitivity table r_0·(1 + g)·τ/(τ + x) over --x-grid. Δ_lo ≤ 0
     gives a null budget with the reason. Writes results.json, TABLES.md and cells.parquet.
     """
-    with _user_errors():
+    with _user_errors("budget"):
         from specreplay.commands.budget import BudgetOptions, run_budget
 
         opts = BudgetOptions(

@@ -6,9 +6,10 @@ input shard into the folder OUT: the same stem with the new form's suffix (``.ar
 IPC, ``.parquet``, ``.jsonl``), plus a small ``CONVERT.json`` manifest (source, form,
 compression, the shards written) that the readers ignore. OUT is written as a temporary folder
 swapped in when complete (:func:`~specreplay.results.output.output_dir`), with the rules of every
-command: a non-empty folder that specreplay did not write is replaced only with ``--force``, and
-never when it is, contains or lies inside the input. Like ``synth``, the output is an archive and
-carries no ``.specreplay-output`` marker, so converting onto it again needs ``--force``.
+command: never a file, a symlink or a folder specreplay did not write, never the input or a folder
+around it. Like ``synth``, the output is an archive: it carries no ``.specreplay-output`` marker
+but its manifest says ``"written_by": "specreplay"``, so converting onto it again needs
+``--force``.
 
 Values are written from the canonical frames (schema-v1 columns in canonical order, cast to their
 canonical dtypes; carried columns after them, unchanged), so every float keeps its bits: a Float32
@@ -55,7 +56,7 @@ from specreplay.replay.archive.writer import (
 from specreplay.replay.scan import Progress, no_progress
 from specreplay.results.document import ignored_inputs, input_files, new_result
 from specreplay.results.io import write_result
-from specreplay.results.output import check_out, output_dir
+from specreplay.results.output import WRITTEN_BY, check_out, output_dir
 
 __all__ = ["CONVERT_FORMS", "ConvertedArchive", "convert_archive", "run_convert"]
 
@@ -212,6 +213,7 @@ def _write_manifest(
         assumptions=["A copy of the source archive in another form; every value kept bit for bit."],
         outputs=outputs,
         inputs_ignored=ignored_inputs((e.path, e.glob) for e in listing.ignored),
+        extra={"written_by": WRITTEN_BY},  # marks the folder as ours (results.output)
     )
     write_result(folder / MANIFEST, manifest)
 

@@ -99,7 +99,7 @@ def _requalified(
     """Run the pass, the ``--by`` passes and ``--hash-ids``: return the result to write."""
     filters = {"families": sorted(opts.families) if opts.families else None,
                "sample_requests": opts.sample_requests}  # fmt: skip
-    with backend_runner(backend, filters) as run:
+    with backend_runner(backend, filters, inputs=[archive]) as run:
         result, res = _passes(opened, archive, opts, progress, run)
         entry = run.to_json()
     if entry is not None:
@@ -177,6 +177,8 @@ def run_requalify(
 ) -> tuple[str, int, Result]:
     """Requalify ``opts.candidate`` against ``opts.baseline``; return (text, exit code, result)."""
     check_out(out, force=force, inputs=[archive])
+    if backend is not None:
+        backend.check(inputs=[archive])
     opened = _opened(archive, opts)
     with output_dir(out, force=force, inputs=[archive]) as tmp:
         result = _requalified(opened, archive, opts, progress, backend)

@@ -110,7 +110,7 @@ def _swept(
     backend: Backend | None = None,
 ) -> Result:
     filters: dict[str, object] = {"families": None, "sample_requests": None}
-    with backend_runner(backend, filters) as run:
+    with backend_runner(backend, filters, inputs=[archive]) as run:
         result, requests = _swept_passes(archive, opts, prep, progress, run)
         entry = run.to_json()
     if entry is not None:
@@ -162,6 +162,8 @@ def run_sweep(
     Round traces (the inputs of ``interval``) give the survival truncation proxy instead.
     """
     check_out(out, force=force, inputs=[archive])
+    if backend is not None:
+        backend.check(inputs=[archive])
     if _is_round_traces(archive, opts.ignore):
         _no_backend(archive, backend)
         depths = _proxy_depths(archive, opts)

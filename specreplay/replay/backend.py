@@ -21,7 +21,7 @@ the command line prints from it (``cache: 3 of 4 shards reused, 1 replayed (part
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,7 @@ from typing import Any
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.distributed import DaskRunner, Runner, local_runner, open_dask
-from specreplay.replay.shardcache import ShardCache, cached_runner
+from specreplay.replay.shardcache import ShardCache, cached_runner, check_cache_folder
 
 __all__ = ["Backend", "BackendRun", "backend_line", "backend_note", "backend_runner"]
 
@@ -57,6 +57,11 @@ class Backend:
             )
         if self.workers is not None and self.workers < 1:
             raise SpecReplayError(f"--workers {self.workers}: should be at least 1")
+
+    def check(self, inputs: Sequence[Path]) -> None:
+        """Refuse a bad ``--cache`` folder before any work (:func:`check_cache_folder`)."""
+        if self.cache is not None:
+            check_cache_folder(self.cache, inputs)
 
     @property
     def default(self) -> bool:
@@ -90,17 +95,20 @@ class BackendRun:
 
 
 @contextmanager
-def backend_runner(backend: Backend | None, filters: dict[str, Any]) -> Iterator[BackendRun]:
+def backend_runner(
+    backend: Backend | None, filters: dict[str, Any], inputs: Sequence[Path] = ()
+) -> Iterator[BackendRun]:
     """Start what ``backend`` asks for (a Dask client, the cache); yield the run; close it.
 
-    ``filters`` (``--families``, ``--sample-requests`` as JSON values) join the cache key.
+    ``filters`` (``--families``, ``--sample-requests`` as JSON values) join the cache key;
+    ``inputs`` are the run's inputs, which the cache folder may not be, hold or lie inside.
     """
     b = backend or Backend()
     run = BackendRun(b)
     with ExitStack() as stack:
         inner: Runner | None = None
         if b.cache is not None:  # a bad folder fails before a cluster starts
-            run.cache = ShardCache(b.cache, filters)
+            run.cache = ShardCache(b.cache, filters, inputs)
         if b.scheduler is not None or b.workers is not None:
             run.dask = stack.enter_context(open_dask(b.scheduler, b.workers))
             run.workers = run.dask.workers

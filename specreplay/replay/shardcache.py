@@ -41,6 +41,7 @@ import hashlib
 import json
 import os
 import pickle
+import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +57,15 @@ from specreplay.replay.shard import ReplayOptions, ShardSums
 from specreplay.sim.arms import Arm
 from specreplay.stats.buckets import Buckets
 
-__all__ = ["FORMAT", "CacheReport", "ShardCache", "cached_runner", "kernel_hash"]
+__all__ = [
+    "CACHE_MARKER",
+    "FORMAT",
+    "CacheReport",
+    "ShardCache",
+    "cached_runner",
+    "check_cache_folder",
+    "kernel_hash",
+]
 
 FORMAT = "specreplay-shard-cache/1"
 _KERNEL_DIRS = ("sim", "stats", "replay")
@@ -75,6 +84,69 @@ def kernel_hash() -> str:
             h.update(p.relative_to(root).as_posix().encode() + b"\0")
             h.update(p.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+CACHE_MARKER = ".specreplay-cache"
+"""The file that marks a folder as a specreplay shard cache (written when the cache is made)."""
+_MARKER_TEXT = "specreplay shard cache (pickles: keep this folder private); safe to delete\n"
+
+
+def check_cache_folder(folder: Path, inputs: Sequence[Path] = ()) -> None:
+    """Refuse a ``--cache DIR`` that is not a private cache folder, before anything is written.
+
+    ``DIR`` must not be, lie inside or hold an input of the run (real paths compared): the cache
+    is an output. It must be absent, an empty folder, or a folder holding :data:`CACHE_MARKER` (a
+    regular file), judged with ``lstat`` (a symlink is refused, never followed); and owned by this
+    user and not writable by group or others (entries are pickles, and loading one runs code).
+
+    Raises
+    ------
+    SpecReplayError
+        One line naming ``--cache DIR`` and what is wrong.
+    """
+    where = f"--cache {folder}"
+    real = Path(folder).resolve()
+    for given in inputs:
+        inp = Path(given).resolve()
+        how = ("is" if real == inp else "holds" if inp.is_relative_to(real)
+               else "lies inside" if real.is_relative_to(inp) else None)  # fmt: skip
+        if how is not None:
+            raise SpecReplayError(
+                f"{where} {how} the input {given}; the cache is an output: choose a folder "
+                "outside the inputs"
+            )
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise SpecReplayError(f"{where}: cannot be examined ({exc.strerror})") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise SpecReplayError(f"{where}: is a symlink; give the folder itself")
+    if not stat.S_ISDIR(st.st_mode):
+        raise SpecReplayError(f"{where}: not a folder")
+    if st.st_uid != os.geteuid():
+        raise SpecReplayError(
+            f"{where}: owned by another user (uid {st.st_uid}); the cache holds pickles, and "
+            "loading one runs code: give a folder of your own"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise SpecReplayError(
+            f"{where}: others can write it (mode {stat.S_IMODE(st.st_mode):o}); the cache holds "
+            "pickles, and loading one runs code: chmod go-w it or give a private folder"
+        )
+    try:
+        entries = os.listdir(folder)
+    except OSError as exc:
+        raise SpecReplayError(f"{where}: cannot be examined ({exc.strerror})") from None
+    marker = Path(folder) / CACHE_MARKER
+    if entries and not (CACHE_MARKER in entries and stat.S_ISREG(os.lstat(marker).st_mode)):
+        raise SpecReplayError(
+            f"{where}: folder is not empty and is not a specreplay cache (no {CACHE_MARKER} "
+            "file); give an empty or new folder"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SpecReplayError(f"{where}: not writable")
 
 
 @dataclass
@@ -113,22 +185,33 @@ class ShardCache:
     Parameters
     ----------
     folder : Path
-        Created when missing; must be a folder that can be written.
+        Created when missing (mode 0700, with the :data:`CACHE_MARKER` file); else it must be an
+        empty folder or one holding the marker, of this user, not writable by others
+        (:func:`check_cache_folder`).
     filters : dict
         ``--families`` and ``--sample-requests`` as JSON values (part of every key).
+    inputs : sequence of Path
+        The run's inputs: the folder may not be, hold or lie inside any of them.
     """
 
-    def __init__(self, folder: Path, filters: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        filters: dict[str, Any] | None = None,
+        inputs: Sequence[Path] = (),
+    ) -> None:
         self.folder = Path(folder)
-        if self.folder.exists() and not self.folder.is_dir():
-            raise SpecReplayError(f"--cache {self.folder}: not a folder")
+        check_cache_folder(self.folder, inputs)
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            if not os.path.lexists(self.folder):
+                self.folder.parent.mkdir(parents=True, exist_ok=True)
+                self.folder.mkdir(mode=0o700)  # not group or world writable, whatever the umask
+            if not (self.folder / CACHE_MARKER).exists():
+                (self.folder / CACHE_MARKER).write_text(_MARKER_TEXT)
         except OSError as exc:
             msg = f"--cache {self.folder}: cannot create it ({exc.strerror})"
             raise SpecReplayError(msg) from None
-        if not os.access(self.folder, os.W_OK | os.X_OK):
-            raise SpecReplayError(f"--cache {self.folder}: not writable")
+        check_cache_folder(self.folder, inputs)  # what was made is what was asked for
         self.filters = dict(filters or {})
         self.report = CacheReport(self.folder)
 

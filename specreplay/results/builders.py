@@ -18,6 +18,7 @@ from specreplay.replay.scan import ArchiveScan, Progress
 from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
 from specreplay.results.io import load, write_result
 from specreplay.results.model import ArchiveSummary, Cell, LawTest, Result
+from specreplay.results.output import WRITTEN_BY
 from specreplay.sim.synth import SynthConfig, logging_arm_name
 from specreplay.stats.cells import excluded_unbucketed
 
@@ -121,6 +122,7 @@ def write_synth_archive(
         ],
         arms=[arm],
         outputs=outputs,
+        extra={"written_by": WRITTEN_BY},  # marks the folder as ours (results.output)
     )
     write_result(folder / "SYNTH.json", manifest)
     return cfg, files
