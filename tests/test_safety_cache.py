@@ -202,14 +202,23 @@ def test_a_damaged_shard_cache_entry_is_recomputed_and_counted(
     assert _figures(third) == _figures(first)
 
 
-@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def _other_digest(data: bytes) -> bytes:
+    """Change one hex digit of the cached digest: the payload still parses, only the seal tells."""
+    i = data.index(b'"sha256": "') + len(b'"sha256": "') + 10
+    return data[:i] + (b"1" if data[i : i + 1] == b"0" else b"0") + data[i + 1 :]
+
+
+HASH_DAMAGE = {**DAMAGE, "digest-digit-changed": _other_digest}
+
+
+@pytest.mark.parametrize("damage", sorted(HASH_DAMAGE))
 def test_a_damaged_input_hash_entry_is_recomputed_and_counted(
     setup: dict[str, Any], damage: str
 ) -> None:
     s = setup
     _, first = _run(s, "first", cache=False)
     (entry,) = [p for p in (s["tmp"] / "hashes-home" / "hashes").rglob("*") if p.is_file()]
-    entry.write_bytes(DAMAGE[damage](entry.read_bytes()))
+    entry.write_bytes(HASH_DAMAGE[damage](entry.read_bytes()))
     before = tree_digest(s["archive"])
     res, doc = _run(s, "second", cache=False)
     assert_clean(res, before, [s["archive"]])
