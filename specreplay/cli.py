@@ -224,8 +224,8 @@ def _echo(text: str, extra: dict[str, Any]) -> None:
         n = len(h.recomputed)
         names = ", ".join(dict.fromkeys(Path(p).name for p in h.recomputed))
         entries = "entry" if n == 1 else "entries"
-        typer.echo(f"cache: {n} input-hash {entries} failed the check, recomputed ({names})",
-                   err=True)  # fmt: skip
+        line = f"cache: {n} input-hash {entries} failed the check, recomputed ({names})"
+        typer.echo(line, err=True)
     if h.computed and h.seconds >= HASH_NOTE_SECONDS:
         typer.echo(
             f"hashed {h.computed} input file{'s' if h.computed != 1 else ''} "

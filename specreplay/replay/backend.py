@@ -140,14 +140,15 @@ def backend_note(entry: Any) -> str | None:
         return None
     names = [Path(p).name for p in dict.fromkeys(cache["replayed_files"])]
     shown = ", ".join(names[:5]) + (f", … ({len(names) - 5} more)" if len(names) > 5 else "")
-    bad = list(dict.fromkeys(Path(p).name for p in cache["recomputed_files"]))
+    failed: list[str] = cache.get("recomputed_files", cache.get("rejected_files")) or []
+    bad = list(dict.fromkeys(Path(p).name for p in failed))
     line = (
         f"cache: {cache['reused']} of {cache['shards']} shards reused, {cache['replayed']} replayed"
     )
     if names:
         line += f" ({shown})"
-    if cache["recomputed"]:
-        n = cache["recomputed"]
+    if failed:
+        n = len(failed)
         line += (
             f"; {n} entr{'y' if n == 1 else 'ies'} failed the check, recomputed ({', '.join(bad)})"
         )
