@@ -99,6 +99,7 @@ from specreplay.commands.sweep import sweep_run
 from specreplay.commands.synth import DEFAULT_FORM, SynthArchive, synth_archive
 from specreplay.commands.validate import validate_result
 from specreplay.errors import InvalidArchive, SpecReplayError
+from specreplay.replay.archive.filehash import new_run
 from specreplay.replay.backend import Backend
 from specreplay.replay.scan import Progress, no_progress
 from specreplay.results import io
@@ -140,7 +141,8 @@ def _bar(progress: bool) -> Progress:
 
 
 def _before(out: PathLike | None, force: bool, inputs: Sequence[Path]) -> Path | None:
-    """Check ``out`` before any work (as the CLI does); return it as a Path."""
+    """Start the run, check ``out`` before any work (as the CLI does); return it as a Path."""
+    new_run()  # the stamps the run checks its inputs against are its own
     if out is None:
         return None
     check_out(Path(out), force=force, inputs=inputs)
@@ -238,6 +240,7 @@ def convert(
     ConvertedArchive
         The folder, its shards, rows, sizes before and after, and the seconds taken.
     """
+    new_run()
     return convert_archive(Path(archive), Path(out), form=format, compression=compression,
                            force=force, progress=_bar(progress),
                            ignore=_globs(ignore))  # fmt: skip

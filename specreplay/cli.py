@@ -60,9 +60,9 @@ def _root(
 ) -> None:  # fmt: skip
     """Statistical replay and bootstrap simulator for speculative decoding."""
     from specreplay import numba_cache_dir
-    from specreplay.replay.archive.filehash import reset_hash_stats
+    from specreplay.replay.archive.filehash import new_run
 
-    reset_hash_stats()  # the hashing a command reports is its own
+    new_run()  # the hashing a command reports, and the stamps it checks, are its own
 
     if ctx.invoked_subcommand in COMPILING and "--help" not in sys.argv:
         cache = Path(numba_cache_dir())
@@ -224,8 +224,9 @@ HASH_NOTE_SECONDS = 0.5
 def _echo(text: str, extra: dict[str, Any]) -> None:
     """Print notes on stderr, then ``text``.
 
-    The notes: what the per-shard cache did (with ``--cache``), and what hashing the inputs for
-    results.json cost when it took a while (digests not yet in the input-hash cache).
+    The notes: what the per-shard cache did (with ``--cache``), input-hash cache entries that
+    failed their check and were computed again, and what hashing the inputs for results.json
+    cost when it took a while (digests not yet in the input-hash cache).
     """
     from specreplay import cache_root
     from specreplay.replay.archive.filehash import hash_stats
@@ -235,6 +236,12 @@ def _echo(text: str, extra: dict[str, Any]) -> None:
     if note is not None:
         typer.echo(note, err=True)
     h = hash_stats()
+    if h.recomputed:
+        n = len(h.recomputed)
+        names = ", ".join(dict.fromkeys(Path(p).name for p in h.recomputed))
+        entries = "entry" if n == 1 else "entries"
+        line = f"cache: {n} input-hash {entries} failed the check, recomputed ({names})"
+        typer.echo(line, err=True)
     if h.computed and h.seconds >= HASH_NOTE_SECONDS:
         typer.echo(
             f"hashed {h.computed} input file{'s' if h.computed != 1 else ''} "

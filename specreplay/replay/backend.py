@@ -13,10 +13,12 @@ results.json ``replay_backend`` (only with ``--scheduler``, ``--workers`` or ``-
     {"runner": "dask" | "local", "scheduler": ADDRESS | "local cluster" | null,
      "workers": N | null, "tasks": shard tasks submitted | null,
      "cache": null | {"folder": DIR, "shards": n, "reused": n, "replayed": n,
-                      "replayed_files": [paths], "rejected_files": [entry paths]}}
+                      "replayed_files": [paths], "recomputed": n,
+                      "recomputed_files": [paths of shards whose entry failed its check]}}
 
 The cache counts every shard of every pass of the run. :func:`backend_note` is the stderr line
-the command line prints from it (``cache: 3 of 4 shards reused, 1 replayed (part-00003.parquet)``).
+the command line prints from it (``cache: 3 of 4 shards reused, 1 replayed (part-00003.parquet)``,
+then ``; 1 entry failed the check, recomputed (part-00003.parquet)`` when one did).
 """
 
 from __future__ import annotations
@@ -146,12 +148,16 @@ def backend_note(entry: Any) -> str | None:
         return None
     names = [Path(p).name for p in dict.fromkeys(cache["replayed_files"])]
     shown = ", ".join(names[:5]) + (f", … ({len(names) - 5} more)" if len(names) > 5 else "")
-    rejected = len(cache["rejected_files"])
+    failed: list[str] = cache.get("recomputed_files", cache.get("rejected_files")) or []
+    bad = list(dict.fromkeys(Path(p).name for p in failed))
     line = (
         f"cache: {cache['reused']} of {cache['shards']} shards reused, {cache['replayed']} replayed"
     )
     if names:
         line += f" ({shown})"
-    if rejected:
-        line += f"; {rejected} unreadable entr{'y' if rejected == 1 else 'ies'} recomputed"
+    if failed:
+        n = len(failed)
+        line += (
+            f"; {n} entr{'y' if n == 1 else 'ies'} failed the check, recomputed ({', '.join(bad)})"
+        )
     return line

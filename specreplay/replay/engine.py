@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.accumulate import ArmSums
+from specreplay.replay.archive.filehash import watch
 from specreplay.replay.archive.reader import ArchiveReader, FileInfo
 from specreplay.replay.archive.sources import IgnoredEntry, archive_listing
 from specreplay.replay.distributed import Runner
@@ -363,6 +364,8 @@ class OpenArchive:
         listing = archive_listing(self.path, ignore)
         self.sources = list(listing.files)
         self.ignored = listing.ignored
+        for f in self.sources:  # before any read, here or on a Dask worker
+            watch(f.path)
         self._reader: ArchiveReader | None = ArchiveReader(
             self.sources[0].path, buckets=self.buckets, batch_rows=batch_rows,
             logging_arm=logging_arm, shard=True, group=group, columns=columns,

@@ -94,6 +94,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
+from specreplay.replay.archive.filehash import watch
 from specreplay.replay.archive.schema import (
     INT_COLUMNS,
     LIST_COLUMNS,
@@ -437,6 +438,7 @@ def read_chunks(
     None reads every column.
     """
     keep = None if columns is None else frozenset(columns) | frozenset(REQUIRED)
+    watch(file.path)  # the run's first stamp of the file, checked when its digest is recorded
     if file.kind == "jsonl":
         yield from _jsonl_chunks(file, chunk_rows, keep)
     else:
