@@ -229,3 +229,19 @@ def test_a_bad_address_is_one_line(tmp_path: Path) -> None:
     res = invoke(args)
     assert_refused(res, "--scheduler tcp://127.0.0.1:notaport: ")
     assert_clean(res, before, [inputs])
+
+
+def test_local_cluster_dashboard_takes_a_free_port() -> None:
+    """Item 11: ``--workers`` on a busy host. ``dashboard_address=None`` still binds 8787, and
+    with 8787 taken distributed warns, which ``filterwarnings = error`` (and the cluster start)
+    turn into a failure. 8787 is held here when it is free (when it is not, someone else holds
+    it: the same test), and the dashboard must be elsewhere."""
+    with contextlib.ExitStack() as stack:
+        hold = stack.enter_context(socket.socket())
+        with contextlib.suppress(OSError):
+            hold.bind(("127.0.0.1", 8787))
+            hold.listen(1)
+        with dist.open_dask(None, 1) as runner:
+            services = runner.client.scheduler_info()["services"]
+            assert runner.workers == 1
+    assert services.get("dashboard") not in (None, 8787), services
