@@ -167,7 +167,8 @@ SchedulerOpt = Annotated[
         "--scheduler",
         metavar="ADDRESS",
         help="Replay one shard per task on this running Dask cluster (e.g. tcp://10.0.0.5:8786; "
-        "needs specreplay[dask]; workers read the archive at the same path).",
+        "needs specreplay[dask]; workers read the archive at the same path). Gives up after "
+        "10 s when no Dask scheduler answers there.",
     ),
 ]
 WorkersOpt = Annotated[

@@ -21,6 +21,11 @@ from specreplay.replay.archive.writer import TraceWriter
 # the input-hash cache of every run in the tests (in-process and CLI subprocesses) stays out of
 # the user's cache folder
 os.environ.setdefault("SPECREPLAY_CACHE_DIR", tempfile.mkdtemp(prefix="specreplay-test-cache-"))
+# hypothesis keeps a cache of constants in ./.hypothesis (with or without an example database):
+# in a temporary folder instead, so two runs at once in one clone share nothing
+os.environ.setdefault(
+    "HYPOTHESIS_STORAGE_DIRECTORY", tempfile.mkdtemp(prefix="specreplay-test-hypothesis-")
+)
 
 
 @pytest.fixture(scope="session")
