@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from specreplay.commands.cliparse import CheckedGroup
-from specreplay.commands.options import check_stratify
+from specreplay.commands.options import SEED_MAX, check_stratify
 from specreplay.commands.options import logging_arm_option as _arm_option
 from specreplay.commands.options import verdict_set as _verdict_set
 from specreplay.commands.progress import progress_bar as _progress
@@ -89,7 +89,7 @@ def _root(
 SeedOpt = Annotated[
     int,
     typer.Option(
-        "--seed", help="Seed of every random draw (recorded in results.json).", min=0, max=2**64 - 1
+        "--seed", help="Seed of every random draw (recorded in results.json).", min=0, max=SEED_MAX
     ),
 ]
 ForceOpt = Annotated[

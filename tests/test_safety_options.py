@@ -225,3 +225,15 @@ def test_usage_errors_are_one_line(tmp_path: Path) -> None:
     assert "Usage: " in res.output and "error:" not in res.output
     res = invoke(["synth", "--help"])
     assert res.exit_code == 0 and "Usage: specreplay synth" in res.stdout, res.output
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64, -(2**64), 2**200, True, 1.5])
+def test_api_seed_has_the_same_range(tmp_path: Path, seed: Any) -> None:
+    """The Python API checks the seed against the CLI's range (it was an OverflowError at
+    2^64, deep in the kernels)."""
+    from specreplay import api
+    from specreplay.errors import SpecReplayError
+
+    with pytest.raises(SpecReplayError, match=r"^seed=.*: should be an integer from 0 to 2\^64-1$"):
+        api.synth(tmp_path / "a", requests=2, rounds=2, seed=seed)
+    assert not (tmp_path / "a").exists()
