@@ -87,6 +87,7 @@ from specreplay.commands.options import (
     FAIL_ON_REQUALIFY,
     at_least,
     between,
+    check_seed,
     check_stratify,
     logging_arm_option,
     verdict_set,
@@ -174,7 +175,7 @@ def _bootstrap(*, n_boot: int, stratify: str, level: float, min_requests: int, s
     check_stratify(stratify)
     between("level", level, 0.5, 0.999)
     at_least("min_requests", min_requests, 2)
-    at_least("seed", seed, 0)
+    check_seed(seed)
 
 
 def _globs(ignore: str | Sequence[str]) -> tuple[str, ...]:
@@ -210,7 +211,7 @@ def synth(
     for name, value in (("requests", requests), ("rounds", rounds),
                         ("shard_requests", shard_requests)):  # fmt: skip
         at_least(name, value, 1)
-    at_least("seed", seed, 0)
+    check_seed(seed)
     return synth_archive(Path(out), n_requests=requests, rounds=rounds,
                          shard_requests=shard_requests, seed=seed, force=force,
                          progress=_bar(progress), form=format,
@@ -511,7 +512,7 @@ def lawtest(
     """
     at_least("positions", positions, 1)
     at_least("max_draws", max_draws, 1000)
-    at_least("seed", seed, 0)
+    check_seed(seed)
     path = Path(archive) if archive is not None else None
     inputs = [path] if path is not None else []
     target = _before(out, force, inputs)

@@ -17,7 +17,8 @@ from typing import Annotated, Any
 
 import typer
 
-from specreplay.commands.options import check_stratify
+from specreplay.commands.cliparse import CheckedGroup
+from specreplay.commands.options import SEED_MAX, check_stratify
 from specreplay.commands.options import logging_arm_option as _arm_option
 from specreplay.commands.options import verdict_set as _verdict_set
 from specreplay.commands.progress import progress_bar as _progress
@@ -26,6 +27,7 @@ from specreplay.errors import SpecReplayError
 __all__ = ["app"]
 
 app = typer.Typer(
+    cls=CheckedGroup,  # numeric options bounded, usage errors one line (commands/cliparse.py)
     name="specreplay",
     help="Statistical replay and bootstrap simulator for speculative decoding.",
     no_args_is_help=True,
@@ -47,6 +49,19 @@ COMPILING: frozenset[str] = frozenset(
     {"synth", "validate", "convert", "demo", "interval", "requalify", "sweep", "lawtest", "warmup"}
 )
 """Commands that run Numba kernels (a cold cache compiles them first)."""
+
+# The largest sizes the options accept. Every numeric option is bounded and checked at parse
+# time (commands/cliparse.py: an option with no max= stops at int64 or ±2^53); these sizes are
+# lower because a larger one would not fail but run for days or exhaust memory (--replicates
+# 2^63-1 spun in a kernel that no signal interrupts), or start that many processes.
+MAX_REQUESTS = 10**8
+MAX_ROUNDS = 10**6
+MAX_REPLICATES = 2**16
+MAX_N_BOOT = 10**7
+MAX_WORKERS = 256
+MAX_DEPTH = 1024
+MAX_POSITIONS = 10**6
+MAX_DRAWS = 10**12
 
 
 @app.callback()
@@ -73,7 +88,9 @@ def _root(
 
 SeedOpt = Annotated[
     int,
-    typer.Option("--seed", help="Seed of every random draw (recorded in results.json).", min=0),
+    typer.Option(
+        "--seed", help="Seed of every random draw (recorded in results.json).", min=0, max=SEED_MAX
+    ),
 ]
 ForceOpt = Annotated[
     bool,
@@ -107,7 +124,9 @@ MarginOpt = Annotated[
         help="Equivalence margin: relative to R_a with % (0.5%) or tokens/round (0.02).",
     ),
 ]
-NBootOpt = Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples.", min=100)]
+NBootOpt = Annotated[
+    int, typer.Option("--n-boot", help="Bootstrap resamples.", min=100, max=MAX_N_BOOT)
+]
 StratifyOpt = Annotated[str, typer.Option("--stratify", help="Resampling strata: family or none.")]
 LevelOpt = Annotated[
     float, typer.Option("--level", help="Confidence level of the intervals.", min=0.5, max=0.999)
@@ -164,7 +183,8 @@ SchedulerOpt = Annotated[
         "--scheduler",
         metavar="ADDRESS",
         help="Replay one shard per task on this running Dask cluster (e.g. tcp://10.0.0.5:8786; "
-        "needs specreplay[dask]; workers read the archive at the same path).",
+        "needs specreplay[dask]; workers read the archive at the same path). Gives up after "
+        "10 s when no Dask scheduler answers there.",
     ),
 ]
 WorkersOpt = Annotated[
@@ -174,6 +194,7 @@ WorkersOpt = Annotated[
         help="Replay one shard per task on a local Dask cluster of N worker processes "
         "(needs specreplay[dask]).",
         min=1,
+        max=MAX_WORKERS,
     ),
 ]
 CacheOpt = Annotated[
@@ -328,10 +349,15 @@ def synth(
     out: Annotated[
         Path, typer.Argument(metavar="OUT", help="Folder to write the archive shards into.")
     ],
-    requests: Annotated[int, typer.Option("--requests", help="Number of requests.", min=1)] = 2000,
-    rounds: Annotated[int, typer.Option("--rounds", help="Rounds per request.", min=1)] = 64,
+    requests: Annotated[
+        int, typer.Option("--requests", help="Number of requests.", min=1, max=MAX_REQUESTS)
+    ] = 2000,
+    rounds: Annotated[
+        int, typer.Option("--rounds", help="Rounds per request.", min=1, max=MAX_ROUNDS)
+    ] = 64,
     shard_requests: Annotated[
-        int, typer.Option("--shard-requests", help="Requests per shard.", min=1)
+        int,
+        typer.Option("--shard-requests", help="Requests per shard.", min=1, max=MAX_REQUESTS),
     ] = 250,
     form: Annotated[
         str | None,
@@ -453,7 +479,10 @@ def validate(
 def demo(
     out: OutOpt = Path("specreplay-out/demo"),
     requests: Annotated[
-        int, typer.Option("--requests", help="Requests in the built-in archive.", min=1)
+        int,
+        typer.Option(
+            "--requests", help="Requests in the built-in archive.", min=1, max=MAX_REQUESTS
+        ),
     ] = 2000,
     estimator: EstimatorOpt = "auto",
     n_boot: NBootOpt = 10_000,
@@ -520,7 +549,12 @@ def interval(
     choice: Annotated[int, typer.Option("--choice", help="Spec-Bench choices[] index.", min=0)] = 0,
     drafted: Annotated[
         int | None,
-        typer.Option("--drafted", help="Depth drafted per round, when the input does not say."),
+        typer.Option(
+            "--drafted",
+            help="Depth drafted per round, when the input does not say.",
+            min=1,
+            max=MAX_DEPTH,
+        ),
     ] = None,
     name_a: Annotated[str | None, typer.Option("--name-a", help="Label of arm A.")] = None,
     name_b: Annotated[str | None, typer.Option("--name-b", help="Label of arm B.")] = None,
@@ -615,7 +649,10 @@ def requalify(
     ] = None,
     estimator: EstimatorOpt = "auto",
     replicates: Annotated[
-        int, typer.Option("--replicates", help="Monte Carlo replicates per round.", min=2)
+        int,
+        typer.Option(
+            "--replicates", help="Monte Carlo replicates per round.", min=2, max=MAX_REPLICATES
+        ),
     ] = 16,
     margin: MarginOpt = "0.5%",
     fail_on: Annotated[
@@ -711,7 +748,10 @@ def sweep(
     margin: MarginOpt = "0.5%",
     estimator: EstimatorOpt = "auto",
     replicates: Annotated[
-        int, typer.Option("--replicates", help="Monte Carlo replicates per round.", min=2)
+        int,
+        typer.Option(
+            "--replicates", help="Monte Carlo replicates per round.", min=2, max=MAX_REPLICATES
+        ),
     ] = 16,
     cost: Annotated[
         str | None,
@@ -722,7 +762,10 @@ def sweep(
         ),
     ] = None,
     n_boot: Annotated[
-        int, typer.Option("--n-boot", help="Bootstrap resamples (per depth and arm).", min=100)
+        int,
+        typer.Option(
+            "--n-boot", help="Bootstrap resamples (per depth and arm).", min=100, max=MAX_N_BOOT
+        ),
     ] = 2000,
     stratify: StratifyOpt = "family",
     level: LevelOpt = 0.95,
@@ -805,7 +848,10 @@ def lawtest(
         ),
     ] = None,
     positions: Annotated[
-        int, typer.Option("--positions", help="Archive positions tested per arm.", min=1)
+        int,
+        typer.Option(
+            "--positions", help="Archive positions tested per arm.", min=1, max=MAX_POSITIONS
+        ),
     ] = 8,
     family_alpha: Annotated[
         float,
@@ -818,6 +864,7 @@ def lawtest(
             help="Cap on Monte Carlo draws per test (power below 0.99 "
             "is then reported as underpowered).",
             min=1000,
+            max=MAX_DRAWS,
         ),
     ] = None,
     fail_on_fail: Annotated[

@@ -94,7 +94,7 @@ def client(archive: Path) -> Iterator[Any]:
     from specreplay import numba_cache_dir
 
     cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
         env={"NUMBA_NUM_THREADS": "1", "NUMBA_CACHE_DIR": numba_cache_dir()},
     )  # fmt: skip
     with distributed.Client(cluster) as c:
