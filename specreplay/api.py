@@ -105,6 +105,7 @@ from specreplay.results.model import Result
 from specreplay.results.output import check_out
 from specreplay.results.render import write_run
 from specreplay.results.requalification import RequalifyOptions
+from specreplay.results.shortrounds import parse_short_rounds
 from specreplay.results.sweep import SweepOptions, parse_depths
 from specreplay.stats.buckets import DEFAULT_BUCKETS
 
@@ -291,6 +292,7 @@ def requalify(
     scheduler: str | None = None,
     workers: int | None = None,
     cache: PathLike | None = None,
+    short_rounds: str = "null",
 ) -> Result:
     """Replay an archive under baseline and candidate arms and requalify the change.
 
@@ -299,6 +301,8 @@ def requalify(
     arm (SIMULATED), the deltas by :class:`~specreplay.results.model.Role`, survival and the
     law tests. ``families``: comma-separated or a sequence. ``scheduler``, ``workers``,
     ``cache``: as ``--scheduler``, ``--workers``, ``--cache`` (:func:`_backend`).
+    ``short_rounds``: ``null`` or ``exclude``, as ``--short-rounds``
+    (:mod:`specreplay.results.shortrounds`).
     """
     a = Path(archive)
     at_least("replicates", replicates, 2)
@@ -312,6 +316,7 @@ def requalify(
         sample_requests=sample_requests, n_boot=n_boot, seed=seed, stratify=stratify,
         level=level, min_requests=min_requests, buckets=buckets or DEFAULT_BUCKETS,
         logging_arm=logging_arm_option(logging_arm), by=by, hash_ids=hash_ids,
+        short_rounds=parse_short_rounds(short_rounds),
     )  # fmt: skip
     backend = _backend(scheduler, workers, cache)
     target = _before(out, force, [a])
@@ -344,6 +349,7 @@ def sweep(
     scheduler: str | None = None,
     workers: int | None = None,
     cache: PathLike | None = None,
+    short_rounds: str = "null",
 ) -> Result:
     """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
 
@@ -351,7 +357,7 @@ def sweep(
     sequence; brace lists expand), ``depths`` ``"1..8"``, ``"1,2,4"`` or a sequence of ints.
     Each cell's ``depths`` hold R per arm and depth (``to_polars("depths")``); round traces give
     the survival truncation proxy. ``scheduler``, ``workers``, ``cache``: as ``--scheduler``,
-    ``--workers``, ``--cache`` (:func:`_backend`).
+    ``--workers``, ``--cache`` (:func:`_backend`). ``short_rounds``: as ``--short-rounds``.
     """
     a = Path(archive)
     at_least("replicates", replicates, 2)
@@ -362,7 +368,7 @@ def sweep(
         baseline=baseline, margin=margin, estimator=estimator, replicates=replicates, cost=cost,
         n_boot=n_boot, seed=seed, stratify=stratify, level=level, min_requests=min_requests,
         buckets=buckets or DEFAULT_BUCKETS, logging_arm=logging_arm_option(logging_arm),
-        by=by, hash_ids=hash_ids,
+        by=by, hash_ids=hash_ids, short_rounds=parse_short_rounds(short_rounds),
     )  # fmt: skip
     backend = _backend(scheduler, workers, cache)
     target = _before(out, force, [a])

@@ -115,6 +115,15 @@ LoggingArmOpt = Annotated[
     typer.Option("--logging-arm", help="Arm that drafted the archive, if it has no column."),
 ]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
+ShortRoundsOpt = Annotated[
+    str,
+    typer.Option(
+        "--short-rounds",
+        help="A round recording fewer positions than an arm's depth: null (default; the cells "
+        "holding it are null, with the count and the first such round) or exclude (left out "
+        "of every sum, for every arm, counted per cell under excluded).",
+    ),
+]
 HashIdsOpt = Annotated[
     bool,
     typer.Option(
@@ -579,6 +588,7 @@ def requalify(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     cache: CacheOpt = None,
+    short_rounds: ShortRoundsOpt = "null",
 ) -> None:
     """Replay an archive under baseline and candidate arms and requalify the change.
 
@@ -590,6 +600,7 @@ def requalify(
     with _user_errors():
         from specreplay.commands.requalify import run_requalify
         from specreplay.results.requalification import RequalifyOptions
+        from specreplay.results.shortrounds import parse_short_rounds
 
         opts = RequalifyOptions(
             baseline=baseline, candidate=candidate, reference=reference, estimator=estimator,
@@ -598,6 +609,7 @@ def requalify(
             families=frozenset(f.strip() for f in families.split(",")) if families else None,
             sample_requests=sample_requests, seed=seed, buckets=buckets or _default_buckets(),
             logging_arm=_arm_option(logging_arm), by=by, hash_ids=hash_ids,
+            short_rounds=parse_short_rounds(short_rounds),
             **_bootstrap_options(margin, n_boot, stratify, level, min_requests),
         )  # fmt: skip
         text, code, result = run_requalify(
@@ -667,6 +679,7 @@ def sweep(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     cache: CacheOpt = None,
+    short_rounds: ShortRoundsOpt = "null",
 ) -> None:
     """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
 
@@ -676,6 +689,7 @@ def sweep(
     """
     with _user_errors():
         from specreplay.commands.sweep import run_sweep
+        from specreplay.results.shortrounds import parse_short_rounds
         from specreplay.results.sweep import SweepOptions, parse_depths
 
         _bootstrap_options(margin, n_boot, stratify, level, min_requests)  # checks stratify
@@ -684,6 +698,7 @@ def sweep(
             estimator=estimator, replicates=replicates, cost=cost, n_boot=n_boot, seed=seed,
             stratify=stratify, level=level, min_requests=min_requests, by=by, hash_ids=hash_ids,
             buckets=buckets or _default_buckets(), logging_arm=_arm_option(logging_arm),
+            short_rounds=parse_short_rounds(short_rounds),
         )  # fmt: skip
         text, result = run_sweep(
             archive, opts, out=out, force=force,
