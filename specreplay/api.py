@@ -105,9 +105,9 @@ from specreplay.results.model import Result
 from specreplay.results.output import check_out
 from specreplay.results.render import write_run
 from specreplay.results.requalification import RequalifyOptions
-from specreplay.results.shortrounds import parse_short_rounds
 from specreplay.results.sweep import SweepOptions, parse_depths
 from specreplay.stats.buckets import DEFAULT_BUCKETS
+from specreplay.stats.support import parse_short_rounds
 
 __all__ = [
     "ConvertedArchive",

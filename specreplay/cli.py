@@ -22,6 +22,7 @@ from specreplay.commands.options import logging_arm_option as _arm_option
 from specreplay.commands.options import verdict_set as _verdict_set
 from specreplay.commands.progress import progress_bar as _progress
 from specreplay.errors import SpecReplayError
+from specreplay.stats.support import parse_short_rounds
 
 __all__ = ["app"]
 
@@ -115,6 +116,9 @@ LoggingArmOpt = Annotated[
     typer.Option("--logging-arm", help="Arm that drafted the archive, if it has no column."),
 ]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
+ReplicatesOpt = Annotated[
+    int, typer.Option("--replicates", help="Monte Carlo replicates per round.", min=2)
+]
 ShortRoundsOpt = Annotated[
     str,
     typer.Option(
@@ -554,9 +558,7 @@ def requalify(
         typer.Option("--reference", help="Arm the gain is measured against, e.g. greedy@5."),
     ] = None,
     estimator: EstimatorOpt = "auto",
-    replicates: Annotated[
-        int, typer.Option("--replicates", help="Monte Carlo replicates per round.", min=2)
-    ] = 16,
+    replicates: ReplicatesOpt = 16,
     margin: MarginOpt = "0.5%",
     fail_on: Annotated[
         str,
@@ -600,7 +602,6 @@ def requalify(
     with _user_errors():
         from specreplay.commands.requalify import run_requalify
         from specreplay.results.requalification import RequalifyOptions
-        from specreplay.results.shortrounds import parse_short_rounds
 
         opts = RequalifyOptions(
             baseline=baseline, candidate=candidate, reference=reference, estimator=estimator,
@@ -651,9 +652,7 @@ def sweep(
     ] = None,
     margin: MarginOpt = "0.5%",
     estimator: EstimatorOpt = "auto",
-    replicates: Annotated[
-        int, typer.Option("--replicates", help="Monte Carlo replicates per round.", min=2)
-    ] = 16,
+    replicates: ReplicatesOpt = 16,
     cost: Annotated[
         str | None,
         typer.Option(
@@ -689,7 +688,6 @@ def sweep(
     """
     with _user_errors():
         from specreplay.commands.sweep import run_sweep
-        from specreplay.results.shortrounds import parse_short_rounds
         from specreplay.results.sweep import SweepOptions, parse_depths
 
         _bootstrap_options(margin, n_boot, stratify, level, min_requests)  # checks stratify

@@ -40,7 +40,6 @@ from specreplay.results.model import (
     Survival,
 )
 from specreplay.results.shortrounds import (
-    ShortRounds,
     short_rounds_assumptions,
     short_rounds_excluded,
     with_excluded_rounds,
@@ -51,6 +50,7 @@ from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.cells import Cell as CellSpec
 from specreplay.stats.compare import Comparison, compare, parse_margin
 from specreplay.stats.pairing import pair_arms
+from specreplay.stats.support import ShortRounds
 
 __all__ = [
     "ASSUMPTIONS",

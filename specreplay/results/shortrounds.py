@@ -27,16 +27,15 @@ new tokens, end of text), so the choice matters.
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from specreplay.errors import SpecReplayError
 from specreplay.replay.engine import ReplayResult
 from specreplay.results.model import Cell
 from specreplay.sim.arms import Arm
+from specreplay.stats.support import ShortRounds, parse_short_rounds
 
 __all__ = [
     "ShortRounds",
@@ -46,29 +45,6 @@ __all__ = [
     "short_rounds_excluded",
     "with_excluded_rounds",
 ]
-
-
-class ShortRounds(enum.StrEnum):
-    """What a round recording fewer positions than an arm's depth does (module docstring)."""
-
-    NULL = "null"
-    EXCLUDE = "exclude"
-
-
-def parse_short_rounds(text: str | ShortRounds) -> ShortRounds:
-    """Parse ``--short-rounds`` (``null`` or ``exclude``, any case).
-
-    Examples
-    --------
-    >>> parse_short_rounds("Exclude")
-    <ShortRounds.EXCLUDE: 'exclude'>
-    """
-    if isinstance(text, ShortRounds):
-        return text
-    try:
-        return ShortRounds(str(text).strip().lower())
-    except ValueError:
-        raise SpecReplayError(f"--short-rounds: {text!r} should be null or exclude") from None
 
 
 def exclude_below(mode: ShortRounds, arms: Iterable[Arm]) -> int:

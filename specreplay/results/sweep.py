@@ -39,7 +39,6 @@ from specreplay.results.document import excluded_entries, input_files, new_resul
 from specreplay.results.model import Cell, DepthFigure, Label, Result, Role
 from specreplay.results.requalification import Comparand, estimator_used, merge_comparisons
 from specreplay.results.shortrounds import (
-    ShortRounds,
     short_rounds_assumptions,
     short_rounds_excluded,
     with_excluded_rounds,
@@ -49,6 +48,7 @@ from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.compare import Comparison, compare, parse_margin
 from specreplay.stats.pairing import pair_arms
+from specreplay.stats.support import ShortRounds
 
 __all__ = [
     "CostModel",
