@@ -17,6 +17,12 @@ whole requests are distributed over files.
 Hashing the input files for results.json ``inputs`` (SHA-256) is a separate read made by the
 report (:mod:`specreplay.results.output`), not by the replay; it is kept as is.
 
+Short rounds (SPEC §2.1): a round recording fewer positions than a depth is counted in ``n`` but
+not summed at that depth (``ArmSums.short``, with the place of the first such round in
+``ArmSums.short_at``); :meth:`ReplayResult.short_reason` says why a cell holding one is null at that
+depth, naming the file and row, and :meth:`ReplayResult.depth_problem` refuses only a depth that no
+round records. ``exclude_below`` (``--short-rounds exclude``) leaves such rounds out of the pass.
+
 Filters (``--families``, ``--sample-requests``) are applied after the pass
 (:meth:`ReplayResult.select`): sums are per request, so selecting a request's sums afterwards
 gives the figures of a pass over that request alone.
