@@ -1398,9 +1398,14 @@ option_case(
 option_case(
     "cache-not-a-folder",
     "Dask",
-    lambda tmp: [*requalify(good_archive(tmp)), "--cache", str(good_archive(tmp))],
+    # a regular file that is not an input (the input itself is refused first: "is the input")
+    lambda tmp: [
+        *requalify(good_archive(tmp)),
+        "--cache",
+        str(write_jsonl(tmp / "cache.jsonl", valid_rows())),
+    ],
     "--cache ",
-    "trace.jsonl: not a folder",
+    "cache.jsonl: not a folder",
 )
 
 

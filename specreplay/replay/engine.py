@@ -42,8 +42,14 @@ from numpy.typing import NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.replay.accumulate import NO_ROUND, ArmSums
 from specreplay.replay.archive.batch import at_parts
+from specreplay.replay.archive.filehash import watch
 from specreplay.replay.archive.reader import ArchiveReader, FileInfo
-from specreplay.replay.archive.sources import ArchiveFile, format_location, list_archive
+from specreplay.replay.archive.sources import (
+    ArchiveFile,
+    IgnoredEntry,
+    archive_listing,
+    format_location,
+)
 from specreplay.replay.distributed import Runner
 from specreplay.replay.estimators import get_estimator
 from specreplay.replay.lawsample import LawSample
@@ -134,6 +140,8 @@ class ReplayResult:
     exclude_below : int
         ``--short-rounds exclude``: rounds recording fewer positions than this were left out
         of every sum (counted in ``ArmSums.excluded``); 0: every round kept.
+    ignored : tuple of IgnoredEntry
+        Entries of the archive's folder skipped by ``--ignore`` (they count nowhere).
     """
 
     arms: list[Arm]
@@ -169,6 +177,7 @@ class ReplayResult:
     unread: tuple[str, ...] = ()
     sources: tuple[ArchiveFile, ...] = ()
     exclude_below: int = 0
+    ignored: tuple[IgnoredEntry, ...] = ()
 
     def swapped(self) -> ReplayResult:
         """Return this pass with its companion as the run's estimator and its own as companion.
@@ -424,6 +433,8 @@ class OpenArchive:
         Read only these columns (:func:`~specreplay.replay.shard.needed_columns` of the passes to
         come); the others are neither decoded nor validated (``ReplayResult.unread``). None:
         every column.
+    ignore : sequence of str
+        ``--ignore`` globs: entries of a folder archive to skip (``ReplayResult.ignored``).
     """
 
     def __init__(
@@ -435,6 +446,7 @@ class OpenArchive:
         batch_rows: int = 262_144,
         group: tuple[str, ...] = ("family",),
         columns: frozenset[str] | None = None,
+        ignore: Sequence[str] = (),
     ) -> None:
         self.path = Path(path)
         self.columns = columns
@@ -442,7 +454,11 @@ class OpenArchive:
         self.logging_arm_option = logging_arm
         self.batch_rows = batch_rows
         self.group = group
-        self.sources = list_archive(self.path)
+        listing = archive_listing(self.path, ignore)
+        self.sources = list(listing.files)
+        self.ignored = listing.ignored
+        for f in self.sources:  # before any read, here or on a Dask worker
+            watch(f.path)
         self._reader: ArchiveReader | None = ArchiveReader(
             self.sources[0].path, buckets=self.buckets, batch_rows=batch_rows,
             logging_arm=logging_arm, shard=True, group=group, columns=columns,
@@ -501,7 +517,7 @@ class OpenArchive:
                 f"{self.path}: the archive holds no row ({n} file{'s' if n != 1 else ''} read); "
                 "there is nothing to replay"
             )
-        return _result(merged, list(arms), opts, reps, self.buckets)
+        return replace(_result(merged, list(arms), opts, reps, self.buckets), ignored=self.ignored)
 
 
 def _chain(head: Any, rest: Iterator[Any]) -> Iterator[Any]:
@@ -568,6 +584,7 @@ def replay_archive(
     companion: str | None = None,
     runner: Runner | None = None,
     exclude_below: int = 0,
+    ignore: Sequence[str] = (),
 ) -> ReplayResult:
     """Replay ``arms`` over the archive at ``path`` in one streaming pass.
 
@@ -609,9 +626,13 @@ def replay_archive(
     exclude_below : int
         ``--short-rounds exclude``: leave out of every sum the rounds recording fewer positions
         (:class:`~specreplay.replay.shard.ReplayOptions`); 0: keep every round.
+    ignore : sequence of str
+        ``--ignore`` globs: entries of a folder archive to skip (``ReplayResult.ignored``).
     """
     get_estimator(estimator).replicates_used(replicates)  # bad options fail before any read
-    opened = OpenArchive(path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows)
+    opened = OpenArchive(
+        path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows, ignore=ignore
+    )
     res = opened.replay(
         arms, estimator=estimator, replicates=replicates, seed=seed, max_depth=max_depth,
         law_positions=law_positions, progress=progress, companion=companion, runner=runner,

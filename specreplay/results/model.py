@@ -51,6 +51,7 @@ __all__ = [
     "Excluded",
     "ImportanceDiagnostic",
     "InputFile",
+    "InputIgnored",
     "Label",
     "LawTest",
     "Level",
@@ -106,6 +107,14 @@ class InputFile:
     sha256: str
     bytes: int
     rows: int | None
+
+
+@dataclass(frozen=True)
+class InputIgnored:
+    """An entry of an input folder that ``--ignore GLOB`` skipped: its path and the glob."""
+
+    path: str
+    glob: str
 
 
 @dataclass(frozen=True)
@@ -476,6 +485,7 @@ class Result:
     outputs: tuple[InputFile, ...] | None = None
     sensitivity: tuple[Sensitivity, ...] | None = None
     columns_not_read: tuple[str, ...] | None = None
+    inputs_ignored: tuple[InputIgnored, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

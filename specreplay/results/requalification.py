@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.replay.engine import ReplayResult
 from specreplay.results.builders import cells_of, law_tests_of
-from specreplay.results.document import excluded_entries, input_files, new_result
+from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
 from specreplay.results.importance import importance_diagnostics
 from specreplay.results.model import (
     ArmFigure,
@@ -398,8 +398,9 @@ class RequalifyOptions:
     select requests after the one pass (the rest is counted under ``excluded``);
     ``law_positions`` archive positions law-tested per arm; ``by`` a carried column giving
     extra cells (:mod:`specreplay.results.grouping`); ``hash_ids`` request ids hashed in every
-    output (:mod:`specreplay.results.privacy`); ``short_rounds`` what a round recording fewer
-    positions than an arm's depth does (:mod:`specreplay.results.shortrounds`).
+    output (:mod:`specreplay.results.privacy`); ``ignore`` globs of folder entries to skip
+    (``--ignore``, :mod:`specreplay.replay.archive.sources`); ``short_rounds`` what a round
+    recording fewer positions than an arm's depth does (:mod:`specreplay.results.shortrounds`).
     """
 
     baseline: str
@@ -418,6 +419,7 @@ class RequalifyOptions:
     min_requests: int = 10
     buckets: str = DEFAULT_BUCKETS
     logging_arm: str | None = None
+    ignore: tuple[str, ...] = ()
     law_positions: int = 8
     by: str | None = None
     hash_ids: bool = False
@@ -560,4 +562,5 @@ def requalify_result(
         logging_arm=arms.log.canonical if arms.log else None,
         path_bias=cells[0].delta(Role.PATH_BIAS),
         columns_not_read=res.unread or None,
+        inputs_ignored=ignored_inputs((e.path, e.glob) for e in res.ignored),
     )

@@ -35,7 +35,7 @@ import numpy as np
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.engine import ReplayResult
-from specreplay.results.document import excluded_entries, input_files, new_result
+from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
 from specreplay.results.model import Cell, DepthFigure, Label, Result, Role
 from specreplay.results.requalification import Comparand, estimator_used, merge_comparisons
 from specreplay.results.shortrounds import (
@@ -163,7 +163,7 @@ class CostModel:
 
 @dataclass(frozen=True)
 class SweepOptions:
-    """Every option of a sweep (``specreplay sweep``)."""
+    """Every option of a sweep (``specreplay sweep``); ``ignore``: ``--ignore`` globs."""
 
     arms: tuple[str, ...]
     depths: tuple[int, ...] = tuple(range(1, 9))
@@ -179,6 +179,7 @@ class SweepOptions:
     min_requests: int = 10
     buckets: str = DEFAULT_BUCKETS
     logging_arm: str | None = None
+    ignore: tuple[str, ...] = ()
     by: str | None = None
     hash_ids: bool = False
     short_rounds: ShortRounds = ShortRounds.NULL
@@ -344,6 +345,7 @@ def sweep_result(
         excluded=excluded_entries([*res.excluded, *short_rounds_excluded(res)]),
         arms=[a.canonical for a in arms], cells=cells,
         columns_not_read=res.unread or None, extra=extra,
+        inputs_ignored=ignored_inputs((e.path, e.glob) for e in res.ignored),
     )  # fmt: skip
 
 
@@ -441,4 +443,5 @@ def proxy_result(
                  "estimator_used": "survival-proxy",
                  "estimator_reason": "round traces: the survival truncation proxy"},
         assumptions=[PROXY, *ref.notes], arms=[name], cells=cells,
+        inputs_ignored=ignored_inputs(ref.ignored),
     )  # fmt: skip

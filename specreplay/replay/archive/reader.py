@@ -24,7 +24,7 @@ change is, naming the grouping. Nulls are the value :data:`NULL_VALUE`.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -38,11 +38,12 @@ from specreplay.replay.archive.batch import AT_FILE_SHIFT, RoundBatch
 from specreplay.replay.archive.schema import LIST_COLUMNS, OPTIONAL, REQUIRED, SCHEMA_V1
 from specreplay.replay.archive.sources import (
     ArchiveFile,
+    IgnoredEntry,
     Issue,
     RawChunk,
+    archive_listing,
     file_columns,
     format_location,
-    list_archive,
     read_chunks,
 )
 from specreplay.sim.arms import parse_arm
@@ -159,6 +160,8 @@ class ArchiveReader:
         Read one shard of a larger archive: a request's first round in this reader may continue
         a round of an earlier file (start past position 1); instead of an error it is recorded
         in ``continued`` for the merge of shards to judge (SPEC §2.1 cross-file rules).
+    ignore : sequence of str
+        ``--ignore`` globs: entries of a folder archive to skip (listed in ``ignored``).
 
     Attributes
     ----------
@@ -176,6 +179,8 @@ class ArchiveReader:
         Files read so far with their row counts.
     columns : frozenset of str
         Optional schema columns present in the archive.
+    ignored : tuple of IgnoredEntry
+        The folder's entries ``ignore`` skipped.
     """
 
     def __init__(
@@ -190,6 +195,7 @@ class ArchiveReader:
         shard: bool = False,
         group: tuple[str, ...] = ("family",),
         columns: Collection[str] | None = None,
+        ignore: Sequence[str] = (),
     ) -> None:
         self.path = Path(path)
         self.group = group
@@ -204,7 +210,9 @@ class ArchiveReader:
         self.continued: list[tuple[int, int, int, int, int]] = []
         """(request code, round, position, file index, row/line) of rounds starting past 1."""
         self._first_at: dict[int, tuple[int, int]] = {}
-        self.archive_files: list[ArchiveFile] = list_archive(self.path)
+        listing = archive_listing(self.path, ignore)
+        self.archive_files: list[ArchiveFile] = list(listing.files)
+        self.ignored: tuple[IgnoredEntry, ...] = listing.ignored
         self.requests: list[str] = []
         self.request_keys: list[np.uint64] = []
         self.request_family: list[int] = []
