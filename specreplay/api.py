@@ -111,6 +111,7 @@ from specreplay.results.render import write_run
 from specreplay.results.requalification import RequalifyOptions
 from specreplay.results.sweep import SweepOptions, parse_depths
 from specreplay.stats.buckets import DEFAULT_BUCKETS
+from specreplay.stats.support import parse_short_rounds
 
 __all__ = [
     "ConvertedArchive",
@@ -308,6 +309,7 @@ def requalify(
     scheduler: str | None = None,
     workers: int | None = None,
     cache: PathLike | None = None,
+    short_rounds: str = "null",
     ignore: str | Sequence[str] = (),
 ) -> Result:
     """Replay an archive under baseline and candidate arms and requalify the change.
@@ -317,7 +319,8 @@ def requalify(
     arm (SIMULATED), the deltas by :class:`~specreplay.results.model.Role`, survival and the
     law tests. ``families``: comma-separated or a sequence. ``scheduler``, ``workers``,
     ``cache``: as ``--scheduler``, ``--workers``, ``--cache`` (:func:`_backend`). ``ignore``:
-    as ``--ignore`` (``result.inputs_ignored`` lists what was skipped).
+    as ``--ignore`` (``result.inputs_ignored`` lists what was skipped). ``short_rounds``:
+    ``null`` or ``exclude``, as ``--short-rounds`` (:mod:`specreplay.results.shortrounds`).
     """
     a = Path(archive)
     at_least("replicates", replicates, 2)
@@ -331,6 +334,7 @@ def requalify(
         sample_requests=sample_requests, n_boot=n_boot, seed=seed, stratify=stratify,
         level=level, min_requests=min_requests, buckets=buckets or DEFAULT_BUCKETS,
         logging_arm=logging_arm_option(logging_arm), by=by, hash_ids=hash_ids,
+        short_rounds=parse_short_rounds(short_rounds),
         ignore=_globs(ignore),
     )  # fmt: skip
     backend = _backend(scheduler, workers, cache)
@@ -364,6 +368,7 @@ def sweep(
     scheduler: str | None = None,
     workers: int | None = None,
     cache: PathLike | None = None,
+    short_rounds: str = "null",
     ignore: str | Sequence[str] = (),
 ) -> Result:
     """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
@@ -373,6 +378,7 @@ def sweep(
     Each cell's ``depths`` hold R per arm and depth (``to_polars("depths")``); round traces give
     the survival truncation proxy. ``scheduler``, ``workers``, ``cache``: as ``--scheduler``,
     ``--workers``, ``--cache`` (:func:`_backend`). ``ignore``: as ``--ignore``.
+    ``short_rounds``: as ``--short-rounds``.
     """
     a = Path(archive)
     at_least("replicates", replicates, 2)
@@ -384,6 +390,7 @@ def sweep(
         n_boot=n_boot, seed=seed, stratify=stratify, level=level, min_requests=min_requests,
         buckets=buckets or DEFAULT_BUCKETS, logging_arm=logging_arm_option(logging_arm),
         by=by, hash_ids=hash_ids, ignore=_globs(ignore),
+        short_rounds=parse_short_rounds(short_rounds),
     )  # fmt: skip
     backend = _backend(scheduler, workers, cache)
     target = _before(out, force, [a])

@@ -23,6 +23,7 @@ from specreplay.commands.options import logging_arm_option as _arm_option
 from specreplay.commands.options import verdict_set as _verdict_set
 from specreplay.commands.progress import progress_bar as _progress
 from specreplay.errors import SpecReplayError
+from specreplay.stats.support import parse_short_rounds
 
 __all__ = ["app"]
 
@@ -139,6 +140,29 @@ LoggingArmOpt = Annotated[
     typer.Option("--logging-arm", help="Arm that drafted the archive, if it has no column."),
 ]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
+CostOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cost",
+        help="ms per round: linear:T0:C, or a TOML file with "
+        "ms_per_round = {1 = 2.1, …}; gives tokens/s, best depth, P(best).",
+    ),
+]
+ReplicatesOpt = Annotated[
+    int,
+    typer.Option(
+        "--replicates", help="Monte Carlo replicates per round.", min=2, max=MAX_REPLICATES
+    ),
+]
+ShortRoundsOpt = Annotated[
+    str,
+    typer.Option(
+        "--short-rounds",
+        help="A round recording fewer positions than an arm's depth: null (default; the cells "
+        "holding it are null, with the count and the first such round) or exclude (left out "
+        "of every sum, for every arm, counted per cell under excluded).",
+    ),
+]
 IgnoreOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -648,12 +672,7 @@ def requalify(
         typer.Option("--reference", help="Arm the gain is measured against, e.g. greedy@5."),
     ] = None,
     estimator: EstimatorOpt = "auto",
-    replicates: Annotated[
-        int,
-        typer.Option(
-            "--replicates", help="Monte Carlo replicates per round.", min=2, max=MAX_REPLICATES
-        ),
-    ] = 16,
+    replicates: ReplicatesOpt = 16,
     margin: MarginOpt = "0.5%",
     fail_on: Annotated[
         str,
@@ -685,6 +704,7 @@ def requalify(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     cache: CacheOpt = None,
+    short_rounds: ShortRoundsOpt = "null",
     ignore: IgnoreOpt = None,
 ) -> None:
     """Replay an archive under baseline and candidate arms and requalify the change.
@@ -700,7 +720,7 @@ def requalify(
 
         opts = RequalifyOptions(
             baseline=baseline, candidate=candidate, reference=reference, estimator=estimator,
-            replicates=replicates,
+            replicates=replicates, short_rounds=parse_short_rounds(short_rounds),
             fail_on=_verdict_set(fail_on, {"QUALIFIED", "NOT QUALIFIED", "INCONCLUSIVE"}),
             families=frozenset(f.strip() for f in families.split(",")) if families else None,
             sample_requests=sample_requests, seed=seed, buckets=buckets or _default_buckets(),
@@ -747,20 +767,8 @@ def sweep(
     ] = None,
     margin: MarginOpt = "0.5%",
     estimator: EstimatorOpt = "auto",
-    replicates: Annotated[
-        int,
-        typer.Option(
-            "--replicates", help="Monte Carlo replicates per round.", min=2, max=MAX_REPLICATES
-        ),
-    ] = 16,
-    cost: Annotated[
-        str | None,
-        typer.Option(
-            "--cost",
-            help="ms per round: linear:T0:C, or a TOML file with "
-            "ms_per_round = {1 = 2.1, …}; gives tokens/s, best depth, P(best).",
-        ),
-    ] = None,
+    replicates: ReplicatesOpt = 16,
+    cost: CostOpt = None,
     n_boot: Annotated[
         int,
         typer.Option(
@@ -781,6 +789,7 @@ def sweep(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     cache: CacheOpt = None,
+    short_rounds: ShortRoundsOpt = "null",
     ignore: IgnoreOpt = None,
 ) -> None:
     """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
@@ -799,6 +808,7 @@ def sweep(
             estimator=estimator, replicates=replicates, cost=cost, n_boot=n_boot, seed=seed,
             stratify=stratify, level=level, min_requests=min_requests, by=by, hash_ids=hash_ids,
             buckets=buckets or _default_buckets(), logging_arm=_arm_option(logging_arm),
+            short_rounds=parse_short_rounds(short_rounds),
             ignore=tuple(ignore or ()),
         )  # fmt: skip
         text, result = run_sweep(

@@ -38,6 +38,7 @@ from specreplay.results.requalification import (
     check_replayable,
     requalify_result,
 )
+from specreplay.results.shortrounds import exclude_below
 from specreplay.results.tables import requalify_tables
 from specreplay.sim.arms import Arm, parse_arm, parse_arm_option
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
@@ -141,10 +142,17 @@ def _replay(
     run: BackendRun,
 ) -> ReplayResult:
     """Replay the arms once and select requests (``--families``, ``--sample-requests``)."""
-    res = opened.replay(list(arms.all.values()), estimator=estimator,
-                        replicates=opts.replicates, seed=opts.seed,
-                        law_positions=opts.law_positions, progress=advance,
-                        companion=companion, runner=run.runner)  # fmt: skip
+    res = opened.replay(
+        list(arms.all.values()),
+        estimator=estimator,
+        replicates=opts.replicates,
+        seed=opts.seed,
+        law_positions=opts.law_positions,
+        progress=advance,
+        companion=companion,
+        runner=run.runner,
+        exclude_below=exclude_below(opts.short_rounds, arms.all.values()),
+    )
     n = opts.sample_requests
     wanted = sample_requests(res.requests, n, opts.seed) if n else None
     if opts.families is not None or wanted is not None:

@@ -25,6 +25,7 @@ from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
 from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.results.render import outputs_line, write_all
+from specreplay.results.shortrounds import exclude_below
 from specreplay.results.sweep import (
     CostModel,
     SweepOptions,
@@ -124,13 +125,14 @@ def _swept_passes(
     """Run the main pass and the ``--by`` passes, shards replayed by ``run``."""
     estimator, companion = auto_passes(opts.estimator)
     depth = max([*opts.depths, *(a.depth for a in prep.replayed)])
+    below = exclude_below(opts.short_rounds, prep.replayed)
     rows = archive_rows(archive, opts.ignore)
     ctx = progress("replaying", rows) if progress else nullcontext(None)
     with ctx as advance:
         res = prep.opened.replay(prep.replayed, estimator=estimator,
                                  replicates=opts.replicates, seed=opts.seed, max_depth=depth,
                                  progress=advance, companion=companion,
-                                 runner=run.runner)  # fmt: skip
+                                 runner=run.runner, exclude_below=below)  # fmt: skip
     if opts.estimator == AUTO:
         res, _ = resolve_auto(res, prep.replayed)
     result = sweep_result(res, prep.arms, opts, archive, prep.baseline)
@@ -141,7 +143,8 @@ def _swept_passes(
             again = OpenArchive(archive, buckets=prep.opened.buckets, logging_arm=opts.logging_arm,
                                 group=group, columns=cols, ignore=opts.ignore)  # fmt: skip
             r = again.replay(prep.replayed, estimator=res.estimator, replicates=opts.replicates,
-                             seed=opts.seed, max_depth=depth, runner=run.runner)  # fmt: skip
+                             seed=opts.seed, max_depth=depth, runner=run.runner,
+                             exclude_below=below)  # fmt: skip
             return sweep_result(r, prep.arms, opts, archive, prep.baseline)
 
         result = with_by_cells(result, opts.by, group_pass)

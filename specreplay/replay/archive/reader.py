@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive import ordercheck, rowcheck
-from specreplay.replay.archive.batch import RoundBatch
+from specreplay.replay.archive.batch import AT_FILE_SHIFT, RoundBatch
 from specreplay.replay.archive.schema import LIST_COLUMNS, OPTIONAL, REQUIRED, SCHEMA_V1
 from specreplay.replay.archive.sources import (
     ArchiveFile,
@@ -87,6 +87,7 @@ class _Rows:
     rnd: NDArray[np.int64]
     ctx: NDArray[np.int64]
     fam: NDArray[np.int64]
+    at: NDArray[np.int64]
     extras: pl.DataFrame
 
     @property
@@ -495,7 +496,8 @@ class ArchiveReader:
         if "logging_arm" in self.columns:
             issues.extend(self._check_logging_arm(file, frame.get_column("logging_arm"), locs))
         extras = frame.select([c for c in frame.columns if c not in SCHEMA_V1])
-        rows = _Rows(lens0, cand, lp, tp, eq, pos, didx, acc, req, rnd, ctx, fam, extras)
+        place = (np.int64(file.index) << np.int64(AT_FILE_SHIFT)) | locs.astype(np.int64)
+        rows = _Rows(lens0, cand, lp, tp, eq, pos, didx, acc, req, rnd, ctx, fam, place, extras)
         return rows, issues
 
     def _check_logging_arm(
@@ -654,6 +656,7 @@ class ArchiveReader:
             round_depth=np.diff(round_offsets).astype(np.int32),
             measured_accepted=measured,
             extras=rows.extras,
+            round_at=rows.at[starts],
         )
 
 
