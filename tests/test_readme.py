@@ -157,3 +157,31 @@ def test_model_name_example_runs(tmp_path: Path) -> None:
     (cell,) = doc["cells"]
     r = 1 + sum(s["value"] for s in cell["survival"])
     assert r == pytest.approx(3.2, rel=1e-12)  # model "a" of test_safety_screen: 1 + 440/200
+
+
+def test_short_rounds_example_runs(requalify_example: tuple[Path, list[Any]]) -> None:
+    """``requalify … --short-rounds exclude`` (issue 9, item 6) on the README's demo archive.
+
+    The synthetic archive records every round at full depth 5, so nothing is excluded and every
+    figure equals the default run's (the README's own requalify example, ``--short-rounds null``).
+    """
+    block = re.search(
+        r"```bash\n\s*(specreplay requalify [^\n]*--short-rounds exclude[^\n]*)", README
+    )
+    assert block is not None
+    folder, _ = requalify_example
+    res = _run_in(folder, block.group(1).strip())
+    assert res.exit_code == 0, res.output
+    out = shlex.split(block.group(1))[-1]
+    doc = json.loads((folder / out / "results.json").read_text())
+    ref = json.loads((folder / "rq-demo" / "results.json").read_text())
+    assert doc["options"]["short_rounds"] == "exclude"
+    assert ref["options"]["short_rounds"] == "null"
+    key = ("level", "family", "bucket")
+    ref_cells = {tuple(c[k] for k in key): c for c in ref["cells"]}
+    for cell in doc["cells"]:
+        assert cell["excluded"] == 0, cell
+        other = ref_cells[tuple(cell[k] for k in key)]
+        for arm in ("top32:t0.7@5", "top32:t0.7:dyadic24@5"):
+            assert cell["arms"][arm]["R"] == other["arms"][arm]["R"], (cell, arm)
+            assert cell["arms"][arm]["n_rounds"] == other["arms"][arm]["n_rounds"]
