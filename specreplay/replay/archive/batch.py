@@ -9,7 +9,7 @@ order. Request, family and bucket are small integer codes into the tables of the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import polars as pl
@@ -57,6 +57,11 @@ class RoundBatch:
         MEASURED A: leading True values of ``accepted``; −1 without that column.
     extras : polars.DataFrame
         Carried-through columns, one row per position row (no columns when there are none).
+    row_file, row_loc : int64, (n_pos,) or (0,)
+        Where each position row was read: the file (index into the reader's archive files)
+        and the row (Parquet, Arrow IPC) or line (JSON Lines) in it, so that a replay meeting
+        a row it cannot use names it (:func:`~specreplay.replay.archive.sources.format_location`);
+        empty for batches built elsewhere than by the reader.
     """
 
     offsets: NDArray[np.int64]
@@ -77,6 +82,8 @@ class RoundBatch:
     round_depth: NDArray[np.int32]
     measured_accepted: NDArray[np.int32]
     extras: pl.DataFrame
+    row_file: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    row_loc: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def n_positions(self) -> int:
