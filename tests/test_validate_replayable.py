@@ -15,13 +15,25 @@ depth) must name the same file and row.
   with ``PATH:line 1: `` (``PATH: row 0 (0-based): `` for Parquet); then ``validate`` must refuse
   the row with that same line. Anything else (another exception, a located error validate does
   not report, a NaN figure) fails.
-- The rules it found, now in the row kernel (:mod:`specreplay.replay.archive.rowcheck`), each
-  have a corpus case through the CLI (``validate`` and ``requalify`` exit 2 naming PATH and row,
-  inputs untouched, nothing left behind) and a unit test of the kernel:
+- The rules it found, now in ``validate`` (every reader runs them), each have a corpus case
+  through the CLI (``validate``, ``requalify`` and ``sweep`` exit 2 naming PATH and row, inputs
+  byte-identical, nothing left behind) and a unit test:
 
-  1. every draft log-probability is −inf (there is no draft law: nothing to draft);
-  2. drafted_id's draft log-probability is −inf (the archived run drafted a token its drafter
-     gave probability 0: no logging law can have drafted it).
+  1. every draft log-probability is −inf: there is no draft law, nothing to draft (row kernel,
+     :data:`~specreplay.replay.archive.rowcheck.NO_DRAFT`; replay stopped with a message naming
+     neither file nor row, and sweep replayed a placeholder law without a word);
+  2. fewer candidates than the logging arm's top-K: its law could only be formed by clamping K
+     (the reader, which knows the logging arm from its column or ``--logging-arm``; requalify
+     stopped with a count and no row);
+  3. drafted_id's draft log-probability is −inf and there is no emitted_q: the logging law, the
+     logging arm's law on draft_logprobs, gives the logged draft probability 0 under every
+     policy, so the importance weight is 0/0 (row kernel,
+     :data:`~specreplay.replay.archive.rowcheck.LP_ZERO`, the twin of the emitted_q rule; the
+     replay went on with a weight of 0, silently). This one is the brief's listed edge rather
+     than a failure of the property, which accepts any finite figure.
+
+  Replay itself (defence in depth) names the file and row of a row without a draft law if one
+  ever reaches it (:func:`specreplay.replay.shard.replay_reader`).
 """
 
 from __future__ import annotations
@@ -348,6 +360,29 @@ def test_rule_every_draft_logprob_minus_inf() -> None:
     )
 
 
+def test_rule_drafted_at_minus_inf_without_emitted_q() -> None:
+    offsets = np.array([0, 2, 4, 6], np.int64)
+    cand = np.array([1, 2, 1, 2, 1, 2], np.int64)
+    lp = np.array([0.0, -np.inf, math.log(0.5), -np.inf, -800.0, -np.inf])
+    tp = np.full(6, 0.5)
+    drafted = np.array([2, 1, 1], np.int64)  # row 0: the −inf candidate; rows 1, 2: finite
+    code = np.empty(3, np.int8)
+    detail = np.empty(3)
+    didx = np.empty(3, np.int32)
+    rowcheck.check_rows(offsets, cand, lp, tp, np.zeros(0), drafted, False, True, code, detail,
+                        didx)  # fmt: skip
+    assert code.tolist() == [rowcheck.LP_ZERO, rowcheck.OK, rowcheck.OK]
+    assert didx.tolist() == [1, 0, 0]
+    # with emitted_q the logging law is emitted_q: positive there, the row is usable
+    eq = np.array([0.5, 0.5, 1.0, 0.0, 1.0, 0.0])
+    rowcheck.check_rows(offsets, cand, lp, tp, eq, drafted, True, True, code, detail, didx)
+    assert code.tolist() == [rowcheck.OK, rowcheck.OK, rowcheck.OK]
+    assert rowcheck.ROW_RULES[rowcheck.LP_ZERO] == (
+        "draft log-probability −inf at drafted_id and no emitted_q (the logged draft had "
+        "probability 0)"
+    )
+
+
 def test_rule_logging_arm_top_k(tmp_path: Path) -> None:
     rows = valid_rows(n_requests=1, n_rounds=1, depth=2)  # 4 candidates, logging arm top4:t1@3
     assert api.validate(write_jsonl(tmp_path / "ok.jsonl", rows)).archive is not None
@@ -416,6 +451,11 @@ def _bad_rows(rule: str) -> tuple[list[Row], int, str]:
     if rule == "no draft":
         rows[i]["draft_logprobs"] = [-math.inf] * 4
         return rows, i, "every draft log-probability is −inf"
+    if rule == "drafted at -inf":
+        for r in rows:
+            del r["emitted_q"]
+        rows[i]["draft_logprobs"][rows[i]["cand_ids"].index(rows[i]["drafted_id"])] = -math.inf
+        return rows, i, "draft log-probability −inf at drafted_id and no emitted_q"
     assert rule == "logging top-K"
     for r in rows:
         r["logging_arm"] = "top3:t1@3"
@@ -427,7 +467,7 @@ def _bad_rows(rule: str) -> tuple[list[Row], int, str]:
     return rows, i, "2 candidates, fewer than the top-3 of the logging arm top3@3"
 
 
-@pytest.mark.parametrize("rule", ["no draft", "logging top-K"])
+@pytest.mark.parametrize("rule", ["no draft", "drafted at -inf", "logging top-K"])
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 @pytest.mark.parametrize("verb", ["validate", "requalify", "sweep"])
 def test_corpus_row_replay_cannot_use(rule: str, suffix: str, verb: str, tmp_path: Path) -> None:
