@@ -233,11 +233,10 @@ def replays_or_refuses(path: Path, estimator: str) -> str:
     except SpecReplayError as err:
         message = str(err)
         assert message.startswith(where(path, 0)), message
-        return f"refused: {message.removeprefix(where(path, 0)).split(' (')[0]}"
         with pytest.raises(InvalidArchive) as bad:
             api.validate(path)
         assert message in bad.value.errors, (message, bad.value.errors)
-        return
+        return f"refused: {message.removeprefix(where(path, 0)).split(' (')[0]}"
     for arm in ARMS:
         s = res.sums[parse_arm(arm).canonical]
         assert s.n.sum() == 1, s.n
