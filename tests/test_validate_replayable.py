@@ -58,6 +58,7 @@ from specreplay import api
 from specreplay.errors import InvalidArchive, SpecReplayError
 from specreplay.replay.archive import rowcheck
 from specreplay.replay.engine import OpenArchive, ReplayResult
+from specreplay.replay.shard import needed_columns
 from specreplay.results.requalification import RequalifyArms, check_replayable
 from specreplay.sim.arms import parse_arm
 
@@ -280,8 +281,12 @@ def _property(estimator: str, folder: Path) -> Counter[str]:
 def test_every_valid_row_replays_or_is_refused_with_its_row(estimator: str, tmp_path: Path) -> None:
     start = time.perf_counter()
     outcomes = _property(estimator, tmp_path)
-    print(estimator, dict(outcomes))
-    assert time.perf_counter() - start < 60.0  # issue 9: ≤ 60 s in `make test` (all three)
+    print(estimator, dict(outcomes))  # shown with -s: how many replayed, refused per rule
+    assert sum(outcomes.values()) >= EXAMPLES  # ≥ 300 examples per estimator
+    assert outcomes["replayed"] >= EXAMPLES // 2  # not vacuous: most rows replay
+    # issue 9: ≤ 60 s in `make test` for the three together; measured 23-29 s warm here (2 cores
+    # shared by ~8 jobs), 9-12 s each; a generous bound per estimator guards a regression
+    assert time.perf_counter() - start < 60.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,6 +385,26 @@ def test_rule_drafted_at_minus_inf_without_emitted_q() -> None:
         "draft log-probability −inf at drafted_id and no emitted_q (the logged draft had "
         "probability 0)"
     )
+
+
+@pytest.mark.parametrize("estimator", ["analytic", "montecarlo"])
+def test_rule_drafted_at_minus_inf_holds_when_emitted_q_is_unread(
+    estimator: str, tmp_path: Path
+) -> None:
+    """A pass that does not read emitted_q still knows the archive has it: the row is valid."""
+    row: Row = {"request_id": "r0", "family": "code", "context_tokens": 100, "round": 0,
+                "position": 1, **EDGES["drafted at q = 0 (emitted_q > 0)"]}  # fmt: skip
+    path = _write(tmp_path / "row.jsonl", row)
+    opened = OpenArchive(path, columns=needed_columns(estimator))
+    res = opened.replay([parse_arm("greedy@1")], estimator=estimator)
+    assert res.unread == ("emitted_q",)
+    # greedy drafts candidate 1 (q = 1), accepted with p = 0.5: E[1 + A] = 1.5 (analytic);
+    # Monte Carlo's mean of 16 accept draws is 1 + k/16, anywhere in [1, 2]
+    tol = 1e-12 if estimator == "analytic" else 0.5
+    assert abs(res.sums["greedy@1"].t[0, 0] - 1.5) <= tol
+    swept = api.sweep(path, arms=["greedy@1"], depths="1", estimator=estimator, n_boot=100)
+    r = swept.pooled.arms["greedy@1"].R
+    assert r is not None and abs(r - 1.5) <= tol
 
 
 def test_rule_logging_arm_top_k(tmp_path: Path) -> None:

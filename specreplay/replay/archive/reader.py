@@ -445,6 +445,8 @@ class ArchiveReader:
         rowcheck.check_rows(
             offsets, cand, lp, tp, eq, drafted, has_eq, has_drafted, code, detail, didx
         )
+        if not has_eq and "emitted_q" in self.unread:  # emitted_q is the logging law, unread
+            code[code == rowcheck.LP_ZERO] = rowcheck.OK  # here: the rule does not apply
         for i in np.flatnonzero(code):
             rule = int(code[i])
             msg = rowcheck.ROW_RULES[rule]
