@@ -14,9 +14,11 @@ Design decisions:
 
 - **Outputs are optional.** ``out=None`` (the default) writes nothing; ``out=PATH`` writes the
   folder the CLI writes (results.json, TABLES.md, cells.parquet, plots) with the same atomic swap
-  and the same refusals (a foreign non-empty folder without ``force``; a folder that is, contains
-  or lies inside an input), checked before any work. ``synth`` always writes (its output is the
-  archive); ``report`` re-renders a run folder in place, or writes a result into ``out``.
+  and the same refusals (never a file, symlink or non-empty folder specreplay did not write;
+  ``force`` adds only the archive folders ``synth``/``convert`` wrote; never a folder that is,
+  contains or lies inside an input), checked before any work. ``synth`` always writes (its
+  output is the archive); ``report`` re-renders a run folder in place, or writes a result into
+  ``out``.
 - **Errors raise.** Bad input or options raise :class:`~specreplay.errors.SpecReplayError` with
   the one-line message the CLI prints (naming the file and row, or the option and value; the API
   names its keyword for the numeric bounds typer enforces on the CLI); the CLI turns that into
@@ -85,6 +87,7 @@ from specreplay.commands.options import (
     FAIL_ON_REQUALIFY,
     at_least,
     between,
+    check_seed,
     check_stratify,
     logging_arm_option,
     verdict_set,
@@ -97,6 +100,7 @@ from specreplay.commands.sweep import sweep_run
 from specreplay.commands.synth import DEFAULT_FORM, SynthArchive, synth_archive
 from specreplay.commands.validate import validate_result
 from specreplay.errors import InvalidArchive, SpecReplayError
+from specreplay.replay.archive.filehash import new_run
 from specreplay.replay.backend import Backend
 from specreplay.replay.scan import Progress, no_progress
 from specreplay.results import io
@@ -107,6 +111,7 @@ from specreplay.results.render import write_run
 from specreplay.results.requalification import RequalifyOptions
 from specreplay.results.sweep import SweepOptions, parse_depths
 from specreplay.stats.buckets import DEFAULT_BUCKETS
+from specreplay.stats.support import parse_short_rounds
 
 __all__ = [
     "ConvertedArchive",
@@ -138,7 +143,8 @@ def _bar(progress: bool) -> Progress:
 
 
 def _before(out: PathLike | None, force: bool, inputs: Sequence[Path]) -> Path | None:
-    """Check ``out`` before any work (as the CLI does); return it as a Path."""
+    """Start the run, check ``out`` before any work (as the CLI does); return it as a Path."""
+    new_run()  # the stamps the run checks its inputs against are its own
     if out is None:
         return None
     check_out(Path(out), force=force, inputs=inputs)
@@ -170,7 +176,12 @@ def _bootstrap(*, n_boot: int, stratify: str, level: float, min_requests: int, s
     check_stratify(stratify)
     between("level", level, 0.5, 0.999)
     at_least("min_requests", min_requests, 2)
-    at_least("seed", seed, 0)
+    check_seed(seed)
+
+
+def _globs(ignore: str | Sequence[str]) -> tuple[str, ...]:
+    """``ignore`` as a tuple of globs (one string is one glob, not its characters)."""
+    return (ignore,) if isinstance(ignore, str) else tuple(ignore)
 
 
 def synth(
@@ -191,7 +202,7 @@ def synth(
     rejection sampling; shards of ``shard_requests`` requests and a SYNTH.json manifest.
     ``format``: parquet, ipc (Arrow IPC) or jsonl; ``compression``: the form's codec (None: lz4
     for Parquet, uncompressed Arrow IPC). Always writes (the archive is the output); ``force``
-    replaces an existing folder.
+    replaces an archive folder specreplay wrote (its SYNTH.json or CONVERT.json says so).
 
     Returns
     -------
@@ -201,7 +212,7 @@ def synth(
     for name, value in (("requests", requests), ("rounds", rounds),
                         ("shard_requests", shard_requests)):  # fmt: skip
         at_least(name, value, 1)
-    at_least("seed", seed, 0)
+    check_seed(seed)
     return synth_archive(Path(out), n_requests=requests, rounds=rounds,
                          shard_requests=shard_requests, seed=seed, force=force,
                          progress=_bar(progress), form=format,
@@ -216,21 +227,25 @@ def convert(
     compression: str | None = None,
     force: bool = False,
     progress: bool = False,
+    ignore: str | Sequence[str] = (),
 ) -> ConvertedArchive:
     """Validate every row of ``archive``, then write it into the folder ``out`` in ``format``.
 
     As ``specreplay convert ARCHIVE OUT``: ``format`` ipc (Arrow IPC, the default), parquet or
     jsonl; one shard per input shard (same stem, new suffix) and a CONVERT.json manifest. The
     first invalid row raises :class:`~specreplay.errors.SpecReplayError` and nothing is written;
-    ``force`` replaces a folder specreplay did not write.
+    ``force`` replaces an archive folder specreplay wrote (never one it did not write).
+    ``ignore``: as ``--ignore``, globs of the folder's entries to skip.
 
     Returns
     -------
     ConvertedArchive
         The folder, its shards, rows, sizes before and after, and the seconds taken.
     """
+    new_run()
     return convert_archive(Path(archive), Path(out), form=format, compression=compression,
-                           force=force, progress=_bar(progress))  # fmt: skip
+                           force=force, progress=_bar(progress),
+                           ignore=_globs(ignore))  # fmt: skip
 
 
 def validate(
@@ -243,11 +258,13 @@ def validate(
     force: bool = False,
     progress: bool = False,
     hash_ids: bool = False,
+    ignore: str | Sequence[str] = (),
 ) -> Result:
     """Check an archive against schema v1; return its counts and MEASURED acceptance.
 
     As ``specreplay validate PATH``. ``result.archive`` describes the archive; the cells hold
-    the MEASURED R of its logging arm by family × bucket.
+    the MEASURED R of its logging arm by family × bucket. ``ignore``: as ``--ignore`` (globs
+    of a folder's entries to skip; ``result.inputs_ignored`` lists what was skipped).
 
     Raises
     ------
@@ -260,7 +277,8 @@ def validate(
     result = validate_result(p, max_errors=None if all_errors else 20,
                              buckets=buckets or DEFAULT_BUCKETS,
                              logging_arm=logging_arm_option(logging_arm),
-                             progress=_bar(progress), hash_ids=hash_ids)  # fmt: skip
+                             progress=_bar(progress), hash_ids=hash_ids,
+                             ignore=_globs(ignore))  # fmt: skip
     return _after(result, target, force, [p])
 
 
@@ -291,6 +309,8 @@ def requalify(
     scheduler: str | None = None,
     workers: int | None = None,
     cache: PathLike | None = None,
+    short_rounds: str = "null",
+    ignore: str | Sequence[str] = (),
 ) -> Result:
     """Replay an archive under baseline and candidate arms and requalify the change.
 
@@ -298,7 +318,9 @@ def requalify(
     is QUALIFIED / NOT QUALIFIED / INCONCLUSIVE (or null with the reason); each cell holds R per
     arm (SIMULATED), the deltas by :class:`~specreplay.results.model.Role`, survival and the
     law tests. ``families``: comma-separated or a sequence. ``scheduler``, ``workers``,
-    ``cache``: as ``--scheduler``, ``--workers``, ``--cache`` (:func:`_backend`).
+    ``cache``: as ``--scheduler``, ``--workers``, ``--cache`` (:func:`_backend`). ``ignore``:
+    as ``--ignore`` (``result.inputs_ignored`` lists what was skipped). ``short_rounds``:
+    ``null`` or ``exclude``, as ``--short-rounds`` (:mod:`specreplay.results.shortrounds`).
     """
     a = Path(archive)
     at_least("replicates", replicates, 2)
@@ -312,6 +334,8 @@ def requalify(
         sample_requests=sample_requests, n_boot=n_boot, seed=seed, stratify=stratify,
         level=level, min_requests=min_requests, buckets=buckets or DEFAULT_BUCKETS,
         logging_arm=logging_arm_option(logging_arm), by=by, hash_ids=hash_ids,
+        short_rounds=parse_short_rounds(short_rounds),
+        ignore=_globs(ignore),
     )  # fmt: skip
     backend = _backend(scheduler, workers, cache)
     target = _before(out, force, [a])
@@ -344,6 +368,8 @@ def sweep(
     scheduler: str | None = None,
     workers: int | None = None,
     cache: PathLike | None = None,
+    short_rounds: str = "null",
+    ignore: str | Sequence[str] = (),
 ) -> Result:
     """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
 
@@ -351,7 +377,8 @@ def sweep(
     sequence; brace lists expand), ``depths`` ``"1..8"``, ``"1,2,4"`` or a sequence of ints.
     Each cell's ``depths`` hold R per arm and depth (``to_polars("depths")``); round traces give
     the survival truncation proxy. ``scheduler``, ``workers``, ``cache``: as ``--scheduler``,
-    ``--workers``, ``--cache`` (:func:`_backend`).
+    ``--workers``, ``--cache`` (:func:`_backend`). ``ignore``: as ``--ignore``.
+    ``short_rounds``: as ``--short-rounds``.
     """
     a = Path(archive)
     at_least("replicates", replicates, 2)
@@ -362,7 +389,8 @@ def sweep(
         baseline=baseline, margin=margin, estimator=estimator, replicates=replicates, cost=cost,
         n_boot=n_boot, seed=seed, stratify=stratify, level=level, min_requests=min_requests,
         buckets=buckets or DEFAULT_BUCKETS, logging_arm=logging_arm_option(logging_arm),
-        by=by, hash_ids=hash_ids,
+        by=by, hash_ids=hash_ids, ignore=_globs(ignore),
+        short_rounds=parse_short_rounds(short_rounds),
     )  # fmt: skip
     backend = _backend(scheduler, workers, cache)
     target = _before(out, force, [a])
@@ -392,11 +420,13 @@ def interval(
     force: bool = False,
     progress: bool = False,
     hash_ids: bool = False,
+    ignore: str | Sequence[str] = (),
 ) -> Result:
     """Paired bootstrap interval of Δ = R_B − R_A by family × context bucket, with verdicts.
 
     As ``specreplay interval A B``: each input is round traces, per-request sums, a Spec-Bench
     or a Medusa answer file; the pooled verdict is ``result.pooled.delta(Role.B_VS_A).verdict``.
+    ``ignore``: as ``--ignore``, globs of entries of an input folder to skip.
     """
     at_least("choice", choice, 0)
     _bootstrap(n_boot=n_boot, stratify=stratify, level=level, min_requests=min_requests, seed=seed)
@@ -405,7 +435,7 @@ def interval(
         margin=margin, fail_on=verdict_set(fail_on, FAIL_ON_INTERVAL), n_boot=n_boot, seed=seed,
         stratify=stratify, level=level, min_requests=min_requests, drop_unpaired=drop_unpaired,
         buckets=buckets, choice=choice, drafted=drafted, names=(name_a, name_b),
-        hash_ids=hash_ids,
+        hash_ids=hash_ids, ignore=_globs(ignore),
     )  # fmt: skip
     pa, pb = Path(a), Path(b)
     inputs = interval_inputs(pa, pb, opts)
@@ -418,19 +448,20 @@ def screen(
     counters: Sequence[PathLike],
     *,
     config: PathLike | None = None,
+    model_name: str | None = None,
     out: PathLike | None = None,
     force: bool = False,
 ) -> Result:
     """Depth screen (SP2) from run counters: ESTIMATED tokens/s per candidate depth.
 
-    As ``specreplay screen COUNTERS… --config screen.toml``: one cell per (batch, context,
-    worker) with its ``depths`` (``to_polars("depths")``) and ``screen`` inputs.
+    As ``specreplay screen COUNTERS… --config screen.toml [--model-name NAME]``: one cell per
+    (batch, context, worker) with its ``depths`` (``to_polars("depths")``) and ``screen`` inputs.
     """
     paths = [Path(p) for p in counters]
     cfg = Path(config) if config is not None else None
     inputs = [*paths, *([cfg] if cfg is not None else [])]
     target = _before(out, force, inputs)
-    return _after(screen_result(paths, cfg), target, force, inputs)
+    return _after(screen_result(paths, cfg, model_name), target, force, inputs)
 
 
 def budget(
@@ -477,16 +508,18 @@ def lawtest(
     out: PathLike | None = None,
     force: bool = False,
     hash_ids: bool = False,
+    ignore: str | Sequence[str] = (),
 ) -> Result:
     """Test that an arm's verifier keeps the target law (exact TV and a Monte Carlo G-test).
 
     As ``specreplay lawtest [ARCHIVE] --arm …``: without arms the built-in toy suite; with an
     archive also ``positions`` of its positions per arm. ``result.law_tests`` (or
     ``to_polars("law_tests")``) holds each test; ``passed`` is False for a failed one.
+    ``ignore``: as ``--ignore``, globs of entries of the archive's folder to skip.
     """
     at_least("positions", positions, 1)
     at_least("max_draws", max_draws, 1000)
-    at_least("seed", seed, 0)
+    check_seed(seed)
     path = Path(archive) if archive is not None else None
     inputs = [path] if path is not None else []
     target = _before(out, force, inputs)
@@ -494,6 +527,7 @@ def lawtest(
         [arms] if isinstance(arms, str) else list(arms), archive=path, positions=positions,
         seed=seed, family_alpha=family_alpha, max_draws=max_draws, buckets=buckets,
         logging_arm=logging_arm_option(logging_arm), hash_ids=hash_ids,
+        ignore=_globs(ignore),
     )  # fmt: skip
     return _after(result, target, force, inputs)
 

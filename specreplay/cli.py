@@ -17,15 +17,18 @@ from typing import Annotated, Any
 
 import typer
 
-from specreplay.commands.options import check_stratify
+from specreplay.commands.cliparse import CheckedGroup
+from specreplay.commands.options import SEED_MAX, check_stratify
 from specreplay.commands.options import logging_arm_option as _arm_option
 from specreplay.commands.options import verdict_set as _verdict_set
 from specreplay.commands.progress import progress_bar as _progress
 from specreplay.errors import SpecReplayError
+from specreplay.stats.support import parse_short_rounds
 
 __all__ = ["app"]
 
 app = typer.Typer(
+    cls=CheckedGroup,  # numeric options bounded, usage errors one line (commands/cliparse.py)
     name="specreplay",
     help="Statistical replay and bootstrap simulator for speculative decoding.",
     no_args_is_help=True,
@@ -48,6 +51,19 @@ COMPILING: frozenset[str] = frozenset(
 )
 """Commands that run Numba kernels (a cold cache compiles them first)."""
 
+# The largest sizes the options accept. Every numeric option is bounded and checked at parse
+# time (commands/cliparse.py: an option with no max= stops at int64 or ±2^53); these sizes are
+# lower because a larger one would not fail but run for days or exhaust memory (--replicates
+# 2^63-1 spun in a kernel that no signal interrupts), or start that many processes.
+MAX_REQUESTS = 10**8
+MAX_ROUNDS = 10**6
+MAX_REPLICATES = 2**16
+MAX_N_BOOT = 10**7
+MAX_WORKERS = 256
+MAX_DEPTH = 1024
+MAX_POSITIONS = 10**6
+MAX_DRAWS = 10**12
+
 
 @app.callback()
 def _root(
@@ -60,9 +76,9 @@ def _root(
 ) -> None:  # fmt: skip
     """Statistical replay and bootstrap simulator for speculative decoding."""
     from specreplay import numba_cache_dir
-    from specreplay.replay.archive.filehash import reset_hash_stats
+    from specreplay.replay.archive.filehash import new_run
 
-    reset_hash_stats()  # the hashing a command reports is its own
+    new_run()  # the hashing a command reports, and the stamps it checks, are its own
 
     if ctx.invoked_subcommand in COMPILING and "--help" not in sys.argv:
         cache = Path(numba_cache_dir())
@@ -73,10 +89,17 @@ def _root(
 
 SeedOpt = Annotated[
     int,
-    typer.Option("--seed", help="Seed of every random draw (recorded in results.json).", min=0),
+    typer.Option(
+        "--seed", help="Seed of every random draw (recorded in results.json).", min=0, max=SEED_MAX
+    ),
 ]
 ForceOpt = Annotated[
-    bool, typer.Option("--force", help="Replace OUT even if specreplay did not write it.")
+    bool,
+    typer.Option(
+        "--force",
+        help="Also replace an archive folder specreplay wrote (synth, convert). Never a file, "
+        "symlink or other folder specreplay did not write.",
+    ),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 CompressionOpt = Annotated[
@@ -102,7 +125,9 @@ MarginOpt = Annotated[
         help="Equivalence margin: relative to R_a with % (0.5%) or tokens/round (0.02).",
     ),
 ]
-NBootOpt = Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples.", min=100)]
+NBootOpt = Annotated[
+    int, typer.Option("--n-boot", help="Bootstrap resamples.", min=100, max=MAX_N_BOOT)
+]
 StratifyOpt = Annotated[str, typer.Option("--stratify", help="Resampling strata: family or none.")]
 LevelOpt = Annotated[
     float, typer.Option("--level", help="Confidence level of the intervals.", min=0.5, max=0.999)
@@ -115,6 +140,40 @@ LoggingArmOpt = Annotated[
     typer.Option("--logging-arm", help="Arm that drafted the archive, if it has no column."),
 ]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
+CostOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cost",
+        help="ms per round: linear:T0:C, or a TOML file with "
+        "ms_per_round = {1 = 2.1, …}; gives tokens/s, best depth, P(best).",
+    ),
+]
+ReplicatesOpt = Annotated[
+    int,
+    typer.Option(
+        "--replicates", help="Monte Carlo replicates per round.", min=2, max=MAX_REPLICATES
+    ),
+]
+ShortRoundsOpt = Annotated[
+    str,
+    typer.Option(
+        "--short-rounds",
+        help="A round recording fewer positions than an arm's depth: null (default; the cells "
+        "holding it are null, with the count and the first such round) or exclude (left out "
+        "of every sum, for every arm, counted per cell under excluded).",
+    ),
+]
+IgnoreOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--ignore",
+        metavar="GLOB",
+        help="Skip the entries of a folder archive whose name (relative to the folder) matches "
+        "GLOB, e.g. '_SUCCESS', '*.crc', '.*' (repeatable; case-sensitive; quote it). Any other "
+        "entry that is not a shard or a known sidecar (SYNTH.json, CONVERT.json, CAPTURE.json) "
+        "is an error; what was skipped is listed in results.json (inputs_ignored).",
+    ),
+]
 HashIdsOpt = Annotated[
     bool,
     typer.Option(
@@ -148,7 +207,8 @@ SchedulerOpt = Annotated[
         "--scheduler",
         metavar="ADDRESS",
         help="Replay one shard per task on this running Dask cluster (e.g. tcp://10.0.0.5:8786; "
-        "needs specreplay[dask]; workers read the archive at the same path).",
+        "needs specreplay[dask]; workers read the archive at the same path). Gives up after "
+        "10 s when no Dask scheduler answers there.",
     ),
 ]
 WorkersOpt = Annotated[
@@ -158,6 +218,7 @@ WorkersOpt = Annotated[
         help="Replay one shard per task on a local Dask cluster of N worker processes "
         "(needs specreplay[dask]).",
         min=1,
+        max=MAX_WORKERS,
     ),
 ]
 CacheOpt = Annotated[
@@ -208,8 +269,9 @@ HASH_NOTE_SECONDS = 0.5
 def _echo(text: str, extra: dict[str, Any]) -> None:
     """Print notes on stderr, then ``text``.
 
-    The notes: what the per-shard cache did (with ``--cache``), and what hashing the inputs for
-    results.json cost when it took a while (digests not yet in the input-hash cache).
+    The notes: what the per-shard cache did (with ``--cache``), input-hash cache entries that
+    failed their check and were computed again, and what hashing the inputs for results.json
+    cost when it took a while (digests not yet in the input-hash cache).
     """
     from specreplay import cache_root
     from specreplay.replay.archive.filehash import hash_stats
@@ -219,6 +281,12 @@ def _echo(text: str, extra: dict[str, Any]) -> None:
     if note is not None:
         typer.echo(note, err=True)
     h = hash_stats()
+    if h.recomputed:
+        n = len(h.recomputed)
+        names = ", ".join(dict.fromkeys(Path(p).name for p in h.recomputed))
+        entries = "entry" if n == 1 else "entries"
+        line = f"cache: {n} input-hash {entries} failed the check, recomputed ({names})"
+        typer.echo(line, err=True)
     if h.computed and h.seconds >= HASH_NOTE_SECONDS:
         typer.echo(
             f"hashed {h.computed} input file{'s' if h.computed != 1 else ''} "
@@ -230,38 +298,71 @@ def _echo(text: str, extra: dict[str, Any]) -> None:
 
 
 @contextmanager
-def _user_errors() -> Iterator[None]:
-    """Map the project's error type to one line on stderr and exit code 2; SIGTERM unwinds."""
+def _user_errors(command: str) -> Iterator[None]:
+    """Run ``command``'s body: say what it replaced and what stopped it, on stderr.
+
+    The project's error type becomes one line and exit code 2. SIGINT and SIGTERM unwind (the
+    output's temporary folder is removed) and become one line and exit code 128 + the signal's
+    number. Every earlier run's folder the command replaced is one line
+    ``replaced OUT (written CREATED_UTC)``.
+    """
+    from specreplay.results.output import reset_swaps, swaps
+
+    reset_swaps()
     try:
-        with _sigterm_unwinds():
+        with _signals_unwind():
             yield
     except SpecReplayError as err:
         typer.echo(f"error: {err.message}", err=True)
         raise typer.Exit(code=2) from None
+    except _Stopped as stop:
+        done = [str(s.out) for s in swaps()]
+        what = f"{', '.join(done)} written before it stopped" if done else "nothing written"
+        typer.echo(f"error: {command} {stop.how} ({stop.name}); {what}, no partial output left",
+                   err=True)  # fmt: skip
+        raise typer.Exit(code=128 + stop.signum) from None
+    finally:
+        for s in swaps():
+            note = s.note()
+            if note is not None:
+                typer.echo(note, err=True)
 
 
-class _Terminated(BaseException):
-    """Raised by the SIGTERM handler so that ``output_dir`` removes its temporary folder."""
+class _Stopped(BaseException):
+    """Raised by the SIGINT and SIGTERM handlers, so that ``output_dir`` removes its folder.
+
+    ``how`` says what the signal did (interrupted, terminated).
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        self.how = "interrupted" if signum == signal.SIGINT else "terminated"
 
 
 @contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """Turn SIGTERM into an exception (as SIGINT is), then exit 128 + 15 once unwound."""
+def _signals_unwind() -> Iterator[None]:
+    """Turn SIGINT and SIGTERM into :class:`_Stopped` while the command runs.
+
+    Installed explicitly, so SIGINT unwinds even in a process started with it ignored.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be installed from the main thread
         return
 
-    def on_sigterm(signum: int, frame: object) -> None:
-        raise _Terminated
+    def on_signal(signum: int, frame: object) -> None:
+        raise _Stopped(signum)
 
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, on_signal) for s in held}
     try:
         yield
-    except _Terminated:
-        typer.echo("error: terminated (SIGTERM); no partial output left", err=True)
-        raise typer.Exit(code=128 + signal.SIGTERM) from None
+    except KeyboardInterrupt:  # a SIGINT raised before the handler was in place
+        raise _Stopped(signal.SIGINT) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,10 +373,15 @@ def synth(
     out: Annotated[
         Path, typer.Argument(metavar="OUT", help="Folder to write the archive shards into.")
     ],
-    requests: Annotated[int, typer.Option("--requests", help="Number of requests.", min=1)] = 2000,
-    rounds: Annotated[int, typer.Option("--rounds", help="Rounds per request.", min=1)] = 64,
+    requests: Annotated[
+        int, typer.Option("--requests", help="Number of requests.", min=1, max=MAX_REQUESTS)
+    ] = 2000,
+    rounds: Annotated[
+        int, typer.Option("--rounds", help="Rounds per request.", min=1, max=MAX_ROUNDS)
+    ] = 64,
     shard_requests: Annotated[
-        int, typer.Option("--shard-requests", help="Requests per shard.", min=1)
+        int,
+        typer.Option("--shard-requests", help="Requests per shard.", min=1, max=MAX_REQUESTS),
     ] = 250,
     form: Annotated[
         str | None,
@@ -291,7 +397,7 @@ def synth(
     The logging arm top32:t0.7@5 drafts autoregressively and the target verifies by rejection
     sampling, as a serving engine would; every position's laws and decisions are recorded.
     """
-    with _user_errors():
+    with _user_errors("synth"):
         from specreplay.commands.synth import DEFAULT_FORM, run_synth
 
         summary = run_synth(
@@ -325,13 +431,14 @@ def convert(
     compression: CompressionOpt = None,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
+    ignore: IgnoreOpt = None,
 ) -> None:
     """Validate every row of an archive, then rewrite it in another form, bit for bit.
 
     One shard per input shard (same stem, new suffix) in OUT, plus a CONVERT.json manifest.
     The first invalid row stops it with exit code 2 and nothing written.
     """
-    with _user_errors():
+    with _user_errors("convert"):
         from specreplay.commands.convert import run_convert
 
         typer.echo(
@@ -342,6 +449,7 @@ def convert(
                 compression=compression,
                 force=force,
                 progress=lambda what, total: _progress(quiet, what, total),
+                ignore=tuple(ignore or ()),
             )
         )
 
@@ -365,12 +473,13 @@ def validate(
     force: ForceOpt = False,
     quiet: QuietOpt = False,
     hash_ids: HashIdsOpt = False,
+    ignore: IgnoreOpt = None,
 ) -> None:
     """Check an archive against schema v1 and report its counts and MEASURED acceptance.
 
     Exit status 0 when valid, 2 with up to 20 error lines (all with --all) otherwise.
     """
-    with _user_errors():
+    with _user_errors("validate"):
         from specreplay.commands.validate import run_validate
 
         ok, text = run_validate(
@@ -382,6 +491,7 @@ def validate(
             force=force,
             progress=lambda what, total: _progress(quiet, what, total),
             hash_ids=hash_ids,
+            ignore=tuple(ignore or ()),
         )
         if not ok:
             typer.echo(text, err=True)
@@ -393,7 +503,10 @@ def validate(
 def demo(
     out: OutOpt = Path("specreplay-out/demo"),
     requests: Annotated[
-        int, typer.Option("--requests", help="Requests in the built-in archive.", min=1)
+        int,
+        typer.Option(
+            "--requests", help="Requests in the built-in archive.", min=1, max=MAX_REQUESTS
+        ),
     ] = 2000,
     estimator: EstimatorOpt = "auto",
     n_boot: NBootOpt = 10_000,
@@ -407,7 +520,7 @@ def demo(
     one folder per chapter (requalify, bits-dyadicN, lawtest). --n-boot 1000 gives a quicker,
     coarser tour.
     """
-    with _user_errors():
+    with _user_errors("demo"):
         from specreplay.commands.demo import run_demo
 
         text = run_demo(
@@ -460,7 +573,12 @@ def interval(
     choice: Annotated[int, typer.Option("--choice", help="Spec-Bench choices[] index.", min=0)] = 0,
     drafted: Annotated[
         int | None,
-        typer.Option("--drafted", help="Depth drafted per round, when the input does not say."),
+        typer.Option(
+            "--drafted",
+            help="Depth drafted per round, when the input does not say.",
+            min=1,
+            max=MAX_DEPTH,
+        ),
     ] = None,
     name_a: Annotated[str | None, typer.Option("--name-a", help="Label of arm A.")] = None,
     name_b: Annotated[str | None, typer.Option("--name-b", help="Label of arm B.")] = None,
@@ -469,20 +587,21 @@ def interval(
     force: ForceOpt = False,
     quiet: QuietOpt = False,
     hash_ids: HashIdsOpt = False,
+    ignore: IgnoreOpt = None,
 ) -> None:
     """Paired bootstrap interval of Δ = R_B − R_A by family × context bucket, with verdicts.
 
     Requests are paired by id and resampled as clusters (strata = family by default); writes
     results.json, TABLES.md, cells.parquet and forest.png into --out.
     """
-    with _user_errors():
+    with _user_errors("interval"):
         from specreplay.commands.interval import IntervalOptions, run_interval
 
         verdicts = _verdict_set(fail_on, {"EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"})
         opts = IntervalOptions(
             question_file=question_file, fail_on=verdicts, seed=seed,
             drop_unpaired=drop_unpaired, buckets=buckets, choice=choice, drafted=drafted,
-            names=(name_a, name_b), hash_ids=hash_ids,
+            names=(name_a, name_b), hash_ids=hash_ids, ignore=tuple(ignore or ()),
             **_bootstrap_options(margin, n_boot, stratify, level, min_requests),
         )  # fmt: skip
         text, code = run_interval(
@@ -512,6 +631,14 @@ def screen(
             "[central], [envelope] grids, [[vllm]] runs.",
         ),
     ] = None,
+    model_name: Annotated[
+        str | None,
+        typer.Option(
+            "--model-name",
+            help="Screen this model_name's series of the vLLM scrapes (needed when a scrape "
+            "holds two models: they are never summed).",
+        ),
+    ] = None,
     out: OutOpt = Path("specreplay-out/screen"),
     force: ForceOpt = False,
     quiet: QuietOpt = False,  # accepted like every command's; it draws no progress bar
@@ -522,10 +649,10 @@ def screen(
     envelope, gain over the nominal cap and rank; UNSUPPORTED past the trained block or the cap.
     Writes results.json, TABLES.md and cells.parquet into --out.
     """
-    with _user_errors():
+    with _user_errors("screen"):
         from specreplay.commands.screen import run_screen
 
-        typer.echo(run_screen(counters, config=config, out=out, force=force))
+        typer.echo(run_screen(counters, config=config, out=out, force=force, model_name=model_name))
 
 
 @app.command()
@@ -545,9 +672,7 @@ def requalify(
         typer.Option("--reference", help="Arm the gain is measured against, e.g. greedy@5."),
     ] = None,
     estimator: EstimatorOpt = "auto",
-    replicates: Annotated[
-        int, typer.Option("--replicates", help="Monte Carlo replicates per round.", min=2)
-    ] = 16,
+    replicates: ReplicatesOpt = 16,
     margin: MarginOpt = "0.5%",
     fail_on: Annotated[
         str,
@@ -579,6 +704,8 @@ def requalify(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     cache: CacheOpt = None,
+    short_rounds: ShortRoundsOpt = "null",
+    ignore: IgnoreOpt = None,
 ) -> None:
     """Replay an archive under baseline and candidate arms and requalify the change.
 
@@ -587,17 +714,18 @@ def requalify(
     INCONCLUSIVE; then R per arm by family x bucket, the gain over --reference, the path-bias
     diagnostic of the logging arm, survival per position and the law tests.
     """
-    with _user_errors():
+    with _user_errors("requalify"):
         from specreplay.commands.requalify import run_requalify
         from specreplay.results.requalification import RequalifyOptions
 
         opts = RequalifyOptions(
             baseline=baseline, candidate=candidate, reference=reference, estimator=estimator,
-            replicates=replicates,
+            replicates=replicates, short_rounds=parse_short_rounds(short_rounds),
             fail_on=_verdict_set(fail_on, {"QUALIFIED", "NOT QUALIFIED", "INCONCLUSIVE"}),
             families=frozenset(f.strip() for f in families.split(",")) if families else None,
             sample_requests=sample_requests, seed=seed, buckets=buckets or _default_buckets(),
             logging_arm=_arm_option(logging_arm), by=by, hash_ids=hash_ids,
+            ignore=tuple(ignore or ()),
             **_bootstrap_options(margin, n_boot, stratify, level, min_requests),
         )  # fmt: skip
         text, code, result = run_requalify(
@@ -639,19 +767,13 @@ def sweep(
     ] = None,
     margin: MarginOpt = "0.5%",
     estimator: EstimatorOpt = "auto",
-    replicates: Annotated[
-        int, typer.Option("--replicates", help="Monte Carlo replicates per round.", min=2)
-    ] = 16,
-    cost: Annotated[
-        str | None,
-        typer.Option(
-            "--cost",
-            help="ms per round: linear:T0:C, or a TOML file with "
-            "ms_per_round = {1 = 2.1, …}; gives tokens/s, best depth, P(best).",
-        ),
-    ] = None,
+    replicates: ReplicatesOpt = 16,
+    cost: CostOpt = None,
     n_boot: Annotated[
-        int, typer.Option("--n-boot", help="Bootstrap resamples (per depth and arm).", min=100)
+        int,
+        typer.Option(
+            "--n-boot", help="Bootstrap resamples (per depth and arm).", min=100, max=MAX_N_BOOT
+        ),
     ] = 2000,
     stratify: StratifyOpt = "family",
     level: LevelOpt = 0.95,
@@ -667,6 +789,8 @@ def sweep(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     cache: CacheOpt = None,
+    short_rounds: ShortRoundsOpt = "null",
+    ignore: IgnoreOpt = None,
 ) -> None:
     """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
 
@@ -674,7 +798,7 @@ def sweep(
     UNSUPPORTED, never extrapolated. With --cost: tokens/s per depth (ESTIMATED), the best depth
     per cell and the bootstrap probability that each depth is best.
     """
-    with _user_errors():
+    with _user_errors("sweep"):
         from specreplay.commands.sweep import run_sweep
         from specreplay.results.sweep import SweepOptions, parse_depths
 
@@ -684,6 +808,8 @@ def sweep(
             estimator=estimator, replicates=replicates, cost=cost, n_boot=n_boot, seed=seed,
             stratify=stratify, level=level, min_requests=min_requests, by=by, hash_ids=hash_ids,
             buckets=buckets or _default_buckets(), logging_arm=_arm_option(logging_arm),
+            short_rounds=parse_short_rounds(short_rounds),
+            ignore=tuple(ignore or ()),
         )  # fmt: skip
         text, result = run_sweep(
             archive, opts, out=out, force=force,
@@ -696,7 +822,7 @@ def sweep(
 @app.command()
 def warmup(quiet: QuietOpt = False) -> None:
     """Compile and cache every kernel now (a tiny demo in a temporary folder): after pip install."""
-    with _user_errors():
+    with _user_errors("warmup"):
         import shutil
         import tempfile
         import time
@@ -732,7 +858,10 @@ def lawtest(
         ),
     ] = None,
     positions: Annotated[
-        int, typer.Option("--positions", help="Archive positions tested per arm.", min=1)
+        int,
+        typer.Option(
+            "--positions", help="Archive positions tested per arm.", min=1, max=MAX_POSITIONS
+        ),
     ] = 8,
     family_alpha: Annotated[
         float,
@@ -745,6 +874,7 @@ def lawtest(
             help="Cap on Monte Carlo draws per test (power below 0.99 "
             "is then reported as underpowered).",
             min=1000,
+            max=MAX_DRAWS,
         ),
     ] = None,
     fail_on_fail: Annotated[
@@ -757,6 +887,7 @@ def lawtest(
     force: ForceOpt = False,
     quiet: QuietOpt = False,  # accepted like every command's; lawtest draws no progress bar
     hash_ids: HashIdsOpt = False,
+    ignore: IgnoreOpt = None,
 ) -> None:
     """Test that an arm's verifier keeps the target law (exact TV and a Monte Carlo G-test).
 
@@ -764,7 +895,7 @@ def lawtest(
     such as top32:t0.7:dyadic8/float64@5 is detected wherever it is detectable at the draws
     chosen for 0.99 power against its exact total-variation distance.
     """
-    with _user_errors():
+    with _user_errors("lawtest"):
         from specreplay.commands.lawtest import run_lawtest
 
         text, ok = run_lawtest(
@@ -779,6 +910,7 @@ def lawtest(
             buckets=buckets,
             logging_arm=_arm_option(logging_arm),
             hash_ids=hash_ids,
+            ignore=tuple(ignore or ()),
         )
         typer.echo(text)
         if fail_on_fail and not ok:
@@ -803,7 +935,7 @@ def report(
     Needs no archive or other input: every figure comes from results.json. Every folder at or
     below RUN_DIR holding a results.json is rendered (a demo's sub-runs too).
     """
-    with _user_errors():
+    with _user_errors("report"):
         from specreplay.commands.report import run_report
 
         typer.echo(run_report(run_dir, out=out, force=force))
@@ -857,7 +989,7 @@ def budget(
     --tau-ms and --gain, the sensitivity table r_0·(1 + g)·τ/(τ + x) over --x-grid. Δ_lo ≤ 0
     gives a null budget with the reason. Writes results.json, TABLES.md and cells.parquet.
     """
-    with _user_errors():
+    with _user_errors("budget"):
         from specreplay.commands.budget import BudgetOptions, run_budget
 
         opts = BudgetOptions(

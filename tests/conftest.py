@@ -1,9 +1,17 @@
-"""Shared fixtures: a small synthetic archive built once per test session (2 cores in CI)."""
+"""Shared fixtures: a small synthetic archive built once per test session (2 cores in CI).
+
+Tests write under pytest's ``tmp_path`` only, never into the clone (two ``pytest`` runs at once
+in one clone, or two clones on one host, must not collide): :func:`_clone_untouched` fails the
+session when a new entry appears in the top folder of the repository, ``tests/`` or
+``specreplay/`` (a command run without ``--out`` in the clone writes ``specreplay-out/``). No test
+uses a fixed port either (servers bind port 0; Dask's dashboard ``":0"``).
+"""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +21,11 @@ from specreplay.replay.archive.writer import TraceWriter
 # the input-hash cache of every run in the tests (in-process and CLI subprocesses) stays out of
 # the user's cache folder
 os.environ.setdefault("SPECREPLAY_CACHE_DIR", tempfile.mkdtemp(prefix="specreplay-test-cache-"))
+# hypothesis keeps a cache of constants in ./.hypothesis (with or without an example database):
+# in a temporary folder instead, so two runs at once in one clone share nothing
+os.environ.setdefault(
+    "HYPOTHESIS_STORAGE_DIRECTORY", tempfile.mkdtemp(prefix="specreplay-test-hypothesis-")
+)
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +41,23 @@ def small_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
             w.append_frame(frame)
             w.end_shard()
     return out
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _entries() -> set[Path]:
+    """Entries of the clone's folders, less hidden ones and ``__pycache__``: the tools' caches
+    (.numba-cache, .pytest_cache, .import_linter_cache of a ``make lint`` running beside)."""
+    folders = {REPO, REPO / "tests", REPO / "specreplay"}
+    return {p for f in folders for p in f.iterdir()
+            if not p.name.startswith(".") and p.name != "__pycache__"}  # fmt: skip
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _clone_untouched() -> Iterator[None]:
+    """Fail the session if a test left a new file or folder in the clone (module docstring)."""
+    before = _entries()
+    yield
+    new = sorted(str(p) for p in _entries() - before)
+    assert not new, f"tests wrote into the clone or the working directory: {new}"

@@ -243,14 +243,17 @@ def test_output_dir_refuses_foreign_folder_and_is_atomic(tmp_path: Path) -> None
     out = tmp_path / "out"
     out.mkdir()
     (out / "precious.txt").write_text("mine")
-    with (
-        pytest.raises(SpecReplayError, match="not empty and was not written by specreplay"),
-        output_dir(out, force=False),
-    ):
-        pass
-    with output_dir(out, force=True) as tmp:
+    for force in (False, True):  # a folder specreplay did not write: never, even with force
+        with (
+            pytest.raises(SpecReplayError, match="not empty and was not written by specreplay"),
+            output_dir(out, force=force),
+        ):
+            pass
+    assert (out / "precious.txt").read_text() == "mine"
+    (out / "precious.txt").unlink()  # an empty folder is written
+    with output_dir(out, force=False) as tmp:
         (tmp / "results.json").write_text("{}")
-    assert not (out / "precious.txt").exists() and (out / "results.json").exists()
+    assert (out / "results.json").exists()
     # a run that dies leaves the previous output untouched and no temporary folder behind
     with pytest.raises(RuntimeError), output_dir(out, force=False) as tmp:
         (tmp / "results.json").write_text("half")

@@ -94,7 +94,7 @@ def client(archive: Path) -> Iterator[Any]:
     from specreplay import numba_cache_dir
 
     cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
         env={"NUMBA_NUM_THREADS": "1", "NUMBA_CACHE_DIR": numba_cache_dir()},
     )  # fmt: skip
     with distributed.Client(cluster) as c:
@@ -301,7 +301,7 @@ def test_cache_misses_on_a_key_change_and_recomputes_a_corrupt_entry(
     fixed = _cache_run(archive, cache)
     c = _cache(fixed)
     assert (c["reused"], c["replayed"]) == (2, 2)
-    assert sorted(c["rejected_files"]) == sorted(str(v) for v in victims[:2])
+    assert c["recomputed"] == 2 and sorted(c["recomputed_files"]) == sorted(c["replayed_files"])
     assert _figures(fixed) == _figures(base)
     assert (_cache(_cache_run(archive, cache))["reused"]) == 4  # rewritten
 

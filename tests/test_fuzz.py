@@ -38,10 +38,12 @@ from specreplay.stats.buckets import Buckets
 
 
 def fuzz(n: int) -> settings:
-    """Settings of one fuzzer: ``n`` examples, derandomized, no deadline."""
+    """Settings of one fuzzer: ``n`` examples, derandomized, no deadline, no example database
+    (nothing written into the clone's ``.hypothesis``)."""
     return settings(
         max_examples=n,
         derandomize=True,
+        database=None,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )

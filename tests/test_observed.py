@@ -266,7 +266,7 @@ def test_spec_bench_choice_selects_entry(tmp_path: Path) -> None:
 def test_spec_bench_directory_of_two_methods_is_a_duplicate() -> None:
     msg = f"duplicate question_id 1 (first at {EAGLE}:line 1)"
     with pytest.raises(SpecReplayError, match=_line(SPS, 1, msg)):
-        read_arm(EAGLE.parent, buckets=BUCKETS)
+        read_arm(EAGLE.parent, buckets=BUCKETS, ignore=["README.md"])  # issue 9: else an error
 
 
 @pytest.mark.parametrize(
@@ -421,11 +421,12 @@ def test_round_traces_directory_of_shards_equals_one_file(tmp_path: Path) -> Non
     folder.mkdir()
     pl.DataFrame(ROUNDS[:3]).write_parquet(folder / "part-000.parquet")
     pl.DataFrame(ROUNDS[3:]).write_parquet(folder / "part-001.parquet")
-    (folder / "notes.txt").write_text("ignored")
-    arm = read_arm(folder, buckets=BUCKETS)
+    (folder / "notes.txt").write_text("skipped by --ignore (issue 9: else an error naming it)")
+    arm = read_arm(folder, buckets=BUCKETS, ignore=["*.txt"])
     assert arm.sums.rows() == _round_direct(ROUNDS)
     assert arm.name == "shards"
     assert arm.files == [(folder / "part-000.parquet", 3), (folder / "part-001.parquet", 5)]
+    assert arm.ignored == [(folder / "notes.txt", "*.txt")]
 
 
 def test_round_traces_optional_columns_may_be_absent(tmp_path: Path) -> None:

@@ -179,11 +179,12 @@ def test_synth_archive_has_no_marker_and_is_not_overwritten_without_force(arch: 
     ]  # fmt: skip
     before = digest(arch)
     res = run(["synth", arch, "--requests", "8", "--rounds", "2", "-q"])
-    assert_error(res, f"{arch}: folder is not empty and was not written by specreplay")
+    assert_error(res, f"{arch}: holds an archive specreplay wrote (SYNTH.json); use --force")
     assert digest(arch) == before
     # with --force the archive is replaced (atomically), still without a marker
     res = run(["synth", arch, "--requests", "8", "--rounds", "2", "-q", "--force"])
     assert res.exit_code == 0, res.output
+    assert res.stderr.startswith(f"replaced {arch} (written ")  # an earlier run's folder
     assert sorted(p.name for p in arch.iterdir()) == ["SYNTH.json", "part-00000.parquet"]
     assert json.loads((arch / "SYNTH.json").read_text())["options"]["requests"] == 8
     assert sorted(p.name for p in arch.parent.iterdir()) == ["arch"]  # no temporary left
@@ -193,7 +194,7 @@ def test_a_report_into_another_archive_needs_force(arch: Path, tmp_path: Path) -
     other = Path(shutil.copytree(arch, tmp_path / "other"))
     before = digest(arch, other)
     res = run(["validate", arch, "--out", other])
-    assert_error(res, f"{other}: folder is not empty and was not written by specreplay")
+    assert_error(res, f"{other}: holds an archive specreplay wrote (SYNTH.json); use --force")
     assert digest(arch, other) == before
     res = run(["validate", arch, "--out", tmp_path / "report"])
     assert res.exit_code == 0, res.output
@@ -225,7 +226,8 @@ def test_sigterm_mid_run_leaves_no_temporary_folder(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM
-    assert err.strip() == "error: terminated (SIGTERM); no partial output left"
+    lines = [x for x in err.strip().splitlines() if not x.startswith("compiling kernels")]
+    assert lines == ["error: synth terminated (SIGTERM); nothing written, no partial output left"]
     assert list(tmp_path.iterdir()) == []  # neither the temporary folder nor a partial OUT
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -101,3 +102,58 @@ def test_report_example_runs(requalify_example: tuple[Path, list[Any]], tmp_path
         os.chdir(cwd)
     first = README.split("prints one line per run (`")[1].split("`")[0]
     assert res.stdout.splitlines()[0] == first
+
+
+def _run_in(folder: Path, line: str) -> Any:
+    """Run one README command line in ``folder`` (as a user would from there)."""
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        return CliRunner().invoke(app, [*shlex.split(line)[1:], "-q"], env={"COLUMNS": "300"})
+    finally:
+        os.chdir(cwd)
+
+
+def test_ignore_example_runs(tmp_path: Path) -> None:
+    """``validate my-archive --ignore '_SUCCESS' --ignore '*.crc'`` (issue 9, item 4)."""
+    block = re.search(r"```bash\n\s*(specreplay validate my-archive --ignore [^\n]*)", README)
+    assert block is not None
+    line = block.group(1).strip()
+    res = _run_in(tmp_path, "specreplay synth my-archive --requests 20")
+    assert res.exit_code == 0, res.output
+    (tmp_path / "my-archive" / "_SUCCESS").write_bytes(b"")
+    (tmp_path / "my-archive" / ".part-00000.parquet.crc").write_bytes(b"\0" * 8)
+    refused = _run_in(tmp_path, line.split(" --ignore")[0])
+    assert refused.exit_code == 2 and "--ignore" in refused.stderr, refused.output
+    assert "my-archive/_SUCCESS" in refused.stderr or ".crc" in refused.stderr, refused.output
+    res = _run_in(tmp_path, line)
+    assert res.exit_code == 0, res.output
+    assert "VALID" in res.stdout
+    for glob, name in (("_SUCCESS", "_SUCCESS"), ("*.crc", ".part-00000.parquet.crc")):
+        assert f"skipped by --ignore '{glob}': my-archive/{name}" in res.stdout, res.stdout
+
+
+def test_model_name_example_runs(tmp_path: Path) -> None:
+    """``screen before.prom after.prom --config screen.toml --model-name M`` on a two-model
+    scrape: the named model's R = 1 + Δaccepted/Δdrafts (worked out in test_safety_screen)."""
+    from test_safety_screen import CONFIG, TWO_AFTER, TWO_BEFORE, scrape
+
+    block = re.search(
+        r"```bash\n\s*(specreplay screen before.prom [^\n]*--model-name [^\n]*)", README
+    )
+    assert block is not None
+    line = block.group(1).strip()
+    model = shlex.split(line)[-1]
+    rename = {"a": model, "b": "other-model"}
+    (tmp_path / "before.prom").write_text(scrape({rename[k]: v for k, v in TWO_BEFORE.items()}))
+    (tmp_path / "after.prom").write_text(scrape({rename[k]: v for k, v in TWO_AFTER.items()}))
+    (tmp_path / "screen.toml").write_text(CONFIG)
+    without = _run_in(tmp_path, line.rsplit(" --model-name", 1)[0])
+    assert without.exit_code == 2 and "--model-name" in without.stderr, without.output
+    res = _run_in(tmp_path, line)
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "specreplay-out" / "screen" / "results.json").read_text())
+    assert doc["options"]["model_name"] == model
+    (cell,) = doc["cells"]
+    r = 1 + sum(s["value"] for s in cell["survival"])
+    assert r == pytest.approx(3.2, rel=1e-12)  # model "a" of test_safety_screen: 1 + 440/200

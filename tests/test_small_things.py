@@ -183,7 +183,8 @@ def test_law_rows_name_their_request_and_round(small_archive: Path, tmp_path: Pa
     doc = json.loads((tmp_path / "o" / "results.json").read_text())
     got = [(t["request"], t["round"], t["position"]) for t in doc["law_tests"]
            if t["round"] is not None]  # the toy positions come first, with neither  # fmt: skip
-    rows = pl.read_parquet(small_archive).select("request_id", "round", "position").rows()
+    shards = small_archive / "*.parquet"  # a TraceWriter folder also holds CAPTURE.json
+    rows = pl.read_parquet(shards).select("request_id", "round", "position").rows()
     bits = [
         int(uniform_bits(np.uint64(3), request_key(r), np.int64(n), np.int64(p),
                          np.int64(STREAM_LAW_POSITIONS)))

@@ -121,3 +121,17 @@ def test_the_ipc_and_dask_step_gives_step_3s_figures(
     assert backend["runner"] == "dask" and backend["workers"] == 2
     assert backend["cache"]["replayed"] == 1 and "replay_backend" not in docs[0]
     assert [Path(i["path"]).suffix for i in docs[1]["inputs"]] == [".arrow"]
+
+
+def test_the_tour_writes_only_ignored_folders(
+    tour: tuple[Path, list[tuple[str, int, str]]],
+) -> None:
+    """Issue 9, item 12: followed from the repository root, the tour leaves the clone clean."""
+    from test_repo_hygiene import ignored
+
+    folder, _ = tour
+    gitignore = (ROOT / ".gitignore").read_text(encoding="utf-8")
+    written = sorted(p.name for p in folder.iterdir() if p.name not in ("tests", "examples"))
+    assert "tour" in written and "my-archive" in written, written
+    for name in written:
+        assert ignored(name, gitignore), f"the tour writes {name}, which .gitignore does not list"

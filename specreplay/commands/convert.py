@@ -6,9 +6,10 @@ input shard into the folder OUT: the same stem with the new form's suffix (``.ar
 IPC, ``.parquet``, ``.jsonl``), plus a small ``CONVERT.json`` manifest (source, form,
 compression, the shards written) that the readers ignore. OUT is written as a temporary folder
 swapped in when complete (:func:`~specreplay.results.output.output_dir`), with the rules of every
-command: a non-empty folder that specreplay did not write is replaced only with ``--force``, and
-never when it is, contains or lies inside the input. Like ``synth``, the output is an archive and
-carries no ``.specreplay-output`` marker, so converting onto it again needs ``--force``.
+command: never a file, a symlink or a folder specreplay did not write, never the input or a folder
+around it. Like ``synth``, the output is an archive: it carries no ``.specreplay-output`` marker
+but its manifest says ``"written_by": "specreplay"``, so converting onto it again needs
+``--force``.
 
 Values are written from the canonical frames (schema-v1 columns in canonical order, cast to their
 canonical dtypes; carried columns after them, unchanged), so every float keeps its bits: a Float32
@@ -24,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
@@ -37,9 +39,10 @@ from specreplay.replay.archive.reader import ArchiveReader
 from specreplay.replay.archive.sources import (
     FORM_NAMES,
     ArchiveFile,
+    ArchiveListing,
+    archive_listing,
     archive_rows,
     format_location,
-    list_archive,
     read_chunks,
     scan_file,
 )
@@ -51,9 +54,9 @@ from specreplay.replay.archive.writer import (
     write_frame,
 )
 from specreplay.replay.scan import Progress, no_progress
-from specreplay.results.document import input_files, new_result
+from specreplay.results.document import ignored_inputs, input_files, new_result
 from specreplay.results.io import write_result
-from specreplay.results.output import check_out, output_dir
+from specreplay.results.output import WRITTEN_BY, check_out, output_dir
 
 __all__ = ["CONVERT_FORMS", "ConvertedArchive", "convert_archive", "run_convert"]
 
@@ -91,8 +94,12 @@ def convert_archive(
     compression: str | None = None,
     force: bool = False,
     progress: Progress = no_progress,
+    ignore: Sequence[str] = (),
 ) -> ConvertedArchive:
     """Validate ``archive`` and write it into the folder ``out`` in ``form``.
+
+    ``ignore``: ``--ignore`` globs, entries of the archive's folder to skip (CONVERT.json's
+    ``inputs_ignored`` lists them; nothing of theirs is converted).
 
     Raises
     ------
@@ -105,17 +112,18 @@ def convert_archive(
     codec = check_compression(form, compression)
     archive, out = Path(archive), Path(out)
     check_out(out, force=force, inputs=[archive])
-    files = list_archive(archive)
+    listing = archive_listing(archive, ignore)
+    files = list(listing.files)
     names = [f.path.stem + SHARD_SUFFIX[form] for f in files]
     _check_names(files, names)
-    rows = _validate(archive, progress)
+    rows = _validate(archive, progress, ignore)
     with output_dir(out, force=force, inputs=[archive], marker=False) as tmp:
         with progress(f"writing {FORM_NAMES[form]}", len(files)) as advance:
             for file, name in zip(files, names, strict=True):
                 _convert_file(file, tmp / name, form, codec)
                 advance(1)
         bytes_out = sum((tmp / n).stat().st_size for n in names)
-        _write_manifest(tmp, archive, files, names, form, codec)
+        _write_manifest(tmp, archive, listing, names, form, codec)
     return ConvertedArchive(
         source=archive,
         path=out,
@@ -140,10 +148,10 @@ def _check_names(files: list[ArchiveFile], names: list[str]) -> None:
         seen[name] = file.path
 
 
-def _validate(archive: Path, progress: Progress) -> int:
+def _validate(archive: Path, progress: Progress, ignore: Sequence[str]) -> int:
     """Read the whole archive with every check of ``validate``; return its rows."""
-    reader = ArchiveReader(archive, max_errors=1)
-    with progress(f"validating {archive.name}", archive_rows(archive)) as advance:
+    reader = ArchiveReader(archive, max_errors=1, ignore=ignore)
+    with progress(f"validating {archive.name}", archive_rows(archive, ignore)) as advance:
         for batch in reader:
             advance(batch.n_positions)
     return sum(f.rows for f in reader.files)
@@ -189,9 +197,10 @@ def _check_json_ints(file: ArchiveFile, frame: pl.DataFrame, locs: NDArray[np.in
 
 
 def _write_manifest(
-    folder: Path, archive: Path, files: list[ArchiveFile], names: list[str], form: str, codec: str
+    folder: Path, archive: Path, listing: ArchiveListing, names: list[str], form: str, codec: str
 ) -> None:
     """Write CONVERT.json: the source's files (with digests), the form and the shards written."""
+    files = listing.files
     outputs = tuple(
         dataclasses.replace(f, path=Path(f.path).name)
         for f in input_files([(folder / n, None) for n in names])
@@ -203,6 +212,8 @@ def _write_manifest(
         options={"archive": str(archive), "form": form, "compression": codec},
         assumptions=["A copy of the source archive in another form; every value kept bit for bit."],
         outputs=outputs,
+        inputs_ignored=ignored_inputs((e.path, e.glob) for e in listing.ignored),
+        extra={"written_by": WRITTEN_BY},  # marks the folder as ours (results.output)
     )
     write_result(folder / MANIFEST, manifest)
 
@@ -215,10 +226,17 @@ def run_convert(
     compression: str | None,
     force: bool,
     progress: Progress = no_progress,
+    ignore: Sequence[str] = (),
 ) -> str:
     """Convert ``archive`` into ``out``; return the terminal lines."""
     c = convert_archive(
-        archive, out, form=form, compression=compression, force=force, progress=progress
+        archive,
+        out,
+        form=form,
+        compression=compression,
+        force=force,
+        progress=progress,
+        ignore=ignore,
     )
     n = len(c.files)
     mib = 2**20

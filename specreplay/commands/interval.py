@@ -10,7 +10,7 @@ from typing import Any
 from specreplay.errors import SpecReplayError
 from specreplay.replay.scan import Progress, no_progress
 from specreplay.results.builders import comparison_cells
-from specreplay.results.document import excluded_entries, input_files, new_result
+from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
 from specreplay.results.gates import fail_on_code
 from specreplay.results.model import Delta, Level, Result, Role
 from specreplay.results.output import check_out, output_dir
@@ -33,7 +33,8 @@ class IntervalOptions:
     to Spec-Bench (and ``choice`` to Medusa) inputs, ``question_file`` to Medusa ones; ``names``
     label arms A and B (default: the inputs' names); ``hash_ids`` hashes request ids in every
     output (:mod:`specreplay.results.privacy`). Round traces carry no grouping columns: ``--by``
-    is for position traces (requalify, sweep).
+    is for position traces (requalify, sweep). ``ignore``: ``--ignore`` globs, entries of an
+    input folder to skip (results.json ``inputs_ignored``).
     """
 
     question_file: Path | None = None
@@ -50,6 +51,7 @@ class IntervalOptions:
     drafted: int | None = None
     names: tuple[str | None, str | None] = (None, None)
     hash_ids: bool = False
+    ignore: tuple[str, ...] = ()
 
     def to_json(self, path_a: Path, path_b: Path, buckets: Buckets) -> dict[str, Any]:
         """Return the ``options`` entry of results.json."""
@@ -83,7 +85,7 @@ def _kinds(path_a: Path, path_b: Path, opts: IntervalOptions) -> tuple[str, str]
 
     parse_margin(opts.margin)
     Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
-    kinds = (detect_kind(path_a), detect_kind(path_b))
+    kinds = (detect_kind(path_a, opts.ignore), detect_kind(path_b, opts.ignore))
     _check_flags(kinds, question_file=opts.question_file, choice=opts.choice, drafted=opts.drafted)
     return kinds
 
@@ -162,6 +164,7 @@ def _load(path: Path, kind: str, name: str | None, opts: IntervalOptions, bk: Bu
         choice=opts.choice if kind in ("spec-bench", "medusa") else 0,
         drafted=opts.drafted if kind == "spec-bench" else None,
         name=name,
+        ignore=opts.ignore,
     )
 
 
@@ -208,6 +211,7 @@ def _interval_result(
         arms=[arm_a.name, arm_b.name],
         cells=comparison_cells(comp.cells, intervals),
         sources={arm_a.name: arm_a.kind, arm_b.name: arm_b.kind},
+        inputs_ignored=ignored_inputs([*arm_a.ignored, *arm_b.ignored]),
     )
 
 

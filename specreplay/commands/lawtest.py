@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from specreplay.results.lawtests import lawtest_result
@@ -25,6 +26,7 @@ def run_lawtest(
     buckets: str = "",
     logging_arm: str | None = None,
     hash_ids: bool = False,
+    ignore: Sequence[str] = (),
 ) -> tuple[str, bool]:
     """Law tests of arms on the toy laws and, given an archive, on sampled positions.
 
@@ -38,7 +40,7 @@ def run_lawtest(
         result = lawtest_result(
             arms_text, archive=archive, positions=positions, seed=seed,
             family_alpha=family_alpha, max_draws=max_draws, buckets=buckets,
-            logging_arm=logging_arm, hash_ids=hash_ids,
+            logging_arm=logging_arm, hash_ids=hash_ids, ignore=ignore,
         )  # fmt: skip
         files = write_all(result, tmp)
     ok = all(t.passed is not False for t in result.law_tests)

@@ -15,8 +15,10 @@ from specreplay.errors import SpecReplayError
 __all__ = [
     "FAIL_ON_INTERVAL",
     "FAIL_ON_REQUALIFY",
+    "SEED_MAX",
     "at_least",
     "between",
+    "check_seed",
     "check_stratify",
     "logging_arm_option",
     "verdict_set",
@@ -26,6 +28,8 @@ FAIL_ON_INTERVAL = frozenset({"EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"})
 """The pooled verdicts ``interval --fail-on`` accepts."""
 FAIL_ON_REQUALIFY = frozenset({"QUALIFIED", "NOT QUALIFIED", "INCONCLUSIVE"})
 """The pooled requalifications ``requalify --fail-on`` accepts."""
+SEED_MAX = 2**64 - 1
+"""The largest seed: the kernels take it as a uint64 (``--seed``'s ``max=``, the API's check)."""
 
 
 def check_stratify(stratify: str) -> str:
@@ -66,3 +70,10 @@ def between(name: str, value: float, lo: float, hi: float) -> None:
     """Raise unless ``lo`` ≤ ``value`` ≤ ``hi``; the message names ``name``."""
     if not (math.isfinite(value) and lo <= value <= hi):
         raise SpecReplayError(f"{name}={value!r}: should be between {lo:g} and {hi:g}")
+
+
+def check_seed(seed: int) -> int:
+    """Return ``seed`` when it is an integer from 0 to 2^64-1 (a uint64); raise otherwise."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise SpecReplayError(f"seed={seed!r}: should be an integer from 0 to 2^64-1")
+    return seed

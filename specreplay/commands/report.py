@@ -15,7 +15,7 @@ from pathlib import Path
 from specreplay.errors import SpecReplayError
 from specreplay.results.io import read_result
 from specreplay.results.model import Result
-from specreplay.results.output import output_dir
+from specreplay.results.output import check_out, output_dir
 from specreplay.results.render import render, write_all
 
 __all__ = ["rerender", "run_report"]
@@ -38,6 +38,8 @@ def rerender(
     Deeper folders are rendered first (a demo's REPORT.md reads its sub-runs' files); the list
     comes back in path order.
     """
+    if out is not None:  # before any work; the runs read are inputs (--out may not touch them)
+        check_out(out, force=force, inputs=[run_dir])
     runs = _runs(run_dir)
     results = [(folder, read_result(folder / "results.json")) for folder in runs]
     deepest_first = sorted(results, key=lambda fr: (-len(fr[0].parts), fr[0]))
@@ -46,7 +48,7 @@ def rerender(
         for folder, result in deepest_first:
             done[folder] = (folder, result, render(result, folder))
         return [done[folder] for folder in runs]
-    with output_dir(out, force=force) as tmp:
+    with output_dir(out, force=force, inputs=[run_dir]) as tmp:
         for folder, result in deepest_first:
             target = tmp / folder.relative_to(run_dir)
             target.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,7 @@ from specreplay.results.requalification import (
     check_replayable,
     requalify_result,
 )
+from specreplay.results.shortrounds import exclude_below
 from specreplay.results.tables import requalify_tables
 from specreplay.sim.arms import Arm, parse_arm, parse_arm_option
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
@@ -84,6 +85,7 @@ def _opened(archive: Path, opts: RequalifyOptions) -> tuple[OpenArchive, Requali
         buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
         logging_arm=opts.logging_arm,
         columns=pass_columns(opts.estimator, opts.by),
+        ignore=opts.ignore,
     )
     return opened, _arms(opts.baseline, opts.candidate, opts.reference, opened.logging_arm)
 
@@ -98,7 +100,7 @@ def _requalified(
     """Run the pass, the ``--by`` passes and ``--hash-ids``: return the result to write."""
     filters = {"families": sorted(opts.families) if opts.families else None,
                "sample_requests": opts.sample_requests}  # fmt: skip
-    with backend_runner(backend, filters) as run:
+    with backend_runner(backend, filters, inputs=[archive]) as run:
         result, res = _passes(opened, archive, opts, progress, run)
         entry = run.to_json()
     if entry is not None:
@@ -115,7 +117,8 @@ def _passes(
 ) -> tuple[Result, ReplayResult]:
     """Run the main pass and the ``--by`` passes, shards replayed by ``run``."""
     reader, arms = opened
-    ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
+    rows = archive_rows(archive, opts.ignore)
+    ctx = progress("replaying", rows) if progress else nullcontext(None)
     estimator, companion = auto_passes(opts.estimator)
     with ctx as advance:
         res = _replay(reader, arms, opts, estimator, companion, advance, run)
@@ -139,10 +142,17 @@ def _replay(
     run: BackendRun,
 ) -> ReplayResult:
     """Replay the arms once and select requests (``--families``, ``--sample-requests``)."""
-    res = opened.replay(list(arms.all.values()), estimator=estimator,
-                        replicates=opts.replicates, seed=opts.seed,
-                        law_positions=opts.law_positions, progress=advance,
-                        companion=companion, runner=run.runner)  # fmt: skip
+    res = opened.replay(
+        list(arms.all.values()),
+        estimator=estimator,
+        replicates=opts.replicates,
+        seed=opts.seed,
+        law_positions=opts.law_positions,
+        progress=advance,
+        companion=companion,
+        runner=run.runner,
+        exclude_below=exclude_below(opts.short_rounds, arms.all.values()),
+    )
     n = opts.sample_requests
     wanted = sample_requests(res.requests, n, opts.seed) if n else None
     if opts.families is not None or wanted is not None:
@@ -158,7 +168,8 @@ def _group_pass(
     """One ``--by`` pass: requests coded by ``group``, the main pass's resolved estimator."""
     opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
                          logging_arm=opts.logging_arm, group=group,
-                         columns=needed_columns(estimator, None, group))  # fmt: skip
+                         columns=needed_columns(estimator, None, group),
+                         ignore=opts.ignore)  # fmt: skip
     res = _replay(opened, arms, opts, estimator, None, None, run)
     return requalify_result(res, arms, opts, archive)
 
@@ -174,6 +185,8 @@ def run_requalify(
 ) -> tuple[str, int, Result]:
     """Requalify ``opts.candidate`` against ``opts.baseline``; return (text, exit code, result)."""
     check_out(out, force=force, inputs=[archive])
+    if backend is not None:
+        backend.check(inputs=[archive])
     opened = _opened(archive, opts)
     with output_dir(out, force=force, inputs=[archive]) as tmp:
         result = _requalified(opened, archive, opts, progress, backend)

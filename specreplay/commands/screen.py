@@ -6,8 +6,10 @@ values and the envelope grids. Decisions: runs are pooled per (batch, context, w
 suites and repetitions (the cell records its suites); a cell's counted positions are the fewest
 any of its runs has; a batch size without a cap or a D_B in the config is an error (D_B is a
 deployment's measurement, so it has no default); a scrape not named by a ``[[vllm]]`` entry, or an
-entry whose scrapes are not inputs, is an error. results.json records every input's path and
-SHA-256 (the config too) and only aggregate counts: no prompt, token or tensor.
+entry whose scrapes are not inputs, is an error; a file a ``[[vllm]]`` entry names is read as a
+scrape whatever its first line; a scrape with two ``model_name`` values needs ``--model-name``
+(:mod:`specreplay.replay.counters` lists every refused scrape). results.json records every input's
+path and SHA-256 (the config too) and only aggregate counts: no prompt, token or tensor.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from specreplay.stats.screen import ScreenParams, ScreenRun, screen_cell
 __all__ = ["run_screen", "screen_result"]
 
 
-def _runs(paths: list[Path], cfg: ScreenConfig) -> tuple[list[CounterRun], list[tuple[Path, int]]]:
+def _runs(
+    paths: list[Path], cfg: ScreenConfig, model_name: str | None
+) -> tuple[list[CounterRun], list[tuple[Path, int]]]:
     """Read every input; return the runs and (file, rows) for ``inputs``."""
     named = {e.before.resolve() for e in cfg.vllm} | {e.after.resolve() for e in cfg.vllm}
     given = {p.resolve() for p in paths}
@@ -49,25 +53,28 @@ def _runs(paths: list[Path], cfg: ScreenConfig) -> tuple[list[CounterRun], list[
     for p in paths:
         if not p.is_file():
             raise SpecReplayError(f"{p}: no such file")
-        if is_prometheus_text(p):
-            if p.resolve() not in named:
-                raise SpecReplayError(
-                    f"{p}: Prometheus text not named by a [[vllm]] entry of --config "
-                    "(before/after scrapes, with batch and step_p50_ms)"
-                )
+        if p.resolve() in named:  # a [[vllm]] scrape, whatever its first line holds
             files.append((p, 0))
             continue
+        if is_prometheus_text(p):
+            raise SpecReplayError(
+                f"{p}: Prometheus text not named by a [[vllm]] entry of --config "
+                "(before/after scrapes, with batch and step_p50_ms)"
+            )
         rows = read_counter_runs(p)
         runs += rows
         files.append((p, len(rows)))
-    runs += [vllm_run(e) for e in cfg.vllm]
+    runs += [vllm_run(e, model_name) for e in cfg.vllm]
     return runs, files
 
 
-def screen_result(paths: list[Path], config: Path | None) -> Result:
-    """Screen every (batch, context, worker) cell of the inputs; return the typed result."""
+def screen_result(paths: list[Path], config: Path | None, model_name: str | None = None) -> Result:
+    """Screen every (batch, context, worker) cell of the inputs; return the typed result.
+
+    ``model_name`` picks one model's series in every vLLM scrape (``--model-name``).
+    """
     cfg = read_config(config)
-    runs, files = _runs(paths, cfg)
+    runs, files = _runs(paths, cfg, model_name)
     params = cfg.params
     caps, draft = dict(params.caps), dict(params.draft_p50_ms)
     groups: dict[tuple[int, int, str], list[CounterRun]] = defaultdict(list)
@@ -94,17 +101,20 @@ def screen_result(paths: list[Path], config: Path | None) -> Result:
         command="screen",
         seed=0,
         inputs=tuple(x for x in input_files([(p, n or None) for p, n in files])),
-        options=_options(paths, config, params),
+        options=_options(paths, config, params, model_name),
         assumptions=SCREEN_ASSUMPTIONS,
         arms=sorted({r.worker for r in runs}),
         cells=tuple(cells),
     )
 
 
-def _options(paths: list[Path], config: Path | None, p: ScreenParams) -> dict[str, Any]:
+def _options(
+    paths: list[Path], config: Path | None, p: ScreenParams, model_name: str | None
+) -> dict[str, Any]:
     return {
         "counters": [str(x) for x in paths],
         "config": str(config) if config is not None else None,
+        "model_name": model_name,
         "trained_block": p.trained_block,
         "depths": list(p.depths),
         "h_ms": list(p.h_ms),
@@ -119,11 +129,20 @@ def _options(paths: list[Path], config: Path | None, p: ScreenParams) -> dict[st
     }
 
 
-def run_screen(paths: list[Path], *, config: Path | None, out: Path, force: bool) -> str:
+def run_screen(
+    paths: list[Path],
+    *,
+    config: Path | None,
+    out: Path,
+    force: bool,
+    model_name: str | None = None,
+) -> str:
     """Run the screen and write results.json and TABLES.md into ``out``; return terminal text."""
     inputs = [*paths, *([config] if config is not None else [])]
     check_out(out, force=force, inputs=inputs)
-    result = screen_result(paths, config)  # every input is read and checked before any write
+    result = screen_result(
+        paths, config, model_name
+    )  # every input is read and checked before any write
     with output_dir(out, force=force, inputs=inputs) as tmp:
         files = write_all(result, tmp)
     lines = []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.importers import detect_kind, drafted_depths, read_arm
-from specreplay.replay.archive.sources import archive_rows
+from specreplay.replay.archive.sources import archive_listing, archive_rows
 from specreplay.replay.backend import Backend, BackendRun, backend_runner
 from specreplay.replay.choice import AUTO, auto_passes, pass_columns, resolve_auto
 from specreplay.replay.engine import OpenArchive
@@ -25,6 +25,7 @@ from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
 from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.results.render import outputs_line, write_all
+from specreplay.results.shortrounds import exclude_below
 from specreplay.results.sweep import (
     CostModel,
     SweepOptions,
@@ -73,7 +74,7 @@ def sweep_run(
     Round traces (the inputs of ``interval``) give the survival truncation proxy instead.
     ``backend``: who replays the shards (Dask, the per-shard cache; default this process).
     """
-    if _is_round_traces(archive):
+    if _is_round_traces(archive, opts.ignore):
         _no_backend(archive, backend)
         return _proxy(archive, opts, _proxy_depths(archive, opts))
     return _swept(archive, opts, _prepare(archive, opts), progress, backend)
@@ -97,7 +98,7 @@ def _prepare(archive: Path, opts: SweepOptions) -> _Prepared:
     if opts.cost:
         CostModel.parse(opts.cost)  # a bad cost model is an error before any work
     opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
-                         logging_arm=opts.logging_arm,
+                         logging_arm=opts.logging_arm, ignore=opts.ignore,
                          columns=pass_columns(opts.estimator, opts.by))  # fmt: skip
     return _Prepared(opened, arms, baseline, replayed)
 
@@ -110,7 +111,7 @@ def _swept(
     backend: Backend | None = None,
 ) -> Result:
     filters: dict[str, object] = {"families": None, "sample_requests": None}
-    with backend_runner(backend, filters) as run:
+    with backend_runner(backend, filters, inputs=[archive]) as run:
         result, requests = _swept_passes(archive, opts, prep, progress, run)
         entry = run.to_json()
     if entry is not None:
@@ -124,12 +125,14 @@ def _swept_passes(
     """Run the main pass and the ``--by`` passes, shards replayed by ``run``."""
     estimator, companion = auto_passes(opts.estimator)
     depth = max([*opts.depths, *(a.depth for a in prep.replayed)])
-    ctx = progress("replaying", archive_rows(archive)) if progress else nullcontext(None)
+    below = exclude_below(opts.short_rounds, prep.replayed)
+    rows = archive_rows(archive, opts.ignore)
+    ctx = progress("replaying", rows) if progress else nullcontext(None)
     with ctx as advance:
         res = prep.opened.replay(prep.replayed, estimator=estimator,
                                  replicates=opts.replicates, seed=opts.seed, max_depth=depth,
                                  progress=advance, companion=companion,
-                                 runner=run.runner)  # fmt: skip
+                                 runner=run.runner, exclude_below=below)  # fmt: skip
     if opts.estimator == AUTO:
         res, _ = resolve_auto(res, prep.replayed)
     result = sweep_result(res, prep.arms, opts, archive, prep.baseline)
@@ -138,9 +141,10 @@ def _swept_passes(
         def group_pass(group: tuple[str, ...]) -> Result:
             cols = needed_columns(res.estimator, None, group)
             again = OpenArchive(archive, buckets=prep.opened.buckets, logging_arm=opts.logging_arm,
-                                group=group, columns=cols)  # fmt: skip
+                                group=group, columns=cols, ignore=opts.ignore)  # fmt: skip
             r = again.replay(prep.replayed, estimator=res.estimator, replicates=opts.replicates,
-                             seed=opts.seed, max_depth=depth, runner=run.runner)  # fmt: skip
+                             seed=opts.seed, max_depth=depth, runner=run.runner,
+                             exclude_below=below)  # fmt: skip
             return sweep_result(r, prep.arms, opts, archive, prep.baseline)
 
         result = with_by_cells(result, opts.by, group_pass)
@@ -161,7 +165,9 @@ def run_sweep(
     Round traces (the inputs of ``interval``) give the survival truncation proxy instead.
     """
     check_out(out, force=force, inputs=[archive])
-    if _is_round_traces(archive):
+    if backend is not None:
+        backend.check(inputs=[archive])
+    if _is_round_traces(archive, opts.ignore):
         _no_backend(archive, backend)
         depths = _proxy_depths(archive, opts)
         with output_dir(out, force=force, inputs=[archive]) as tmp:
@@ -176,10 +182,16 @@ def run_sweep(
     return text, result
 
 
-def _is_round_traces(path: Path) -> bool:
-    """Whether ``path`` holds round traces (anything else is read as a position archive)."""
+def _is_round_traces(path: Path, ignore: tuple[str, ...]) -> bool:
+    """Whether ``path`` holds round traces (anything else is read as a position archive).
+
+    A folder's entries are judged first, so a bad entry is reported as itself whichever kind
+    the folder holds (not hidden behind a position-archive option error).
+    """
+    if path.is_dir():
+        archive_listing(path, ignore)
     try:
-        return detect_kind(path) == "round-traces"
+        return detect_kind(path, ignore) == "round-traces"
     except SpecReplayError:  # not an observed-arm format: the position-archive reader decides
         return False
 
@@ -199,7 +211,7 @@ def _proxy_depths(archive: Path, opts: SweepOptions) -> tuple[int, int | None, i
     if opts.cost:
         CostModel.parse(opts.cost)
     Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
-    lowest, unknown = drafted_depths(archive)
+    lowest, unknown = drafted_depths(archive, opts.ignore)
     top = 0 if unknown or lowest is None else lowest
     return top, lowest, unknown
 
@@ -210,7 +222,7 @@ def _proxy(archive: Path, opts: SweepOptions, depths: tuple[int, int | None, int
     buckets = Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
     supported = [d for d in opts.depths if d <= top]
     reference = top if top else max(opts.depths)
-    by_depth = {d: read_arm(archive, buckets=buckets, truncate=d)
+    by_depth = {d: read_arm(archive, buckets=buckets, truncate=d, ignore=opts.ignore)
                 for d in sorted({*supported, *([reference] if top else [])})}  # fmt: skip
     if not by_depth:
         raise SpecReplayError(

@@ -95,7 +95,8 @@ def synth_archive(
     if form not in SYNTH_FORMS:
         raise SpecReplayError(f"--format {form!r}: expected one of {', '.join(SYNTH_FORMS)}")
     codec = check_compression(form, compression)
-    with output_dir(out, force=force, marker=False) as tmp:  # an archive: no marker
+    # an archive: no report marker; its SYNTH.json says it is ours (``--force`` replaces it)
+    with output_dir(out, force=force, marker=False) as tmp:
         cfg, files = write_synth_archive(
             tmp, n_requests, rounds, shard_requests, seed, progress, form, codec
         )

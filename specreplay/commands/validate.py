@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from specreplay.errors import InvalidArchive
@@ -16,7 +17,7 @@ from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
 from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.results.render import outputs_line, write_all
-from specreplay.results.tables import archive_summary, measured_tables
+from specreplay.results.tables import archive_summary, ignored_summary, measured_tables
 
 __all__ = ["run_validate", "validate_result"]
 
@@ -29,8 +30,11 @@ def validate_result(
     logging_arm: str | None,
     progress: Progress = no_progress,
     hash_ids: bool = False,
+    ignore: Sequence[str] = (),
 ) -> Result:
     """Validate an archive; return its counts and MEASURED R as a typed result.
+
+    ``ignore``: ``--ignore`` globs, entries of a folder archive to skip (``inputs_ignored``).
 
     Raises
     ------
@@ -38,7 +42,12 @@ def validate_result(
         When the archive has errors (up to ``max_errors`` of them; None: every one).
     """
     scan = scan_archive(
-        path, buckets=buckets, logging_arm=logging_arm, max_errors=max_errors, progress=progress
+        path,
+        buckets=buckets,
+        logging_arm=logging_arm,
+        max_errors=max_errors,
+        progress=progress,
+        ignore=ignore,
     )
     if scan.errors:
         raise InvalidArchive(str(path), tuple(scan.errors), scan.truncated)
@@ -57,24 +66,27 @@ def run_validate(
     force: bool,
     progress: Progress = no_progress,
     hash_ids: bool = False,
+    ignore: Sequence[str] = (),
 ) -> tuple[bool, str]:
     """Validate an archive; return (valid, text): counts and MEASURED R, or the error lines.
 
     Error lines name requests (they go to stderr, never into an output); ``hash_ids`` hashes
-    request ids in what ``out`` holds (:mod:`specreplay.results.privacy`).
+    request ids in what ``out`` holds (:mod:`specreplay.results.privacy`). The text lists the
+    folder entries ``ignore`` skipped, one line each, after the archive's summary.
     """
     if out is not None:
         check_out(out, force=force, inputs=[path])
     try:
         result = validate_result(
             path, max_errors=max_errors, buckets=buckets, logging_arm=logging_arm,
-            progress=progress, hash_ids=hash_ids,
+            progress=progress, hash_ids=hash_ids, ignore=ignore,
         )  # fmt: skip
     except InvalidArchive as bad:
         more = " (stopped there; --all lists every one)" if bad.truncated else ""
         return False, "\n".join([*bad.errors, f"{len(bad.errors)} error(s) in {path}{more}"])
     assert result.archive is not None  # measured_result always describes the archive
     text = archive_summary(result.archive, str(path), result.pooled.arms[result.arms[0]])
+    text += ignored_summary(result.inputs_ignored)
     written = ""
     if out is not None:
         with output_dir(out, force=force, inputs=[path]) as tmp:

@@ -11,6 +11,7 @@ key, then bucket): the order every later aggregation follows, whatever the file 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -18,7 +19,10 @@ from numpy.typing import NDArray
 
 from specreplay.replay.estimators.base import RoundValues
 
-__all__ = ["ArmSums", "ReplayAccumulator", "canonical_order"]
+__all__ = ["NO_ROUND", "ArmSums", "ReplayAccumulator", "canonical_order"]
+
+NO_ROUND = np.iinfo(np.int64).max
+"""``ArmSums.short_at`` where no round is short (larger than every round's place)."""
 
 
 @njit(cache=True)
@@ -29,8 +33,10 @@ def _add_rounds(
     var: NDArray[np.float64],
     surv: NDArray[np.float64],
     offpath: NDArray[np.float64],
+    at: NDArray[np.int64],
     n: NDArray[np.float64],
     short: NDArray[np.float64],
+    short_at: NDArray[np.int64],
     a_t: NDArray[np.float64],
     a_v: NDArray[np.float64],
     a_s: NDArray[np.float64],
@@ -39,9 +45,11 @@ def _add_rounds(
     """Add each round's values to its key's sums, sequentially in the given order.
 
     ``keys`` int64 (n,), ``depth`` int32 (n,), ``t``/``var``/``surv`` float64 (n, D),
-    ``offpath`` float64 (n, 4); the sums are float64 (cap,), (cap, D) and (cap, 4).
-    ``n[key]`` counts rounds; ``short[key, d]`` counts rounds replayed at fewer than d + 1
-    positions (depth d + 1 unsupported there); the others are sums over supported rounds.
+    ``offpath`` float64 (n, 4), ``at`` int64 (n,) each round's place in the archive; the sums
+    are float64 (cap,), (cap, D) and (cap, 4). ``n[key]`` counts rounds; ``short[key, d]``
+    counts rounds replayed at fewer than d + 1 positions (depth d + 1 unsupported there) and
+    ``short_at[key, d]`` (int64) keeps the smallest place of them; the others are sums over
+    supported rounds.
     """
     max_depth = t.shape[1]
     for r in range(keys.shape[0]):
@@ -52,6 +60,7 @@ def _add_rounds(
         for d in range(max_depth):
             if d >= depth[r]:
                 short[k, d] += 1.0
+                short_at[k, d] = min(short_at[k, d], at[r])
                 continue
             a_t[k, d] += t[r, d]
             a_v[k, d] += var[r, d]
@@ -99,9 +108,15 @@ class ArmSums:
     family : int32, (k,)
         Index into the owner's family table.
     n : float64, (k,)
-        Rounds.
+        Rounds (those left out by ``--short-rounds exclude`` are not among them).
     short : float64, (k, D)
         Rounds that recorded fewer than d positions (column d − 1): depth d unsupported there.
+    short_at : int64, (k, D)
+        The place in the archive (:data:`~specreplay.replay.archive.batch.AT_FILE_SHIFT`) of
+        the first of those rounds; :data:`NO_ROUND` where there is none.
+    excluded : float64, (k,)
+        Rounds left out by ``--short-rounds exclude`` (fewer positions than the run's depth):
+        counted here, in no other sum.
     t : float64, (k, D)
         Σ E[1 + A] at depth d over the supported rounds (the estimator's per-round value).
     var : float64, (k, D)
@@ -123,6 +138,8 @@ class ArmSums:
     family: NDArray[np.int32]
     n: NDArray[np.float64]
     short: NDArray[np.float64]
+    short_at: NDArray[np.int64]
+    excluded: NDArray[np.float64]
     t: NDArray[np.float64]
     var: NDArray[np.float64]
     surv: NDArray[np.float64]
@@ -164,7 +181,7 @@ class ArmSums:
                 out[name] = v
             elif name in _SUMMED:
                 out[name] = np.add.reduceat(v, starts, axis=0)
-            elif name == "ratio_min":
+            elif name in ("ratio_min", "short_at"):
                 out[name] = np.minimum.reduceat(v, starts, axis=0)
             elif name == "ratio_max":
                 out[name] = np.maximum.reduceat(v, starts, axis=0)
@@ -173,7 +190,9 @@ class ArmSums:
         return ArmSums(**out)  # type: ignore[arg-type]
 
 
-_SUMMED = frozenset({"n", "short", "t", "var", "surv", "offpath", "ratio_sum", "ratio_sq"})
+_SUMMED = frozenset(
+    {"n", "short", "excluded", "t", "var", "surv", "offpath", "ratio_sum", "ratio_sq"}
+)
 
 
 def canonical_order(key: NDArray[np.uint64], bucket: NDArray[np.int32]) -> NDArray[np.int64]:
@@ -187,7 +206,7 @@ class ReplayAccumulator:
     def __init__(self, max_depth: int) -> None:
         self.d = max_depth
         self._cap = 0
-        self._arrays: dict[str, NDArray[np.float64]] = {}
+        self._arrays: dict[str, NDArray[Any]] = {}
         self._grow(1024)
 
     def _grow(self, size: int) -> None:
@@ -195,6 +214,8 @@ class ReplayAccumulator:
         shapes = {
             "n": (cap,),
             "short": (cap, self.d),
+            "short_at": (cap, self.d),
+            "excluded": (cap,),
             "t": (cap, self.d),
             "var": (cap, self.d),
             "surv": (cap, self.d),
@@ -206,29 +227,47 @@ class ReplayAccumulator:
         }
         init = {"ratio_min": np.inf, "ratio_max": -np.inf}
         for name, shape in shapes.items():
-            new = np.full(shape, init.get(name, 0.0))
+            if name == "short_at":
+                new = np.full(shape, NO_ROUND, np.int64)
+            else:
+                new = np.full(shape, init.get(name, 0.0))
             if name in self._arrays:
                 new[: self._cap] = self._arrays[name]
             self._arrays[name] = new
         self._cap = cap
 
-    def add(self, keys: NDArray[np.int64], values: RoundValues) -> None:
-        """Add a batch's rounds (``keys`` in archive order)."""
-        if keys.shape[0] == 0:
-            return
+    def _fit(self, keys: NDArray[np.int64]) -> None:
         need = int(keys.max()) + 1
         if need > self._cap:
             self._grow(need)
+
+    def add(
+        self, keys: NDArray[np.int64], values: RoundValues, at: NDArray[np.int64] | None = None
+    ) -> None:
+        """Add a batch's rounds (``keys`` in archive order; ``at`` their places, if known)."""
+        if keys.shape[0] == 0:
+            return
+        self._fit(keys)
         a = self._arrays
+        if at is None or at.shape[0] != keys.shape[0]:
+            at = np.full(keys.shape[0], NO_ROUND, np.int64)
         _add_rounds(
-            keys, values.depth, values.t, values.var, values.surv, values.offpath,
-            a["n"], a["short"], a["t"], a["var"], a["surv"], a["offpath"],
+            keys, values.depth, values.t, values.var, values.surv, values.offpath, at,
+            a["n"], a["short"], a["short_at"], a["t"], a["var"], a["surv"], a["offpath"],
         )  # fmt: skip
         if values.ratio is not None:
             _add_ratios(
                 keys, values.depth, values.ratio,
                 a["ratio_sum"], a["ratio_sq"], a["ratio_min"], a["ratio_max"],
             )  # fmt: skip
+
+    def exclude(self, keys: NDArray[np.int64]) -> None:
+        """Count rounds left out (``--short-rounds exclude``) under their keys."""
+        if keys.shape[0] == 0:
+            return
+        self._fit(keys)
+        ex = self._arrays["excluded"]
+        ex += np.bincount(keys, minlength=ex.shape[0]).astype(np.float64)
 
     def result(
         self,
@@ -243,7 +282,7 @@ class ReplayAccumulator:
         maps a request code to its index in the owner's (canonically sorted) request table.
         """
         a = self._arrays
-        keys = np.flatnonzero(a["n"][: self._cap])
+        keys = np.flatnonzero(a["n"][: self._cap] + a["excluded"][: self._cap])
         code = keys // n_buckets
         key = request_keys[code]
         bucket = (keys % n_buckets).astype(np.int32)
@@ -256,6 +295,8 @@ class ReplayAccumulator:
             family=request_family[code],
             n=a["n"][keys],
             short=a["short"][keys],
+            short_at=a["short_at"][keys],
+            excluded=a["excluded"][keys],
             t=a["t"][keys],
             var=a["var"][keys],
             surv=a["surv"][keys],

@@ -13,15 +13,17 @@ results.json ``replay_backend`` (only with ``--scheduler``, ``--workers`` or ``-
     {"runner": "dask" | "local", "scheduler": ADDRESS | "local cluster" | null,
      "workers": N | null, "tasks": shard tasks submitted | null,
      "cache": null | {"folder": DIR, "shards": n, "reused": n, "replayed": n,
-                      "replayed_files": [paths], "rejected_files": [entry paths]}}
+                      "replayed_files": [paths], "recomputed": n,
+                      "recomputed_files": [paths of shards whose entry failed its check]}}
 
 The cache counts every shard of every pass of the run. :func:`backend_note` is the stderr line
-the command line prints from it (``cache: 3 of 4 shards reused, 1 replayed (part-00003.parquet)``).
+the command line prints from it (``cache: 3 of 4 shards reused, 1 replayed (part-00003.parquet)``,
+then ``; 1 entry failed the check, recomputed (part-00003.parquet)`` when one did).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +31,7 @@ from typing import Any
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.distributed import DaskRunner, Runner, local_runner, open_dask
-from specreplay.replay.shardcache import ShardCache, cached_runner
+from specreplay.replay.shardcache import ShardCache, cached_runner, check_cache_folder
 
 __all__ = ["Backend", "BackendRun", "backend_line", "backend_note", "backend_runner"]
 
@@ -57,6 +59,11 @@ class Backend:
             )
         if self.workers is not None and self.workers < 1:
             raise SpecReplayError(f"--workers {self.workers}: should be at least 1")
+
+    def check(self, inputs: Sequence[Path]) -> None:
+        """Refuse a bad ``--cache`` folder before any work (:func:`check_cache_folder`)."""
+        if self.cache is not None:
+            check_cache_folder(self.cache, inputs)
 
     @property
     def default(self) -> bool:
@@ -90,17 +97,20 @@ class BackendRun:
 
 
 @contextmanager
-def backend_runner(backend: Backend | None, filters: dict[str, Any]) -> Iterator[BackendRun]:
+def backend_runner(
+    backend: Backend | None, filters: dict[str, Any], inputs: Sequence[Path] = ()
+) -> Iterator[BackendRun]:
     """Start what ``backend`` asks for (a Dask client, the cache); yield the run; close it.
 
-    ``filters`` (``--families``, ``--sample-requests`` as JSON values) join the cache key.
+    ``filters`` (``--families``, ``--sample-requests`` as JSON values) join the cache key;
+    ``inputs`` are the run's inputs, which the cache folder may not be, hold or lie inside.
     """
     b = backend or Backend()
     run = BackendRun(b)
     with ExitStack() as stack:
         inner: Runner | None = None
         if b.cache is not None:  # a bad folder fails before a cluster starts
-            run.cache = ShardCache(b.cache, filters)
+            run.cache = ShardCache(b.cache, filters, inputs)
         if b.scheduler is not None or b.workers is not None:
             run.dask = stack.enter_context(open_dask(b.scheduler, b.workers))
             run.workers = run.dask.workers
@@ -138,12 +148,16 @@ def backend_note(entry: Any) -> str | None:
         return None
     names = [Path(p).name for p in dict.fromkeys(cache["replayed_files"])]
     shown = ", ".join(names[:5]) + (f", … ({len(names) - 5} more)" if len(names) > 5 else "")
-    rejected = len(cache["rejected_files"])
+    failed: list[str] = cache.get("recomputed_files", cache.get("rejected_files")) or []
+    bad = list(dict.fromkeys(Path(p).name for p in failed))
     line = (
         f"cache: {cache['reused']} of {cache['shards']} shards reused, {cache['replayed']} replayed"
     )
     if names:
         line += f" ({shown})"
-    if rejected:
-        line += f"; {rejected} unreadable entr{'y' if rejected == 1 else 'ies'} recomputed"
+    if failed:
+        n = len(failed)
+        line += (
+            f"; {n} entr{'y' if n == 1 else 'ies'} failed the check, recomputed ({', '.join(bad)})"
+        )
     return line

@@ -15,9 +15,19 @@ the extra label ``position`` = 0..num_speculative_tokens − 1), labelled ``mode
 ``observe_draft`` increments positions 0..accepted − 1 of one draft, so per-position counts are
 already survivals: S_{i+1} = per_pos[i] / drafts, never a product. Two scrapes (before and after
 a benchmark) are differenced series by series (a series that decreased or vanished, a reset, is an
-error), then summed over every ``model_name``/``engine`` label set. A vLLM run's rounds are its
-drafts; its suite, worker, batch, context and step p50 come from a ``[[vllm]]`` entry of the
+error), then summed over the ``engine`` label sets of one ``model_name``. A vLLM run's rounds are
+its drafts; its suite, worker, batch, context and step p50 come from a ``[[vllm]]`` entry of the
 config.
+
+A scrape that would give a silent wrong figure is refused, naming the file and the series
+(issue 9): two ``model_name`` values without ``--model-name`` (summing them mixes two models'
+acceptance); Δ``num_accepted_tokens`` ≠ Σ Δ``num_accepted_tokens_per_pos`` (the counts disagree);
+*short proposals*, Δ``num_draft_tokens`` < Δ``num_drafts`` × positions (an n-gram drafter proposes
+fewer tokens than the positions, so a per-position count is not a survival of rounds that drafted
+the position: no survival and no depth screen; the message gives the mean acceptance length
+1 + Δaccepted/Δdrafts, which stays exact); a vLLM V0 scrape (V0 series, no ``num_drafts``).
+A scrape saved with ``curl -i`` has its HTTP headers skipped (up to the first blank line; a status
+other than 200 is refused); line numbers stay those of the file.
 
 **Config** (TOML, every key optional): ``trained_block``, ``depths``, ``h_ms`` (H indexed from
 depth 0), ``[caps]`` and ``[draft_p50_ms]`` (tables keyed by batch size), ``[central]`` and
@@ -43,6 +53,7 @@ from specreplay.stats.screen import ScreenParams
 
 __all__ = [
     "VLLM_METRICS",
+    "VLLM_V0_METRICS",
     "CounterRun",
     "ScreenConfig",
     "Series",
@@ -56,12 +67,20 @@ __all__ = [
 
 _P = "vllm:spec_decode_"
 VLLM_METRICS = {
-    "drafts": _P + "num_drafts_total",
+    "drafts": _P + "num_drafts_total",  # first: the series every V1 scrape has
     "draft_tokens": _P + "num_draft_tokens_total",
     "accepted_tokens": _P + "num_accepted_tokens_total",
     "per_pos": _P + "num_accepted_tokens_per_pos_total",
 }
 """The exposed sample names read (``_total``: prometheus_client's suffix for a Counter)."""
+VLLM_V0_METRICS = (
+    _P + "draft_acceptance_rate",
+    _P + "efficiency",
+    _P + "num_emitted_tokens_total",
+)
+"""Series only vLLM V0 exposes (its spec-decode gauges and emitted-token counter)."""
+_HTTP_STATUS = re.compile(r"^HTTP/\d(?:\.\d)?\s+(?P<status>\d{3})")
+"""The status line ``curl -i`` writes on top of a saved response."""
 
 
 @dataclass(frozen=True)
@@ -173,11 +192,15 @@ def _survivals(counts: Any, rounds: int, where: str, key: str) -> tuple[int, ...
 
 def read_counter_runs(path: Path) -> list[CounterRun]:
     """Read a run-counter JSONL file (SPEC §2.3); one :class:`CounterRun` per non-blank line."""
-    runs = []
+    runs: list[CounterRun] = []
     for lineno, line in _lines(path):
         if not line.strip():
             continue
         where = f"{path}:line {lineno}"
+        if not runs and _HTTP_STATUS.match(line):
+            raise SpecReplayError(
+                f"{where}: an HTTP response (saved with curl -i?), not run-counter JSON Lines"
+            )
         row, problem = parse_json_line(line)
         if problem is not None:
             raise SpecReplayError(f"{where}: not JSON: {problem.removeprefix('invalid JSON: ')}")
@@ -213,15 +236,49 @@ _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?
 
 
 def is_prometheus_text(path: Path) -> bool:
-    """Tell whether the file's first non-blank line is a ``#`` comment or a ``vllm:`` sample."""
+    """Tell whether the file's first non-blank line is a ``#`` comment or a ``vllm:`` sample.
+
+    HTTP headers on top (a scrape saved with ``curl -i``) are skipped up to the first blank line.
+    """
     try:
         with path.open(encoding="utf-8", errors="replace") as fh:
+            headers = False
             for line in fh:
-                if line.strip():
+                if headers:
+                    headers = bool(line.strip())  # the blank line that ends the headers
+                elif _HTTP_STATUS.match(line):
+                    headers = True
+                elif line.strip():
                     return line.startswith("#") or line.startswith("vllm:")
     except OSError:
         return False
     return False
+
+
+def _body_lines(path: Path) -> list[tuple[int, str]]:
+    """Return the lines of a scrape less HTTP headers on top (``curl -i``); line numbers kept.
+
+    Each header block (``curl -iL`` saves one per redirect, ``100 Continue`` one more) ends at a
+    blank line. The last response's status must be 200: any other holds no metrics, and is
+    refused naming its status and line.
+    """
+    lines = _lines(path)
+    status: tuple[int, str] | None = None
+    while True:
+        first = next((i for i, (_, t) in enumerate(lines) if t.strip()), None)
+        m = _HTTP_STATUS.match(lines[first][1]) if first is not None else None
+        if first is None or m is None:
+            break
+        status = (lines[first][0], m.group("status"))
+        end = next((i for i in range(first + 1, len(lines)) if not lines[i][1].strip()), None)
+        lines = lines[end + 1 :] if end is not None else []
+    if status is not None and (status[1] != "200" or not lines):
+        what = f"status {status[1]}" if status[1] != "200" else "no metrics after its headers"
+        raise SpecReplayError(
+            f"{path}:line {status[0]}: an HTTP response with {what} (saved with curl -i?), "
+            "not a metrics scrape"
+        )
+    return lines
 
 
 def _labels(text: str, where: str) -> dict[str, str]:
@@ -248,7 +305,8 @@ def read_prometheus(path: Path) -> dict[Series, float]:
     """
     wanted = set(VLLM_METRICS.values())
     out: dict[Series, float] = {}
-    for lineno, line in _lines(path):
+    v0 = False
+    for lineno, line in _body_lines(path):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         where = f"{path}:line {lineno}"
@@ -261,6 +319,7 @@ def read_prometheus(path: Path) -> dict[Series, float]:
         except ValueError:
             raise SpecReplayError(f"{where}: value {m.group('value')!r} is not a number") from None
         name = m.group("name")
+        v0 = v0 or name in VLLM_V0_METRICS
         if name not in wanted:
             continue
         if not math.isfinite(value) or value < 0 or value != int(value):
@@ -271,6 +330,10 @@ def read_prometheus(path: Path) -> dict[Series, float]:
         if series in out:
             raise SpecReplayError(f"{where}: {name} repeats a series (same labels)")
         out[series] = value
+    if v0 and not any(name == VLLM_METRICS["drafts"] for name, _ in out):
+        raise SpecReplayError(
+            f"{path}: a vLLM V0 scrape; screen reads V1 counters ({VLLM_METRICS['drafts']})"
+        )
     return out
 
 
@@ -278,10 +341,44 @@ def _describe(series: Series) -> str:
     return series[0] + "{" + ",".join(f'{k}="{v}"' for k, v in series[1]) + "}"
 
 
-def vllm_run(entry: VllmEntry) -> CounterRun:
-    """Difference two scrapes into one run: rounds = drafts, survivals = per-position counts."""
+def _one_model(samples: dict[Series, float], path: Path, model: str | None) -> dict[Series, float]:
+    """Keep the series of one ``model_name``: ``model``, or the only one the scrape holds.
+
+    Two ``model_name`` values without ``model`` are refused, naming the series: summed, they
+    would give a figure of neither model.
+    """
+    names = {n: sorted({dict(labels).get("model_name", "") for m, labels in samples if m == n})
+             for n in VLLM_METRICS.values()}  # fmt: skip
+    if model is None:
+        for name, models in names.items():
+            if len(models) > 1:
+                raise SpecReplayError(
+                    f"{path}: {name} holds {len(models)} model_name values "
+                    f"({', '.join(repr(x) for x in models)}): pass --model-name NAME to screen "
+                    "one (summed, they would mix the models' acceptance)"
+                )
+        return samples
+    kept = {s: v for s, v in samples.items() if dict(s[1]).get("model_name") == model}
+    drafts = VLLM_METRICS["drafts"]
+    if not any(n == drafts for n, _ in kept):
+        found = ", ".join(repr(x) for x in names[drafts]) or "none"
+        raise SpecReplayError(
+            f'{path}: no {drafts}{{model_name="{model}"}} series (--model-name; the scrape has '
+            f"model_name {found})"
+        )
+    return kept
+
+
+def vllm_run(entry: VllmEntry, model_name: str | None = None) -> CounterRun:
+    """Difference two scrapes into one run: rounds = drafts, survivals = per-position counts.
+
+    ``model_name`` picks one model's series (``--model-name``); without it a scrape must hold
+    one ``model_name``. The deltas are cross-checked (module docstring): accepted tokens against
+    the per-position counts, draft tokens against drafts × positions.
+    """
     where = f"{entry.before} → {entry.after}"
-    before, after = read_prometheus(entry.before), read_prometheus(entry.after)
+    before = _one_model(read_prometheus(entry.before), entry.before, model_name)
+    after = _one_model(read_prometheus(entry.after), entry.after, model_name)
     # Difference each series (model_name, engine[, position]) first, then sum: a reset of one
     # engine cannot hide behind another's growth.
     for series, value in before.items():
@@ -295,10 +392,10 @@ def vllm_run(entry: VllmEntry) -> CounterRun:
     for (name, labels), value in after.items():
         pos = int(dict(labels)["position"]) if name == VLLM_METRICS["per_pos"] else None
         delta[(name, pos)] = delta.get((name, pos), 0.0) + value - before.get((name, labels), 0.0)
-    drafts_key = (VLLM_METRICS["drafts"], None)
-    if drafts_key not in delta:
-        raise SpecReplayError(f"{entry.after}: no {VLLM_METRICS['drafts']} sample")
-    drafts = int(delta[drafts_key])
+    for key in ("drafts", "draft_tokens", "accepted_tokens"):
+        if (VLLM_METRICS[key], None) not in delta:
+            raise SpecReplayError(f"{entry.after}: no {VLLM_METRICS[key]} sample")
+    drafts = int(delta[(VLLM_METRICS["drafts"], None)])
     if drafts < 1:
         raise SpecReplayError(f"{where}: no drafts between the two scrapes")
     pp = VLLM_METRICS["per_pos"]
@@ -307,6 +404,7 @@ def vllm_run(entry: VllmEntry) -> CounterRun:
         raise SpecReplayError(f"{entry.after}: {pp} should have positions 0..k−1, got {positions}")
     # S_{i+1} = per_pos[i] / drafts: vLLM's per-position counts are survivals already.
     per_pos = [int(delta[(pp, p)]) for p in positions]
+    _cross_check(entry, drafts, per_pos, delta)
     return CounterRun(
         where=where,
         suite=entry.suite,
@@ -317,6 +415,35 @@ def vllm_run(entry: VllmEntry) -> CounterRun:
         accepted_position=_survivals(per_pos, drafts, where, "per-position accepted"),
         step_p50_ms=entry.step_p50_ms,
     )
+
+
+def _cross_check(
+    entry: VllmEntry, drafts: int, per_pos: list[int], delta: dict[tuple[str, int | None], float]
+) -> None:
+    """Refuse deltas whose per-position counts are not survivals of rounds drafting them."""
+    accepted = int(delta[(VLLM_METRICS["accepted_tokens"], None)])
+    draft_tokens = int(delta[(VLLM_METRICS["draft_tokens"], None)])
+    where = f"{entry.after} (since {entry.before})"
+    if accepted != sum(per_pos):
+        raise SpecReplayError(
+            f"{where}: Δ{VLLM_METRICS['accepted_tokens']} = {accepted} but Σ Δ"
+            f"{VLLM_METRICS['per_pos']} = {sum(per_pos)}: the counters disagree"
+        )
+    k = len(per_pos)
+    if draft_tokens < drafts * k:
+        mal = 1 + accepted / drafts  # exact whatever the proposal lengths
+        raise SpecReplayError(
+            f"{where}: short proposals: Δ{VLLM_METRICS['draft_tokens']} = {draft_tokens} < "
+            f"Δ{VLLM_METRICS['drafts']} × {k} positions = {drafts * k} (an n-gram drafter?): "
+            "per-position counts are not survivals, so no depth screen; the mean acceptance "
+            f"length 1 + Δaccepted/Δdrafts = {mal:.4f} is exact"
+        )
+    if draft_tokens > drafts * k:
+        raise SpecReplayError(
+            f"{where}: Δ{VLLM_METRICS['draft_tokens']} = {draft_tokens} > "
+            f"Δ{VLLM_METRICS['drafts']} × {k} positions = {drafts * k}: "
+            f"{VLLM_METRICS['per_pos']} misses positions"
+        )
 
 
 _TOP = {"trained_block", "depths", "h_ms", "caps", "draft_p50_ms", "central", "envelope", "vllm"}

@@ -28,15 +28,32 @@ Design decisions:
   ``pip install 'specreplay[dask]'``); the local path and ``import specreplay`` never import them.
 - ``--workers N`` starts a ``LocalCluster`` of N one-thread worker processes (spawned) with
   ``NUMBA_NUM_THREADS=1`` (numba ignores the nanny's ``OMP_NUM_THREADS``) and this process's
-  Numba cache folder, and closes it after the run. ``--scheduler ADDRESS`` connects to a running
-  cluster within :data:`CONNECT_TIMEOUT` seconds; its workers need specreplay installed (the same
-  version: the cache key and the figures depend on it) and the archive at the same path.
+  Numba cache folder, and closes it after the run. Its dashboard listens on a port the system
+  chooses (``dashboard_address=":0"``: ``None`` still binds the default 8787, and a busy 8787
+  turns into an error), so two runs on one host never collide.
+- ``--scheduler ADDRESS`` connects to a running cluster within :data:`CONNECT_TIMEOUT` seconds;
+  its workers need specreplay installed (the same version: the cache key and the figures depend
+  on it) and the archive at the same path.
+- **Something that is not a Dask scheduler at ADDRESS** (an HTTP server, a port that accepts and
+  never answers, one that answers garbage) must fail within that bound too, with one line.
+  ``distributed.Client`` cannot promise it: its comm handshake (``distributed.comm.core.connect``)
+  writes its greeting and then reads the peer's with no deadline (an HTTP server waits for a
+  request line forever), and it reads the peer's 8-byte frame length and allocates that many bytes
+  before reading them (garbage asks for exabytes: ``ArrayMemoryError``). So a ``tcp://`` address
+  is first probed here (:func:`probe_scheduler`): a plain socket with a deadline reads the
+  greeting a Dask scheduler sends first on every connection, at most
+  :data:`HANDSHAKE_MAX_BYTES`, and decodes it; only a peer that sent one is handed to
+  ``Client`` (with the time left). Other schemes (``tls://``, ``ucx://``, …) go to ``Client``
+  directly.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import socket
+import struct
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -51,16 +68,22 @@ from specreplay.sim.arms import Arm
 
 __all__ = [
     "CONNECT_TIMEOUT",
+    "HANDSHAKE_MAX_BYTES",
     "DaskRunner",
     "Runner",
     "ShardFailure",
     "local_runner",
     "open_dask",
+    "probe_scheduler",
     "replay_task",
 ]
 
 CONNECT_TIMEOUT = 10.0
-"""Seconds ``--scheduler ADDRESS`` waits for the scheduler to answer."""
+"""Seconds ``--scheduler ADDRESS`` waits for the scheduler to answer (probe and connection)."""
+
+HANDSHAKE_MAX_BYTES = 1 << 16
+"""The largest greeting the probe reads: a scheduler's is about 100 bytes (compression, Python
+version, pickle protocol); a peer announcing more is not a Dask scheduler."""
 
 INSTALL_HINT = "pip install 'specreplay[dask]'"
 
@@ -242,13 +265,115 @@ def _distributed() -> Any:
 
 
 def _connect(distributed: Any, scheduler: str) -> Any:
+    """Return a Client of ``scheduler``, or raise one line within :data:`CONNECT_TIMEOUT` s."""
+    deadline = time.monotonic() + CONNECT_TIMEOUT
     try:
-        return distributed.Client(scheduler, timeout=CONNECT_TIMEOUT)
-    except (OSError, TimeoutError, ValueError) as exc:
+        probe_scheduler(scheduler, deadline)
+        left = max(deadline - time.monotonic(), 0.5)
+        return distributed.Client(scheduler, timeout=left)
+    except SpecReplayError as err:
+        raise SpecReplayError(f"--scheduler {scheduler}: {err.message}") from None
+    except Exception as exc:  # OSError, TimeoutError, ValueError, or whatever the comm raises
         raise SpecReplayError(
             f"--scheduler {scheduler}: no Dask scheduler answered within {CONNECT_TIMEOUT:g} s "
             f"({type(exc).__name__}: {_one_line(exc)})"
         ) from None
+
+
+def probe_scheduler(address: str, deadline: float) -> None:
+    """Check that a Dask scheduler speaks at ``address`` (``tcp://``) before ``deadline``.
+
+    Connects with a plain socket, reads the greeting a scheduler writes first on every new
+    connection (an 8-byte frame-block length, then the msgpack frames of
+    ``{"compression": …, "python": …, "pickle-protocol": …}``; see
+    ``distributed.comm.core.Listener.on_connection``), at most :data:`HANDSHAKE_MAX_BYTES`, and
+    closes. Other schemes are not probed.
+
+    Parameters
+    ----------
+    address : str
+        ``tcp://HOST:PORT``, ``HOST:PORT`` (tcp), or another scheme (returned at once).
+    deadline : float
+        ``time.monotonic()`` value by which the greeting must have come.
+
+    Raises
+    ------
+    SpecReplayError
+        Naming why (refused, timed out, closed, not the Dask protocol); the message starts
+        "no Dask scheduler answered within N s" and does not name the option.
+    """
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, loc = parse_address(address)
+        if scheme != "tcp":
+            return
+        host, port = parse_host_port(loc, 8786)
+    except ValueError as exc:
+        raise SpecReplayError(f"not a Dask address ({_one_line(exc)})") from None
+    why = f"no Dask scheduler answered within {CONNECT_TIMEOUT:g} s"
+
+    def left() -> float:
+        rest = deadline - time.monotonic()
+        if rest <= 0:
+            raise SpecReplayError(f"{why} (connected, but no Dask greeting came: not a scheduler?)")
+        return rest
+
+    try:
+        sock = socket.create_connection(
+            (host, port), timeout=max(deadline - time.monotonic(), 0.01)
+        )
+    except TimeoutError:
+        raise SpecReplayError(f"{why} (the connection was not accepted in time)") from None
+    except OSError as exc:
+        raise SpecReplayError(f"{why} ({type(exc).__name__}: {_one_line(exc)})") from None
+    with sock:
+        frames = _read_greeting(sock, left, why)
+    try:
+        loads = importlib.import_module("distributed.protocol.core").loads
+
+        greeting = loads(frames, deserialize=False)
+    except Exception:
+        greeting = None
+    if not (isinstance(greeting, dict) and "python" in greeting):
+        raise SpecReplayError(f"{why} (it answered, but not in the Dask protocol)")
+
+
+def _read_greeting(sock: socket.socket, left: Callable[[], float], why: str) -> list[Any]:
+    """Read one Dask message's frames from ``sock``, bounded in size and time."""
+    from distributed.protocol.utils import unpack_frames
+
+    def read(n: int) -> bytes:
+        got = bytearray()
+        while len(got) < n:
+            sock.settimeout(left())
+            try:
+                chunk = sock.recv(n - len(got))
+            except TimeoutError:
+                left()  # raises once the deadline has passed
+                continue
+            except OSError as exc:
+                raise SpecReplayError(f"{why} ({type(exc).__name__}: {_one_line(exc)})") from None
+            if not chunk:
+                raise SpecReplayError(f"{why} (it closed the connection without a Dask greeting)")
+            got += chunk
+        return bytes(got)
+
+    def bounded(n: int) -> int:
+        if n > HANDSHAKE_MAX_BYTES:
+            raise SpecReplayError(
+                f"{why} (it answered, but not in the Dask protocol: a first message of {n} bytes)"
+            )
+        return n
+
+    (size,) = struct.unpack("Q", read(8))
+    block = read(bounded(size))
+    try:
+        frames, missing = unpack_frames(block, partial=True)
+    except Exception:
+        raise SpecReplayError(f"{why} (it answered, but not in the Dask protocol)") from None
+    bounded(size + sum(missing))
+    return [*frames, *(read(n) for n in missing)]
 
 
 @contextmanager
@@ -256,7 +381,7 @@ def _local_cluster(distributed: Any, n: int) -> Iterator[Any]:
     from specreplay import numba_cache_dir
 
     cluster = distributed.LocalCluster(
-        n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+        n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
         env={"NUMBA_NUM_THREADS": "1", "NUMBA_CACHE_DIR": numba_cache_dir()},
     )  # fmt: skip
     try:

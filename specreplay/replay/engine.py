@@ -17,6 +17,12 @@ whole requests are distributed over files.
 Hashing the input files for results.json ``inputs`` (SHA-256) is a separate read made by the
 report (:mod:`specreplay.results.output`), not by the replay; it is kept as is.
 
+Short rounds (SPEC §2.1): a round recording fewer positions than a depth is counted in ``n`` but
+not summed at that depth (``ArmSums.short``, with the place of the first such round in
+``ArmSums.short_at``); :meth:`ReplayResult.short_reason` says why a cell holding one is null at that
+depth, naming the file and row, and :meth:`ReplayResult.depth_problem` refuses only a depth that no
+round records. ``exclude_below`` (``--short-rounds exclude``) leaves such rounds out of the pass.
+
 Filters (``--families``, ``--sample-requests``) are applied after the pass
 (:meth:`ReplayResult.select`): sums are per request, so selecting a request's sums afterwards
 gives the figures of a pass over that request alone.
@@ -34,9 +40,16 @@ import polars as pl
 from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.accumulate import ArmSums
+from specreplay.replay.accumulate import NO_ROUND, ArmSums
+from specreplay.replay.archive.batch import at_parts
+from specreplay.replay.archive.filehash import watch
 from specreplay.replay.archive.reader import ArchiveReader, FileInfo
-from specreplay.replay.archive.sources import list_archive
+from specreplay.replay.archive.sources import (
+    ArchiveFile,
+    IgnoredEntry,
+    archive_listing,
+    format_location,
+)
 from specreplay.replay.distributed import Runner
 from specreplay.replay.estimators import get_estimator
 from specreplay.replay.lawsample import LawSample
@@ -51,6 +64,8 @@ from specreplay.replay.tails import RatioTail
 from specreplay.sim.arms import Arm
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import Buckets
+from specreplay.stats.cells import Cell as StatsCell
+from specreplay.stats.compare import CellSupport
 from specreplay.stats.measured import MeasuredArchive, RequestSums
 
 __all__ = ["OpenArchive", "ReplayResult", "replay_archive"]
@@ -120,6 +135,13 @@ class ReplayResult:
         user named it).
     unread : tuple of str
         Columns of the archive the pass did not read, hence did not validate (sorted).
+    sources : tuple of ArchiveFile
+        The files read, in sorted path order (``ArmSums.short_at`` indexes them).
+    exclude_below : int
+        ``--short-rounds exclude``: rounds recording fewer positions than this were left out
+        of every sum (counted in ``ArmSums.excluded``); 0: every round kept.
+    ignored : tuple of IgnoredEntry
+        Entries of the archive's folder skipped by ``--ignore`` (they count nowhere).
     """
 
     arms: list[Arm]
@@ -153,6 +175,9 @@ class ReplayResult:
     companion_tails: dict[str, RatioTail] = field(default_factory=dict)
     estimator_reason: str | None = None
     unread: tuple[str, ...] = ()
+    sources: tuple[ArchiveFile, ...] = ()
+    exclude_below: int = 0
+    ignored: tuple[IgnoredEntry, ...] = ()
 
     def swapped(self) -> ReplayResult:
         """Return this pass with its companion as the run's estimator and its own as companion.
@@ -208,17 +233,85 @@ class ReplayResult:
         )  # fmt: skip
 
     def depth_problem(self, arm: Arm, depth: int | None = None) -> str | None:
-        """Why ``arm`` at ``depth`` (default its own) has no figures, or None when it has."""
+        """Why ``arm`` at ``depth`` (default its own) has no figure in any cell, or None.
+
+        Not replayed that deep, every round of the selected requests recording fewer positions
+        (UNSUPPORTED: never extrapolated), or every round left out by ``--short-rounds
+        exclude``. Where only some rounds are short, the cells holding them are null
+        (:meth:`short_reason`) and the others are computed (SPEC §2.1).
+        """
         d = depth or arm.depth
         if d > self.max_depth:
             return f"{arm.canonical}: depth {d} was not replayed"
-        short = int(self.sums[arm.canonical].short[:, d - 1].sum())
-        if short:
+        s = self.sums[arm.canonical]
+        rounds, short = int(s.n.sum()), int(s.short[:, d - 1].sum())
+        if rounds == 0:
+            left = int(s.excluded.sum())
+            return (
+                f"{arm.canonical}: --short-rounds exclude left no round: all {left} archived "
+                f"rounds record fewer than {self.exclude_below} positions"
+            )
+        if short == rounds:
             return (
                 f"{arm.canonical}: depth {d} is UNSUPPORTED: {short} archived rounds record fewer "
                 f"than {d} positions (depths past the recorded ones are never extrapolated)"
             )
         return None
+
+    def short_reason(
+        self, arm: Arm, depth: int | None = None, mask: NDArray[np.bool_] | None = None
+    ) -> str | None:
+        """Why ``arm`` at ``depth`` is unsupported in the rows ``mask`` of its sums, or None.
+
+        SPEC §2.1: depth d is supported in a cell only when every round in it records ≥ d
+        positions. The reason counts the short rounds and names the first of them in archive
+        order (file and row or line).
+        """
+        d = depth or arm.depth
+        s = self.sums[arm.canonical]
+        sel = np.ones(s.n.shape[0], bool) if mask is None else mask
+        short = int(s.short[sel, d - 1].sum())
+        if short == 0:
+            return None
+        first = int(s.short_at[sel, d - 1].min())
+        where = ""
+        if first != NO_ROUND:
+            f, loc = at_parts(first)
+            where = f"; first at {format_location(self.sources[f], loc)}"
+        rounds = "round records" if short == 1 else "rounds record"
+        return (
+            f"{arm.canonical}: depth {d} is UNSUPPORTED in this cell: {short} {rounds} fewer "
+            f"than {d} positions{where} (never extrapolated; --short-rounds exclude leaves "
+            "such rounds out)"
+        )
+
+    def cell_mask(self, arm: Arm, family: str | None, bucket: str | None) -> NDArray[np.bool_]:
+        """Rows of ``arm``'s sums in the cell of ``family`` and ``bucket`` (None: all)."""
+        s = self.sums[arm.canonical]
+        m = np.ones(s.n.shape[0], bool)
+        if family is not None:
+            m &= s.family == self.families.index(family)
+        if bucket is not None:
+            m &= s.bucket == self.buckets.names.index(bucket)
+        return m
+
+    def support(self, a: tuple[Arm, int] | None, b: tuple[Arm, int] | None) -> CellSupport:
+        """Return the :data:`~specreplay.stats.compare.CellSupport` of comparing arms a and b.
+
+        ``a`` and ``b``: (arm, depth) of each side, None for a side with no depth to support
+        (the archive's MEASURED figures). Per cell, each side's :meth:`short_reason`.
+        """
+
+        def one(side: tuple[Arm, int] | None, cell: StatsCell) -> str | None:
+            if side is None:
+                return None
+            arm, depth = side
+            return self.short_reason(arm, depth, self.cell_mask(arm, cell.family, cell.bucket))
+
+        def reasons(cell: StatsCell) -> tuple[str | None, str | None]:
+            return one(a, cell), one(b, cell)
+
+        return reasons
 
     def arm_data(
         self,
@@ -231,6 +324,9 @@ class ReplayResult:
         """Return the SIMULATED per-(request, bucket) sums of ``arm`` at ``depth`` (or its own).
 
         ``estimator``: the run's (default) or its companion's; ``name`` defaults to the arm's.
+        Raises when no cell can have figures (:meth:`depth_problem`). Where some rounds record
+        fewer positions than the depth, their (request, bucket) sums count them in ``n`` but
+        not in ``t``: the cells holding them must be null (:meth:`short_reason`).
         """
         why = self.depth_problem(arm, depth)
         if why is not None:
@@ -242,6 +338,7 @@ class ReplayResult:
             s = self.companion_sums[arm.canonical]
         else:
             raise SpecReplayError(f"{arm.canonical}: no {estimator} replay in this result")
+        s = s.take(s.n > 0)  # a (request, bucket) whose rounds were all left out
         return ArmData(
             name=name or arm.canonical,
             kind="replay",
@@ -336,6 +433,8 @@ class OpenArchive:
         Read only these columns (:func:`~specreplay.replay.shard.needed_columns` of the passes to
         come); the others are neither decoded nor validated (``ReplayResult.unread``). None:
         every column.
+    ignore : sequence of str
+        ``--ignore`` globs: entries of a folder archive to skip (``ReplayResult.ignored``).
     """
 
     def __init__(
@@ -347,6 +446,7 @@ class OpenArchive:
         batch_rows: int = 262_144,
         group: tuple[str, ...] = ("family",),
         columns: frozenset[str] | None = None,
+        ignore: Sequence[str] = (),
     ) -> None:
         self.path = Path(path)
         self.columns = columns
@@ -354,7 +454,11 @@ class OpenArchive:
         self.logging_arm_option = logging_arm
         self.batch_rows = batch_rows
         self.group = group
-        self.sources = list_archive(self.path)
+        listing = archive_listing(self.path, ignore)
+        self.sources = list(listing.files)
+        self.ignored = listing.ignored
+        for f in self.sources:  # before any read, here or on a Dask worker
+            watch(f.path)
         self._reader: ArchiveReader | None = ArchiveReader(
             self.sources[0].path, buckets=self.buckets, batch_rows=batch_rows,
             logging_arm=logging_arm, shard=True, group=group, columns=columns,
@@ -381,6 +485,7 @@ class OpenArchive:
         progress: Callable[[int], None] | None = None,
         companion: str | None = None,
         runner: Runner | None = None,
+        exclude_below: int = 0,
     ) -> ReplayResult:
         """Replay ``arms`` over every file, once; see :func:`replay_archive`."""
         if self._reader is None:
@@ -392,7 +497,7 @@ class OpenArchive:
             max_depth=max_depth or max((a.depth for a in arms), default=1),
             logging_arm=self.logging_arm_option, batch_rows=self.batch_rows,
             law_positions=law_positions, companion=companion, group=self.group,
-            columns=self.columns,
+            columns=self.columns, exclude_below=exclude_below,
         )  # fmt: skip
         reader, head, self._reader = self._reader, self._head, None
         first = self._batches if head is None else _chain(head, self._batches)
@@ -412,7 +517,7 @@ class OpenArchive:
                 f"{self.path}: the archive holds no row ({n} file{'s' if n != 1 else ''} read); "
                 "there is nothing to replay"
             )
-        return _result(merged, list(arms), opts, reps, self.buckets)
+        return replace(_result(merged, list(arms), opts, reps, self.buckets), ignored=self.ignored)
 
 
 def _chain(head: Any, rest: Iterator[Any]) -> Iterator[Any]:
@@ -456,6 +561,8 @@ def _result(
         companion_unlogged=s.companion_unlogged,
         companion_tails=s.companion_tails,
         unread=s.unread,
+        sources=tuple(s.sources),
+        exclude_below=opts.exclude_below,
     )
 
 
@@ -476,6 +583,8 @@ def replay_archive(
     progress: Callable[[int], None] | None = None,
     companion: str | None = None,
     runner: Runner | None = None,
+    exclude_below: int = 0,
+    ignore: Sequence[str] = (),
 ) -> ReplayResult:
     """Replay ``arms`` over the archive at ``path`` in one streaming pass.
 
@@ -514,12 +623,20 @@ def replay_archive(
         Who replays the shards (:mod:`specreplay.replay.distributed`: a Dask cluster, or
         the per-shard cache of :mod:`specreplay.replay.shardcache`); default: this process,
         file after file. The fold runs here in sorted path order either way.
+    exclude_below : int
+        ``--short-rounds exclude``: leave out of every sum the rounds recording fewer positions
+        (:class:`~specreplay.replay.shard.ReplayOptions`); 0: keep every round.
+    ignore : sequence of str
+        ``--ignore`` globs: entries of a folder archive to skip (``ReplayResult.ignored``).
     """
     get_estimator(estimator).replicates_used(replicates)  # bad options fail before any read
-    opened = OpenArchive(path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows)
+    opened = OpenArchive(
+        path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows, ignore=ignore
+    )
     res = opened.replay(
         arms, estimator=estimator, replicates=replicates, seed=seed, max_depth=max_depth,
         law_positions=law_positions, progress=progress, companion=companion, runner=runner,
+        exclude_below=exclude_below,
     )  # fmt: skip
     if families is None and requests is None:
         return res

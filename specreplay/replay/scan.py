@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from specreplay.replay.archive.reader import ArchiveReader, FileInfo
-from specreplay.replay.archive.sources import archive_rows
+from specreplay.replay.archive.sources import IgnoredEntry, archive_rows
 from specreplay.replay.engine import ReplayResult
 from specreplay.replay.measured import MeasuredAccumulator
 from specreplay.stats.buckets import Buckets
@@ -58,6 +58,8 @@ class ArchiveScan:
         Validation errors collected (``max_errors != 1``).
     truncated : bool
         Whether the error list stopped at ``max_errors``.
+    ignored : tuple of IgnoredEntry
+        Entries of the archive's folder skipped by ``--ignore``.
     """
 
     path: Path
@@ -71,6 +73,7 @@ class ArchiveScan:
     logging_arm: str | None
     errors: list[str] = field(default_factory=list)
     truncated: bool = False
+    ignored: tuple[IgnoredEntry, ...] = ()
 
     @classmethod
     def of_reader(cls, reader: ArchiveReader, measured: MeasuredArchive) -> ArchiveScan:
@@ -87,6 +90,7 @@ class ArchiveScan:
             logging_arm=reader.logging_arm,
             errors=list(reader.errors),
             truncated=reader.truncated,
+            ignored=reader.ignored,
         )
 
     @classmethod
@@ -102,6 +106,7 @@ class ArchiveScan:
             columns=res.columns,
             carried=res.carried,
             logging_arm=res.logging_arm,
+            ignored=res.ignored,
         )
 
     @property
@@ -137,13 +142,21 @@ def scan_archive(
     logging_arm: str | None = None,
     max_errors: int | None = 1,
     progress: Progress = no_progress,
+    ignore: Sequence[str] = (),
 ) -> ArchiveScan:
-    """Read, validate and accumulate MEASURED figures of an archive in one streaming pass."""
+    """Read, validate and accumulate MEASURED figures of an archive in one streaming pass.
+
+    ``ignore``: ``--ignore`` globs, entries of a folder archive to skip (``ArchiveScan.ignored``).
+    """
     reader = ArchiveReader(
-        path, buckets=Buckets.parse(buckets), logging_arm=logging_arm, max_errors=max_errors
+        path,
+        buckets=Buckets.parse(buckets),
+        logging_arm=logging_arm,
+        max_errors=max_errors,
+        ignore=ignore,
     )
     acc = MeasuredAccumulator(len(reader.buckets.names))
-    with progress(f"reading {path.name}", archive_rows(path)) as advance:
+    with progress(f"reading {path.name}", archive_rows(path, ignore)) as advance:
         for batch in reader:
             acc.add(batch)
             advance(batch.n_positions)

@@ -29,6 +29,7 @@ validate`` reads the archive as a whole and lists every error.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,9 +38,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.accumulate import ArmSums, ReplayAccumulator
+from specreplay.replay.accumulate import NO_ROUND, ArmSums, ReplayAccumulator
 from specreplay.replay.archive import rowcheck
-from specreplay.replay.archive.batch import RoundBatch
+from specreplay.replay.archive.batch import AT_FILE_SHIFT, RoundBatch, at_parts, take_rounds
 from specreplay.replay.archive.reader import ArchiveReader, FileInfo, group_label
 from specreplay.replay.archive.sources import ArchiveFile, format_location
 from specreplay.replay.estimators import get_estimator
@@ -106,6 +107,10 @@ class ReplayOptions:
     columns : frozenset of str or None
         Columns to read (:func:`needed_columns`); the others are neither decoded nor
         validated (``ShardSums.unread``). None: every column.
+    exclude_below : int
+        ``--short-rounds exclude``: rounds recording fewer positions than this (the run's
+        deepest arm) enter no sum, MEASURED ones included; they are counted per (request,
+        bucket) in ``ArmSums.excluded``. 0 (``--short-rounds null``): every round is kept.
     """
 
     estimator: str = "analytic"
@@ -119,6 +124,7 @@ class ReplayOptions:
     companion: str | None = None
     group: tuple[str, ...] = ("family",)
     columns: frozenset[str] | None = None
+    exclude_below: int = 0
 
 
 PASS_COLUMNS: frozenset[str] = frozenset({"drafted_id", "accepted", "logging_arm"})
@@ -292,7 +298,7 @@ class _Companion:
             )  # fmt: skip
             hit = ((v.flag & FLAG_LOGGING_SUPPORT) != 0).astype(np.int64)
             self.unlogged[c] = _per_request(self.unlogged[c], row_request, hit)
-            self.accs[c].add(keys, v)
+            self.accs[c].add(keys, v, batch.round_at)
             if v.ratio is not None:
                 self.tails[c].add(batch.round_family, batch.round_bucket, batch.round_key,
                                   v.depth, v.ratio)  # fmt: skip
@@ -334,6 +340,26 @@ def _per_request(
     return acc + add
 
 
+def _drop_short(
+    batch: RoundBatch, below: int, n_buckets: int, accs: list[ReplayAccumulator]
+) -> RoundBatch:
+    """Leave out the rounds recording fewer than ``below`` positions; count them in ``accs``.
+
+    ``--short-rounds exclude`` (``ReplayOptions.exclude_below``; 0: keep every round): the rounds
+    left out enter no sum, MEASURED ones included, so every arm, and the archive's MEASURED
+    figures, are computed on the same rounds; each accumulator counts them per (request, bucket).
+    """
+    if below <= 0:
+        return batch
+    drop = batch.round_depth < below
+    if not drop.any():
+        return batch
+    keys = batch.round_request[drop] * n_buckets + batch.round_bucket[drop]
+    for acc in accs:
+        acc.exclude(keys)
+    return take_rounds(batch, ~drop)
+
+
 def replay_reader(
     reader: ArchiveReader,
     batches: Iterator[RoundBatch],
@@ -363,12 +389,17 @@ def replay_reader(
     for batch in batches:
         if batch.n_rounds == 0:
             continue
-        measured.add(batch)
-        depth_rows = batch.round_depth.astype(np.int64)
-        rows = _per_request(rows, batch.round_request, depth_rows)
+        rows = _per_request(rows, batch.round_request, batch.round_depth.astype(np.int64))
         if options.law_positions > 0:
             here = LawSample.from_batch(batch, options.law_positions, options.seed)
             sample = LawSample.merge(sample, here, options.law_positions)
+        batch = _drop_short(
+            batch, options.exclude_below, nb, [*accs.values(), *companion.accs.values()]
+        )
+        if batch.n_rounds == 0:
+            continue
+        measured.add(batch)
+        depth_rows = batch.round_depth.astype(np.int64)
         cache = LawCache(batch.offsets, batch.draft_logprobs, workspace)
         keys = batch.round_request * nb + batch.round_bucket
         row_request = np.repeat(batch.round_request, depth_rows)
@@ -386,7 +417,7 @@ def replay_reader(
                 for bit, per_arm in counts.items():
                     hit = ((v.flag & bit) != 0).astype(np.int64)
                     per_arm[c] = _per_request(per_arm[c], row_request, hit)
-            accs[c].add(keys, v)
+            accs[c].add(keys, v, batch.round_at)
             if v.ratio is not None:
                 tails[c].add(batch.round_family, batch.round_bucket, batch.round_key, v.depth,
                               v.ratio)  # fmt: skip
@@ -412,10 +443,10 @@ def _no_draft(reader: ArchiveReader, batch: RoundBatch, flag: NDArray[np.int8]) 
         return
     i = int(hit[0])
     what = rowcheck.ROW_RULES[rowcheck.NO_DRAFT]
-    if batch.row_loc.shape[0] != batch.n_positions:  # pragma: no cover - the reader's batches
+    if batch.row_at.shape[0] != batch.n_positions:  # pragma: no cover - the reader's batches
         raise SpecReplayError(f"{reader.path}: a position row: {what}")
-    file = reader.archive_files[int(batch.row_file[i])]
-    raise SpecReplayError(f"{format_location(file, int(batch.row_loc[i]))}: {what}")
+    index, loc = at_parts(int(batch.row_at[i]))
+    raise SpecReplayError(f"{format_location(reader.archive_files[index], loc)}: {what}")
 
 
 def _finish(
@@ -678,9 +709,13 @@ def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
     n = len(table.ids)
     arms: dict[str, ArmSums] = {}
     for c in a.arms:
-        arms[c] = _merge_sums(a.arms[c], b.arms[c], table)
+        arms[c] = _merge_sums(a.arms[c], b.arms[c], table, len(a.sources))
     both = bool(a.companion) and bool(b.companion)
-    companion = {c: _merge_sums(a.companion[c], b.companion[c], table) for c in a.companion if both}
+    companion = {
+        c: _merge_sums(a.companion[c], b.companion[c], table, len(a.sources))
+        for c in a.companion
+        if both
+    }
     comp_unlogged = (
         _merge_counts(a.companion_unlogged, b.companion_unlogged, to_a, to_b, n) if both else {}
     )
@@ -743,7 +778,10 @@ def _merge_tails(
     }
 
 
-def _merge_sums(a: ArmSums, b: ArmSums, table: RequestTable) -> ArmSums:
-    m = ArmSums.merge(a, b)
+def _merge_sums(a: ArmSums, b: ArmSums, table: RequestTable, shift: int) -> ArmSums:
+    """Merge ``a`` and ``b`` (b's files shifted by ``shift``) onto the merged request table."""
+    at = b.short_at
+    moved = np.where(at == NO_ROUND, at, at + (np.int64(shift) << np.int64(AT_FILE_SHIFT)))
+    m = ArmSums.merge(a, dataclasses.replace(b, short_at=moved))
     req = np.searchsorted(table.keys, m.request_key).astype(np.int64)
     return m.with_tables(req, table.family[req])

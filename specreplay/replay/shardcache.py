@@ -5,8 +5,10 @@ the replay options, and on the code that computed them; the cache key holds all 
 (:meth:`ShardCache.key_fields`):
 
 - the shard's SHA-256 (:func:`~specreplay.replay.archive.filehash.file_sha256`, itself cached by
-  real path, size, modification time and inode), **not** its path: a renamed or moved shard is
-  still a hit, and its place in the fold still follows sorted path order;
+  the shard's whole stamp: device, inode, size, modification and change times), **not** its
+  path: a renamed or moved shard is still a hit, and its place in the fold still follows sorted
+  path order; a shard rewritten at the same size with its modification time put back, or
+  re-created as ``cp -p`` leaves it, has a new change time, so a new digest and a new key;
 - the canonical arms, sorted;
 - every field of :class:`~specreplay.replay.shard.ReplayOptions`: estimator, replicates, seed,
   the bucket table (names and bounds), max_depth, ``--logging-arm``, law_positions, companion,
@@ -18,15 +20,20 @@ the replay options, and on the code that computed them; the cache key holds all 
   the sums invalidates every entry.
 
 Format: one file per entry, ``DIR/<key>.shard``, where ``<key>`` is the SHA-256 of the key fields
-as canonical JSON; the file is a pickle of ``{"format": FORMAT, "key": key, "fields": {...},
-"sums": ShardSums}``, written to a temporary name in DIR and renamed (concurrent runs never see
-half an entry). An entry that cannot be read, does not unpickle, or whose format, key or type do
-not match is recomputed and overwritten, never trusted; it is counted as ``rejected``. **Trust
-assumption:** pickle runs code when loaded, so the cache folder must be the user's own (as the
-Numba cache is); never point ``--cache`` at a folder others can write. Entries are never evicted:
-delete the folder to reclaim the space (an entry is about the size of the shard's per-request
-sums: small against the shard itself). A shard's entry is written in this process when its sums
-come back (from a Dask worker too), so only this machine needs the folder.
+as canonical JSON. The entry is sealed (:mod:`~specreplay.replay.archive.sealed`): a header line
+``FORMAT SHA256`` holding the SHA-256 of the payload, then the payload, a pickle of
+``{"format": FORMAT, "key": key, "fields": {...}, "sums": ShardSums}``; it is written to a
+temporary name in DIR and renamed (concurrent runs never see half an entry). The header is
+checked **before** the payload is unpickled: an entry whose payload changed (one byte will do),
+that is truncated, holds only its header, or whose format, key or type do not match is
+recomputed and overwritten, never trusted; its shard is counted as ``recomputed`` (results.json
+``replay_backend.cache.recomputed`` and ``recomputed_files``, and the stderr cache line).
+**Trust assumption:** pickle runs code when loaded, so the cache folder must be the user's own
+(as the Numba cache is); never point ``--cache`` at a folder others can write (the header
+catches damage, not an attacker, who can rewrite it too). Entries are never evicted: delete the
+folder to reclaim the space (an entry is about the size of the shard's per-request sums: small
+against the shard itself). A shard's entry is written in this process when its sums come back
+(from a Dask worker too), so only this machine needs the folder.
 
 The cache wraps any runner (:func:`cached_runner`): hits are yielded at their place in sorted
 order; the misses go to the inner runner (local or Dask) as one list, in sorted order.
@@ -41,6 +48,7 @@ import hashlib
 import json
 import os
 import pickle
+import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -50,15 +58,24 @@ from typing import Any
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.filehash import file_sha256
 from specreplay.replay.archive.reader import FileInfo
+from specreplay.replay.archive.sealed import seal, unseal
 from specreplay.replay.archive.sources import ArchiveFile
 from specreplay.replay.distributed import Runner
 from specreplay.replay.shard import ReplayOptions, ShardSums
 from specreplay.sim.arms import Arm
 from specreplay.stats.buckets import Buckets
 
-__all__ = ["FORMAT", "CacheReport", "ShardCache", "cached_runner", "kernel_hash"]
+__all__ = [
+    "CACHE_MARKER",
+    "FORMAT",
+    "CacheReport",
+    "ShardCache",
+    "cached_runner",
+    "check_cache_folder",
+    "kernel_hash",
+]
 
-FORMAT = "specreplay-shard-cache/1"
+FORMAT = "specreplay-shard-cache/2"
 _KERNEL_DIRS = ("sim", "stats", "replay")
 # ShardSums fields keyed by arm (reordered to the run's arm order on a hit)
 _BY_ARM = ("arms", "flagged", "no_support", "unlogged", "tails", "companion",
@@ -77,6 +94,69 @@ def kernel_hash() -> str:
     return h.hexdigest()
 
 
+CACHE_MARKER = ".specreplay-cache"
+"""The file that marks a folder as a specreplay shard cache (written when the cache is made)."""
+_MARKER_TEXT = "specreplay shard cache (pickles: keep this folder private); safe to delete\n"
+
+
+def check_cache_folder(folder: Path, inputs: Sequence[Path] = ()) -> None:
+    """Refuse a ``--cache DIR`` that is not a private cache folder, before anything is written.
+
+    ``DIR`` must not be, lie inside or hold an input of the run (real paths compared): the cache
+    is an output. It must be absent, an empty folder, or a folder holding :data:`CACHE_MARKER` (a
+    regular file), judged with ``lstat`` (a symlink is refused, never followed); and owned by this
+    user and not writable by group or others (entries are pickles, and loading one runs code).
+
+    Raises
+    ------
+    SpecReplayError
+        One line naming ``--cache DIR`` and what is wrong.
+    """
+    where = f"--cache {folder}"
+    real = Path(folder).resolve()
+    for given in inputs:
+        inp = Path(given).resolve()
+        how = ("is" if real == inp else "holds" if inp.is_relative_to(real)
+               else "lies inside" if real.is_relative_to(inp) else None)  # fmt: skip
+        if how is not None:
+            raise SpecReplayError(
+                f"{where} {how} the input {given}; the cache is an output: choose a folder "
+                "outside the inputs"
+            )
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise SpecReplayError(f"{where}: cannot be examined ({exc.strerror})") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise SpecReplayError(f"{where}: is a symlink; give the folder itself")
+    if not stat.S_ISDIR(st.st_mode):
+        raise SpecReplayError(f"{where}: not a folder")
+    if st.st_uid != os.geteuid():
+        raise SpecReplayError(
+            f"{where}: owned by another user (uid {st.st_uid}); the cache holds pickles, and "
+            "loading one runs code: give a folder of your own"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise SpecReplayError(
+            f"{where}: others can write it (mode {stat.S_IMODE(st.st_mode):o}); the cache holds "
+            "pickles, and loading one runs code: chmod go-w it or give a private folder"
+        )
+    try:
+        entries = os.listdir(folder)
+    except OSError as exc:
+        raise SpecReplayError(f"{where}: cannot be examined ({exc.strerror})") from None
+    marker = Path(folder) / CACHE_MARKER
+    if entries and not (CACHE_MARKER in entries and stat.S_ISREG(os.lstat(marker).st_mode)):
+        raise SpecReplayError(
+            f"{where}: folder is not empty and is not a specreplay cache (no {CACHE_MARKER} "
+            "file); give an empty or new folder"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SpecReplayError(f"{where}: not writable")
+
+
 @dataclass
 class CacheReport:
     """What the cache did over a run (every pass: ``--by`` passes count too).
@@ -86,14 +166,15 @@ class CacheReport:
     folder : Path
     reused, replayed : list of str
         Paths of the shards served from the cache / replayed (and stored), in the order met.
-    rejected : list of str
-        Paths of shards whose entry was unreadable or corrupt (then replayed).
+    recomputed : list of str
+        Paths of shards whose entry failed its check (unreadable, payload changed, truncated,
+        header only, another format or key): replayed again (so also in ``replayed``).
     """
 
     folder: Path
     reused: list[str] = field(default_factory=list)
     replayed: list[str] = field(default_factory=list)
-    rejected: list[str] = field(default_factory=list)
+    recomputed: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """Return the ``cache`` entry of results.json ``replay_backend``."""
@@ -103,7 +184,8 @@ class CacheReport:
             "reused": len(self.reused),
             "replayed": len(self.replayed),
             "replayed_files": list(self.replayed),
-            "rejected_files": list(self.rejected),
+            "recomputed": len(self.recomputed),
+            "recomputed_files": list(self.recomputed),
         }
 
 
@@ -113,22 +195,33 @@ class ShardCache:
     Parameters
     ----------
     folder : Path
-        Created when missing; must be a folder that can be written.
+        Created when missing (mode 0700, with the :data:`CACHE_MARKER` file); else it must be an
+        empty folder or one holding the marker, of this user, not writable by others
+        (:func:`check_cache_folder`).
     filters : dict
         ``--families`` and ``--sample-requests`` as JSON values (part of every key).
+    inputs : sequence of Path
+        The run's inputs: the folder may not be, hold or lie inside any of them.
     """
 
-    def __init__(self, folder: Path, filters: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        filters: dict[str, Any] | None = None,
+        inputs: Sequence[Path] = (),
+    ) -> None:
         self.folder = Path(folder)
-        if self.folder.exists() and not self.folder.is_dir():
-            raise SpecReplayError(f"--cache {self.folder}: not a folder")
+        check_cache_folder(self.folder, inputs)
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            if not os.path.lexists(self.folder):
+                self.folder.parent.mkdir(parents=True, exist_ok=True)
+                self.folder.mkdir(mode=0o700)  # not group or world writable, whatever the umask
+            if not (self.folder / CACHE_MARKER).exists():
+                (self.folder / CACHE_MARKER).write_text(_MARKER_TEXT)
         except OSError as exc:
             msg = f"--cache {self.folder}: cannot create it ({exc.strerror})"
             raise SpecReplayError(msg) from None
-        if not os.access(self.folder, os.W_OK | os.X_OK):
-            raise SpecReplayError(f"--cache {self.folder}: not writable")
+        check_cache_folder(self.folder, inputs)  # what was made is what was asked for
         self.filters = dict(filters or {})
         self.report = CacheReport(self.folder)
 
@@ -161,38 +254,52 @@ class ShardCache:
     def _path(self, key: str) -> Path:
         return self.folder / f"{key}.shard"
 
-    def load(self, key: str) -> ShardSums | None:
-        """Return the entry's sums; None when absent or corrupt (counted as rejected)."""
+    def load(self, key: str, shard: Path | None = None) -> ShardSums | None:
+        """Return the entry's sums; None when absent or when it fails its check.
+
+        The header is checked before the payload is unpickled (module docstring). A failed entry
+        is counted as recomputed under ``shard`` (the shard's path; default the entry's).
+        """
         p = self._path(key)
-        if not p.exists():
-            return None
         try:
-            with p.open("rb") as fh:
-                entry = pickle.load(fh)  # the user's own folder (module docstring)
-            ok = (
-                isinstance(entry, dict)
-                and entry.get("format") == FORMAT
-                and entry.get("key") == key
-                and isinstance(entry.get("sums"), ShardSums)
-            )
-        except Exception:  # any unreadable entry is recomputed
-            ok = False
-        if not ok:
-            self.report.rejected.append(str(p))
+            data = p.read_bytes()
+        except FileNotFoundError:
             return None
-        sums: ShardSums = entry["sums"]
+        except OSError:
+            data = b""  # unreadable: recomputed
+        sums = _sums(unseal(FORMAT, data), key)
+        if sums is None:
+            self.report.recomputed.append(str(shard if shard is not None else p))
         return sums
 
     def store(self, key: str, fields: dict[str, Any], sums: ShardSums) -> None:
-        """Write the entry (temporary name, then rename); a failed write costs only the reuse."""
+        """Write the sealed entry (temporary name, then rename); a failed write costs the reuse."""
         entry = {"format": FORMAT, "key": key, "fields": fields, "sums": sums}
+        data = seal(FORMAT, pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".shard", dir=self.folder)
         try:
             with os.fdopen(fd, "wb") as fh:
-                pickle.dump(entry, fh, protocol=pickle.HIGHEST_PROTOCOL)
+                fh.write(data)
             os.replace(tmp, self._path(key))
         except OSError:
             Path(tmp).unlink(missing_ok=True)
+
+
+def _sums(payload: bytes | None, key: str) -> ShardSums | None:
+    """Return the sums of an unsealed payload; None unless it is this key's entry."""
+    if payload is None:
+        return None  # the header did not check: never unpickled
+    try:
+        entry = pickle.loads(payload)  # the user's own folder (module docstring)
+    except Exception:  # a payload that checks but does not load is recomputed too
+        return None
+    ok = (
+        isinstance(entry, dict)
+        and entry.get("format") == FORMAT
+        and entry.get("key") == key
+        and isinstance(entry.get("sums"), ShardSums)
+    )
+    return entry["sums"] if ok else None
 
 
 def _as_file(sums: ShardSums, file: ArchiveFile, arms: Sequence[Arm]) -> ShardSums:
@@ -220,7 +327,7 @@ def cached_runner(cache: ShardCache, inner: Runner) -> Runner:
     ) -> Iterator[ShardSums]:
         fields = [cache.key_fields(f.path, arms, options) for f in files]
         keys = [cache.key(k) for k in fields]
-        hits = [cache.load(k) for k in keys]
+        hits = [cache.load(k, f.path) for k, f in zip(keys, files, strict=True)]
         misses = [f for f, h in zip(files, hits, strict=True) if h is None]
         fresh = inner(misses, arms, options, progress) if misses else iter(())
         return _merged(cache, files, arms, fields, keys, hits, fresh, progress)

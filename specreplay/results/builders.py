@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from specreplay.replay.scan import ArchiveScan, Progress
-from specreplay.results.document import excluded_entries, input_files, new_result
+from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
 from specreplay.results.io import load, write_result
 from specreplay.results.model import ArchiveSummary, Cell, LawTest, Result
+from specreplay.results.output import WRITTEN_BY
 from specreplay.sim.synth import SynthConfig, logging_arm_name
 from specreplay.stats.cells import excluded_unbucketed
 
@@ -90,6 +91,7 @@ def write_synth_archive(
             folder,
             format=f"{form}-dir",
             compression=compression,
+            manifest=False,  # synth stages the folder and writes SYNTH.json itself
         ) as writer,
     ):
         for frame in synth_frames(cfg, seed):
@@ -120,6 +122,7 @@ def write_synth_archive(
         ],
         arms=[arm],
         outputs=outputs,
+        extra={"written_by": WRITTEN_BY},  # marks the folder as ours (results.output)
     )
     write_result(folder / "SYNTH.json", manifest)
     return cfg, files
@@ -173,4 +176,5 @@ def measured_result(
         arms=[scan.arm],
         cells=cells_of(scan.cells()),
         archive=archive_summary_of(scan),
+        inputs_ignored=ignored_inputs((e.path, e.glob) for e in scan.ignored),
     )

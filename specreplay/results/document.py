@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import platform
 from collections.abc import Iterable, Sequence
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,18 @@ import numpy as np
 import polars as pl
 
 from specreplay import __version__
-from specreplay.replay.archive.filehash import file_sha256
-from specreplay.results.model import Cell, Excluded, InputFile, LawTest, Result
+from specreplay.replay.archive.filehash import file_sha256, hash_stats, recorded_digest
+from specreplay.results.model import Cell, Excluded, InputFile, InputIgnored, LawTest, Result
 
-__all__ = ["environment", "excluded_entries", "input_files", "new_result", "sha256_file"]
+__all__ = [
+    "cache_entry",
+    "environment",
+    "excluded_entries",
+    "ignored_inputs",
+    "input_files",
+    "new_result",
+    "sha256_file",
+]
 
 
 def sha256_file(path: Path) -> str:
@@ -25,11 +34,38 @@ def sha256_file(path: Path) -> str:
 
 
 def input_files(files: Sequence[tuple[Path, int | None]]) -> tuple[InputFile, ...]:
-    """Return the ``inputs`` entries (path, sha256, bytes, rows) of the files read."""
-    return tuple(
-        InputFile(path=str(p), sha256=sha256_file(p), bytes=p.stat().st_size, rows=rows)
-        for p, rows in files
-    )
+    """Return the ``inputs`` entries (path, sha256, bytes, rows) of the files read.
+
+    Called after the replay: each digest is that of the whole file as it was during the run
+    (:func:`~specreplay.replay.archive.filehash.recorded_digest`).
+
+    Raises
+    ------
+    SpecReplayError
+        ``PATH: changed during the run`` when a file's stamp moved since the run first took it.
+    """
+    out = []
+    for p, rows in files:
+        d = recorded_digest(p)
+        out.append(InputFile(path=str(p), sha256=d.sha256, bytes=d.bytes, rows=rows))
+    return tuple(out)
+
+
+def cache_entry() -> dict[str, Any]:
+    """Return the ``cache`` entry of results.json: input-hash cache entries that failed a check.
+
+    ``recomputed`` counts the cache entries of this run that failed their check (a changed
+    payload byte, truncated, header only) and were computed again; ``recomputed_files`` names
+    their input files. The per-shard cache of ``--cache`` reports its own under
+    ``replay_backend.cache``.
+    """
+    files = hash_stats().recomputed
+    return {"recomputed": len(files), "recomputed_files": list(files)}
+
+
+def ignored_inputs(entries: Iterable[tuple[str | PathLike[str], str]]) -> tuple[InputIgnored, ...]:
+    """Return the ``inputs_ignored`` entries: (path, glob) of what ``--ignore`` skipped."""
+    return tuple(InputIgnored(path=str(p), glob=g) for p, g in entries)
 
 
 def environment() -> dict[str, Any]:
@@ -67,9 +103,13 @@ def new_result(
     arms: Sequence[str] = (),
     cells: tuple[Cell, ...] = (),
     law_tests: tuple[LawTest, ...] = (),
-    **extra: Any,
+    **fields: Any,
 ) -> Result:
-    """Return a :class:`Result` stamped with this version, the time and the environment."""
+    """Return a :class:`Result` stamped with this version, the time and the environment.
+
+    Its ``extra`` holds the ``cache`` entry (:func:`cache_entry`) beside any ``extra`` given.
+    """
+    more = fields.pop("extra", None) or {}
     return Result(
         command=command,
         version=__version__,
@@ -83,5 +123,6 @@ def new_result(
         arms=tuple(arms),
         law_tests=law_tests,
         cells=cells,
-        **extra,
+        extra={"cache": cache_entry(), **more},
+        **fields,
     )

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.engine import ReplayResult, replay_archive
 from specreplay.replay.lawcases import run_cases, sample_cases, toy_arm_cases
 from specreplay.results.builders import law_tests_of
-from specreplay.results.document import input_files, new_result
-from specreplay.results.model import InputFile, Result
+from specreplay.results.document import ignored_inputs, input_files, new_result
+from specreplay.results.model import InputFile, InputIgnored, Result
 from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.sim.arms import parse_arm_option
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
@@ -30,6 +31,7 @@ def lawtest_result(
     logging_arm: str | None = None,
     replayed: ReplayResult | None = None,
     hash_ids: bool = False,
+    ignore: Sequence[str] = (),
 ) -> Result:
     """Law tests of arms on the toy laws and, given an archive, on sampled positions.
 
@@ -38,7 +40,7 @@ def lawtest_result(
     archive, on ``positions`` of its positions chosen by hash in one replay pass of the arms
     (``replayed``: a pass already made with these arms and ``law_positions``). An arm deeper
     than the archive's recorded positions is UNSUPPORTED: an error with the reason, as in
-    ``requalify``.
+    ``requalify``. ``ignore``: ``--ignore`` globs, entries of the archive's folder to skip.
     """
     arms = [parse_arm_option("--arm", a) for a in arms_text]
     if arms:
@@ -48,6 +50,7 @@ def lawtest_result(
     else:
         cases, skipped = toy_cases(), []
     inputs: tuple[InputFile, ...] = ()
+    ignored: tuple[InputIgnored, ...] = ()
     if archive is not None:
         if not arms:
             raise SpecReplayError("lawtest ARCHIVE: name the arms to test with --arm")
@@ -58,6 +61,7 @@ def lawtest_result(
             buckets=Buckets.parse(buckets or DEFAULT_BUCKETS),
             logging_arm=logging_arm,
             law_positions=positions,
+            ignore=ignore,
         )
         for arm in arms:
             why = res.depth_problem(arm)
@@ -67,6 +71,7 @@ def lawtest_result(
         cases += more
         skipped += more_skipped
         inputs = input_files([(f.path, f.rows) for f in res.files])
+        ignored = ignored_inputs((e.path, e.glob) for e in res.ignored)
     law = run_cases(cases, skipped, seed=seed, family_alpha=family_alpha, max_draws=max_draws)
     result = new_result(
         command="lawtest",
@@ -86,5 +91,6 @@ def lawtest_result(
         ],
         arms=[a.canonical for a in arms] or sorted({c.arm for c in cases}),
         law_tests=law_tests_of(law),
+        inputs_ignored=ignored,
     )
     return hash_result(result, IdHasher() if hash_ids else None)  # request fields by name

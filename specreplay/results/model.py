@@ -15,8 +15,10 @@ replay, the :class:`ImportanceDiagnostic` of each arm and depth, for ``budget`` 
 by ``batch``, ``context`` and ``worker`` and carries its :class:`ScreenFigures`. With ``--by
 COLUMN`` (a carried archive column, constant within a request) a ``by`` cell pools one value of
 the column over families and buckets and a ``family×bucket×by`` cell is one family × bucket × value;
-both name the value in ``group`` ({column: value}, null in every other cell). A figure that
-cannot be computed is ``None`` with its ``null_reason``. Every figure carries its :class:`Label`.
+both name the value in ``group`` ({column: value}, null in every other cell). ``excluded``
+counts the cell's rounds that ``--short-rounds exclude`` left out (null without that option).
+A figure that cannot be computed is ``None`` with its ``null_reason``. Every figure carries its
+:class:`Label`.
 
 Fields are always written, ``null`` where they do not apply (so a program reading results.json
 finds the same keys in every delta); their order is the order of the dataclass fields.
@@ -49,6 +51,7 @@ __all__ = [
     "Excluded",
     "ImportanceDiagnostic",
     "InputFile",
+    "InputIgnored",
     "Label",
     "LawTest",
     "Level",
@@ -104,6 +107,14 @@ class InputFile:
     sha256: str
     bytes: int
     rows: int | None
+
+
+@dataclass(frozen=True)
+class InputIgnored:
+    """An entry of an input folder that ``--ignore GLOB`` skipped: its path and the glob."""
+
+    path: str
+    glob: str
 
 
 @dataclass(frozen=True)
@@ -380,6 +391,7 @@ class Cell:
     worker: str | None = None
     screen: ScreenFigures | None = None
     group: dict[str, str] | None = None
+    excluded: int | None = None
 
     def delta(self, role: Role) -> Delta | None:
         """Return the cell's delta of ``role`` (None when it has none)."""
@@ -473,6 +485,7 @@ class Result:
     outputs: tuple[InputFile, ...] | None = None
     sensitivity: tuple[Sensitivity, ...] | None = None
     columns_not_read: tuple[str, ...] | None = None
+    inputs_ignored: tuple[InputIgnored, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -1,30 +1,111 @@
-"""The atomic output folder every command writes into (SPEC §4).
+"""The atomic output folder every command writes into (SPEC §4), and what it may replace.
 
 SPEC §4: every command that computes writes into a temporary folder beside ``--out`` and swaps it
 in when complete, so a killed run (SIGINT, or SIGTERM, which the CLI turns into an exception)
 leaves no partial output, and a run removes the temporary folders that dead earlier runs left beside
-``--out``. It refuses a non-empty folder that it did not write (no ``.specreplay-output`` marker)
-unless ``--force``, and, even with ``--force``, a folder that is, contains or lies inside an input
-of the run (real paths compared). The marker goes into report folders only, never into an archive
-(``synth`` passes ``marker=False``), so an archive is never overwritten without ``--force``.
-Figures carry their label; a null is written ``null`` in JSON and ``—`` in tables, with its
-reason.
+``--out``.
+
+What an existing ``--out`` may be (judged with ``lstat``: a symlink is never followed):
+
+- absent, or an empty folder: written;
+- a folder bearing the report marker ``.specreplay-output`` (a regular file, not a symlink or a
+  folder): an earlier run's report, replaced;
+- with ``--force`` only, an archive folder specreplay wrote: its manifest (one of
+  :data:`ARCHIVE_MANIFESTS`, a regular file) carries ``"written_by": "specreplay"`` and every
+  other entry is a file the manifest lists among its ``outputs`` (a file added since is not ours,
+  so the folder is refused). A captured archive (``CAPTURE.json``) is not among them: its traces
+  cannot be made again;
+- anything else, never, with or without ``--force``: a regular file, FIFO, socket, device node,
+  symlink, or a non-empty folder without either mark.
+
+``--out`` may also not be, contain or lie inside an input of the run (real paths compared), nor be
+or hold the current folder. The swap judges the target again, with ``lstat``, right before it
+renames it away, and checks that what it moved is what it judged (same device and inode); the new
+folder is then renamed in with :func:`os.rename`, which never replaces a file, a symlink or a
+non-empty folder, so an output that appears during the run is left as it was.
+
+Every swap is recorded (:func:`swaps`): the CLI says ``replaced OUT (written CREATED_UTC)`` for
+an earlier run's folder it replaced, the time read from the folder's results.json, SYNTH.json or
+CONVERT.json (``written at an unknown time`` when none records it), and an interrupted run says
+whether it had written anything.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
 import shutil
 import signal
+import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
 
-__all__ = ["MARKER", "check_out", "output_dir"]
+__all__ = [
+    "ARCHIVE_MANIFESTS",
+    "MARKER",
+    "WRITTEN_BY",
+    "Swap",
+    "check_out",
+    "output_dir",
+    "reset_swaps",
+    "swaps",
+]
 
 MARKER = ".specreplay-output"
+"""The report marker: a folder holding it (a regular file) was written by specreplay."""
+WRITTEN_BY = "specreplay"
+"""The ``written_by`` value of the manifests specreplay writes into archive folders."""
+ARCHIVE_MANIFESTS: tuple[str, ...] = ("SYNTH.json", "CONVERT.json")
+"""Manifests that mark an archive folder ``--force`` may replace (``synth``'s, ``convert``'s)."""
+_MANIFEST_MAX_BYTES = 16 * 2**20
+_CREATED = re.compile(rb'"created_utc"\s*:\s*"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)"')
+
+
+@dataclass(frozen=True)
+class Swap:
+    """One output folder swapped in: ``out`` as given; what it replaced, if anything.
+
+    ``replaced`` is true when ``out`` held an earlier run's folder (a report or an archive
+    specreplay wrote), then ``created_utc`` is when that run wrote it (None: not recorded).
+    """
+
+    out: Path
+    replaced: bool = False
+    created_utc: str | None = None
+
+    def note(self) -> str | None:
+        """Return the stderr line ``replaced OUT (written …)``; None when nothing was replaced."""
+        if not self.replaced:
+            return None
+        when = f"written {self.created_utc}" if self.created_utc else "written at an unknown time"
+        return f"replaced {self.out} ({when})"
+
+
+_SWAPS: list[Swap] = []
+
+
+def reset_swaps() -> None:
+    """Forget the swaps recorded so far (the CLI calls it as a command starts)."""
+    _SWAPS.clear()
+
+
+def swaps() -> tuple[Swap, ...]:
+    """Return the output folders swapped in since :func:`reset_swaps`, in order."""
+    return tuple(_SWAPS)
+
+
+@dataclass(frozen=True)
+class _Existing:
+    """What an existing ``--out`` is: its ``lstat`` and whether an earlier run wrote it."""
+
+    st: os.stat_result
+    earlier: bool
 
 
 @contextmanager
@@ -38,31 +119,33 @@ def output_dir(
     out : Path
         The ``--out`` folder.
     force : bool
-        Replace a non-empty ``out`` that specreplay did not write.
+        Also replace an archive folder specreplay wrote (module docstring).
     inputs : sequence of Path
         The run's input paths: ``out`` may not be, contain or lie inside any of them.
     marker : bool
-        Write the ``.specreplay-output`` marker (report folders); false for archives, which a
-        later run may then replace only with ``force``.
+        Write the ``.specreplay-output`` marker (report folders); false for archives, which carry
+        their manifest instead, so a later run replaces them only with ``force``.
 
     Raises
     ------
     SpecReplayError
-        From :func:`check_out`, before any work is done, or when the folder cannot be written.
+        From :func:`check_out`, before any work is done; when the folder cannot be written; or
+        when ``out`` changed during the run (then it is left as it was).
     """
     out = Path(out)
     _check_inputs(out, inputs)
     _check_creatable(out)
+    _check_cwd(out)
     target = Path(os.path.abspath(out))
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale(target)  # may bring back a previous output, which the next check covers
-        if tmp.exists():
+        if tmp.is_dir() and not tmp.is_symlink():
             shutil.rmtree(tmp)
     except OSError as exc:
         raise SpecReplayError(f"--out {out}: cannot be created: {exc.strerror}") from None
-    _check_foreign(out, force)
+    _judge(target, out, force)
     try:
         try:
             tmp.mkdir()
@@ -71,30 +154,31 @@ def output_dir(
         except OSError as exc:
             raise SpecReplayError(f"--out {out}: cannot be created: {exc.strerror}") from None
         yield tmp
+        with _signals_held():
+            _SWAPS.append(_swap_in(tmp, target, out, force))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    with _signals_held():
-        _swap_in(tmp, target)
 
 
 def check_out(out: Path, *, force: bool, inputs: Sequence[Path] = ()) -> None:
     """Refuse an ``--out`` that would harm an input or another folder, before any work.
 
     In this order: ``out`` is, contains or lies inside an input (compared as real paths, symlinks
-    resolved; refused even with ``force``); ``out`` lies under a regular file or in a folder
-    without write permission; ``out`` is a file, or a non-empty folder without the marker, and
-    ``force`` is false.
+    resolved; refused even with ``force``); ``out`` is the root, lies under a regular file or in a
+    folder without write permission; ``out`` is or holds the current folder; ``out`` exists and
+    may not be replaced (module docstring).
 
     Raises
     ------
     SpecReplayError
-        One line naming ``--out`` and, for an input, that input.
+        One line naming ``out`` and, for an input, that input.
     """
     out = Path(out)
     _check_inputs(out, inputs)
     _check_creatable(out)
-    _check_foreign(out, force)
+    _check_cwd(out)
+    _judge(Path(os.path.abspath(out)), out, force)
 
 
 def _check_inputs(out: Path, inputs: Sequence[Path]) -> None:
@@ -116,16 +200,127 @@ def _check_inputs(out: Path, inputs: Sequence[Path]) -> None:
         )
 
 
-def _check_foreign(out: Path, force: bool) -> None:
-    """Raise when ``out`` is a file or a non-empty folder without the marker, unless ``force``."""
-    if out.exists() and not force:
-        if not out.is_dir():
-            raise SpecReplayError(f"{out}: exists and is not a folder (use --force to replace)")
-        if any(out.iterdir()) and not (out / MARKER).exists():
-            raise SpecReplayError(
-                f"{out}: folder is not empty and was not written by specreplay "
-                "(use --force to replace it)"
-            )
+def _check_cwd(out: Path) -> None:
+    """Raise when ``out`` is or holds the current folder (a swap would move it away)."""
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:  # the current folder was deleted: nothing to protect
+        return
+    if cwd.is_relative_to(out.resolve()):
+        how = "is" if cwd == out.resolve() else "holds"
+        raise SpecReplayError(
+            f"--out {out} {how} the current folder; choose another folder "
+            "(refused even with --force)"
+        )
+
+
+_KINDS = {
+    stat.S_IFREG: "regular file",
+    stat.S_IFLNK: "symlink",
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+}
+
+
+def _is_regular(path: Path) -> bool:
+    """Return whether ``path`` is a regular file (``lstat``: a symlink to one is not)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _judge(target: Path, out: Path, force: bool) -> _Existing | None:
+    """Return what ``target`` is when it may be replaced (None: absent); raise otherwise.
+
+    ``out`` is the path as given, for the messages. See the module docstring for the rule.
+    """
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SpecReplayError(f"{out}: cannot be examined: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(st.st_mode), "special file")
+        raise SpecReplayError(
+            f"{out}: exists and is a {kind}, not a folder; specreplay replaces only folders it "
+            "wrote (refused even with --force)"
+        )
+    try:
+        entries = os.listdir(target)
+    except OSError as exc:
+        raise SpecReplayError(f"{out}: cannot be examined: {exc.strerror}") from None
+    if not entries:
+        return _Existing(st, earlier=False)
+    if _is_regular(target / MARKER):
+        return _Existing(st, earlier=True)
+    manifest, why = _own_archive(target, entries)
+    if manifest is not None and why is None:
+        if force:
+            return _Existing(st, earlier=True)
+        raise SpecReplayError(
+            f"{out}: holds an archive specreplay wrote ({manifest}); use --force to replace it"
+        )
+    detail = why or (
+        f"no {MARKER} marker, no {' or '.join(ARCHIVE_MANIFESTS)} written by specreplay"
+    )
+    raise SpecReplayError(
+        f"{out}: folder is not empty and was not written by specreplay ({detail}); "
+        "refused even with --force"
+    )
+
+
+def _own_archive(folder: Path, entries: list[str]) -> tuple[str | None, str | None]:
+    """Return (manifest, None) for an archive folder specreplay wrote, else (manifest?, why not).
+
+    The manifest must be a regular file holding a JSON object with ``"written_by":
+    "specreplay"``, and every other entry a file its ``outputs`` list.
+    """
+    for name in ARCHIVE_MANIFESTS:
+        path = folder / name
+        if name not in entries or not _is_regular(path):
+            continue
+        try:
+            if path.stat().st_size > _MANIFEST_MAX_BYTES:
+                return name, f"{name} is too large to be a manifest"
+            doc = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            return name, f"{name} cannot be read as JSON"
+        if not isinstance(doc, dict) or doc.get("written_by") != WRITTEN_BY:
+            return name, f'{name} does not say "written_by": "{WRITTEN_BY}"'
+        listed = {name}
+        for o in doc.get("outputs") or []:
+            if isinstance(o, dict) and isinstance(o.get("path"), str):
+                listed.add(o["path"])
+        extra = sorted(e for e in entries if e not in listed or not _is_regular(folder / e))
+        if extra:
+            return name, f"{extra[0]} is not among the files {name} lists"
+        return name, None
+    return None, None
+
+
+def _created_utc(folder: Path) -> str | None:
+    """Return when the run that wrote ``folder`` made it (its ``created_utc``), or None.
+
+    Read from the head of results.json, SYNTH.json or CONVERT.json (``created_utc`` is among the
+    first keys written), only from regular files.
+    """
+    for name in ("results.json", *ARCHIVE_MANIFESTS):
+        path = folder / name
+        if not _is_regular(path):
+            continue
+        try:
+            with path.open("rb") as fh:
+                head = fh.read(4096)
+        except OSError:
+            continue
+        found = _CREATED.search(head)
+        if found:
+            return found.group(1).decode()
+    return None
 
 
 def _check_creatable(out: Path) -> None:
@@ -181,16 +376,39 @@ def _remove_stale(target: Path) -> None:
                 path.unlink()
 
 
-def _swap_in(tmp: Path, target: Path) -> None:
-    """Replace ``target`` by ``tmp`` with two renames, then delete the previous output."""
+def _swap_in(tmp: Path, target: Path, out: Path, force: bool) -> Swap:
+    """Replace ``target`` by ``tmp`` with two renames, then delete the previous output.
+
+    ``target`` is judged again (``lstat``) right before it is renamed away, and what was renamed
+    must be what was judged (same device and inode), else it is put back. The second rename is
+    :func:`os.rename` of a folder, which never replaces a file, a symlink or a non-empty folder.
+
+    Raises
+    ------
+    SpecReplayError
+        ``out`` became something that may not be replaced, or changed, during the run; it is left
+        as it was.
+    """
+    found = _judge(target, out, force)
+    created = _created_utc(target) if found is not None and found.earlier else None
     old = target.with_name(f".{target.name}.old-{os.getpid()}")
-    if target.exists() or target.is_symlink():
-        os.replace(target, old)
-    os.replace(tmp, target)
-    if old.is_dir() and not old.is_symlink():
+    changed = f"{out}: changed while the run was writing; left as it was, nothing written"
+    if found is not None:
+        os.rename(target, old)
+        moved = os.lstat(old)
+        if (moved.st_dev, moved.st_ino) != (found.st.st_dev, found.st.st_ino):
+            os.rename(old, target)
+            raise SpecReplayError(changed)
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        if found is not None:
+            with contextlib.suppress(OSError):  # else left as .NAME.old-PID: the next run
+                os.rename(old, target)  # brings it back
+        raise SpecReplayError(changed) from None
+    if found is not None:
         shutil.rmtree(old, ignore_errors=True)
-    elif old.exists() or old.is_symlink():
-        old.unlink()
+    return Swap(out, replaced=found is not None and found.earlier, created_utc=created)
 
 
 @contextmanager

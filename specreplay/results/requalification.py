@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.replay.engine import ReplayResult
 from specreplay.results.builders import cells_of, law_tests_of
-from specreplay.results.document import excluded_entries, input_files, new_result
+from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
 from specreplay.results.importance import importance_diagnostics
 from specreplay.results.model import (
     ArmFigure,
@@ -39,12 +39,18 @@ from specreplay.results.model import (
     Role,
     Survival,
 )
+from specreplay.results.shortrounds import (
+    short_rounds_assumptions,
+    short_rounds_excluded,
+    with_excluded_rounds,
+)
 from specreplay.sim.arms import Arm
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.cells import Cell as CellSpec
 from specreplay.stats.compare import Comparison, compare, parse_margin
 from specreplay.stats.pairing import pair_arms
+from specreplay.stats.support import ShortRounds
 
 __all__ = [
     "ASSUMPTIONS",
@@ -229,8 +235,9 @@ def with_replay_figures(
             m = spec.mask(s.family, s.bucket)
             entry = figures[i].get(arm.canonical)
             if entry is not None:
+                mcse = res.mcse(arm, m) if entry.R is not None else None
                 figures[i][arm.canonical] = dataclasses.replace(
-                    entry, mcse=res.mcse(arm, m), estimator=res.estimator
+                    entry, mcse=mcse, estimator=res.estimator
                 )
             surv[i] += _survival(res, arm, m)
             offs[i].append(_offpath(res, arm, m))
@@ -391,7 +398,9 @@ class RequalifyOptions:
     select requests after the one pass (the rest is counted under ``excluded``);
     ``law_positions`` archive positions law-tested per arm; ``by`` a carried column giving
     extra cells (:mod:`specreplay.results.grouping`); ``hash_ids`` request ids hashed in every
-    output (:mod:`specreplay.results.privacy`).
+    output (:mod:`specreplay.results.privacy`); ``ignore`` globs of folder entries to skip
+    (``--ignore``, :mod:`specreplay.replay.archive.sources`); ``short_rounds`` what a round
+    recording fewer positions than an arm's depth does (:mod:`specreplay.results.shortrounds`).
     """
 
     baseline: str
@@ -410,14 +419,17 @@ class RequalifyOptions:
     min_requests: int = 10
     buckets: str = DEFAULT_BUCKETS
     logging_arm: str | None = None
+    ignore: tuple[str, ...] = ()
     law_positions: int = 8
     by: str | None = None
     hash_ids: bool = False
+    short_rounds: ShortRounds = ShortRounds.NULL
 
     def to_json(self, archive: Path) -> dict[str, Any]:
         """Return the ``options`` entry of results.json."""
         return {
             "archive": str(archive),
+            "short_rounds": self.short_rounds.value,
             "baseline": self.baseline,
             "candidate": self.candidate,
             "reference": self.reference,
@@ -452,21 +464,24 @@ def comparands(res: ReplayResult, arms: RequalifyArms, opts: RequalifyOptions) -
         "label": "SIMULATED",
     }
 
-    def comp(a: ArmData, b: ArmData) -> Comparison:
+    def comp(a: ArmData, b: ArmData, arm_a: Arm | None, arm_b: Arm) -> Comparison:
         ps, _ = pair_arms(a, b, buckets=bk)
-        return compare(ps, arm_a=a.name, arm_b=b.name, **common)
+        side_a = (arm_a, arm_a.depth) if arm_a is not None else None
+        support = res.support(side_a, (arm_b, arm_b.depth))
+        return compare(ps, arm_a=a.name, arm_b=b.name, support=support, **common)
 
-    cand = data[arms.cand.canonical]
-    parts = [Comparand(comp(data[arms.base.canonical], cand), Role.CANDIDATE_VS_BASELINE)]
+    c = arms.cand
+    parts = [Comparand(comp(data[arms.base.canonical], data[c.canonical], arms.base, c),
+                       Role.CANDIDATE_VS_BASELINE)]  # fmt: skip
     if arms.ref is not None:
         why = "reference comparison (the gain a budget uses): no verdict"
-        parts.append(Comparand(comp(data[arms.ref.canonical], cand), Role.CANDIDATE_VS_REFERENCE,
-                               why))  # fmt: skip
+        parts.append(Comparand(comp(data[arms.ref.canonical], data[c.canonical], arms.ref, c),
+                               Role.CANDIDATE_VS_REFERENCE, why))  # fmt: skip
     if arms.log is not None and "accepted" in res.columns:
         meas = res.measured_data(f"{arms.log.canonical} (MEASURED)")
         why = "diagnostic: SIMULATED − MEASURED R of the logging arm"
-        parts.append(Comparand(comp(meas, data[arms.log.canonical]), Role.PATH_BIAS, why,
-                               {meas.name: Label.MEASURED}))  # fmt: skip
+        parts.append(Comparand(comp(meas, data[arms.log.canonical], None, arms.log),
+                               Role.PATH_BIAS, why, {meas.name: Label.MEASURED}))  # fmt: skip
     return parts + _importance_path_bias(res, arms, comp)
 
 
@@ -499,7 +514,7 @@ def _importance_path_bias(res: ReplayResult, arms: RequalifyArms, comp: Any) -> 
         else:
             a = res.arm_data(arm)
             b = res.arm_data(arm, estimator=path, name=f"{c} ({path})")
-        parts.append(Comparand(comp(a, b), Role.PATH_BIAS_IMPORTANCE, why))
+        parts.append(Comparand(comp(a, b, arm, arm), Role.PATH_BIAS_IMPORTANCE, why))
     return parts
 
 
@@ -527,6 +542,7 @@ def requalify_result(
     cells = merge_comparisons(comparands(res, arms, opts))
     cells = with_replay_figures(cells, res, list(arms.all.values()))
     cells = with_support_nulls(cells, res)
+    cells = with_excluded_rounds(cells, res)
     cases, skipped = sample_cases(res.law_sample, [arms.cand, arms.base], res.requests)
     law = law_tests_of(run_cases(cases, skipped, seed=res.seed))
     ran = [t.passed for t in law if t.arm == arms.cand.canonical and t.passed is not None]
@@ -536,8 +552,9 @@ def requalify_result(
         seed=res.seed,
         inputs=input_files([(f.path, f.rows) for f in res.files]),
         options={**opts.to_json(archive), "replicates": res.replicates, **estimator_used(res)},
-        assumptions=requalify_assumptions(res),
-        excluded=excluded_entries(res.excluded),
+        assumptions=requalify_assumptions(res)
+        + short_rounds_assumptions(opts.short_rounds, res.exclude_below),
+        excluded=excluded_entries([*res.excluded, *short_rounds_excluded(res)]),
         arms=list(arms.all),
         cells=cells,
         law_tests=law,
@@ -545,4 +562,5 @@ def requalify_result(
         logging_arm=arms.log.canonical if arms.log else None,
         path_bias=cells[0].delta(Role.PATH_BIAS),
         columns_not_read=res.unread or None,
+        inputs_ignored=ignored_inputs((e.path, e.glob) for e in res.ignored),
     )

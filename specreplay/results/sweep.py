@@ -5,7 +5,11 @@ archive's replay at depth d is compared with the replay at the reference depth o
 requests (paired bootstrap, :func:`specreplay.stats.compare.compare`): the delta (role
 ``depth-vs-reference``, its ``depth`` field d, no verdict) carries the interval of R(d) − R(ref),
 and ``cells[].depths[]`` the R(d) itself with its own studentized interval. Depths past the
-positions the archive records are UNSUPPORTED (null, with the reason), never extrapolated.
+positions the archive records are UNSUPPORTED (null, with the reason), never extrapolated: in a
+cell holding a round shorter than d, R(d) is null with the count and the first such round, and
+the delta is null where a round is shorter than d or than the reference depth (SPEC §2.1;
+``--short-rounds exclude`` leaves rounds shorter than the deepest arm out instead,
+:mod:`specreplay.results.shortrounds`).
 
 Every comparison of one sweep uses the same seed on the same requests, so replicate b resamples
 the same requests at every depth: with a **cost model** (milliseconds per round at each depth,
@@ -31,14 +35,20 @@ import numpy as np
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.engine import ReplayResult
-from specreplay.results.document import excluded_entries, input_files, new_result
+from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
 from specreplay.results.model import Cell, DepthFigure, Label, Result, Role
 from specreplay.results.requalification import Comparand, estimator_used, merge_comparisons
+from specreplay.results.shortrounds import (
+    short_rounds_assumptions,
+    short_rounds_excluded,
+    with_excluded_rounds,
+)
 from specreplay.sim.arms import Arm
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.compare import Comparison, compare, parse_margin
 from specreplay.stats.pairing import pair_arms
+from specreplay.stats.support import ShortRounds
 
 __all__ = [
     "CostModel",
@@ -153,7 +163,7 @@ class CostModel:
 
 @dataclass(frozen=True)
 class SweepOptions:
-    """Every option of a sweep (``specreplay sweep``)."""
+    """Every option of a sweep (``specreplay sweep``); ``ignore``: ``--ignore`` globs."""
 
     arms: tuple[str, ...]
     depths: tuple[int, ...] = tuple(range(1, 9))
@@ -169,12 +179,15 @@ class SweepOptions:
     min_requests: int = 10
     buckets: str = DEFAULT_BUCKETS
     logging_arm: str | None = None
+    ignore: tuple[str, ...] = ()
     by: str | None = None
     hash_ids: bool = False
+    short_rounds: ShortRounds = ShortRounds.NULL
 
     def to_json(self, archive: Path) -> dict[str, Any]:
         """Return the ``options`` entry of results.json."""
         return {
+            "short_rounds": self.short_rounds.value,
             "archive": str(archive), "arms": list(self.arms), "depths": list(self.depths),
             "baseline": self.baseline, "margin": parse_margin(self.margin).to_json(),
             "estimator": self.estimator, "replicates": self.replicates, "cost": self.cost,
@@ -202,7 +215,8 @@ def _comparisons(res: ReplayResult, arm: Arm, opts: SweepOptions) -> dict[int, C
         ps, _ = pair_arms(ref, other, buckets=res.buckets)
         out[d] = compare(ps, arm_a=ref.name, arm_b=other.name, n_boot=opts.n_boot, seed=res.seed,
                          stratify=opts.stratify, level=opts.level, margin=parse_margin("0.5%"),
-                         min_requests=opts.min_requests, label="SIMULATED")  # fmt: skip
+                         min_requests=opts.min_requests, label="SIMULATED",
+                         support=res.support((arm, arm.depth), (arm, d)))  # fmt: skip
     return out
 
 
@@ -222,10 +236,13 @@ def _depth_figures(
             figs.append(DepthFigure(name, d, None, None, None, label, False, comp))
             continue
         test = comp.rb_tests[i] if comp.rb_tests else None
-        r_b = comp.cells[i]["arms"][comp.cells[i]["deltas"][0]["b"]]["R"]
+        fig_b = comp.cells[i]["arms"][comp.cells[i]["deltas"][0]["b"]]
+        r_b = fig_b["R"]
         if test is None or r_b is None:
-            why = "no rounds in this cell"
-            figs.append(DepthFigure(name, d, None, None, None, label, True, why))
+            # a short round in the cell (SPEC §2.1): this depth is UNSUPPORTED here
+            why = fig_b["null_reason"] or "no rounds in this cell"
+            short = why != "no rounds in this cell"
+            figs.append(DepthFigure(name, d, None, None, None, label, not short, why))
             continue
         lo, hi = test.interval(level)
         fig = DepthFigure(name, d, float(r_b), lo, hi, label, True, None)
@@ -273,7 +290,8 @@ def fewest_bits(
         ps, _ = pair_arms(base, res.arm_data(a), buckets=res.buckets)
         comp = compare(ps, arm_a=base.name, arm_b=a.canonical, n_boot=opts.n_boot, seed=res.seed,
                        stratify=opts.stratify, level=opts.level, margin=parse_margin(opts.margin),
-                       min_requests=opts.min_requests, label="SIMULATED")  # fmt: skip
+                       min_requests=opts.min_requests, label="SIMULATED",
+                       support=res.support((baseline, baseline.depth), (a, a.depth)))  # fmt: skip
         parts.append(Comparand(comp, Role.CANDIDATE_VS_BASELINE))
         verdict = comp.cells[0]["deltas"][0]["verdict"]
         walk.append({"arm": a.canonical, "bits": a.sampler.bits, "verdict": verdict})
@@ -317,13 +335,17 @@ def sweep_result(
         parts += bits_parts
     names = [a.canonical for a in arms]
     cells = _with_depths(merge_comparisons(parts), names, per_arm, cost, opts.level)
+    cells = with_excluded_rounds(cells, res)
     return new_result(
         command="sweep", seed=res.seed,
         inputs=input_files([(f.path, f.rows) for f in res.files]),
         options={**opts.to_json(archive), "replicates": res.replicates, **estimator_used(res)},
-        assumptions=_assumptions(cost),
-        excluded=excluded_entries(res.excluded), arms=[a.canonical for a in arms], cells=cells,
+        assumptions=_assumptions(cost)
+        + short_rounds_assumptions(opts.short_rounds, res.exclude_below),
+        excluded=excluded_entries([*res.excluded, *short_rounds_excluded(res)]),
+        arms=[a.canonical for a in arms], cells=cells,
         columns_not_read=res.unread or None, extra=extra,
+        inputs_ignored=ignored_inputs((e.path, e.glob) for e in res.ignored),
     )  # fmt: skip
 
 
@@ -421,4 +443,5 @@ def proxy_result(
                  "estimator_used": "survival-proxy",
                  "estimator_reason": "round traces: the survival truncation proxy"},
         assumptions=[PROXY, *ref.notes], arms=[name], cells=cells,
+        inputs_ignored=ignored_inputs(ref.ignored),
     )  # fmt: skip

@@ -13,6 +13,7 @@ from specreplay.results.model import (
     ArmFigure,
     Cell,
     Delta,
+    InputIgnored,
     LawTest,
     Level,
     Result,
@@ -25,6 +26,7 @@ __all__ = [
     "budget_tables",
     "comparison_tables",
     "fmt",
+    "ignored_summary",
     "importance_table",
     "lawtest_table",
     "markdown_table",
@@ -176,6 +178,17 @@ def archive_summary(summary: ArchiveSummary, path: str, pooled: ArmFigure) -> st
         + (f" ({pooled.null_reason})" if pooled.R is None else ""),
     ]
     return "\n".join(lines)
+
+
+def ignored_summary(ignored: Sequence[InputIgnored]) -> str:
+    """Lines naming the folder entries ``--ignore`` skipped (empty text when none was).
+
+    >>> print(ignored_summary([InputIgnored("a/_SUCCESS", "_SUCCESS")]).strip())
+    skipped by --ignore '_SUCCESS': a/_SUCCESS (not read, counted nowhere)
+    """
+    return "".join(
+        f"\nskipped by --ignore {e.glob!r}: {e.path} (not read, counted nowhere)" for e in ignored
+    )
 
 
 # -- paired comparison (interval) ---------------------------------------------------------------

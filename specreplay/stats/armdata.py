@@ -46,6 +46,8 @@ class ArmData:
         Assumptions the source implies (e.g. context unknown, drafted depth unknown).
     excluded : list of dict
         Rows left out under an explicit option, ``{"reason": ..., "rows": ...}``.
+    ignored : list of (Path, str)
+        Entries of the input folder skipped by ``--ignore``, with the glob that matched.
     """
 
     name: str
@@ -55,3 +57,4 @@ class ArmData:
     files: list[tuple[Path, int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     excluded: list[dict[str, object]] = field(default_factory=list)
+    ignored: list[tuple[Path, str]] = field(default_factory=list)

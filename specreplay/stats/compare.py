@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -46,7 +47,13 @@ from specreplay.stats.intervals import (
 )
 from specreplay.stats.studentized import Studentized, cell_standard_errors
 
-__all__ = ["Cell", "Comparison", "Margin", "compare", "parse_margin"]
+__all__ = ["Cell", "CellSupport", "Comparison", "Margin", "compare", "parse_margin"]
+
+CellSupport = Callable[[Cell], tuple[str | None, str | None]]
+"""Why arm a's and arm b's figures in a cell are unsupported although the arm has rounds there
+(None: supported), e.g. a round recording fewer positions than the arm's depth (SPEC §2.1): that
+arm's R, and the cell's delta, are then null with the reason, and the cell takes no part in the
+Holm and Bonferroni adjustments of its level."""
 
 UNDERCOVER_REQUESTS: Final[int] = 20
 """Cells with fewer requests carry the warning "bootstrap may undercover" (calibration study)."""
@@ -195,6 +202,7 @@ def compare(
     min_requests: int = 10,
     label: str = "MEASURED",
     role: str = "b-vs-a",
+    support: CellSupport | None = None,
 ) -> Comparison:
     """Compare arm b with arm a in every cell (see the module docstring).
 
@@ -216,6 +224,9 @@ def compare(
         Label of the per-arm figures and deltas.
     role : str
         The delta's role in results.json.
+    support : CellSupport, optional
+        Per cell, why an arm's figures there are unsupported (the others are computed as if
+        it were not given; a null cell is left out of its level's adjustments).
     """
     margin = margin or parse_margin("0.5%")
     reps_sums = bootstrap_sums(ps, n_boot=n_boot, seed=seed, stratify=stratify)
@@ -246,6 +257,9 @@ def compare(
         )
         for i, r in enumerate(raw)
     ]
+    if support is not None:
+        for record, spec in zip(cells, layout, strict=True):
+            _null_unsupported(record, support(spec), arm_a, arm_b)
     tests = [_tests(r, delta_reps[:, i], rel_reps[:, i]) for i, r in enumerate(raw)]
     _adjust(cells, tests, margin, alpha)
     _warn_large_margin(cells, raw, margin)
@@ -254,6 +268,25 @@ def compare(
         rb_reps=np.stack([r["rb_reps"] for r in raw], axis=1) if raw else None,
         rb_tests=[r.get("rb_test") for r in raw],
     )  # fmt: skip
+
+
+_DELTA_KEPT = frozenset({"a", "b", "role", "method", "level", "adjusted", "n_boot", "label"})
+
+
+def _null_unsupported(
+    cell: dict[str, Any], why: tuple[str | None, str | None], arm_a: str, arm_b: str
+) -> None:
+    """Null, in place, the figures of an arm unsupported in ``cell`` and the cell's delta."""
+    for arm, reason in zip((arm_a, arm_b), why, strict=True):
+        if reason is not None:
+            fig = cell["arms"][arm]
+            fig.update(R=None, lo=None, hi=None, level=None, null_reason=reason)
+    reason = why[0] or why[1]
+    if reason is None:
+        return
+    delta = cell["deltas"][0]
+    delta.update({k: None for k in delta if k not in _DELTA_KEPT})
+    delta.update(null_reason=reason, requests_for_margin_null_reason=reason)
 
 
 def _arm_json(

@@ -15,7 +15,17 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
-__all__ = ["RoundBatch", "concat_batches"]
+__all__ = ["AT_FILE_SHIFT", "RoundBatch", "at_parts", "concat_batches", "take_rounds"]
+
+AT_FILE_SHIFT = 40
+"""A round's place in the archive is one int64, ``file index << AT_FILE_SHIFT | row/line``, so
+the smallest value of a set of rounds is the first of them in archive order (files in sorted path
+order, rows or lines within a file; up to 2^40 rows per file)."""
+
+
+def at_parts(at: int) -> tuple[int, int]:
+    """Return (file index, row or line) of a round's ``round_at`` value."""
+    return at >> AT_FILE_SHIFT, at & ((1 << AT_FILE_SHIFT) - 1)
 
 
 @dataclass(frozen=True)
@@ -57,11 +67,14 @@ class RoundBatch:
         MEASURED A: leading True values of ``accepted``; −1 without that column.
     extras : polars.DataFrame
         Carried-through columns, one row per position row (no columns when there are none).
-    row_file, row_loc : int64, (n_pos,) or (0,)
-        Where each position row was read: the file (index into the reader's archive files)
-        and the row (Parquet, Arrow IPC) or line (JSON Lines) in it, so that a replay meeting
-        a row it cannot use names it (:func:`~specreplay.replay.archive.sources.format_location`);
+    row_at : int64, (n_pos,) or (0,)
+        Where each position row was read, encoded as ``round_at`` is, so that a replay meeting a
+        row it cannot use names it (:func:`~specreplay.replay.archive.sources.format_location`);
         empty for batches built elsewhere than by the reader.
+    round_at : int64, (n_rounds,) or (0,) when unknown
+        Where the round's first position row is: ``file index << AT_FILE_SHIFT | row/line``
+        (:data:`AT_FILE_SHIFT`; rows of Parquet files 0-based, lines of JSONL 1-based), file
+        indices into the reader's files. Messages about a round cite it.
     """
 
     offsets: NDArray[np.int64]
@@ -82,8 +95,8 @@ class RoundBatch:
     round_depth: NDArray[np.int32]
     measured_accepted: NDArray[np.int32]
     extras: pl.DataFrame
-    row_file: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
-    row_loc: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    row_at: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    round_at: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def n_positions(self) -> int:
@@ -118,4 +131,39 @@ def concat_batches(batches: list[RoundBatch]) -> RoundBatch:
             out[name] = np.concatenate(parts)
         else:
             out[name] = np.concatenate([getattr(b, name) for b in batches])
+    return RoundBatch(**out)  # type: ignore[arg-type]
+
+
+def take_rounds(batch: RoundBatch, keep: NDArray[np.bool_]) -> RoundBatch:
+    """Return the rounds of ``batch`` where ``keep`` (n_rounds,) is True, in order."""
+    if bool(keep.all()):
+        return batch
+    ro = batch.round_offsets
+    rows = np.repeat(keep, np.diff(ro))
+    lens = np.diff(batch.offsets)[rows]
+    offsets = np.zeros(lens.shape[0] + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    nnz = np.repeat(rows, np.diff(batch.offsets))
+    depth = batch.round_depth[keep]
+    round_offsets = np.zeros(depth.shape[0] + 1, np.int64)
+    np.cumsum(depth, out=round_offsets[1:])
+    out: dict[str, object] = {}
+    for f in fields(RoundBatch):
+        v = getattr(batch, f.name)
+        if f.name == "offsets":
+            out[f.name] = offsets
+        elif f.name == "round_offsets":
+            out[f.name] = round_offsets
+        elif f.name in ("cand_ids", "draft_logprobs", "target_probs"):
+            out[f.name] = v[nnz]
+        elif f.name == "emitted_q":
+            out[f.name] = v[nnz] if v.shape[0] else v
+        elif f.name == "row_at":
+            out[f.name] = v[rows] if v.shape[0] else v
+        elif f.name == "extras":
+            out[f.name] = v.filter(pl.Series(rows)) if v.width else v
+        elif f.name.startswith("round_") or f.name == "measured_accepted":
+            out[f.name] = v[keep] if v.shape[0] else v
+        else:  # per position row
+            out[f.name] = v[rows]
     return RoundBatch(**out)  # type: ignore[arg-type]

@@ -20,8 +20,12 @@ Each reader turns one arm's MEASURED rounds into :class:`~specreplay.stats.armda
 
 Only round traces carry a context length; the other formats put every round in the bucket
 ``unknown``. The format is detected from the content, never from the file name
-(:func:`detect_kind`). A directory is read as the shards of one arm in sorted path order (its
-``*.parquet`` files if it holds any, else its ``*.jsonl``/``*.ndjson`` files), all of one format.
+(:func:`detect_kind`). A directory is read as the shards of one arm in sorted path order: its
+``*.parquet`` files or its ``*.jsonl``/``*.ndjson`` files, not both (a folder holding both is an
+error naming one of each: until issue 9 its JSON Lines were silently left out). Every other entry
+is judged as in a folder archive (:func:`~specreplay.replay.archive.sources.folder_entries`): a
+known sidecar, skipped by ``ignore`` (``--ignore GLOB``; ``ArmData.ignored`` says what), or an
+error naming it; a Medusa ``question.jsonl`` inside the folder is read as the question file.
 
 Every problem raises :class:`~specreplay.errors.SpecReplayError` with one self-contained line
 (SPEC §2.1): ``PATH:line N: …`` (1-based physical line, blank lines counted) for JSON Lines,
@@ -58,7 +62,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -69,6 +73,9 @@ import polars as pl
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.sources import (
     ArchiveFile,
+    IgnoredEntry,
+    check_globs,
+    folder_entries,
     format_location,
     parse_json_line,
     text_lines,
@@ -105,13 +112,15 @@ class _LineError(Exception):
 # Public API
 
 
-def detect_kind(path: Path) -> str:
+def detect_kind(path: Path, ignore: Sequence[str] = ()) -> str:
     """Return the observed-arm format of a file or directory, from its content.
 
     Parameters
     ----------
     path : Path
         A Parquet or JSON Lines file, or a directory of shards of one format.
+    ignore : sequence of str
+        ``--ignore`` globs: entries of a directory to skip (names relative to it).
 
     Returns
     -------
@@ -127,7 +136,7 @@ def detect_kind(path: Path) -> str:
         Missing path, empty file or directory, unreadable content, an unknown format, or shards of
         different formats.
     """
-    return _detect_all(_list_files(path, skip=None))[0]
+    return _detect_all(_list_files(path, skip=None, ignore=ignore)[0])[0]
 
 
 def read_arm(
@@ -139,6 +148,7 @@ def read_arm(
     drafted: int | None = None,
     name: str | None = None,
     truncate: int | None = None,
+    ignore: Sequence[str] = (),
 ) -> ArmData:
     """Read one observed arm as per-(request, bucket) rounds and retained tokens.
 
@@ -160,6 +170,8 @@ def read_arm(
     truncate : int, optional
         Round traces only: retained tokens 1 + min(A, truncate) per round (the survival
         truncation proxy of a fixed depth, SPEC §3.5).
+    ignore : sequence of str
+        ``--ignore`` globs: entries of a directory to skip (``ArmData.ignored`` lists them).
 
     Returns
     -------
@@ -179,7 +191,7 @@ def read_arm(
     skip = None
     if question_file is not None and path.is_dir():
         skip = question_file.resolve()
-    files = _list_files(path, skip=skip)
+    files, ignored = _list_files(path, skip=skip, ignore=ignore)
     kind, first_line = _detect_all(files)
     _check_kind_options(kind, files[0].path, first_line, path, question_file, choice, drafted,
                         truncate)  # fmt: skip
@@ -194,6 +206,7 @@ def read_arm(
         label="MEASURED",
         files=opts.counts,
         notes=notes,
+        ignored=[(e.path, e.glob) for e in ignored],
     )
 
 
@@ -242,19 +255,26 @@ class _Options:
     truncate: int | None = None
 
 
-def _list_files(path: Path, *, skip: Path | None) -> list[ArchiveFile]:
-    """Return the files of an arm in sorted path order, each with its sniffed format."""
+def _list_files(
+    path: Path, *, skip: Path | None, ignore: Sequence[str] = ()
+) -> tuple[list[ArchiveFile], tuple[IgnoredEntry, ...]]:
+    """Return an arm's files in sorted path order (format sniffed) and what ``ignore`` skipped."""
     if not path.exists():
         raise SpecReplayError(f"{path}: no such file or directory")
-    if path.is_file():
-        return [ArchiveFile(0, path, _sniff(path))]
-    shards = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-    chosen = [p for p in shards if p.suffix == ".parquet"] or [
-        p for p in shards if p.suffix in _JSONL_SUFFIXES and p.resolve() != skip
-    ]
-    if not chosen:
-        raise SpecReplayError(f"{path}: directory holds no .parquet or .jsonl shard")
-    return [ArchiveFile(i, p, _sniff(p)) for i, p in enumerate(chosen)]
+    if not path.is_dir():
+        check_globs(ignore)
+        return [ArchiveFile(0, path, _sniff(path))], ()
+    empty = "directory holds no .parquet or .jsonl shard"
+    entries = folder_entries(path, ignore, (".parquet", *_JSONL_SUFFIXES), empty=empty, skip=skip)
+    shards = list(entries.shards)
+    parquet = [p for p in shards if p.suffix == ".parquet"]
+    jsonl = [p for p in shards if p.suffix in _JSONL_SUFFIXES]
+    if parquet and jsonl:
+        raise SpecReplayError(
+            f"{path}: directory mixes Parquet ({parquet[0].name}) and JSON Lines "
+            f"({jsonl[0].name}) shards; keep one form per folder, or skip one with --ignore"
+        )
+    return [ArchiveFile(i, p, _sniff(p)) for i, p in enumerate(shards)], entries.ignored
 
 
 def _sniff(path: Path) -> str:
@@ -663,9 +683,9 @@ def _truncated(accepted: pl.Expr, depth: int | None) -> pl.Expr:
     return accepted if depth is None else pl.min_horizontal(accepted, pl.lit(depth))
 
 
-def drafted_depths(path: Path) -> tuple[int | None, int]:
+def drafted_depths(path: Path, ignore: Sequence[str] = ()) -> tuple[int | None, int]:
     """Return (the smallest recorded ``drafted`` of a round-trace arm, rounds with it null)."""
-    files = _list_files(path, skip=None)
+    files = _list_files(path, skip=None, ignore=ignore)[0]
     counts: list[tuple[Path, int]] = []
     rows, stop = _read_table(files, _ROUND_COLUMNS, counts)
     _validate(rows, stop, files, _ROUND_RULES)

@@ -3,11 +3,41 @@
 An archive path is one file of one of three forms, or a directory of shards of one form read in
 sorted path order. The forms, by suffix: Parquet (``.parquet``), JSON Lines (``.jsonl``,
 ``.ndjson``) and Arrow IPC *file* format (``.arrow``, ``.ipc``, ``.feather``; ``kind == "ipc"``).
-In a directory only these data suffixes are shards: other files, such as a ``SYNTH.json`` or
-``CONVERT.json`` manifest or any ``*.json``, are ignored, as are hidden files (a writer's temporary
-names). A directory holding shards of two forms is an error naming both forms and one file of
+A directory holding shards of two forms is an error naming both forms and one file of
 each (issue 8): until issue 8 a folder with ``*.parquet`` silently ignored its ``*.jsonl``, and
 silently reading one form drops data; ``specreplay convert`` turns an archive into one form.
+
+No entry of a folder is dropped silently (issue 9). :func:`folder_entries` judges every entry of a
+folder archive (and of a folder of round traces, :mod:`~specreplay.replay.archive.importers`)
+once, with ``lstat``, and each one is:
+
+- a **shard**: a regular file (or a symlink to one, inside or outside the folder: it is judged by
+  its target being a regular file, and named by the link) whose suffix is a data suffix, exactly
+  (``part-1.PARQUET`` is an error: "rename it part-1.parquet");
+- a **known sidecar**: exactly one of the names :data:`SIDECARS` (``SYNTH.json``,
+  ``CONVERT.json``, and issue 12's capture manifest ``CAPTURE.json``, which a TraceWriter folder
+  holds). "Exactly one of the known sidecars" is read as: each name may appear once (a folder
+  cannot hold a name twice), and a folder states at most one origin: ``SYNTH.json`` (generated)
+  and ``CONVERT.json`` (converted) together is an error naming both, since one folder cannot be
+  both. ``CAPTURE.json`` may sit beside either (``synth`` logs its shards through a TraceWriter,
+  which writes it). Matching is exact and case-sensitive (``synth.json`` is not a sidecar);
+- **skipped** by ``--ignore GLOB`` (repeatable): ``fnmatch.fnmatchcase`` of the glob against the
+  entry's name relative to the folder (never its absolute path; case-sensitive). A glob holding
+  ``/`` or an empty one is an error (no top-level name can match it). A glob that matches nothing
+  is fine and says nothing: nothing was skipped, and an entry it was meant for still stops the
+  run. What was skipped is returned (:class:`IgnoredEntry`: the path and the glob) and goes into
+  results.json as ``inputs_ignored``. An ignored entry is never opened (a FIFO does not block);
+- else **an error that names it**, one line ``FOLDER/NAME: <what it is>; <what to do>``, exit 2:
+  a hidden file, ``_SUCCESS``, ``*.crc`` or any other file, a sub-folder (shards are read from the
+  folder itself, not below it), a folder named like a shard (``x.parquet/``), a FIFO, a socket or
+  a device, a dangling or looping symlink or one to a folder. A writer's temporary
+  ``.NAME.tmp-PID`` is "an unfinished shard (its writer is still running or was killed)". The
+  first bad entry in name order is reported.
+
+A folder with no shard (empty, only sidecars, or every shard ignored) is an error, as before,
+saying how many entries ``--ignore`` skipped and then naming its first bad entry, if any
+(``FOLDER: directory holds no … shard; FOLDER/trace.json: not a shard …``): "no shard" is the
+news, the entry is often why.
 A single file named explicitly may also end in ``.json``: it is then read as JSON Lines (one
 object per line), since some engines log JSON Lines under that suffix; a JSON document that is
 not one object per line fails validation at its first line.
@@ -48,9 +78,13 @@ records.
 
 from __future__ import annotations
 
+import errno
+import fnmatch
 import importlib
 import json
-from collections.abc import Collection, Iterable, Iterator
+import os
+import stat
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -60,6 +94,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
+from specreplay.replay.archive.filehash import watch
 from specreplay.replay.archive.schema import (
     INT_COLUMNS,
     LIST_COLUMNS,
@@ -70,12 +105,19 @@ from specreplay.replay.archive.schema import (
 __all__ = [
     "DATA_SUFFIXES",
     "FORM_NAMES",
+    "SIDECARS",
     "ArchiveFile",
+    "ArchiveListing",
+    "FolderEntries",
+    "IgnoredEntry",
     "Issue",
     "RawChunk",
+    "archive_listing",
     "archive_rows",
+    "check_globs",
     "check_schema",
     "file_columns",
+    "folder_entries",
     "form_of",
     "format_location",
     "json_message",
@@ -104,6 +146,10 @@ FORM_NAMES: Final[dict[str, str]] = {
 }
 """Each form's name in messages and terminal lines."""
 _ARROW_MAGIC: Final[bytes] = b"ARROW1"
+SIDECARS: Final[tuple[str, ...]] = ("SYNTH.json", "CONVERT.json", "CAPTURE.json")
+"""The known sidecar files a folder archive may hold beside its shards (exact names)."""
+_ORIGINS: Final[frozenset[str]] = frozenset({"SYNTH.json", "CONVERT.json"})
+"""Sidecars that say where a folder's shards came from: at most one per folder."""
 
 
 @dataclass(frozen=True)
@@ -151,25 +197,32 @@ def format_location(file: ArchiveFile, loc: int) -> str:
     return f"{file.path}: row {loc} (0-based)"
 
 
-def list_archive(path: Path) -> list[ArchiveFile]:
+def list_archive(path: Path, ignore: Sequence[str] = ()) -> list[ArchiveFile]:
     """Return the files of an archive in sorted path order; raise on a missing or empty one.
 
-    A folder's shards are its non-hidden files with a data suffix; they must all be of one form.
+    A folder's shards are the entries :func:`folder_entries` accepts; they must all be of one
+    form. ``ignore``: globs of entries to skip (:func:`archive_listing` also says which).
+    """
+    return list(archive_listing(path, ignore).files)
+
+
+def archive_listing(path: Path, ignore: Sequence[str] = ()) -> ArchiveListing:
+    """Return an archive's files and the folder entries ``ignore`` skipped.
+
+    Raises
+    ------
+    SpecReplayError
+        For a missing path, a folder entry that is neither a shard, a known sidecar nor
+        ignored, a folder with no shard or with shards of two forms.
     """
     if not path.exists():
         raise SpecReplayError(f"{path}: no such file or directory")
-    if path.is_file():
-        return [ArchiveFile(0, path, _kind_of(path))]
-    files = sorted(
-        p
-        for p in path.iterdir()
-        if p.is_file() and p.suffix in _FOLDER_KINDS and not p.name.startswith(".")
-    )
-    if not files:
-        raise SpecReplayError(
-            f"{path}: directory holds no .parquet or .jsonl shard (nor .ndjson, .arrow, .ipc, "
-            ".feather)"
-        )
+    if not path.is_dir():
+        check_globs(ignore)
+        return ArchiveListing((ArchiveFile(0, path, _kind_of(path)),), ())
+    empty = "directory holds no .parquet or .jsonl shard (nor .ndjson, .arrow, .ipc, .feather)"
+    entries = folder_entries(path, ignore, DATA_SUFFIXES, empty=empty)
+    files = entries.shards
     first: dict[str, Path] = {}
     for p in files:
         first.setdefault(_FOLDER_KINDS[p.suffix], p)
@@ -180,7 +233,185 @@ def list_archive(path: Path) -> list[ArchiveFile]:
             f"{FORM_NAMES[k2]} ({p2.name}); keep one form per folder (specreplay convert "
             "rewrites an archive in one form)"
         )
-    return [ArchiveFile(i, p, _kind_of(p)) for i, p in enumerate(files)]
+    found = tuple(ArchiveFile(i, p, _kind_of(p)) for i, p in enumerate(files))
+    return ArchiveListing(found, entries.ignored)
+
+
+@dataclass(frozen=True)
+class IgnoredEntry:
+    """A folder entry skipped by ``--ignore``: its path and the first glob that matched its name."""
+
+    path: Path
+    glob: str
+
+
+@dataclass(frozen=True)
+class ArchiveListing:
+    """An archive's files in sorted path order and the folder entries ``--ignore`` skipped."""
+
+    files: tuple[ArchiveFile, ...]
+    ignored: tuple[IgnoredEntry, ...]
+
+
+@dataclass(frozen=True)
+class FolderEntries:
+    """A folder's entries as :func:`folder_entries` judged them (each list in name order)."""
+
+    shards: tuple[Path, ...]
+    sidecars: tuple[Path, ...]
+    ignored: tuple[IgnoredEntry, ...]
+
+
+def check_globs(ignore: Sequence[str]) -> None:
+    """Raise for an ``--ignore`` glob no name in a folder can match (empty, or holding ``/``)."""
+    for glob in ignore:
+        if not glob or "/" in glob or os.sep in glob:
+            raise SpecReplayError(
+                f"--ignore {glob!r}: a glob is matched against the names of the folder's own "
+                "entries (e.g. '_SUCCESS', '*.crc', '.*'), so it cannot be empty nor hold '/'"
+            )
+
+
+def folder_entries(
+    folder: Path,
+    ignore: Sequence[str],
+    suffixes: Collection[str],
+    *,
+    empty: str,
+    skip: Path | None = None,
+) -> FolderEntries:
+    """Judge every entry of ``folder``: a shard, a known sidecar, ignored, or an error naming it.
+
+    Parameters
+    ----------
+    folder : Path
+        The folder (its own entries only; nothing below it is read).
+    ignore : sequence of str
+        ``--ignore`` globs, matched with ``fnmatch.fnmatchcase`` against each entry's name.
+    suffixes : collection of str
+        The shard suffixes of this kind of folder (matched exactly, case-sensitively).
+    empty : str
+        What the error for a folder with no shard says after the folder's path.
+    skip : Path, optional
+        A file (resolved path) that is read as something else and is neither shard nor error
+        (a Medusa ``question.jsonl`` inside the answers' folder).
+
+    Raises
+    ------
+    SpecReplayError
+        ``FOLDER/NAME: <what it is>; <what to do>`` for the first bad entry in name order;
+        ``FOLDER: <empty>`` (then the first bad entry, if any) for a folder with no shard; or
+        for ``SYNTH.json`` and ``CONVERT.json`` together.
+    """
+    check_globs(ignore)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as exc:
+        raise SpecReplayError(f"{folder}: cannot list the folder: {exc.strerror}") from None
+    shards: list[Path] = []
+    sidecars: list[Path] = []
+    ignored: list[IgnoredEntry] = []
+    problem = ""
+    for name in names:
+        p = folder / name
+        glob = next((g for g in ignore if fnmatch.fnmatchcase(name, g)), None)
+        if glob is not None:
+            ignored.append(IgnoredEntry(p, glob))
+            continue
+        if skip is not None and p.is_file() and p.resolve() == skip:
+            continue  # read as the question file, not as a shard
+        what = _entry_problem(p, suffixes)
+        if what is not None:
+            problem = problem or f"{p}: {what}; {_remedy(name)}"
+            continue
+        (sidecars if name in SIDECARS else shards).append(p)
+    if not shards:
+        n = len(ignored)
+        note = f" ({n} entr{'ies' if n != 1 else 'y'} skipped by --ignore)" if n else ""
+        raise SpecReplayError(f"{folder}: {empty}{note}" + (f"; {problem}" if problem else ""))
+    if problem:
+        raise SpecReplayError(problem)
+    origins = [p for p in sidecars if p.name in _ORIGINS]
+    if len(origins) > 1:
+        first, second = origins[0].name, origins[1].name
+        raise SpecReplayError(
+            f"{folder}: holds both {first} and {second}: a folder is either generated (synth) "
+            "or converted (convert), not both, so its shards may come from two runs; rebuild "
+            f"the folder, or skip the stale manifest with --ignore {_quoted(second)}"
+        )
+    return FolderEntries(tuple(shards), tuple(sidecars), tuple(ignored))
+
+
+def _remedy(name: str) -> str:
+    return f"remove it or move it out of the folder, or skip it with --ignore {_quoted(name)}"
+
+
+def _quoted(name: str) -> str:
+    """Return the entry's name as a glob for a shell: quoted, glob characters escaped."""
+    glob = "".join(f"[{c}]" if c in "*?[" else c for c in name)
+    return "'" + glob.replace("'", "'\\''") + "'"
+
+
+def _entry_problem(p: Path, suffixes: Collection[str]) -> str | None:
+    """Say what is wrong with one folder entry (None: a shard or a known sidecar).
+
+    Judged with ``lstat``, so a FIFO is never opened; a symlink by its target.
+    """
+    st = os.lstat(p)
+    link = ""
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            st = os.stat(p)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return "a looping symlink (it never resolves to a file)"
+            return f"a dangling symlink (to {os.readlink(p)}, which does not exist)"
+        link = "a symlink to "  # judged by its target from here on
+    name = p.name
+    kind = _special_kind(st.st_mode)
+    if kind == "folder":
+        if _data_suffix(name, suffixes) is not None:
+            return f"{link}a folder named like a shard (shards are files)"
+        return f"{link}a sub-folder (shards are read from the folder itself, not below it)"
+    if kind is not None:
+        return f"{link}a {kind}, not a shard file"
+    if name.startswith(".") and ".tmp-" in name:
+        return "an unfinished shard (its writer is still running or was killed)"
+    if name in SIDECARS:
+        return None
+    if name.startswith("."):
+        return "a hidden file, not a shard nor a known sidecar"
+    suffix = Path(name).suffix
+    if suffix in suffixes:
+        return None
+    lower = _data_suffix(name, suffixes)
+    if lower is not None:
+        fixed = name[: len(name) - len(suffix)] + lower
+        return f"shard suffix {suffix!r} is not lower-case (rename it {fixed})"
+    return (
+        f"not a shard ({', '.join(sorted(suffixes))}) nor a known sidecar ({', '.join(SIDECARS)})"
+    )
+
+
+def _data_suffix(name: str, suffixes: Collection[str]) -> str | None:
+    """Return the shard suffix ``name`` ends in, in any case (None: none)."""
+    low = Path(name).suffix.lower()
+    return low if low in suffixes else None
+
+
+def _special_kind(mode: int) -> str | None:
+    """Name an entry that is not a regular file: folder, FIFO, socket, device (None: a file)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if stat.S_ISFIFO(mode):
+        return "FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "special file"  # pragma: no cover - no other file type on POSIX
 
 
 def form_of(path: Path) -> str | None:
@@ -207,6 +438,7 @@ def read_chunks(
     None reads every column.
     """
     keep = None if columns is None else frozenset(columns) | frozenset(REQUIRED)
+    watch(file.path)  # the run's first stamp of the file, checked when its digest is recorded
     if file.kind == "jsonl":
         yield from _jsonl_chunks(file, chunk_rows, keep)
     else:
@@ -643,10 +875,10 @@ def _check_value(name: str, value: Any) -> str | None:
     return None
 
 
-def archive_rows(path: Path) -> int | None:
+def archive_rows(path: Path, ignore: Sequence[str] = ()) -> int | None:
     """Return the rows of a Parquet or IPC archive from its metadata (None: JSON Lines, error)."""
     try:
-        files = list_archive(path)
+        files = list_archive(path, ignore)
         if any(f.kind == "jsonl" for f in files):
             return None
         return sum(int(scan_file(f).select(pl.len()).collect().item()) for f in files)

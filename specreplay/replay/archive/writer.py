@@ -6,6 +6,33 @@ directory of Arrow IPC shards (``part-00000.arrow`` …), one Arrow IPC file (``
 ``.feather``), or one JSON Lines file. Every file is written under a temporary name and renamed
 when complete, so a reader never sees a half-written shard.
 
+**Runs are never mixed** (issue 9). A folder is written whole: its shards go to a temporary
+folder beside it (``.NAME.tmp-PID``) with the manifest ``CAPTURE.json`` (``"written_by":
+"specreplay"``, the form, the columns and their types, the logging arms, and each writer's
+shards), and the folder is renamed into place when the writer closes; a writer that fails or is
+left by an exception removes its temporary folder and writes nothing. The ``mode`` says what may
+already be at the path:
+
+- ``"new"`` (the default): nothing, or an empty folder; anything else is refused, naming it.
+- ``"replace"``: a folder a TraceWriter wrote (its ``CAPTURE.json`` says ``written_by``
+  specreplay, and it holds only that manifest and ``part-…`` shards: anything else is refused).
+  The new run is written beside it complete; then, under the folder's lock, the old folder is
+  renamed aside, the new one renamed in, and the old one removed: a reader sees the old run or
+  the new one, never a mix. A single file is replaced by one rename.
+- ``"append"`` (folders only; a single file cannot be appended to): adds this writer's shards,
+  named ``part-<writer>-NNNNN`` (``writer_id``, or ``w<pid>_<random hex>``), to a folder a
+  TraceWriter wrote, or starts one. Under an exclusive ``flock`` on the folder itself (no lock
+  file: the folder may hold nothing but shards and the manifest), the writer checks that its
+  columns and types and its logging arms equal the manifest's and that none of its request ids
+  is in an existing shard (a request's rows are then all in one writer's shards, and since a
+  writer id is a letter and letters, digits or ``_``, one writer's shards are contiguous in
+  sorted path order, so the archive order rule holds), then renames its shards in and rewrites
+  ``CAPTURE.json`` atomically. Several processes may append to one folder at once.
+
+A TraceWriter folder holds only ``CAPTURE.json``, ``part-NNNNN.SUFFIX`` (new, replace),
+``part-<writer>-NNNNN.SUFFIX`` (append) and, for the instant of a manifest update,
+``.CAPTURE.json.tmp-PID``.
+
 Compression: Parquet takes ``lz4`` (the default: read 1.3–1.6× faster than zstd for about 10%
 more disk, measured in ``specreplay/commands/synth.py``), ``zstd``, ``snappy`` or ``uncompressed``;
 Arrow IPC is written ``uncompressed`` by default (a reader can then map it; polars also writes
@@ -28,9 +55,14 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
-from collections.abc import Mapping
+import re
+import secrets
+import shutil
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, cast
@@ -44,9 +76,12 @@ from specreplay.replay.archive.sources import DATA_SUFFIXES, form_of
 __all__ = [
     "COMPRESSIONS",
     "FORMATS",
+    "MANIFEST",
+    "MODES",
     "SHARD_SUFFIX",
     "TraceWriter",
     "canonical_exprs",
+    "check_capture_folder",
     "check_compression",
     "jsonl_text",
     "write_frame",
@@ -64,6 +99,13 @@ COMPRESSIONS: dict[str, tuple[str, ...]] = {
 """Compression codecs each form takes; the first is the default."""
 SHARD_SUFFIX: dict[str, str] = {"parquet": ".parquet", "ipc": ".arrow", "jsonl": ".jsonl"}
 """The suffix of a shard the writer names itself (a folder's ``part-NNNNN``, convert's output)."""
+MANIFEST = "CAPTURE.json"
+"""The manifest of a folder a TraceWriter wrote (the capture manifest)."""
+MODES: tuple[str, ...] = ("new", "replace", "append")
+"""What a TraceWriter may find at its path (module docstring)."""
+_WRITTEN_BY = "specreplay"
+_WRITER_ID = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
+_SHARD = re.compile(r"part-(?:[A-Za-z][A-Za-z0-9_]*-)?\d{5}\.(?:parquet|arrow|jsonl)")
 
 
 class TraceWriter:
@@ -82,6 +124,20 @@ class TraceWriter:
     compression : str, optional
         Parquet: lz4 (default), zstd, snappy, uncompressed. IPC: uncompressed (default), lz4,
         zstd. JSON Lines: none.
+    mode : {"new", "replace", "append"}, optional
+        What may already be at ``path`` (module docstring); None is ``"new"``.
+    writer_id : str, optional
+        ``append``: this writer's id in its shard names (a letter, then letters, digits or
+        ``_``); by default ``w<pid>_<random hex>``.
+    manifest : bool
+        False only for a command that stages the folder and writes its own manifest (synth's
+        ``SYNTH.json``): the shards then go straight into ``path``, which must be empty, and no
+        ``CAPTURE.json`` is written.
+
+    Raises
+    ------
+    SpecReplayError
+        When the path holds what the mode does not allow, naming it (nothing is written).
     """
 
     def __init__(
@@ -91,6 +147,9 @@ class TraceWriter:
         format: str | None = None,
         shard_rows: int = 500_000,
         compression: str | None = None,
+        mode: str | None = None,
+        writer_id: str | None = None,
+        manifest: bool = True,
     ) -> None:
         self.path = Path(path)
         if format is None:
@@ -99,7 +158,13 @@ class TraceWriter:
             raise SpecReplayError(
                 f"TraceWriter: unknown format {format!r} (expected {', '.join(FORMATS)})"
             )
+        mode = mode or "new"
+        if mode not in MODES:
+            raise SpecReplayError(
+                f"TraceWriter: unknown mode {mode!r} (expected {', '.join(MODES)})"
+            )
         self.format = format
+        self.mode = mode
         self.compression = check_compression(format.removesuffix("-dir"), compression)
         self.shard_rows = max(1, shard_rows)
         self.written: list[Path] = []
@@ -109,8 +174,64 @@ class TraceWriter:
         self._shard = 0
         self._closed = False
         self._sharded = format.endswith("-dir")
-        if self._sharded:
+        self._columns: dict[str, str] | None = None
+        self._arms: set[str] = set()
+        self._requests: set[str] = set()
+        self._n_rows = 0
+        self.writer_id = _writer_id(writer_id) if mode == "append" else None
+        self._stage: Path | None = None
+        if not self._sharded:
+            self._open_file()
+        elif not manifest:
+            if mode != "new" or _entries(self.path):
+                raise SpecReplayError(
+                    f"{self.path}: TraceWriter(manifest=False) needs an empty folder"
+                )
             self.path.mkdir(parents=True, exist_ok=True)
+        else:
+            self._open_folder()
+
+    def _open_file(self) -> None:
+        if self.mode == "append":
+            raise SpecReplayError(
+                f'{self.path}: mode="append" is for a folder of shards; a single '
+                f"{self.format} file cannot be appended to (write a folder: "
+                f'format="{self.format}-dir")'
+            )
+        if os.path.lexists(self.path):
+            if self.path.is_dir() or self.path.is_symlink() or not self.path.is_file():
+                raise SpecReplayError(
+                    f"{self.path}: exists and is not a regular file; not replaced"
+                )
+            if self.mode != "replace":
+                raise SpecReplayError(f'{self.path}: exists; pass mode="replace" to overwrite it')
+
+    def _open_folder(self) -> None:
+        path = self.path
+        if os.path.lexists(path) and (path.is_symlink() or not path.is_dir()):
+            raise SpecReplayError(f"{path}: exists and is not a folder")
+        entries = _entries(path)
+        if entries and self.mode == "new":
+            raise SpecReplayError(
+                f"{path}: the folder is not empty (it holds {entries[0]}); pass "
+                'mode="replace" to replace a folder a TraceWriter wrote, or mode="append" to add '
+                "this run to it"
+            )
+        if entries:
+            found = check_capture_folder(path)
+            if self.mode == "append" and found.get("format") != self.format:
+                raise SpecReplayError(
+                    f"{path}: {MANIFEST} says format {found.get('format')!r}; this writer writes "
+                    f"{self.format!r} (append keeps one form per folder)"
+                )
+        target = Path(os.path.abspath(path))
+        tag = f".{self.writer_id}" if self.writer_id else ""
+        stage = target.with_name(f".{target.name}{tag}.tmp-{os.getpid()}")
+        if stage.exists():
+            shutil.rmtree(stage)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        stage.mkdir()
+        self._stage = stage
 
     def __enter__(self) -> TraceWriter:
         return self
@@ -123,6 +244,15 @@ class TraceWriter:
     ) -> None:
         if exc_type is None:
             self.close()
+        else:
+            self.abort()
+
+    def abort(self) -> None:
+        """Drop the run: remove the temporary folder; nothing reaches ``path``."""
+        self._frames, self._rows = [], []
+        if self._stage is not None and not self._closed:
+            shutil.rmtree(self._stage, ignore_errors=True)
+        self._closed = True
 
     def append(self, row: Mapping[str, Any]) -> None:
         """Append one position row (a mapping of column name to value)."""
@@ -152,18 +282,24 @@ class TraceWriter:
                 self._write_shard(frame)
 
     def close(self) -> list[Path]:
-        """Write what is buffered and return the files written."""
+        """Write what is buffered, put the run in place, and return the files written."""
         if self._closed:
             return self.written
-        self._flush_rows()
-        frame = pl.concat(self._frames, how="vertical") if self._frames else None
-        self._frames = []
-        if self._sharded:
-            if frame is not None and frame.height:
-                self._write_shard(frame)
-        else:
-            write_frame(frame if frame is not None else _empty(), self.path, self.compression)
-            self.written.append(self.path)
+        try:
+            self._flush_rows()
+            frame = pl.concat(self._frames, how="vertical") if self._frames else None
+            self._frames = []
+            if self._sharded:
+                if frame is not None and frame.height:
+                    self._write_shard(frame)
+                if self._stage is not None:
+                    self.written = self._commit(self._stage)
+            else:
+                write_frame(frame if frame is not None else _empty(), self.path, self.compression)
+                self.written.append(self.path)
+        except BaseException:
+            self.abort()
+            raise
         self._closed = True
         return self.written
 
@@ -196,10 +332,227 @@ class TraceWriter:
 
     def _write_shard(self, frame: pl.DataFrame) -> None:
         suffix = SHARD_SUFFIX[self.format.removesuffix("-dir")]
-        path = self.path / f"part-{self._shard:05d}{suffix}"
+        tag = f"{self.writer_id}-" if self.writer_id else ""
+        folder = self._stage if self._stage is not None else self.path
+        path = folder / f"part-{tag}{self._shard:05d}{suffix}"
+        self._note(frame, path)
         write_frame(frame, path, self.compression)
         self.written.append(path)
         self._shard += 1
+
+    def _note(self, frame: pl.DataFrame, path: Path) -> None:
+        """Record the run's columns, logging arms and request ids (the manifest, append checks)."""
+        columns = _column_types(frame)
+        if self._columns is None:
+            self._columns = columns
+        elif columns != self._columns:
+            raise SpecReplayError(
+                f"{self.path}: shard {path.name} has columns {columns}, the run's first shard "
+                f"{self._columns}: one run has one schema"
+            )
+        if "logging_arm" in frame.columns:
+            self._arms.update(str(a) for a in frame.get_column("logging_arm").drop_nulls().unique())
+        if self.mode == "append":
+            self._requests.update(str(r) for r in frame.get_column("request_id").unique())
+        self._n_rows += frame.height
+
+    def _writer_record(self, shards: list[str]) -> dict[str, Any]:
+        return {"writer": self.writer_id, "pid": os.getpid(), "shards": shards,
+                "rows": self._n_rows}  # fmt: skip
+
+    def _commit(self, stage: Path) -> list[Path]:
+        """Put the staged run in place (new: rename; replace: swap; append: add shards)."""
+        shards = sorted(p.name for p in stage.iterdir())
+        if self.mode == "append":
+            return self._commit_append(stage, shards)
+        _write_manifest(stage, self._new_manifest([self._writer_record(shards)]))
+        target = Path(os.path.abspath(self.path))
+        if self.mode == "new" or not _entries(target):  # absent or empty: a rename suffices
+            _rename_in(stage, target)
+        else:
+            with _locked(target):
+                check_capture_folder(target)  # still ours, and only ours
+                old = target.with_name(f".{target.name}.old-{os.getpid()}")
+                if os.path.lexists(old):
+                    shutil.rmtree(old)
+                os.rename(target, old)
+                try:
+                    os.rename(stage, target)
+                except OSError:
+                    os.rename(old, target)
+                    raise
+            shutil.rmtree(old)
+        return [self.path / n for n in shards]
+
+    def _new_manifest(self, writers: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "written_by": _WRITTEN_BY,
+            "format": self.format,
+            "compression": self.compression,
+            "columns": self._columns or {},
+            "logging_arms": sorted(self._arms),
+            "writers": writers,
+        }
+
+    def _commit_append(self, stage: Path, shards: list[str]) -> list[Path]:
+        target = Path(os.path.abspath(self.path))
+        target.mkdir(parents=True, exist_ok=True)
+        with _locked(target):
+            if _entries(target):
+                found = check_capture_folder(target)
+                self._check_append(target, found)
+                manifest = {**found, "writers": [*found.get("writers", []),
+                                                 self._writer_record(shards)]}  # fmt: skip
+                if not found.get("columns"):
+                    manifest["columns"] = self._columns or {}
+                manifest["logging_arms"] = sorted(set(found.get("logging_arms", [])) | self._arms)
+            else:
+                manifest = self._new_manifest([self._writer_record(shards)])
+            for name in shards:
+                if os.path.lexists(target / name):
+                    raise SpecReplayError(
+                        f"{self.path}: already holds {name}: writer id {self.writer_id!r} is in use"
+                    )
+            for name in shards:
+                os.replace(stage / name, target / name)
+            _write_manifest(target, manifest)
+        stage.rmdir()
+        return [self.path / n for n in shards]
+
+    def _check_append(self, target: Path, found: dict[str, Any]) -> None:
+        """Refuse an append whose schema, logging arm or request ids clash with the folder's."""
+        columns = found.get("columns") or {}
+        if columns and self._columns and columns != self._columns:
+            diff = sorted(set(columns.items()) ^ set(self._columns.items()))
+            raise SpecReplayError(
+                f"{self.path}: this writer's columns differ from the folder's ({MANIFEST}): "
+                f"{diff[0][0]} ({', '.join(f'{k}: {v}' for k, v in diff[:2])})"
+            )
+        arms = set(found.get("logging_arms", []))
+        if arms and self._arms and arms != self._arms:
+            raise SpecReplayError(
+                f"{self.path}: this writer logs arm(s) {sorted(self._arms)}, the folder "
+                f"{sorted(arms)} ({MANIFEST}): one archive has one logging arm"
+            )
+        for shard in sorted(p for p in target.iterdir() if _SHARD.fullmatch(p.name)):
+            clash = sorted(self._requests & _request_ids(shard))
+            if clash:
+                raise SpecReplayError(
+                    f"{self.path}: request id {clash[0]!r} of this writer is already in "
+                    f"{shard.name} (append: each request's rows come from one writer)"
+                )
+
+
+def check_capture_folder(path: Path) -> dict[str, Any]:
+    """Return the manifest of a folder a TraceWriter wrote; refuse any other folder.
+
+    The folder must hold ``CAPTURE.json`` with ``"written_by": "specreplay"`` and otherwise only
+    regular files named as a TraceWriter names shards (``part-NNNNN``, ``part-<writer>-NNNNN``).
+
+    Raises
+    ------
+    SpecReplayError
+        Naming the folder and what makes it not a TraceWriter folder.
+    """
+    manifest = path / MANIFEST
+    hint = 'mode="replace"/"append" touch only a folder a TraceWriter wrote'
+    try:
+        found = json.loads(manifest.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecReplayError(
+            f"{path}: no {MANIFEST}, so not a TraceWriter folder; {hint}"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecReplayError(f"{manifest}: unreadable ({exc}); {hint}") from None
+    if not isinstance(found, dict) or found.get("written_by") != _WRITTEN_BY:
+        raise SpecReplayError(f'{manifest}: not "written_by": "{_WRITTEN_BY}"; {hint}')
+    for name in _entries(path):
+        if name == MANIFEST:
+            continue
+        p = path / name
+        if not _SHARD.fullmatch(name) or p.is_symlink() or not p.is_file():
+            raise SpecReplayError(
+                f"{path}: holds {name}, which a TraceWriter does not write; {hint}"
+            )
+    return found
+
+
+def _entries(path: Path) -> list[str]:
+    """Return the sorted names in ``path`` (none when it does not exist)."""
+    try:
+        return sorted(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _writer_id(given: str | None) -> str:
+    if given is None:
+        return f"w{os.getpid()}_{secrets.token_hex(4)}"
+    if not _WRITER_ID.fullmatch(given):
+        raise SpecReplayError(
+            f"TraceWriter: writer_id {given!r} should be a letter then letters, digits or _ "
+            "(at most 64): shard names must sort one writer's shards together"
+        )
+    return given
+
+
+def _column_types(frame: pl.DataFrame) -> dict[str, str]:
+    return {name: str(dtype) for name, dtype in frame.schema.items()}
+
+
+def _request_ids(shard: Path) -> set[str]:
+    """Return the request ids of one shard (its request_id column only)."""
+    form = form_of(shard)
+    if form == "jsonl":
+        with shard.open(encoding="utf-8") as fh:
+            return {str(json.loads(line)["request_id"]) for line in fh if line.strip()}
+    scan = pl.scan_parquet(shard) if form == "parquet" else pl.scan_ipc(shard)
+    return {str(r) for r in scan.select("request_id").unique().collect().get_column("request_id")}
+
+
+def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+    """Write ``folder/CAPTURE.json`` under a temporary name and rename it (atomic)."""
+    path = folder / MANIFEST
+    tmp = _tmp(path)
+    try:
+        tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _rename_in(stage: Path, target: Path) -> None:
+    """Rename the staged folder to ``target`` (absent or an empty folder)."""
+    try:
+        os.rename(stage, target)
+    except OSError as exc:
+        raise SpecReplayError(
+            f"{target}: cannot put the run in place ({exc.strerror}): the folder was filled "
+            'while this writer ran? Pass mode="replace" or mode="append"'
+        ) from None
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the folder itself (the folder may hold no lock file).
+
+    A folder swapped by ``replace`` while this process waited is a new inode: lock it again.
+    """
+    while True:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_ino == os.stat(folder).st_ino:
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    try:
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def canonical_exprs(columns: list[str]) -> list[pl.Expr]:
