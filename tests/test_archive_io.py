@@ -52,7 +52,7 @@ def _rows(seed: int = 0, n_req: int = 7, n_rounds: int = 3, depth: int = 4) -> l
                         "target_probs": tp,
                         "drafted_id": ids[0],
                         "accepted": acc,
-                        "logging_arm": "top32:t0.7@5",
+                        "logging_arm": "t0.7@5",  # rows of 1..5 candidates: no top-K
                         "emitted_q": eq,
                         "worker": f"w{r % 2}",
                     }
@@ -94,7 +94,7 @@ def test_round_trip_all_three_forms(tmp_path: Path, form: str) -> None:
     assert batch.drafted_idx.tolist() == [0] * len(rows)
     assert reader.requests == [f"req-{r}" for r in range(7)]
     assert reader.families == ["code", "chat", "math"]
-    assert reader.logging_arm == "top32:t0.7@5"
+    assert reader.logging_arm == "t0.7@5"
     assert batch.extras.get_column("worker").to_list() == [r["worker"] for r in rows]
     # per round: request, round index, context, MEASURED A (leading True count)
     rounds = {}

@@ -39,7 +39,8 @@ from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.accumulate import NO_ROUND, ArmSums, ReplayAccumulator
-from specreplay.replay.archive.batch import AT_FILE_SHIFT, RoundBatch, take_rounds
+from specreplay.replay.archive import rowcheck
+from specreplay.replay.archive.batch import AT_FILE_SHIFT, RoundBatch, at_parts, take_rounds
 from specreplay.replay.archive.reader import ArchiveReader, FileInfo, group_label
 from specreplay.replay.archive.sources import ArchiveFile, format_location
 from specreplay.replay.estimators import get_estimator
@@ -412,6 +413,7 @@ def replay_reader(
                 logging=logging,
             )  # fmt: skip
             if v.flag.any():
+                _no_draft(reader, batch, v.flag)
                 for bit, per_arm in counts.items():
                     hit = ((v.flag & bit) != 0).astype(np.int64)
                     per_arm[c] = _per_request(per_arm[c], row_request, hit)
@@ -427,6 +429,24 @@ def replay_reader(
         if progress is not None:
             progress(batch.n_positions - done)
     return _finish(reader, accs, tails, counts, rows, measured, sample, options, companion)
+
+
+def _no_draft(reader: ArchiveReader, batch: RoundBatch, flag: NDArray[np.int8]) -> None:
+    """Raise, naming the file and row, when a row has no draft law (every log-probability −inf).
+
+    The reader's row check refuses such rows (:data:`~specreplay.replay.archive.rowcheck.NO_DRAFT`)
+    before any replay; this is the replay's own guard, so that no such row is ever replayed as
+    the placeholder law the policy kernel writes for it, nor reported without its location.
+    """
+    hit = np.flatnonzero((flag & FLAG_NO_SUPPORT) != 0)
+    if hit.shape[0] == 0:
+        return
+    i = int(hit[0])
+    what = rowcheck.ROW_RULES[rowcheck.NO_DRAFT]
+    if batch.row_at.shape[0] != batch.n_positions:  # pragma: no cover - the reader's batches
+        raise SpecReplayError(f"{reader.path}: a position row: {what}")
+    index, loc = at_parts(int(batch.row_at[i]))
+    raise SpecReplayError(f"{format_location(reader.archive_files[index], loc)}: {what}")
 
 
 def _finish(

@@ -67,6 +67,10 @@ class RoundBatch:
         MEASURED A: leading True values of ``accepted``; −1 without that column.
     extras : polars.DataFrame
         Carried-through columns, one row per position row (no columns when there are none).
+    row_at : int64, (n_pos,) or (0,)
+        Where each position row was read, encoded as ``round_at`` is, so that a replay meeting a
+        row it cannot use names it (:func:`~specreplay.replay.archive.sources.format_location`);
+        empty for batches built elsewhere than by the reader.
     round_at : int64, (n_rounds,) or (0,) when unknown
         Where the round's first position row is: ``file index << AT_FILE_SHIFT | row/line``
         (:data:`AT_FILE_SHIFT`; rows of Parquet files 0-based, lines of JSONL 1-based), file
@@ -91,6 +95,7 @@ class RoundBatch:
     round_depth: NDArray[np.int32]
     measured_accepted: NDArray[np.int32]
     extras: pl.DataFrame
+    row_at: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     round_at: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
@@ -153,6 +158,8 @@ def take_rounds(batch: RoundBatch, keep: NDArray[np.bool_]) -> RoundBatch:
             out[f.name] = v[nnz]
         elif f.name == "emitted_q":
             out[f.name] = v[nnz] if v.shape[0] else v
+        elif f.name == "row_at":
+            out[f.name] = v[rows] if v.shape[0] else v
         elif f.name == "extras":
             out[f.name] = v.filter(pl.Series(rows)) if v.width else v
         elif f.name.startswith("round_") or f.name == "measured_accepted":

@@ -452,6 +452,8 @@ class ArchiveReader:
         rowcheck.check_rows(
             offsets, cand, lp, tp, eq, drafted, has_eq, has_drafted, code, detail, didx
         )
+        if not has_eq and "emitted_q" in self.unread:  # emitted_q is the logging law, unread
+            code[code == rowcheck.LP_ZERO] = rowcheck.OK  # here: the rule does not apply
         for i in np.flatnonzero(code):
             rule = int(code[i])
             msg = rowcheck.ROW_RULES[rule]
@@ -495,6 +497,7 @@ class ArchiveReader:
                 self.request_family[int(k)] = int(cr.req[k, ordercheck.R_FAM])
         if "logging_arm" in self.columns:
             issues.extend(self._check_logging_arm(file, frame.get_column("logging_arm"), locs))
+        issues.extend(self._check_logging_k(lens0, code, locs))
         extras = frame.select([c for c in frame.columns if c not in SCHEMA_V1])
         place = (np.int64(file.index) << np.int64(AT_FILE_SHIFT)) | locs.astype(np.int64)
         rows = _Rows(lens0, cand, lp, tp, eq, pos, didx, acc, req, rnd, ctx, fam, place, extras)
@@ -523,6 +526,29 @@ class ArchiveReader:
                 )
             )
         return issues
+
+    def _check_logging_k(
+        self, lens: NDArray[np.int64], code: NDArray[np.int8], locs: NDArray[np.int64]
+    ) -> list[Issue]:
+        """Rows with fewer candidates than the logging arm's top-K (rows passing the row check).
+
+        The logging arm drafted from its K candidates, so each row archives at least K; on a
+        row with fewer, its law (the importance estimator's logging law, the path-bias arm)
+        could only be formed by clamping K, which SPEC §3.1 forbids.
+        """
+        if self.logging_arm is None or _arm_problem(self.logging_arm) is not None:
+            return []
+        arm = parse_arm(self.logging_arm)
+        k = arm.policy.top_k
+        if arm.policy.greedy or k is None:
+            return []
+        few = np.flatnonzero((lens < k) & (code == rowcheck.OK))
+        return [
+            Issue(int(locs[i]), f"{int(lens[i])} candidate{'s' if lens[i] != 1 else ''}, fewer "
+                                f"than the top-{k} of the logging arm {arm.canonical} (K is "
+                                "never clamped)")
+            for i in few
+        ]  # fmt: skip
 
     def _note_first_rows(
         self,
@@ -656,6 +682,7 @@ class ArchiveReader:
             round_depth=np.diff(round_offsets).astype(np.int32),
             measured_accepted=measured,
             extras=rows.extras,
+            row_at=rows.at,
             round_at=rows.at[starts],
         )
 

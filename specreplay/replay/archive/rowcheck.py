@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
-__all__ = ["NONFINITE", "ROW_RULES", "TOL", "check_rows"]
+__all__ = ["LP_ZERO", "NONFINITE", "NO_DRAFT", "ROW_RULES", "TOL", "check_rows"]
 
 TOL: Final[float] = 1e-6
 """Tolerance on Σ target_probs ≤ 1 and Σ exp(draft_logprobs) ≤ 1 (SPEC §2.1)."""
@@ -29,6 +29,7 @@ NONFINITE_TP, TP_RANGE, TP_SUM, NOT_IN_CANDS, NONFINITE_EQ, EQ_RANGE, EQ_SUM, EQ
     13,
     14,
 )
+NO_DRAFT, LP_ZERO = 15, 16
 
 NONFINITE: Final[frozenset[int]] = frozenset({NONFINITE_LP, NONFINITE_TP, NONFINITE_EQ})
 
@@ -39,6 +40,11 @@ ROW_RULES: Final[dict[int, str]] = {
     NONFINITE_LP: "NaN or +inf in draft_logprobs",
     LP_POS: "draft log-probability > 0",
     LP_SUM: "Σ exp(draft_logprobs) > 1 + 1e-6",
+    NO_DRAFT: "every draft log-probability is −inf (no candidate can be drafted)",
+    LP_ZERO: (
+        "draft log-probability −inf at drafted_id and no emitted_q (the logged draft had "
+        "probability 0)"
+    ),
     NONFINITE_TP: "NaN or inf in target_probs",
     TP_RANGE: "target probability < 0 or > 1",
     TP_SUM: "Σ target_probs > 1 + 1e-6",
@@ -155,6 +161,7 @@ def _check_row(
         return
     s = 0.0
     bad = OK
+    some = False  # a candidate with a finite log-probability (q > 0) exists
     for j in range(a, b):
         v = lp[j]
         if np.isnan(v) or v == np.inf:
@@ -165,10 +172,13 @@ def _check_row(
             bad = LP_POS
             detail[i] = v
             break
+        some = some or v > -np.inf
         s += np.exp(v)
     if bad == OK and s > 1.0 + TOL:
         bad = LP_SUM
         detail[i] = s
+    if bad == OK and not some:  # no draft law: every arm's policy law is undefined here
+        bad = NO_DRAFT
     if bad != OK:
         code[i] = bad
         return
@@ -198,6 +208,11 @@ def _check_row(
         if drafted_idx[i] < 0:
             code[i] = NOT_IN_CANDS
             detail[i] = drafted[i]
+            return
+        if not has_eq and lp[a + drafted_idx[i]] == -np.inf:
+            # the logging law is then the logging arm's law on draft_logprobs, 0 at this token
+            # under every policy: the importance weight of the row would be 0/0 (cf. EQ_ZERO)
+            code[i] = LP_ZERO
             return
     if has_eq:
         s = 0.0
