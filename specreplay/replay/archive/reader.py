@@ -136,6 +136,25 @@ def _flat_float(col: pl.Series) -> NDArray[np.float64]:
     return np.ascontiguousarray(values.to_numpy(), dtype=np.float64)
 
 
+def _rule_issues(
+    code: NDArray[np.int8],
+    detail: NDArray[np.float64],
+    drafted: NDArray[np.int64],
+    locs: NDArray[np.int64],
+) -> list[Issue]:
+    """Return the row kernel's verdicts (:mod:`rowcheck` codes, one per row) as located issues."""
+    issues: list[Issue] = []
+    for i in np.flatnonzero(code):
+        rule = int(code[i])
+        msg = rowcheck.ROW_RULES[rule]
+        if rule == rowcheck.NOT_IN_CANDS:
+            msg += f" ({int(drafted[i])})"
+        elif rule in rowcheck.NONFINITE or not np.isnan(detail[i]):
+            msg += f" ({detail[i]:.10g})"
+        issues.append(Issue(int(locs[i]), msg))
+    return issues
+
+
 class ArchiveReader:
     """Validate and stream a position-trace archive (SPEC §2.1, §5).
 
@@ -454,14 +473,7 @@ class ArchiveReader:
         )
         if not has_eq and "emitted_q" in self.unread:  # emitted_q is the logging law, unread
             code[code == rowcheck.LP_ZERO] = rowcheck.OK  # here: the rule does not apply
-        for i in np.flatnonzero(code):
-            rule = int(code[i])
-            msg = rowcheck.ROW_RULES[rule]
-            if rule == rowcheck.NOT_IN_CANDS:
-                msg += f" ({int(drafted[i])})"
-            elif rule in rowcheck.NONFINITE or not np.isnan(detail[i]):
-                msg += f" ({detail[i]:.10g})"
-            issues.append(Issue(int(locs[i]), msg))
+        issues.extend(_rule_issues(code, detail, drafted, locs))
         # codes for requests and families, in first-appearance order
         req = self._codes(frame.get_column("request_id"), self._req_code, self.requests)
         fam = self._codes(self._group_column(frame), self._fam_code, self.families)
