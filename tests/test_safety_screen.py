@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.corpus import assert_clean, assert_refused, invoke, tree_digest
+from corpus import assert_clean, assert_refused, invoke, tree_digest
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"

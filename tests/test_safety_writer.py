@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from archive_factory import valid_rows
+from corpus import invoke, leftovers, tree_digest
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.writer import MANIFEST, TraceWriter
-from tests.archive_factory import valid_rows
-from tests.corpus import invoke, leftovers, tree_digest
 
 
 def _rows(prefix: str, n_requests: int, seed: int) -> list[dict[str, Any]]:
