@@ -292,18 +292,21 @@ def test_an_earlier_report_is_replaced_without_force_and_the_run_says_so(
     assert_clean(res, before, [arch, run])
 
 
+SMALL_LAWTEST = ["--positions", "2", "--max-draws", "2000"]  # the figures do not matter here
+
+
 def test_the_default_out_replaced_is_named_as_given(
     inputs: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``specreplay-out/lawtest`` (the default ``--out``), relative, as the user would see it."""
     arch, _ = inputs
     monkeypatch.chdir(tmp_path)
-    first = invoke(["lawtest", str(arch), "--arm", CAND, "-q"])
+    first = invoke(["lawtest", str(arch), "--arm", CAND, *SMALL_LAWTEST, "-q"])
     assert first.exit_code == 0, first.output
     assert error_lines(first) == []  # nothing replaced the first time
     created = _created(tmp_path / "specreplay-out" / "lawtest" / "results.json")
     before = tree_digest(arch)
-    res = invoke(["lawtest", str(arch), "--arm", CAND, "-q"])
+    res = invoke(["lawtest", str(arch), "--arm", CAND, *SMALL_LAWTEST, "-q"])
     assert res.exit_code == 0, res.output
     assert error_lines(res) == [f"replaced specreplay-out/lawtest (written {created})"]
     assert_clean(res, before, [arch])
