@@ -45,6 +45,7 @@ __all__ = [
     "Bonferroni",
     "Budget",
     "Cell",
+    "CoverageAtSize",
     "CredibleInterval",
     "Delta",
     "DepthFigure",
@@ -52,6 +53,7 @@ __all__ = [
     "ImportanceDiagnostic",
     "InputFile",
     "InputIgnored",
+    "IntervalMethod",
     "Label",
     "LawTest",
     "Level",
@@ -233,6 +235,40 @@ class Delta:
     hdi: CredibleInterval | None = None
     eti: CredibleInterval | None = None
     depth: int | None = None
+    df: float | None = None
+    n_differing: int | None = None
+    small_sample: bool | None = None
+    coverage_at_size: CoverageAtSize | None = None
+    verdict_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class CoverageAtSize:
+    """The lowest coverage the calibration study measured at the largest studied size ≤ a cell's.
+
+    ``coverage`` ± ``mc_se`` (Monte Carlo SE) of the default 95% interval in ``setting``, at
+    ``n_requests`` requests per cell.
+    """
+
+    coverage: float
+    mc_se: float
+    n_requests: int
+    setting: str
+
+
+@dataclass(frozen=True)
+class IntervalMethod:
+    """The default interval and verdict rule of a run, with the study's thresholds.
+
+    ``min_requests`` and ``min_differing``: below either, a cell is INCONCLUSIVE (never
+    EQUIVALENT); ``study``: the command and seed that reproduce the calibration table.
+    """
+
+    method: str
+    description: str
+    min_requests: int
+    min_differing: int
+    study: str
 
 
 @dataclass(frozen=True)
@@ -486,6 +522,7 @@ class Result:
     sensitivity: tuple[Sensitivity, ...] | None = None
     columns_not_read: tuple[str, ...] | None = None
     inputs_ignored: tuple[InputIgnored, ...] = ()
+    interval_method: IntervalMethod | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -43,7 +43,7 @@ from specreplay.results.model import Result, Role
 from specreplay.results.screen import screen_tables
 from specreplay.results.tables import TABLES, estimator_line, unread_lines
 from specreplay.results.verdicts_md import HOW_TO_READ, QUESTIONS, VERDICTS, delta_text
-from specreplay.stats.compare import UNDERCOVER_REQUESTS
+from specreplay.stats.studied import NOMINAL_REQUESTS
 
 __all__ = ["REPORT_NAME", "report_markdown", "report_text"]
 
@@ -89,12 +89,11 @@ def _interval_choice(result: Result) -> list[str]:
     o = result.options
     valid = f" ({d.n_boot_valid:,} valid)" if d.n_boot_valid is not None else ""
     out = [
-        f"Intervals: {d.method} bootstrap at {d.level:.0%}, {d.n_boot:,} replicates{valid}, "
-        f"requests resampled as clusters, stratified by {o.get('stratify', '—')}. In the "
-        f'calibration study (README "Calibration of the intervals") the studentized 95% '
-        f"interval covered 0.94–0.95 at {UNDERCOVER_REQUESTS} or more requests per cell and "
-        "about 0.91 when a few long requests carry most of Δ; cells under "
-        f'{UNDERCOVER_REQUESTS} requests carry the warning "bootstrap may undercover".'
+        f"Intervals: {d.method} (CR2 t interval with effective degrees of freedom, requests as "
+        f"clusters) at {d.level:.0%}; BCa beside it from {d.n_boot:,} bootstrap "
+        f"replicates{valid}, stratified by {o.get('stratify', '—')}. Cells under "
+        f"{NOMINAL_REQUESTS} requests carry small_sample with the lowest coverage the "
+        'calibration study measured at their size (README "Calibration of the intervals").'
     ]
     if "margin" in o and d.verdict is not None:
         m = o["margin"]
@@ -191,6 +190,8 @@ def _undercover(result: Result) -> list[str]:
     cells: dict[str, list[str]] = {}
     for c in result.cells:
         for d in c.deltas:
+            if d.small_sample:
+                cells.setdefault("small sample", []).append(c.name)
             if d.warning:
                 cells.setdefault(d.warning.split(":")[0], []).append(c.name)
     out = []
@@ -199,7 +200,7 @@ def _undercover(result: Result) -> list[str]:
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
         out.append(f'{len(names)} cell(s) warn "{warning}": {shown}.')
     if any(d.verdict is not None for c in result.cells for d in c.deltas) and not out:
-        out.append(f"No cell warns of undercoverage (every cell has ≥ {UNDERCOVER_REQUESTS} "
+        out.append(f"No cell is a small sample (every cell has ≥ {NOMINAL_REQUESTS} "
                    "requests, or no delta).")  # fmt: skip
     return out
 

@@ -59,6 +59,7 @@ __all__ = [
     "HUGE_BOUND",
     "METHOD",
     "MIN_DIFFERING",
+    "MIN_REQUESTS",
     "TTest",
     "differing_upper_share",
     "effective_df",
@@ -69,6 +70,9 @@ __all__ = [
 METHOD: Final = "cr2-eff"
 MIN_DIFFERING: Final = 3
 """Fewest differing requests at which a cell's t interval is used (the calibration study)."""
+MIN_REQUESTS: Final = 10
+"""Fewest requests at which a cell's verdict may be EQUIVALENT or DIFFERENT (the calibration
+study: below them the interval has not been shown to meet its targets)."""
 HUGE_BOUND: Final = 1e6
 """Without a known depth, a bound beyond ± this makes the interval null."""
 
