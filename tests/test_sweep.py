@@ -319,9 +319,10 @@ def test_p_best_comes_from_one_joint_bootstrap_of_requests(
     varying_sweep: tuple[dict[str, Any], Any, Any],
 ) -> None:
     """P(best) of every depth in the pooled and family cells equals, exactly, the share computed
-    here from one joint resample of requests shared by all depths (:func:`_joint_p_best`). Each
-    depth seeded apart draws other requests per depth and gives other shares (seen: pooled 0.52
-    → other values); the spread (no depth wins everywhere) is what makes the test sensitive."""
+    here from one joint resample of requests shared by all depths (:func:`_joint_p_best`).
+    Seeding each depth apart (``seed + d``) draws other requests per depth and moves the shares:
+    planted, this test fails. The spread over depths (no depth wins every replicate, checked) is
+    what makes it sensitive; a constant-α archive gives 1.0 under either bug or none."""
     doc, alphas, rounds = varying_sweep
     expected = _joint_p_best(doc, alphas, rounds)
     checked = 0

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from specreplay.errors import SpecReplayError
+from specreplay.results.interval_text import NOMINAL
 from specreplay.results.model import Cell, DepthFigure, Label, Level, Result, Role
 from specreplay.stats.buckets import Buckets
 
@@ -60,7 +61,7 @@ __all__ = [
     "survival_series",
 ]
 
-SMALL_SAMPLE_LEGEND: Final[str] = "small sample (coverage_at_size < 0.95)"
+SMALL_SAMPLE_LEGEND: Final[str] = f"small sample (coverage_at_size < {NOMINAL:g})"
 """The forest plot's legend entry for the hollow dots of small-sample cells."""
 
 FOREST_MAX_ROWS: Final[int] = 60
