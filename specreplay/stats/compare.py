@@ -32,6 +32,7 @@ separately.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable
@@ -363,7 +364,38 @@ def _cell_json(
         "depths": [],
         "null_reason": None if k else empty,
     }
-    delta: dict[str, Any] = {
+    delta = _empty_delta(arm_a, arm_b, role=role, level=level, n_boot=n_boot, label=label)
+    out["deltas"].append(delta)
+    if why is not None:
+        delta["null_reason"] = why
+        delta["requests_for_margin_null_reason"] = why
+        return out
+    unbounded = [t for t in r["tests"] if _bounds(t, level)[0] is None]
+    if unbounded:  # the depth is unknown and the interval cannot be bounded: null, with why
+        delta["null_reason"] = _bounds_reason(unbounded[0])
+        delta["requests_for_margin_null_reason"] = delta["null_reason"]
+        return out
+    delta.update(_delta_figures(r, d_reps, rel_reps, level=level, margin=margin, alpha=alpha))
+    delta.update(_small_sample(r["n_requests"]))
+    return out
+
+
+def _small_sample(n: int) -> dict[str, Any]:
+    """``small_sample`` and ``coverage_at_size`` of a delta over ``n`` requests."""
+    if n >= NOMINAL_REQUESTS:
+        return {"small_sample": False, "coverage_at_size": None}
+    studied = coverage_at_size(n)
+    return {
+        "small_sample": True,
+        "coverage_at_size": None if studied is None else dataclasses.asdict(studied),
+    }
+
+
+def _empty_delta(
+    arm_a: str, arm_b: str, *, role: str, level: float, n_boot: int, label: str
+) -> dict[str, Any]:
+    """Return a delta record with every figure null (filled by the caller where it can be)."""
+    return {
         "a": arm_a,
         "b": arm_b,
         "role": role,
@@ -396,34 +428,6 @@ def _cell_json(
         "coverage_at_size": None,
         "verdict_reason": None,
     }
-    out["deltas"].append(delta)
-    if why is not None:
-        delta["null_reason"] = why
-        delta["requests_for_margin_null_reason"] = why
-        return out
-    unbounded = [t for t in r["tests"] if _bounds(t, level)[0] is None]
-    if unbounded:  # the depth is unknown and the interval cannot be bounded: null, with why
-        delta["null_reason"] = _bounds_reason(unbounded[0])
-        delta["requests_for_margin_null_reason"] = delta["null_reason"]
-        return out
-    delta.update(_delta_figures(r, d_reps, rel_reps, level=level, margin=margin, alpha=alpha))
-    n = r["n_requests"]
-    if n < NOMINAL_REQUESTS:
-        studied = coverage_at_size(n)
-        delta["small_sample"] = True
-        delta["coverage_at_size"] = (
-            None
-            if studied is None
-            else {
-                "coverage": studied.coverage,
-                "mc_se": studied.mc_se,
-                "n_requests": studied.n_requests,
-                "setting": studied.setting,
-            }
-        )
-    else:
-        delta["small_sample"] = False
-    return out
 
 
 def _null_reason(
