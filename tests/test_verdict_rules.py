@@ -168,3 +168,17 @@ def test_small_cells_carry_the_study_coverage_at_their_size() -> None:
     assert pooled["n_requests"] >= NOMINAL_REQUESTS
     assert pooled["deltas"][0]["small_sample"] is False
     assert pooled["deltas"][0]["coverage_at_size"] is None
+
+
+def test_a_cell_under_the_study_minimum_is_inconclusive_by_rule() -> None:
+    """--min-requests 5 lets a 6-request cell through; the study's MIN_REQUESTS (10) does not
+    let it give a verdict: INCONCLUSIVE, p-values 1, whatever the margin."""
+    from specreplay.stats.cr2 import MIN_REQUESTS
+
+    na, ta, tb, fam = _skewed(7, 6)
+    fam = np.zeros(6, np.int64)
+    comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", margin=parse_margin("99%"), **KW)
+    d = comp.cells[0]["deltas"][0]
+    assert d["n_differing"] >= MIN_DIFFERING and 6 < MIN_REQUESTS
+    assert d["verdict"] == "INCONCLUSIVE" and f"6 requests < {MIN_REQUESTS}" in d["verdict_reason"]
+    assert d["p_equivalence"] == d["p_difference"] == 1.0
