@@ -179,6 +179,6 @@ def test_a_cell_under_the_study_minimum_is_inconclusive_by_rule() -> None:
     fam = np.zeros(6, np.int64)
     comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", margin=parse_margin("99%"), **KW)
     d = comp.cells[0]["deltas"][0]
-    assert d["n_differing"] >= MIN_DIFFERING and 6 < MIN_REQUESTS
+    assert d["n_differing"] >= MIN_DIFFERING and MIN_REQUESTS > 6
     assert d["verdict"] == "INCONCLUSIVE" and f"6 requests < {MIN_REQUESTS}" in d["verdict_reason"]
     assert d["p_equivalence"] == d["p_difference"] == 1.0
