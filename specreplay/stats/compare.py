@@ -45,7 +45,14 @@ from numpy.typing import NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.stats.bootstrap import PairedSums, bootstrap_sums, point_sums
 from specreplay.stats.cells import Cell, cell_layout
-from specreplay.stats.cr2 import HUGE_BOUND, MIN_REQUESTS, TTest, paired_tests, ratio_test
+from specreplay.stats.cr2 import (
+    HUGE_BOUND,
+    MIN_REQUESTS,
+    TTest,
+    paired_tests,
+    ratio_test,
+    tost_p_values,
+)
 from specreplay.stats.intervals import (
     DEFAULT_METHOD,
     bca_interval,
@@ -545,7 +552,7 @@ def _adjust(
                 deltas[j]["p_equivalence"] = deltas[j]["p_difference"] = 1.0
         pe = holm([d["p_equivalence"] for d in deltas])
         pd = holm([d["p_difference"] for d in deltas])
-        smallest = holm_smallest_margins(chosen, alpha)
+        smallest = holm_smallest_margins(chosen, alpha, tost_p_values(chosen))
         for j, d in enumerate(deltas):
             st_d, st_r = both[j]
             v = verdict(chosen[j], margin.value, alpha, p_equivalence=pe[j], p_difference=pd[j])
