@@ -197,7 +197,13 @@ class CredibleInterval:
 
 @dataclass(frozen=True)
 class Delta:
-    """A paired delta Δ = R_b − R_a of one cell with its intervals, tests and verdict."""
+    """A paired delta Δ = R_b − R_a of one cell with its intervals, tests and verdict.
+
+    ``estimator`` is the replay estimator both SIMULATED sides used (one per delta, so a paired
+    Δ never carries a difference of path biases; ``analytic − importance`` for the diagnostic
+    that compares the two); ``verdict_reason`` says why the verdict is what it is where a rule
+    beyond the interval decided or qualified it (``--estimator auto``'s tail diagnostics).
+    """
 
     a: str
     b: str
@@ -233,6 +239,8 @@ class Delta:
     hdi: CredibleInterval | None = None
     eti: CredibleInterval | None = None
     depth: int | None = None
+    estimator: str | None = None
+    verdict_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -267,7 +275,9 @@ class ImportanceDiagnostic:
     right-tail Pareto k̂ (PSIS, r_eff = 1); ``khat_threshold`` = min(1 − 1/log10 rounds, 0.7);
     ``warning`` every threshold crossed (k̂ > 0.7, k̂ above the sample-size threshold, ESS share
     < 0.1); ``null_reason`` why ``ess`` or ``pareto_k`` is null (the logging arm: "ratio
-    constant (the logging arm)", with ESS = rounds).
+    constant (the logging arm)", with ESS = rounds); ``bound_ratio`` the largest exact per-round
+    bound of r_k (Π_{j≤k} max_x q^s_j(x)/q^L_j(x)) over the cell's rounds divided by their mean
+    r_k, the size beside k̂'s shape that ``--estimator auto`` reads (null with no ratio).
     """
 
     arm: str
@@ -280,6 +290,7 @@ class ImportanceDiagnostic:
     warning: str | None
     label: Label
     null_reason: str | None
+    bound_ratio: float | None = None
 
 
 @dataclass(frozen=True)
