@@ -330,3 +330,35 @@ def test_the_ratio_bound_decides_where_k_hat_is_high(small_archive: Path, tmp_pa
                 assert f"exact ratio bound/mean {high[0]['bound_ratio']:.3g}" in d["verdict_reason"]
                 seen["accepted"] += 1
     assert seen["accepted"] >= 3 and seen["blocked"] >= 3, seen
+
+
+def test_the_bits_walk_stops_where_auto_makes_the_pooled_verdict_inconclusive(
+    tmp_path: Path,
+) -> None:
+    """The math family alone: the baseline's ESS share at depth 1 is below 0.1 (computed here),
+    so every pooled bits comparison is INCONCLUSIVE under auto and the fixed-sequence walk stops
+    at its first arm; the explicit importance run (dyadic laws quantized exactly: identical
+    figures) walks on. The walk's verdicts are the pooled cell's.
+    """
+    rows = rows_of({"math": TWO_FAMILIES["math"]}, requests=16, rounds=10, seed=11)
+    r1 = np.array([x[1][0] for x in by_round(rows, t1)])
+    assert r1.sum() ** 2 / (r1.shape[0] * (r1**2).sum()) < 0.1
+    path = write_parquet(tmp_path / "a.parquet", rows)
+    docs = {}
+    for est in ("auto", "importance"):
+        out = tmp_path / est
+        cli = CliRunner().invoke(
+            app, ["sweep", str(path), "--out", str(out), "-q", "--n-boot", "300",
+                  "--arm", "top4:dyadic{8,12}@3", "--baseline", LOGGING, "--depths", "3",
+                  "--min-requests", "3", "--estimator", est], env={"COLUMNS": "300"},
+        )  # fmt: skip
+        assert cli.exit_code == 0, cli.output
+        docs[est] = json.loads((out / "results.json").read_text())
+    seq = docs["auto"]["fewest_bits"]["sequence"]
+    assert [s["verdict"] for s in seq] == ["INCONCLUSIVE"]
+    assert docs["auto"]["fewest_bits"]["stopped_at"] == seq[0]["arm"] == "top4:dyadic12@3"
+    pooled = next(d for d in docs["auto"]["cells"][0]["deltas"] if d["b"] == seq[0]["arm"])
+    assert pooled["verdict"] == "INCONCLUSIVE" and "(ESS share < 0.1)" in pooled["verdict_reason"]
+    assert pooled["estimator"] == "importance"
+    named = docs["importance"]["fewest_bits"]["sequence"]
+    assert [s["verdict"] for s in named] == ["EQUIVALENT", "EQUIVALENT"]
