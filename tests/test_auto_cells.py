@@ -362,3 +362,24 @@ def test_the_bits_walk_stops_where_auto_makes_the_pooled_verdict_inconclusive(
     assert pooled["estimator"] == "importance"
     named = docs["importance"]["fewest_bits"]["sequence"]
     assert [s["verdict"] for s in named] == ["EQUIVALENT", "EQUIVALENT"]
+
+
+def test_a_far_arm_in_a_sweep_has_null_figures_the_others_keep_theirs(tmp_path: Path) -> None:
+    """Sweeps null an arm outside the logging law's support too (every row here: the count),
+    at every depth and in every cell, while the supported arm keeps importance figures."""
+    rows = rows_of({"code": [(DRAFT, TARGET, [0.5, 0.5, 0.0, 0.0])]}, requests=6, rounds=6)
+    path = write_parquet(tmp_path / "a.parquet", rows)
+    cli = CliRunner().invoke(
+        app, ["sweep", str(path), "--out", str(tmp_path / "o"), "-q", "--n-boot", "300",
+              "--arm", "top2@3", "--arm", "top4@3", "--depths", "1..3", "--min-requests", "3"],
+        env={"COLUMNS": "300"},
+    )  # fmt: skip
+    assert cli.exit_code == 0, cli.output
+    doc = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert doc["options"]["estimator_used"] == "importance"
+    for c in doc["cells"]:
+        for f in c["depths"]:
+            if f["arm"].startswith("top4"):
+                assert f["R"] is None and f"{len(rows)} position rows" in f["null_reason"]
+            elif c["level"] == "pooled":
+                assert f["R"] is not None, f
