@@ -73,17 +73,20 @@ def _add_ratios(
     depth: NDArray[np.int32],
     ratio: NDArray[np.float64],
     bound: NDArray[np.float64],
+    moment: NDArray[np.float64],
     a_r: NDArray[np.float64],
     a_r2: NDArray[np.float64],
     a_min: NDArray[np.float64],
     a_max: NDArray[np.float64],
     a_bmax: NDArray[np.float64],
+    a_mmax: NDArray[np.float64],
 ) -> None:
     """Add each round's policy ratios r_k and r_k² to its key's sums; keep their min and max.
 
-    ``keys`` int64 (n,), ``depth`` int32 (n,), ``ratio`` and ``bound`` (the exact per-round
-    bound b_k of r_k) float64 (n, D); the sums, minima and maxima (of r_k; of b_k: ``a_bmax``)
-    float64 (cap, D), over the rounds replayed at ≥ k positions (column k − 1).
+    ``keys`` int64 (n,), ``depth`` int32 (n,), ``ratio``, ``bound`` (the exact per-round
+    bound b_k of r_k) and ``moment`` (the product m_k of the positions' exact second moments)
+    float64 (n, D); the sums, minima and maxima (of r_k; of b_k: ``a_bmax``; of m_k:
+    ``a_mmax``) float64 (cap, D), over the rounds replayed at ≥ k positions (column k − 1).
     """
     for r in range(keys.shape[0]):
         k = keys[r]
@@ -94,6 +97,7 @@ def _add_ratios(
             a_min[k, d] = min(a_min[k, d], x)
             a_max[k, d] = max(a_max[k, d], x)
             a_bmax[k, d] = max(a_bmax[k, d], bound[r, d])
+            a_mmax[k, d] = max(a_mmax[k, d], moment[r, d])
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,9 @@ class ArmSums:
     bound_max : float64, (k, D)
         Largest exact per-round bound b_k = Π_{j≤k} max_x q^s_j(x)/q^L_j(x) of r_k over the
         supported rounds (importance estimator; 0 where no ratio was added: b_k ≥ 0).
+    moment_max : float64, (k, D)
+        Largest m_k = Π_{j≤k} Σ_x q^s_j(x)²/q^L_j(x) (the positions' exact second moments of
+        the ratio factor) over the supported rounds (importance; 0 where no ratio was added).
     """
 
     request_key: NDArray[np.uint64]
@@ -156,6 +163,7 @@ class ArmSums:
     ratio_min: NDArray[np.float64]
     ratio_max: NDArray[np.float64]
     bound_max: NDArray[np.float64]
+    moment_max: NDArray[np.float64]
 
     def take(self, rows: NDArray[np.int64] | NDArray[np.bool_]) -> ArmSums:
         """Return the rows ``rows`` (indices or a mask), in that order."""
@@ -191,7 +199,7 @@ class ArmSums:
                 out[name] = np.add.reduceat(v, starts, axis=0)
             elif name in ("ratio_min", "short_at"):
                 out[name] = np.minimum.reduceat(v, starts, axis=0)
-            elif name in ("ratio_max", "bound_max"):
+            elif name in ("ratio_max", "bound_max", "moment_max"):
                 out[name] = np.maximum.reduceat(v, starts, axis=0)
             else:
                 out[name] = v[starts]
@@ -233,6 +241,7 @@ class ReplayAccumulator:
             "ratio_min": (cap, self.d),
             "ratio_max": (cap, self.d),
             "bound_max": (cap, self.d),
+            "moment_max": (cap, self.d),
         }
         init = {"ratio_min": np.inf, "ratio_max": -np.inf}
         for name, shape in shapes.items():
@@ -266,9 +275,11 @@ class ReplayAccumulator:
         )  # fmt: skip
         if values.ratio is not None:
             bound = values.bound if values.bound is not None else values.ratio
+            moment = values.moment if values.moment is not None else values.ratio**2
             _add_ratios(
-                keys, values.depth, values.ratio, bound,
+                keys, values.depth, values.ratio, bound, moment,
                 a["ratio_sum"], a["ratio_sq"], a["ratio_min"], a["ratio_max"], a["bound_max"],
+                a["moment_max"],
             )  # fmt: skip
 
     def exclude(self, keys: NDArray[np.int64]) -> None:
@@ -316,4 +327,5 @@ class ReplayAccumulator:
             ratio_min=a["ratio_min"][keys],
             ratio_max=a["ratio_max"][keys],
             bound_max=a["bound_max"][keys],
+            moment_max=a["moment_max"][keys],
         )

@@ -18,23 +18,34 @@ enters, are null in the cells whose requests hold such rows (the results layer's
 **Tails, per cell and per comparison** (:func:`cell_checks`, :func:`tail_blocks`). In every
 cell that has a verdict, both arms of the comparison are checked at every depth k ≤ the arm's
 depth over that cell's rounds that recorded k positions: the ESS share of the policy ratio r_k
-must be ≥ 0.1, and its Pareto k̂ at most min(1 − 1/log10 S, 0.7) *unless* the largest exact
-per-round bound of r_k is at most 10 times the mean ratio. A cell that fails is INCONCLUSIVE
-with the figures (arm, depth, ESS share, k̂, bound/mean); its Δ figures stay. It never moves
-silently to the path-biased analytic estimator.
+must be ≥ 0.1, and its Pareto k̂ at most min(1 − 1/log10 S, 0.7) *unless* the exact
+second-moment bound of r_k is at most 10 times the squared mean ratio. A cell that fails is
+INCONCLUSIVE with the figures (arm, depth, ESS share, k̂, bound/mean, second moment/mean²); its
+Δ figures stay. It never moves silently to the path-biased analytic estimator.
 
-Why the bound, and why exact. k̂ reads the tail's *shape*, not its size
+Why a bound, and which. k̂ reads the tail's *shape*, not its size
 (:mod:`specreplay.stats.importance_diag`): bounded, discrete ratios (dyadic quantizers) fit
-power laws with k̂ far above 0.7. A tail cannot hurt an estimate whose weights are bounded by
-a small multiple of their mean: with r ≤ B·r̄ the normalised second moment E[r²]/r̄² is at most
-B, so the ESS share is at least 1/B and the importance mean of S rounds is never noisier than an
-on-policy mean of S/B rounds. B ≤ 10 is the bound the ESS-share rule already accepts (share ≥
-0.1). The bound must hold for ratios the archive did not show, so it is not the observed
-maximum but the exact one: per round, b_k = Π_{j≤k} max_x q^s_j(x)/q^L_j(x) over the candidates
-of each position (both laws are known on every candidate;
-:mod:`specreplay.replay.estimators.importance`), and B = max over the cell's rounds of b_k
-divided by the cell's mean r_k. Where B > 10, k̂'s warning that unseen larger ratios may
-dominate is the operative one.
+power laws with k̂ far above 0.7. A tail cannot hurt an estimate whose normalised second moment
+E[r²]/r̄² is at most B: the ESS share is then at least 1/B and the importance mean of S rounds
+is never noisier than an on-policy mean of S/B rounds. B ≤ 10 is what the ESS-share rule
+already accepts (share ≥ 0.1). B must hold for ratios the archive did not show, so it is read
+off the laws, not the sampled ratios; both laws are known on every candidate
+(:mod:`specreplay.replay.estimators.importance`), which gives two exact per-round figures:
+
+- the **ratio bound** b_k = Π_{j≤k} max_x q^s_j(x)/q^L_j(x) (r_k ≤ b_k whatever was drafted),
+  reported as ``bound_ratio`` = max over the cell's rounds of b_k / the mean r_k. It bounds
+  E[r²]/r̄² too, but far too loosely for quantizers: a dyadic grid rounds a few tiny logging
+  probabilities up by large factors (2^−N over q^L), so on the built-in demo archive
+  dyadic8..24's bound/mean reaches 19 to 22,000 at depth 5 although those candidates are almost
+  never drafted (their ESS shares are ≥ 0.91);
+- the **second-moment bound** m_k = Π_{j≤k} Σ_x q^s_j(x)²/q^L_j(x), each factor the exact
+  E_L[(q^s_j/q^L_j)²] at the archived prefix, so rare candidates weigh what they are drafted;
+  ``moment_ratio`` = max over the cell's rounds of m_k / r̄_k² is B of the argument above
+  (dyadic8..24: ≤ 1.3 at depth 5 on the demo archive; greedy 90; temperature 2: 10^23).
+
+The rule reads ``moment_ratio``. Like ``bound_ratio``, it is exact per position at the archived
+prefixes (a later position's laws at a prefix the archive did not draft are unknown to both).
+Where it exceeds 10, k̂'s warning that unseen larger ratios may dominate is the operative one.
 
 The Monte Carlo estimator is never chosen by ``auto`` (it is the analytic estimator's noisy twin;
 ask for it by name).
@@ -72,8 +83,8 @@ __all__ = [
 
 AUTO: Final = "auto"
 BOUND_MAX: Final = 1.0 / ESS_SHARE_MIN
-"""Largest exact ratio bound / mean ratio at which a heavy-shaped tail (k̂ above threshold) is
-accepted."""
+"""Largest exact second-moment bound / squared mean ratio at which a heavy-shaped tail (k̂ above
+threshold) is accepted."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +120,9 @@ class DepthCheck:
     bound_ratio : float or None
         Largest exact per-round bound of r_k over those rounds / their mean r_k (None with no
         round or a mean of 0).
+    moment_ratio : float or None
+        Largest exact per-round second-moment bound m_k over those rounds / their squared mean
+        r_k (None likewise): what the rule reads.
     fails : str or None
         Why the tail rules importance out here (None: adequate, or no round to judge).
     """
@@ -117,25 +131,27 @@ class DepthCheck:
     depth: int
     diagnostic: TailDiagnostic
     bound_ratio: float | None
+    moment_ratio: float | None
     fails: str | None
 
     @property
     def khat_by_bound(self) -> bool:
-        """k̂ exceeded its threshold and was accepted only because bound/mean ≤ 10."""
+        """k̂ exceeded its threshold and was accepted only because second moment/mean² ≤ 10."""
         d = self.diagnostic
         if self.fails is not None or d.pareto_k is None or d.khat_threshold is None:
             return False
         return d.pareto_k > d.khat_threshold
 
     def figures(self) -> str:
-        """Return the figures in words: arm, depth, ESS share, k̂ and its threshold, bound/mean."""
+        """Return the figures in words: arm, depth, ESS share, k̂, its threshold, both bounds."""
         d = self.diagnostic
         share = "null" if d.ess_share is None else f"{d.ess_share:.3g}"
         thr = "" if d.khat_threshold is None else f" (threshold {d.khat_threshold:.2f})"
         bound = "null" if self.bound_ratio is None else f"{self.bound_ratio:.3g}"
+        moment = "null" if self.moment_ratio is None else f"{self.moment_ratio:.3g}"
         return (
             f"{self.arm} at depth {self.depth}: ESS share {share}, k̂ {_k(d.pareto_k)}{thr}, "
-            f"exact ratio bound/mean {bound}"
+            f"exact second moment/mean² {moment}, exact ratio bound/mean {bound}"
         )
 
 
@@ -166,17 +182,18 @@ def _missing(res: ReplayResult) -> str:
 
 
 def tail_blocks(
-    ess_share: float, k_hat: float | None, threshold: float | None, bound: float
+    ess_share: float, k_hat: float | None, threshold: float | None, moment: float
 ) -> str | None:
     """Return why a cell's tail rules importance out, or None when it is adequate.
 
-    ``bound`` is the largest exact per-round bound of the policy ratio over the mean ratio; a
-    null k̂ or threshold (too few rounds for a fit) does not block on its own.
+    ``moment`` is the largest exact per-round second-moment bound of the policy ratio over the
+    squared mean ratio; a null k̂ or threshold (too few rounds for a fit) does not block on its
+    own.
     """
     if ess_share < ESS_SHARE_MIN:
         return f"ESS share < {ESS_SHARE_MIN}"
-    if k_hat is not None and threshold is not None and k_hat > threshold and bound > BOUND_MAX:
-        return f"k̂ > {threshold:.2f} with exact ratio bound/mean > {BOUND_MAX:g}"
+    if k_hat is not None and threshold is not None and k_hat > threshold and moment > BOUND_MAX:
+        return f"k̂ > {threshold:.2f} with exact second moment/mean² > {BOUND_MAX:g}"
     return None
 
 
@@ -218,15 +235,18 @@ def cell_checks(
             ratio_max=float(sums.ratio_max[mask, k - 1].max(initial=-np.inf)),
             tail=values, dropped=dropped,
         )  # fmt: skip
+        mean = total / n if n > 0 else 0.0
         top = float(sums.bound_max[mask, k - 1].max(initial=0.0))
-        bound = top / (total / n) if n > 0 and total > 0.0 else None
+        bound = top / mean if mean > 0.0 else None
+        second = float(sums.moment_max[mask, k - 1].max(initial=0.0))
+        moment = second / (mean * mean) if mean > 0.0 else None
         fails = None
         if d.ess_share is None:
             if n > 0:  # every ratio 0: the arm never drafts the archived tokens
                 fails = d.null_reason
         else:
-            fails = tail_blocks(d.ess_share, d.pareto_k, d.khat_threshold, bound or 0.0)
-        out.append(DepthCheck(arm.canonical, k, d, bound, fails))
+            fails = tail_blocks(d.ess_share, d.pareto_k, d.khat_threshold, moment or 0.0)
+        out.append(DepthCheck(arm.canonical, k, d, bound, moment, fails))
     return tuple(out)
 
 
@@ -258,7 +278,7 @@ def _pooled_notes(res: ReplayResult, arms: Sequence[Arm]) -> str:
         out.append("pooled tails that fail (their comparisons INCONCLUSIVE): " + "; ".join(fails))
     if by_bound:
         out.append(
-            f"k̂ above its threshold but accepted because the exact ratio bound/mean ≤ "
+            f"k̂ above its threshold but accepted only because the exact second moment/mean² ≤ "
             f"{BOUND_MAX:g} (pooled): " + "; ".join(by_bound)
         )
     out.append(f"weakest pooled ESS share: {weakest[1] or 'none'}")
@@ -292,7 +312,7 @@ def choose(res: ReplayResult, arms: Sequence[Arm]) -> EstimatorChoice:
         f"the archive carries drafted_id and the logging law ({law}): importance for every "
         f"arm; {support}; each comparison with a verdict checks both arms' tails per cell at "
         f"every depth (ESS share ≥ {ESS_SHARE_MIN}; k̂ ≤ min(1 − 1/log10 S, 0.7) unless the "
-        f"exact ratio bound/mean ≤ {BOUND_MAX:g}) and is INCONCLUSIVE where they fail; "
+        f"exact second moment/mean² ≤ {BOUND_MAX:g}) and is INCONCLUSIVE where they fail; "
         + _pooled_notes(imp, arms),
         False,
     )

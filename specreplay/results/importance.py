@@ -3,8 +3,8 @@
 For each arm replayed with the importance estimator and each depth k = 1..its D, a cell's
 :class:`~specreplay.results.model.ImportanceDiagnostic` comes from the replay's per-(request,
 bucket) sums of the policy ratio r_k (Σ r, Σ r², min, max: the ESS; the largest exact
-per-round bound: bound/mean) and from its kept largest ratios per finest cell
-(:mod:`specreplay.replay.tails`: the Pareto k̂), through
+per-round bound and second-moment bound: bound/mean, second moment/mean²) and from its kept
+largest ratios per finest cell (:mod:`specreplay.replay.tails`: the Pareto k̂), through
 :func:`specreplay.replay.choice.cell_checks`. Other estimators produce none (empty tuple).
 
 ``--estimator auto`` reads the same checks per comparison (:func:`with_auto_diagnostics`): in
@@ -95,6 +95,7 @@ def importance_diagnostics(
             label=Label.SIMULATED,
             null_reason=c.diagnostic.null_reason,
             bound_ratio=c.bound_ratio,
+            moment_ratio=c.moment_ratio,
         )
         for c in checks
     )
@@ -124,8 +125,8 @@ def _reason(fail: DepthCheck | None, checks: Sequence[DepthCheck]) -> str | None
     if not by_bound:
         return None
     return (
-        f"--estimator auto: k̂ above its threshold, accepted only because the exact ratio "
-        f"bound/mean ≤ {BOUND_MAX:g}: " + "; ".join(by_bound)
+        f"--estimator auto: k̂ above its threshold, accepted only because the exact second "
+        f"moment/mean² ≤ {BOUND_MAX:g}: " + "; ".join(by_bound)
     )
 
 

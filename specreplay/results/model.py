@@ -277,7 +277,9 @@ class ImportanceDiagnostic:
     < 0.1); ``null_reason`` why ``ess`` or ``pareto_k`` is null (the logging arm: "ratio
     constant (the logging arm)", with ESS = rounds); ``bound_ratio`` the largest exact per-round
     bound of r_k (Π_{j≤k} max_x q^s_j(x)/q^L_j(x)) over the cell's rounds divided by their mean
-    r_k, the size beside k̂'s shape that ``--estimator auto`` reads (null with no ratio).
+    r_k; ``moment_ratio`` the largest exact per-round second-moment bound of r_k
+    (Π_{j≤k} Σ_x q^s_j(x)²/q^L_j(x)) divided by the squared mean r_k, the size beside k̂'s shape
+    that ``--estimator auto`` reads (both null with no ratio).
     """
 
     arm: str
@@ -291,6 +293,7 @@ class ImportanceDiagnostic:
     label: Label
     null_reason: str | None
     bound_ratio: float | None = None
+    moment_ratio: float | None = None
 
 
 @dataclass(frozen=True)

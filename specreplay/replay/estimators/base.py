@@ -56,6 +56,10 @@ class RoundValues:
         Importance estimator only: the exact per-round bound of r_k, b_k = Π_{j≤k} max_x
         q^s_j(x)/q^L_j(x) over the candidates of logging probability > 0 (column k − 1; NaN
         past the round's depth). None for the other estimators.
+    moment : float64, (n, D), or None
+        Importance estimator only: m_k = Π_{j≤k} Σ_x q^s_j(x)²/q^L_j(x) over the same
+        candidates, the product of the positions' exact second moments of the ratio factor
+        (NaN past the round's depth). None for the other estimators.
     """
 
     depth: NDArray[np.int32]
@@ -66,6 +70,7 @@ class RoundValues:
     flag: NDArray[np.int8]
     ratio: NDArray[np.float64] | None = None
     bound: NDArray[np.float64] | None = None
+    moment: NDArray[np.float64] | None = None
 
 
 class Estimator(ABC):
