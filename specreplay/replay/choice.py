@@ -190,9 +190,10 @@ def tail_blocks(
     squared mean ratio; a null k̂ or threshold (too few rounds for a fit) does not block on its
     own.
     """
-    if ess_share < ESS_SHARE_MIN:
+    if not ess_share >= ESS_SHARE_MIN:  # a NaN share (overflowed ratios) blocks too
         return f"ESS share < {ESS_SHARE_MIN}"
-    if k_hat is not None and threshold is not None and k_hat > threshold and moment > BOUND_MAX:
+    over = not moment <= BOUND_MAX  # NaN (inf / inf) counts as over
+    if k_hat is not None and threshold is not None and k_hat > threshold and over:
         return f"k̂ > {threshold:.2f} with exact second moment/mean² > {BOUND_MAX:g}"
     return None
 

@@ -16,6 +16,7 @@ every cell, a delta that has a verdict becomes INCONCLUSIVE, with the figures in
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -59,6 +60,11 @@ def _checks(res: ReplayResult, arm: Arm, spec: CellSpec) -> tuple[DepthCheck, ..
     return cell_checks(s, res.tails[arm.canonical], arm, mask, spec.fam_idx, spec.bucket_idx)
 
 
+def _finite(x: float | None) -> float | None:
+    """``x``, or None past float64's range (a logging probability too small for its ratio)."""
+    return x if x is not None and math.isfinite(x) else None
+
+
 def importance_diagnostics(
     res: ReplayResult,
     arm: Arm,
@@ -94,8 +100,8 @@ def importance_diagnostics(
             warning=c.diagnostic.warning,
             label=Label.SIMULATED,
             null_reason=c.diagnostic.null_reason,
-            bound_ratio=c.bound_ratio,
-            moment_ratio=c.moment_ratio,
+            bound_ratio=_finite(c.bound_ratio),
+            moment_ratio=_finite(c.moment_ratio),
         )
         for c in checks
     )

@@ -279,7 +279,8 @@ class ImportanceDiagnostic:
     bound of r_k (Π_{j≤k} max_x q^s_j(x)/q^L_j(x)) over the cell's rounds divided by their mean
     r_k; ``moment_ratio`` the largest exact per-round second-moment bound of r_k
     (Π_{j≤k} Σ_x q^s_j(x)²/q^L_j(x)) divided by the squared mean r_k, the size beside k̂'s shape
-    that ``--estimator auto`` reads (both null with no ratio).
+    that ``--estimator auto`` reads (both null with no ratio, or past float64's range: a
+    logging probability too small for the ratio it gives, which the rule reads as > 10).
     """
 
     arm: str
