@@ -253,7 +253,7 @@ MUTANTS = [
     Mutant(
         "auto: per-cell tail rule not applied",
         "specreplay/results/importance.py",
-        "    if res.estimator != \"importance\":\n        return tuple(cells)\n    by_name",
+        '    if res.estimator != "importance":\n        return tuple(cells)\n    by_name',
         "    if True:\n        return tuple(cells)\n    by_name",
         ("tests/test_auto_cells.py",),
     ),
