@@ -112,6 +112,7 @@ def requalify(archive: Path, out: Path, *args: str) -> dict[str, Any]:
     )  # fmt: skip
     assert cli.exit_code in (0, 1), cli.output
     doc: dict[str, Any] = json.loads((out / "results.json").read_text())
+    doc["stdout"] = cli.stdout  # what the terminal showed, beside results.json
     return doc
 
 
@@ -272,6 +273,16 @@ def test_a_family_failing_the_ess_rule_is_inconclusive_the_others_keep_their_ver
         assert a["math"][key] == n["math"][key]
     assert a["chat"]["verdict"] == n["chat"]["verdict"] is not None
     assert "fails" not in (a["chat"]["verdict_reason"] or "")
+    changed = sum(
+        x["verdict"] != y["verdict"]
+        for c, m in zip(auto["cells"], named["cells"], strict=True)
+        for x, y in zip(c["deltas"], m["deltas"], strict=True)
+    )
+    ruled = sum(x["verdict"] is not None for c in auto["cells"] for x in c["deltas"])
+    assert changed >= 1
+    summary = f"per cell: {changed} of {ruled} comparisons with a verdict INCONCLUSIVE by"
+    assert summary in auto["options"]["estimator_reason"]
+    assert f"- math: {why}" in auto["stdout"].split("Why INCONCLUSIVE:")[1]
     math_cell = next(c for c in auto["cells"] if c["family"] == "math" and c["bucket"] is None)
     assert math_cell["requalification"]["verdict"] in ("INCONCLUSIVE", "NOT QUALIFIED")
     for c in auto["cells"]:

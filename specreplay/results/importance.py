@@ -29,12 +29,21 @@ from specreplay.sim.arms import Arm
 from specreplay.stats.cells import Cell as CellSpec
 
 __all__ = [
+    "AUTO_ACCEPTED",
+    "AUTO_FAILS",
+    "auto_summary",
     "cell_specs",
     "comparison_failure",
     "importance_diagnostics",
     "with_auto_diagnostics",
     "with_estimators",
 ]
+
+
+AUTO_FAILS = "--estimator auto: the importance tail fails in this cell"
+"""How a verdict reason starts (or its part after "; ") where auto's tail rule failed."""
+AUTO_ACCEPTED = "--estimator auto: k̂ above its threshold, accepted only because"
+"""How it starts where k̂ exceeded its threshold and the exact second moment accepted it."""
 
 
 def cell_specs(res: ReplayResult, cells: Sequence[Cell]) -> list[CellSpec]:
@@ -123,17 +132,14 @@ def _reason(fail: DepthCheck | None, checks: Sequence[DepthCheck]) -> str | None
     """Return the auto verdict reason of one comparison in one cell (None: nothing to say)."""
     if fail is not None:
         return (
-            f"--estimator auto: the importance tail fails in this cell: {fail.figures()} "
+            f"{AUTO_FAILS}: {fail.figures()} "
             f"({fail.fails}); Δ kept, verdict INCONCLUSIVE (never moved to the path-biased "
             "analytic estimator)"
         )
     by_bound = [c.figures() for c in checks if c.khat_by_bound]
     if not by_bound:
         return None
-    return (
-        f"--estimator auto: k̂ above its threshold, accepted only because the exact second "
-        f"moment/mean² ≤ {BOUND_MAX:g}: " + "; ".join(by_bound)
-    )
+    return f"{AUTO_ACCEPTED} the exact second moment/mean² ≤ {BOUND_MAX:g}: " + "; ".join(by_bound)
 
 
 def _joined(old: str | None, new: str) -> str:
@@ -172,6 +178,18 @@ def with_auto_diagnostics(
             deltas.append(d)
         out.append(dataclasses.replace(c, deltas=tuple(deltas)))
     return tuple(out)
+
+
+def auto_summary(cells: Sequence[Cell]) -> str:
+    """Count, over the cells, the comparisons auto's tail rule made INCONCLUSIVE or accepted."""
+    ruled = [d for c in cells for d in c.deltas if d.verdict is not None]
+    failed = sum(AUTO_FAILS in (d.verdict_reason or "") for d in ruled)
+    accepted = sum(AUTO_ACCEPTED in (d.verdict_reason or "") for d in ruled)
+    return (
+        f"per cell: {failed} of {len(ruled)} comparisons with a verdict INCONCLUSIVE by their "
+        f"tails; in {accepted}, k̂ exceeded its threshold somewhere and was accepted only "
+        f"because the exact second moment/mean² ≤ {BOUND_MAX:g} (each delta's verdict_reason)"
+    )
 
 
 def _estimator_of(d: Delta, res: ReplayResult) -> str:

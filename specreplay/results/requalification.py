@@ -27,6 +27,7 @@ from specreplay.replay.engine import ReplayResult
 from specreplay.results.builders import cells_of, law_tests_of
 from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
 from specreplay.results.importance import (
+    auto_summary,
     cell_specs,
     importance_diagnostics,
     with_auto_diagnostics,
@@ -502,9 +503,15 @@ def _importance_path_bias(res: ReplayResult, arms: RequalifyArms, comp: Any) -> 
     return parts
 
 
-def estimator_used(res: ReplayResult) -> dict[str, str]:
-    """Return ``options.estimator_used`` and ``options.estimator_reason`` of a replay."""
+def estimator_used(res: ReplayResult, cells: Sequence[Cell] = ()) -> dict[str, str]:
+    """Return ``options.estimator_used`` and ``options.estimator_reason`` of a replay.
+
+    An ``auto`` run that chose importance adds what its per-cell tail rule did in ``cells``
+    (:func:`~specreplay.results.importance.auto_summary`).
+    """
     reason = res.estimator_reason or f"named by --estimator {res.estimator}"
+    if res.estimator_reason is not None and res.estimator == "importance" and cells:
+        reason += "; " + auto_summary(cells)
     return {"estimator_used": res.estimator, "estimator_reason": reason}
 
 
@@ -537,7 +544,11 @@ def requalify_result(
         command="requalify",
         seed=res.seed,
         inputs=input_files([(f.path, f.rows) for f in res.files]),
-        options={**opts.to_json(archive), "replicates": res.replicates, **estimator_used(res)},
+        options={
+            **opts.to_json(archive),
+            "replicates": res.replicates,
+            **estimator_used(res, cells),
+        },
         assumptions=requalify_assumptions(res)
         + short_rounds_assumptions(opts.short_rounds, res.exclude_below),
         excluded=excluded_entries([*res.excluded, *short_rounds_excluded(res)]),

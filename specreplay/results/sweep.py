@@ -356,7 +356,8 @@ def sweep_result(
     return new_result(
         command="sweep", seed=res.seed,
         inputs=input_files([(f.path, f.rows) for f in res.files]),
-        options={**opts.to_json(archive), "replicates": res.replicates, **estimator_used(res)},
+        options={**opts.to_json(archive), "replicates": res.replicates,
+                 **estimator_used(res, cells)},
         assumptions=_assumptions(cost)
         + short_rounds_assumptions(opts.short_rounds, res.exclude_below),
         excluded=excluded_entries([*res.excluded, *short_rounds_excluded(res)]),
