@@ -455,6 +455,11 @@ def proxy_result(
         )
     cells = _with_depths(merge_comparisons(parts), [name], {name: comps}, cost, opts.level,
                          Label.ESTIMATED)  # fmt: skip
+    cells = tuple(
+        dataclasses.replace(c, deltas=tuple(
+            dataclasses.replace(d, estimator="survival-proxy") for d in c.deltas))
+        for c in cells
+    )  # fmt: skip
     return new_result(
         command="sweep", seed=opts.seed, inputs=input_files(ref.files),
         options={**opts.to_json(path), "reference_depth": reference,
