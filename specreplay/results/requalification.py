@@ -5,6 +5,9 @@ gain a budget uses: no verdict) and the logging arm's SIMULATED R with its MEASU
 path-bias diagnostic: no verdict). :func:`merge_comparisons` lays them into one list of cells;
 :func:`with_replay_figures` adds per-arm Monte Carlo errors, survival and off-path rates from the
 replay sums (and, for an importance replay, the tail diagnostics: ESS and Pareto k̂);
+:func:`with_support_nulls` nulls an arm's figures where it leaves the logging law's support;
+under ``--estimator auto``, :func:`~specreplay.results.importance.with_auto_diagnostics` makes a
+verdict INCONCLUSIVE where the importance tails of its arms fail in its cell;
 :func:`with_requalification` adds the verdict of each cell: **QUALIFIED** when the
 candidate is EQUIVALENT and its law test passes, **NOT QUALIFIED** when it is DIFFERENT or its law
 test fails, else INCONCLUSIVE. Each step returns new objects.
