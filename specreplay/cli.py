@@ -195,8 +195,10 @@ EstimatorOpt = Annotated[
     str,
     typer.Option(
         "--estimator",
-        help="auto (default: importance when the archive and its diagnostics allow it, else "
-        "analytic, saying why), analytic (exact under the path assumption), montecarlo, or "
+        help="auto (default: importance for every arm when the archive carries drafted_id and a "
+        "logging law, else analytic, saying why; a comparison whose importance tails fail in a "
+        "cell is INCONCLUSIVE there, with the figures), analytic (exact under the path "
+        "assumption), montecarlo, or "
         "importance (reweights the archived drafts by the logging law: no path assumption; "
         "needs drafted_id, and emitted_q or the logging arm).",
     ),

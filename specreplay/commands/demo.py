@@ -77,8 +77,9 @@ def _relocated(result: Result, tmp: Path, out: Path) -> Result:
 def _replay(archive: Path, seed: int, estimator: str, progress: Progress) -> ReplayResult:
     """One pass for every arm of the story; it also samples the law-test positions.
 
-    With ``auto`` one estimator is chosen for every arm of the story (every chapter's deltas
-    use it), from the diagnostics of all of them (:mod:`specreplay.replay.choice`).
+    With ``auto`` importance is used for every arm of the story when the archive supports it
+    (every chapter's deltas use it); each chapter's cells then apply its per-cell tail rule
+    (:mod:`specreplay.replay.choice`).
     """
     arms: dict[str, Arm] = {}
     for text in (DEMO_BASELINE, DEMO_CANDIDATE, DEMO_REFERENCE, DEMO_MISMATCHED,

@@ -1,7 +1,8 @@
 """``specreplay sweep``: R at every fixed depth per arm and cell, from one replay pass (SPEC §3.5).
 
 One pass replays every arm at depths 1..max(``--depths``, the arms' own depths) with one
-estimator (``--estimator auto`` by default: :mod:`specreplay.replay.choice`, over every arm);
+estimator (``--estimator auto`` by default: importance for every arm where the archive supports
+it, its per-cell tail rule on the bits sweep's verdicts: :mod:`specreplay.replay.choice`);
 :mod:`specreplay.results.sweep` builds the cells. ``--arm`` values are expanded for brace lists
 (``'top32:t0.7:dyadic{8,12,16}@5'``, quoted so the shell leaves them alone).
 """

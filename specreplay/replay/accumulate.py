@@ -72,15 +72,21 @@ def _add_ratios(
     keys: NDArray[np.int64],
     depth: NDArray[np.int32],
     ratio: NDArray[np.float64],
+    bound: NDArray[np.float64],
+    moment: NDArray[np.float64],
     a_r: NDArray[np.float64],
     a_r2: NDArray[np.float64],
     a_min: NDArray[np.float64],
     a_max: NDArray[np.float64],
+    a_bmax: NDArray[np.float64],
+    a_mmax: NDArray[np.float64],
 ) -> None:
     """Add each round's policy ratios r_k and r_k² to its key's sums; keep their min and max.
 
-    ``keys`` int64 (n,), ``depth`` int32 (n,), ``ratio`` float64 (n, D); the sums, minima and
-    maxima float64 (cap, D), over the rounds replayed at ≥ k positions (column k − 1).
+    ``keys`` int64 (n,), ``depth`` int32 (n,), ``ratio``, ``bound`` (the exact per-round
+    bound b_k of r_k) and ``moment`` (the product m_k of the positions' exact second moments)
+    float64 (n, D); the sums, minima and maxima (of r_k; of b_k: ``a_bmax``; of m_k:
+    ``a_mmax``) float64 (cap, D), over the rounds replayed at ≥ k positions (column k − 1).
     """
     for r in range(keys.shape[0]):
         k = keys[r]
@@ -90,6 +96,8 @@ def _add_ratios(
             a_r2[k, d] += x * x
             a_min[k, d] = min(a_min[k, d], x)
             a_max[k, d] = max(a_max[k, d], x)
+            a_bmax[k, d] = max(a_bmax[k, d], bound[r, d])
+            a_mmax[k, d] = max(a_mmax[k, d], moment[r, d])
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,12 @@ class ArmSums:
         zeros for the others): the effective sample size's sums.
     ratio_min, ratio_max : float64, (k, D)
         Smallest and largest r_k (+inf and −inf where no ratio was added).
+    bound_max : float64, (k, D)
+        Largest exact per-round bound b_k = Π_{j≤k} max_x q^s_j(x)/q^L_j(x) of r_k over the
+        supported rounds (importance estimator; 0 where no ratio was added: b_k ≥ 0).
+    moment_max : float64, (k, D)
+        Largest m_k = Π_{j≤k} Σ_x q^s_j(x)²/q^L_j(x) (the positions' exact second moments of
+        the ratio factor) over the supported rounds (importance; 0 where no ratio was added).
     """
 
     request_key: NDArray[np.uint64]
@@ -148,6 +162,8 @@ class ArmSums:
     ratio_sq: NDArray[np.float64]
     ratio_min: NDArray[np.float64]
     ratio_max: NDArray[np.float64]
+    bound_max: NDArray[np.float64]
+    moment_max: NDArray[np.float64]
 
     def take(self, rows: NDArray[np.int64] | NDArray[np.bool_]) -> ArmSums:
         """Return the rows ``rows`` (indices or a mask), in that order."""
@@ -183,7 +199,7 @@ class ArmSums:
                 out[name] = np.add.reduceat(v, starts, axis=0)
             elif name in ("ratio_min", "short_at"):
                 out[name] = np.minimum.reduceat(v, starts, axis=0)
-            elif name == "ratio_max":
+            elif name in ("ratio_max", "bound_max", "moment_max"):
                 out[name] = np.maximum.reduceat(v, starts, axis=0)
             else:
                 out[name] = v[starts]
@@ -224,6 +240,8 @@ class ReplayAccumulator:
             "ratio_sq": (cap, self.d),
             "ratio_min": (cap, self.d),
             "ratio_max": (cap, self.d),
+            "bound_max": (cap, self.d),
+            "moment_max": (cap, self.d),
         }
         init = {"ratio_min": np.inf, "ratio_max": -np.inf}
         for name, shape in shapes.items():
@@ -256,9 +274,12 @@ class ReplayAccumulator:
             a["n"], a["short"], a["short_at"], a["t"], a["var"], a["surv"], a["offpath"],
         )  # fmt: skip
         if values.ratio is not None:
+            bound = values.bound if values.bound is not None else values.ratio
+            moment = values.moment if values.moment is not None else values.ratio**2
             _add_ratios(
-                keys, values.depth, values.ratio,
-                a["ratio_sum"], a["ratio_sq"], a["ratio_min"], a["ratio_max"],
+                keys, values.depth, values.ratio, bound, moment,
+                a["ratio_sum"], a["ratio_sq"], a["ratio_min"], a["ratio_max"], a["bound_max"],
+                a["moment_max"],
             )  # fmt: skip
 
     def exclude(self, keys: NDArray[np.int64]) -> None:
@@ -305,4 +326,6 @@ class ReplayAccumulator:
             ratio_sq=a["ratio_sq"][keys],
             ratio_min=a["ratio_min"][keys],
             ratio_max=a["ratio_max"][keys],
+            bound_max=a["bound_max"][keys],
+            moment_max=a["moment_max"][keys],
         )

@@ -1,27 +1,51 @@
-"""``--estimator auto``: one estimator for every arm and cell of a run, chosen by evidence.
+"""``--estimator auto``: importance wherever the archive supports it, judged cell by cell.
 
-The default of ``requalify`` and ``demo``. One pass replays every arm with the analytic estimator
-and, as its companion, the importance estimator (SPEC §3.2; the companion is dropped when the
-archive cannot support it); :func:`resolve_auto` then keeps **importance** (no path assumption,
-unbiased) when all of the following hold, else **analytic**, with the reason in words:
+The default of ``requalify``, ``sweep`` and ``demo``. One pass replays every arm with the analytic
+estimator and, as its companion, the importance estimator (SPEC §3.2; the companion is dropped
+when the archive cannot support it). :func:`choose` then settles the **run's** estimator:
 
-1. the archive carries ``drafted_id`` and a logging law (``emitted_q``, else a logging arm) in
-   every file;
-2. **support**: no arm can accept a token its logging law never drafts (a single such row makes
-   that arm's importance cells null, and a run never mixes estimators inside one Δ);
-3. **tails**, per arm and depth k over the pooled cell (the run's selected requests):
-   the ESS share of the policy ratio r_k is ≥ 0.1, and its Pareto k̂ is at most
-   min(1 − 1/log10 S, 0.7) *or* the largest ratio is at most 10 times the mean ratio.
+1. **importance** for every arm when the archive carries ``drafted_id`` and a logging law
+   (``emitted_q``, else a logging arm) in every file: no path assumption, unbiased, and both
+   arms of every comparison use it, so a paired Δ never carries a difference of path biases;
+2. else **analytic** for every arm, with the reason (importance is impossible for the whole
+   archive).
 
-Why the second half of rule 3. k̂ reads the tail's *shape*, not its size
-(:mod:`specreplay.stats.importance_diag`): on the built-in archive the dyadic24 arm's ratios all
-lie within [0.999, 1.33] yet their rare deviations fit a power law with k̂ = 0.77 at depth 5. A
-tail cannot hurt an estimate whose weights are bounded by a small multiple of their mean: with
-r ≤ B·r̄ the normalised second moment E[r²]/r̄² is at most B, so the ESS share is at least 1/B
-and the importance mean of S rounds is never noisier than an on-policy mean of S/B rounds. B ≤ 10
-is the bound the ESS-share rule already accepts (share ≥ 0.1), so a heavy-shaped tail blocks
-only when it is also large (B > 10), where k̂'s warning that unseen larger ratios may dominate
-is the operative one. The bound is read from the observed maximum; k̂ is what covers the unseen.
+Nothing about one arm switches the others. An arm that can accept a token its logging law
+never drafts (**support**) keeps its importance replay, but its figures, and every delta it
+enters, are null in the cells whose requests hold such rows (the results layer's
+``with_support_nulls``, with the count).
+
+**Tails, per cell and per comparison** (:func:`cell_checks`, :func:`tail_blocks`). In every
+cell that has a verdict, both arms of the comparison are checked at every depth k ≤ the arm's
+depth over that cell's rounds that recorded k positions: the ESS share of the policy ratio r_k
+must be ≥ 0.1, and its Pareto k̂ at most min(1 − 1/log10 S, 0.7) *unless* the exact
+second-moment bound of r_k is at most 10 times the squared mean ratio. A cell that fails is
+INCONCLUSIVE with the figures (arm, depth, ESS share, k̂, bound/mean, second moment/mean²); its
+Δ figures stay. It never moves silently to the path-biased analytic estimator.
+
+Why a bound, and which. k̂ reads the tail's *shape*, not its size
+(:mod:`specreplay.stats.importance_diag`): bounded, discrete ratios (dyadic quantizers) fit
+power laws with k̂ far above 0.7. A tail cannot hurt an estimate whose normalised second moment
+E[r²]/r̄² is at most B: the ESS share is then at least 1/B and the importance mean of S rounds
+is never noisier than an on-policy mean of S/B rounds. B ≤ 10 is what the ESS-share rule
+already accepts (share ≥ 0.1). B must hold for ratios the archive did not show, so it is read
+off the laws, not the sampled ratios; both laws are known on every candidate
+(:mod:`specreplay.replay.estimators.importance`), which gives two exact per-round figures:
+
+- the **ratio bound** b_k = Π_{j≤k} max_x q^s_j(x)/q^L_j(x) (r_k ≤ b_k whatever was drafted),
+  reported as ``bound_ratio`` = max over the cell's rounds of b_k / the mean r_k. It bounds
+  E[r²]/r̄² too, but far too loosely for quantizers: a dyadic grid rounds a few tiny logging
+  probabilities up by large factors (2^−N over q^L), so on the built-in demo archive
+  dyadic8..24's bound/mean reaches 19 to 22,000 at depth 5 although those candidates are almost
+  never drafted (their ESS shares are ≥ 0.91);
+- the **second-moment bound** m_k = Π_{j≤k} Σ_x q^s_j(x)²/q^L_j(x), each factor the exact
+  E_L[(q^s_j/q^L_j)²] at the archived prefix, so rare candidates weigh what they are drafted;
+  ``moment_ratio`` = max over the cell's rounds of m_k / r̄_k² is B of the argument above
+  (dyadic8..24: ≤ 1.3 at depth 5 on the demo archive; greedy 90; temperature 2: 10^23).
+
+The rule reads ``moment_ratio``. Like ``bound_ratio``, it is exact per position at the archived
+prefixes (a later position's laws at a prefix the archive did not draft are unknown to both).
+Where it exceeds 10, k̂'s warning that unseen larger ratios may dominate is the operative one.
 
 The Monte Carlo estimator is never chosen by ``auto`` (it is the analytic estimator's noisy twin;
 ask for it by name).
@@ -29,22 +53,29 @@ ask for it by name).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
 import numpy as np
+from numpy.typing import NDArray
 
+from specreplay.replay.accumulate import ArmSums
 from specreplay.replay.engine import ReplayResult
 from specreplay.replay.shard import needed_columns
+from specreplay.replay.tails import RatioTail
 from specreplay.sim.arms import Arm
-from specreplay.stats.importance_diag import ESS_SHARE_MIN, diagnose
+from specreplay.stats.importance_diag import ESS_SHARE_MIN, TailDiagnostic, diagnose
 
 __all__ = [
     "AUTO",
     "BOUND_MAX",
+    "DepthCheck",
     "EstimatorChoice",
     "auto_passes",
+    "cell_checks",
     "choose",
+    "first_failure",
     "pass_columns",
     "resolve_auto",
     "tail_blocks",
@@ -52,7 +83,8 @@ __all__ = [
 
 AUTO: Final = "auto"
 BOUND_MAX: Final = 1.0 / ESS_SHARE_MIN
-"""Largest max-ratio / mean-ratio at which a heavy-shaped tail (k̂ above threshold) is accepted."""
+"""Largest exact second-moment bound / squared mean ratio at which a heavy-shaped tail (k̂ above
+threshold) is accepted."""
 
 
 @dataclass(frozen=True)
@@ -64,14 +96,63 @@ class EstimatorChoice:
     used : str
         ``importance`` or ``analytic``.
     reason : str
-        One sentence: the evidence for it (for analytic, what importance lacked).
+        The evidence for it (for analytic, what importance lacked).
     fell_back : bool
-        True when importance was ruled out (the reason is then also a warning).
+        True when importance was impossible (the reason is then also a warning).
     """
 
     used: str
     reason: str
     fell_back: bool
+
+
+@dataclass(frozen=True)
+class DepthCheck:
+    """The tail rule at one arm and depth over one cell's rounds (module docstring).
+
+    Attributes
+    ----------
+    arm : str
+    depth : int
+    diagnostic : TailDiagnostic
+        ESS, ESS share, k̂ and its threshold over the S rounds that recorded ``depth``
+        positions.
+    bound_ratio : float or None
+        Largest exact per-round bound of r_k over those rounds / their mean r_k (None with no
+        round or a mean of 0).
+    moment_ratio : float or None
+        Largest exact per-round second-moment bound m_k over those rounds / their squared mean
+        r_k (None likewise): what the rule reads.
+    fails : str or None
+        Why the tail rules importance out here (None: adequate, or no round to judge).
+    """
+
+    arm: str
+    depth: int
+    diagnostic: TailDiagnostic
+    bound_ratio: float | None
+    moment_ratio: float | None
+    fails: str | None
+
+    @property
+    def khat_by_bound(self) -> bool:
+        """k̂ exceeded its threshold and was accepted only because second moment/mean² ≤ 10."""
+        d = self.diagnostic
+        if self.fails is not None or d.pareto_k is None or d.khat_threshold is None:
+            return False
+        return d.pareto_k > d.khat_threshold
+
+    def figures(self) -> str:
+        """Return the figures in words: arm, depth, ESS share, k̂, its threshold, both bounds."""
+        d = self.diagnostic
+        share = "null" if d.ess_share is None else f"{d.ess_share:.3g}"
+        thr = "" if d.khat_threshold is None else f" (threshold {d.khat_threshold:.2f})"
+        bound = "null" if self.bound_ratio is None else f"{self.bound_ratio:.3g}"
+        moment = "null" if self.moment_ratio is None else f"{self.moment_ratio:.3g}"
+        return (
+            f"{self.arm} at depth {self.depth}: ESS share {share}, k̂ {_k(d.pareto_k)}{thr}, "
+            f"exact second moment/mean² {moment}, exact ratio bound/mean {bound}"
+        )
 
 
 def auto_passes(estimator: str) -> tuple[str, str | None]:
@@ -100,54 +181,20 @@ def _missing(res: ReplayResult) -> str:
     return "a file of the archive lacks drafted_id (null) or a logging law"
 
 
-def _tail_problem(res: ReplayResult, arm: Arm) -> tuple[str | None, tuple[float, str]]:
-    """Return the first depth failing rule 3 (None if none) and the weakest figures.
-
-    The weakest figures are (ESS share, text) at the arm's depth of smallest ESS share.
-    """
-    s = res.companion_sums[arm.canonical]
-    tail = res.companion_tails[arm.canonical]
-    every_f = tuple(range(len(res.families)))
-    every_b = tuple(range(len(res.buckets.names)))
-    weakest = (np.inf, "")
-    for k in range(1, arm.depth + 1):
-        values, dropped = tail.cell(every_f, every_b, k)
-        n = int(s.n.sum() - s.short[:, k - 1].sum())
-        total = float(s.ratio_sum[:, k - 1].sum())
-        top = float(s.ratio_max[:, k - 1].max(initial=-np.inf))
-        d = diagnose(
-            n=n, ratio_sum=total, ratio_sq=float(s.ratio_sq[:, k - 1].sum()),
-            ratio_min=float(s.ratio_min[:, k - 1].min(initial=np.inf)), ratio_max=top,
-            tail=values, dropped=dropped,
-        )  # fmt: skip
-        if d.ess_share is None:
-            if d.null_reason is not None and n > 0:
-                return f"{arm.canonical} at depth {k}: {d.null_reason}", weakest
-            continue
-        bound = top / (total / n)
-        here = (
-            f"{arm.canonical} at depth {k}: ESS share {d.ess_share:.3g}, k̂ {_k(d.pareto_k)}, "
-            f"max/mean ratio {bound:.3g}"
-        )
-        weakest = min(weakest, (d.ess_share, here))
-        why = tail_blocks(d.ess_share, d.pareto_k, d.khat_threshold, bound)
-        if why is not None:
-            return f"{here} ({why})", weakest
-    return None, weakest
-
-
 def tail_blocks(
-    ess_share: float, k_hat: float | None, threshold: float | None, bound: float
+    ess_share: float, k_hat: float | None, threshold: float | None, moment: float
 ) -> str | None:
-    """Return why a pooled tail rules importance out (rule 3), or None when it is adequate.
+    """Return why a cell's tail rules importance out, or None when it is adequate.
 
-    ``bound`` is the largest policy ratio over the mean ratio; a null k̂ or threshold (too few
-    rounds for a fit) does not block on its own.
+    ``moment`` is the largest exact per-round second-moment bound of the policy ratio over the
+    squared mean ratio; a null k̂ or threshold (too few rounds for a fit) does not block on its
+    own.
     """
-    if ess_share < ESS_SHARE_MIN:
+    if not ess_share >= ESS_SHARE_MIN:  # a NaN share (overflowed ratios) blocks too
         return f"ESS share < {ESS_SHARE_MIN}"
-    if k_hat is not None and threshold is not None and k_hat > threshold and bound > BOUND_MAX:
-        return f"k̂ > {threshold:.2f} with max/mean ratio > {BOUND_MAX:g}"
+    over = not moment <= BOUND_MAX  # NaN (inf / inf) counts as over
+    if k_hat is not None and threshold is not None and k_hat > threshold and over:
+        return f"k̂ > {threshold:.2f} with exact second moment/mean² > {BOUND_MAX:g}"
     return None
 
 
@@ -155,8 +202,92 @@ def _k(k: float | None) -> str:
     return "null" if k is None else f"{k:.2f}"
 
 
-def choose(res: ReplayResult, arms: list[Arm]) -> EstimatorChoice:
-    """Choose importance or analytic for ``arms`` from an analytic pass with importance beside.
+def cell_checks(
+    sums: ArmSums,
+    tail: RatioTail,
+    arm: Arm,
+    mask: NDArray[np.bool_],
+    fam_idx: tuple[int, ...],
+    bucket_idx: tuple[int, ...],
+) -> tuple[DepthCheck, ...]:
+    """Return the tail rule of ``arm`` at depths 1..its depth over one cell (importance sums).
+
+    Parameters
+    ----------
+    sums : ArmSums
+        The arm's importance sums.
+    tail : RatioTail
+        Its kept largest ratios.
+    arm : Arm
+    mask : bool, (k,)
+        The cell's rows of ``sums``.
+    fam_idx, bucket_idx : tuple of int
+        The finest cells the cell pools (for the tail).
+    """
+    out = []
+    rounds = float(sums.n[mask].sum())
+    for k in range(1, arm.depth + 1):
+        values, dropped = tail.cell(fam_idx, bucket_idx, k)
+        n = int(rounds - sums.short[mask, k - 1].sum())  # rounds that recorded k positions
+        total = float(sums.ratio_sum[mask, k - 1].sum())
+        d = diagnose(
+            n=n, ratio_sum=total, ratio_sq=float(sums.ratio_sq[mask, k - 1].sum()),
+            ratio_min=float(sums.ratio_min[mask, k - 1].min(initial=np.inf)),
+            ratio_max=float(sums.ratio_max[mask, k - 1].max(initial=-np.inf)),
+            tail=values, dropped=dropped,
+        )  # fmt: skip
+        mean = total / n if n > 0 else 0.0
+        top = float(sums.bound_max[mask, k - 1].max(initial=0.0))
+        bound = top / mean if mean > 0.0 else None
+        second = float(sums.moment_max[mask, k - 1].max(initial=0.0))
+        moment = second / (mean * mean) if mean > 0.0 else None
+        fails = None
+        if d.ess_share is None:
+            if n > 0:  # every ratio 0: the arm never drafts the archived tokens
+                fails = d.null_reason
+        else:
+            fails = tail_blocks(d.ess_share, d.pareto_k, d.khat_threshold, moment or 0.0)
+        out.append(DepthCheck(arm.canonical, k, d, bound, moment, fails))
+    return tuple(out)
+
+
+def first_failure(checks: Sequence[DepthCheck]) -> DepthCheck | None:
+    """Return the first check (in the given order) whose tail fails, or None."""
+    return next((c for c in checks if c.fails is not None), None)
+
+
+def _pooled_notes(res: ReplayResult, arms: Sequence[Arm]) -> str:
+    """Return the pooled findings in words: failures, k̂ accepted by the bound, the weakest."""
+    every_f = tuple(range(len(res.families)))
+    every_b = tuple(range(len(res.buckets.names)))
+    fails: list[str] = []
+    by_bound: list[str] = []
+    weakest: tuple[float, str] = (np.inf, "")
+    for arm in arms:
+        s = res.sums[arm.canonical]
+        checks = cell_checks(s, res.tails[arm.canonical], arm, np.ones(s.n.shape[0], bool),
+                             every_f, every_b)  # fmt: skip
+        for c in checks:
+            if c.fails is not None:
+                fails.append(f"{c.figures()} ({c.fails})")
+            elif c.khat_by_bound:
+                by_bound.append(c.figures())
+            if c.diagnostic.ess_share is not None:
+                weakest = min(weakest, (c.diagnostic.ess_share, c.figures()))
+    out = []
+    if fails:
+        out.append("pooled tails that fail (their comparisons INCONCLUSIVE): " + "; ".join(fails))
+    if by_bound:
+        out.append(
+            f"k̂ above its threshold but accepted only because the exact second moment/mean² ≤ "
+            f"{BOUND_MAX:g} (pooled): " + "; ".join(by_bound)
+        )
+    out.append(f"weakest pooled ESS share: {weakest[1] or 'none'}")
+    return "; ".join(out)
+
+
+def choose(res: ReplayResult, arms: Sequence[Arm]) -> EstimatorChoice:
+    """Choose the run's estimator for ``arms`` from an analytic pass with importance beside.
 
     ``res`` is the pass of :func:`auto_passes` (``auto``), after any request selection.
     """
@@ -164,35 +295,31 @@ def choose(res: ReplayResult, arms: list[Arm]) -> EstimatorChoice:
         return EstimatorChoice(
             "analytic", f"importance is impossible: {_missing(res)}; analytic instead", True
         )
-    for arm in arms:
-        rows = int(res.companion_unlogged[arm.canonical][res.selected].sum())
-        if rows:
-            return EstimatorChoice(
-                "analytic",
-                f"importance ruled out: {rows} position rows where {arm.canonical} can accept a "
-                "token the logging law never drafts (support); analytic instead",
-                True,
-            )
-    weakest = (np.inf, "")
-    for arm in arms:
-        problem, here = _tail_problem(res, arm)
-        if problem is not None:
-            return EstimatorChoice(
-                "analytic", f"importance ruled out by its tail diagnostics: {problem}; analytic "
-                "instead", True,
-            )  # fmt: skip
-        weakest = min(weakest, here)
+    imp = res.swapped()
     law = "emitted_q" if "emitted_q" in res.columns else f"the logging arm {res.logging_arm}"
+    unsupported = [
+        f"{a.canonical} ({rows} position rows)"
+        for a in arms
+        if (rows := int(imp.unlogged[a.canonical][imp.selected].sum()))
+    ]
+    support = (
+        "every arm's support holds"
+        if not unsupported
+        else "arms that can accept tokens the logging law never drafts keep importance, their "
+        "figures null in the cells holding such rows: " + ", ".join(unsupported)
+    )
     return EstimatorChoice(
         "importance",
-        f"the archive carries drafted_id and the logging law ({law}); every arm's support "
-        "holds; every arm's pooled tail is adequate (ESS share ≥ 0.1; k̂ ≤ min(1 − 1/log10 S, "
-        f"0.7) or max/mean ratio ≤ {BOUND_MAX:g}); weakest: {weakest[1] or 'none'}",
+        f"the archive carries drafted_id and the logging law ({law}): importance for every "
+        f"arm; {support}; each comparison with a verdict checks both arms' tails per cell at "
+        f"every depth (ESS share ≥ {ESS_SHARE_MIN}; k̂ ≤ min(1 − 1/log10 S, 0.7) unless the "
+        f"exact second moment/mean² ≤ {BOUND_MAX:g}) and is INCONCLUSIVE where they fail; "
+        + _pooled_notes(imp, arms),
         False,
     )
 
 
-def resolve_auto(res: ReplayResult, arms: list[Arm]) -> tuple[ReplayResult, EstimatorChoice]:
+def resolve_auto(res: ReplayResult, arms: Sequence[Arm]) -> tuple[ReplayResult, EstimatorChoice]:
     """Return the pass with the chosen estimator as the run's own, and the choice."""
     c = choose(res, arms)
     out = res.swapped() if c.used == "importance" else res

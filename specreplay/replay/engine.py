@@ -285,6 +285,29 @@ class ReplayResult:
             "such rounds out)"
         )
 
+    def unlogged_reason(self, arm: Arm, mask: NDArray[np.bool_] | None = None) -> str | None:
+        """Why ``arm``'s figures in the rows ``mask`` of its sums are null (support), or None.
+
+        Importance estimator (SPEC §3.2): the requests of those rows hold position rows with a
+        candidate the arm can accept but the logging law never drafts. The reason counts the
+        rows and the requests (a request counts with all its rows, in whichever bucket).
+        """
+        per_request = self.unlogged.get(arm.canonical)
+        if per_request is None:
+            return None
+        s = self.sums[arm.canonical]
+        requests = np.unique(s.request if mask is None else s.request[mask])
+        counts = per_request[requests]
+        rows, held = int(counts.sum()), int((counts > 0).sum())
+        if not rows:
+            return None
+        return (
+            f"{rows} position {'row' if rows == 1 else 'rows'} (in {held} "
+            f"{'request' if held == 1 else 'requests'}) {'holds' if rows == 1 else 'hold'} a "
+            "candidate this arm can accept but the logging law never drafts: the importance "
+            "estimate would be biased"
+        )
+
     def cell_mask(self, arm: Arm, family: str | None, bucket: str | None) -> NDArray[np.bool_]:
         """Rows of ``arm``'s sums in the cell of ``family`` and ``bucket`` (None: all)."""
         s = self.sums[arm.canonical]
@@ -299,14 +322,16 @@ class ReplayResult:
         """Return the :data:`~specreplay.stats.compare.CellSupport` of comparing arms a and b.
 
         ``a`` and ``b``: (arm, depth) of each side, None for a side with no depth to support
-        (the archive's MEASURED figures). Per cell, each side's :meth:`short_reason`.
+        (the archive's MEASURED figures). Per cell, each side's :meth:`short_reason`, else its
+        :meth:`unlogged_reason` (an importance replay leaving the logging law's support).
         """
 
         def one(side: tuple[Arm, int] | None, cell: StatsCell) -> str | None:
             if side is None:
                 return None
             arm, depth = side
-            return self.short_reason(arm, depth, self.cell_mask(arm, cell.family, cell.bucket))
+            mask = self.cell_mask(arm, cell.family, cell.bucket)
+            return self.short_reason(arm, depth, mask) or self.unlogged_reason(arm, mask)
 
         def reasons(cell: StatsCell) -> tuple[str | None, str | None]:
             return one(a, cell), one(b, cell)

@@ -235,9 +235,12 @@ class Delta:
 
     ``df``: the t interval's degrees of freedom; ``n_differing``: the cell's requests whose
     (n, t) differ between the arms; ``small_sample`` (with ``coverage_at_size``): the cell is
-    below the size at which the calibration study shows nominal coverage; ``verdict_reason``:
-    why the verdict is what it is where a rule forced it (too few differing requests,
-    identical inputs).
+    below the size at which the calibration study shows nominal coverage; ``estimator``: the
+    replay estimator both SIMULATED sides used (one per delta, so a paired Δ never carries a
+    difference of path biases; ``analytic − importance`` for the diagnostic that compares the
+    two); ``verdict_reason``: why the verdict is what it is where a rule beyond the interval
+    decided or qualified it (too few differing requests, identical inputs, ``--estimator
+    auto``'s tail diagnostics).
     """
 
     a: str
@@ -278,6 +281,7 @@ class Delta:
     n_differing: int | None = None
     small_sample: bool | None = None
     coverage_at_size: CoverageAtSize | None = None
+    estimator: str | None = None
     verdict_reason: str | None = None
 
 
@@ -313,7 +317,12 @@ class ImportanceDiagnostic:
     right-tail Pareto k̂ (PSIS, r_eff = 1); ``khat_threshold`` = min(1 − 1/log10 rounds, 0.7);
     ``warning`` every threshold crossed (k̂ > 0.7, k̂ above the sample-size threshold, ESS share
     < 0.1); ``null_reason`` why ``ess`` or ``pareto_k`` is null (the logging arm: "ratio
-    constant (the logging arm)", with ESS = rounds).
+    constant (the logging arm)", with ESS = rounds); ``bound_ratio`` the largest exact per-round
+    bound of r_k (Π_{j≤k} max_x q^s_j(x)/q^L_j(x)) over the cell's rounds divided by their mean
+    r_k; ``moment_ratio`` the largest exact per-round second-moment bound of r_k
+    (Π_{j≤k} Σ_x q^s_j(x)²/q^L_j(x)) divided by the squared mean r_k, the size beside k̂'s shape
+    that ``--estimator auto`` reads (both null with no ratio, or past float64's range: a
+    logging probability too small for the ratio it gives, which the rule reads as > 10).
     """
 
     arm: str
@@ -326,6 +335,8 @@ class ImportanceDiagnostic:
     warning: str | None
     label: Label
     null_reason: str | None
+    bound_ratio: float | None = None
+    moment_ratio: float | None = None
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,9 @@ gain a budget uses: no verdict) and the logging arm's SIMULATED R with its MEASU
 path-bias diagnostic: no verdict). :func:`merge_comparisons` lays them into one list of cells;
 :func:`with_replay_figures` adds per-arm Monte Carlo errors, survival and off-path rates from the
 replay sums (and, for an importance replay, the tail diagnostics: ESS and Pareto k̂);
+:func:`with_support_nulls` nulls an arm's figures where it leaves the logging law's support;
+under ``--estimator auto``, :func:`~specreplay.results.importance.with_auto_diagnostics` makes a
+verdict INCONCLUSIVE where the importance tails of its arms fail in its cell;
 :func:`with_requalification` adds the verdict of each cell: **QUALIFIED** when the
 candidate is EQUIVALENT and its law test passes, **NOT QUALIFIED** when it is DIFFERENT or its law
 test fails, else INCONCLUSIVE. Each step returns new objects.
@@ -22,10 +25,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
+from specreplay.replay.choice import AUTO
 from specreplay.replay.engine import ReplayResult
 from specreplay.results.builders import cells_of, law_tests_of
 from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
-from specreplay.results.importance import importance_diagnostics
+from specreplay.results.importance import (
+    auto_summary,
+    cell_specs,
+    importance_diagnostics,
+    with_auto_diagnostics,
+    with_estimators,
+)
 from specreplay.results.model import (
     ArmFigure,
     Cell,
@@ -161,23 +171,6 @@ def _unite_arms(old: dict[str, ArmFigure], new: dict[str, ArmFigure]) -> dict[st
     return out
 
 
-def _specs(res: ReplayResult, cells: Sequence[Cell]) -> list[CellSpec]:
-    """Per cell, where it sits in the replay's own family and bucket tables.
-
-    Family and bucket names are looked up in the replay's own tables (a cell's family or bucket
-    is None where it spans all of them, ``unbucketed`` included: pooled and family cells count
-    every round, bucket cells one bucket).
-    """
-    all_f = tuple(range(len(res.families)))
-    all_b = tuple(range(len(res.buckets.names)))
-    specs = []
-    for c in cells:
-        fam = (res.families.index(c.family),) if c.family is not None else all_f
-        bkt = (res.buckets.names.index(c.bucket),) if c.bucket is not None else all_b
-        specs.append(CellSpec(c.level.value, c.family, c.bucket, fam, bkt))
-    return specs
-
-
 def _survival(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> list[Survival]:
     s = res.sums[arm.canonical]
     surv = s.surv
@@ -228,7 +221,7 @@ def with_replay_figures(
     offs: list[list[Offpath]] = [[] for _ in cells]
     diag: list[list[ImportanceDiagnostic]] = [[] for _ in cells]
     figures = [dict(c.arms) for c in cells]
-    specs = _specs(res, cells)
+    specs = cell_specs(res, cells)
     for arm in arms:
         s = res.sums[arm.canonical]
         for i, spec in enumerate(specs):
@@ -272,29 +265,20 @@ def _null_delta(d: Delta, why: str) -> Delta:
     return dataclasses.replace(d, **nulls)
 
 
-def _plural(n: int, word: str) -> str:
-    return word if n == 1 else f"{word}s"
-
-
 def _unlogged_reasons(res: ReplayResult, spec: CellSpec) -> dict[str, str]:
     """Per arm with rows outside the logging law's support in the cell, why its figures are null.
 
-    The reason counts the position rows and the requests of the cell that hold them.
+    The reason counts the position rows and the requests of the cell that hold them
+    (:meth:`~specreplay.replay.engine.ReplayResult.unlogged_reason`).
     """
     out = {}
-    for arm, per_request in res.unlogged.items():
-        s = res.sums.get(arm)
-        if s is None:
+    for arm in res.arms:
+        s = res.sums.get(arm.canonical)
+        if s is None or arm.canonical in out:
             continue
-        requests = np.unique(s.request[spec.mask(s.family, s.bucket)])
-        counts = per_request[requests]
-        rows, held = int(counts.sum()), int((counts > 0).sum())
-        if rows:
-            out[arm] = (
-                f"{rows} position {_plural(rows, 'row')} (in {held} {_plural(held, 'request')}) "
-                f"{'holds' if rows == 1 else 'hold'} a candidate this arm can accept but the "
-                "logging law never drafts: the importance estimate would be biased"
-            )
+        why = res.unlogged_reason(arm, spec.mask(s.family, s.bucket))
+        if why is not None:
+            out[arm.canonical] = why
     return out
 
 
@@ -310,7 +294,7 @@ def with_support_nulls(cells: Sequence[Cell], res: ReplayResult) -> tuple[Cell, 
     counts with all its rows, in whichever bucket.
     """
     out = []
-    for c, spec in zip(cells, _specs(res, cells), strict=True):
+    for c, spec in zip(cells, cell_specs(res, cells), strict=True):
         why = _unlogged_reasons(res, spec)
         if not why:
             out.append(c)
@@ -336,7 +320,11 @@ def with_support_nulls(cells: Sequence[Cell], res: ReplayResult) -> tuple[Cell, 
 
 
 def requalification(cell: Cell, law_pass: bool | None) -> Requalification:
-    """Return the requalification verdict of one cell (see the module docstring)."""
+    """Return the requalification verdict of one cell (see the module docstring).
+
+    An INCONCLUSIVE Δ verdict (``--estimator auto``'s tail rule among others) gives an
+    INCONCLUSIVE requalification whatever the law test says, unless the law test failed.
+    """
     d = cell.delta(Role.CANDIDATE_VS_BASELINE)
     if d is None or d.verdict is None:
         why = d.null_reason if d is not None else "no candidate-vs-baseline delta"
@@ -518,9 +506,15 @@ def _importance_path_bias(res: ReplayResult, arms: RequalifyArms, comp: Any) -> 
     return parts
 
 
-def estimator_used(res: ReplayResult) -> dict[str, str]:
-    """Return ``options.estimator_used`` and ``options.estimator_reason`` of a replay."""
+def estimator_used(res: ReplayResult, cells: Sequence[Cell] = ()) -> dict[str, str]:
+    """Return ``options.estimator_used`` and ``options.estimator_reason`` of a replay.
+
+    An ``auto`` run that chose importance adds what its per-cell tail rule did in ``cells``
+    (:func:`~specreplay.results.importance.auto_summary`).
+    """
     reason = res.estimator_reason or f"named by --estimator {res.estimator}"
+    if res.estimator_reason is not None and res.estimator == "importance" and cells:
+        reason += "; " + auto_summary(cells)
     return {"estimator_used": res.estimator, "estimator_reason": reason}
 
 
@@ -542,7 +536,9 @@ def requalify_result(
     cells = merge_comparisons(comparands(res, arms, opts))
     cells = with_replay_figures(cells, res, list(arms.all.values()))
     cells = with_support_nulls(cells, res)
-    cells = with_excluded_rounds(cells, res)
+    if opts.estimator == AUTO:
+        cells = with_auto_diagnostics(cells, res, list(arms.all.values()))
+    cells = with_estimators(with_excluded_rounds(cells, res), res)
     cases, skipped = sample_cases(res.law_sample, [arms.cand, arms.base], res.requests)
     law = law_tests_of(run_cases(cases, skipped, seed=res.seed))
     ran = [t.passed for t in law if t.arm == arms.cand.canonical and t.passed is not None]
@@ -551,7 +547,11 @@ def requalify_result(
         command="requalify",
         seed=res.seed,
         inputs=input_files([(f.path, f.rows) for f in res.files]),
-        options={**opts.to_json(archive), "replicates": res.replicates, **estimator_used(res)},
+        options={
+            **opts.to_json(archive),
+            "replicates": res.replicates,
+            **estimator_used(res, cells),
+        },
         assumptions=requalify_assumptions(res)
         + short_rounds_assumptions(opts.short_rounds, res.exclude_below),
         excluded=excluded_entries([*res.excluded, *short_rounds_excluded(res)]),

@@ -18,7 +18,10 @@ arm, and ``p_best``, the share of replicates in which each depth has the most to
 stability), come from those joint replicates.
 
 Decisions: the depth-vs-reference deltas carry no verdict (a sweep is a counterfactual check,
-not a requalification); cells keep one arm figure per arm (R at its reference depth).
+not a requalification); cells keep one arm figure per arm (R at its reference depth). Under
+``--estimator auto`` the bits sweep's deltas follow the per-cell tail rule
+(:func:`~specreplay.results.importance.with_auto_diagnostics`): a pooled INCONCLUSIVE stops the
+fixed-sequence walk like any verdict other than EQUIVALENT.
 """
 
 from __future__ import annotations
@@ -34,8 +37,14 @@ from typing import Any
 import numpy as np
 
 from specreplay.errors import SpecReplayError
+from specreplay.replay.choice import AUTO
 from specreplay.replay.engine import ReplayResult
 from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
+from specreplay.results.importance import (
+    comparison_failure,
+    with_auto_diagnostics,
+    with_estimators,
+)
 from specreplay.results.model import Cell, DepthFigure, Label, Result, Role
 from specreplay.results.requalification import Comparand, estimator_used, merge_comparisons
 from specreplay.results.shortrounds import (
@@ -46,6 +55,7 @@ from specreplay.results.shortrounds import (
 from specreplay.sim.arms import Arm
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
+from specreplay.stats.cells import Cell as CellSpec
 from specreplay.stats.compare import Comparison, compare, parse_margin
 from specreplay.stats.pairing import pair_arms
 from specreplay.stats.support import ShortRounds
@@ -297,6 +307,11 @@ def fewest_bits(
                        support=res.support((baseline, baseline.depth), (a, a.depth)))  # fmt: skip
         parts.append(Comparand(comp, Role.CANDIDATE_VS_BASELINE))
         verdict = comp.cells[0]["deltas"][0]["verdict"]
+        if verdict is not None and opts.estimator == AUTO and res.estimator == "importance":
+            pooled = CellSpec("pooled", None, None, tuple(range(len(res.families))),
+                              tuple(range(len(res.buckets.names))))  # fmt: skip
+            if comparison_failure(res, baseline, a, pooled)[0] is not None:
+                verdict = "INCONCLUSIVE"  # auto's tail rule (with_auto_diagnostics says why)
         walk.append({"arm": a.canonical, "bits": a.sampler.bits, "verdict": verdict})
         if verdict != "EQUIVALENT":
             stopped = a.canonical
@@ -338,11 +353,14 @@ def sweep_result(
         parts += bits_parts
     names = [a.canonical for a in arms]
     cells = _with_depths(merge_comparisons(parts), names, per_arm, cost, opts.level)
-    cells = with_excluded_rounds(cells, res)
+    if opts.estimator == AUTO:
+        cells = with_auto_diagnostics(cells, res, res.arms)
+    cells = with_estimators(with_excluded_rounds(cells, res), res)
     return new_result(
         command="sweep", seed=res.seed,
         inputs=input_files([(f.path, f.rows) for f in res.files]),
-        options={**opts.to_json(archive), "replicates": res.replicates, **estimator_used(res)},
+        options={**opts.to_json(archive), "replicates": res.replicates,
+                 **estimator_used(res, cells)},
         assumptions=_assumptions(cost)
         + short_rounds_assumptions(opts.short_rounds, res.exclude_below),
         excluded=excluded_entries([*res.excluded, *short_rounds_excluded(res)]),
@@ -440,6 +458,11 @@ def proxy_result(
         )
     cells = _with_depths(merge_comparisons(parts), [name], {name: comps}, cost, opts.level,
                          Label.ESTIMATED)  # fmt: skip
+    cells = tuple(
+        dataclasses.replace(c, deltas=tuple(
+            dataclasses.replace(d, estimator="survival-proxy") for d in c.deltas))
+        for c in cells
+    )  # fmt: skip
     return new_result(
         command="sweep", seed=opts.seed, inputs=input_files(ref.files),
         options={**opts.to_json(path), "reference_depth": reference,

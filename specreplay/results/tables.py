@@ -366,7 +366,20 @@ def _requalify_by_cell(result: Result, main: Delta) -> list[str]:
         f"## Requalification by cell: {main.b} (b) vs {main.a} (a), SIMULATED",
         "",
         markdown_table([*header, "requalification", *(_INTERVAL_HEADER if wide else [])], rows),
+        *_inconclusive_reasons(result),
     ]
+
+
+def _inconclusive_reasons(result: Result) -> list[str]:
+    """One line per cell whose candidate-vs-baseline verdict is INCONCLUSIVE with a reason."""
+    out = [
+        f"- {c.name}: {d.verdict_reason}"
+        for c in result.cells
+        if (d := c.delta(Role.CANDIDATE_VS_BASELINE)) is not None
+        and d.verdict == "INCONCLUSIVE"
+        and d.verdict_reason
+    ]
+    return ["", "Why INCONCLUSIVE:", *out] if out else []
 
 
 def _reference_gain(result: Result, cand: str) -> list[str]:

@@ -55,7 +55,7 @@ from specreplay.sim.policy import (
     quantize_row,
 )
 
-__all__ = ["AnalyticEstimator", "analytic_rounds", "dyadic_nearest_at"]
+__all__ = ["AnalyticEstimator", "analytic_rounds", "dyadic_nearest_at", "dyadic_nearest_row"]
 
 # no-NaN and no-signed-zero only: reassociation would let LLVM vectorise the per-row sums, but a
 # freshly compiled kernel then summed in another order than the cached one (module docstring);
@@ -213,6 +213,55 @@ def dyadic_nearest_at(
     """
     _, _, q_dr, ok = _alpha_dyadic_nearest(q, p, bits, dr, frac)
     return q_dr, ok
+
+
+@njit(fastmath=_FM, cache=True)
+def dyadic_nearest_row(
+    q: NDArray[np.float64], bits: int, frac: NDArray[np.float64], out: NDArray[np.float64]
+) -> bool:
+    """Write the dyadic-nearest quantized row of ``q`` into ``out``; False: fall back.
+
+    The fast path's integers (module docstring) for every candidate, for estimators that need
+    the whole quantized row (the importance estimator's exact ratio bound): m_i·2^−N with
+    m_i = ⌊q_i·2^N⌋ + [F_i ≥ t], the units beyond the support to the argmax. False where the
+    threshold search does not settle or tied fractional parts straddle the cut: the caller then
+    uses :func:`~specreplay.sim.policy.quantize_row`. ``frac`` and ``out`` have the row's length
+    at least.
+    """
+    n = q.shape[0]
+    scale = float(np.int64(1) << bits)
+    inv = 1.0 / scale
+    sum_floor = 0.0
+    n_support = 0
+    for i in range(n):
+        x = q[i]
+        v = x * scale  # exact: a power-of-two scaling
+        fl = np.floor(v)
+        pos = x > 0.0
+        frac[i] = (v - fl) if pos else -1.0
+        sum_floor += fl
+        n_support += pos
+    r = scale - sum_floor
+    units = min(r, float(n_support)) if r > 0.0 else 0.0
+    t = 2.0
+    if units > 0.0:
+        t = _nearest_threshold(frac, n, int(units), n_support)
+        if t < 0.0:
+            return False
+    given = 0
+    top = 0
+    for i in range(n):
+        sel = frac[i] >= t
+        given += sel
+        out[i] = np.floor(q[i] * scale) + (1.0 if sel else 0.0)
+        if q[i] > q[top]:
+            top = i
+    if given != units:
+        return False
+    out[top] += r - units  # units beyond the support's size, or a deficit: to the argmax
+    for i in range(n):
+        out[i] *= inv
+    return True
 
 
 @njit(inline="always", cache=True)

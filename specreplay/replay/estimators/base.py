@@ -52,6 +52,14 @@ class RoundValues:
         Importance estimator only: the **policy ratio** r_k = Π_{j≤k} q^s_j(x_j)/q^L_j(x_j) of
         the archived drafted tokens (column k − 1; NaN past the round's depth), the input of
         the tail diagnostics (ESS, Pareto k̂; SPEC §3.2). None for the other estimators.
+    bound : float64, (n, D), or None
+        Importance estimator only: the exact per-round bound of r_k, b_k = Π_{j≤k} max_x
+        q^s_j(x)/q^L_j(x) over the candidates of logging probability > 0 (column k − 1; NaN
+        past the round's depth). None for the other estimators.
+    moment : float64, (n, D), or None
+        Importance estimator only: m_k = Π_{j≤k} Σ_x q^s_j(x)²/q^L_j(x) over the same
+        candidates, the product of the positions' exact second moments of the ratio factor
+        (NaN past the round's depth). None for the other estimators.
     """
 
     depth: NDArray[np.int32]
@@ -61,6 +69,8 @@ class RoundValues:
     offpath: NDArray[np.float64]
     flag: NDArray[np.int8]
     ratio: NDArray[np.float64] | None = None
+    bound: NDArray[np.float64] | None = None
+    moment: NDArray[np.float64] | None = None
 
 
 class Estimator(ABC):

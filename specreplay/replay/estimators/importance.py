@@ -44,6 +44,20 @@ Decisions
   whose requests hold them, with the count. A drafted token with q^L = 0 (an inconsistent
   archive) gives a ratio of 0; its row is flagged whenever the arm could accept it.
 
+- **Ratio bound and second moment**, per round and depth: b_k = Π_{j≤k} max_x
+  q^s_j(x)/q^L_j(x) over the candidates x of position j, so r_k ≤ b_k whatever tokens the
+  logging arm drafted; both laws are known on every candidate, so the bound is exact, not read
+  off the observed ratios (``--estimator auto`` reports it beside the second moment below,
+  which its rule reads: :mod:`specreplay.replay.choice`). A candidate with **logging
+  probability 0** is left out of the max: the logging arm never drafts it, so no round's ratio
+  takes its value (if the arm can accept it, the support check above flags the row and the
+  arm's figures there are null). A candidate with **target probability 0** enters like any
+  other (the policy ratio has no acceptance factor), and one the arm never drafts (q^s = 0)
+  contributes 0. Beside it, over the same candidates, the product m_k = Π_{j≤k} Σ_x
+  q^s_j(x)²/q^L_j(x) of each position's exact second moment of its ratio factor
+  E_L[(q^s_j/q^L_j)²] at the archived prefix: what bounds the importance mean's variance (a
+  dyadic quantizer's rare rounded-up candidates make b_k large, yet weigh q^L(x) in m_k).
+
 Like the other kernels, per-round values are computed in parallel over rounds and each round's
 arithmetic depends on that round alone, so values are bit-identical whatever the thread count or
 batch size; :class:`ImportanceEstimator` is the registry's ``importance`` entry.
@@ -57,7 +71,7 @@ from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.batch import RoundBatch
-from specreplay.replay.estimators.analytic import dyadic_nearest_at
+from specreplay.replay.estimators.analytic import dyadic_nearest_row
 from specreplay.replay.estimators.base import Estimator, RoundValues
 from specreplay.sim.accept import accept_prob
 from specreplay.sim.arms import Arm, Quant
@@ -91,36 +105,34 @@ def _row_laws(
     codes: NDArray[np.int64],
     matched: bool,
     scratch: _Scratch,
-) -> tuple[float, float, bool]:
-    """q^s and q^v at ``dr`` of one row (slices), and whether the arm leaves q^L's support.
+) -> tuple[float, float, bool, float, float]:
+    """q^s, q^v at ``dr`` of one row (slices), support flag, ratio bound, exact second moment.
 
     ``codes`` = (sampler kind, bits, rounding, verifier kind, bits, rounding). A matched
-    dyadic-nearest row whose logging law has no zero takes the analytic kernel's fast path (no
-    row written, no support to check); any other row is quantized into scratch by the reference
-    quantizer, then checked candidate by candidate.
+    dyadic-nearest row takes the analytic kernel's fast path (:func:`dyadic_nearest_row`);
+    any other row, or one where the fast path does not settle, is quantized into scratch by
+    the reference quantizer. Then, candidate by candidate: the support check (a_j(x) > 0 where
+    q^L_j(x) = 0), the bound max_x q^s_j(x)/q^L_j(x) and the second moment
+    Σ_x q^s_j(x)²/q^L_j(x), both over the candidates with q^L_j(x) > 0 (module docstring,
+    "Ratio bound").
     """
     frac, qs, qv, m, key, order, hist = scratch
     n = q.shape[0]
-    gap = False
-    for i in range(n):
-        if q_log[i] == 0.0:
-            gap = True
-            break
-    if fast and not gap:
-        q_dr, ok = dyadic_nearest_at(q, p, codes[1], dr, frac)
-        if ok:
-            return q_dr, q_dr, False
-    quantize_row(q, 0, n, codes[0], codes[1], codes[2], qs, m, key, order, hist)
+    if not (fast and dyadic_nearest_row(q, codes[1], frac, qs)):
+        quantize_row(q, 0, n, codes[0], codes[1], codes[2], qs, m, key, order, hist)
     if not matched:
         quantize_row(q, 0, n, codes[3], codes[4], codes[5], qv, m, key, order, hist)
     qver = qs if matched else qv
     off = False
-    if gap:  # support: a_j(x) > 0 where q^L_j(x) = 0
-        for i in range(n):
-            if q_log[i] == 0.0 and qs[i] > 0.0 and accept_prob(qver[i], p[i]) > 0.0:
-                off = True
-                break
-    return qs[dr], qver[dr], off
+    bound = 0.0
+    moment = 0.0
+    for i in range(n):
+        if q_log[i] > 0.0:
+            bound = max(bound, qs[i] / q_log[i])
+            moment += qs[i] * (qs[i] / q_log[i])
+        elif qs[i] > 0.0 and accept_prob(qver[i], p[i]) > 0.0:  # support: a_j(x) > 0, q^L = 0
+            off = True
+    return qs[dr], qver[dr], off, bound, moment
 
 
 @njit(parallel=True, cache=True)
@@ -140,8 +152,10 @@ def _importance_kernel(
     surv: NDArray[np.float64],
     flag: NDArray[np.int8],
     policy: NDArray[np.float64],
+    bound: NDArray[np.float64],
+    moment: NDArray[np.float64],
 ) -> None:
-    """Fill depth, t, surv and policy (columns < depth; the rest is left as given), row flags.
+    """Fill depth, t, surv, policy, bound, moment (columns < depth; the rest as given), flags.
 
     Parameters
     ----------
@@ -171,6 +185,11 @@ def _importance_kernel(
         accept a candidate of logging probability 0.
     policy : float64, (n_rounds, D)
         The policy ratio r_k = Π_{j≤k} q^s_j(x_j)/q^L_j(x_j) (a factor is 0 where q^L_j(x_j) = 0).
+    bound : float64, (n_rounds, D)
+        Its exact bound b_k = Π_{j≤k} max_x q^s_j(x)/q^L_j(x) over the candidates of q^L_j(x) > 0.
+    moment : float64, (n_rounds, D)
+        m_k = Π_{j≤k} Σ_x q^s_j(x)²/q^L_j(x) over the same candidates: the product of each
+        position's exact E[(q^s/q^L)²] under the logging law at the archived prefix.
     """
     n_rounds = round_offsets.shape[0] - 1
     width = 1
@@ -198,13 +217,15 @@ def _importance_kernel(
             w = 1.0
             acc = 1.0
             r_k = 1.0
+            b_k = 1.0
+            m_k = 1.0
             for j in range(d_r):
                 row = a + j
                 lo = offsets[row]
                 hi = offsets[row + 1]
                 dr = int(drafted[row])
-                qs_x, qv_x, off = _row_laws(q[lo:hi], p[lo:hi], q_log[lo:hi], dr, fast, codes,
-                                            matched, scratch)  # fmt: skip
+                qs_x, qv_x, off, b_j, m_j = _row_laws(q[lo:hi], p[lo:hi], q_log[lo:hi], dr,
+                                                      fast, codes, matched, scratch)  # fmt: skip
                 if off:
                     flag[row] |= FLAG_LOGGING_SUPPORT
                 x = lo + dr
@@ -216,6 +237,10 @@ def _importance_kernel(
                 w *= ratio
                 r_k *= pol  # SPEC §3.2 diagnostics: the policy ratio, acceptance factor left out
                 policy[r, j] = r_k
+                b_k *= b_j  # the exact bound of r_k: each factor at its largest candidate
+                bound[r, j] = b_k
+                m_k *= m_j  # each position's exact second moment of its ratio factor
+                moment[r, j] = m_k
                 acc += w
                 surv[r, j] = w
                 t[r, j] = acc
@@ -259,12 +284,15 @@ def importance_rounds(
     -------
     RoundValues
         ``surv`` the importance weights w_k, ``t`` = 1 + Σ_{k≤d} w_k (NaN past a round's
-        depth), ``var`` and ``offpath`` zeros, ``ratio`` the policy ratios r_k (NaN past a
-        round's depth).
+        depth), ``var`` and ``offpath`` zeros, ``ratio`` the policy ratios r_k, ``bound``
+        their exact per-round bounds b_k and ``moment`` the products m_k of the positions'
+        exact second moments (all NaN past a round's depth).
     """
     n = round_offsets.shape[0] - 1
     n_rows = drafted_idx.shape[0]
     ratio = np.full((n, max_depth), np.nan)
+    bound = np.full((n, max_depth), np.nan)
+    moment = np.full((n, max_depth), np.nan)
     out = RoundValues(
         depth=np.empty(n, np.int32),
         t=np.full((n, max_depth), np.nan),
@@ -273,6 +301,8 @@ def importance_rounds(
         offpath=np.zeros((n, 4)),
         flag=np.empty(n_rows, np.int8),
         ratio=ratio,
+        bound=bound,
+        moment=moment,
     )
     flag_in = flag if flag is not None else np.zeros(n_rows, np.int8)
     codes = np.array(
@@ -283,7 +313,7 @@ def importance_rounds(
     _importance_kernel(
         offsets, q_policy, target_probs, q_logging, drafted_idx, round_offsets, codes,
         sampler == verifier, int(max_depth), flag_in, out.depth, out.t, out.surv, out.flag,
-        ratio,
+        ratio, bound, moment,
     )  # fmt: skip
     return out
 
