@@ -3,16 +3,19 @@
 Per cell it accumulates each request's totals from the raw pieces in a Python dict (no bincount),
 forms the delta-method influence u_i of the ratio of ratios in the original coordinates and the
 leverage h_i (x_i / X: rounds of both arms for Δ, t_a for Δ/R_a, rounds for one arm's R), the CR2
-variance Σ u_i²/(1 − h_i), and the effective degrees of freedom from a dense eigendecomposition
-of A^{1/2}(I − h 1ᵀ)Ω(I − h 1ᵀ)ᵀA^{1/2}, Ω = diag(u²); quantiles and p-values from scipy.
+variance Σ u_i²/(1 − h_i), the effective degrees of freedom from a dense eigendecomposition
+of A^{1/2}(I − h 1ᵀ)Ω(I − h 1ᵀ)ᵀA^{1/2}, Ω = diag(u²), and the skewness of u (scipy's biased
+skewness); Hall's cubic g(T) = T + aT² + a²T³/3 + b (a = γ̂/(3√N), b = γ̂/(6√N)) is inverted by
+scipy's root finder, never by the package's closed form; quantiles and p-values from scipy.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import NamedTuple
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
 
 from specreplay.stats.bootstrap import PairedSums
 
@@ -42,10 +45,20 @@ def cr2_of(u: np.ndarray, h: np.ndarray) -> tuple[float, float]:
     return se, min(max(df, 1.0), n - 1.0)
 
 
+class Ref(NamedTuple):
+    """θ̂, SE, effective df, skewness of the influences, requests of one cell."""
+
+    theta: float
+    se: float
+    df: float
+    skew: float
+    n: int
+
+
 def hand_cr2(
     ps: PairedSums, fam_idx: tuple[int, ...], bucket_idx: tuple[int, ...], rel: bool = False
-) -> tuple[float, float, float]:
-    """Return (θ̂, SE, df) of Δ (or Δ/R_a) in one cell."""
+) -> Ref:
+    """Return the reference figures of Δ (or Δ/R_a) in one cell."""
     x = cell_rows(ps, fam_idx, bucket_idx)
     na, ta, nb, tb = x.sum(axis=0)
     ra, rb = ta / na, tb / nb
@@ -60,17 +73,31 @@ def hand_cr2(
         h = (x[:, 0] + x[:, 2]) / (na + nb)
         theta = rb - ra
     se, df = cr2_of(u, h)
-    return float(theta), se, df
+    return Ref(float(theta), se, df, float(stats.skew(u)), int(x.shape[0]))
 
 
-def t_interval(theta: float, se: float, df: float, level: float) -> tuple[float, float]:
-    """θ ± t_{df, (1 + level)/2}·SE (scipy)."""
-    q = float(stats.t.ppf(0.5 + level / 2.0, df))
-    return theta - q * se, theta + q * se
+def _g(ref: Ref, t: float) -> float:
+    a, b = ref.skew / (3 * np.sqrt(ref.n)), ref.skew / (6 * np.sqrt(ref.n))
+    return float(t + a * t**2 + a**2 * t**3 / 3 + b)
 
 
-def t_p_values(theta: float, se: float, df: float, margin: float) -> tuple[float, float]:
-    """(two-sided p of θ = 0, TOST p of |θ| ≥ margin) by scipy's t distribution."""
-    p_diff = float(2.0 * stats.t.sf(abs(theta) / se, df))
-    p_eq = float(max(stats.t.sf((theta + margin) / se, df), stats.t.cdf((theta - margin) / se, df)))
+def _g_inverse(ref: Ref, z: float) -> float:
+    return float(optimize.brentq(lambda t: _g(ref, t) - z, -1e4, 1e4, xtol=1e-13, rtol=1e-14))
+
+
+def t_interval(ref: Ref, level: float) -> tuple[float, float]:
+    """[θ̂ − g⁻¹(q)·SE, θ̂ − g⁻¹(−q)·SE], q = t_{df, (1 + level)/2} (scipy)."""
+    q = float(stats.t.ppf(0.5 + level / 2.0, ref.df))
+    return ref.theta - _g_inverse(ref, q) * ref.se, ref.theta - _g_inverse(ref, -q) * ref.se
+
+
+def t_p_values(ref: Ref, margin: float) -> tuple[float, float]:
+    """(two-sided p of θ = 0, TOST p of |θ| ≥ margin), G(x) = F_df(g(x)) by scipy."""
+
+    def cdf(x: float) -> float:
+        return float(stats.t.cdf(_g(ref, x), ref.df))
+
+    g0 = cdf(ref.theta / ref.se)
+    p_diff = 2.0 * min(g0, 1.0 - g0)
+    p_eq = max(1.0 - cdf((ref.theta + margin) / ref.se), cdf((ref.theta - margin) / ref.se))
     return p_diff, p_eq

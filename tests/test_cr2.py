@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from cr2_ref import Ref, t_interval, t_p_values
 from scipy import stats
 
 from specreplay.stats.cr2 import (
@@ -56,9 +57,10 @@ def _paired(seed: int, n: int = 15) -> np.ndarray:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_paired_interval_is_the_textbook_cr2_t_interval(seed: int) -> None:
+def test_paired_interval_is_the_textbook_cr2_hall_interval(seed: int) -> None:
     """SE² = Σ e_i²/(1 − h_i)/X², e_i = d_i − θ̂x_i, h_i = x_i/X (x = n for Δ, t_a for Δ/R_a);
-    interval θ̂ ± t_ν·SE with scipy's quantile; p-values by scipy's t distribution."""
+    ν from dense eigenvalues; γ̂ scipy's skewness of e; the interval and the p-values from
+    Hall's cubic inverted by a root finder and scipy's t (tests/cr2_ref.py)."""
     s = _paired(seed)
     n, ta, tb = s[:, 0], s[:, 1], s[:, 3]
     d = tb - ta
@@ -66,20 +68,27 @@ def test_paired_interval_is_the_textbook_cr2_t_interval(seed: int) -> None:
         theta = d.sum() / x.sum()
         e = d - theta * x
         se = math.sqrt(float((e**2 / (1.0 - x / x.sum())).sum())) / x.sum()
+        ref = Ref(theta, se, _dense_df(e / x.sum(), x / x.sum()), float(stats.skew(e)), len(e))
         assert test.theta == pytest.approx(theta, rel=1e-12)
         assert test.se == pytest.approx(se, rel=1e-12)
-        assert test.df == pytest.approx(_dense_df(e / x.sum(), x / x.sum()), rel=1e-9)
-        q = stats.t.ppf(0.975, test.df)
-        lo, hi = test.interval(0.95)
-        assert (lo, hi) == pytest.approx((theta - q * se, theta + q * se), rel=1e-9)
-        assert test.p_difference() == pytest.approx(2 * stats.t.sf(abs(theta) / se, test.df))
-        m = 0.02
-        p_eq = max(stats.t.sf((theta + m) / se, test.df), stats.t.cdf((theta - m) / se, test.df))
-        assert test.p_equivalence(m) == pytest.approx(p_eq, rel=1e-9, abs=1e-15)
+        assert test.df == pytest.approx(ref.df, rel=1e-9)
+        assert test.skew == pytest.approx(ref.skew, rel=1e-9)
+        assert test.interval(0.95) == pytest.approx(t_interval(ref, 0.95), rel=1e-9)
+        p_diff, p_eq = t_p_values(ref, 0.02)
+        assert test.p_difference() == pytest.approx(p_diff, rel=1e-9)
+        assert test.p_equivalence(0.02) == pytest.approx(p_eq, rel=1e-9, abs=1e-15)
+
+
+def test_hall_moves_the_interval_towards_the_long_tail() -> None:
+    """Right-skewed influences (γ̂ > 0): the interval reaches further above θ̂ than below."""
+    test = paired_tests(_paired(11, n=30), depths=(4, 4))[0]
+    assert test.skew > 0.5
+    lo, hi = test.interval(0.95)
+    assert hi - test.theta > 1.05 * (test.theta - lo)
 
 
 def test_t_not_z_at_few_effective_clusters() -> None:
-    """With ν < 3 the 95% half-width is t_{ν}·SE, about 2.2× the normal 1.96·SE."""
+    """With ν < 3 the 95% interval uses t_ν (scipy), far wider than with the normal quantile."""
     s = _paired(0, n=12)
     s[:, 3] = s[:, 1]
     s[2, 3] += 40.0  # two requests carry almost the whole difference
@@ -87,9 +96,11 @@ def test_t_not_z_at_few_effective_clusters() -> None:
     s[9, 3] += 1.0
     test = paired_tests(s, depths=(4, 4))[0]
     assert test.forced is None and test.df < 3.0
+    ref = Ref(test.theta, test.se, test.df, test.skew, test.n_requests)
     lo, hi = test.interval(0.95)
-    assert (hi - lo) / 2.0 == pytest.approx(stats.t.ppf(0.975, test.df) * test.se, rel=1e-9)
-    assert (hi - lo) / 2.0 > 1.5 * 1.96 * test.se
+    assert (lo, hi) == pytest.approx(t_interval(ref, 0.95), rel=1e-9)
+    z_lo, z_hi = t_interval(ref._replace(df=1e12), 0.95)
+    assert hi - lo > 1.3 * (z_hi - z_lo)
 
 
 def test_upper_share_is_clopper_pearson() -> None:

@@ -2,9 +2,10 @@
 
 Cells are pooled, per family, per context bucket and per family × bucket, all domain estimates
 from the same requests. Per cell and delta: the point Δ = R_b − R_a and Δ/R_a; the default
-interval (``method`` ``cr2-eff``: the CR2 t interval with effective degrees of freedom of
-:mod:`specreplay.stats.cr2`, chosen by the calibration study, README "Calibration of the
-intervals"), with its degrees of freedom and the requests that differ between the arms; BCa from
+interval (``method`` ``cr2-eff-hall``: the CR2 t interval with effective degrees of freedom and
+Hall's skewness correction of :mod:`specreplay.stats.cr2`, chosen by the calibration study,
+README "Calibration of the intervals"), with its degrees of freedom and the requests that differ
+between the arms; BCa from
 the bootstrap replicates (jackknife over requests from leave-one-out sums); the (1 − 2α) default
 interval used by the equivalence test (TOST); p-values by inversion of the default interval;
 Bonferroni intervals at 1 − α/m and Holm-adjusted p-values, m being the number of cells of the

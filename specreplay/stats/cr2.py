@@ -1,4 +1,4 @@
-"""The default interval of a cell: CR2 with effective degrees of freedom (SPEC §3.4, issue 10).
+"""The default interval of a cell: CR2, effective df, Hall's transformation (SPEC §3.4, issue 10).
 
 Every figure a cell compares is a ratio of sums over the cell's requests (the request is the
 unit): R = Σ t_i / Σ n_i of one arm, Δ = R_b − R_a and Δ/R_a = R_b/R_a − 1. For each the module
@@ -16,10 +16,16 @@ h_i = x_i / X, and gives
   in O(n) from the rank-two structure, :func:`effective_df`); ν is small when the residual
   variance sits on a few requests (an effective number of clusters: Carter, Schnepel &
   Steigerwald 2017), and is clipped to [1, n − 1];
-* the (1 − α) interval θ̂ ± t_{ν, 1−α/2}·SE, and its inversions: the two-sided p-value of θ = 0,
-  2·(1 − F_ν(|θ̂|/SE)), and the TOST p-value of |θ| ≥ m,
-  max(1 − F_ν((θ̂ + m)/SE), F_ν((θ̂ − m)/SE)): p < α exactly when the interval excludes 0, TOST
-  p < α exactly when the (1 − 2α) interval lies inside (−m, m).
+* **Hall's (1992) cubic transformation** of T = (θ̂ − θ)/SE, which removes the skewness a
+  symmetric t interval ignores (the calibration study: per-request effects are skewed, and the
+  misses of a symmetric interval all fall on the long-tail side): g(T) = T + aT² + a²T³/3 + b,
+  a = γ̂/(3√N), b = γ̂/(6√N), γ̂ the skewness of the cell's influences (Σ(u − ū)³/N over
+  (Σ(u − ū)²/N)^{3/2}), N the cell's requests; g is increasing ((1 + aT)² ≥ 0) with
+  g⁻¹(z) = ((1 + 3a(z − b))^{1/3} − 1)/a, and g(T) is referred to t_ν;
+* the (1 − α) interval [θ̂ − g⁻¹(q)·SE, θ̂ − g⁻¹(−q)·SE], q = t_{ν, 1−α/2}, and its inversions:
+  with G(x) = F_ν(g(x)), the two-sided p-value of θ = 0 is 2·min(G(θ̂/SE), 1 − G(θ̂/SE)) and the
+  TOST p-value of |θ| ≥ m is max(1 − G((θ̂ + m)/SE), G((θ̂ − m)/SE)): p < α exactly when the
+  interval excludes 0, TOST p < α exactly when the (1 − 2α) interval lies inside (−m, m).
 
 The variance is not stratified: a pooled cell's requests are one sample even when the bootstrap
 resamples within families (conservative when the families' mean residuals differ).
@@ -67,10 +73,11 @@ __all__ = [
     "effective_df",
     "paired_tests",
     "ratio_test",
+    "skewness",
     "tost_p_values",
 ]
 
-METHOD: Final = "cr2-eff"
+METHOD: Final = "cr2-eff-hall"
 MIN_DIFFERING: Final = 3
 """Fewest differing requests at which a cell's t interval is used (the calibration study)."""
 MIN_REQUESTS: Final = 10
@@ -149,6 +156,8 @@ class TTest:
         where the depth is unknown.
     center : float
         The centre of the forced interval's [−B, B] (0 for Δ, R̂ for one arm's R).
+    skew : float
+        γ̂, the skewness of the cell's influences (Hall's transformation; 0: a t interval).
     forced : str or None
         Why the interval is forced (too few differing requests): the verdict is INCONCLUSIVE.
     identical : bool
@@ -164,8 +173,29 @@ class TTest:
     n_differing: int
     bound_scale: float | None = None
     center: float = 0.0
+    skew: float = 0.0
     forced: str | None = None
     identical: bool = False
+
+    @property
+    def hall(self) -> tuple[float, float]:
+        """Hall's (a, b) = (γ̂/(3√N), γ̂/(6√N))."""
+        root = math.sqrt(max(self.n_requests, 1))
+        return self.skew / (3.0 * root), self.skew / (6.0 * root)
+
+    def _g(self, t: float) -> float:
+        a, b = self.hall
+        return t + a * t * t + a * a * t * t * t / 3.0 + b
+
+    def _g_inverse(self, z: float) -> float:
+        a, b = self.hall
+        if a == 0.0:
+            return z - b
+        return (math.cbrt(1.0 + 3.0 * a * (z - b)) - 1.0) / a
+
+    def _cdf(self, x: float) -> float:
+        """G(x) = F_ν(g(x)): the probability of T ≤ x."""
+        return t_cdf(self._g(x), self.df) if math.isfinite(x) else (1.0 if x > 0 else 0.0)
 
     def interval(self, level: float) -> tuple[float, float]:
         """Return the (``level``) interval, clamped; NaN bounds when it cannot be formed."""
@@ -174,7 +204,8 @@ class TTest:
         lo, hi = -math.inf, math.inf
         if self.se > 0.0:
             q = t_ppf(1.0 - (1.0 - level) / 2.0, self.df)
-            lo, hi = self.theta - q * self.se, self.theta + q * self.se
+            lo = self.theta - self._g_inverse(q) * self.se
+            hi = self.theta - self._g_inverse(-q) * self.se
         if self.forced is not None:
             if self.bound_scale is None:
                 return math.nan, math.nan
@@ -192,7 +223,8 @@ class TTest:
             return 1.0 if self.theta == 0.0 else 0.0
         if self.forced is not None:
             return 1.0
-        return min(1.0, 2.0 * (1.0 - t_cdf(abs(self.theta) / self.se, self.df)))
+        g = self._cdf(self.theta / self.se)
+        return min(1.0, 2.0 * min(g, 1.0 - g))
 
     def p_equivalence(self, margin: float) -> float:
         """Return the TOST p-value of |θ| ≥ ``margin`` (1 for a forced interval)."""
@@ -200,8 +232,8 @@ class TTest:
             return 0.0 if abs(self.theta) < margin else 1.0
         if self.forced is not None:
             return 1.0
-        upper = 1.0 - t_cdf((self.theta + margin) / self.se, self.df)
-        lower = t_cdf((self.theta - margin) / self.se, self.df)
+        upper = 1.0 - self._cdf((self.theta + margin) / self.se)
+        lower = self._cdf((self.theta - margin) / self.se)
         return float(max(upper, lower))
 
 
@@ -210,6 +242,8 @@ def tost_p_values(tests: Sequence[TTest]) -> Callable[[float], list[float]]:
     theta = np.array([t.theta for t in tests], np.float64)
     se = np.array([t.se if t.se > 0.0 else 1.0 for t in tests], np.float64)
     df = np.array([t.df for t in tests], np.float64)
+    a = np.array([t.hall[0] for t in tests], np.float64)
+    b = np.array([t.hall[1] for t in tests], np.float64)
     fixed = np.array(
         [1.0 if t.forced is not None and not t.identical else -1.0 for t in tests], np.float64
     )
@@ -219,10 +253,19 @@ def tost_p_values(tests: Sequence[TTest]) -> Callable[[float], list[float]]:
         f = fixed.copy()
         for i in identical:
             f[i] = 0.0 if abs(theta[i]) < m else 1.0
-        out: list[float] = tost_p_many(theta, se, df, f, m).tolist()
+        out: list[float] = tost_p_many(theta, se, df, a, b, f, m).tolist()
         return out
 
     return at
+
+
+def skewness(u: NDArray[np.float64]) -> float:
+    """Return γ̂ = (Σ(u − ū)³/N) / (Σ(u − ū)²/N)^{3/2} (0 when every u is equal)."""
+    c = u - u.mean()
+    c2 = float((c * c).mean())
+    if c2 <= 0.0:
+        return 0.0
+    return float((c * c * c).mean()) / c2**1.5
 
 
 def _cr2(u: NDArray[np.float64], h: NDArray[np.float64]) -> tuple[float, float]:
@@ -306,6 +349,7 @@ def paired_tests(
             TTest(
                 theta, se, df, lim, n, k,
                 bound_scale=_scale(depth, 0.5 * (na + nb), div),
+                skew=skewness(u) if se > 0.0 else 0.0,
                 forced=_forced_reason(k, se),
             )
         )  # fmt: skip
@@ -323,5 +367,6 @@ def ratio_test(n: NDArray[np.float64], t: NDArray[np.float64], *, depth: int | N
     lim = (1.0, depth + 1.0) if depth is not None else (-math.inf, math.inf)
     return TTest(
         r, se, df, lim, int(n.shape[0]), k,
-        bound_scale=_scale(depth, n), center=r, forced=_forced_reason(k, se),
+        bound_scale=_scale(depth, n), center=r, skew=skewness(e) if se > 0.0 else 0.0,
+        forced=_forced_reason(k, se),
     )  # fmt: skip

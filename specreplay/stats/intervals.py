@@ -56,7 +56,8 @@ _N01: Final = NormalDist()
 EQUIVALENT, DIFFERENT, INCONCLUSIVE = "EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"
 
 DEFAULT_METHOD: Final = METHOD
-"""The ``method`` of the default interval: ``cr2-eff`` (README "Calibration of the intervals")."""
+"""The ``method`` of the default interval: ``cr2-eff-hall`` (README "Calibration of the
+intervals")."""
 
 
 class IntervalTest(Protocol):

@@ -74,15 +74,25 @@ def t_cdf_many(x: NDArray[np.float64], df: NDArray[np.float64]) -> NDArray[np.fl
 
 
 @njit(cache=True)
+def _g(t: float, a: float, b: float) -> float:
+    if math.isinf(t):
+        return t
+    return t + a * t * t + a * a * t * t * t / 3.0 + b
+
+
+@njit(cache=True)
 def tost_p_many(
     theta: NDArray[np.float64],
     se: NDArray[np.float64],
     df: NDArray[np.float64],
+    a: NDArray[np.float64],
+    b: NDArray[np.float64],
     fixed: NDArray[np.float64],
     margin: float,
 ) -> NDArray[np.float64]:
-    """Return the TOST p-values of |θ_i| ≥ ``margin``: max(1 − F((θ + m)/SE), F((θ − m)/SE)).
+    """Return the TOST p-values of |θ_i| ≥ ``margin``: max(1 − G((θ + m)/SE), G((θ − m)/SE)).
 
+    G(x) = F_ν(g(x)), g Hall's cubic with (a_i, b_i) (:mod:`specreplay.stats.cr2`);
     ``fixed[i]`` ≥ 0 replaces test i's p-value (a forced cell's 1; identical inputs' 0 or 1).
     """
     out = np.empty(theta.shape[0])
@@ -90,7 +100,7 @@ def tost_p_many(
         if fixed[i] >= 0.0:
             out[i] = fixed[i]
         else:
-            up = 1.0 - _t_cdf((theta[i] + margin) / se[i], df[i])
-            lo = _t_cdf((theta[i] - margin) / se[i], df[i])
+            up = 1.0 - _t_cdf(_g((theta[i] + margin) / se[i], a[i], b[i]), df[i])
+            lo = _t_cdf(_g((theta[i] - margin) / se[i], a[i], b[i]), df[i])
             out[i] = max(up, lo)
     return out
