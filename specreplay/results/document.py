@@ -107,10 +107,11 @@ INTERVAL_METHOD = IntervalMethod(
     method=METHOD,
     description=(
         "CR2 (Bell-McCaffrey) variance, requests as clusters, t with effective degrees of "
-        "freedom after Hall's cubic skewness correction; EQUIVALENT when the Holm-adjusted TOST p < alpha, else DIFFERENT when the "
-        "Holm-adjusted p of delta = 0 < alpha, else INCONCLUSIVE; INCONCLUSIVE by rule below "
-        "min_requests requests or min_differing requests that differ between the arms "
-        "(a conservative interval is shown), EQUIVALENT with zero width only for identical inputs"
+        "freedom after Hall's cubic skewness correction; EQUIVALENT when the Holm-adjusted "
+        "TOST p < alpha, else DIFFERENT when the Holm-adjusted p of delta = 0 < alpha, else "
+        "INCONCLUSIVE; INCONCLUSIVE by rule below min_requests requests or min_differing "
+        "requests that differ between the arms (a conservative interval is shown), EQUIVALENT "
+        "with zero width only for identical inputs"
     ),
     min_requests=MIN_REQUESTS,
     min_differing=MIN_DIFFERING,

@@ -53,7 +53,7 @@ def small_sample_text(d: Delta) -> str | None:
     Examples
     --------
     >>> from specreplay.results.model import Label, Role
-    >>> d = Delta("a", "b", Role.B_VS_A, 0.1, 0.01, 0.0, 0.2, 0.0, 0.02, "cr2-eff-hall", 0.95, False,
+    >>> d = Delta("a", "b", Role.B_VS_A, 0.1, 0.01, 0.0, 0.2, 0.0, 0.02, "cr2-eff", 0.95, False,
     ...           None, None, None, None, None, "INCONCLUSIVE", None, None, 2000, None, None,
     ...           Label.SIMULATED, None, small_sample=True,
     ...           coverage_at_size=CoverageAtSize(0.93, 0.004, 10, "skew-zero"))
@@ -73,7 +73,7 @@ def method_text(d: Delta) -> str:
     Examples
     --------
     >>> from specreplay.results.model import Label, Role
-    >>> d = Delta("a", "b", Role.B_VS_A, 0.1, 0.01, 0.0, 0.2, 0.0, 0.02, "cr2-eff-hall", 0.95, False,
+    >>> d = Delta("a", "b", Role.B_VS_A, 0.1, 0.01, 0.0, 0.2, 0.0, 0.02, "cr2-eff", 0.95, False,
     ...           None, None, None, None, None, "EQUIVALENT", None, None, 2000, None, None,
     ...           Label.SIMULATED, None, df=8.25, n_differing=7)
     >>> method_text(d)
@@ -107,7 +107,7 @@ def interval_method_line(result: Result) -> str | None:
 
     Examples
     --------
-    >>> m = IntervalMethod("cr2-eff-hall", "CR2 / Bell–McCaffrey t interval", 20, 5, "cmd --seed 1")
+    >>> m = IntervalMethod("cr2-eff", "CR2 / Bell–McCaffrey t interval", 20, 5, "cmd --seed 1")
     >>> from specreplay.results.model import Result
     >>> r = Result("interval", "0", "t", 0, {}, (), {}, (), (), (), (), (), interval_method=m)
     >>> print(interval_method_line(r))  # doctest: +NORMALIZE_WHITESPACE

@@ -265,7 +265,7 @@ def skewness(u: NDArray[np.float64]) -> float:
     c2 = float((c * c).mean())
     if c2 <= 0.0:
         return 0.0
-    return float((c * c * c).mean()) / c2**1.5
+    return float((c * c * c).mean()) / float(c2**1.5)
 
 
 def _cr2(u: NDArray[np.float64], h: NDArray[np.float64]) -> tuple[float, float]:
