@@ -228,9 +228,18 @@ def _interval_cells(d: Delta) -> list[str]:
     ]
 
 
-def _verdict_cell(d: Delta) -> str:
-    """Return the verdict with the reason a rule forced it beside it (None as before)."""
-    return verdict_text(d) if d.verdict_reason else str(d.verdict)
+def _verdict_cell(d: Delta, note: _Notes | None = None) -> str:
+    """Return the verdict with the reason a rule gave beside it.
+
+    In a table (``note`` given) the reason is a footnote, ``EQUIVALENT [2]``: reasons can be long
+    (``--estimator auto``'s tail figures). In a headline it is written out only where it explains
+    an INCONCLUSIVE verdict.
+    """
+    if not d.verdict_reason:
+        return str(d.verdict)
+    if note is not None:
+        return f"{d.verdict} {note(d.verdict_reason)}"
+    return verdict_text(d) if d.verdict == "INCONCLUSIVE" else str(d.verdict)
 
 
 def _comparison_row(c: Cell, d: Delta, note: _Notes) -> list[str]:
@@ -246,7 +255,7 @@ def _comparison_row(c: Cell, d: Delta, note: _Notes) -> list[str]:
     sm = d.smallest_equivalent_margin
     relative = d.tost is not None and d.tost.kind == "relative"
     sm_txt = "—" if sm is None else (f"{100 * sm:.2f}%" if relative else f"{sm:.4f}")
-    verdict = _verdict_cell(d) + (" " + note(d.warning) if d.warning else "")
+    verdict = _verdict_cell(d, note) + (" " + note(d.warning) if d.warning else "")
     return [
         *row,
         _num(d.point),
@@ -342,6 +351,7 @@ def _requalify_by_cell(result: Result, main: Delta) -> list[str]:
     pairs = [(c, d) for c in result.cells if (d := c.delta(Role.CANDIDATE_VS_BASELINE)) is not None]
     wide = has_interval_fields(d for _, d in pairs)
     rows = []
+    note = _Notes()
     for c, d in pairs:
         head = [c.name, str(c.n_requests), fmt(c.arms[d.a].R), fmt(c.arms[d.b].R)]
         more = _interval_cells(d) if wide else []
@@ -355,7 +365,7 @@ def _requalify_by_cell(result: Result, main: Delta) -> list[str]:
                 _num(d.point),
                 f"[{_num(d.lo)}, {_num(d.hi)}]",
                 f"{100 * (d.rel or 0.0):+.3f}%",
-                _verdict_cell(d),
+                _verdict_cell(d, note),
                 str((rq.verdict if rq is not None else None) or "—"),
                 *more,
             ]
@@ -366,6 +376,7 @@ def _requalify_by_cell(result: Result, main: Delta) -> list[str]:
         f"## Requalification by cell: {main.b} (b) vs {main.a} (a), SIMULATED",
         "",
         markdown_table([*header, "requalification", *(_INTERVAL_HEADER if wide else [])], rows),
+        *note.lines(),
         *_inconclusive_reasons(result),
     ]
 
