@@ -85,7 +85,7 @@ def test_auto_is_the_explicit_importance_run_but_for_the_cells_its_tail_rule_rej
     named_opts = named["options"]
     assert isinstance(named_opts, dict)
     assert named_opts["estimator_reason"] == "named by --estimator importance"
-    line = next(s for s in text.splitlines() if "estimator" in s.lower())
+    line = next(s for s in text.splitlines() if s.lower().startswith("estimator"))
     assert line.startswith("Estimator importance (auto: the archive carries drafted_id")
 
 
