@@ -1206,3 +1206,32 @@ def by_k_table(res: dict[str, Any], methods: tuple[str, ...]) -> str:
                     cells.append(f"{c:.3f}±{math.sqrt(c * (1 - c) / cnt):.3f} (N={int(cnt)})")
             lines.append(f"| {meth} | {s} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def check_cr2_package(st: Setting, n: int, n_sets: int = 5, seed: int = 5) -> float:
+    """Largest relative difference between this module's CR2-eff (θ̂, SE, df, and the
+    cr2-eff-rules bounds at every level) and :func:`specreplay.stats.cr2.paired_tests` on the
+    first datasets of a setting (every cell, both scales)."""
+    from specreplay.stats.cr2 import paired_tests
+
+    rng = np.random.default_rng([seed, n])
+    data = draw(st, n, n_sets, rng)
+    an = np.empty((n_sets, 5, 2, 8))
+    cr2_kernel(data, n, an)
+    iv = np.full((n_sets, 5, 2, len(BOOT_METHODS), len(LEVELS), 2), np.nan)
+    sizes = np.array([n] * FAMILIES + [FAMILIES * n], np.float64)
+    full, _ = assemble(iv, an, sizes)
+    worst = 0.0
+    for s in range(n_sets):
+        for c in range(5):
+            rows = data[s, c * n : (c + 1) * n] if c < 4 else data[s]
+            sums = np.stack([rows[:, 0], rows[:, 1], rows[:, 0], rows[:, 2]], axis=1)
+            for sc, tt in enumerate(paired_tests(sums, depths=(DEPTH, DEPTH))):
+                mine = (an[s, c, sc, 0], an[s, c, sc, 2], an[s, c, sc, 4])
+                for a, b in zip(mine, (tt.theta, tt.se, tt.df), strict=True):
+                    worst = max(worst, abs(a - b) / max(abs(b), 1e-300))
+                for li, lv in enumerate(LEVELS):
+                    lo, hi = tt.interval(lv)
+                    ml, mh = full[s, c, sc, METHODS.index("cr2-eff-rules"), li]
+                    worst = max(worst, abs(ml - lo) / (hi - lo), abs(mh - hi) / (hi - lo))
+    return worst
