@@ -940,6 +940,8 @@ def study(
         entry["sizes"] = {}
         for n in sizes:
             r = run_setting(st, n, n_sets, n_boot, seed, only_cr2=only_cr2)
+            # this module's CR2-eff against specreplay.stats.cr2 on the first datasets
+            r["cr2_package_max_rel_diff"] = check_cr2_package(st, n)
             entry["sizes"][str(n)] = r
             m = r["methods"]
             log(f"{st.name} n={n}: {r['seconds']:.0f}s unchanged {r['share_unchanged']:.2f} | "
@@ -1048,8 +1050,17 @@ def tables_markdown(res: dict[str, Any]) -> str:
         f"seed {res['seed']}, {res['datasets']} datasets per setting × size, B = {res['n_boot']},"
         f" {len(res['settings'])} settings, wall {res.get('wall_seconds', 0) / 60:.1f} min;"
         " worst case over every setting and both scales (Δ, Δ/R_a), ± MC SE; bold: the target"
-        " is missed by more than 2 MC SE",
+        " is missed by more than 2 MC SE; n is the requests per family (family cells), pooled"
+        " cells have 4n; setting = rounds (h heavy, m mild) / effect / truth (f free, m margin,"
+        " z zero)",
         compact_table(res, meths),
+    ]
+    for rounds in ROUNDS:
+        sub = {**res, "settings": {k: v for k, v in res["settings"].items()
+                                   if v["rounds"] == rounds}}  # fmt: skip
+        if sub["settings"]:
+            parts += [f"Only the {rounds}-rounds settings:", compact_table(sub, meths)]
+    parts += [
         "Degenerate cells (highest share over every setting):",
         degenerate_table(res, meths),
         "Family-cell coverage by k (requests that differ), pooled over every setting and size:",
@@ -1058,10 +1069,6 @@ def tables_markdown(res: dict[str, Any]) -> str:
     for m in cr:
         parts.append(f"COVERAGE_AT_SIZE[{m!r}] = {coverage_at_size(res, m)!r}")
     return "\n\n".join(parts)
-
-
-if __name__ == "__main__":
-    main()
 
 
 # ---------------------------------------------------------------- tables
@@ -1077,6 +1084,7 @@ def _short(name: str) -> str:
 def _worst(
     res: dict[str, Any], meth: str, pick: Any, lowest: bool, truths: tuple[str, ...] = TRUTHS,
     sizes: tuple[str, ...] | None = None,
+    pooled: bool = False,
 ) -> tuple[float, float, str] | None:  # fmt: skip
     """The worst (lowest or highest) [value, SE] of ``pick(entry)`` over settings and sizes."""
     best: tuple[float, float, str] | None = None
@@ -1094,6 +1102,8 @@ def _worst(
                     continue
                 if best is None or (v[0] < best[0] if lowest else v[0] > best[0]):
                     best = (v[0], v[1], f"{_short(name)} n={n}")
+                    if pooled:
+                        best = (v[0], v[1], f"{_short(name)} pooled {FAMILIES * int(n)}")
     return best
 
 
@@ -1138,8 +1148,8 @@ def compact_table(res: dict[str, Any], methods: tuple[str, ...] = METHODS) -> st
     head = "| method | " + " | ".join(c[0] for c in cols) + " |"
     lines = [head, "|" + "---|" * (len(cols) + 1)]
     for meth in methods:
-        cells = [_cell(_worst(res, meth, pick, low, tr, sz), tgt, low)
-                 for _, pick, low, tgt, tr, sz in cols]  # fmt: skip
+        cells = [_cell(_worst(res, meth, pick, low, tr, sz, "pooled" in head), tgt, low)
+                 for head, pick, low, tgt, tr, sz in cols]  # fmt: skip
         lines.append(f"| {meth} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -1235,3 +1245,7 @@ def check_cr2_package(st: Setting, n: int, n_sets: int = 5, seed: int = 5) -> fl
                     ml, mh = full[s, c, sc, METHODS.index("cr2-eff-rules"), li]
                     worst = max(worst, abs(ml - lo) / (hi - lo), abs(mh - hi) / (hi - lo))
     return worst
+
+
+if __name__ == "__main__":
+    main()
