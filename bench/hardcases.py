@@ -53,8 +53,11 @@ from the plug-in working variance ω_i = e_i², clipped at ≥ 1) and ``cr2-eff-
 the degenerate rules: SE = 0 or k < K_MIN requests differing → the hull of the interval and
 [−B, B], B = d·p_u·n_max/n̄ (÷ R̂_a for Δ/R_a), p_u the 95% Clopper–Pearson upper bound of k of N
 (1 − 0.05^{1/N} at k = 0), verdict INCONCLUSIVE; every bound clamped to |Δ| ≤ d and Δ/R_a ∈
-[1/(d+1) − 1, d]). The pooled cell's CR2 and wild variances treat its 4n requests as one stratum
-(conservative: the between-family spread counts as noise).
+[1/(d+1) − 1, d]); and, beyond the brief, ``cr2-eff-hall``: cr2-eff-rules with Hall's cubic
+transform applied analytically (g(T) ~ t_ν, ν the effective df, γ̂ the residuals' skewness:
+[θ̂ − g⁻¹(q)·SE, θ̂ − g⁻¹(−q)·SE]; it shifts the interval towards the long tail). The pooled
+cell's CR2 and wild variances treat its 4n requests as one stratum (conservative: the
+between-family spread counts as noise).
 
 Verdicts: EQUIVALENT iff the TOST p < α (the 1 − 2α interval inside ±m); else DIFFERENT iff the
 1 − α interval excludes 0; else INCONCLUSIVE; α = 0.05, on Δ/R_a (the margin is a percentage).
@@ -95,10 +98,12 @@ LEVELS = (0.90, 0.95, 1 - 2 * ALPHA / 3, 0.975, 1 - ALPHA / 3, 0.9875)
 TOST_LEVEL_IDX = (0, 1, 2, 3)  # c = 1, 2, 3, 4
 DIFF_LEVEL_IDX = (1, 3, 4, 5)
 BOOT_METHODS = ("studentized", "hall", "log", "bca", "wild-mammen", "wild-rademacher", "wild-webb")
-CR2_METHODS = ("cr2-bm", "cr2-eff", "cr2-eff-rules")
+CR2_METHODS = ("cr2-bm", "cr2-eff", "cr2-eff-rules", "cr2-eff-hall")
+RULED = ("cr2-eff-rules", "cr2-eff-hall")
 METHODS = BOOT_METHODS + CR2_METHODS
 WILD = ("wild-mammen", "wild-rademacher", "wild-webb")
 K_MIN = 3
+N_AN = 10  # θ̂, SE, SE CR2, df BM, df eff, k, n_max/n̄, R̂_a, residual skewness, requests
 K_BINS = ((0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 9), (10, 10**9))
 BIG = 1e300
 HUGE = 1e6
@@ -367,7 +372,7 @@ def _point(
     ta: NDArray[np.float64], n: int, out_an: NDArray[np.float64],
 ) -> tuple[NDArray[np.float64], ...]:  # fmt: skip
     """θ̂, linearised SE, residual skewness, Σx², CR1 SE of the 5 cells × 2 scales; CR2 into
-    ``out_an`` (5, 2, 8)."""
+    ``out_an`` (5, 2, N_AN)."""
     m4 = FAMILIES * n
     theta = np.empty((5, 2))
     se = np.empty((5, 2))
@@ -412,6 +417,8 @@ def _point(
             out_an[c, sc, 5] = k
             out_an[c, sc, 6] = nn[a:z].max() / nn[a:z].mean()
             out_an[c, sc, 7] = ta[a:z].sum() / nn[a:z].sum()
+            out_an[c, sc, 8] = gam[c, sc]
+            out_an[c, sc, 9] = z - a
     return theta, se, gam, sxx, se1
 
 
@@ -452,8 +459,9 @@ def study_kernel(
         (cell, scale, boot method, level, lo/hi); cells 0..3 families, 4 pooled; scale 0 Δ, 1 Δ/R_a.
     out_p : float64, (N, 5, 3, 2)
         WCR p-values of Δ/R_a: (cell, weights, (Δ = 0 two-sided, TOST at ±margin)).
-    out_an : float64, (N, 5, 2, 8)
-        θ̂, linearised SE, CR2 SE, df Bell–McCaffrey, df effective, k, n_max/n̄, R̂_a.
+    out_an : float64, (N, 5, 2, N_AN)
+        θ̂, linearised SE, CR2 SE, df Bell–McCaffrey, df effective, k, n_max/n̄, R̂_a, the
+        residuals' skewness γ̂, the cell's requests.
     """
     n_sets = data.shape[0]
     m4 = FAMILIES * n
@@ -708,16 +716,32 @@ def level_probs() -> NDArray[np.float64]:
 
 
 def _cr2_intervals(an: NDArray[np.float64], depth: int) -> tuple[NDArray[np.float64], ...]:
-    """cr2-bm, cr2-eff, cr2-eff-rules intervals (N, 5, 2, 3, L, 2) and the rule flag (N, 5)."""
+    """cr2-bm, cr2-eff, cr2-eff-rules, cr2-eff-hall intervals (N, 5, 2, 4, L, 2), k, n_max/n̄,
+    R̂_a."""
     theta, se2 = an[..., 0], an[..., 2]
     k, spread, ra = an[:, :, 0, 5], an[:, :, 0, 6], an[:, :, 0, 7]
-    out = np.empty((*an.shape[:3], 3, len(LEVELS), 2))
+    out = np.empty((*an.shape[:3], 4, len(LEVELS), 2))
     for j, col in enumerate((3, 4, 4)):
         q = stats.t.ppf(np.array([(1 + lv) / 2 for lv in LEVELS])[None, None, None, :],
                         an[..., col][..., None])  # fmt: skip
         half = q * se2[..., None]
         out[:, :, :, j, :, 0] = theta[..., None] - half
         out[:, :, :, j, :, 1] = theta[..., None] + half
+    # Hall's (1992) cubic transform of the t statistic, analytic: g(T) ~ t_ν, so
+    # T ∈ [g⁻¹(−q), g⁻¹(q)], g⁻¹(z) = ((1 + 3a(z − b))^{1/3} − 1)/a, a = γ̂/(3√N), b = γ̂/(6√N)
+    q = stats.t.ppf(np.array([(1 + lv) / 2 for lv in LEVELS])[None, None, None, :],
+                    an[..., 4][..., None])  # fmt: skip
+    nreq = an[..., 9][..., None]
+    ah = an[..., 8][..., None] / (3 * np.sqrt(nreq))
+    bh = an[..., 8][..., None] / (6 * np.sqrt(nreq))
+
+    def ginv(z: NDArray[np.float64]) -> NDArray[np.float64]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = (np.cbrt(1 + 3 * ah * (z - bh)) - 1) / ah
+        return np.where(ah == 0, z - bh, v)
+
+    out[:, :, :, 3, :, 0] = theta[..., None] - ginv(q) * se2[..., None]
+    out[:, :, :, 3, :, 1] = theta[..., None] - ginv(-q) * se2[..., None]
     return out, k, spread, ra
 
 
@@ -736,14 +760,15 @@ def assemble(
                   special.betaincinv(kk + 1, np.maximum(nn - kk, 1e-300), lev))  # fmt: skip
     bnd = DEPTH * pu * spread[..., None]  # (N, 5, L)
     bounds = np.stack([bnd, bnd / ra[..., None]], axis=2)  # (N, 5, 2, L)
-    r = cr[:, :, :, 2]
-    rr = rule[:, :, None, None]
-    r[..., 0] = np.where(rr, np.minimum(r[..., 0], -bounds), r[..., 0])
-    r[..., 1] = np.where(rr, np.maximum(r[..., 1], bounds), r[..., 1])
     lim_lo = np.array([-DEPTH, 1 / (DEPTH + 1) - 1])[None, None, :, None]
     lim_hi = np.array([DEPTH, DEPTH])[None, None, :, None]
-    r[..., 0] = np.clip(r[..., 0], lim_lo, lim_hi)
-    r[..., 1] = np.clip(r[..., 1], lim_lo, lim_hi)
+    rr = rule[:, :, None, None]
+    for j in (2, 3):
+        r = cr[:, :, :, j]
+        r[..., 0] = np.where(rr, np.minimum(r[..., 0], -bounds), r[..., 0])
+        r[..., 1] = np.where(rr, np.maximum(r[..., 1], bounds), r[..., 1])
+        r[..., 0] = np.clip(r[..., 0], lim_lo, lim_hi)
+        r[..., 1] = np.clip(r[..., 1], lim_lo, lim_hi)
     return np.concatenate([iv, cr], axis=3), rule
 
 
@@ -827,14 +852,23 @@ def figures(
             a_c = ALPHA / np.arange(1, 5)
             e_ind = pw[:, :, w, 1][..., None] < a_c
             d_ind = pw[:, :, w, 0][..., None] < a_c
-        if meth == "cr2-eff-rules":
+        if meth in RULED:
             e_ind = e_ind & ~rule[..., None]
             d_ind = d_ind & ~rule[..., None]
         eq = e_ind[:, :, 0]
         df = ~eq & d_ind[:, :, 0]
         eq_h = holm(e_ind[:, :4])
         df_h = ~eq_h & holm(d_ind[:, :4])
+        kf = k[:, :4]
         res["verdict"] = {
+            "eq_by_k_family": [
+                [
+                    int(((kf >= a) & (kf <= b)).sum()),
+                    int((eq[:, :4] & (kf >= a) & (kf <= b)).sum()),
+                    int((df[:, :4] & (kf >= a) & (kf <= b)).sum()),
+                ]
+                for a, b in K_BINS
+            ],
             "eq_pooled": _rate(eq[:, 4]),
             "df_pooled": _rate(df[:, 4]),
             "eq_family_mean": _rate(eq[:, :4]),
@@ -847,8 +881,8 @@ def figures(
             "inconclusive_family": _rate(~eq[:, :4] & ~df[:, :4]),
             "null_family": _rate(null[:, :4]),
             "null_pooled": _rate(null[:, 4]),
-            "rule_family": _rate(rule[:, :4]) if meth == "cr2-eff-rules" else None,
-            "rule_pooled": _rate(rule[:, 4]) if meth == "cr2-eff-rules" else None,
+            "rule_family": _rate(rule[:, :4]) if meth in RULED else None,
+            "rule_pooled": _rate(rule[:, 4]) if meth in RULED else None,
         }
         out[meth] = res
     return out
@@ -872,7 +906,7 @@ def run_setting(
         unchanged.append((data[..., 2] == data[..., 1]).mean())
         iv = np.empty((m, 5, 2, len(BOOT_METHODS), len(LEVELS), 2))
         pw = np.empty((m, 5, 3, 2))
-        an = np.empty((m, 5, 2, 8))
+        an = np.empty((m, 5, 2, N_AN))
         kseed = np.uint64((seed * 1_000_003 + hash_setting(st, n) * 65_537 + start) % 2**63)
         if only_cr2:
             iv[:] = np.nan
@@ -967,7 +1001,7 @@ def check_against_package(st: Setting, n: int, n_sets: int = 3, n_boot: int = 99
     data = draw(st, n, n_sets, rng)
     iv = np.empty((n_sets, 5, 2, len(BOOT_METHODS), len(LEVELS), 2))
     pw = np.empty((n_sets, 5, 3, 2))
-    an = np.empty((n_sets, 5, 2, 8))
+    an = np.empty((n_sets, 5, 2, N_AN))
     study_kernel(data, n, n_boot, np.uint64(seed), st.margin, level_probs(), iv, pw, an)
     worst = 0.0
     m4 = FAMILIES * n
@@ -1226,7 +1260,7 @@ def check_cr2_package(st: Setting, n: int, n_sets: int = 5, seed: int = 5) -> fl
 
     rng = np.random.default_rng([seed, n])
     data = draw(st, n, n_sets, rng)
-    an = np.empty((n_sets, 5, 2, 8))
+    an = np.empty((n_sets, 5, 2, N_AN))
     cr2_kernel(data, n, an)
     iv = np.full((n_sets, 5, 2, len(BOOT_METHODS), len(LEVELS), 2), np.nan)
     sizes = np.array([n] * FAMILIES + [FAMILIES * n], np.float64)
