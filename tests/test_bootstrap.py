@@ -9,8 +9,8 @@ from pathlib import Path
 import numba
 import numpy as np
 import pytest
+from cr2_ref import hand_cr2, t_interval, t_p_values
 from scipy import stats
-from studentized_ref import hand_studentized
 from typer.testing import CliRunner
 
 from specreplay.cli import app
@@ -97,7 +97,7 @@ def test_percentile_and_bca_agree_with_scipy() -> None:
                            confidence_level=lvl).confidence_interval
         for m, lvl in (("percentile", 1 - 2 * tail), ("BCa", 0.95))
     }  # fmt: skip
-    assert d["method"] == "studentized"
+    assert d["method"] == "cr2-eff"
     sigma = float(np.std(comp.delta_reps[:, 0], ddof=1))
     lo_x, hi_x = expanded_interval(comp.delta_reps[:, 0], 0.95, 300)
     # two independent estimates of the same quantile: SE of the difference is sqrt(2) * SE_q;
@@ -238,13 +238,12 @@ CATEGORIES = (
     *("reasoning", "roleplay", "stem", "writing"),
 )
 MEDUSA_VERDICTS = {
-    # studentized: humanities, stem raw p_difference 0.075, 0.093 (no raw DIFFERENT left)
+    # CR2 (tests/cr2_ref.py): stem, humanities raw p_difference 0.085, 0.092 (no raw DIFFERENT)
     "0.5%": dict.fromkeys(CATEGORIES, "INCONCLUSIVE"),
-    # coding, roleplay, stem: raw p_equivalence 0.031, 0.033, 0.041; Holm-adjusted 0.25
-    # (raw: EQUIVALENT)
+    # coding, writing: raw p_equivalence 0.0375, 0.0425 (raw: EQUIVALENT); Holm-adjusted 0.30
     "8%": dict.fromkeys(CATEGORIES, "INCONCLUSIVE"),
 }
-RAW_CHANGES = {"0.5%": 0, "8%": 3}  # verdicts the raw p-values would get wrong
+RAW_CHANGES = {"0.5%": 0, "8%": 2}  # verdicts the raw p-values would get wrong
 
 
 @pytest.mark.parametrize("margin", list(MEDUSA_VERDICTS))
@@ -256,6 +255,10 @@ def test_medusa_category_verdicts_use_holm_adjusted_p_values(margin: str) -> Non
     comp = compare(ps, arm_a="7B", arm_b="13B", margin=parse_margin(margin))
     fam = [c for c in comp.cells if c["level"] == "family"]
     deltas = [c["deltas"][0] for c in fam]
+    for d, cell in zip(deltas, [s for s in comp.layout if s.level == "family"], strict=True):
+        theta, se, df = hand_cr2(ps, cell.fam_idx, cell.bucket_idx, rel=True)
+        want = t_p_values(theta, se, df, parse_margin(margin).value)
+        assert (d["p_difference"], d["p_equivalence"]) == pytest.approx(want, rel=1e-7)
     for kind in ("p_difference", "p_equivalence"):
         hand = _holm_by_hand([d[kind] for d in deltas])
         assert [d[f"{kind}_adj"] for d in deltas] == pytest.approx(hand, abs=1e-12)
@@ -384,30 +387,20 @@ def _linear_quantile(x: np.ndarray, p: float) -> float:
 def test_tost_interval_and_smallest_margin_are_at_one_minus_two_alpha(
     margin: str, alpha: float, tost_level: float
 ) -> None:
+    """The TOST interval is the CR2 t interval at 1 − 2α; in a Holm family of one the smallest
+    EQUIVALENT margin is its largest |bound| (the t p-value is continuous in m)."""
     ps = _sums(80, seed=12)
     m = parse_margin(margin)
     comp = compare(ps, arm_a="a", arm_b="b", n_boot=2000, seed=1, margin=m, alpha=alpha)
     d = comp.cells[0]["deltas"][0]
-    theta, se, t = hand_studentized(ps, n_boot=2000, seed=1, stratify="family",
-                                    fam_idx=(0,), bucket_idx=(0,), rel=m.relative)  # fmt: skip
-    # the TOST interval is the studentized one at 1 − 2α: θ̂ − q_{1−α}(t*)·SE, θ̂ − q_α(t*)·SE
-    lo, hi = theta - _linear_quantile(t, 1 - alpha) * se, theta - _linear_quantile(t, alpha) * se
+    theta, se, df = hand_cr2(ps, (0,), (0,), rel=m.relative)
+    lo, hi = t_interval(theta, se, df, 1 - 2 * alpha)
     assert d["tost"]["level"] == pytest.approx(tost_level, abs=1e-15)
-    assert (d["tost"]["lo"], d["tost"]["hi"]) == pytest.approx((lo, hi), rel=1e-6)
-    # the pooled cell is a Holm family of one: the smallest margin is where the TOST p-value
-    # (counting replicates) crosses α, so within one replicate spacing of the interval's bound
-    sm = d["smallest_equivalent_margin"]
-    st = Studentized(theta, se, t)
-    assert st.p_equivalence(sm * (1 + 1e-6)) < alpha <= st.p_equivalence(sm * (1 - 1e-6))
-    bounds = np.sort(np.abs(theta - t * se))
-    gap = float(np.max(np.diff(bounds[np.searchsorted(bounds, 0.9 * sm):
-                                      np.searchsorted(bounds, 1.1 * sm)])))  # fmt: skip
-    assert abs(sm - max(abs(lo), abs(hi))) <= 2 * gap
+    assert (d["tost"]["lo"], d["tost"]["hi"]) == pytest.approx((lo, hi), rel=1e-9)
+    assert d["smallest_equivalent_margin"] == pytest.approx(max(abs(lo), abs(hi)), rel=1e-8)
     # the interval printed beside it stays at the 95% level (of Δ)
-    th_d, se_d, t_d = hand_studentized(ps, n_boot=2000, seed=1, stratify="family",
-                                       fam_idx=(0,), bucket_idx=(0,))  # fmt: skip
-    p95 = (th_d - _linear_quantile(t_d, 0.975) * se_d, th_d - _linear_quantile(t_d, 0.025) * se_d)
-    assert (d["lo"], d["hi"]) == pytest.approx(p95, rel=1e-6)
+    th_d, se_d, df_d = hand_cr2(ps, (0,), (0,))
+    assert (d["lo"], d["hi"]) == pytest.approx(t_interval(th_d, se_d, df_d, 0.95), rel=1e-9)
 
 
 def test_holm_matches_hand_computation() -> None:
@@ -417,14 +410,20 @@ def test_holm_matches_hand_computation() -> None:
 
 
 def test_requests_for_margin_is_a_tost_power_calculation() -> None:
-    """n' = (s (q + z_0.9) / m)² at true Δ = 0, s = se·√n, q = √(n'/(n'−1))·t_{n'−1, 0.95}
-    (Chow, Shao & Wang 2008 §3.2.3 with the default interval's quantile), and its power."""
+    """n' = (s (q + z_0.9) / m)² at true Δ = 0, s = se·√n, q = t_{ν', 0.95} with ν' = n' − 1, or
+    ν·n'/n for a cell of effective df ν (Chow, Shao & Wang 2008 §3.2.3 with the default
+    interval's quantile), and its power."""
     se, n, m = 0.01, 100, 0.02  # per-request SD s = 0.1
     got = requests_for_margin(se, m, n, alpha=0.05, power=0.8)
     assert got.null_reason is None and got.requests is not None
     k = got.requests
-    q = math.sqrt(k / (k - 1)) * stats.t.ppf(0.95, k - 1)
+    q = stats.t.ppf(0.95, k - 1)
     assert k == math.ceil((0.1 * (q + stats.norm.ppf(0.9)) / m) ** 2)
+    # with effective df 10 of 100 requests, n' requests have 0.1·n' effective clusters
+    few = requests_for_margin(se, m, n, alpha=0.05, power=0.8, df=10.0).requests
+    assert few is not None
+    q_few = stats.t.ppf(0.95, 0.1 * few)
+    assert few == math.ceil((0.1 * (q_few + stats.norm.ppf(0.9)) / m) ** 2) and few > k
     # at n' requests and a true Δ = 0 the TOST passes with probability ≥ 0.8 (normal model)
     half = m / (0.1 / math.sqrt(k)) - q
     assert 2 * stats.norm.cdf(half) - 1 >= 0.8
@@ -435,7 +434,7 @@ def test_requests_for_margin_is_a_tost_power_calculation() -> None:
     assert (
         zero.requests is None
         and zero.null_reason is not None
-        and "zero variance" in zero.null_reason
+        and "zero standard error" in zero.null_reason
     )
     assert t_ppf(0.95, 10) == pytest.approx(stats.t.ppf(0.95, 10), rel=1e-9)
 
@@ -450,12 +449,12 @@ def test_smallest_margin_is_the_holm_adjusted_one() -> None:
     for i, d in zip(idx, fam, strict=True):
         assert d["smallest_equivalent_margin"] >= max(abs(d["tost"]["lo"]), abs(d["tost"]["hi"]))
         # the sample size is for the verdict as adjusted: Holm's first step tests at α/4, with
-        # the cell's (studentized) SE
+        # the cell's CR2 SE and effective df
         cell = comp.layout[i]
-        _, se, _ = hand_studentized(ps, n_boot=2000, seed=2, stratify="family",
-                                    fam_idx=cell.fam_idx, bucket_idx=cell.bucket_idx)  # fmt: skip
+        _, se, df = hand_cr2(ps, cell.fam_idx, cell.bucket_idx)
         n = comp.cells[i]["n_requests"]
-        assert d["requests_for_margin"] == requests_for_margin(se, 0.02, n, 0.05 / 4).requests
+        want = requests_for_margin(se, 0.02, n, 0.05 / 4, df=df).requests
+        assert d["requests_for_margin"] == want
     m_star = max(d["smallest_equivalent_margin"] for d in fam) * (1 + 1e-6)
     again = compare(ps, arm_a="a", arm_b="b", n_boot=2000, seed=2,
                     margin=parse_margin(repr(m_star)))  # fmt: skip
@@ -495,7 +494,9 @@ def test_interval_command_outputs_and_exit_codes(tmp_path: Path) -> None:
     assert doc["command"] == "interval" and doc["arms"] == ["7B", "13B"]
     assert {Path(i["path"]).name for i in doc["inputs"]} == {M7.name, M13.name, QUESTIONS.name}
     fam = [c for c in doc["cells"] if c["level"] == "family"]
-    assert len(fam) == 8 and all(c["deltas"][0]["warning"] for c in fam)  # 10 < 30 requests
+    # 10 requests < the study's nominal size: small_sample with the study's coverage at 10
+    assert len(fam) == 8 and all(c["deltas"][0]["small_sample"] for c in fam)
+    assert all(c["deltas"][0]["coverage_at_size"]["n_requests"] == 10 for c in fam)
     assert all(c["deltas"][0]["bonferroni"]["level"] == pytest.approx(1 - 0.05 / 8) for c in fam)
     for f in ("TABLES.md", "cells.parquet", "forest.png"):
         assert (out / f).stat().st_size > 0

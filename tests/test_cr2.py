@@ -168,3 +168,21 @@ def test_request_pieces_are_summed_before_squaring() -> None:
     halves = np.concatenate([s / 2.0, s / 2.0])
     split = paired_tests(halves, depths=(4, 4))[0]
     assert split.se != pytest.approx(whole.se, rel=1e-3)
+
+
+def test_compiled_tost_p_values_equal_each_tests_own() -> None:
+    """tost_p_values (compiled t CDF) gives TTest.p_equivalence for ordinary, forced and
+    identical tests at margins on both sides of each; and the t CDF equals scipy's."""
+    from specreplay.stats.cr2 import tost_p_values
+    from specreplay.stats.tfast import t_cdf_many
+
+    tests = [*paired_tests(_paired(7), depths=(4, 4)), *paired_tests(_paired(8, n=30))]
+    s = _paired(9)
+    s[:, 3] = s[:, 1]
+    tests += [paired_tests(s, depths=(4, 4))[0], paired_tests(s, identical=True)[0]]
+    every = tost_p_values(tests)
+    for m in (1e-6, 0.005, 0.02, 0.3, 5.0):
+        assert every(m) == pytest.approx([t.p_equivalence(m) for t in tests], rel=1e-12, abs=1e-15)
+    x = np.array([-40.0, -2.5, -0.3, 0.0, 0.7, 3.1, 60.0])
+    df = np.array([1.0, 2.7, 14.5, 1e5, 3.3, 50.0, 1.2])
+    assert t_cdf_many(x, df) == pytest.approx(stats.t.cdf(x, df), rel=1e-10, abs=1e-15)

@@ -819,3 +819,22 @@ def test_options_a_format_does_not_use_are_errors(tmp_path: Path) -> None:
         read_arm(EAGLE, buckets=BUCKETS, drafted=0)
     with pytest.raises(SpecReplayError, match=re.escape("--choice -1: must be ≥ 0")):
         read_arm(EAGLE, buckets=BUCKETS, choice=-1)
+
+
+def test_round_traces_carry_their_depth_only_when_every_round_records_drafted(
+    tmp_path: Path,
+) -> None:
+    """The clamp's depth (issue 10): the largest ``drafted`` when no round leaves it null, else
+    unknown; ``pair_arms`` passes both arms' depths to the comparison, or none if one is unknown."""
+    from specreplay.stats.pairing import pair_arms
+
+    some_null = read_arm(_round_trip(tmp_path, ROUNDS, "parquet"), buckets=BUCKETS)
+    assert some_null.depth is None
+    filled = [{**r, "drafted": r["drafted"] if r["drafted"] is not None else 7} for r in ROUNDS]
+    full = read_arm(_round_trip(tmp_path, filled, "jsonl"), buckets=BUCKETS)
+    assert full.depth == max(r["drafted"] for r in filled)
+    shallower = [{**r, "drafted": 6, "accepted": min(r["accepted"], 6)} for r in filled]
+    other = read_arm(_round_trip(tmp_path, shallower, "jsonl", stem="b"), buckets=BUCKETS)
+    assert other.depth == 6
+    assert pair_arms(full, other, buckets=BUCKETS)[0].depths == (7, 6)
+    assert pair_arms(full, some_null, buckets=BUCKETS)[0].depths is None

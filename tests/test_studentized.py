@@ -1,4 +1,5 @@
-"""The default (studentized) interval against an independent hand computation.
+"""The studentized (bootstrap-t) interval, today a candidate of the calibration study, and the
+default CR2 interval of :func:`compare`, each against an independent hand computation.
 
 ``studentized_ref.hand_studentized`` recomputes every replicate's SE* from the raw pieces in the
 original coordinates, with the kernel's draw counts; the package gets SE* from moments in
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cr2_ref import hand_cr2, t_interval, t_p_values
 from studentized_ref import hand_studentized
 
 from specreplay.stats.bootstrap import PairedSums, bootstrap_moments, bootstrap_sums
@@ -67,31 +69,33 @@ def test_standard_errors_and_t_equal_the_hand_computation(stratify: str, shift: 
             np.testing.assert_allclose((th - theta) / se_reps, t_hand, rtol=tol * 100, atol=atol)
 
 
-def test_compare_gives_the_hand_bootstrap_t_interval_and_p_values() -> None:
+def test_compare_gives_the_hand_cr2_interval_and_p_values() -> None:
+    """Every cell of compare (pooled, family, bucket, family × bucket; pieces in two buckets)
+    gives the reference CR2 t interval, TOST interval, p-values and df (tests/cr2_ref.py)."""
     ps = _sums(4, n=80)
-    n_boot = 400
-    comp = compare(ps, arm_a="a", arm_b="b", n_boot=n_boot, seed=9, stratify="family",
+    comp = compare(ps, arm_a="a", arm_b="b", n_boot=400, seed=9, stratify="family",
                    margin=parse_margin("0.03"), min_requests=5)  # fmt: skip
+    checked = 0
     for c, cell in zip(comp.cells, comp.layout, strict=True):
         d = c["deltas"][0]
         if d["null_reason"] is not None:
             continue
-        theta, se, t = hand_studentized(
-            ps, n_boot=n_boot, seed=9, stratify="family", fam_idx=cell.fam_idx,
-            bucket_idx=cell.bucket_idx,
-        )  # fmt: skip
-        q_lo, q_hi = np.quantile(t, [0.025, 0.975])
-        assert d["method"] == "studentized"
-        assert (d["lo"], d["hi"]) == pytest.approx((theta - q_hi * se, theta - q_lo * se), rel=1e-6)
-        t90 = np.quantile(t, [0.05, 0.95])
+        theta, se, df = hand_cr2(ps, cell.fam_idx, cell.bucket_idx)
+        assert d["method"] == "cr2-eff"
+        assert d["df"] == pytest.approx(df, rel=1e-9)
+        assert (d["lo"], d["hi"]) == pytest.approx(t_interval(theta, se, df, 0.95), rel=1e-9)
         assert (d["tost"]["lo"], d["tost"]["hi"]) == pytest.approx(
-            (theta - t90[1] * se, theta - t90[0] * se), rel=1e-6
+            t_interval(theta, se, df, 0.90), rel=1e-9
         )
-        s = theta / se
-        p_diff = min(1.0, 2 * min(np.mean(t >= s), np.mean(t <= s)))
-        p_eq = max(np.mean(t <= (theta - 0.03) / se), np.mean(t >= (theta + 0.03) / se))
-        assert d["p_difference"] == pytest.approx(p_diff, abs=1.5 / n_boot)
-        assert d["p_equivalence"] == pytest.approx(p_eq, abs=1.5 / n_boot)
+        p_diff, p_eq = t_p_values(theta, se, df, 0.03)
+        assert d["p_difference"] == pytest.approx(p_diff, rel=1e-7, abs=1e-14)
+        assert d["p_equivalence"] == pytest.approx(p_eq, rel=1e-7, abs=1e-14)
+        r_theta, r_se, r_df = hand_cr2(ps, cell.fam_idx, cell.bucket_idx, rel=True)
+        assert (d["rel_lo"], d["rel_hi"]) == pytest.approx(
+            t_interval(r_theta, r_se, r_df, 0.95), rel=1e-9
+        )
+        checked += 1
+    assert checked >= 8
 
 
 def test_a_zero_standard_error_gives_a_zero_width_interval_and_sure_p_values() -> None:

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from archive_factory import write_parquet
 from typer.testing import CliRunner
@@ -244,3 +245,120 @@ def test_each_arm_table_row_shows_its_own_delta(tmp_path: Path) -> None:
     section = res.stdout.split("## top2@4")[1]
     row = next(ln for ln in section.splitlines() if ln.startswith("| 2 "))
     assert f"{_exact(2) - _exact(4):+.4f}" in row
+
+
+# -- joint replicates across depths (issue 10, item 6: "bootstraps seeded apart") --------------
+
+N_VARYING, COST_SLOPE, SWEEP_SEED = 40, 0.05, 7
+
+
+def _varying_alpha() -> tuple[list[dict[str, Any]], np.ndarray, np.ndarray]:
+    """Request r has its own α_r ~ U(0.5, 0.95) at every position and 1–5 rounds (seeded), so
+    resamples of requests change R(d) and which depth has the most tokens/s: P(best) is spread
+    over depths 5–10 (no depth wins every replicate). Returns the rows, α_r and the rounds."""
+    rng = np.random.default_rng(20261201)
+    alphas = rng.uniform(0.5, 0.95, N_VARYING)
+    rounds = rng.integers(1, 6, N_VARYING)
+    half = math.log(0.5)
+    rows = [
+        {"request_id": f"q{r}", "family": ("chat", "code")[r % 2],
+         "context_tokens": 100 + 20 * rnd, "round": rnd, "position": pos,
+         "cand_ids": [2 * pos, 2 * pos + 1], "draft_logprobs": [half, half],
+         "target_probs": [alphas[r] / 2, alphas[r] / 2]}
+        for r in range(N_VARYING) for rnd in range(int(rounds[r])) for pos in range(1, DEPTH + 1)
+    ]  # fmt: skip
+    return rows, alphas, rounds
+
+
+@pytest.fixture(scope="module")
+def varying_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Any, Any]:
+    """The analytic sweep of the varying-α archive over depths 1..10, cost 1 + 0.05·d ms."""
+    tmp = tmp_path_factory.mktemp("varying")
+    rows, alphas, rounds = _varying_alpha()
+    path = write_parquet(tmp / "a.parquet", rows)
+    _, doc = _sweep(path, tmp / "o", "--arm", f"top2:t1@{DEPTH}", "--depths", f"1..{DEPTH}",
+                    "--cost", f"linear:1:{COST_SLOPE}", "--estimator", "analytic",
+                    "--seed", str(SWEEP_SEED), "--n-boot", "400")  # fmt: skip
+    return doc, alphas, rounds
+
+
+def _joint_p_best(doc: dict[str, Any], alphas: np.ndarray, rounds: np.ndarray) -> dict[Any, Any]:
+    """P(best) per cell (pooled; each family) computed here: per request n_r rounds and
+    t_r(d) = n_r·Σ_{k≤d} α_r^k (the closed form of the analytic replay), the requests resampled
+    by ``bootstrap_sums`` at the run's seed (stratified by family, as the sweep does), and in
+    every replicate the depth of the largest 1000·R*(d)/ms(d) counted."""
+    from specreplay.sim.rng import request_key
+    from specreplay.stats.bootstrap import PairedSums, bootstrap_sums
+
+    ids = [f"q{r}" for r in range(N_VARYING)]
+    families = ("chat", "code")  # codes in sorted order, as the pairing gives them
+    n_boot = doc["cells"][0]["deltas"][0]["n_boot"]
+    n = rounds.astype(np.float64)
+    tps = []  # per depth: (n_boot, 3) tokens/s of the pooled, chat and code cells
+    for d in range(1, DEPTH + 1):
+        t = n * sum(alphas**k for k in range(d + 1))
+        ps = PairedSums(
+            tuple(ids), np.array([request_key(i) for i in ids], np.uint64),
+            np.array([r % 2 for r in range(N_VARYING)], np.int32), np.arange(N_VARYING),
+            np.zeros(N_VARYING, np.int32), n, t, n, t, families, ("all",),
+        )  # fmt: skip
+        sums = bootstrap_sums(ps, n_boot=n_boot, seed=doc["seed"], stratify="family")[:, :, 0]
+        r_fam = sums[:, :, 3] / sums[:, :, 2]
+        r_pooled = sums[:, :, 3].sum(axis=1) / sums[:, :, 2].sum(axis=1)
+        ms = 1.0 + COST_SLOPE * d
+        tps.append(1000.0 * np.column_stack([r_pooled, r_fam]) / ms)
+    wins = np.argmax(np.stack(tps, axis=2), axis=2)  # (n_boot, 3): index of the winning depth
+    out: dict[Any, Any] = {}
+    for j, key in enumerate((None, *families)):
+        share = np.bincount(wins[:, j], minlength=DEPTH) / n_boot
+        out[key] = {d + 1: float(share[d]) for d in range(DEPTH)}
+    return out
+
+
+def test_p_best_comes_from_one_joint_bootstrap_of_requests(
+    varying_sweep: tuple[dict[str, Any], Any, Any],
+) -> None:
+    """P(best) of every depth in the pooled and family cells equals, exactly, the share computed
+    here from one joint resample of requests shared by all depths (:func:`_joint_p_best`).
+    Seeding each depth apart (``seed + d``) draws other requests per depth and moves the shares:
+    planted, this test fails. The spread over depths (no depth wins every replicate, checked) is
+    what makes it sensitive; a constant-α archive gives 1.0 under either bug or none."""
+    doc, alphas, rounds = varying_sweep
+    expected = _joint_p_best(doc, alphas, rounds)
+    checked = 0
+    for cell in doc["cells"]:
+        if cell["level"] not in ("pooled", "family"):
+            continue
+        got = {f["depth"]: f["p_best"] for f in cell["depths"]}
+        assert got == expected[cell["family"]], cell["family"]
+        assert max(got.values()) < 0.9  # replicates disagree: the check has teeth
+        checked += 1
+    assert checked == 3
+
+
+def test_tokens_per_s_interval_is_the_r_interval_over_the_cost(
+    varying_sweep: tuple[dict[str, Any], Any, Any],
+) -> None:
+    """For every supported depth of the pooled and family cells, tokens/s and its interval are
+    1000·(R, lo, hi)/ms(d) with ms(d) = 1 + 0.05·d, lo ≤ R ≤ hi, and R = Σ t_r(d)/Σ n_r in closed
+    form (the glue between the R interval and the cost model, whatever the interval method)."""
+    doc, alphas, rounds = varying_sweep
+    fam = np.array([("chat", "code")[r % 2] for r in range(N_VARYING)])
+    checked = 0
+    for cell in doc["cells"]:
+        if cell["level"] not in ("pooled", "family"):
+            continue
+        sel = np.ones(N_VARYING, bool) if cell["family"] is None else fam == cell["family"]
+        for f in cell["depths"]:
+            d = f["depth"]
+            assert f["supported"]
+            exact = float((rounds * sum(alphas**k for k in range(d + 1)))[sel].sum()
+                          / rounds[sel].sum())  # fmt: skip
+            assert f["R"] == pytest.approx(exact, rel=1e-12)
+            assert f["lo"] <= f["R"] <= f["hi"]
+            ms = 1.0 + COST_SLOPE * d
+            assert f["tokens_per_s"] == pytest.approx(1000.0 * f["R"] / ms, rel=1e-12)
+            assert f["tokens_per_s_lo"] == pytest.approx(1000.0 * f["lo"] / ms, rel=1e-12)
+            assert f["tokens_per_s_hi"] == pytest.approx(1000.0 * f["hi"] / ms, rel=1e-12)
+            checked += 1
+    assert checked == 3 * DEPTH

@@ -344,12 +344,19 @@ class ReplayResult:
             kind="replay",
             sums=self._frame(s.request, s.bucket, s.n, s.t[:, d - 1]),
             label="SIMULATED",
+            depth=d,
         )
 
     def measured_data(self, name: str = "MEASURED") -> ArmData:
         """Return the archive's MEASURED per-(request, bucket) sums (from ``accepted``)."""
         m = self.measured.sums
-        return ArmData(name=name, kind="archive", sums=self._frame(m.request, m.bucket, m.n, m.t))
+        recorded = int(self.measured.survival_hits.shape[2]) - 1  # positions a round can hold
+        return ArmData(
+            name=name,
+            kind="archive",
+            sums=self._frame(m.request, m.bucket, m.n, m.t),
+            depth=recorded if recorded >= 1 else None,
+        )
 
     def mcse(self, arm: Arm, keys_mask: NDArray[np.bool_] | None = None) -> float:
         """Monte Carlo standard error of R over the selected rows (delta method; 0 if exact)."""

@@ -1,13 +1,16 @@
 """cells.parquet: every figure of a result's cells as one long table (SPEC §4).
 
 One row per figure: ``kind`` is ``R``, ``n_rounds``, ``survival`` (``depth`` = position j),
-``delta`` (``arm_a``, ``arm_b``, ``role``, interval ``lo``/``hi``, ``method``, ``level_conf``, and
-the ``verdict``) or, for an importance replay, ``ess_share`` and ``pareto_k`` (``depth`` = k: the
-tail diagnostics of the policy ratio), per depth figure ``R_at_depth``, ``tokens_per_s``,
-``gain`` (``lo``/``hi``: the interval or, for the screen, the assumption envelope) and ``rank``,
-or, for a budget, ``break_even_ms`` and ``remaining_ms`` (SPEC §3.7); every row carries its cell
-(level, family, bucket, ``n_requests``, and for ``screen`` cells ``batch``, ``context``,
-``worker``; for ``--by`` cells ``group``, ``COLUMN=value``), ``label`` and ``null_reason``.
+``delta`` (``arm_a``, ``arm_b``, ``role``, interval ``lo``/``hi``, ``method``, ``level_conf``, the
+``verdict`` and ``verdict_reason`` where a rule forced it, the t interval's ``df``, the requests
+that differ between the arms ``n_differing``, ``small_sample`` and the study's coverage at the
+cell's size ``coverage_at_size``) or, for an importance replay, ``ess_share`` and ``pareto_k``
+(``depth`` = k: the tail diagnostics of the policy ratio), per depth figure ``R_at_depth``,
+``tokens_per_s``, ``gain`` (``lo``/``hi``: the interval or, for the screen, the assumption envelope)
+and ``rank``, or, for a budget, ``break_even_ms`` and ``remaining_ms`` (SPEC §3.7); every row
+carries its cell (level, family, bucket, ``n_requests``, and for ``screen`` cells ``batch``,
+``context``, ``worker``; for ``--by`` cells ``group``, ``COLUMN=value``), ``label`` and
+``null_reason``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,11 @@ CELLS_SCHEMA: dict[str, pl.DataType] = {
     "context": pl.Int64(),
     "worker": pl.String(),
     "group": pl.String(),
+    "df": pl.Float64(),
+    "n_differing": pl.Int64(),
+    "small_sample": pl.Boolean(),
+    "coverage_at_size": pl.Float64(),
+    "verdict_reason": pl.String(),
 }
 
 
@@ -72,10 +80,15 @@ def _rows(cell: Cell) -> list[dict[str, Any]]:
                             "value": s.value, "label": s.label.value,
                             "null_reason": s.null_reason})  # fmt: skip
     for d in cell.deltas:
+        cov = d.coverage_at_size
         rows.append(base | {"kind": "delta", "arm_a": d.a, "arm_b": d.b, "role": d.role.value,
                             "depth": d.depth, "value": d.point, "lo": d.lo, "hi": d.hi,
                             "method": d.method, "level_conf": d.level, "verdict": d.verdict,
-                            "label": d.label.value, "null_reason": d.null_reason})  # fmt: skip
+                            "label": d.label.value, "null_reason": d.null_reason,
+                            "df": d.df, "n_differing": d.n_differing,
+                            "small_sample": d.small_sample,
+                            "coverage_at_size": None if cov is None else cov.coverage,
+                            "verdict_reason": d.verdict_reason})  # fmt: skip
     for f in cell.depths:
         for kind, value, lo, hi in (
             ("R_at_depth", f.R, f.lo, f.hi),

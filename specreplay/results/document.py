@@ -15,9 +15,20 @@ import polars as pl
 
 from specreplay import __version__
 from specreplay.replay.archive.filehash import file_sha256, hash_stats, recorded_digest
-from specreplay.results.model import Cell, Excluded, InputFile, InputIgnored, LawTest, Result
+from specreplay.results.model import (
+    Cell,
+    Excluded,
+    InputFile,
+    InputIgnored,
+    IntervalMethod,
+    LawTest,
+    Result,
+)
+from specreplay.stats.cr2 import METHOD, MIN_DIFFERING, MIN_REQUESTS
+from specreplay.stats.studied import STUDY
 
 __all__ = [
+    "INTERVAL_METHOD",
     "cache_entry",
     "environment",
     "excluded_entries",
@@ -92,6 +103,22 @@ def excluded_entries(items: Iterable[dict[str, Any]]) -> tuple[Excluded, ...]:
     )
 
 
+INTERVAL_METHOD = IntervalMethod(
+    method=METHOD,
+    description=(
+        "CR2 (Bell-McCaffrey) t interval with effective degrees of freedom, requests as "
+        "clusters; EQUIVALENT when the Holm-adjusted TOST p < alpha, else DIFFERENT when the "
+        "Holm-adjusted p of delta = 0 < alpha, else INCONCLUSIVE; INCONCLUSIVE by rule below "
+        "min_requests requests or min_differing requests that differ between the arms "
+        "(a conservative interval is shown), EQUIVALENT with zero width only for identical inputs"
+    ),
+    min_requests=MIN_REQUESTS,
+    min_differing=MIN_DIFFERING,
+    study=STUDY,
+)
+"""The ``interval_method`` of every result whose cells carry deltas."""
+
+
 def new_result(
     *,
     command: str,
@@ -110,6 +137,8 @@ def new_result(
     Its ``extra`` holds the ``cache`` entry (:func:`cache_entry`) beside any ``extra`` given.
     """
     more = fields.pop("extra", None) or {}
+    if "interval_method" not in fields and any(c.deltas for c in cells):
+        fields["interval_method"] = INTERVAL_METHOD
     return Result(
         command=command,
         version=__version__,

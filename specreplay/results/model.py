@@ -45,6 +45,7 @@ __all__ = [
     "Bonferroni",
     "Budget",
     "Cell",
+    "CoverageAtSize",
     "CredibleInterval",
     "Delta",
     "DepthFigure",
@@ -52,6 +53,7 @@ __all__ = [
     "ImportanceDiagnostic",
     "InputFile",
     "InputIgnored",
+    "IntervalMethod",
     "Label",
     "LawTest",
     "Level",
@@ -196,8 +198,47 @@ class CredibleInterval:
 
 
 @dataclass(frozen=True)
+class CoverageAtSize:
+    """What the calibration study measured at a cell's size (the small-sample flag, issue 10).
+
+    ``coverage``: the lowest coverage of the 95% interval over every setting of the study at
+    ``n_requests``, the largest studied size ≤ the cell's requests; ``mc_se`` its Monte Carlo
+    standard error; ``setting`` the setting where it was measured.
+    """
+
+    coverage: float
+    mc_se: float
+    n_requests: int
+    setting: str
+
+
+@dataclass(frozen=True)
+class IntervalMethod:
+    """The interval behind every verdict of a run and the thresholds the study set for it.
+
+    ``method`` its name (e.g. ``cr2-eff``), ``description`` one line on what it is; below
+    ``min_requests`` requests, or ``min_differing`` requests whose (n, t) differ between the
+    arms, a cell is INCONCLUSIVE, never EQUIVALENT; ``study`` the command and seed that
+    reproduce the calibration table.
+    """
+
+    method: str
+    description: str
+    min_requests: int
+    min_differing: int
+    study: str
+
+
+@dataclass(frozen=True)
 class Delta:
-    """A paired delta Δ = R_b − R_a of one cell with its intervals, tests and verdict."""
+    """A paired delta Δ = R_b − R_a of one cell with its intervals, tests and verdict.
+
+    ``df``: the t interval's degrees of freedom; ``n_differing``: the cell's requests whose
+    (n, t) differ between the arms; ``small_sample`` (with ``coverage_at_size``): the cell is
+    below the size at which the calibration study shows nominal coverage; ``verdict_reason``:
+    why the verdict is what it is where a rule forced it (too few differing requests,
+    identical inputs).
+    """
 
     a: str
     b: str
@@ -233,6 +274,11 @@ class Delta:
     hdi: CredibleInterval | None = None
     eti: CredibleInterval | None = None
     depth: int | None = None
+    df: float | None = None
+    n_differing: int | None = None
+    small_sample: bool | None = None
+    coverage_at_size: CoverageAtSize | None = None
+    verdict_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -486,6 +532,7 @@ class Result:
     sensitivity: tuple[Sensitivity, ...] | None = None
     columns_not_read: tuple[str, ...] | None = None
     inputs_ignored: tuple[InputIgnored, ...] = ()
+    interval_method: IntervalMethod | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -20,6 +20,8 @@ Design decisions:
   ``rel_hi`` with a relative margin) while its colour is the verdict, which compares
   Holm-adjusted p-values (:mod:`specreplay.stats.compare`); the footnote says so, since a grey
   bar can exclude 0 and still be INCONCLUSIVE.
+- A cell whose delta is flagged ``small_sample`` (below the size at which the calibration study
+  shows nominal coverage) is drawn with a hollow dot, and the legend says so.
 - ``context.png`` draws each arm's R by bucket (``Cell.arms``: R and its studentized interval,
   ``ArmFigure.lo``/``hi``), one panel for all families pooled and one per family; the arms are
   the run's named arms and any MEASURED figure (a requalification's "(analytic)" and importance
@@ -37,12 +39,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from specreplay.errors import SpecReplayError
+from specreplay.results.interval_text import NOMINAL
 from specreplay.results.model import Cell, DepthFigure, Label, Level, Result, Role
 from specreplay.stats.buckets import Buckets
 
 __all__ = [
     "FOREST_MAX_ROWS",
     "PLOT_CAPTIONS",
+    "SMALL_SAMPLE_LEGEND",
     "ArmSeries",
     "ForestRow",
     "Panel",
@@ -57,13 +61,17 @@ __all__ = [
     "survival_series",
 ]
 
+SMALL_SAMPLE_LEGEND: Final[str] = f"small sample (coverage_at_size < {NOMINAL:g})"
+"""The forest plot's legend entry for the hollow dots of small-sample cells."""
+
 FOREST_MAX_ROWS: Final[int] = 60
 """Past this many rows the forest plot drops its null rows (a footnote counts them)."""
 
 PLOT_CAPTIONS: dict[str, str] = {
     "forest.png": "Paired delta per cell (pooled, context buckets, families, family · bucket) with"
     " its unadjusted 95% studentized interval; colour: the Holm-adjusted verdict; shaded band:"
-    " the equivalence margin; a '—' row says why the cell has no delta.",
+    " the equivalence margin; a hollow dot: a small-sample cell; a '—' row says why the cell has"
+    " no delta.",
     "depths.png": "R (and, with a cost model, tokens/s) by fixed draft depth per arm, with 95%"
     " intervals; ring: the arm's own depth.",
     "screen.png": "Screened tokens/s by draft depth per batch x context cell; band: the assumption"
@@ -92,6 +100,8 @@ class ForestRow:
     ``point``, ``lo`` and ``hi`` are in the plot's unit (% of R_a when relative); all three are
     None, and ``note`` says why, when the delta is null. ``group`` numbers the block the row is
     in (0: pooled and its buckets; then one per family), between which the plot rules a line.
+    ``small_sample``: the delta is flagged small sample (below the size at which the
+    calibration study shows nominal coverage); its dot is drawn hollow.
     """
 
     label: str
@@ -102,6 +112,7 @@ class ForestRow:
     verdict: str | None
     note: str | None
     group: int
+    small_sample: bool = False
 
 
 @dataclass(frozen=True)
@@ -214,7 +225,7 @@ def _row(cell: Cell, role: Role, relative: bool, group: int) -> ForestRow | None
     scale = 100.0 if relative else 1.0
     point, lo, hi = (float(v) * scale for v in vals if v is not None)
     why = None if d.verdict is not None else _short(d.verdict_null_reason or "no verdict")
-    return ForestRow(label, cell.level, point, lo, hi, d.verdict, why, group)
+    return ForestRow(label, cell.level, point, lo, hi, d.verdict, why, group, bool(d.small_sample))
 
 
 def _fit_rows(rows: list[ForestRow], max_rows: int) -> tuple[list[ForestRow], int]:
@@ -290,7 +301,10 @@ def _forest_rows_draw(ax: Any, rows: list[ForestRow]) -> None:
     # one collection for the intervals and one for the points (two artists, not two per row)
     ax.hlines([y for y, _ in drawn], [r.lo for _, r in drawn], [r.hi for _, r in drawn],
               colors=cols, lw=2)  # fmt: skip
-    ax.scatter([r.point for _, r in drawn], [y for y, _ in drawn], c=cols, s=16, zorder=3)
+    # small-sample cells: a hollow dot (edge in the verdict colour), the others filled
+    faces = ["white" if r.small_sample else c for (_, r), c in zip(drawn, cols, strict=True)]
+    ax.scatter([r.point for _, r in drawn], [y for y, _ in drawn], c=faces, edgecolors=cols,
+               s=16, zorder=3)  # fmt: skip
     for y, r in zip(ys, rows, strict=True):
         if r.point is None and r.note:
             ax.text(0.01, y, r.note, transform=ax.get_yaxis_transform(), fontsize=7,
@@ -319,6 +333,9 @@ def _forest_legend(rows: list[ForestRow], m: float, unit: str) -> list[Any]:
     if any(r.point is not None and r.verdict is None for r in rows):
         handles.append(Line2D([], [], color=_NO_VERDICT, lw=2, marker="o", ms=4,
                               label="no verdict"))  # fmt: skip
+    if any(r.point is not None and r.small_sample for r in rows):
+        handles.append(Line2D([], [], color=_NO_VERDICT, lw=0, marker="o", ms=4, mfc="white",
+                              label=SMALL_SAMPLE_LEGEND))  # fmt: skip
     handles.append(Patch(color="tab:green", alpha=0.12, label=f"equivalence margin ±{m:g}{unit}"))
     return handles
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from specreplay.replay.backend import backend_line
 from specreplay.results import demo_story
+from specreplay.results.interval_text import coverage_text, has_interval_fields
 from specreplay.results.markdown import (
     bullets,
     demote,
@@ -43,7 +44,6 @@ from specreplay.results.model import Result, Role
 from specreplay.results.screen import screen_tables
 from specreplay.results.tables import TABLES, estimator_line, unread_lines
 from specreplay.results.verdicts_md import HOW_TO_READ, QUESTIONS, VERDICTS, delta_text
-from specreplay.stats.compare import UNDERCOVER_REQUESTS
 
 __all__ = ["REPORT_NAME", "report_markdown", "report_text"]
 
@@ -88,14 +88,15 @@ def _interval_choice(result: Result) -> list[str]:
         return []
     o = result.options
     valid = f" ({d.n_boot_valid:,} valid)" if d.n_boot_valid is not None else ""
-    out = [
-        f"Intervals: {d.method} bootstrap at {d.level:.0%}, {d.n_boot:,} replicates{valid}, "
-        f"requests resampled as clusters, stratified by {o.get('stratify', '—')}. In the "
-        f'calibration study (README "Calibration of the intervals") the studentized 95% '
-        f"interval covered 0.94–0.95 at {UNDERCOVER_REQUESTS} or more requests per cell and "
-        "about 0.91 when a few long requests carry most of Δ; cells under "
-        f'{UNDERCOVER_REQUESTS} requests carry the warning "bootstrap may undercover".'
-    ]
+    m = result.interval_method
+    out = (
+        [_method_choice(result, valid)]
+        if m is not None
+        else [  # a results.json written before interval_method existed
+            f"Intervals: {d.method} at {d.level:.0%}, {d.n_boot:,} bootstrap replicates{valid}, "
+            f"requests as clusters, stratified by {o.get('stratify', '—')}."
+        ]
+    )
     if "margin" in o and d.verdict is not None:
         m = o["margin"]
         out.append(
@@ -107,6 +108,23 @@ def _interval_choice(result: Result) -> list[str]:
     if o.get("min_requests") is not None:
         out.append(f"Cells with fewer than {o['min_requests']} requests get no Δ (`—`, reason).")
     return out
+
+
+def _method_choice(result: Result, valid: str) -> str:
+    """Return the interval method, its thresholds and its study in prose."""
+    m = result.interval_method
+    d = main_delta(result)
+    assert m is not None and d is not None
+    return (
+        f"Intervals: {m.method}, {m.description}, at {d.level:.0%}; {d.n_boot:,} bootstrap "
+        f"replicates{valid}, requests resampled as clusters, stratified by "
+        f"{result.options.get('stratify', '—')}. The calibration study ({m.study}) set the "
+        f"thresholds: a cell with fewer than {m.min_requests:,} requests, or fewer than "
+        f"{m.min_differing:,} requests whose (n, t) differ between the arms, is INCONCLUSIVE, "
+        "never EQUIVALENT, and the reason is written beside its verdict. A cell below the size "
+        "at which the study shows nominal coverage is marked small sample, with the lowest "
+        "coverage the study measured at its size."
+    )
 
 
 def _choices(result: Result) -> str:
@@ -198,10 +216,42 @@ def _undercover(result: Result) -> list[str]:
         names = list(dict.fromkeys(names))
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
         out.append(f'{len(names)} cell(s) warn "{warning}": {shown}.')
-    if any(d.verdict is not None for c in result.cells for d in c.deltas) and not out:
-        out.append(f"No cell warns of undercoverage (every cell has ≥ {UNDERCOVER_REQUESTS} "
-                   "requests, or no delta).")  # fmt: skip
-    return out
+    return out + _small_samples(result) + _forced(result)
+
+
+def _listed(names: list[str]) -> str:
+    names = list(dict.fromkeys(names))
+    return ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+
+
+def _small_samples(result: Result) -> list[str]:
+    """Return the small-sample cells, grouped by what the study measured at their size."""
+    deltas = [(c, d) for c in result.cells for d in c.deltas]
+    if not has_interval_fields(d for _, d in deltas):
+        return []
+    by: dict[str, list[str]] = {}
+    for c, d in deltas:
+        if d.small_sample:
+            cov = d.coverage_at_size
+            key = coverage_text(cov) if cov is not None else "no study figure at this size"
+            by.setdefault(key, []).append(c.name)
+    if not by:
+        return ["No cell is a small sample: every cell with a delta is at or above the size at "
+                "which the study shows nominal coverage."]  # fmt: skip
+    return [
+        f"{len(set(names))} small-sample cell(s), where the study measured {cov}: {_listed(names)}."
+        for cov, names in by.items()
+    ]
+
+
+def _forced(result: Result) -> list[str]:
+    """Return the cells whose verdict a rule forced, grouped by the reason."""
+    by: dict[str, list[str]] = {}
+    for c in result.cells:
+        for d in c.deltas:
+            if d.verdict_reason:
+                by.setdefault(f"{d.verdict} by rule ({d.verdict_reason})", []).append(c.name)
+    return [f"{len(set(names))} cell(s) {why}: {_listed(names)}." for why, names in by.items()]
 
 
 def _law_diag(result: Result) -> list[str]:

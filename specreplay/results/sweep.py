@@ -245,6 +245,9 @@ def _depth_figures(
             figs.append(DepthFigure(name, d, None, None, None, label, not short, why))
             continue
         lo, hi = test.interval(level)
+        if math.isnan(lo) or math.isnan(hi):  # no depth to bound it (round traces): no interval
+            figs.append(DepthFigure(name, d, float(r_b), None, None, label, True, None))
+            continue
         fig = DepthFigure(name, d, float(r_b), lo, hi, label, True, None)
         ms = cost.ms(d) if cost is not None else None
         if ms is not None:

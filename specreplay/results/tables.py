@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from specreplay.results.interval_text import (
+    has_interval_fields,
+    interval_method_line,
+    small_sample_text,
+    verdict_text,
+)
 from specreplay.results.model import (
     ArchiveSummary,
     ArmFigure,
@@ -209,6 +215,24 @@ _COMPARISON_HEADER = [
 ]
 
 
+_INTERVAL_HEADER = ["method", "df", "requests differing", "small sample"]
+
+
+def _interval_cells(d: Delta) -> list[str]:
+    """Return the method, df, differing requests and small-sample mark (``—`` where null)."""
+    return [
+        d.method if d.point is not None else "—",
+        fmt(d.df, 1),
+        "—" if d.n_differing is None else f"{d.n_differing:,}",
+        small_sample_text(d) or ("no" if d.small_sample is False else "—"),
+    ]
+
+
+def _verdict_cell(d: Delta) -> str:
+    """Return the verdict with the reason a rule forced it beside it (None as before)."""
+    return verdict_text(d) if d.verdict_reason else str(d.verdict)
+
+
 def _comparison_row(c: Cell, d: Delta, note: _Notes) -> list[str]:
     row = [c.name, str(c.n_requests), fmt(c.arms[d.a].R), fmt(c.arms[d.b].R)]
     if d.null_reason is not None:
@@ -222,7 +246,7 @@ def _comparison_row(c: Cell, d: Delta, note: _Notes) -> list[str]:
     sm = d.smallest_equivalent_margin
     relative = d.tost is not None and d.tost.kind == "relative"
     sm_txt = "—" if sm is None else (f"{100 * sm:.2f}%" if relative else f"{sm:.4f}")
-    verdict = str(d.verdict) + (" " + note(d.warning) if d.warning else "")
+    verdict = _verdict_cell(d) + (" " + note(d.warning) if d.warning else "")
     return [
         *row,
         _num(d.point),
@@ -246,23 +270,28 @@ def comparison_tables(
     first = result.pooled.delta(role)
     if first is None:
         raise ValueError(f"result has no {role.value} delta")
-    rows = [
-        _comparison_row(c, d, note)
-        for c in result.cells
-        if c.level in levels and (d := c.delta(role)) is not None
-    ]
+    pairs = [(c, d) for c in result.cells if c.level in levels and (d := c.delta(role)) is not None]
+    wide = has_interval_fields(d for _, d in pairs)
+    rows = [_comparison_row(c, d, note) + (_interval_cells(d) if wide else []) for c, d in pairs]
     margin = str(result.options["margin"]["text"])
+    method = interval_method_line(result)
+    shown = (
+        "studentized (bootstrap-t)"
+        if result.interval_method is None
+        else result.interval_method.method
+    )
     out = [
         f"## Paired comparison: {first.b} vs {first.a} (Δ = R_b − R_a, retained tokens per round)",
         "",
         f"a = {first.a}, b = {first.b}; every figure {result.pooled.arms[first.a].label}.",
+        *([method] if method else []),
         "",
-        markdown_table(_COMPARISON_HEADER, rows),
+        markdown_table(_COMPARISON_HEADER + (_INTERVAL_HEADER if wide else []), rows),
         "",
         f"Verdicts at margin {margin} (test level 0.05): EQUIVALENT iff the 90% interval lies "
         "inside ±margin, else DIFFERENT iff the 95% interval excludes 0, else INCONCLUSIVE; "
         "Holm-adjusted within each level (families, buckets, family × bucket). Intervals shown "
-        "are unadjusted studentized (bootstrap-t) intervals; Bonferroni "
+        f"are unadjusted {shown} intervals; Bonferroni "
         "intervals are in results.json.",
     ]
     return "\n".join(out + note.lines()) + "\n"
@@ -282,7 +311,9 @@ def _requalify_head(result: Result, main: Delta | None) -> str:
         f"REQUALIFICATION (pooled, SIMULATED): {rq.verdict} — {main.b} vs {main.a}: "
         f"Δ = {main.point:+.4f} tokens/round [{_num(main.lo)}, {_num(main.hi)}] "
         f"({100 * (main.rel or 0.0):+.3f}% [{100 * (main.rel_lo or 0.0):+.3f}%, "
-        f"{100 * (main.rel_hi or 0.0):+.3f}%]), verdict {main.verdict} at margin {margin}; {law}"
+        f"{100 * (main.rel_hi or 0.0):+.3f}%]), verdict {_verdict_cell(main)} at margin {margin}"
+        + (f" ({small})" if (small := small_sample_text(main)) else "")
+        + f"; {law}"
     )
 
 
@@ -308,14 +339,14 @@ def unread_lines(result: Result) -> list[str]:
 
 
 def _requalify_by_cell(result: Result, main: Delta) -> list[str]:
+    pairs = [(c, d) for c in result.cells if (d := c.delta(Role.CANDIDATE_VS_BASELINE)) is not None]
+    wide = has_interval_fields(d for _, d in pairs)
     rows = []
-    for c in result.cells:
-        d = c.delta(Role.CANDIDATE_VS_BASELINE)
-        if d is None:
-            continue
+    for c, d in pairs:
         head = [c.name, str(c.n_requests), fmt(c.arms[d.a].R), fmt(c.arms[d.b].R)]
+        more = _interval_cells(d) if wide else []
         if d.point is None:
-            rows.append([*head, "—", "—", "—", "—", d.null_reason or "—"])
+            rows.append([*head, "—", "—", "—", "—", d.null_reason or "—", *more])
             continue
         rq = c.requalification
         rows.append(
@@ -324,8 +355,9 @@ def _requalify_by_cell(result: Result, main: Delta) -> list[str]:
                 _num(d.point),
                 f"[{_num(d.lo)}, {_num(d.hi)}]",
                 f"{100 * (d.rel or 0.0):+.3f}%",
-                str(d.verdict),
+                _verdict_cell(d),
                 str((rq.verdict if rq is not None else None) or "—"),
+                *more,
             ]
         )
     header = ["cell", "requests", "R_a", "R_b", "Δ", "95% CI", "Δ/R_a", "verdict"]
@@ -333,7 +365,7 @@ def _requalify_by_cell(result: Result, main: Delta) -> list[str]:
         "",
         f"## Requalification by cell: {main.b} (b) vs {main.a} (a), SIMULATED",
         "",
-        markdown_table([*header, "requalification"], rows),
+        markdown_table([*header, "requalification", *(_INTERVAL_HEADER if wide else [])], rows),
     ]
 
 
@@ -485,6 +517,8 @@ def requalify_tables(result: Result) -> str:
     pooled = result.pooled
     main = pooled.delta(Role.CANDIDATE_VS_BASELINE)
     lines = [_requalify_head(result, main), estimator_line(result), *unread_lines(result)]
+    method = interval_method_line(result)
+    lines += [method] if method else []
     if main is not None:
         lines += _requalify_by_cell(result, main)
         lines += _reference_gain(result, main.b)
@@ -569,6 +603,8 @@ def sweep_tables(result: Result) -> str:
         estimator_line(result),
         *unread_lines(result),
     ]
+    method = interval_method_line(result)
+    lines += [method] if method else []
     for arm in result.arms:
         figs = [f for f in pooled.depths if f.arm == arm]
         rows = []

@@ -13,10 +13,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specreplay.results.interval_text import (
+    has_interval_fields,
+    method_text,
+    small_sample_text,
+    verdict_text,
+)
 from specreplay.results.markdown import num, pct
 from specreplay.results.model import Cell, Delta, LawTest, Level, Result, Role
 
-__all__ = ["HOW_TO_READ", "QUESTIONS", "VERDICTS", "delta_text", "law_summary"]
+__all__ = ["HOW_TO_READ", "QUESTIONS", "VERDICTS", "delta_text", "interval_note", "law_summary"]
 
 _LABELS = (
     "Each figure names where it comes from: MEASURED (counted from the input), SIMULATED (a "
@@ -95,7 +101,16 @@ def _delta_verdict(c: Cell, role: Role) -> str:
         why = d.null_reason or d.verdict_null_reason or "no verdict"
         return f"{_who(c)}: — ({why})"
     warn = f"; warning: {d.warning}" if d.warning else ""
-    return f"{_who(c)}: **{d.verdict}**, {delta_text(d)}{warn}"
+    reason = f" ({d.verdict_reason})" if d.verdict_reason else ""
+    return f"{_who(c)}: **{d.verdict}**{reason}, {delta_text(d)}{interval_note(d)}{warn}"
+
+
+def interval_note(d: Delta) -> str:
+    """Return ``; interval <method, df, differing>; small sample: …`` (empty without the fields)."""
+    parts = [f"interval {method_text(d)}"] if has_interval_fields([d]) else []
+    small = small_sample_text(d)
+    parts += [small] if small else []
+    return "".join(f"; {p}" for p in parts)
 
 
 # -- requalify, interval -------------------------------------------------------------------------
@@ -109,7 +124,10 @@ def _rq_line(c: Cell) -> str:
         if why is None and d is not None:
             why = d.null_reason
         return f"{_who(c)}: — ({why or 'no requalification in this cell'})"
-    figures = f"; {delta_text(d)}" if d is not None else f" ({rq.label.value})"
+    figures = f" ({rq.label.value})"
+    if d is not None:
+        forced = f"; Δ {verdict_text(d)}" if d.verdict_reason else ""
+        figures = f"; {delta_text(d)}{interval_note(d)}{forced}"
     return f"{_who(c)}: **{rq.verdict}** ({rq.because}){figures}"
 
 

@@ -48,6 +48,9 @@ class ArmData:
         Rows left out under an explicit option, ``{"reason": ..., "rows": ...}``.
     ignored : list of (Path, str)
         Entries of the input folder skipped by ``--ignore``, with the glob that matched.
+    depth : int or None
+        The most draft tokens a round of this arm can accept (its depth; the largest ``drafted``
+        of round traces that record it in every round); None when unknown.
     """
 
     name: str
@@ -58,3 +61,4 @@ class ArmData:
     notes: list[str] = field(default_factory=list)
     excluded: list[dict[str, object]] = field(default_factory=list)
     ignored: list[tuple[Path, str]] = field(default_factory=list)
+    depth: int | None = None

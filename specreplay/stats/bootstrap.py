@@ -60,6 +60,9 @@ class PairedSums:
         Bucket names by code; ``unbucketed`` pieces count in pooled and family cells only.
     unbucketed : int
         Code of the ``unbucketed`` bucket (−1 when there is none).
+    depths : (int, int) or None
+        Depths of arms a and b (the most tokens a round can accept beyond the first), None when
+        either is unknown: the intervals are clamped to what such rounds can reach.
     """
 
     request_ids: tuple[str, ...]
@@ -74,6 +77,7 @@ class PairedSums:
     families: tuple[str, ...]
     buckets: tuple[str, ...]
     unbucketed: int = -1
+    depths: tuple[int, int] | None = None
 
     @property
     def n_requests(self) -> int:

@@ -1,24 +1,38 @@
 """Paired comparison of two arms, cell by cell: R per arm, Δ with intervals, verdicts (SPEC §3.4).
 
 Cells are pooled, per family, per context bucket and per family × bucket, all domain estimates
-from the same resampled requests. Per cell and delta: the point Δ = R_b − R_a and Δ/R_a; the
-default interval (``method`` ``studentized``: the bootstrap-t of
-:mod:`specreplay.stats.studentized`, chosen by the calibration study, README "Calibration of the
-intervals") and BCa
-(jackknife over requests from leave-one-out sums); the (1 − 2α) default interval used by the
-equivalence test (TOST); p-values by inversion of the default interval; Bonferroni intervals at
-1 − α/m and Holm-adjusted p-values, m being the number of cells of the same level with a delta
-(the pooled cell is its own family of one); the verdict; the smallest margin at which the
-Holm-adjusted verdict would be EQUIVALENT; the requests that would give the EQUIVALENT verdict
-with 80% power at the Holm level α/m if the true delta were 0 (a power calculation at the
-observed per-request SD).
+from the same requests. Per cell and delta: the point Δ = R_b − R_a and Δ/R_a; the default
+interval (``method`` ``cr2-eff``: the CR2 t interval with effective degrees of freedom of
+:mod:`specreplay.stats.cr2`, chosen by the calibration study, README "Calibration of the
+intervals"), with its degrees of freedom and the requests that differ between the arms; BCa from
+the bootstrap replicates (jackknife over requests from leave-one-out sums); the (1 − 2α) default
+interval used by the equivalence test (TOST); p-values by inversion of the default interval;
+Bonferroni intervals at 1 − α/m and Holm-adjusted p-values, m being the number of cells of the
+same level with a delta (the pooled cell is its own family of one); the verdict and, where a rule
+forced it, ``verdict_reason``; the smallest margin at which the Holm-adjusted verdict would be
+EQUIVALENT; the requests that would give the EQUIVALENT verdict with 80% power at the Holm level
+α/m if the true delta were 0 (a power calculation at the observed per-request SD).
 
-Verdicts use the Holm-adjusted p-values; the intervals printed beside them stay unadjusted (their
-``adjusted`` field says so) and the Bonferroni ones are given separately.
+The verdict rule (README "The verdict rule"): EQUIVALENT when the Holm-adjusted TOST p < α;
+otherwise DIFFERENT when the Holm-adjusted p of Δ = 0 is < α; otherwise INCONCLUSIVE. A cell is
+INCONCLUSIVE whatever its interval when fewer than :data:`~specreplay.stats.cr2.MIN_DIFFERING`
+of its requests differ between the arms (its standard error rests on too few requests; a
+conservative interval is shown) or when it holds fewer than
+:data:`~specreplay.stats.cr2.MIN_REQUESTS` requests. One exception gives EQUIVALENT with
+SE = 0: every request of the whole comparison is identical in both arms ("identical inputs").
+A cell smaller than :data:`~specreplay.stats.studied.NOMINAL_REQUESTS` carries
+``small_sample: true`` with the study's lowest coverage at its size (``coverage_at_size``).
+
+The bootstrap replicates (one joint resampling of requests per comparison and seed) still give
+BCa, the sweep's P(best) and tokens/s replicates and ``to_arviz``; the intervals behind the
+verdicts do not use them. Verdicts use the Holm-adjusted p-values; the intervals printed beside
+them stay unadjusted (their ``adjusted`` field says so) and the Bonferroni ones are given
+separately.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable
@@ -29,14 +43,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
-from specreplay.stats.bootstrap import (
-    Moments,
-    PairedSums,
-    bootstrap_moments,
-    bootstrap_sums,
-    point_sums,
-)
+from specreplay.stats.bootstrap import PairedSums, bootstrap_sums, point_sums
 from specreplay.stats.cells import Cell, cell_layout
+from specreplay.stats.cr2 import (
+    HUGE_BOUND,
+    MIN_REQUESTS,
+    TTest,
+    paired_tests,
+    ratio_test,
+    tost_p_values,
+)
 from specreplay.stats.intervals import (
     DEFAULT_METHOD,
     bca_interval,
@@ -45,7 +61,7 @@ from specreplay.stats.intervals import (
     requests_for_margin,
     verdict,
 )
-from specreplay.stats.studentized import Studentized, cell_standard_errors
+from specreplay.stats.studied import NOMINAL_REQUESTS, coverage_at_size
 
 __all__ = ["Cell", "CellSupport", "Comparison", "Margin", "compare", "parse_margin"]
 
@@ -55,8 +71,9 @@ CellSupport = Callable[[Cell], tuple[str | None, str | None]]
 arm's R, and the cell's delta, are then null with the reason, and the cell takes no part in the
 Holm and Bonferroni adjustments of its level."""
 
-UNDERCOVER_REQUESTS: Final[int] = 20
-"""Cells with fewer requests carry the warning "bootstrap may undercover" (calibration study)."""
+IDENTICAL: Final = (
+    "identical inputs: every request has the same rounds and retained tokens in both arms"
+)
 POWER: Final[float] = 0.8
 """Power of the ``requests_for_margin`` calculation."""
 
@@ -113,8 +130,8 @@ class Comparison:
     rb_reps : float64, (n_boot, n_cells)
         Bootstrap replicates of R_b per cell (the same resamples for every comparison of the
         same requests and seed: a depth sweep compares them across depths).
-    rb_tests : list of Studentized or None
-        Per cell, the studentized replicates of R_b alone (its interval; None without rounds).
+    rb_tests : list of TTest or None
+        Per cell, the test of R_b alone (its interval; None without rounds).
     """
 
     cells: list[dict[str, Any]]
@@ -122,7 +139,7 @@ class Comparison:
     delta_reps: NDArray[np.float64]
     rel_reps: NDArray[np.float64]
     rb_reps: NDArray[np.float64] | None = None
-    rb_tests: list[Studentized | None] | None = None
+    rb_tests: list[TTest | None] | None = None
 
 
 def _layout(ps: PairedSums, present_buckets: set[int]) -> list[Cell]:
@@ -142,10 +159,10 @@ def _cell_stats(
     ps: PairedSums,
     point: NDArray[np.float64],
     reps_sums: NDArray[np.float64],
-    mom: Moments,
     cell: Cell,
+    identical: bool,
 ) -> tuple[dict[str, Any], NDArray[np.float64], NDArray[np.float64]]:
-    """Point sums, R per arm, replicates of Δ and Δ/R_a, their SEs and jackknife values."""
+    """Point sums, R per arm, replicates of Δ and Δ/R_a, the cell's tests and jackknife values."""
     n_boot = reps_sums.shape[0]
     n_req = ps.n_requests
     fam_of_piece = ps.family[ps.piece_request].astype(np.int64)
@@ -156,6 +173,7 @@ def _cell_stats(
     in_cell = np.isin(fam_of_piece, fi) & np.isin(ps.piece_bucket, bi)
     per_req = np.zeros((n_req, 4))
     for v, arr in enumerate((ps.n_a, ps.t_a, ps.n_b, ps.t_b)):
+        # the request is the cluster: its pieces in the cell are summed before any variance
         per_req[:, v] = np.bincount(
             ps.piece_request[in_cell], weights=arr[in_cell], minlength=n_req
         )
@@ -177,13 +195,12 @@ def _cell_stats(
         "jack_rel": loo_b / loo_a - 1.0,
     }
     if na > 0 and nb_ > 0:
-        raw["se_delta"], raw["se_rel"], se_rb, se_ra = cell_standard_errors(
-            mom, cell.fam_idx, cell.bucket_idx, sel, reps
-        )
-        ok = np.isfinite(rb_reps)
-        raw["rb_test"] = Studentized.of(tb / nb_, se_rb[0], rb_reps[ok], se_rb[1][ok])
-        ok = np.isfinite(ra_reps)
-        raw["ra_test"] = Studentized.of(ta / na, se_ra[0], ra_reps[ok], se_ra[1][ok])
+        rows = per_req[members]
+        raw["tests"] = paired_tests(rows, depths=ps.depths, identical=identical)
+        d_a, d_b = ps.depths if ps.depths is not None else (None, None)
+        has_b, has_a = rows[:, 2] > 0, rows[:, 0] > 0
+        raw["rb_test"] = ratio_test(rows[has_b, 2], rows[has_b, 3], depth=d_b)
+        raw["ra_test"] = ratio_test(rows[has_a, 0], rows[has_a, 1], depth=d_a)
     raw["rb_reps"] = rb_reps
     return raw, rb_reps - ra_reps, rb_reps / ra_reps - 1.0
 
@@ -230,15 +247,15 @@ def compare(
     """
     margin = margin or parse_margin("0.5%")
     reps_sums = bootstrap_sums(ps, n_boot=n_boot, seed=seed, stratify=stratify)
-    mom = bootstrap_moments(ps, n_boot=n_boot, seed=seed, stratify=stratify)
     point = point_sums(ps)
+    identical = bool(np.array_equal(ps.n_a, ps.n_b) and np.array_equal(ps.t_a, ps.t_b))
     present = {int(b) for b in np.unique(ps.piece_bucket)}
     layout = _layout(ps, present)
     delta_reps = np.full((n_boot, len(layout)), np.nan)
     rel_reps = np.full((n_boot, len(layout)), np.nan)
     raw: list[dict[str, Any]] = []
     for ci, cell in enumerate(layout):
-        r, delta_reps[:, ci], rel_reps[:, ci] = _cell_stats(ps, point, reps_sums, mom, cell)
+        r, delta_reps[:, ci], rel_reps[:, ci] = _cell_stats(ps, point, reps_sums, cell, identical)
         raw.append(r)
     cells = [
         _cell_json(
@@ -260,8 +277,7 @@ def compare(
     if support is not None:
         for record, spec in zip(cells, layout, strict=True):
             _null_unsupported(record, support(spec), arm_a, arm_b)
-    tests = [_tests(r, delta_reps[:, i], rel_reps[:, i]) for i, r in enumerate(raw)]
-    _adjust(cells, tests, margin, alpha)
+    _adjust(cells, [r.get("tests") for r in raw], margin, alpha)
     _warn_large_margin(cells, raw, margin)
     return Comparison(
         cells=cells, layout=layout, delta_reps=delta_reps, rel_reps=rel_reps,
@@ -289,11 +305,26 @@ def _null_unsupported(
     delta.update(null_reason=reason, requests_for_margin_null_reason=reason)
 
 
+def _bounds(test: TTest, level: float) -> tuple[float | None, float | None]:
+    """Return the test's interval at ``level``, None bounds where it cannot be formed (NaN)."""
+    lo, hi = test.interval(level)
+    if math.isnan(lo) or math.isnan(hi):
+        return None, None
+    return lo, hi
+
+
+def _bounds_reason(test: TTest) -> str:
+    """Why a test's interval is null (unknown depth: no clamp, no bound for few differences)."""
+    if test.forced is not None and test.bound_scale is None:
+        return f"{test.forced}; the depth is unknown, so no bound can be formed"
+    return f"a bound lies beyond ±{HUGE_BOUND:g} and the depth is unknown (no clamp)"
+
+
 def _arm_json(
-    r: float | None, n: float, label: str, why: str | None, test: Studentized | None, level: float
+    r: float | None, n: float, label: str, why: str | None, test: TTest | None, level: float
 ) -> dict[str, Any]:
-    """One arm's R in a cell with its studentized interval at ``level`` (None without rounds)."""
-    lo, hi = test.interval(level) if test is not None and r is not None else (None, None)
+    """One arm's R in a cell with its default interval at ``level`` (None without rounds)."""
+    lo, hi = _bounds(test, level) if test is not None and r is not None else (None, None)
     return {
         "R": r,
         "n_rounds": int(n),
@@ -340,7 +371,38 @@ def _cell_json(
         "depths": [],
         "null_reason": None if k else empty,
     }
-    delta: dict[str, Any] = {
+    delta = _empty_delta(arm_a, arm_b, role=role, level=level, n_boot=n_boot, label=label)
+    out["deltas"].append(delta)
+    if why is not None:
+        delta["null_reason"] = why
+        delta["requests_for_margin_null_reason"] = why
+        return out
+    unbounded = [t for t in r["tests"] if _bounds(t, level)[0] is None]
+    if unbounded:  # the depth is unknown and the interval cannot be bounded: null, with why
+        delta["null_reason"] = _bounds_reason(unbounded[0])
+        delta["requests_for_margin_null_reason"] = delta["null_reason"]
+        return out
+    delta.update(_delta_figures(r, d_reps, rel_reps, level=level, margin=margin, alpha=alpha))
+    delta.update(_small_sample(r["n_requests"]))
+    return out
+
+
+def _small_sample(n: int) -> dict[str, Any]:
+    """``small_sample`` and ``coverage_at_size`` of a delta over ``n`` requests."""
+    if n >= NOMINAL_REQUESTS:
+        return {"small_sample": False, "coverage_at_size": None}
+    studied = coverage_at_size(n)
+    return {
+        "small_sample": True,
+        "coverage_at_size": None if studied is None else dataclasses.asdict(studied),
+    }
+
+
+def _empty_delta(
+    arm_a: str, arm_b: str, *, role: str, level: float, n_boot: int, label: str
+) -> dict[str, Any]:
+    """Return a delta record with every figure null (filled by the caller where it can be)."""
+    return {
         "a": arm_a,
         "b": arm_b,
         "role": role,
@@ -367,17 +429,12 @@ def _cell_json(
         "warning": None,
         "label": label,
         "null_reason": None,
+        "df": None,
+        "n_differing": None,
+        "small_sample": None,
+        "coverage_at_size": None,
+        "verdict_reason": None,
     }
-    out["deltas"].append(delta)
-    if why is not None:
-        delta["null_reason"] = why
-        delta["requests_for_margin_null_reason"] = why
-        return out
-    delta.update(_delta_figures(r, d_reps, rel_reps, level=level, margin=margin, alpha=alpha))
-    if r["n_requests"] < UNDERCOVER_REQUESTS:
-        k = r["n_requests"]
-        delta["warning"] = f"bootstrap may undercover: {k} requests < {UNDERCOVER_REQUESTS}"
-    return out
 
 
 def _null_reason(
@@ -402,20 +459,6 @@ def _null_reason(
     return None
 
 
-def _tests(
-    r: dict[str, Any], d_reps: NDArray[np.float64], rel_reps: NDArray[np.float64]
-) -> tuple[Studentized, Studentized] | None:
-    """Return the studentized replicates of Δ and Δ/R_a of a cell (None without a delta)."""
-    if r["ra"] is None or r["rb"] is None:
-        return None
-    ok = np.isfinite(d_reps) & np.isfinite(rel_reps)
-    (se_d, se_d_reps), (se_r, se_r_reps) = r["se_delta"], r["se_rel"]
-    return (
-        Studentized.of(r["rb"] - r["ra"], se_d, d_reps[ok], se_d_reps[ok]),
-        Studentized.of(r["rb"] / r["ra"] - 1.0, se_r, rel_reps[ok], se_r_reps[ok]),
-    )
-
-
 def _delta_figures(
     r: dict[str, Any],
     d_reps: NDArray[np.float64],
@@ -425,18 +468,16 @@ def _delta_figures(
     margin: Margin,
     alpha: float,
 ) -> dict[str, Any]:
-    """Point, default (studentized) and BCa intervals, TOST interval and p-values of a delta."""
+    """Point, default and BCa intervals, TOST interval and p-values of a delta."""
     ok = np.isfinite(d_reps) & np.isfinite(rel_reps)
     d, rel = d_reps[ok], rel_reps[ok]
-    tests = _tests(r, d_reps, rel_reps)
-    assert tests is not None  # a cell with a delta has rounds of both arms
-    st_d, st_r = tests
-    lo, hi = st_d.interval(level)
-    rlo, rhi = st_r.interval(level)
+    st_d, st_r = r["tests"]
+    lo, hi = _bounds(st_d, level)
+    rlo, rhi = _bounds(st_r, level)
     bca_d = bca_interval(d, st_d.theta, r["jack_delta"], level)
     bca_r = bca_interval(rel, st_r.theta, r["jack_rel"], level)
-    test = st_r if margin.relative else st_d
-    lo90, hi90 = test.interval(1.0 - 2.0 * alpha)
+    test: TTest = st_r if margin.relative else st_d
+    lo90, hi90 = _bounds(test, 1.0 - 2.0 * alpha)
     return {
         "point": st_d.theta,
         "rel": st_r.theta,
@@ -444,6 +485,8 @@ def _delta_figures(
         "hi": hi,
         "rel_lo": rlo,
         "rel_hi": rhi,
+        "df": st_d.df if st_d.se > 0.0 else None,
+        "n_differing": st_d.n_differing if not st_d.identical else 0,
         "n_boot_valid": int(ok.sum()),
         "bca": {
             "lo": bca_d.lo,
@@ -467,13 +510,31 @@ def _delta_figures(
     }
 
 
+def _forced_reason(test: TTest, n_requests: int) -> str | None:
+    """Why a delta's verdict is INCONCLUSIVE by rule (or EQUIVALENT by identical inputs)."""
+    if test.identical:
+        return IDENTICAL
+    if test.forced is not None:
+        return test.forced
+    if n_requests < MIN_REQUESTS:
+        return (
+            f"{n_requests} requests < {MIN_REQUESTS}, the fewest at which the calibration study "
+            "shows the interval meets its targets: INCONCLUSIVE"
+        )
+    return None
+
+
 def _adjust(
     cells: list[dict[str, Any]],
-    tests: list[tuple[Studentized, Studentized] | None],
+    tests: list[tuple[TTest, TTest] | None],
     margin: Margin,
     alpha: float,
 ) -> None:
-    """Holm-adjusted verdicts, margins and sample sizes, and Bonferroni intervals per level."""
+    """Holm-adjusted verdicts, margins and sample sizes, and Bonferroni intervals per level.
+
+    A cell forced INCONCLUSIVE keeps its place in its level's count m (its p-values are 1):
+    leaving it out would let the data choose the family.
+    """
     by_level: dict[str, list[int]] = {}
     for i, c in enumerate(cells):
         if c["deltas"][0]["null_reason"] is None:
@@ -482,28 +543,36 @@ def _adjust(
         m = len(idx)
         deltas = [cells[i]["deltas"][0] for i in idx]
         ns = [cells[i]["n_requests"] for i in idx]
-        pe = holm([d["p_equivalence"] for d in deltas])
-        pd = holm([d["p_difference"] for d in deltas])
         both = [t for t in (tests[i] for i in idx) if t is not None]
         assert len(both) == m  # a delta was computed in each
         chosen = [st_r if margin.relative else st_d for st_d, st_r in both]
-        smallest = holm_smallest_margins(chosen, alpha)
+        reasons = [_forced_reason(t, n) for t, n in zip(chosen, ns, strict=True)]
+        for j, why in enumerate(reasons):
+            if why is not None and not chosen[j].identical:  # not tested: p-values of 1
+                deltas[j]["p_equivalence"] = deltas[j]["p_difference"] = 1.0
+        pe = holm([d["p_equivalence"] for d in deltas])
+        pd = holm([d["p_difference"] for d in deltas])
+        smallest = holm_smallest_margins(chosen, alpha, tost_p_values(chosen))
         for j, d in enumerate(deltas):
             st_d, st_r = both[j]
             v = verdict(chosen[j], margin.value, alpha, p_equivalence=pe[j], p_difference=pd[j])
             bl = 1.0 - (1.0 - d["level"]) / m
-            blo, bhi = st_d.interval(bl)
-            brlo, brhi = st_r.interval(bl)
+            blo, bhi = _bounds(st_d, bl)
+            brlo, brhi = _bounds(st_r, bl)
+            forced = reasons[j] is not None and not chosen[j].identical
             # Holm's first step tests at α/m: the sample size for the verdict as it is adjusted
-            size = requests_for_margin(chosen[j].se, margin.value, ns[j], alpha / m, POWER)
+            size = requests_for_margin(
+                chosen[j].se, margin.value, ns[j], alpha / m, POWER, df=chosen[j].df
+            )
             d.update(
-                verdict=v.verdict,
+                verdict="INCONCLUSIVE" if forced else v.verdict,
+                verdict_reason=reasons[j],
                 p_equivalence_adj=pe[j],
                 p_difference_adj=pd[j],
                 tests_in_level=m,
-                smallest_equivalent_margin=smallest[j],
-                requests_for_margin=size.requests,
-                requests_for_margin_null_reason=size.null_reason,
+                smallest_equivalent_margin=None if forced else smallest[j],
+                requests_for_margin=None if forced else size.requests,
+                requests_for_margin_null_reason=reasons[j] if forced else size.null_reason,
                 bonferroni={"level": bl, "lo": blo, "hi": bhi, "rel_lo": brlo, "rel_hi": brhi},
             )
 

@@ -47,6 +47,7 @@ This module depends on numpy and :mod:`specreplay.stats.tdist` only.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -54,21 +55,27 @@ import numpy as np
 from numpy.typing import NDArray
 
 from specreplay.stats.tdist import beta_ppf, t_cdf, t_ppf
+from specreplay.stats.tfast import tost_p_many
 
 __all__ = [
     "HUGE_BOUND",
     "METHOD",
     "MIN_DIFFERING",
+    "MIN_REQUESTS",
     "TTest",
     "differing_upper_share",
     "effective_df",
     "paired_tests",
     "ratio_test",
+    "tost_p_values",
 ]
 
 METHOD: Final = "cr2-eff"
 MIN_DIFFERING: Final = 3
 """Fewest differing requests at which a cell's t interval is used (the calibration study)."""
+MIN_REQUESTS: Final = 10
+"""Fewest requests at which a cell's verdict may be EQUIVALENT or DIFFERENT (the calibration
+study: below them the interval has not been shown to meet its targets)."""
 HUGE_BOUND: Final = 1e6
 """Without a known depth, a bound beyond ± this makes the interval null."""
 
@@ -196,6 +203,26 @@ class TTest:
         upper = 1.0 - t_cdf((self.theta + margin) / self.se, self.df)
         lower = t_cdf((self.theta - margin) / self.se, self.df)
         return float(max(upper, lower))
+
+
+def tost_p_values(tests: Sequence[TTest]) -> Callable[[float], list[float]]:
+    """Return m ↦ every test's :meth:`TTest.p_equivalence` at m, computed at once (compiled)."""
+    theta = np.array([t.theta for t in tests], np.float64)
+    se = np.array([t.se if t.se > 0.0 else 1.0 for t in tests], np.float64)
+    df = np.array([t.df for t in tests], np.float64)
+    fixed = np.array(
+        [1.0 if t.forced is not None and not t.identical else -1.0 for t in tests], np.float64
+    )
+    identical = [i for i, t in enumerate(tests) if t.identical]
+
+    def at(m: float) -> list[float]:
+        f = fixed.copy()
+        for i in identical:
+            f[i] = 0.0 if abs(theta[i]) < m else 1.0
+        out: list[float] = tost_p_many(theta, se, df, f, m).tolist()
+        return out
+
+    return at
 
 
 def _cr2(u: NDArray[np.float64], h: NDArray[np.float64]) -> tuple[float, float]:

@@ -22,21 +22,22 @@ This module depends on numpy and the standard library only (the normal quantile 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Final
+from typing import Final, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
+from specreplay.stats.cr2 import METHOD
 from specreplay.stats.multiple import holm as holm_adjust
-from specreplay.stats.studentized import METHOD, Studentized
 from specreplay.stats.tdist import expanded_tail, t_ppf, tail_p_value
 
 __all__ = [
     "DEFAULT_METHOD",
     "BCa",
+    "IntervalTest",
     "SampleSize",
     "Verdict",
     "bca_interval",
@@ -55,7 +56,32 @@ _N01: Final = NormalDist()
 EQUIVALENT, DIFFERENT, INCONCLUSIVE = "EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"
 
 DEFAULT_METHOD: Final = METHOD
-"""The ``method`` of the default interval: studentized (README "Calibration of the intervals")."""
+"""The ``method`` of the default interval: ``cr2-eff`` (README "Calibration of the intervals")."""
+
+
+class IntervalTest(Protocol):
+    """A statistic with an interval and the p-values that invert it.
+
+    The default :class:`specreplay.stats.cr2.TTest`, or
+    :class:`specreplay.stats.studentized.Studentized`.
+    """
+
+    @property
+    def theta(self) -> float:
+        """The point estimate."""
+
+    @property
+    def se(self) -> float:
+        """Its standard error."""
+
+    def interval(self, level: float) -> tuple[float, float]:
+        """Return the interval at confidence ``level``."""
+
+    def p_difference(self) -> float:
+        """Return the two-sided p-value of θ = 0."""
+
+    def p_equivalence(self, margin: float) -> float:
+        """Return the TOST p-value of |θ| ≥ ``margin``."""
 
 
 @dataclass(frozen=True)
@@ -194,13 +220,13 @@ class Verdict:
 
 
 def verdict(
-    test: Studentized,
+    test: IntervalTest,
     margin: float,
     alpha: float = 0.05,
     p_equivalence: float | None = None,
     p_difference: float | None = None,
 ) -> Verdict:
-    """Return the SPEC §3.4 verdict of one delta (its default, studentized, replicates).
+    """Return the SPEC §3.4 verdict of one delta from its default interval's test.
 
     EQUIVALENT iff the (1 − 2α) interval lies inside (−m, m) (TOST p < α); otherwise DIFFERENT
     iff the (1 − α) interval excludes 0 (p < α); otherwise INCONCLUSIVE. Adjusted p-values
@@ -220,7 +246,11 @@ def verdict(
     return Verdict(v, pe, pd, smallest)
 
 
-def holm_smallest_margins(tests: Sequence[Studentized], alpha: float = 0.05) -> list[float]:
+def holm_smallest_margins(
+    tests: Sequence[IntervalTest],
+    alpha: float = 0.05,
+    p_equivalence_all: Callable[[float], Sequence[float]] | None = None,
+) -> list[float | None]:
     """Return, per delta of one Holm family, the smallest margin its verdict would be EQUIVALENT at.
 
     With one margin m for the whole family (as ``--margin`` is), every TOST p-value is
@@ -229,17 +259,23 @@ def holm_smallest_margins(tests: Sequence[Studentized], alpha: float = 0.05) -> 
     found by bisection (to 1e-9 relative). It lies, up to one replicate spacing (the p-values
     count replicates, the interval interpolates between them), between the unadjusted figure
     (the (1 − 2α) interval's largest |bound|) and the Bonferroni one (the (1 − 2α/k) interval's,
-    k deltas in the family).
+    k deltas in the family). None for a delta that no margin makes EQUIVALENT (a cell forced
+    INCONCLUSIVE: its p-values are 1). ``p_equivalence_all(m)``, when given, returns every test's
+    TOST p-value at m at once (the same values, computed faster).
     """
+    every = p_equivalence_all or (lambda m: [t.p_equivalence(m) for t in tests])
     k = len(tests)
-    out = []
+    out: list[float | None] = []
     for j in range(k):
+        if tests[j].p_equivalence(math.inf) >= alpha:
+            out.append(None)
+            continue
         lo = max(abs(x) for x in tests[j].interval(1.0 - 2.0 * alpha))
         hi = max(abs(x) for x in tests[j].interval(1.0 - 2.0 * alpha / k))
         lo, hi = lo * (1 - 1e-12), hi * (1 + 1e-12) + 1e-300
 
         def adj(m: float, j: int = j) -> float:
-            return holm([t.p_equivalence(m) for t in tests])[j]
+            return holm(list(every(m)))[j]
 
         if adj(hi) >= alpha:  # replicate ties at the bound: widen until EQUIVALENT
             while adj(hi) >= alpha and hi < 1e300:
@@ -266,29 +302,35 @@ class SampleSize:
 
 
 def requests_for_margin(
-    se: float, margin: float, n_requests: int, alpha: float = 0.05, power: float = 0.8
+    se: float,
+    margin: float,
+    n_requests: int,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    df: float | None = None,
 ) -> SampleSize:
     """Return the requests giving the EQUIVALENT verdict with ``power`` if the true θ were 0.
 
     A stated power calculation for the TOST (Chow, Shao & Wang 2008, *Sample Size Calculations
     in Clinical Research*, §3.2.3): at the observed per-request SD s = se·√n and a true θ = 0,
     the TOST at level α rejects both one-sided nulls with probability ≈ 2Φ(m√n'/s − q) − 1,
-    q the one-sided (1 − α) quantile of the default interval (z_{1−α} expanded to
-    √(n'/(n'−1))·t_{n'−1}); so n' = (s (q + z_{(1+power)/2}) / m)², iterated to a fixed point in
-    q. ``alpha`` is the test level the verdict uses (α/k for Holm's first step of k deltas).
+    q the one-sided (1 − α) quantile of the default interval, t_{ν'} with ν' = ν·n'/n (the
+    effective degrees of freedom ``df`` of the cell's n requests scale with the requests; clipped
+    to [1, n' − 1]; without ``df``, n' − 1); so n' = (s (q + z_{(1+power)/2}) / m)², iterated to
+    a fixed point in q. ``alpha`` is the test level the verdict uses (α/k for Holm's first step
+    of k deltas).
     """
     if not math.isfinite(se) or margin <= 0.0:
         return SampleSize(None, "no finite standard error")
     if se == 0.0:
-        return SampleSize(
-            None, "zero variance (every replicate equal): the verdict does not depend on n"
-        )
+        return SampleSize(None, "zero standard error: the verdict does not depend on n")
     sd = se * math.sqrt(n_requests)
     zb = _N01.inv_cdf(0.5 + power / 2.0)
     z = _N01.inv_cdf(1.0 - alpha)
     need = max(2, math.ceil((sd * (z + zb) / margin) ** 2))
     for _ in range(50):
-        q = math.sqrt(need / (need - 1)) * t_ppf(1.0 - alpha, need - 1)  # = −Φ⁻¹(g_n'(α))
+        nu = need - 1.0 if df is None else min(max(df * need / n_requests, 1.0), need - 1.0)
+        q = t_ppf(1.0 - alpha, nu)
         nxt = max(2, math.ceil((sd * (q + zb) / margin) ** 2))
         if nxt == need:
             break

@@ -97,5 +97,6 @@ def pair_arms(
         families=tuple(families),
         buckets=tuple(buckets.names),
         unbucketed=buckets.unbucketed_code,
+        depths=(a.depth, b.depth) if a.depth is not None and b.depth is not None else None,
     )
     return ps, excluded

@@ -63,7 +63,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -207,6 +207,7 @@ def read_arm(
         files=opts.counts,
         notes=notes,
         ignored=[(e.path, e.glob) for e in ignored],
+        depth=opts.depths[0] if opts.depths else None,
     )
 
 
@@ -253,6 +254,7 @@ class _Options:
     drafted: int | None
     counts: list[tuple[Path, int]]
     truncate: int | None = None
+    depths: list[int] = field(default_factory=list)  # the arm's depth, when the reader knows it
 
 
 def _list_files(
@@ -697,6 +699,9 @@ def drafted_depths(path: Path, ignore: Sequence[str] = ()) -> tuple[int | None, 
 def _read_round_traces(files: list[ArchiveFile], opts: _Options) -> tuple[pl.DataFrame, list[str]]:
     rows, stop = _read_table(files, _ROUND_COLUMNS, opts.counts)
     _validate(rows, stop, files, _ROUND_RULES)
+    drafted = rows.get_column("drafted")
+    if rows.height and drafted.null_count() == 0:
+        opts.depths.append(int(drafted.max()))  # type: ignore[arg-type]
     b = opts.buckets
     codes = b.assign(rows.get_column("context_tokens").fill_null(-1).to_numpy())
     names = pl.Series("bucket", np.asarray(b.names, dtype=object)[codes], dtype=pl.String())
@@ -836,6 +841,8 @@ def _read_spec_bench(files: list[ArchiveFile], opts: _Options) -> tuple[pl.DataF
         return {"request_id": qid, "family": family, "n": len(steps), "t": float(sum(steps))}
 
     rows = _read_answers(files, opts, parse)
+    if d is not None:
+        opts.depths.append(d)
     unknown = opts.buckets.names[opts.buckets.unknown_code]
     notes = [
         f"Spec-Bench answers, choices[{c}]: one round per accept_lengths entry, "

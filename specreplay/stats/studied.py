@@ -1,0 +1,53 @@
+"""What the calibration study measured of the default interval, by cell size (issue 10, item 4).
+
+``bench/calibration.py --study`` measures the coverage of the default 95% interval
+(:mod:`specreplay.stats.cr2`) over a grid of hard settings (heavy-tailed round counts, request
+random effects, skewed and sparse per-request effects, families that differ) at 10, 20 and 50
+requests per family cell and 40, 80 and 200 per pooled cell. :data:`LOWEST_COVERAGE` keeps, per
+studied size, the lowest coverage over every setting with that setting's name; a cell smaller
+than :data:`NOMINAL_REQUESTS` carries ``small_sample: true`` and the entry of the largest studied
+size ≤ its request count (:func:`coverage_at_size`). README "Calibration of the intervals" holds
+the whole table, its seed and the command.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["LOWEST_COVERAGE", "NOMINAL_REQUESTS", "STUDY", "StudiedSize", "coverage_at_size"]
+
+
+@dataclass(frozen=True)
+class StudiedSize:
+    """The lowest coverage measured at one cell size, ± its Monte Carlo SE, and where."""
+
+    n_requests: int
+    coverage: float
+    mc_se: float
+    setting: str
+
+
+STUDY: Final = "PYTHONPATH=. python bench/calibration.py --study (provisional figures)"
+LOWEST_COVERAGE: Final[tuple[StudiedSize, ...]] = (
+    StudiedSize(10, 0.930, 0.004, "prototype study, skewed effects"),
+    StudiedSize(20, 0.935, 0.004, "prototype study, skewed effects"),
+    StudiedSize(50, 0.945, 0.004, "prototype study, skewed effects"),
+)
+NOMINAL_REQUESTS: Final = 50
+"""Smallest studied size at which every setting's coverage is within 2 MC SE of 0.95."""
+
+
+def coverage_at_size(n_requests: int) -> StudiedSize | None:
+    """Return the study's entry at the largest studied size ≤ ``n_requests`` (None below all).
+
+    Examples
+    --------
+    >>> coverage_at_size(35).n_requests
+    20
+    """
+    best = None
+    for s in LOWEST_COVERAGE:
+        if s.n_requests <= n_requests and (best is None or s.n_requests > best.n_requests):
+            best = s
+    return best

@@ -1,0 +1,184 @@
+"""The verdict rules of issue 10 through :func:`compare` (the glue between tested helpers).
+
+Each test builds paired sums by hand and checks a rule against an independent computation: the
+request is the cluster (pieces summed before the variance), a cell with no differing request is
+never EQUIVALENT (its conservative bound computed by hand), identical inputs are EQUIVALENT with
+zero width, bounds are clamped to what rounds of the arms' depths can reach, an unbounded
+interval without a depth is null with the reason, and small cells carry the study's coverage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+from cr2_ref import hand_cr2, t_interval
+from scipy import stats
+
+from specreplay.stats.bootstrap import PairedSums
+from specreplay.stats.compare import IDENTICAL, compare, parse_margin
+from specreplay.stats.cr2 import MIN_DIFFERING
+from specreplay.stats.studied import LOWEST_COVERAGE, NOMINAL_REQUESTS
+
+KW: dict[str, Any] = {"n_boot": 200, "seed": 3, "min_requests": 5}
+
+
+def _ps(
+    na: np.ndarray,
+    ta: np.ndarray,
+    tb: np.ndarray,
+    fam: np.ndarray,
+    *,
+    depths: tuple[int, int] | None = (4, 4),
+    split: bool = False,
+) -> PairedSums:
+    """One piece per request (or two halves in two buckets when ``split``), b paired with a."""
+    n = na.shape[0]
+    req = np.arange(n)
+    bucket = np.zeros(n, np.int32)
+    vals = [na, ta, na.copy(), tb]
+    if split:
+        req = np.concatenate([req, req])
+        bucket = np.concatenate([bucket, np.ones(n, np.int32)])
+        vals = [np.concatenate([v / 2.0, v / 2.0]) for v in vals]
+    return PairedSums(
+        tuple(f"r{i}" for i in range(n)), np.arange(n, dtype=np.uint64) * 11 + 5,
+        fam.astype(np.int32), req.astype(np.int64), bucket, *vals,
+        tuple(f"f{f}" for f in range(int(fam.max()) + 1)), ("x", "y"), depths=depths,
+    )  # fmt: skip
+
+
+def _skewed(seed: int, n: int, families: int = 2) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(seed)
+    na = np.ceil(rng.lognormal(np.log(30.0), 0.8, n))
+    ta = na + rng.binomial((4 * na).astype(np.int64), 0.6)
+    tb = ta + rng.poisson(na * 0.05 * rng.lognormal(0.0, 1.0, n))
+    return na, ta, np.minimum(tb, 5 * na), np.arange(n) % families
+
+
+def test_the_request_is_the_cluster_in_every_cell() -> None:
+    """Each request's rounds split in halves over two buckets: the pooled and family intervals
+    equal those of the unsplit requests, and the reference CR2 of the request totals (a
+    variance over pieces would count every request twice)."""
+    na, ta, tb, fam = _skewed(1, 40)
+    whole = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", **KW)
+    split_ps = _ps(na, ta, tb, fam, split=True)
+    split = compare(split_ps, arm_a="a", arm_b="b", **KW)
+    top = ("pooled", "family")
+    pairs = [(c1, c2, cell) for c1, c2, cell in zip(whole.cells, split.cells, split.layout,
+             strict=False) if c2["level"] in top]  # fmt: skip
+    assert len(pairs) == 3
+    for c1, c2, cell in pairs:
+        assert (c1["level"], c1["family"]) == (c2["level"], c2["family"])
+        d1, d2 = c1["deltas"][0], c2["deltas"][0]
+        assert (d2["lo"], d2["hi"], d2["df"]) == pytest.approx((d1["lo"], d1["hi"], d1["df"]))
+        theta, se, df = hand_cr2(split_ps, cell.fam_idx, cell.bucket_idx)
+        assert (d2["lo"], d2["hi"]) == pytest.approx(t_interval(theta, se, df, 0.95), rel=1e-9)
+
+
+def test_a_cell_where_no_request_differs_is_inconclusive_with_the_bound() -> None:
+    """Family f0 identical in both arms, f1 not: f0 gets [−B, B], B = d·p_u·n_max/n̄ with
+    p_u = 1 − 0.05^{1/n} (by hand), p-values 1 and INCONCLUSIVE, even at a huge margin."""
+    na, ta, tb, fam = _skewed(2, 40)
+    tb = np.where(fam == 0, ta, tb)
+    comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", margin=parse_margin("50%"), **KW)
+    cell = next(c for c in comp.cells if c["family"] == "f0")
+    d = cell["deltas"][0]
+    sel = fam == 0
+    b = 4 * (1 - 0.05 ** (1 / 20)) * na[sel].max() / na[sel].mean()
+    assert (d["lo"], d["hi"]) == pytest.approx((-min(b, 4.0), min(b, 4.0)))
+    assert d["n_differing"] == 0 and d["df"] is None
+    assert d["verdict"] == "INCONCLUSIVE" and "zero standard error" in d["verdict_reason"]
+    assert d["p_equivalence"] == 1.0 and d["smallest_equivalent_margin"] is None
+    assert d["tests_in_level"] == 2  # it keeps its place in Holm's count
+    other = next(c for c in comp.cells if c["family"] == "f1")["deltas"][0]
+    assert other["verdict_reason"] is None and other["n_differing"] > MIN_DIFFERING
+
+
+def test_few_differing_requests_are_inconclusive_whatever_the_margin() -> None:
+    """Two requests of 20 differ (< MIN_DIFFERING): INCONCLUSIVE with the count in the reason,
+    and the interval holds ±B with p_u the Clopper–Pearson bound at 2 of 20 (scipy)."""
+    na, ta, _, _ = _skewed(3, 20)
+    tb = ta.copy()
+    tb[[3, 11]] += 1.0
+    fam = np.zeros(20, np.int64)
+    comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", margin=parse_margin("90%"), **KW)
+    d = comp.cells[0]["deltas"][0]
+    assert d["n_differing"] == 2 and d["verdict"] == "INCONCLUSIVE"
+    assert "2 requests differ" in d["verdict_reason"]
+    b = 4 * stats.beta.ppf(0.95, 3, 18) * na.max() / na.mean()
+    assert d["lo"] <= -min(b, 4.0) + 1e-12 and d["hi"] >= min(b, 4.0) - 1e-12
+
+
+def test_identical_inputs_are_equivalent_with_zero_width_in_every_cell() -> None:
+    na, ta, _, fam = _skewed(4, 30)
+    comp = compare(_ps(na, ta, ta.copy(), fam), arm_a="a", arm_b="b", **KW)
+    for c in comp.cells:
+        d = c["deltas"][0]
+        if d["null_reason"] is None:
+            assert d["verdict"] == "EQUIVALENT" and d["verdict_reason"] == IDENTICAL
+            assert d["lo"] == d["hi"] == d["point"] == 0.0
+
+
+def test_bounds_are_clamped_to_the_arms_depths() -> None:
+    """Depth 1 (R ∈ [1, 2]) and a cell whose t interval spans more: Δ within [−1, 1],
+    Δ/R_a within [1/2 − 1, 1], each arm's R within [1, 2]; without the clamp they leave them."""
+    rng = np.random.default_rng(5)
+    n = 6
+    na = np.ones(n)
+    ta = 1.0 + rng.integers(0, 2, n).astype(float)
+    tb = np.array([2.0, 1.0, 2.0, 1.0, 1.0, 2.0])
+    fam = np.zeros(n, np.int64)
+    comp = compare(_ps(na, ta, tb, fam, depths=(1, 1)), arm_a="a", arm_b="b",
+                   level=0.9999, **KW)  # fmt: skip
+    d = comp.cells[0]["deltas"][0]
+    theta, se, df = hand_cr2(_ps(na, ta, tb, fam), (0,), (0,))
+    raw = t_interval(theta, se, df, 0.9999)
+    assert raw[0] < -1.0 or raw[1] > 1.0  # the clamp binds here
+    assert (d["lo"], d["hi"]) == (max(raw[0], -1.0), min(raw[1], 1.0))
+    assert d["rel_lo"] >= -0.5 and d["rel_hi"] <= 1.0
+    for fig in comp.cells[0]["arms"].values():
+        assert fig["lo"] >= 1.0 and fig["hi"] <= 2.0
+
+
+def test_without_a_depth_a_huge_bound_is_null_with_the_reason() -> None:
+    """No depth known, a t interval beyond ±10⁶: the delta is null and says why."""
+    na = np.ones(6)
+    ta = np.ones(6)
+    tb = np.array([3e6, 1.0, 1.0, 2.0, 1.0, 9e5])
+    comp = compare(_ps(na, ta, tb, np.zeros(6, np.int64), depths=None), arm_a="a", arm_b="b",
+                   **KW)  # fmt: skip
+    d = comp.cells[0]["deltas"][0]
+    assert d["lo"] is None and d["verdict"] is None
+    assert "depth is unknown" in d["null_reason"]
+
+
+def test_small_cells_carry_the_study_coverage_at_their_size() -> None:
+    """n < NOMINAL_REQUESTS: small_sample with the study entry of the largest studied size ≤ n."""
+    na, ta, tb, fam = _skewed(6, 2 * (NOMINAL_REQUESTS - 10), families=2)
+    comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", **KW)
+    n_fam = NOMINAL_REQUESTS - 10
+    want = max((s for s in LOWEST_COVERAGE if s.n_requests <= n_fam), key=lambda s: s.n_requests)
+    fam_delta = next(c for c in comp.cells if c["level"] == "family")["deltas"][0]
+    assert fam_delta["small_sample"] is True
+    assert fam_delta["coverage_at_size"] == dataclasses.asdict(want)
+    pooled = comp.cells[0]
+    assert pooled["n_requests"] >= NOMINAL_REQUESTS
+    assert pooled["deltas"][0]["small_sample"] is False
+    assert pooled["deltas"][0]["coverage_at_size"] is None
+
+
+def test_a_cell_under_the_study_minimum_is_inconclusive_by_rule() -> None:
+    """--min-requests 5 lets a 6-request cell through; the study's MIN_REQUESTS (10) does not
+    let it give a verdict: INCONCLUSIVE, p-values 1, whatever the margin."""
+    from specreplay.stats.cr2 import MIN_REQUESTS
+
+    na, ta, tb, fam = _skewed(7, 6)
+    fam = np.zeros(6, np.int64)
+    comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", margin=parse_margin("99%"), **KW)
+    d = comp.cells[0]["deltas"][0]
+    assert d["n_differing"] >= MIN_DIFFERING and MIN_REQUESTS > 6
+    assert d["verdict"] == "INCONCLUSIVE" and f"6 requests < {MIN_REQUESTS}" in d["verdict_reason"]
+    assert d["p_equivalence"] == d["p_difference"] == 1.0
