@@ -1079,7 +1079,8 @@ def tables_markdown(res: dict[str, Any]) -> str:
         for m in METHODS
         if any(m in r["methods"] for st in res["settings"].values() for r in st["sizes"].values())
     )
-    cr = tuple(m for m in ("cr2-eff-rules", "cr2-eff", "studentized") if m in meths)
+    cr = tuple(m for m in ("cr2-eff-rules", "cr2-eff", "cr2-eff-hall", "studentized")
+               if m in meths)  # fmt: skip
     parts = [
         f"seed {res['seed']}, {res['datasets']} datasets per setting × size, B = {res['n_boot']},"
         f" {len(res['settings'])} settings, wall {res.get('wall_seconds', 0) / 60:.1f} min;"
@@ -1100,8 +1101,13 @@ def tables_markdown(res: dict[str, Any]) -> str:
         "Family-cell coverage by k (requests that differ), pooled over every setting and size:",
         by_k_table(res, cr),
     ]
+    parts += [
+        "P(EQUIVALENT) of family cells by k (unadjusted; margin: false, zero: power), pooled"
+        " over every setting and size:",
+        eq_by_k_table(res, cr),
+    ]
     for m in cr:
-        parts.append(f"COVERAGE_AT_SIZE[{m!r}] = {coverage_at_size(res, m)!r}")
+        parts.append("```python\n" + studied_sizes(res, m) + "\n```")
     return "\n\n".join(parts)
 
 
@@ -1209,22 +1215,62 @@ def degenerate_table(res: dict[str, Any], methods: tuple[str, ...] = METHODS) ->
     return "\n".join(lines)
 
 
-def coverage_at_size(res: dict[str, Any], meth: str) -> dict[int, tuple[float, str, str]]:
-    """Lowest coverage per studied cell size (family n, pooled 4n) over every setting and scale."""
-    low: dict[int, tuple[float, str, str]] = {}
+def coverage_at_size(res: dict[str, Any], meth: str) -> dict[int, tuple[float, float, str]]:
+    """Lowest coverage per studied cell size (family n, pooled 4n) over every setting and scale:
+    size → (coverage, MC SE, "setting, cell, scale")."""
+    low: dict[int, tuple[float, float, str]] = {}
     for name, st in res["settings"].items():
         for n, r in st["sizes"].items():
             m = r["methods"].get(meth)
             if m is None:
                 continue
             for s in _scales(m):
-                for size, c in ((int(n), m[s]["cov_family_worst"][0]),
-                                (FAMILIES * int(n), m[s]["cov_pooled"][0])):  # fmt: skip
-                    label = "Δ" if s == "delta" else "Δ/R_a"
-                    cell = "family" if size == int(n) else "pooled"
-                    if size not in low or c < low[size][0]:
-                        low[size] = (round(c, 4), f"{name} ({cell} cell)", label)
+                label = "Δ" if s == "delta" else "Δ/R_a"
+                fam = (int(n), m[s]["cov_family_worst"], "family cell")
+                pool = (FAMILIES * int(n), m[s]["cov_pooled"], "pooled cell")
+                for size, c, cell in (fam, pool):
+                    if size not in low or c[0] < low[size][0]:
+                        low[size] = (round(c[0], 4), round(c[1], 4), f"{name}, {cell}, {label}")
     return dict(sorted(low.items()))
+
+
+def studied_sizes(res: dict[str, Any], meth: str) -> str:
+    """``LOWEST_COVERAGE`` of :mod:`specreplay.stats.studied`, pasteable."""
+    rows = [f"    StudiedSize({n}, {c:.4f}, {se:.4f}, {where!r}),"
+            for n, (c, se, where) in coverage_at_size(res, meth).items()]  # fmt: skip
+    return "\n".join(
+        [
+            f"# {meth}: the lowest coverage per studied size over every setting",
+            "LOWEST_COVERAGE: Final[tuple[StudiedSize, ...]] = (",
+            *rows,
+            ")",
+        ]
+    )
+
+
+def eq_by_k_table(res: dict[str, Any], methods: tuple[str, ...]) -> str:
+    """Family cells called EQUIVALENT (unadjusted) by k: false at the margin, power at Δ = 0."""
+    head = "| method | truth | " + " | ".join(
+        f"k={a}" if a == b else (f"k={a}–{b}" if b < 10**8 else f"k≥{a}") for a, b in K_BINS
+    )
+    lines = [head + " |", "|" + "---|" * (len(K_BINS) + 2)]
+    for meth in methods:
+        for truth in ("margin", "zero"):
+            tot = np.zeros((len(K_BINS), 3))
+            for st in res["settings"].values():
+                if st["truth"] != truth:
+                    continue
+                for r in st["sizes"].values():
+                    m = r["methods"].get(meth)
+                    if m is not None and "eq_by_k_family" in m["verdict"]:
+                        tot += np.array(m["verdict"]["eq_by_k_family"])
+            cells = []
+            for cnt, eq, _ in tot:
+                c = eq / cnt if cnt else float("nan")
+                se = math.sqrt(c * (1 - c) / cnt) if cnt else float("nan")
+                cells.append(f"{c:.3f}±{se:.3f} (N={int(cnt)})" if cnt else "—")
+            lines.append(f"| {meth} | {truth} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def by_k_table(res: dict[str, Any], methods: tuple[str, ...]) -> str:
