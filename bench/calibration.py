@@ -32,11 +32,18 @@ A second part (``--production``) checks the acceptance row through the package i
 cells of 20 requests (each dataset one family of one :class:`PairedSums`, stratified), replicates
 from :func:`bootstrap_sums` and the default interval of :mod:`specreplay.stats.intervals`.
 
+A third part (``--study``, issue 10) is the hard-case study of :mod:`hardcases` (heavy-tailed
+rounds, request-level random effects, skewed and sparse per-request effects, families that
+differ, every candidate interval side by side); its options follow ``--study``.
+
 Usage::
 
     PYTHONPATH=. python bench/calibration.py [--datasets 5000] [--n-boot 1000]
         [--sizes 10,20,50,100,500] [--settings archive,skewed] [--b-check] [--production]
         [--sums-cache PATH.npz]
+    PYTHONPATH=. python bench/calibration.py --study [--datasets 1000] [--n-boot 999]
+        [--sizes 10,20,50] [--grid rounds:effects:truths] [--seed 20261201] [--out PATH.json]
+        [--md PATH.md] [--only cr2-eff]
 """
 
 from __future__ import annotations
@@ -330,6 +337,14 @@ def production_check(
 
 
 def main() -> None:
+    import sys
+
+    if "--study" in sys.argv[1:]:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from hardcases import main as study_main
+
+        study_main([a for a in sys.argv[1:] if a != "--study"])
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--datasets", type=int, default=5000)
     ap.add_argument("--n-boot", type=int, default=1000)
