@@ -1,4 +1,6 @@
-"""Coverage tests of the default (studentized) interval with stated false-failure rates and power.
+"""Coverage tests of the intervals with stated false-failure rates and power: the studentized
+bootstrap-t (the default until issue 10, still a candidate of the study) and BCa on the issue-5
+model, and the default CR2 interval (:mod:`specreplay.stats.cr2`) on a hard case of issue 10's study.
 
 Each test counts hits over K simulated datasets and passes when the count clears a threshold c.
 Its design states two binomial figures, both checked in ``test_designs``:
@@ -126,8 +128,8 @@ Pair = tuple[Studentized, Studentized]
 def _studentized(
     ps: PairedSums, n_boot: int, seed: int, cells: list[tuple[tuple[int, ...], tuple[int, ...]]]
 ) -> list[Pair]:
-    """The default (studentized) replicates of Δ and Δ/R_a of each (families, buckets) cell, as
-    :func:`specreplay.stats.compare.compare` forms them."""
+    """The studentized replicates of Δ and Δ/R_a of each (families, buckets) cell (the package's
+    :mod:`specreplay.stats.studentized`, the study's candidate)."""
     s = bootstrap_sums(ps, n_boot=n_boot, seed=seed)
     mom = bootstrap_moments(ps, n_boot=n_boot, seed=seed)
     pts = point_sums(ps)
