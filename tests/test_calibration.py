@@ -1,6 +1,7 @@
 """Coverage tests of the intervals with stated false-failure rates and power: the studentized
-bootstrap-t (the default until issue 10, still a candidate of the study) and BCa on the issue-5
-model, and the default CR2 interval (:mod:`specreplay.stats.cr2`) on a hard case of issue 10's study.
+bootstrap-t (the default until issue 10, still a candidate of the study) and BCa on the
+issue-5 model, and the default CR2 interval (:mod:`specreplay.stats.cr2`) on a hard case of
+issue 10's study.
 
 Each test counts hits over K simulated datasets and passes when the count clears a threshold c.
 Its design states two binomial figures, both checked in ``test_designs``:
