@@ -39,24 +39,24 @@ Design decisions:
 
 Examples
 --------
-A small end-to-end session (40 requests: a few seconds once the kernels are compiled):
+A small end-to-end session (60 requests: a few seconds once the kernels are compiled):
 
 >>> import shutil, tempfile
 >>> from pathlib import Path
 >>> from specreplay import api
 >>> tmp = Path(tempfile.mkdtemp())
->>> archive = api.synth(tmp / "archive", requests=40, rounds=16)
+>>> archive = api.synth(tmp / "archive", requests=60, rounds=16)
 >>> archive.rows, archive.logging_arm
-(3200, 'top32:t0.7@5')
+(4800, 'top32:t0.7@5')
 >>> rq = api.requalify(archive.path, baseline="top32:t0.7@5",
 ...                    candidate="top32:t0.7:dyadic24@5", n_boot=200)
 >>> rq.requalification.verdict, rq.requalification.label.value
 ('QUALIFIED', 'SIMULATED')
 >>> round(rq.pooled.arms["top32:t0.7@5"].R, 4)
-2.9956
+2.96
 >>> cells = rq.to_polars()  # the rows of cells.parquet
 >>> cells.shape
-(1320, 22)
+(1320, 27)
 >>> cells.columns[:6]
 ['level', 'family', 'bucket', 'n_requests', 'kind', 'arm']
 >>> deltas = rq.to_polars("deltas")
@@ -65,7 +65,7 @@ A small end-to-end session (40 requests: a few seconds once the kernels are comp
 >>> sw = api.sweep(archive.path, arms=["top32:t0.7@5"], depths="2,4", n_boot=200)
 >>> pooled = sw.to_polars("depths").filter(level="pooled").sort("depth")
 >>> [(d, round(r, 4), label) for d, r, label in pooled.select("depth", "R", "label").rows()]
-[(2, 2.2537, 'SIMULATED'), (4, 2.8389, 'SIMULATED')]
+[(2, 2.2271, 'SIMULATED'), (4, 2.8075, 'SIMULATED')]
 >>> _ = api.requalify(tmp / "nowhere", baseline="top32:t0.7@5", candidate="greedy@5")
 Traceback (most recent call last):
 ...

@@ -30,12 +30,12 @@ os.environ.setdefault(
 
 @pytest.fixture(scope="session")
 def small_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 3-shard Parquet archive from the toy model pair: 48 requests × 8 rounds × 5 positions."""
+    """A 4-shard Parquet archive from the toy model pair: 64 requests × 8 rounds × 5 positions."""
     from specreplay.replay.archive.synthetic import synth_frames
     from specreplay.sim.synth import SynthConfig
 
     out = tmp_path_factory.mktemp("archive") / "small"
-    cfg = SynthConfig(n_requests=48, rounds=8, requests_per_shard=16)
+    cfg = SynthConfig(n_requests=64, rounds=8, requests_per_shard=16)
     with TraceWriter(out, format="parquet-dir") as w:
         for frame in synth_frames(cfg, seed=7):
             w.append_frame(frame)

@@ -66,10 +66,10 @@ def _same_as_cli(result: api.Result, cli_out: Path, tmp: Path) -> None:
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The doctest's archive, through the API: 40 requests × 16 rounds, seed 0."""
+    """The doctest's archive, through the API: 60 requests × 16 rounds, seed 0."""
     folder = tmp_path_factory.mktemp("api") / "archive"
-    made = api.synth(folder, requests=40, rounds=16)
-    assert made.path == folder and made.rows == 40 * 16 * 5 == 3200
+    made = api.synth(folder, requests=60, rounds=16)
+    assert made.path == folder and made.rows == 60 * 16 * 5 == 4800
     return folder
 
 
@@ -84,7 +84,7 @@ def requalified(archive: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
 
 
 def test_synth_writes_the_cli_archive(archive: Path, tmp_path: Path) -> None:
-    _cli("synth", str(tmp_path / "cli"), "--requests", "40", "--rounds", "16")
+    _cli("synth", str(tmp_path / "cli"), "--requests", "60", "--rounds", "16")
     shards = sorted(p.name for p in archive.glob("*.parquet"))
     assert shards == sorted(p.name for p in (tmp_path / "cli").glob("*.parquet"))
     for name in shards:

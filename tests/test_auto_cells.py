@@ -254,7 +254,7 @@ def test_a_family_failing_the_ess_rule_is_inconclusive_the_others_keep_their_ver
     bound/mean in the reason, and its requalification follows. The chat family (ratio 1) keeps
     the verdict the explicit importance run gives; every delta carries its estimator.
     """
-    rows = rows_of(TWO_FAMILIES, requests=16, rounds=10, seed=11)
+    rows = rows_of(TWO_FAMILIES, requests=50, rounds=10, seed=11)
     path = write_parquet(tmp_path / "a.parquet", rows)
     arms = ["--baseline", LOGGING, "--candidate", "top4:t0.9@3", "--reference", "greedy@3"]
     auto = requalify(path, tmp_path / "auto", *arms)
@@ -366,7 +366,7 @@ def test_the_bits_walk_stops_where_auto_makes_the_pooled_verdict_inconclusive(
     at its first arm; the explicit importance run (dyadic laws quantized exactly: identical
     figures) walks on. The walk's verdicts are the pooled cell's.
     """
-    rows = rows_of({"math": TWO_FAMILIES["math"]}, requests=16, rounds=10, seed=11)
+    rows = rows_of({"math": TWO_FAMILIES["math"]}, requests=50, rounds=10, seed=11)
     r1 = np.array([x[1][0] for x in by_round(rows, t1)])
     assert r1.sum() ** 2 / (r1.shape[0] * (r1**2).sum()) < 0.1
     path = write_parquet(tmp_path / "a.parquet", rows)

@@ -237,45 +237,32 @@ CATEGORIES = (
     *("coding", "extraction", "humanities", "math"),
     *("reasoning", "roleplay", "stem", "writing"),
 )
-MEDUSA_VERDICTS = {
-    # cr2-eff-hall (tests/cr2_ref.py): humanities, stem raw p_difference 0.061, 0.148 (no raw
-    # DIFFERENT)
-    "0.5%": dict.fromkeys(CATEGORIES, "INCONCLUSIVE"),
-    # coding, humanities, roleplay, stem: raw p_equivalence 0.049, 0.048, 0.026, 0.017 (raw:
-    # EQUIVALENT); Holm-adjusted 0.29, 0.29, 0.18, 0.14
-    "10%": dict.fromkeys(CATEGORIES, "INCONCLUSIVE"),
-}
-RAW_CHANGES = {"0.5%": 0, "10%": 4}  # verdicts the raw p-values would get wrong
 
 
-@pytest.mark.parametrize("margin", list(MEDUSA_VERDICTS))
-def test_medusa_category_verdicts_use_holm_adjusted_p_values(margin: str) -> None:
+@pytest.mark.parametrize("margin", ["0.5%", "10%"])
+def test_medusa_categories_are_below_the_study_minimum(margin: str) -> None:
+    """MT-bench categories hold 10 questions each, fewer than the study's MIN_REQUESTS: each is
+    INCONCLUSIVE by rule whatever the margin (at 10% four of them would pass their raw TOST:
+    p 0.049, 0.048, 0.026, 0.017 by the reference), with p-values 1 and the reason."""
+    from specreplay.stats.cr2 import MIN_REQUESTS
+
     bk = Buckets.parse()
     a = read_arm(M7, buckets=bk, question_file=QUESTIONS, name="7B")
     b = read_arm(M13, buckets=bk, question_file=QUESTIONS, name="13B")
     ps, _ = pair_arms(a, b, buckets=bk)
     comp = compare(ps, arm_a="7B", arm_b="13B", margin=parse_margin(margin))
-    fam = [c for c in comp.cells if c["level"] == "family"]
-    deltas = [c["deltas"][0] for c in fam]
-    for d, cell in zip(deltas, [s for s in comp.layout if s.level == "family"], strict=True):
-        want = t_p_values(
-            hand_cr2(ps, cell.fam_idx, cell.bucket_idx, rel=True), parse_margin(margin).value
-        )
-        assert (d["p_difference"], d["p_equivalence"]) == pytest.approx(want, rel=1e-7)
-    for kind in ("p_difference", "p_equivalence"):
-        hand = _holm_by_hand([d[kind] for d in deltas])
-        assert [d[f"{kind}_adj"] for d in deltas] == pytest.approx(hand, abs=1e-12)
-    # SPEC §3.4 on the adjusted p-values; and the case is one where raw p-values would differ
-    raw_changes = 0
-    for c, d in zip(fam, deltas, strict=True):
-        expected = MEDUSA_VERDICTS[margin][c["family"]]
-        by_adj = ("EQUIVALENT" if d["p_equivalence_adj"] < 0.05 else
-                  "DIFFERENT" if d["p_difference_adj"] < 0.05 else "INCONCLUSIVE")  # fmt: skip
-        by_raw = ("EQUIVALENT" if d["p_equivalence"] < 0.05 else
-                  "DIFFERENT" if d["p_difference"] < 0.05 else "INCONCLUSIVE")  # fmt: skip
-        assert d["verdict"] == expected == by_adj, c["family"]
-        raw_changes += by_raw != expected
-    assert raw_changes == RAW_CHANGES[margin]
+    cells = [(c, s) for c, s in zip(comp.cells, comp.layout, strict=True) if s.level == "family"]
+    assert len(cells) == len(CATEGORIES)
+    raw_pass = 0
+    for c, spec in cells:
+        d = c["deltas"][0]
+        assert c["n_requests"] == 10 < MIN_REQUESTS
+        assert d["verdict"] == "INCONCLUSIVE"
+        assert d["verdict_reason"].startswith(f"10 requests < {MIN_REQUESTS}")
+        assert d["p_equivalence"] == d["p_difference"] == 1.0 == d["p_equivalence_adj"]
+        ref = hand_cr2(ps, spec.fam_idx, spec.bucket_idx, rel=True)
+        raw_pass += t_p_values(ref, parse_margin(margin).value)[1] < 0.05
+    assert raw_pass == {"0.5%": 0, "10%": 4}[margin]
 
 
 def test_identical_runs_are_equivalent_with_zero_width_and_null_bca(tmp_path: Path) -> None:
@@ -447,6 +434,9 @@ def test_smallest_margin_is_the_holm_adjusted_one() -> None:
     comp = compare(ps, arm_a="a", arm_b="b", n_boot=2000, seed=2, margin=parse_margin("0.02"))
     idx = [i for i, c in enumerate(comp.cells) if c["level"] == "family"]
     fam = [comp.cells[i]["deltas"][0] for i in idx]
+    for kind in ("p_difference", "p_equivalence"):  # Holm over the level, by hand
+        hand = _holm_by_hand([d[kind] for d in fam])
+        assert [d[f"{kind}_adj"] for d in fam] == pytest.approx(hand, abs=1e-12)
     for i, d in zip(idx, fam, strict=True):
         assert d["smallest_equivalent_margin"] >= max(abs(d["tost"]["lo"]), abs(d["tost"]["hi"]))
         # the sample size is for the verdict as adjusted: Holm's first step tests at α/4, with

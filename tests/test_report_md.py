@@ -53,11 +53,11 @@ def _bullets(text: str, title: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def requalify_run(tmp_path_factory: pytest.TempPathFactory, small_archive: Path) -> Path:
-    """dyadic8 against float64 on the 48-request archive: family chat has 8 < 10 requests."""
+    """dyadic8 against float64 on the 64-request archive: family chat has 13 < 14 requests."""
     out = tmp_path_factory.mktemp("rq") / "run"
     _invoke(["requalify", str(small_archive), "--baseline", "top32:t0.7@5", "--candidate",
              "top32:t0.7:dyadic8@5", "--reference", "greedy@5", "--n-boot", "500",
-             "--out", str(out), "-q"])  # fmt: skip
+             "--min-requests", "14", "--out", str(out), "-q"])  # fmt: skip
     return out
 
 
@@ -154,7 +154,7 @@ def test_requalify_verdicts_are_those_of_results_json(requalify_run: Path) -> No
             assert head + f"— ({rq['null_reason']})" in lines
         else:
             assert any(ln.startswith(head + f"**{rq['verdict']}**") for ln in lines), head
-    assert nulls >= 1  # the fixture's family chat has 8 requests < --min-requests 10
+    assert nulls >= 1  # the fixture's family chat has 13 requests < --min-requests 14
     assert text.startswith("# Requalification of top32:t0.7:dyadic8@5 against top32:t0.7@5\n")
     assert text.index("## Verdicts") < text.index("## Tables") < text.index("## Assumptions")
 

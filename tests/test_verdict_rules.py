@@ -79,15 +79,16 @@ def test_the_request_is_the_cluster_in_every_cell() -> None:
 
 
 def test_a_cell_where_no_request_differs_is_inconclusive_with_the_bound() -> None:
-    """Family f0 identical in both arms, f1 not: f0 gets [−B, B], B = d·p_u·n_max/n̄ with
-    p_u = 1 − 0.05^{1/n} (by hand), p-values 1 and INCONCLUSIVE, even at a huge margin."""
-    na, ta, tb, fam = _skewed(2, 40)
+    """Family f0 identical in both arms, f1 not (60 requests each): f0 gets [−B, B],
+    B = d·p_u·n_max/n̄ with p_u = 1 − 0.05^{1/n} (by hand), p-values 1 and INCONCLUSIVE, even at
+    a huge margin."""
+    na, ta, tb, fam = _skewed(2, 120)
     tb = np.where(fam == 0, ta, tb)
     comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", margin=parse_margin("50%"), **KW)
     cell = next(c for c in comp.cells if c["family"] == "f0")
     d = cell["deltas"][0]
     sel = fam == 0
-    b = 4 * (1 - 0.05 ** (1 / 20)) * na[sel].max() / na[sel].mean()
+    b = 4 * (1 - 0.05 ** (1 / 60)) * na[sel].max() / na[sel].mean()
     assert (d["lo"], d["hi"]) == pytest.approx((-min(b, 4.0), min(b, 4.0)))
     assert d["n_differing"] == 0 and d["df"] is None
     assert d["verdict"] == "INCONCLUSIVE" and "zero standard error" in d["verdict_reason"]
@@ -170,8 +171,8 @@ def test_small_cells_carry_the_study_coverage_at_their_size() -> None:
 
 
 def test_a_cell_under_the_study_minimum_is_inconclusive_by_rule() -> None:
-    """--min-requests 5 lets a 6-request cell through; the study's MIN_REQUESTS (10) does not
-    let it give a verdict: INCONCLUSIVE, p-values 1, whatever the margin."""
+    """--min-requests 5 lets a 6-request cell through; the study's MIN_REQUESTS does not let it
+    give a verdict: INCONCLUSIVE, p-values 1, whatever the margin."""
     from specreplay.stats.cr2 import MIN_REQUESTS
 
     na, ta, tb, fam = _skewed(7, 6)
