@@ -360,22 +360,24 @@ def _hc_rounds(
 
 
 # bench/hardcases.py, mild/sparse-mixed/free, n = 50, 4,000 datasets (``--only-cr2 --datasets
-# 4000 --sizes 50``): cr2-eff (with its forced rule) covers 0.971 ± 0.0013 per family cell (Δ and
-# Δ/R_a) and 0.973 ± 0.0026 pooled; a z interval covers 0.881 (family) and 0.929 (pooled), a t
-# interval with n − 1 df 0.887 and 0.930. False failure at the study's figure, power against the
-# wrong interval at a bound above its figure: test_cr2_designs. Measured on this test's cells:
-# family 2,334 / 2,335 of 2,400 (Δ, Δ/R_a), z 2,151, (n − 1)-df 2,168; pooled 986 of 1,000, z 940.
-CR2_FAMILY = Design(2400, 2305, 0.971, 0.907, "z or (n − 1)-df interval (family cells of 50)")
-CR2_POOLED = Design(1000, 957, 0.973, 0.930, "z or (n − 1)-df interval (pooled cells of 200)")
-# rounds as the clusters instead of requests: measured on this test's cells 687 of 2,400 (0.29),
-# against 2,334 (0.973) with requests as the clusters; bound 0.85
-CR2_ROUNDS = Design(2400, 2305, 0.971, 0.85, "residuals per round instead of per request")
+# 4000 --seed 20261202``): the default (cr2-eff-hall, with its forced rule) covers 0.9625 ±
+# 0.0030 in its worst family cell (mean 0.968; Δ/R_a 0.963) and 0.965 ± 0.003 pooled; a z
+# interval covers 0.881 (family) and 0.929 (pooled), a t interval with n − 1 df 0.887 and 0.930
+# (cr2-eff's SE, same study). False failure at the study's figure, power against the wrong
+# interval at a bound above its figure: test_cr2_designs.
+CR2_FAMILY = Design(2400, 2280, 0.9625, 0.907, "z or (n − 1)-df interval (family cells of 50)")
+CR2_POOLED = Design(1000, 946, 0.965, 0.930, "z or (n − 1)-df interval (pooled cells of 200)")
+# rounds as the clusters instead of requests: measured on these cells 687 of 2,400 (0.29, with
+# cr2-eff), far below the 0.96 with requests as the clusters; bound 0.85
+CR2_ROUNDS = Design(2400, 2280, 0.9625, 0.85, "residuals per round instead of per request")
 
 
 def test_cr2_designs() -> None:
+    """False failure ≤ 0.002 each; power ≥ 0.97 (the pooled design's is 0.976: 1,000 pooled
+    cells separate 0.965 from 0.930 no better within the test's time)."""
     for d in (CR2_FAMILY, CR2_POOLED, CR2_ROUNDS):
         assert d.false_failure() <= 0.002, d
-        assert d.power() >= 0.99, d
+        assert d.power() >= 0.97, d
 
 
 @pytest.fixture(scope="module")
@@ -397,9 +399,10 @@ def test_cr2_family_cells_cover_and_z_or_n_minus_1_df_would_not(
     hard_cells: dict[str, Any],
 ) -> None:
     """Family cells of 50 requests (2,400 = 600 datasets × 4 families), sparse heterogeneous
-    effects: the package's CR2-eff 95% intervals of Δ and of Δ/R_a cover the exact truths at
-    least CR2_FAMILY.c times (false failure 0.0008 at the study's 0.971); on the same cells the
-    z interval and the (n − 1)-df t interval (same SE) fall below c (power ≥ 0.99 at ≤ 0.907)."""
+    effects: the package's default 95% intervals of Δ and of Δ/R_a cover the exact truths at
+    least CR2_FAMILY.c times (false failure 0.0009 at the study's worst family, 0.9625); on the
+    same cells the z interval and the (n − 1)-df t interval (same SE, no skewness correction)
+    fall below c (power ≥ 0.99 at ≤ 0.907)."""
     truth_d, truth_r = _hc_truth()
     tot, n = hard_cells["tot"], hard_cells["n"]
     hits = np.zeros(2, np.int64)
@@ -422,8 +425,8 @@ def test_cr2_family_cells_cover_and_z_or_n_minus_1_df_would_not(
 
 def test_cr2_pooled_cells_cover(hard_cells: dict[str, Any]) -> None:
     """Pooled cells of 200 requests (4 families, 1,000 datasets): CR2-eff covers the exact pooled
-    Δ and Δ/R_a at least CR2_POOLED.c times (false failure 0.0007 at the study's 0.973); the z
-    interval on the same cells does not (power 0.9995 at ≤ 0.93)."""
+    Δ and Δ/R_a at least CR2_POOLED.c times (false failure 0.0009 at the study's 0.965); the z
+    interval on the same cells does not (power 0.976 at ≤ 0.93)."""
     truth_d, truth_r = _hc_truth()
     tot, n = hard_cells["tot"], 4 * hard_cells["n"]
     hits = np.zeros(2, np.int64)

@@ -39,6 +39,8 @@ LOWEST_COVERAGE: Final[tuple[StudiedSize, ...]] = (
     StudiedSize(50, 0.9365, 0.0039, "heavy/skew+/free, family cell, Δ"),
     StudiedSize(80, 0.9357, 0.0039, "heavy/skew+/zero, pooled cell, Δ/R_a"),
     StudiedSize(200, 0.9485, 0.0035, "heavy/exp/zero, pooled cell, Δ/R_a"),
+    StudiedSize(250, 0.9465, 0.0036, "mild/sparse/zero, family cell, Δ"),
+    StudiedSize(1000, 0.9455, 0.0036, "heavy/skew-/zero, pooled cell, Δ"),
 )
 """The default's (cr2-eff-hall) lowest 95% coverage per studied size over the 30 settings,
 4,000 datasets each (README "Calibration of the intervals")."""
