@@ -116,6 +116,11 @@ def test_requalify_verdicts_and_outputs(small_archive: Path, tmp_path: Path) -> 
                      "path-bias-importance"}  # fmt: skip
     ref = next(d for d in pooled["deltas"] if d["role"] == "candidate-vs-reference")
     assert ref["verdict"] is None and "no verdict" in ref["verdict_null_reason"]
+    # a delta without a verdict carries no reason for one (family cells of 13-19 requests are
+    # INCONCLUSIVE by rule where they have a verdict)
+    unruled = [d for c in doc["cells"] for d in c["deltas"] if d["verdict_null_reason"]]
+    assert unruled and all(d["verdict_reason"] is None for d in unruled)
+    assert any(d["verdict_reason"] for c in doc["cells"][1:] for d in c["deltas"])
     assert all(v["label"] in ("SIMULATED", "MEASURED") for v in pooled["arms"].values())
     assert any("Path assumption" in a for a in doc["assumptions"])
     assert doc["law_tests"] and all(t["passed"] for t in doc["law_tests"])

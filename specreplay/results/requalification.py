@@ -127,6 +127,7 @@ class Comparand:
                     depth=self.depth,
                     verdict=None,
                     verdict_null_reason=self.no_verdict,
+                    verdict_reason=None,  # no verdict: nothing for a rule to have decided
                 )
                 for d in c.deltas
             )
