@@ -47,7 +47,7 @@ forced interval is null (NaN bounds) with the reason.
 R ∈ [1, d + 1], Δ ∈ [−d_a, d_b], Δ/R_a ∈ [1/(d_a + 1) − 1, d_b]. Where it is unknown, a bound
 beyond ±10⁶ makes the interval null (NaN) with the reason.
 
-This module depends on numpy and :mod:`specreplay.stats.tdist` only.
+This module depends on numpy, :mod:`specreplay.stats.tdist` and :mod:`specreplay.stats.tfast`.
 """
 
 from __future__ import annotations

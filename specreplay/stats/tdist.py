@@ -13,7 +13,8 @@ a replicate tail fraction p* gives the tail p-value g_n⁻¹(p*) = t_{n−1}(Φ�
 
 The t CDF is the regularized incomplete beta function (Abramowitz & Stegun 26.7.1, 26.5.8),
 evaluated by its continued fraction (Lentz's method, as Numerical Recipes §6.4); the quantile is
-a bisection of the CDF. This module depends on the standard library only.
+a bisection of the CDF. The continued fraction is the compiled one of
+:mod:`specreplay.stats.tfast` (one implementation for both).
 """
 
 from __future__ import annotations
@@ -23,34 +24,11 @@ from functools import lru_cache
 from statistics import NormalDist
 from typing import Final
 
+from specreplay.stats.tfast import betacf as _betacf
+
 __all__ = ["beta_ppf", "expanded_tail", "t_cdf", "t_ppf", "tail_p_value"]
 
 _N01: Final = NormalDist()
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (Lentz), relative error < 1e-15."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 10_000):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return h
 
 
 def _betainc(a: float, b: float, x: float) -> float:

@@ -1,9 +1,9 @@
 """Student's t CDF for many arguments at once, compiled (the Holm margin bisection's inner loop).
 
-The same continued fraction as :mod:`specreplay.stats.tdist` (Lentz's method for the regularized
+The continued fraction :mod:`specreplay.stats.tdist` uses too (Lentz's method for the regularized
 incomplete beta function, Numerical Recipes §6.4), compiled with numba over arrays: the smallest
 Holm-adjusted EQUIVALENT margin of a level of k cells evaluates k TOST p-values per bisection
-step, about 35·k² t CDFs per level (tested equal to :func:`specreplay.stats.tdist.t_cdf`).
+step, about 35·k² t CDFs per level (tested against scipy's t CDF).
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
-__all__ = ["t_cdf_many", "tost_p_many"]
+__all__ = ["betacf", "t_cdf_many", "tost_p_many"]
 
 
 @njit(cache=True)
-def _betacf(a: float, b: float, x: float) -> float:
+def betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (Lentz), relative error < 1e-15."""
     tiny = 1e-300
     qab, qap, qam = a + b, a + 1.0, a - 1.0
     c = 1.0
@@ -57,9 +58,9 @@ def _t_cdf(x: float, df: float) -> float:
         lbt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
         front = math.exp(lbt + a * math.log(z) + b * math.log1p(-z))
         if z < (a + 1.0) / (a + b + 2.0):
-            ib = front * _betacf(a, b, z) / a
+            ib = front * betacf(a, b, z) / a
         else:
-            ib = 1.0 - front * _betacf(b, a, 1.0 - z) / b
+            ib = 1.0 - front * betacf(b, a, 1.0 - z) / b
     tail = 0.5 * ib
     return 1.0 - tail if x > 0 else tail
 
