@@ -8,15 +8,15 @@ by ``bench/calibration.py``) with its inverted p-values, the BCa
 interval (Efron & Tibshirani 1993, §14.3 and Eq. 15.36; the same construction as
 ``scipy.stats.bootstrap``: z0 from the mean percentile of θ̂ among the replicates, acceleration
 a = Σd³ / (6 (Σd²)^{3/2}) with d = mean(θ_(i)) − θ_(i), linear-interpolated quantiles), Holm's
-step-down adjustment, and, from the default studentized interval
-(:class:`specreplay.stats.studentized.Studentized`, chosen by the calibration study, README
+step-down adjustment, and, from the default interval's test (:class:`IntervalTest`: the
+``cr2-eff-hall`` :class:`specreplay.stats.cr2.TTest`, chosen by the calibration study, README
 "Calibration of the intervals"), the verdict of SPEC §3.4, the smallest Holm-adjusted equivalent
 margin and the TOST sample size.
 
 A degenerate replicate distribution (all replicates equal, e.g. two identical runs) gives a
 zero-width percentile interval and a null BCa with its reason, and never a warning.
-This module depends on numpy and the standard library only (the normal quantile comes from
-:class:`statistics.NormalDist`).
+This module depends on numpy, the standard library (the normal quantile comes from
+:class:`statistics.NormalDist`) and the t distribution of :mod:`specreplay.stats.tdist`.
 """
 
 from __future__ import annotations
