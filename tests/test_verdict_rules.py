@@ -182,3 +182,18 @@ def test_a_cell_under_the_study_minimum_is_inconclusive_by_rule() -> None:
     assert d["n_differing"] >= MIN_DIFFERING and MIN_REQUESTS > 6
     assert d["verdict"] == "INCONCLUSIVE" and f"6 requests < {MIN_REQUESTS}" in d["verdict_reason"]
     assert d["p_equivalence"] == d["p_difference"] == 1.0
+
+
+def test_an_inconclusive_no_rule_forced_says_neither_test_decides() -> None:
+    """60 requests, Δ/R_a near 0 with noise, margin 0.01%: the TOST cannot pass and Δ = 0 is not
+    rejected (adjusted p ≥ α, checked), so the verdict is INCONCLUSIVE with the NEITHER reason."""
+    from specreplay.stats.compare import NEITHER
+
+    rng = np.random.default_rng(8)
+    na, ta, _, _ = _skewed(8, 60)
+    tb = ta + rng.choice([-2.0, -1.0, 0.0, 1.0, 2.0], 60)
+    comp = compare(_ps(na, ta, tb, np.zeros(60, np.int64)), arm_a="a", arm_b="b",
+                   margin=parse_margin("0.01%"), **KW)  # fmt: skip
+    d = comp.cells[0]["deltas"][0]
+    assert d["p_equivalence_adj"] >= 0.05 and d["p_difference_adj"] >= 0.05
+    assert d["verdict"] == "INCONCLUSIVE" and d["verdict_reason"] == NEITHER

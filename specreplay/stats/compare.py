@@ -75,6 +75,11 @@ Holm and Bonferroni adjustments of its level."""
 IDENTICAL: Final = (
     "identical inputs: every request has the same rounds and retained tokens in both arms"
 )
+NEITHER: Final = (
+    "neither test decides after Holm: the 1 − 2α interval is not inside ±margin and the 1 − α "
+    "interval holds 0"
+)
+"""The ``verdict_reason`` of an INCONCLUSIVE that no rule forced."""
 POWER: Final[float] = 0.8
 """Power of the ``requests_for_margin`` calculation."""
 
@@ -565,9 +570,10 @@ def _adjust(
             size = requests_for_margin(
                 chosen[j].se, margin.value, ns[j], alpha / m, POWER, df=chosen[j].df
             )
+            final = "INCONCLUSIVE" if forced else v.verdict
             d.update(
-                verdict="INCONCLUSIVE" if forced else v.verdict,
-                verdict_reason=reasons[j],
+                verdict=final,
+                verdict_reason=reasons[j] or (NEITHER if final == "INCONCLUSIVE" else None),
                 p_equivalence_adj=pe[j],
                 p_difference_adj=pd[j],
                 tests_in_level=m,
