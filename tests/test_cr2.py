@@ -197,3 +197,15 @@ def test_compiled_tost_p_values_equal_each_tests_own() -> None:
     x = np.array([-40.0, -2.5, -0.3, 0.0, 0.7, 3.1, 60.0])
     df = np.array([1.0, 2.7, 14.5, 1e5, 3.3, 50.0, 1.2])
     assert t_cdf_many(x, df) == pytest.approx(stats.t.cdf(x, df), rel=1e-10, abs=1e-15)
+
+
+def test_hall_inverse_is_stable_when_the_skewness_is_rounding_noise() -> None:
+    """A skewness of 1e-16 (rounding) gives the symmetric t interval to 1e-12, which contains θ̂;
+    the naive (c − 1)/a loses every digit there (it gave a lower bound above the upper)."""
+    from specreplay.stats.cr2 import TTest
+
+    test = TTest(3.0867, 0.2093, 7.0, (1.0, 4.0), 8, 8, skew=-3.07e-16)
+    q = stats.t.ppf(0.975, 7.0)
+    lo, hi = test.interval(0.95)
+    assert (lo, hi) == pytest.approx((3.0867 - q * 0.2093, min(3.0867 + q * 0.2093, 4.0)))
+    assert lo < test.theta < hi
