@@ -630,7 +630,8 @@ def study_kernel(
                         if abs(qh) >= BIG:
                             tinv = qh
                         elif ah != 0.0:
-                            tinv = (np.cbrt(1 + 3 * ah * (qh - bh)) - 1) / ah
+                            cc = np.cbrt(1 + 3 * ah * (qh - bh))
+                            tinv = 3 * (qh - bh) / (cc * cc + cc + 1)  # (c − 1)/a, stable
                         else:
                             tinv = qh - bh
                         out_iv[s, c, sc, 1, li, side] = th - tinv * sev if sev > 0 else th
@@ -739,7 +740,8 @@ def _cr2_intervals(an: NDArray[np.float64], depth: int) -> tuple[NDArray[np.floa
 
     def ginv(z: NDArray[np.float64]) -> NDArray[np.float64]:
         with np.errstate(divide="ignore", invalid="ignore"):
-            v = (np.cbrt(1 + 3 * ah * (z - bh)) - 1) / ah
+            c = np.cbrt(1 + 3 * ah * (z - bh))
+            v = 3 * (z - bh) / (c * c + c + 1)  # = (c − 1)/a, without dividing by a
         return np.where(ah == 0, z - bh, v)
 
     out[:, :, :, 3, :, 0] = theta[..., None] - ginv(q) * se2[..., None]
