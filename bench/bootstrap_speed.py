@@ -230,8 +230,8 @@ def main() -> None:
           "(target >= 12x)")  # fmt: skip
     for nb, target in ((2000, 2.0), (10_000, 3.0)):
         t = best_of(lambda nb=nb: compare(ps, arm_a="a", arm_b="b", n_boot=nb, stratify="none"), k)
-        print(f"  specreplay compare (studentized + BCa + TOST), n_boot {nb}: {t:.2f} s "
-              f"(target < {target:.0f} s)")  # fmt: skip
+        print(f"  specreplay compare (cr2-eff-hall default + BCa + TOST), n_boot {nb}: "
+              f"{t:.2f} s (target < {target:.0f} s)")  # fmt: skip
 
 
 if __name__ == "__main__":
