@@ -138,23 +138,17 @@ def _nearest_threshold(frac: NDArray[np.float64], n: int, u: int, n_support: int
 
 
 @njit(inline="always", fastmath=_FM, cache=True)
-def _alpha_dyadic_nearest(
-    q: NDArray[np.float64],
-    p: NDArray[np.float64],
-    bits: int,
-    dr: int,
-    frac: NDArray[np.float64],
-) -> tuple[float, float, float, bool]:
-    """α, the drafted candidate's term and q^s there, of a matched dyadic-nearest row.
+def _nearest_cut(
+    q: NDArray[np.float64], bits: int, frac: NDArray[np.float64]
+) -> tuple[float, float, float, float]:
+    """Return the dyadic-nearest cut of a row: (2^N, r, units, t); t < 0: fall back.
 
-    Returns (α, min(q^s, p) at ``dr``, q^s at ``dr``, ok); ok False → fall back.
-
-    ``q`` and ``p`` are the row's slices: indices from 0 let LLVM vectorise the loops (an offset
-    index goes through Numba's negative-index wraparound, which blocks it).
+    Writes each candidate's fractional part F_i of q_i·2^N into ``frac`` (−1 outside the
+    support: never a unit); r = 2^N − Σ⌊q_i·2^N⌋ units to hand out, ``units`` of them to the
+    candidates with F_i ≥ t (the support's size at most), the rest to the argmax.
     """
     n = q.shape[0]
     scale = float(np.int64(1) << bits)
-    inv = 1.0 / scale
     sum_floor = 0.0
     n_support = 0
     for i in range(n):
@@ -170,8 +164,29 @@ def _alpha_dyadic_nearest(
     t = 2.0  # above every fractional part: no unit
     if units > 0.0:
         t = _nearest_threshold(frac, n, int(units), n_support)
-        if t < 0.0:
-            return 0.0, 0.0, 0.0, False
+    return scale, r, units, t
+
+
+@njit(inline="always", fastmath=_FM, cache=True)
+def _alpha_dyadic_nearest(
+    q: NDArray[np.float64],
+    p: NDArray[np.float64],
+    bits: int,
+    dr: int,
+    frac: NDArray[np.float64],
+) -> tuple[float, float, float, bool]:
+    """α, the drafted candidate's term and q^s there, of a matched dyadic-nearest row.
+
+    Returns (α, min(q^s, p) at ``dr``, q^s at ``dr``, ok); ok False → fall back.
+
+    ``q`` and ``p`` are the row's slices: indices from 0 let LLVM vectorise the loops (an offset
+    index goes through Numba's negative-index wraparound, which blocks it).
+    """
+    n = q.shape[0]
+    scale, r, units, t = _nearest_cut(q, bits, frac)
+    if t < 0.0:
+        return 0.0, 0.0, 0.0, False
+    inv = 1.0 / scale
     alpha = 0.0
     given = 0
     for i in range(n):
@@ -229,25 +244,10 @@ def dyadic_nearest_row(
     at least.
     """
     n = q.shape[0]
-    scale = float(np.int64(1) << bits)
+    scale, r, units, t = _nearest_cut(q, bits, frac)
+    if t < 0.0:
+        return False
     inv = 1.0 / scale
-    sum_floor = 0.0
-    n_support = 0
-    for i in range(n):
-        x = q[i]
-        v = x * scale  # exact: a power-of-two scaling
-        fl = np.floor(v)
-        pos = x > 0.0
-        frac[i] = (v - fl) if pos else -1.0
-        sum_floor += fl
-        n_support += pos
-    r = scale - sum_floor
-    units = min(r, float(n_support)) if r > 0.0 else 0.0
-    t = 2.0
-    if units > 0.0:
-        t = _nearest_threshold(frac, n, int(units), n_support)
-        if t < 0.0:
-            return False
     given = 0
     top = 0
     for i in range(n):
