@@ -1252,12 +1252,25 @@ def studied_sizes(res: dict[str, Any], meth: str) -> str:
     )
 
 
-def eq_by_k_table(res: dict[str, Any], methods: tuple[str, ...]) -> str:
-    """Family cells called EQUIVALENT (unadjusted) by k: false at the margin, power at Δ = 0."""
-    head = "| method | truth | " + " | ".join(
+def _k_head(second: str) -> list[str]:
+    """The header and rule of a table with one column per k bin."""
+    head = f"| method | {second} | " + " | ".join(
         f"k={a}" if a == b else (f"k={a}–{b}" if b < 10**8 else f"k≥{a}") for a, b in K_BINS
     )
-    lines = [head + " |", "|" + "---|" * (len(K_BINS) + 2)]
+    return [head + " |", "|" + "---|" * (len(K_BINS) + 2)]
+
+
+def _k_rate(cnt: float, hits: float) -> str:
+    """A rate ± its MC SE with its count, or — without cells."""
+    if cnt == 0:
+        return "—"
+    c = hits / cnt
+    return f"{c:.3f}±{math.sqrt(c * (1 - c) / cnt):.3f} (N={int(cnt)})"
+
+
+def eq_by_k_table(res: dict[str, Any], methods: tuple[str, ...]) -> str:
+    """Family cells called EQUIVALENT (unadjusted) by k: false at the margin, power at Δ = 0."""
+    lines = _k_head("truth")
     for meth in methods:
         for truth in ("margin", "zero"):
             tot = np.zeros((len(K_BINS), 3))
@@ -1268,21 +1281,14 @@ def eq_by_k_table(res: dict[str, Any], methods: tuple[str, ...]) -> str:
                     m = r["methods"].get(meth)
                     if m is not None and "eq_by_k_family" in m["verdict"]:
                         tot += np.array(m["verdict"]["eq_by_k_family"])
-            cells = []
-            for cnt, eq, _ in tot:
-                c = eq / cnt if cnt else float("nan")
-                se = math.sqrt(c * (1 - c) / cnt) if cnt else float("nan")
-                cells.append(f"{c:.3f}±{se:.3f} (N={int(cnt)})" if cnt else "—")
+            cells = [_k_rate(cnt, eq) for cnt, eq, _ in tot]
             lines.append(f"| {meth} | {truth} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def by_k_table(res: dict[str, Any], methods: tuple[str, ...]) -> str:
     """Family-cell coverage (95%) by k, the number of requests that differ, over every setting."""
-    head = "| method | scale | " + " | ".join(
-        f"k={a}" if a == b else (f"k={a}–{b}" if b < 10**8 else f"k≥{a}") for a, b in K_BINS
-    )
-    lines = [head + " |", "|" + "---|" * (len(K_BINS) + 2)]
+    lines = _k_head("scale")
     for meth in methods:
         for s in ("delta", "rel"):
             tot = np.zeros((len(K_BINS), 2))
@@ -1291,13 +1297,7 @@ def by_k_table(res: dict[str, Any], methods: tuple[str, ...]) -> str:
                     m = r["methods"].get(meth)
                     if m is not None and s in m:
                         tot += np.array(m[s]["cov_by_k_family"])
-            cells = []
-            for cnt, hit in tot:
-                if cnt == 0:
-                    cells.append("—")
-                else:
-                    c = hit / cnt
-                    cells.append(f"{c:.3f}±{math.sqrt(c * (1 - c) / cnt):.3f} (N={int(cnt)})")
+            cells = [_k_rate(cnt, hit) for cnt, hit in tot]
             lines.append(f"| {meth} | {s} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
