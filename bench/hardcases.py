@@ -1163,7 +1163,7 @@ def _scales(m: dict[str, Any]) -> list[str]:
 
 
 def compact_table(res: dict[str, Any], methods: tuple[str, ...] = METHODS) -> str:
-    """The README table: the worst case per cell type and target (bold: target missed)."""
+    """The docs/calibration.md table: the worst case per cell type and target (bold: missed)."""
     cols = [
         ("family cov n=10 (≥.93)", lambda m: [m[s]["cov_family_worst"][:2] for s in _scales(m)],
          True, 0.93, TRUTHS, ("10",)),

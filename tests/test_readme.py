@@ -1,4 +1,10 @@
-"""The README's examples run: its Python block and its `specreplay interval` command."""
+"""The documented examples run: the README's example and the reference examples of docs/.
+
+docs/commands.md holds the reference examples (its Python block, `specreplay interval`, the
+requalify, lawtest, report, --ignore and --short-rounds examples), docs/inputs.md the screen's
+``--model-name`` example, and README.md a short example (the requalify example of
+docs/commands.md, with the lines it quotes as printed). Each runs, and prints what the text says.
+"""
 
 from __future__ import annotations
 
@@ -16,23 +22,24 @@ from typer.testing import CliRunner
 from specreplay.cli import app
 
 ROOT = Path(__file__).parent.parent
-README = (ROOT / "README.md").read_text()
-README = README[README.index("\n## Commands") :]  # the reference examples, not the tour
+COMMANDS = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")  # the reference examples
+INPUTS = (ROOT / "docs" / "inputs.md").read_text(encoding="utf-8")
+FRONT = (ROOT / "README.md").read_text(encoding="utf-8")  # the README itself
 
 
 def test_python_example_runs(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    block = re.search(r"```python\n(.*?)```", README, re.S)
+    block = re.search(r"```python\n(.*?)```", COMMANDS, re.S)
     assert block is not None
     monkeypatch.chdir(ROOT)
-    exec(compile(block.group(1), "README.md", "exec"), {})
+    exec(compile(block.group(1), "docs/commands.md", "exec"), {})
     out = capsys.readouterr().out.split()
     assert out[0].startswith("2.5650") and out[1] == "DIFFERENT"
 
 
 def test_interval_example_runs(tmp_path: Path) -> None:
-    cmd = re.search(r"```bash\n(specreplay interval \\\n.*?)```", README, re.S)
+    cmd = re.search(r"```bash\n(specreplay interval \\\n.*?)```", COMMANDS, re.S)
     assert cmd is not None
     argv = shlex.split(cmd.group(1).replace("\\\n", " "))[1:]
     argv[argv.index("--out") + 1] = str(tmp_path / "o")
@@ -43,14 +50,14 @@ def test_interval_example_runs(tmp_path: Path) -> None:
     finally:
         os.chdir(cwd)
     assert res.exit_code == 0, res.output
-    first = "VERDICT" + README.split("prints first `VERDICT")[1].split("`")[0].replace("\n", " ")
+    first = "VERDICT" + COMMANDS.split("prints first `VERDICT")[1].split("`")[0].replace("\n", " ")
     assert res.stdout.startswith(first)
 
 
 @pytest.fixture(scope="module")
 def requalify_example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Any]]:
-    """The README's requalify example, run once in a fresh folder: (folder, each line's result)."""
-    block = re.search(r"```bash\n(specreplay synth demo-archive.*?)```", README, re.S)
+    """The requalify example, run once in a fresh folder: (folder, each line's result)."""
+    block = re.search(r"```bash\n(specreplay synth demo-archive.*?)```", COMMANDS, re.S)
     assert block is not None
     lines = [ln for ln in block.group(1).splitlines() if ln.strip()]
     folder = tmp_path_factory.mktemp("readme-requalify")
@@ -67,24 +74,24 @@ def test_requalify_example_runs(requalify_example: tuple[Path, list[Any]]) -> No
     _, results = requalify_example
     for res in results:
         assert res.exit_code == 0, res.output
-    first = README.split("prints first `REQUALIFICATION")[1].split("`")[0]
+    first = COMMANDS.split("prints first `REQUALIFICATION")[1].split("`")[0]
     assert results[-1].stdout.startswith("REQUALIFICATION" + first)
 
 
 def test_lawtest_example_runs(tmp_path: Path) -> None:
-    block = re.search(r"```bash\n(specreplay lawtest .*?)```", README, re.S)
+    block = re.search(r"```bash\n(specreplay lawtest .*?)```", COMMANDS, re.S)
     assert block is not None
     argv = shlex.split(block.group(1))[1:]
     argv[argv.index("--out") + 1] = str(tmp_path / "lt")
     res = CliRunner().invoke(app, argv)
     assert res.exit_code == 0, res.output
-    first = README.split("prints first `LAW TESTS")[1].split("`")[0]
+    first = COMMANDS.split("prints first `LAW TESTS")[1].split("`")[0]
     assert res.stdout.startswith("LAW TESTS" + first)
 
 
 def test_report_example_runs(requalify_example: tuple[Path, list[Any]], tmp_path: Path) -> None:
     """The report example after the requalify example, with the archive deleted."""
-    report = re.search(r"```bash\n(rm -rf demo-archive\n.*?)```", README, re.S)
+    report = re.search(r"```bash\n(rm -rf demo-archive\n.*?)```", COMMANDS, re.S)
     assert report is not None
     shutil.copytree(requalify_example[0], tmp_path, dirs_exist_ok=True)
     cwd = os.getcwd()
@@ -100,12 +107,12 @@ def test_report_example_runs(requalify_example: tuple[Path, list[Any]], tmp_path
         assert Path("rq-demo/TABLES.md").read_bytes() == tables
     finally:
         os.chdir(cwd)
-    first = README.split("prints one line per run (`")[1].split("`")[0]
+    first = COMMANDS.split("prints one line per run (`")[1].split("`")[0]
     assert res.stdout.splitlines()[0] == first
 
 
 def _run_in(folder: Path, line: str) -> Any:
-    """Run one README command line in ``folder`` (as a user would from there)."""
+    """Run one documented command line in ``folder`` (as a user would from there)."""
     cwd = os.getcwd()
     os.chdir(folder)
     try:
@@ -116,7 +123,7 @@ def _run_in(folder: Path, line: str) -> Any:
 
 def test_ignore_example_runs(tmp_path: Path) -> None:
     """``validate my-archive --ignore '_SUCCESS' --ignore '*.crc'`` (issue 9, item 4)."""
-    block = re.search(r"```bash\n\s*(specreplay validate my-archive --ignore [^\n]*)", README)
+    block = re.search(r"```bash\n\s*(specreplay validate my-archive --ignore [^\n]*)", COMMANDS)
     assert block is not None
     line = block.group(1).strip()
     res = _run_in(tmp_path, "specreplay synth my-archive --requests 20")
@@ -139,7 +146,7 @@ def test_model_name_example_runs(tmp_path: Path) -> None:
     from test_safety_screen import CONFIG, TWO_AFTER, TWO_BEFORE, scrape
 
     block = re.search(
-        r"```bash\n\s*(specreplay screen before.prom [^\n]*--model-name [^\n]*)", README
+        r"```bash\n\s*(specreplay screen before.prom [^\n]*--model-name [^\n]*)", INPUTS
     )
     assert block is not None
     line = block.group(1).strip()
@@ -160,13 +167,13 @@ def test_model_name_example_runs(tmp_path: Path) -> None:
 
 
 def test_short_rounds_example_runs(requalify_example: tuple[Path, list[Any]]) -> None:
-    """``requalify … --short-rounds exclude`` (issue 9, item 6) on the README's demo archive.
+    """``requalify … --short-rounds exclude`` (issue 9, item 6) on the documented demo archive.
 
     The synthetic archive records every round at full depth 5, so nothing is excluded and every
-    figure equals the default run's (the README's own requalify example, ``--short-rounds null``).
+    figure equals the default run's (the documented requalify example, ``--short-rounds null``).
     """
     block = re.search(
-        r"```bash\n\s*(specreplay requalify [^\n]*--short-rounds exclude[^\n]*)", README
+        r"```bash\n\s*(specreplay requalify [^\n]*--short-rounds exclude[^\n]*)", COMMANDS
     )
     assert block is not None
     folder, _ = requalify_example
@@ -185,3 +192,26 @@ def test_short_rounds_example_runs(requalify_example: tuple[Path, list[Any]]) ->
         for arm in ("top32:t0.7@5", "top32:t0.7:dyadic24@5"):
             assert cell["arms"][arm]["R"] == other["arms"][arm]["R"], (cell, arm)
             assert cell["arms"][arm]["n_rounds"] == other["arms"][arm]["n_rounds"]
+
+
+def test_the_readme_example_is_the_requalify_example(
+    requalify_example: tuple[Path, list[Any]],
+) -> None:
+    """README.md's short example: the same two commands, and what it quotes is what they print."""
+    block = re.search(r"```bash\n(specreplay synth demo-archive.*?)```", FRONT, re.S)
+    reference = re.search(r"```bash\n(specreplay synth demo-archive.*?)```", COMMANDS, re.S)
+    assert block is not None and reference is not None
+    assert block.group(1) == reference.group(1)
+    _, results = requalify_example
+    printed = results[-1].stdout
+    answer = re.search(r"The first line is the answer:\n\n```\n(.*?)\n```", FRONT, re.S)
+    assert answer is not None
+    assert printed.splitlines()[0] == answer.group(1)
+    prose = re.sub(r"```.*?```", "", FRONT[FRONT.index("## A short example") :], flags=re.S)
+    prose = prose[: prose.index("\n## ")]
+    quoted = [q.rstrip("…").rstrip() for q in re.findall(r"`([^`]+)`", prose)
+              if re.search(r"\d", q) or q.startswith("Estimator")]  # fmt: skip
+    assert len(quoted) >= 2, quoted
+    flat = " ".join(printed.replace("|", " ").split())  # table cells quoted as one figure
+    for q in quoted:
+        assert " ".join(q.split()) in flat, q

@@ -4,9 +4,9 @@
   (:data:`LARGE_ALLOWED`, each with its provenance in ``tests/data``; empty today: the largest
   tracked file is a 199 kB Medusa run). A built wheel or a tour's archive committed by accident
   fails here.
-- What the README tour writes when a user follows it from the repository root (its top-level
-  folders, found by running it: ``test_tour.test_the_tour_writes_only_ignored_folders`` with
-  :func:`ignored`) is listed in ``.gitignore``: following the tour leaves the clone clean.
+- What the tour (docs/tour.md) writes when a user follows it from the repository root (its
+  top-level folders, found by running it: ``test_tour.test_the_tour_writes_only_ignored_folders``
+  with :func:`ignored`) is listed in ``.gitignore``: following the tour leaves the clone clean.
 
 Both read ``git ls-files`` / ``.gitignore`` of the checkout; outside a git checkout (an unpacked
 source archive) the first is skipped.

@@ -525,23 +525,26 @@ def test_sigint_mid_run_says_so_in_one_line_and_writes_nothing(
     assert list(tmp_path.iterdir()) == []  # neither the temporary folder nor a partial OUT
 
 
-# -- the README's examples that use --force --------------------------------------------------------
+# -- the documented examples that use --force (README.md and docs/) -------------------------------
 
 
 def _readme_force_lines() -> list[str]:
-    readme = (REPO / "README.md").read_text()
-    blocks = re.findall(r"```(?:bash|sh|console)\n(.*?)```", readme, re.S)
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    text = "\n".join(p.read_text(encoding="utf-8") for p in pages)
+    blocks = re.findall(r"```(?:bash|sh|console)\n(.*?)```", text, re.S)
     lines = [ln.strip() for b in blocks for ln in b.replace("\\\n", " ").splitlines()]
-    return [ln for ln in lines if ln.startswith("specreplay ") and "--force" in shlex.split(ln)]
+    found = [ln for ln in lines if ln.startswith("specreplay ") and "--force" in shlex.split(ln)]
+    return list(dict.fromkeys(found))  # the README repeats an example of docs/commands.md
 
 
 def test_readme_examples_with_force_follow_the_rule(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each README line with --force: runs in a fresh folder, runs again replacing its own output
-    (saying so), and is refused onto a folder of the same name that specreplay did not write."""
+    """Each documented line with --force: runs in a fresh folder, runs again replacing its own
+    output (saying so), and is refused onto a folder of the same name that specreplay did not
+    write."""
     lines = _readme_force_lines()
-    assert lines, "the README has no example with --force"
+    assert lines, "neither the README nor docs/ has an example with --force"
     for k, line in enumerate(lines):
         argv = [*shlex.split(line)[1:], "-q"]
         if "--out" in argv:

@@ -1,9 +1,9 @@
-"""The README's ten-minute tour runs: every block of it, in order, in a scratch folder.
+"""The ten-minute tour (docs/tour.md) runs: every block of it, in order, in a scratch folder.
 
 Python blocks are executed; every line of a bash block is a ``specreplay`` command run through the
 CLI (with ``-q``). Each backquoted figure of the tour's prose (a snippet holding a digit, other than
 an option or a path) must appear in what the commands printed, tables' pipes and line breaks
-aside: a change that moves a quoted figure fails here until the README says the new one.
+aside: a change that moves a quoted figure fails here until docs/tour.md says the new one.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from typer.testing import CliRunner
 from specreplay.cli import app
 
 ROOT = Path(__file__).parent.parent
-README = (ROOT / "README.md").read_text(encoding="utf-8")
-TOUR = README[README.index("## A ten-minute tour") : README.index("\n## Commands")]
+TOUR = (ROOT / "docs" / "tour.md").read_text(encoding="utf-8")
 BLOCKS = re.findall(r"```(python|bash)\n(.*?)```", TOUR, re.S)
 
 
@@ -47,7 +46,7 @@ def tour(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[str
         for i, (kind, body) in enumerate(BLOCKS):
             if kind == "python":
                 namespace: dict[str, Any] = {"__name__": "tour"}
-                exec(compile(body, "README.md (tour)", "exec"), namespace)
+                exec(compile(body, "docs/tour.md", "exec"), namespace)
                 NAMESPACES[i] = namespace
                 continue
             for line in body.splitlines():
