@@ -167,3 +167,52 @@ def test_no_specification_section_is_cited() -> None:
     for page in pages():
         text = page.read_text(encoding="utf-8")
         assert "SPEC §" not in text and "seed 00" not in text, page.name
+
+
+def _command_lines() -> list[tuple[str, str]]:
+    """(page, line) of every ``specreplay …`` line in the code blocks of README.md and docs/."""
+    found = []
+    for page in pages():
+        lang: str | None = None  # the open fence's language, None outside a fence
+        block: list[str] = []
+        for raw in page.read_text(encoding="utf-8").splitlines():
+            fence = _FENCE.match(raw.lstrip())
+            if fence and lang is None:
+                lang, block = raw.lstrip()[3:].strip(), []
+            elif fence:
+                if lang in ("", "bash", "sh", "console"):
+                    for line in "\n".join(block).replace("\\\n", " ").splitlines():
+                        line = line.strip().split("  #")[0]
+                        if line.startswith("specreplay "):
+                            found.append((page.name, line))
+                lang = None
+            elif lang is not None:
+                block.append(raw)
+    return found
+
+
+def test_documented_command_lines_use_real_verbs_and_options() -> None:
+    """Every documented command line (examples and synopses, run or not) names a verb of the CLI
+    and only options that verb takes, so a renamed option cannot leave docs/ stale."""
+    import shlex
+
+    import typer.main
+
+    from specreplay.cli import app
+
+    verbs = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    lines = _command_lines()
+    assert len(lines) >= 40, len(lines)
+    bad = []
+    for page, line in lines:
+        argv = shlex.split(line)
+        verb = verbs.get(argv[1])
+        if verb is None:
+            bad.append(f"{page}: {line} (no verb {argv[1]!r})")
+            continue
+        takes = {o for p in verb.params for o in (*p.opts, *p.secondary_opts)}
+        for arg in (a.lstrip("[(") for a in argv[2:]):
+            name = arg.split("=")[0].rstrip("])…")
+            if name.startswith("-") and not re.fullmatch(r"-[\d.]+", name) and name not in takes:
+                bad.append(f"{page}: {line} ({name} is not an option of {argv[1]})")
+    assert bad == []
