@@ -2,7 +2,7 @@
 
 Each case writes one small input with exactly one defect (from :mod:`archive_factory`, the real
 files under ``tests/data`` or a few hand-written lines), runs the command through typer's
-``CliRunner`` into ``--out`` and checks the contract of SPEC §2.1 and the README:
+``CliRunner`` into ``--out`` and checks the contract of docs/inputs.md and docs/commands.md:
 
 - exit code 2;
 - stderr is ONE line, ``error: …``, holding the expected fragments: the file and the row or line

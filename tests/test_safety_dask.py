@@ -36,7 +36,7 @@ import specreplay.replay.distributed as dist
 distributed = pytest.importorskip("distributed")
 
 BASE, CAND = LOGGING_ARM, "top4:t1:dyadic24@3"
-DEFAULT_TIMEOUT = 10.0  # CONNECT_TIMEOUT as shipped (README, --scheduler)
+DEFAULT_TIMEOUT = 10.0  # CONNECT_TIMEOUT as shipped (docs/scale.md, --scheduler)
 SHORT = 2.0  # the connect timeout of most cases (the default in one case)
 MARGIN = 3.0  # measured: refusals come 0.0-0.3 s after the deadline on 2 busy cores
 # (timed from the connect: reading the archive before it took > 3 s on a loaded host)
