@@ -230,9 +230,10 @@ def _holm_by_hand(p: list[float]) -> list[float]:
     return out
 
 
-# MT-bench categories of the 7B → 13B Medusa example (docs/commands.md) (n_boot 10,000, seed 0, stratified
-# by category), 8 cells in the family level: verdicts pinned per margin. Several raw p-values
-# clear 0.05 where their Holm-adjusted ones do not, so raw p-values would change these verdicts.
+# MT-bench categories of the 7B → 13B Medusa example of docs/commands.md (n_boot 10,000, seed 0,
+# stratified by category), 8 cells in the family level: verdicts pinned per margin. Several raw
+# p-values clear 0.05 where their Holm-adjusted ones do not, so raw p-values would change these
+# verdicts.
 CATEGORIES = (
     *("coding", "extraction", "humanities", "math"),
     *("reasoning", "roleplay", "stem", "writing"),
