@@ -718,7 +718,7 @@ def requalify(
     """
     with _user_errors("requalify"):
         from specreplay.commands.requalify import run_requalify
-        from specreplay.results.requalification import RequalifyOptions
+        from specreplay.pipelines.requalify import RequalifyOptions
 
         opts = RequalifyOptions(
             baseline=baseline, candidate=candidate, reference=reference, estimator=estimator,
@@ -802,7 +802,7 @@ def sweep(
     """
     with _user_errors("sweep"):
         from specreplay.commands.sweep import run_sweep
-        from specreplay.results.sweep import SweepOptions, parse_depths
+        from specreplay.pipelines.sweep import SweepOptions, parse_depths
 
         _bootstrap_options(margin, n_boot, stratify, level, min_requests)  # checks stratify
         opts = SweepOptions(

@@ -11,6 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from specreplay.render.files import render
+from specreplay.render.plots import (
+    PLOT_CAPTIONS,
+    bucket_order,
+    context_series,
+    forest_rows,
+    survival_series,
+)
 from specreplay.results.model import (
     ArmFigure,
     Cell,
@@ -22,14 +30,6 @@ from specreplay.results.model import (
     Survival,
     Tost,
 )
-from specreplay.results.plots import (
-    PLOT_CAPTIONS,
-    bucket_order,
-    context_series,
-    forest_rows,
-    survival_series,
-)
-from specreplay.results.render import render
 from specreplay.stats.buckets import DEFAULT_BUCKETS
 
 # the default buckets as a string sort would put them (the order the issue saw drawn)
@@ -228,7 +228,7 @@ def test_render_writes_each_plot_as_a_png(tmp_path: Path, command: str) -> None:
 
 def test_forest_limits_cut_an_unbounded_bar_and_count_it() -> None:
     """A bar to ±1e300 (replicates of one request) is cut at the edge, not drawn to scale."""
-    from specreplay.results.plots import ForestRow, _forest_clipped, _forest_limits
+    from specreplay.render.plots import ForestRow, _forest_clipped, _forest_limits
 
     rows = [ForestRow(f"c{i}", Level.FAMILY, 0.1 * i, 0.1 * i - 1, 0.1 * i + 1, "INCONCLUSIVE",
                       None, 0) for i in range(5)]  # fmt: skip

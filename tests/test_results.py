@@ -244,7 +244,7 @@ REQUALIFICATION_TABLE = {
 def test_requalification_rule_over_its_whole_table(
     requalify_run: Path, verdict: str | None, law_pass: bool | None
 ) -> None:
-    from specreplay.results.requalification import requalification
+    from specreplay.pipelines.requalify import requalification
 
     pooled = read_result(requalify_run / "results.json").pooled
     main = pooled.delta(Role.CANDIDATE_VS_BASELINE)
@@ -264,8 +264,8 @@ def test_requalification_rule_over_its_whole_table(
 def test_replay_figures_per_cell_equal_a_group_by_of_the_sums(small_archive: Path) -> None:
     """Survival, off-path and R per cell, recomputed by a polars group-by over the replay's
     per-(request, bucket) sums by family and bucket name: the cell masks select the right rows."""
+    from specreplay.pipelines.requalify import with_replay_figures
     from specreplay.replay.engine import replay_archive
-    from specreplay.results.requalification import with_replay_figures
     from specreplay.sim.arms import parse_arm
 
     arm = parse_arm("top32:t0.7:dyadic8@5")

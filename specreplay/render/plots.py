@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from specreplay.errors import SpecReplayError
-from specreplay.results.interval_text import NOMINAL
+from specreplay.render.interval_text import NOMINAL
 from specreplay.results.model import Cell, DepthFigure, Label, Level, Result, Role
 from specreplay.stats.buckets import Buckets
 
