@@ -277,7 +277,7 @@ def _echo(text: str, extra: dict[str, Any]) -> None:
     """
     from specreplay import cache_root
     from specreplay.replay.archive.filehash import hash_stats
-    from specreplay.replay.backend import backend_note
+    from specreplay.results.backend import backend_note
 
     note = backend_note(extra.get("replay_backend"))
     if note is not None:

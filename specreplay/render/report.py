@@ -42,7 +42,6 @@ from specreplay.render.markdown import (
 from specreplay.render.screen import screen_tables
 from specreplay.render.tables import TABLES, estimator_line, unread_lines
 from specreplay.render.verdicts import HOW_TO_READ, QUESTIONS, VERDICTS, delta_text
-from specreplay.replay.backend import backend_line
 from specreplay.results.model import Result, Role
 
 __all__ = ["REPORT_NAME", "report_markdown", "report_text"]
@@ -135,7 +134,7 @@ def _choices(result: Result) -> str:
         items.append("Replay: " + _PATH.get(str(o["estimator_used"]), str(o["estimator_used"])))
     items += _interval_choice(result)
     items += unread_lines(result)
-    backend = backend_line(result.extra.get("replay_backend"))
+    backend = result.backend_line
     if backend is not None:
         items.append(backend)
     if isinstance(o.get("central"), dict) and isinstance(o.get("envelope"), dict):
