@@ -195,9 +195,9 @@ def archive_population(cache: Path | None) -> NDArray[np.float64]:
         return pop
     import tempfile
 
+    from specreplay.pipelines.builders import write_synth_archive
     from specreplay.replay.engine import replay_archive
     from specreplay.replay.scan import no_progress
-    from specreplay.results.builders import write_synth_archive
     from specreplay.sim.arms import parse_arm
     from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
     from specreplay.stats.pairing import pair_arms

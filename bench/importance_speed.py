@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from specreplay.pipelines.builders import write_synth_archive
 from specreplay.replay.accumulate import ReplayAccumulator
 from specreplay.replay.archive.batch import RoundBatch
 from specreplay.replay.archive.reader import ArchiveReader
@@ -36,7 +37,6 @@ from specreplay.replay.engine import replay_archive
 from specreplay.replay.estimators import get_estimator
 from specreplay.replay.scan import no_progress
 from specreplay.replay.tails import TailAccumulator
-from specreplay.results.builders import write_synth_archive
 from specreplay.sim.arms import parse_arm
 from specreplay.sim.policy import LawCache, Workspace
 

@@ -62,7 +62,7 @@ CHILD_E2E = """
 import sys, time
 from pathlib import Path
 from specreplay.commands.requalify import run_requalify
-from specreplay.results.requalification import RequalifyOptions
+from specreplay.pipelines.requalify import RequalifyOptions
 t0 = time.perf_counter()
 opts = RequalifyOptions("top32:t0.7@5", "top32:t0.7:dyadic24@5", "greedy@5", n_boot=2000)
 _, _, res = run_requalify(Path(sys.argv[1]), opts, out=Path(sys.argv[2]), force=True)

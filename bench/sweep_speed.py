@@ -20,10 +20,10 @@ from importance_speed import best_of  # the same warm-up-then-best-of timing
 
 from specreplay.commands.requalify import run_requalify
 from specreplay.commands.sweep import run_sweep
+from specreplay.pipelines.builders import write_synth_archive
+from specreplay.pipelines.requalify import RequalifyOptions
+from specreplay.pipelines.sweep import SweepOptions
 from specreplay.replay.scan import no_progress
-from specreplay.results.builders import write_synth_archive
-from specreplay.results.requalification import RequalifyOptions
-from specreplay.results.sweep import SweepOptions
 
 
 def main() -> None:

@@ -100,16 +100,16 @@ from specreplay.commands.sweep import sweep_run
 from specreplay.commands.synth import DEFAULT_FORM, SynthArchive, synth_archive
 from specreplay.commands.validate import validate_result
 from specreplay.errors import InvalidArchive, SpecReplayError
+from specreplay.pipelines.lawtest import lawtest_result
+from specreplay.pipelines.requalify import RequalifyOptions
+from specreplay.pipelines.sweep import SweepOptions, parse_depths
+from specreplay.render.files import write_run
 from specreplay.replay.archive.filehash import new_run
 from specreplay.replay.backend import Backend
 from specreplay.replay.scan import Progress, no_progress
 from specreplay.results import io
-from specreplay.results.lawtests import lawtest_result
 from specreplay.results.model import Result
 from specreplay.results.output import check_out
-from specreplay.results.render import write_run
-from specreplay.results.requalification import RequalifyOptions
-from specreplay.results.sweep import SweepOptions, parse_depths
 from specreplay.stats.buckets import DEFAULT_BUCKETS
 from specreplay.stats.support import parse_short_rounds
 
@@ -320,7 +320,7 @@ def requalify(
     law tests. ``families``: comma-separated or a sequence. ``scheduler``, ``workers``,
     ``cache``: as ``--scheduler``, ``--workers``, ``--cache`` (:func:`_backend`). ``ignore``:
     as ``--ignore`` (``result.inputs_ignored`` lists what was skipped). ``short_rounds``:
-    ``null`` or ``exclude``, as ``--short-rounds`` (:mod:`specreplay.results.shortrounds`).
+    ``null`` or ``exclude``, as ``--short-rounds`` (:mod:`specreplay.pipelines.shortrounds`).
     """
     a = Path(archive)
     at_least("replicates", replicates, 2)

@@ -277,7 +277,7 @@ def _echo(text: str, extra: dict[str, Any]) -> None:
     """
     from specreplay import cache_root
     from specreplay.replay.archive.filehash import hash_stats
-    from specreplay.replay.backend import backend_note
+    from specreplay.results.backend import backend_note
 
     note = backend_note(extra.get("replay_backend"))
     if note is not None:
@@ -718,7 +718,7 @@ def requalify(
     """
     with _user_errors("requalify"):
         from specreplay.commands.requalify import run_requalify
-        from specreplay.results.requalification import RequalifyOptions
+        from specreplay.pipelines.requalify import RequalifyOptions
 
         opts = RequalifyOptions(
             baseline=baseline, candidate=candidate, reference=reference, estimator=estimator,
@@ -802,7 +802,7 @@ def sweep(
     """
     with _user_errors("sweep"):
         from specreplay.commands.sweep import run_sweep
-        from specreplay.results.sweep import SweepOptions, parse_depths
+        from specreplay.pipelines.sweep import SweepOptions, parse_depths
 
         _bootstrap_options(margin, n_boot, stratify, level, min_requests)  # checks stratify
         opts = SweepOptions(

@@ -20,9 +20,9 @@ from archive_factory import write_parquet
 from typer.testing import CliRunner
 
 from specreplay.cli import app
+from specreplay.pipelines.importance import importance_diagnostics
 from specreplay.replay.choice import BOUND_MAX, auto_passes, choose, resolve_auto
 from specreplay.replay.engine import replay_archive
-from specreplay.results.importance import importance_diagnostics
 from specreplay.sim.arms import parse_arm
 
 LOGGING = "top4@3"  # top4:t1@3 (temperature 1 is the canonical default)

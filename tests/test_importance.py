@@ -363,7 +363,7 @@ def test_requalify_with_importance_labels_and_reports_the_analytic_offpath_rates
             assert fig["label"] in ("SIMULATED", "MEASURED")
         assert cell["offpath"] == twin["offpath"]
     assert doc["cells"][0]["offpath"][0]["accepted_offpath_share"] > 0
-    from specreplay.results.requalification import with_replay_figures
+    from specreplay.pipelines.requalify import with_replay_figures
 
     alone = replay_archive(small_archive, [parse_arm(LOGGING)], estimator="importance")
     merged = with_replay_figures([_a_cell()], alone, [parse_arm(LOGGING)])
@@ -384,7 +384,7 @@ def test_only_cells_whose_requests_hold_unlogged_rows_are_null(greedy_path: Path
     """Per cell: with the unlogged rows kept only in one family's requests, that family's cell
     (and the pooled cell) null the sampled arm with that family's count; every other family's
     cell keeps its R and its delta figures."""
-    from specreplay.results.requalification import (
+    from specreplay.pipelines.requalify import (
         RequalifyArms,
         RequalifyOptions,
         requalify_result,

@@ -19,6 +19,8 @@ import pytest
 from arviz_stats.base import array_stats
 
 import specreplay.replay.tails as tails_mod
+from specreplay.pipelines.requalify import with_replay_figures
+from specreplay.render.tables import importance_table
 from specreplay.replay.archive.batch import RoundBatch, concat_batches
 from specreplay.replay.archive.reader import ArchiveReader
 from specreplay.replay.archive.synthetic import synth_frames
@@ -26,8 +28,6 @@ from specreplay.replay.engine import ReplayResult, replay_archive
 from specreplay.replay.estimators import get_estimator
 from specreplay.replay.tails import RatioTail, TailAccumulator
 from specreplay.results.model import Cell, ImportanceDiagnostic, Level
-from specreplay.results.requalification import with_replay_figures
-from specreplay.results.tables import importance_table
 from specreplay.sim.arms import parse_arm
 from specreplay.sim.policy import LawCache, arm_laws
 from specreplay.sim.synth import SynthConfig

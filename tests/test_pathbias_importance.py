@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 from archive_factory import LOGGING_ARM, valid_rows, write_parquet
 
-from specreplay.replay.engine import ReplayResult, replay_archive
-from specreplay.results.model import Cell, Result, Role
-from specreplay.results.requalification import (
+from specreplay.pipelines.requalify import (
     NO_IMPORTANCE_PATH_BIAS,
     RequalifyArms,
     RequalifyOptions,
     requalify_result,
 )
-from specreplay.results.tables import requalify_tables
+from specreplay.render.tables import requalify_tables
+from specreplay.replay.engine import ReplayResult, replay_archive
+from specreplay.results.model import Cell, Result, Role
 from specreplay.sim.arms import Arm, parse_arm
 
 BASE, CAND, REF = "top32:t0.7@5", "top32:t0.7:dyadic24@5", "top8:t1.3:p0.9@5"

@@ -11,6 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from specreplay.render.files import render
+from specreplay.render.plots import (
+    PLOT_CAPTIONS,
+    bucket_order,
+    context_series,
+    forest_rows,
+    survival_series,
+)
 from specreplay.results.model import (
     ArmFigure,
     Cell,
@@ -22,14 +30,6 @@ from specreplay.results.model import (
     Survival,
     Tost,
 )
-from specreplay.results.plots import (
-    PLOT_CAPTIONS,
-    bucket_order,
-    context_series,
-    forest_rows,
-    survival_series,
-)
-from specreplay.results.render import render
 from specreplay.stats.buckets import DEFAULT_BUCKETS
 
 # the default buckets as a string sort would put them (the order the issue saw drawn)
@@ -147,6 +147,34 @@ def test_forest_rows_order_without_a_spec_and_by_a_custom_spec() -> None:
         "c-short", "a-mid", "b-long"]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        DEFAULT_BUCKETS,
+        "b-long:>=8K,c-short:<1K,a-mid:1K-8K",
+        "z:1.5K-3K,y:<1536,x:>=3072",  # fractional K, plain numbers, names sorting backwards
+        " hi : >=100 , lo : <100 ",  # blanks around names and ranges
+        "a:b:<4K,c:4K-8K",  # a name holding a colon (the range is after the last one)
+    ],
+)
+def test_bucket_order_follows_the_stats_parser(spec: str) -> None:
+    # the renderers read the run's --buckets string without importing the statistics; the
+    # order they give is the one stats.buckets.Buckets parses, by lower edge
+    from specreplay.stats.buckets import Buckets
+
+    parsed = Buckets.parse(spec)
+    user = list(parsed.names[: parsed.n_user])
+    by_edge = [n for _, n in sorted(zip(parsed.lo, user, strict=True))]
+    assert bucket_order(list(reversed(user)), spec) == by_edge
+    assert bucket_order([*user, "unknown", *user], spec) == [*by_edge, "unknown"]
+
+
+def test_bucket_order_of_a_spec_that_does_not_read_falls_back_to_the_names() -> None:
+    # a hand-edited spec the parser rejects (as Buckets.parse does) gives no edges: the names
+    # are read as ranges, and a name that is no range goes last
+    assert bucket_order(["<4K", "long", ">=4K"], "long:4K-2K,<4K:<4K") == ["<4K", ">=4K", "long"]
+
+
 def test_forest_null_row_carries_its_reason() -> None:
     rows = forest_rows(_cells(), ROLE, relative=False, buckets=DEFAULT_BUCKETS)
     null = [r for r in rows if r.point is None]
@@ -228,7 +256,7 @@ def test_render_writes_each_plot_as_a_png(tmp_path: Path, command: str) -> None:
 
 def test_forest_limits_cut_an_unbounded_bar_and_count_it() -> None:
     """A bar to ±1e300 (replicates of one request) is cut at the edge, not drawn to scale."""
-    from specreplay.results.plots import ForestRow, _forest_clipped, _forest_limits
+    from specreplay.render.plots import ForestRow, _forest_clipped, _forest_limits
 
     rows = [ForestRow(f"c{i}", Level.FAMILY, 0.1 * i, 0.1 * i - 1, 0.1 * i + 1, "INCONCLUSIVE",
                       None, 0) for i in range(5)]  # fmt: skip

@@ -110,7 +110,7 @@ def test_grep_finds_ids_where_they_are_written(archive: Path, tmp_path: Path) ->
     """The grep can fail: it finds every id in the (compressed) Parquet archive, and in outputs
     written from a result that names ids (a quoted id in a reason, a ``request`` field), which
     the same result hashed does not."""
-    from specreplay.results.render import write_all
+    from specreplay.render.files import write_all
 
     ids = _ids()
     assert _found(archive.parent, ids)["a.parquet"] == set(ids)

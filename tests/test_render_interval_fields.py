@@ -173,7 +173,7 @@ def test_tables_show_method_df_differing_small_sample_and_reason(command: str) -
     study's coverage ("no" for a cell at nominal size), and the forced verdict's reason beside
     INCONCLUSIVE and the identical-inputs EQUIVALENT (a footnote: reasons can be long); one line
     names the method and thresholds."""
-    from specreplay.results.tables import TABLES
+    from specreplay.render.tables import TABLES
 
     text = TABLES[command](_result(command))
     assert (
@@ -205,7 +205,7 @@ def test_tables_without_the_fields_keep_their_columns() -> None:
     did: no method/df/differing/small-sample columns, no method line."""
     from dataclasses import replace
 
-    from specreplay.results.tables import comparison_tables
+    from specreplay.render.tables import comparison_tables
 
     old = _result("interval")
     cells = tuple(
@@ -235,7 +235,7 @@ def test_report_says_the_same_in_prose(command: str) -> None:
     """Verdicts: each cell's line carries its method/df/differing, its small-sample coverage and
     its forced reason; choices: the method, thresholds and study; diagnostics: the small-sample
     cells grouped by coverage, and the forced verdicts with their reasons."""
-    from specreplay.results.report_md import report_markdown
+    from specreplay.render.report import report_markdown
 
     text = report_markdown(_result(command), ["forest.png"])
     verdicts = _bullets(text, "Verdicts")
@@ -288,7 +288,7 @@ def test_forest_marks_small_sample_cells_hollow_with_a_legend_entry() -> None:
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_rgba
 
-    from specreplay.results.plots import (
+    from specreplay.render.plots import (
         SMALL_SAMPLE_LEGEND,
         _forest_legend,
         _forest_rows_draw,
@@ -319,7 +319,7 @@ def test_forest_marks_small_sample_cells_hollow_with_a_legend_entry() -> None:
 def test_render_writes_the_fields_into_every_output(tmp_path: Path) -> None:
     """The whole renderer on the hand-made result: TABLES.md and REPORT.md name the small-sample
     coverage and the reasons, results.json reads back equal, the forest PNG is written."""
-    from specreplay.results.render import render
+    from specreplay.render.files import render
 
     result = _result("interval")
     write_result(tmp_path / "results.json", result)

@@ -18,8 +18,8 @@ from archive_factory import write_parquet
 from typer.testing import CliRunner
 
 from specreplay.cli import app
-from specreplay.results.markdown import demote, figure_block, md_blocks, split_assumptions
-from specreplay.results.plots import PLOT_CAPTIONS
+from specreplay.render.markdown import demote, figure_block, md_blocks, split_assumptions
+from specreplay.render.plots import PLOT_CAPTIONS
 
 RUNNER = CliRunner()
 ENV = {"COLUMNS": "300"}

@@ -241,13 +241,13 @@ def test_requalify_on_a_shared_replay_equals_its_own_pass(
 ) -> None:
     """The demo's one pass over many arms gives each requalification exactly its own figures."""
     from specreplay.commands.requalify import run_requalify
-    from specreplay.replay.choice import resolve_auto
-    from specreplay.replay.engine import OpenArchive
-    from specreplay.results.requalification import (
+    from specreplay.pipelines.requalify import (
         RequalifyArms,
         RequalifyOptions,
         requalify_result,
     )
+    from specreplay.replay.choice import resolve_auto
+    from specreplay.replay.engine import OpenArchive
 
     opts = RequalifyOptions("top32:t0.7@5", "top32:t0.7:dyadic12@5", "greedy@5", n_boot=300,
                             seed=4, min_requests=5)  # fmt: skip

@@ -133,6 +133,37 @@ def test_report_reproduces_tables_without_inputs(run: str, request: pytest.Fixtu
     assert hashlib.sha256((folder / "results.json").read_bytes()).hexdigest() == before
 
 
+def test_backend_line_is_read_from_results_json(requalify_run: Path, tmp_path: Path) -> None:
+    # the REPORT.md line about where shards were replayed is a property of the result, read from
+    # its replay_backend entry, so a result read back from disk says what the fresh one said
+    from specreplay.render.report import report_markdown
+    from specreplay.results.io import write_result
+
+    result = read_result(requalify_run / "results.json")
+    assert result.backend_line is None  # a local run without a cache records no entry
+    assert "Shards replayed" not in report_markdown(result, [])
+    files = ["a/part-1.parquet", "a/part-1.parquet", "b/part-2.parquet"]
+    cache = {"folder": "c", "shards": 8, "reused": 6, "replayed": 2, "replayed_files": files}
+    cache |= {"recomputed": 1, "recomputed_files": ["b/part-2.parquet"]}
+    entry = {
+        "runner": "dask",
+        "scheduler": "tcp://h:8786",
+        "workers": 3,
+        "tasks": 8,
+        "cache": cache,
+    }
+    tagged = dataclasses.replace(result, extra={**result.extra, "replay_backend": entry})
+    write_result(tmp_path / "results.json", tagged)
+    back = read_result(tmp_path / "results.json")
+    line = (
+        "Shards replayed on Dask (tcp://h:8786, 3 workers, 8 shard tasks); partial sums merged "
+        "here in sorted path order; cache: 6 of 8 shards reused, 2 replayed (part-1.parquet, "
+        "part-2.parquet); 1 entry failed the check, recomputed (part-2.parquet)"
+    )
+    assert tagged.backend_line == back.backend_line == line
+    assert line in report_markdown(back, [])
+
+
 def test_report_into_another_folder(requalify_run: Path, tmp_path: Path) -> None:
     target = tmp_path / "copy"
     _invoke(["report", str(requalify_run), "--out", str(target)])
@@ -244,7 +275,7 @@ REQUALIFICATION_TABLE = {
 def test_requalification_rule_over_its_whole_table(
     requalify_run: Path, verdict: str | None, law_pass: bool | None
 ) -> None:
-    from specreplay.results.requalification import requalification
+    from specreplay.pipelines.requalify import requalification
 
     pooled = read_result(requalify_run / "results.json").pooled
     main = pooled.delta(Role.CANDIDATE_VS_BASELINE)
@@ -264,8 +295,8 @@ def test_requalification_rule_over_its_whole_table(
 def test_replay_figures_per_cell_equal_a_group_by_of_the_sums(small_archive: Path) -> None:
     """Survival, off-path and R per cell, recomputed by a polars group-by over the replay's
     per-(request, bucket) sums by family and bucket name: the cell masks select the right rows."""
+    from specreplay.pipelines.requalify import with_replay_figures
     from specreplay.replay.engine import replay_archive
-    from specreplay.results.requalification import with_replay_figures
     from specreplay.sim.arms import parse_arm
 
     arm = parse_arm("top32:t0.7:dyadic8@5")

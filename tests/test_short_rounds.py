@@ -354,7 +354,7 @@ def test_an_unknown_short_rounds_choice_is_refused(
 
 def test_the_api_parses_the_choice_once() -> None:
     from specreplay.errors import SpecReplayError
-    from specreplay.results.shortrounds import ShortRounds, parse_short_rounds
+    from specreplay.pipelines.shortrounds import ShortRounds, parse_short_rounds
 
     assert parse_short_rounds(" EXCLUDE ") is ShortRounds.EXCLUDE
     assert parse_short_rounds(ShortRounds.NULL) is ShortRounds.NULL

@@ -84,9 +84,9 @@ def test_validate_out_says_where_it_wrote(tmp_path: Path) -> None:
 
 
 def test_law_table_says_underpowered_and_holm_over_those_that_ran() -> None:
-    from specreplay.results.document import new_result
+    from specreplay.pipelines.document import new_result
+    from specreplay.render.tables import lawtest_table
     from specreplay.results.model import Label, LawTest
-    from specreplay.results.tables import lawtest_table
 
     tests = (
         LawTest("a@3", 1, 0.02, 1.0, True, Label.SIMULATED, draws=100, power=0.2,

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from specreplay.cli import app
 from specreplay.errors import SpecReplayError
-from specreplay.results.sweep import CostModel, expand_braces, parse_depths
+from specreplay.pipelines.sweep import CostModel, expand_braces, parse_depths
 
 ALPHA, DEPTH = 0.8, 10
 

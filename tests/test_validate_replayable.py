@@ -56,10 +56,10 @@ from hypothesis import strategies as st
 
 from specreplay import api
 from specreplay.errors import InvalidArchive, SpecReplayError
+from specreplay.pipelines.requalify import RequalifyArms, check_replayable
 from specreplay.replay.archive import rowcheck
 from specreplay.replay.engine import OpenArchive, ReplayResult
 from specreplay.replay.shard import needed_columns
-from specreplay.results.requalification import RequalifyArms, check_replayable
 from specreplay.sim.arms import parse_arm
 
 Row = dict[str, Any]

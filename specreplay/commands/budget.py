@@ -8,18 +8,18 @@ from pathlib import Path
 from typing import Any
 
 from specreplay.errors import SpecReplayError
-from specreplay.results.budget import (
+from specreplay.pipelines.budget import (
     budget_result,
     cells_from_requalify,
     direct_cell,
     sensitivity_rows,
 )
-from specreplay.results.document import input_files
+from specreplay.pipelines.document import input_files
+from specreplay.render.files import outputs_line, write_all
+from specreplay.render.tables import budget_tables
 from specreplay.results.io import read_result
 from specreplay.results.model import Cell, Result, Sensitivity
 from specreplay.results.output import check_out, output_dir
-from specreplay.results.render import outputs_line, write_all
-from specreplay.results.tables import budget_tables
 
 __all__ = ["DEFAULT_X_GRID", "BudgetOptions", "budget_inputs", "budget_run", "run_budget"]
 

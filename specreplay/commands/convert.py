@@ -35,6 +35,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
+from specreplay.pipelines.document import ignored_inputs, input_files, new_result
 from specreplay.replay.archive.reader import ArchiveReader
 from specreplay.replay.archive.sources import (
     FORM_NAMES,
@@ -54,7 +55,6 @@ from specreplay.replay.archive.writer import (
     write_frame,
 )
 from specreplay.replay.scan import Progress, no_progress
-from specreplay.results.document import ignored_inputs, input_files, new_result
 from specreplay.results.io import write_result
 from specreplay.results.output import WRITTEN_BY, check_out, output_dir
 

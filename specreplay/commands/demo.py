@@ -8,8 +8,8 @@ from it; the archive is read once after it is written (and once more to hash it 
 Every chapter is written as a sub-run folder with its own results.json (``requalify``,
 ``bits-dyadicN``, ``lawtest``, ``sweep``, ``budget``), and the archive's MEASURED result goes to
 the top level last. What the demo says (the VERDICTS block, the chapters) is a function of those
-results alone (:mod:`specreplay.results.demo_story`): the terminal text here and the top-level
-REPORT.md, which :func:`~specreplay.results.render.render` writes with the MEASURED result by
+results alone (:mod:`specreplay.render.demo_story`): the terminal text here and the top-level
+REPORT.md, which :func:`~specreplay.render.files.render` writes with the MEASURED result by
 reading the sub-runs back, share that one source, so ``specreplay report DEMO_DIR`` re-renders the
 story from the files on disk (the bits sweep included: its runs are sub-runs too).
 """
@@ -19,24 +19,24 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from specreplay.replay.archive.sources import archive_rows
-from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
-from specreplay.replay.engine import ReplayResult, replay_archive
-from specreplay.replay.scan import ArchiveScan, Progress, no_progress
-from specreplay.results.budget import budget_result, cells_from_requalify
-from specreplay.results.builders import measured_result, write_synth_archive
-from specreplay.results.demo_story import BITS_PREFIX, DemoRuns, terminal_text
-from specreplay.results.lawtests import lawtest_result
-from specreplay.results.model import Result
-from specreplay.results.output import output_dir
-from specreplay.results.render import write_all
-from specreplay.results.requalification import (
+from specreplay.pipelines.budget import budget_result, cells_from_requalify
+from specreplay.pipelines.builders import measured_result, write_synth_archive
+from specreplay.pipelines.lawtest import lawtest_result
+from specreplay.pipelines.requalify import (
     RequalifyArms,
     RequalifyOptions,
     check_replayable,
     requalify_result,
 )
-from specreplay.results.sweep import SweepOptions, sweep_result
+from specreplay.pipelines.sweep import SweepOptions, sweep_result
+from specreplay.render.demo_story import BITS_PREFIX, DemoRuns, terminal_text
+from specreplay.render.files import write_all
+from specreplay.replay.archive.sources import archive_rows
+from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
+from specreplay.replay.engine import ReplayResult, replay_archive
+from specreplay.replay.scan import ArchiveScan, Progress, no_progress
+from specreplay.results.model import Result
+from specreplay.results.output import output_dir
 from specreplay.sim.arms import Arm, parse_arm
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 

@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from specreplay.errors import SpecReplayError
+from specreplay.pipelines.builders import comparison_cells
+from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
+from specreplay.pipelines.gates import fail_on_code
+from specreplay.render.files import outputs_line, write_all
+from specreplay.render.tables import comparison_tables
 from specreplay.replay.scan import Progress, no_progress
-from specreplay.results.builders import comparison_cells
-from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
-from specreplay.results.gates import fail_on_code
 from specreplay.results.model import Delta, Level, Result, Role
 from specreplay.results.output import check_out, output_dir
 from specreplay.results.privacy import IdHasher, hash_result
-from specreplay.results.render import outputs_line, write_all
-from specreplay.results.tables import comparison_tables
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.compare import Comparison, Margin, parse_margin

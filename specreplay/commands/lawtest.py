@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from specreplay.results.lawtests import lawtest_result
+from specreplay.pipelines.lawtest import lawtest_result
+from specreplay.render.files import outputs_line, write_all
+from specreplay.render.tables import lawtest_table
 from specreplay.results.output import check_out, output_dir
-from specreplay.results.render import outputs_line, write_all
-from specreplay.results.tables import lawtest_table
 
 __all__ = ["run_lawtest"]
 
@@ -31,7 +31,7 @@ def run_lawtest(
     """Law tests of arms on the toy laws and, given an archive, on sampled positions.
 
     Returns (terminal text, every test passed); see
-    :func:`~specreplay.results.lawtests.lawtest_result`. ``hash_ids`` hashes the request ids
+    :func:`~specreplay.pipelines.lawtest.lawtest_result`. ``hash_ids`` hashes the request ids
     of the sampled archive positions (:mod:`specreplay.results.privacy`).
     """
     read = [archive] if archive is not None else []

@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
+from specreplay.render.files import render, write_all
 from specreplay.results.io import read_result
 from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
-from specreplay.results.render import render, write_all
 
 __all__ = ["rerender", "run_report"]
 

@@ -20,26 +20,26 @@ from dataclasses import replace
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
+from specreplay.pipelines.gates import fail_on_code
+from specreplay.pipelines.grouping import check_by, with_by_cells
+from specreplay.pipelines.requalify import (
+    RequalifyArms,
+    RequalifyOptions,
+    check_replayable,
+    requalify_result,
+)
+from specreplay.pipelines.shortrounds import exclude_below
+from specreplay.render.files import outputs_line, write_all
+from specreplay.render.tables import requalify_tables
 from specreplay.replay.archive.sources import archive_rows
 from specreplay.replay.backend import Backend, BackendRun, backend_runner
 from specreplay.replay.choice import AUTO, auto_passes, pass_columns, resolve_auto
 from specreplay.replay.engine import OpenArchive, ReplayResult
 from specreplay.replay.scan import Progress
 from specreplay.replay.shard import needed_columns
-from specreplay.results.gates import fail_on_code
-from specreplay.results.grouping import check_by, with_by_cells
 from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
 from specreplay.results.privacy import IdHasher, hash_result
-from specreplay.results.render import outputs_line, write_all
-from specreplay.results.requalification import (
-    RequalifyArms,
-    RequalifyOptions,
-    check_replayable,
-    requalify_result,
-)
-from specreplay.results.shortrounds import exclude_below
-from specreplay.results.tables import requalify_tables
 from specreplay.sim.arms import Arm, parse_arm, parse_arm_option
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.compare import parse_margin

@@ -19,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from specreplay.errors import SpecReplayError
+from specreplay.pipelines.document import input_files, new_result
+from specreplay.pipelines.screen import SCREEN_ASSUMPTIONS, screen_cell_result
+from specreplay.render.files import outputs_line, write_all
+from specreplay.render.tables import fmt
 from specreplay.replay.counters import (
     CounterRun,
     ScreenConfig,
@@ -27,12 +31,8 @@ from specreplay.replay.counters import (
     read_counter_runs,
     vllm_run,
 )
-from specreplay.results.document import input_files, new_result
 from specreplay.results.model import Cell, Result
 from specreplay.results.output import check_out, output_dir
-from specreplay.results.render import outputs_line, write_all
-from specreplay.results.screen import SCREEN_ASSUMPTIONS, screen_cell_result
-from specreplay.results.tables import fmt
 from specreplay.stats.screen import ScreenParams, ScreenRun, screen_cell
 
 __all__ = ["run_screen", "screen_result"]

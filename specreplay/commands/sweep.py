@@ -3,7 +3,7 @@
 One pass replays every arm at depths 1..max(``--depths``, the arms' own depths) with one
 estimator (``--estimator auto`` by default: importance for every arm where the archive supports
 it, its per-cell tail rule on the bits sweep's verdicts: :mod:`specreplay.replay.choice`);
-:mod:`specreplay.results.sweep` builds the cells. ``--arm`` values are expanded for brace lists
+:mod:`specreplay.pipelines.sweep` builds the cells. ``--arm`` values are expanded for brace lists
 (``'top32:t0.7:dyadic{8,12,16}@5'``, quoted so the shell leaves them alone).
 """
 
@@ -14,6 +14,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
+from specreplay.pipelines.grouping import check_by, with_by_cells
+from specreplay.pipelines.shortrounds import exclude_below
+from specreplay.pipelines.sweep import (
+    CostModel,
+    SweepOptions,
+    expand_braces,
+    proxy_result,
+    sweep_result,
+)
+from specreplay.render.files import outputs_line, write_all
+from specreplay.render.tables import sweep_tables
 from specreplay.replay.archive.importers import detect_kind, drafted_depths, read_arm
 from specreplay.replay.archive.sources import archive_listing, archive_rows
 from specreplay.replay.backend import Backend, BackendRun, backend_runner
@@ -21,20 +32,9 @@ from specreplay.replay.choice import AUTO, auto_passes, pass_columns, resolve_au
 from specreplay.replay.engine import OpenArchive
 from specreplay.replay.scan import Progress
 from specreplay.replay.shard import needed_columns
-from specreplay.results.grouping import check_by, with_by_cells
 from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
 from specreplay.results.privacy import IdHasher, hash_result
-from specreplay.results.render import outputs_line, write_all
-from specreplay.results.shortrounds import exclude_below
-from specreplay.results.sweep import (
-    CostModel,
-    SweepOptions,
-    expand_braces,
-    proxy_result,
-    sweep_result,
-)
-from specreplay.results.tables import sweep_tables
 from specreplay.sim.arms import Arm, parse_arm_option
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
+from specreplay.pipelines.builders import write_synth_archive
 from specreplay.replay.archive.sources import FORM_NAMES
 from specreplay.replay.archive.writer import check_compression
 from specreplay.replay.scan import Progress, no_progress
-from specreplay.results.builders import write_synth_archive
 from specreplay.results.output import output_dir
 from specreplay.sim.synth import logging_arm_name
 

@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specreplay.errors import InvalidArchive
+from specreplay.pipelines.builders import measured_result
+from specreplay.render.files import outputs_line, write_all
+from specreplay.render.tables import archive_summary, ignored_summary, measured_tables
 from specreplay.replay.scan import Progress, no_progress, scan_archive
-from specreplay.results.builders import measured_result
 from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
 from specreplay.results.privacy import IdHasher, hash_result
-from specreplay.results.render import outputs_line, write_all
-from specreplay.results.tables import archive_summary, ignored_summary, measured_tables
 
 __all__ = ["run_validate", "validate_result"]
 

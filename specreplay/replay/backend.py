@@ -16,9 +16,8 @@ results.json ``replay_backend`` (only with ``--scheduler``, ``--workers`` or ``-
                       "replayed_files": [paths], "recomputed": n,
                       "recomputed_files": [paths of shards whose entry failed its check]}}
 
-The cache counts every shard of every pass of the run. :func:`backend_note` is the stderr line
-the command line prints from it (``cache: 3 of 4 shards reused, 1 replayed (part-00003.parquet)``,
-then ``; 1 entry failed the check, recomputed (part-00003.parquet)`` when one did).
+The cache counts every shard of every pass of the run. :mod:`specreplay.results.backend` reads
+the entry back as text: the REPORT.md line and the stderr line of the command line.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from specreplay.errors import SpecReplayError
 from specreplay.replay.distributed import DaskRunner, Runner, local_runner, open_dask
 from specreplay.replay.shardcache import ShardCache, cached_runner, check_cache_folder
 
-__all__ = ["Backend", "BackendRun", "backend_line", "backend_note", "backend_runner"]
+__all__ = ["Backend", "BackendRun", "backend_runner"]
 
 
 @dataclass(frozen=True)
@@ -119,45 +118,3 @@ def backend_runner(
             inner = cached_runner(run.cache, inner or local_runner)
         run.runner = inner
         yield run
-
-
-def backend_line(entry: Any) -> str | None:
-    """Return one line saying where the shards were replayed and what the cache did (REPORT.md).
-
-    None for a local run without a cache (no ``replay_backend`` entry).
-    """
-    if not isinstance(entry, dict):
-        return None
-    if entry.get("runner") == "dask":
-        workers = entry.get("workers")
-        where = (
-            f"on Dask ({entry.get('scheduler')}"
-            + (f", {workers} workers" if workers else "")
-            + f", {entry.get('tasks')} shard tasks); partial sums merged here in sorted path order"
-        )
-    else:
-        where = "in this process"
-    note = backend_note(entry)
-    return f"Shards replayed {where}" + (f"; {note}" if note else "")
-
-
-def backend_note(entry: Any) -> str | None:
-    """Return the stderr line saying what the cache did (None without ``--cache``)."""
-    cache = entry.get("cache") if isinstance(entry, dict) else None
-    if not isinstance(cache, dict):
-        return None
-    names = [Path(p).name for p in dict.fromkeys(cache["replayed_files"])]
-    shown = ", ".join(names[:5]) + (f", … ({len(names) - 5} more)" if len(names) > 5 else "")
-    failed: list[str] = cache.get("recomputed_files", cache.get("rejected_files")) or []
-    bad = list(dict.fromkeys(Path(p).name for p in failed))
-    line = (
-        f"cache: {cache['reused']} of {cache['shards']} shards reused, {cache['replayed']} replayed"
-    )
-    if names:
-        line += f" ({shown})"
-    if failed:
-        n = len(failed)
-        line += (
-            f"; {n} entr{'y' if n == 1 else 'ies'} failed the check, recomputed ({', '.join(bad)})"
-        )
-    return line

@@ -1,7 +1,9 @@
-"""Results: the typed result model, results.json, output folders and renderers.
+"""Results: the contract every verb writes and every renderer reads.
 
-Depends on :mod:`specreplay.replay`, :mod:`specreplay.stats` and :mod:`specreplay.sim`; never on
-commands or the CLI.
+The typed result model, results.json and its schema, output folders, privacy (hashed ids) and
+the polars views.
+
+Imports nothing from the replay, the statistics, the pipelines or the renderers.
 """
 
 import specreplay.results.views  # noqa: F401  (registers the Result.to_polars views)

@@ -32,6 +32,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from specreplay.errors import SpecReplayError
+from specreplay.results.backend import backend_line
 
 if TYPE_CHECKING:
     import polars as pl
@@ -550,6 +551,15 @@ class Result:
     def pooled(self) -> Cell:
         """The pooled cell (the first one)."""
         return self.cells[0]
+
+    @property
+    def backend_line(self) -> str | None:
+        """Where the shards were replayed and what the cache did, as one line; None when local.
+
+        Read from the ``replay_backend`` entry the run recorded (:mod:`specreplay.results.backend`),
+        so a result read back from results.json says the same as the fresh one.
+        """
+        return backend_line(self.extra.get("replay_backend"))
 
     def to_polars(self, view: str = "cells") -> pl.DataFrame:
         """Return a tabular view of this result as a polars frame.

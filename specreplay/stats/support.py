@@ -1,7 +1,7 @@
 """The ``--short-rounds`` choice: what a round shorter than an arm's depth does (SPEC §2.1).
 
 A light module (no numpy, no polars) so that the command line can parse the option at its edge
-without importing the replay; what each choice does is in :mod:`specreplay.results.shortrounds`.
+without importing the replay; what each choice does is in :mod:`specreplay.pipelines.shortrounds`.
 """
 
 from __future__ import annotations

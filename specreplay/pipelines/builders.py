@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
 from specreplay.replay.scan import ArchiveScan, Progress
-from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
 from specreplay.results.io import load, write_result
 from specreplay.results.model import ArchiveSummary, Cell, LawTest, Result
 from specreplay.results.output import WRITTEN_BY

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specreplay.results.interval_text import (
+from specreplay.render.interval_text import (
     has_interval_fields,
     interval_method_line,
     small_sample_text,

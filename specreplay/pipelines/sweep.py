@@ -9,7 +9,7 @@ positions the archive records are UNSUPPORTED (null, with the reason), never ext
 cell holding a round shorter than d, R(d) is null with the count and the first such round, and
 the delta is null where a round is shorter than d or than the reference depth (SPEC §2.1;
 ``--short-rounds exclude`` leaves rounds shorter than the deepest arm out instead,
-:mod:`specreplay.results.shortrounds`).
+:mod:`specreplay.pipelines.shortrounds`).
 
 Every comparison of one sweep uses the same seed on the same requests, so replicate b resamples
 the same requests at every depth: with a **cost model** (milliseconds per round at each depth,
@@ -20,7 +20,7 @@ stability), come from those joint replicates.
 Decisions: the depth-vs-reference deltas carry no verdict (a sweep is a counterfactual check,
 not a requalification); cells keep one arm figure per arm (R at its reference depth). Under
 ``--estimator auto`` the bits sweep's deltas follow the per-cell tail rule
-(:func:`~specreplay.results.importance.with_auto_diagnostics`): a pooled INCONCLUSIVE stops the
+(:func:`~specreplay.pipelines.importance.with_auto_diagnostics`): a pooled INCONCLUSIVE stops the
 fixed-sequence walk like any verdict other than EQUIVALENT.
 """
 
@@ -37,21 +37,21 @@ from typing import Any
 import numpy as np
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.choice import AUTO
-from specreplay.replay.engine import ReplayResult
-from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
-from specreplay.results.importance import (
+from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
+from specreplay.pipelines.importance import (
     comparison_failure,
     with_auto_diagnostics,
     with_estimators,
 )
-from specreplay.results.model import Cell, DepthFigure, Label, Result, Role
-from specreplay.results.requalification import Comparand, estimator_used, merge_comparisons
-from specreplay.results.shortrounds import (
+from specreplay.pipelines.requalify import Comparand, estimator_used, merge_comparisons
+from specreplay.pipelines.shortrounds import (
     short_rounds_assumptions,
     short_rounds_excluded,
     with_excluded_rounds,
 )
+from specreplay.replay.choice import AUTO
+from specreplay.replay.engine import ReplayResult
+from specreplay.results.model import Cell, DepthFigure, Label, Result, Role
 from specreplay.sim.arms import Arm
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets

@@ -4,7 +4,7 @@ Sections, in this order, each opening with one short paragraph on how to read it
 
 1. ``# title`` and the question in one sentence, built from the result (arms, inputs, margin);
 2. **Verdicts**: the pooled verdict first, then per family (per cell for a screen), each with its
-   figures and label (:mod:`specreplay.results.verdicts_md`);
+   figures and label (:mod:`specreplay.render.verdicts`);
 3. **Tables**: the TABLES.md text of the run, produced by the same renderers (never a copy of
    them), headings moved under this section, its closing assumption list moved to section 4;
 4. **Assumptions and choices**: the estimator used and why, the path assumption, the interval
@@ -13,12 +13,12 @@ Sections, in this order, each opening with one short paragraph on how to read it
 5. **Diagnostics**: path bias, the importance weights' ESS and Pareto k̂, cells whose interval
    may undercover, underpowered or skipped law tests;
 6. **Figures**: every PNG the run wrote, embedded by its relative file name (the folder can be
-   moved) with its label and the one-line caption of :data:`~specreplay.results.plots.PLOT_CAPTIONS`
+   moved) with its label and the one-line caption of :data:`~specreplay.render.plots.PLOT_CAPTIONS`
    (a fallback caption for a name it lacks).
 
 Nulls read ``—`` with their reason. The text is a function of the result and of the names of the
 PNGs written beside it, so ``specreplay report`` re-renders it byte for byte. The demo's top-level
-REPORT.md tells the whole story from its sub-runs (:mod:`specreplay.results.demo_story`).
+REPORT.md tells the whole story from its sub-runs (:mod:`specreplay.render.demo_story`).
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from specreplay.replay.backend import backend_line
-from specreplay.results import demo_story
-from specreplay.results.interval_text import coverage_text, has_interval_fields
-from specreplay.results.markdown import (
+from specreplay.render import demo_story
+from specreplay.render.interval_text import coverage_text, has_interval_fields
+from specreplay.render.markdown import (
     bullets,
     demote,
     figure_block,
@@ -40,10 +39,10 @@ from specreplay.results.markdown import (
     num,
     split_assumptions,
 )
+from specreplay.render.screen import screen_tables
+from specreplay.render.tables import TABLES, estimator_line, unread_lines
+from specreplay.render.verdicts import HOW_TO_READ, QUESTIONS, VERDICTS, delta_text
 from specreplay.results.model import Result, Role
-from specreplay.results.screen import screen_tables
-from specreplay.results.tables import TABLES, estimator_line, unread_lines
-from specreplay.results.verdicts_md import HOW_TO_READ, QUESTIONS, VERDICTS, delta_text
 
 __all__ = ["REPORT_NAME", "report_markdown", "report_text"]
 
@@ -135,7 +134,7 @@ def _choices(result: Result) -> str:
         items.append("Replay: " + _PATH.get(str(o["estimator_used"]), str(o["estimator_used"])))
     items += _interval_choice(result)
     items += unread_lines(result)
-    backend = backend_line(result.extra.get("replay_backend"))
+    backend = result.backend_line
     if backend is not None:
         items.append(backend)
     if isinstance(o.get("central"), dict) and isinstance(o.get("envelope"), dict):
@@ -324,7 +323,7 @@ def report_text(result: Result, folder: Path, pngs: Sequence[str]) -> str | None
     """Return the REPORT.md of ``result`` written in ``folder``, or None if it has none.
 
     A demo's REPORT.md is the whole story: it reads the sub-runs' results.json in ``folder``
-    (:func:`specreplay.results.demo_story.demo_report`).
+    (:func:`specreplay.render.demo_story.demo_report`).
     """
     if result.command == "demo":
         return demo_story.demo_report(result, folder, pngs)

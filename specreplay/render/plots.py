@@ -8,7 +8,7 @@ draws them. Every plot names in its title or footnote how to read it, and every 
 Design decisions:
 
 - Context buckets are ordered by their numeric lower edge, read from the run's bucket
-  specification (``options["buckets"]``, :class:`~specreplay.stats.buckets.Buckets`), never by
+  specification (``options["buckets"]``, read here: renderers import no statistics), never by
   their names as strings (``<4K`` would sort after ``32K-64K``); a name the specification does not
   hold is parsed as a range itself (``4K-16K``), and one that is no range goes last.
 - The forest plot draws pooled, bucket (``pooled · B``), family and family × bucket
@@ -33,15 +33,14 @@ Design decisions:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from specreplay.errors import SpecReplayError
-from specreplay.results.interval_text import NOMINAL
+from specreplay.render.interval_text import NOMINAL
 from specreplay.results.model import Cell, DepthFigure, Label, Level, Result, Role
-from specreplay.stats.buckets import Buckets
 
 __all__ = [
     "FOREST_MAX_ROWS",
@@ -91,6 +90,8 @@ _VERDICT_COLORS: Final[dict[str, str]] = {
     "INCONCLUSIVE": "tab:gray",
 }
 _NO_VERDICT: Final[str] = "black"
+_NUMBER: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kK]?)\s*$")  # a --buckets token count
+_BIG: Final[int] = 2**63 - 1  # the upper edge of a ``>=LO`` range
 
 
 @dataclass(frozen=True)
@@ -136,8 +137,54 @@ class Panel:
     series: tuple[ArmSeries, ...]
 
 
+def _tokens(text: str) -> int | None:
+    """Return a token count as ``--buckets`` spells it (``4096``, ``4K`` = 4096), else None."""
+    m = _NUMBER.match(text)
+    if m is None:
+        return None
+    value = float(m.group(1)) * (1024 if m.group(2) else 1)
+    return int(value) if value == int(value) else None
+
+
+def _lower_edge(rng: str) -> int | None:
+    """Return the lower edge of a bucket range (``LO-HI``, ``<HI``, ``>=LO``), else None."""
+    rng = rng.strip()
+    lo: int | None
+    hi: int | None
+    if rng.startswith(">="):
+        lo, hi = _tokens(rng[2:]), _BIG
+    elif rng.startswith("<"):
+        lo, hi = 0, _tokens(rng[1:])
+    elif "-" in rng:
+        a, _, b = rng.partition("-")
+        lo, hi = _tokens(a), _tokens(b)
+    else:
+        return None
+    return lo if lo is not None and hi is not None and lo < hi else None
+
+
+def _spec_edges(spec: str | None) -> dict[str, int]:
+    """Return each bucket's lower edge in a ``--buckets`` specification (``NAME:RANGE,…``).
+
+    The run checked the specification when it was made; one that does not read here (a results.json
+    edited by hand) gives no edges, and the names are then ordered as ranges themselves.
+    """
+    edges: dict[str, int] = {}
+    for raw in (spec or "").split(","):
+        if not raw.strip():
+            continue
+        name, sep, rng = raw.strip().rpartition(":")
+        lo = _lower_edge(rng) if sep and name.strip() else None
+        if lo is None:
+            return {}
+        edges[name.strip()] = lo
+    return edges
+
+
 def bucket_order(names: Sequence[str], spec: str | None = None) -> list[str]:
     """Return the distinct bucket ``names`` by numeric lower edge (see the module docstring).
+
+    ``spec`` is the run's bucket specification (``result.options["buckets"]``).
 
     Examples
     --------
@@ -146,21 +193,11 @@ def bucket_order(names: Sequence[str], spec: str | None = None) -> list[str]:
     >>> bucket_order(["long", "short"], "short:<4K,long:>=4K")
     ['short', 'long']
     """
-    edges: dict[str, int] = {}
-    if spec:
-        try:
-            parsed = Buckets.parse(spec)
-            edges = dict(zip(parsed.names, parsed.lo, strict=False))
-        except SpecReplayError:
-            edges = {}
+    edges = _spec_edges(spec)
 
     def key(name: str) -> tuple[int, int]:
-        if name in edges:
-            return 0, edges[name]
-        try:
-            return 0, Buckets.parse(f"b:{name}").lo[0]
-        except SpecReplayError:
-            return 1, 0
+        lo = edges[name] if name in edges else _lower_edge(name.rpartition(":")[2])
+        return (1, 0) if lo is None else (0, lo)
 
     return sorted(dict.fromkeys(names), key=key)
 

@@ -6,7 +6,7 @@ path-bias diagnostic: no verdict). :func:`merge_comparisons` lays them into one 
 :func:`with_replay_figures` adds per-arm Monte Carlo errors, survival and off-path rates from the
 replay sums (and, for an importance replay, the tail diagnostics: ESS and Pareto k̂);
 :func:`with_support_nulls` nulls an arm's figures where it leaves the logging law's support;
-under ``--estimator auto``, :func:`~specreplay.results.importance.with_auto_diagnostics` makes a
+under ``--estimator auto``, :func:`~specreplay.pipelines.importance.with_auto_diagnostics` makes a
 verdict INCONCLUSIVE where the importance tails of its arms fail in its cell;
 :func:`with_requalification` adds the verdict of each cell: **QUALIFIED** when the
 candidate is EQUIVALENT and its law test passes, **NOT QUALIFIED** when it is DIFFERENT or its law
@@ -25,17 +25,22 @@ import numpy as np
 from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.choice import AUTO
-from specreplay.replay.engine import ReplayResult
-from specreplay.results.builders import cells_of, law_tests_of
-from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
-from specreplay.results.importance import (
+from specreplay.pipelines.builders import cells_of, law_tests_of
+from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
+from specreplay.pipelines.importance import (
     auto_summary,
     cell_specs,
     importance_diagnostics,
     with_auto_diagnostics,
     with_estimators,
 )
+from specreplay.pipelines.shortrounds import (
+    short_rounds_assumptions,
+    short_rounds_excluded,
+    with_excluded_rounds,
+)
+from specreplay.replay.choice import AUTO
+from specreplay.replay.engine import ReplayResult
 from specreplay.results.model import (
     ArmFigure,
     Cell,
@@ -48,11 +53,6 @@ from specreplay.results.model import (
     Result,
     Role,
     Survival,
-)
-from specreplay.results.shortrounds import (
-    short_rounds_assumptions,
-    short_rounds_excluded,
-    with_excluded_rounds,
 )
 from specreplay.sim.arms import Arm
 from specreplay.stats.armdata import ArmData
@@ -386,10 +386,10 @@ class RequalifyOptions:
     ``fail_on`` the pooled requalifications that exit 1; ``families`` and ``sample_requests``
     select requests after the one pass (the rest is counted under ``excluded``);
     ``law_positions`` archive positions law-tested per arm; ``by`` a carried column giving
-    extra cells (:mod:`specreplay.results.grouping`); ``hash_ids`` request ids hashed in every
+    extra cells (:mod:`specreplay.pipelines.grouping`); ``hash_ids`` request ids hashed in every
     output (:mod:`specreplay.results.privacy`); ``ignore`` globs of folder entries to skip
     (``--ignore``, :mod:`specreplay.replay.archive.sources`); ``short_rounds`` what a round
-    recording fewer positions than an arm's depth does (:mod:`specreplay.results.shortrounds`).
+    recording fewer positions than an arm's depth does (:mod:`specreplay.pipelines.shortrounds`).
     """
 
     baseline: str
@@ -511,7 +511,7 @@ def estimator_used(res: ReplayResult, cells: Sequence[Cell] = ()) -> dict[str, s
     """Return ``options.estimator_used`` and ``options.estimator_reason`` of a replay.
 
     An ``auto`` run that chose importance adds what its per-cell tail rule did in ``cells``
-    (:func:`~specreplay.results.importance.auto_summary`).
+    (:func:`~specreplay.pipelines.importance.auto_summary`).
     """
     reason = res.estimator_reason or f"named by --estimator {res.estimator}"
     if res.estimator_reason is not None and res.estimator == "importance" and cells:

@@ -1,6 +1,6 @@
-"""Small Markdown helpers shared by the REPORT.md renderers (:mod:`report_md`, :mod:`demo_story`).
+"""Small Markdown helpers shared by the REPORT.md renderers (:mod:`report`, :mod:`demo_story`).
 
-The TABLES.md renderers (:mod:`specreplay.results.tables` and friends) write text meant for a
+The TABLES.md renderers (:mod:`specreplay.render.tables` and friends) write text meant for a
 terminal as much as for a Markdown viewer: a heading line, then lines of prose with no blank line
 between them. REPORT.md reuses that text unchanged in content; :func:`md_blocks` only inserts the
 blank lines a Markdown viewer needs so two lines of prose do not run into one paragraph, and
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specreplay.render.plots import PLOT_CAPTIONS
 from specreplay.results.model import Delta, Label, Result, Role
-from specreplay.results.plots import PLOT_CAPTIONS
 
 __all__ = [
     "bullets",

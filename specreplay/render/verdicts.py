@@ -13,13 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specreplay.results.interval_text import (
+from specreplay.render.interval_text import (
     has_interval_fields,
     method_text,
     small_sample_text,
     verdict_text,
 )
-from specreplay.results.markdown import num, pct
+from specreplay.render.markdown import num, pct
 from specreplay.results.model import Cell, Delta, LawTest, Level, Result, Role
 
 __all__ = ["HOW_TO_READ", "QUESTIONS", "VERDICTS", "delta_text", "interval_note", "law_summary"]

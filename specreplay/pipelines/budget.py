@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specreplay.errors import SpecReplayError
-from specreplay.results.document import new_result
+from specreplay.pipelines.document import new_result
 from specreplay.results.model import (
     ArmFigure,
     Budget,

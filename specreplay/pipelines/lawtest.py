@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
+from specreplay.pipelines.builders import law_tests_of
+from specreplay.pipelines.document import ignored_inputs, input_files, new_result
 from specreplay.replay.engine import ReplayResult, replay_archive
 from specreplay.replay.lawcases import run_cases, sample_cases, toy_arm_cases
-from specreplay.results.builders import law_tests_of
-from specreplay.results.document import ignored_inputs, input_files, new_result
 from specreplay.results.model import InputFile, InputIgnored, Result
 from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.sim.arms import parse_arm_option

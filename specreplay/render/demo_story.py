@@ -19,11 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
-from specreplay.results.io import read_result
-from specreplay.results.markdown import demote, figure_block, figure_label, md_blocks, pct
-from specreplay.results.model import Result, Role
-from specreplay.results.plots import PLOT_CAPTIONS
-from specreplay.results.tables import (
+from specreplay.render.markdown import demote, figure_block, figure_label, md_blocks, pct
+from specreplay.render.plots import PLOT_CAPTIONS
+from specreplay.render.tables import (
     archive_summary,
     budget_tables,
     estimator_line,
@@ -32,6 +30,8 @@ from specreplay.results.tables import (
     requalify_tables,
     sweep_tables,
 )
+from specreplay.results.io import read_result
+from specreplay.results.model import Result, Role
 
 __all__ = [
     "BITS_PREFIX",
@@ -344,7 +344,7 @@ def demo_report(measured: Result, folder: Path, pngs: Sequence[str]) -> str:
     """Return the demo's top-level REPORT.md: the verdicts, then every chapter with its plots.
 
     The sub-runs are read from ``folder`` (their results.json), the plots found beside them;
-    ``pngs`` are the top-level plots (written by :func:`~specreplay.results.render.render`),
+    ``pngs`` are the top-level plots (written by :func:`~specreplay.render.files.render`),
     shown in the archive chapter.
     """
     try:

@@ -13,11 +13,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from specreplay.results.cells_table import cells_frame
-from specreplay.results.io import result_json
-from specreplay.results.model import Result, Role
-from specreplay.results.output import check_out, output_dir
-from specreplay.results.plots import (
+from specreplay.render.plots import (
     context_plot,
     context_series,
     depth_plot,
@@ -26,9 +22,13 @@ from specreplay.results.plots import (
     survival_plot,
     survival_series,
 )
-from specreplay.results.report_md import REPORT_NAME, report_text
-from specreplay.results.screen import screen_tables
-from specreplay.results.tables import TABLES
+from specreplay.render.report import REPORT_NAME, report_text
+from specreplay.render.screen import screen_tables
+from specreplay.render.tables import TABLES
+from specreplay.results.cells_table import cells_frame
+from specreplay.results.io import result_json
+from specreplay.results.model import Result, Role
+from specreplay.results.output import check_out, output_dir
 
 __all__ = ["FOREST_ROLE", "render", "write_all", "write_run"]
 
