@@ -17,10 +17,10 @@ the delta is null where a round is shorter than d or than the reference depth (S
 :mod:`specreplay.pipelines.shortrounds`).
 
 Every comparison of one sweep uses the same seed on the same requests, so replicate b resamples
-the same requests at every depth: with a **cost model** (milliseconds per round at each depth,
-:class:`CostModel`) tokens/s = 1000·R(d)/ms(d) per depth (ESTIMATED), the best depth per cell and
-arm, and ``p_best``, the share of replicates in which each depth has the most tokens/s (rank
-stability), come from those joint replicates.
+the same requests at every depth: with a **cost model** (milliseconds per round at each depth)
+tokens/s = 1000·R(d)/ms(d) per depth (ESTIMATED), the best depth per cell and arm, and
+``p_best``, the share of replicates in which each depth has the most tokens/s (rank stability),
+come from those joint replicates (:mod:`specreplay.stats.depth` computes them).
 
 Decisions: the depth-vs-reference deltas carry no verdict (a sweep is a counterfactual check,
 not a requalification); cells keep one arm figure per arm (R at its reference depth). Under
@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import tomllib
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,11 +70,11 @@ from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.cells import Cell as CellSpec
 from specreplay.stats.compare import Comparison, compare, parse_margin
+from specreplay.stats.depth import CostModel, best_depth, p_best, tokens_per_s
 from specreplay.stats.pairing import pair_arms
 from specreplay.stats.support import ShortRounds
 
 __all__ = [
-    "CostModel",
     "ProxyDepths",
     "SweepOptions",
     "SweepPrepared",
@@ -114,29 +113,6 @@ def expand_braces(text: str) -> list[str]:
     return out
 
 
-def _cost_table(text: str) -> dict[int, float]:
-    """Read ``--cost FILE.toml``: ``ms_per_round`` maps depths ≥ 1 to finite ms > 0."""
-    try:
-        doc = tomllib.loads(Path(text).read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise SpecReplayError(f"--cost {text}: not valid UTF-8") from None
-    except (OSError, tomllib.TOMLDecodeError, ValueError) as e:
-        raise SpecReplayError(f"--cost {text}: {e}") from None
-    raw = doc.get("ms_per_round")
-    if not isinstance(raw, dict) or not raw:
-        raise SpecReplayError(f"--cost {text}: expected a table ms_per_round = {{1 = 2.1, …}}")
-    table: dict[int, float] = {}
-    for k, v in raw.items():
-        depth_ok = k.isdigit() and k.isascii() and len(k) <= 3 and 1 <= int(k) <= 127
-        ms_ok = type(v) in (int, float) and math.isfinite(v) and v > 0
-        if not (depth_ok and ms_ok):
-            raise SpecReplayError(
-                f"--cost {text}: ms_per_round.{k} = {v!r}: depth 1..127 → finite ms > 0"
-            )
-        table[int(k)] = float(v)
-    return table
-
-
 def _small_int(digits: str) -> int:
     """Return ASCII ``digits`` as an int, 10⁵ for more than 4 significant digits.
 
@@ -159,36 +135,6 @@ def parse_depths(text: str) -> tuple[int, ...]:
             raise SpecReplayError(f"--depths {text!r}: depths are 1..127, low to high")
         depths.update(range(lo, hi + 1))
     return tuple(sorted(depths))
-
-
-@dataclass(frozen=True)
-class CostModel:
-    """Milliseconds per round at each depth: linear T0 + C·d, or a table (TOML)."""
-
-    text: str
-    t0: float | None = None
-    slope: float | None = None
-    table: dict[int, float] | None = None
-
-    @staticmethod
-    def parse(text: str) -> CostModel:
-        """``linear:T0:C`` or a TOML file with ``ms_per_round = {1 = 2.1, 2 = 2.4, …}``."""
-        if text.startswith("linear:"):
-            try:
-                t0, c = (float(x) for x in text.split(":")[1:])
-            except ValueError:
-                raise SpecReplayError(f"--cost {text!r}: expected linear:T0:C (ms)") from None
-            if not (math.isfinite(t0 + c) and t0 >= 0 and c >= 0 and t0 + c > 0):
-                raise SpecReplayError(f"--cost {text!r}: T0 and C are finite ms ≥ 0, not both 0")
-            return CostModel(text, t0=t0, slope=c)
-        return CostModel(text, table=_cost_table(text))
-
-    def ms(self, depth: int) -> float | None:
-        """Milliseconds per round at ``depth`` (None where the table has no entry)."""
-        if self.table is not None:
-            return self.table.get(depth)
-        assert self.t0 is not None and self.slope is not None
-        return self.t0 + self.slope * depth
 
 
 @dataclass(frozen=True)
@@ -282,23 +228,21 @@ def _depth_figures(
         ms = cost.ms(d) if cost is not None else None
         if ms is not None:
             fig = dataclasses.replace(
-                fig, tokens_per_s=1000.0 * r_b / ms, tokens_per_s_lo=1000.0 * lo / ms,
-                tokens_per_s_hi=1000.0 * hi / ms,
-            )  # fmt: skip
+                fig,
+                tokens_per_s=tokens_per_s(float(r_b), ms),
+                tokens_per_s_lo=tokens_per_s(lo, ms),
+                tokens_per_s_hi=tokens_per_s(hi, ms),
+            )
             assert comp.rb_reps is not None
-            tps_reps[d] = 1000.0 * comp.rb_reps[:, i] / ms
+            tps_reps[d] = tokens_per_s(comp.rb_reps[:, i], ms)
         figs.append(fig)
     if not tps_reps:
         return figs, None
-    ds = sorted(tps_reps)
-    mat = np.stack([tps_reps[d] for d in ds], axis=1)
-    ok = np.all(np.isfinite(mat), axis=1)
-    wins = np.bincount(np.argmax(mat[ok], axis=1), minlength=len(ds)) / max(int(ok.sum()), 1)
-    p_best = dict(zip(ds, wins.tolist(), strict=True))
-    figs = [dataclasses.replace(f, p_best=p_best.get(f.depth)) if f.depth in p_best else f
-            for f in figs]  # fmt: skip
-    best = max(ds, key=lambda d: next(f.tokens_per_s or -math.inf for f in figs if f.depth == d))
-    return figs, best
+    shares = p_best(tps_reps)
+    figs = [
+        dataclasses.replace(f, p_best=shares[f.depth]) if f.depth in shares else f for f in figs
+    ]
+    return figs, best_depth({f.depth: f.tokens_per_s for f in figs if f.depth in tps_reps})
 
 
 def fewest_bits(
