@@ -53,3 +53,22 @@ def test_no_import_cycles() -> None:
         reach[m] = seen
     cycles = sorted(m for m in modules if m in reach[m])
     assert not cycles, f"modules on an import cycle: {cycles}"
+
+
+def test_renderers_are_forbidden_every_layer_but_results() -> None:
+    """render/ reads typed results only: the forbidden contract names every other subpackage and
+    front end, so a renderer cannot reach back into the replay, the statistics or the assembly."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contracts = config["tool"]["importlinter"]["contracts"]
+    render = next(c for c in contracts if c["type"] == "forbidden")
+    assert render["source_modules"] == ["specreplay.render"]
+    packages = {
+        f"specreplay.{p.name}"
+        for p in (ROOT / "specreplay").iterdir()
+        if p.is_dir() and (p / "__init__.py").exists()
+    }
+    allowed = {"specreplay.render", "specreplay.results"}
+    assert set(render["forbidden_modules"]) == (packages - allowed) | {
+        "specreplay.cli",
+        "specreplay.api",
+    }
