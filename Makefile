@@ -46,9 +46,9 @@ demo: $(STAMP)
 	$(VENV)/bin/specreplay demo --force
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check specreplay tests bench
-	$(VENV)/bin/ruff format --check specreplay tests bench
-	$(VENV)/bin/mypy --strict specreplay
+	$(VENV)/bin/ruff check specreplay specreplay_testing tests bench
+	$(VENV)/bin/ruff format --check specreplay specreplay_testing tests bench
+	$(VENV)/bin/mypy --strict specreplay specreplay_testing
 	$(VENV)/bin/lint-imports
 
 test: lint

@@ -281,7 +281,7 @@ MUTANTS = [
 
 
 def _copy(dest: Path) -> None:
-    for sub in ("specreplay", "tests"):
+    for sub in ("specreplay", "specreplay_testing", "tests"):
         shutil.copytree(
             ROOT / sub, dest / sub, ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc")
         )
