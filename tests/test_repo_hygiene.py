@@ -63,3 +63,12 @@ def test_ignored_matches_gitignore_rules() -> None:
     text = "/tour/\nspecreplay-out/\n# comment\n*.egg-info/\n"
     assert ignored("tour", text) and ignored("specreplay-out", text) and ignored("x.egg-info", text)
     assert not ignored("my-archive", text) and not ignored("tests", text)
+
+
+def test_the_package_is_marked_typed() -> None:
+    """PEP 561: ``specreplay/py.typed`` is tracked (so the wheel, which takes the package folder
+    whole, carries it), and nothing else under ``specreplay/`` is a stray marker."""
+    files = tracked_files()
+    assert "specreplay/py.typed" in files
+    assert (ROOT / "specreplay" / "py.typed").read_bytes() == b""
+    assert [p for p in files if p.endswith("py.typed")] == ["specreplay/py.typed"]
