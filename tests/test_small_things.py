@@ -23,6 +23,19 @@ def test_version_prints_the_package_version() -> None:
     assert res.exit_code == 0 and res.stdout.strip() == f"specreplay {__version__}"
 
 
+def test_the_version_has_one_source() -> None:
+    """SemVer 0.y.z, written once (specreplay.__version__, which hatch reads for the metadata)."""
+    import importlib.metadata
+    import re
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["hatch"]["version"]["path"] == "specreplay/__init__.py"
+    assert re.fullmatch(r"0\.\d+\.\d+", __version__)
+    assert importlib.metadata.version("specreplay") == __version__
+
+
 def test_synth_says_request_and_shard_in_the_singular_when_there_is_one(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["synth", str(tmp_path / "a"), "--requests", "1", "--rounds",
                                    "2", "-q"])  # fmt: skip
