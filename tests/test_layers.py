@@ -72,3 +72,19 @@ def test_renderers_are_forbidden_every_layer_but_results() -> None:
         "specreplay.cli",
         "specreplay.api",
     }
+
+
+def test_runtime_package_never_imports_the_testing_package() -> None:
+    """specreplay_testing (live truth) sits outside the runtime package and is not shipped."""
+    import grimp
+
+    graph = grimp.build_graph("specreplay", "specreplay_testing")
+    assert "specreplay_testing.livetruth" in graph.modules
+    importers = {
+        m
+        for t in graph.find_children("specreplay_testing") | {"specreplay_testing"}
+        for m in graph.find_modules_that_directly_import(t)
+    }
+    assert not {m for m in importers if m.split(".")[0] == "specreplay"}
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert config["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"] == ["specreplay"]

@@ -8,8 +8,9 @@ any of its runs has; a batch size without a cap or a D_B in the config is an err
 deployment's measurement, so it has no default); a scrape not named by a ``[[vllm]]`` entry, or an
 entry whose scrapes are not inputs, is an error; a file a ``[[vllm]]`` entry names is read as a
 scrape whatever its first line; a scrape with two ``model_name`` values needs ``--model-name``
-(:mod:`specreplay.replay.counters` lists every refused scrape). results.json records every input's
-path and SHA-256 (the config too) and only aggregate counts: no prompt, token or tensor.
+(:mod:`specreplay.replay.archive.counters` lists every refused scrape). results.json records
+every input's path and SHA-256 (the config too) and only aggregate counts: no prompt, token or
+tensor.
 
 :mod:`specreplay.pipelines.screen` builds the result (:func:`screen_result`, the Python API's
 ``screen``); :func:`run_screen` writes and renders it.

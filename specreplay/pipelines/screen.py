@@ -24,7 +24,7 @@ from typing import Any
 
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.document import input_files, new_result
-from specreplay.replay.counters import (
+from specreplay.replay.archive.counters import (
     CounterRun,
     ScreenConfig,
     is_prometheus_text,
