@@ -27,8 +27,8 @@ from numpy.typing import NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.replay.choice import AUTO
 from specreplay.replay.engine import ReplayResult
-from specreplay.results.builders import cells_of, law_tests_of
 from specreplay.results.document import excluded_entries, ignored_inputs, input_files, new_result
+from specreplay.results.from_stats import comparison_cell, law_tests
 from specreplay.results.importance import (
     auto_summary,
     cell_specs,
@@ -117,7 +117,7 @@ class Comparand:
     def cells(self) -> tuple[Cell, ...]:
         """Return the comparison's cells with the role, verdicts and labels applied."""
         out = []
-        for c in cells_of(self.comparison.cells):
+        for c in map(comparison_cell, self.comparison.cells):
             deltas = tuple(
                 dataclasses.replace(d, role=self.role, depth=self.depth)
                 if self.no_verdict is None
@@ -541,7 +541,7 @@ def requalify_result(
         cells = with_auto_diagnostics(cells, res, list(arms.all.values()))
     cells = with_estimators(with_excluded_rounds(cells, res), res)
     cases, skipped = sample_cases(res.law_sample, [arms.cand, arms.base], res.requests)
-    law = law_tests_of(run_cases(cases, skipped, seed=res.seed))
+    law = law_tests(run_cases(cases, skipped, seed=res.seed))
     ran = [t.passed for t in law if t.arm == arms.cand.canonical and t.passed is not None]
     cells = with_requalification(cells, all(ran) if ran else None)
     return new_result(
