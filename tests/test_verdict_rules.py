@@ -196,3 +196,19 @@ def test_an_inconclusive_no_rule_forced_says_neither_test_decides() -> None:
     d = comp.pooled.delta
     assert d.p_equivalence_adj >= 0.05 and d.p_difference_adj >= 0.05
     assert d.verdict == "INCONCLUSIVE" and d.verdict_reason == NEITHER
+
+
+def test_a_bonferroni_bound_past_the_huge_bound_leaves_no_bonferroni_interval() -> None:
+    """No depth known; family f0's 95% interval stays under ±10⁶ (hi ≈ 2.14·4.4e5) but its
+    Bonferroni one at 1 − 0.05/2 does not (≈ 2.37·4.4e5, both measured at 1e5–4e5 outliers): the
+    delta keeps its figures and verdict with ``bonferroni`` None (a null bound would break the
+    results.json schema); f1, bounded at both levels, keeps its Bonferroni interval."""
+    na, ta = np.ones(12), np.ones(12)
+    tb = 1.0 + np.arange(12) % 3
+    tb[0], tb[2] = 4.4e5, 4.4e5 / 3
+    comp = compare(_ps(na, ta, tb, np.arange(12) % 2, depths=None), arm_a="a", arm_b="b", **KW)
+    f0, f1 = (c.delta for c in comp.cells if c.spec.level == "family")
+    assert f0.null_reason is None and f0.hi is not None and f0.hi <= 1e6
+    assert f0.bonferroni is None and f0.verdict is not None and f0.tests_in_level == 2
+    assert f1.bonferroni is not None and f1.bonferroni.level == pytest.approx(0.975)
+    assert f1.bonferroni.hi is not None and f1.bonferroni.hi > f1.hi

@@ -83,7 +83,11 @@ def bca(b: BcaInterval) -> model.BCa:
 def bonferroni(b: BonferroniInterval) -> model.Bonferroni:
     """Return the family-wise intervals of a delta."""
     return model.Bonferroni(
-        level=float(b.level), lo=_f(b.lo), hi=_f(b.hi), rel_lo=_f(b.rel_lo), rel_hi=_f(b.rel_hi)
+        level=float(b.level),
+        lo=float(b.lo),
+        hi=float(b.hi),
+        rel_lo=float(b.rel_lo),
+        rel_hi=float(b.rel_hi),
     )
 
 

@@ -164,16 +164,13 @@ class BCa:
 
 @dataclass(frozen=True)
 class Bonferroni:
-    """Family-wise interval at level 1 − α/m (m: deltas of the same level).
-
-    A bound is None only where it cannot be formed (beyond ±1e6 with the depth unknown).
-    """
+    """Family-wise interval at level 1 − α/m (m: deltas of the same level)."""
 
     level: float
-    lo: float | None
-    hi: float | None
-    rel_lo: float | None
-    rel_hi: float | None
+    lo: float
+    hi: float
+    rel_lo: float
+    rel_hi: float
 
 
 @dataclass(frozen=True)

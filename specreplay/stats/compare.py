@@ -190,17 +190,17 @@ class BonferroniInterval:
     Attributes
     ----------
     level : float
-    lo, hi : float or None
-        Interval of Δ (None where it cannot be bounded: unknown depth).
-    rel_lo, rel_hi : float or None
+    lo, hi : float
+        Interval of Δ.
+    rel_lo, rel_hi : float
         Interval of Δ/R_a.
     """
 
     level: float
-    lo: float | None
-    hi: float | None
-    rel_lo: float | None
-    rel_hi: float | None
+    lo: float
+    hi: float
+    rel_lo: float
+    rel_hi: float
 
 
 @dataclass(frozen=True)
@@ -252,6 +252,7 @@ class DeltaEstimate:
     bca : BcaInterval or None
     tost : TostResult or None
     bonferroni : BonferroniInterval or None
+        None also where a bound cannot be formed at its level (beyond ±1e6, depth unknown).
     p_difference, p_equivalence : float or None
         Raw p-values of Δ = 0 and of the TOST (1 where a rule forced INCONCLUSIVE).
     p_difference_adj, p_equivalence_adj : float or None
@@ -775,9 +776,6 @@ def _adjust_level(
     for j, d in enumerate(deltas):
         st_d, st_r = both[j]
         v = verdict(chosen[j], margin.value, alpha, p_equivalence=pe[j], p_difference=pd[j])
-        bl = 1.0 - (1.0 - d.level) / m
-        blo, bhi = _bounds(st_d, bl)
-        brlo, brhi = _bounds(st_r, bl)
         forced = reasons[j] is not None and not chosen[j].identical
         # Holm's first step tests at α/m: the sample size for the verdict as it is adjusted
         size = requests_for_margin(
@@ -795,10 +793,19 @@ def _adjust_level(
                 smallest_equivalent_margin=None if forced else smallest[j],
                 requests_for_margin=None if forced else size.requests,
                 requests_for_margin_null_reason=reasons[j] if forced else size.null_reason,
-                bonferroni=BonferroniInterval(bl, blo, bhi, brlo, brhi),
+                bonferroni=_bonferroni(st_d, st_r, 1.0 - (1.0 - d.level) / m),
             )
         )
     return out
+
+
+def _bonferroni(st_d: TTest, st_r: TTest, level: float) -> BonferroniInterval | None:
+    """Return the intervals of Δ and Δ/R_a at ``level`` (None when a bound cannot be formed)."""
+    lo, hi = _bounds(st_d, level)
+    rlo, rhi = _bounds(st_r, level)
+    if lo is None or hi is None or rlo is None or rhi is None:
+        return None
+    return BonferroniInterval(level, lo, hi, rlo, rhi)
 
 
 def _p(p: float | None) -> float:
