@@ -29,6 +29,13 @@ BCa, the sweep's P(best) and tokens/s replicates and ``to_arviz``; the intervals
 verdicts do not use them. Verdicts use the Holm-adjusted p-values; the intervals printed beside
 them stay unadjusted (their ``adjusted`` field says so) and the Bonferroni ones are given
 separately.
+
+The result is typed: a :class:`Comparison` holds one :class:`ComparedCell` per cell, with both
+arms' :class:`~specreplay.stats.cells.ArmEstimate` and exactly one :class:`DeltaEstimate` (its
+:class:`BcaInterval`, :class:`TostResult` and :class:`BonferroniInterval`). The Holm and
+Bonferroni pass, the nulling of unsupported cells and the margin warning build new frozen
+objects (``dataclasses.replace``); :mod:`specreplay.results.from_stats` maps them onto the
+results model.
 """
 
 from __future__ import annotations
