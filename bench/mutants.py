@@ -70,7 +70,7 @@ MUTANTS = [
         "        v = verdict(chosen[j], margin.value, alpha, p_equivalence=pe[j], "
         "p_difference=pd[j])",
         "        v = verdict(chosen[j], margin.value, alpha)",
-        (BOOT,),
+        (BOOT, "tests/test_verdict_rules.py"),
     ),
     Mutant(
         "compare: TOST interval and smallest margin at 95%",
@@ -155,7 +155,7 @@ MUTANTS = [
         "specreplay/stats/compare.py",
         "smallest_equivalent_margin=None if forced else smallest[j],",
         "smallest_equivalent_margin=None if forced else v.smallest_equivalent_margin,",
-        (BOOT,),
+        (BOOT, "tests/test_from_stats.py"),
     ),
     Mutant(
         "requests_for_margin: Holm level α/m replaced by α",

@@ -212,3 +212,20 @@ def test_a_bonferroni_bound_past_the_huge_bound_leaves_no_bonferroni_interval() 
     assert f0.bonferroni is None and f0.verdict is not None and f0.tests_in_level == 2
     assert f1.bonferroni is not None and f1.bonferroni.level == pytest.approx(0.975)
     assert f1.bonferroni.hi is not None and f1.bonferroni.hi > f1.hi
+
+
+def test_holm_adjusted_p_values_not_raw_ones_decide_equivalence() -> None:
+    """4 families of 60 requests, an absolute margin just above the widest family TOST bound:
+    every raw TOST p is < α, yet two cells' Holm-adjusted ones are not, so those two are not
+    EQUIVALENT (seed 11 chosen to put two raw p-values in (α/2, α); a verdict from raw p-values,
+    bench/mutants.py's "verdicts from raw p-values", would call them EQUIVALENT)."""
+    na, ta, tb, fam = _skewed(11, 240, families=4)
+    first = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", margin=parse_margin("0.01"), **KW)
+    tost = [c.delta.tost for c in first.cells if c.spec.level == "family"]
+    m = max(max(abs(t.lo), abs(t.hi)) for t in tost if t is not None) * (1 + 1e-4)
+    comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", margin=parse_margin(repr(m)), **KW)
+    deltas = [c.delta for c in comp.cells if c.spec.level == "family"]
+    assert all(d.p_equivalence < 0.05 for d in deltas)
+    held = [d for d in deltas if d.p_equivalence_adj >= 0.05]
+    assert len(held) == 2 and all(d.verdict != "EQUIVALENT" for d in held)
+    assert all(d.verdict == "EQUIVALENT" for d in deltas if d not in held)
