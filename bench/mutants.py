@@ -66,16 +66,16 @@ MUTANTS = [
     Mutant(
         "compare: verdicts from raw p-values, not Holm",
         "specreplay/stats/compare.py",
-        "            v = verdict(chosen[j], margin.value, alpha, p_equivalence=pe[j], "
+        "        v = verdict(chosen[j], margin.value, alpha, p_equivalence=pe[j], "
         "p_difference=pd[j])",
-        "            v = verdict(chosen[j], margin.value, alpha)",
-        (BOOT,),
+        "        v = verdict(chosen[j], margin.value, alpha)",
+        (BOOT, "tests/test_verdict_rules.py"),
     ),
     Mutant(
         "compare: TOST interval and smallest margin at 95%",
         "specreplay/stats/compare.py",
-        "    lo90, hi90 = test.interval(1.0 - 2.0 * alpha)\n    return {",
-        "    lo90, hi90 = test.interval(level)\n    return {",
+        "    lo90, hi90 = _bounds(test, 1.0 - 2.0 * alpha)\n",
+        "    lo90, hi90 = _bounds(test, empty.level)\n",
         (BOOT,),
     ),
     Mutant(
@@ -145,29 +145,29 @@ MUTANTS = [
     Mutant(
         "compare: smallest margin from the unadjusted interval beside Holm verdicts",
         "specreplay/stats/compare.py",
-        "smallest_equivalent_margin=smallest[j],",
-        "smallest_equivalent_margin=v.smallest_equivalent_margin,",
-        (BOOT,),
+        "smallest_equivalent_margin=None if forced else smallest[j],",
+        "smallest_equivalent_margin=None if forced else v.smallest_equivalent_margin,",
+        (BOOT, "tests/test_from_stats.py"),
     ),
     Mutant(
         "requests_for_margin: Holm level α/m replaced by α",
         "specreplay/stats/compare.py",
-        "alpha / m, POWER)",
-        "alpha, POWER)",
+        "alpha / m, POWER, df=",
+        "alpha, POWER, df=",
         (BOOT,),
     ),
     Mutant(
         "compare: point delta sign flipped",
         "specreplay/stats/compare.py",
-        'Studentized.of(r["rb"] - r["ra"], se_d',
-        'Studentized.of(r["ra"] - r["rb"], se_d',
+        "        point=st_d.theta,\n",
+        "        point=-st_d.theta,\n",
         (BOOT,),
     ),
     Mutant(
         "compare: jackknife delta sign flipped",
         "specreplay/stats/compare.py",
-        '"jack_delta": loo_b - loo_a,',
-        '"jack_delta": loo_a - loo_b,',
+        "jack_delta=loo_b - loo_a,",
+        "jack_delta=loo_a - loo_b,",
         (BOOT,),
     ),
     Mutant(

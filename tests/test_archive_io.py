@@ -146,18 +146,19 @@ def test_measured_R_matches_a_direct_polars_computation(small_archive: Path) -> 
     )
     cells = scan.cells()
     pooled = cells[0]
-    assert pooled["level"] == "pooled"
+    assert pooled.spec.level == "pooled"
     want = float((1 + a.get_column("A")).mean())
-    assert pooled["arms"]["top32:t0.7@5"]["R"] == pytest.approx(want, rel=1e-12)
+    assert pooled.arm.name == "top32:t0.7@5"
+    assert pytest.approx(want, rel=1e-12) == pooled.arm.R
     for fam, part in a.group_by("family"):
-        cell = next(c for c in cells if c["level"] == "family" and c["family"] == fam[0])
-        got = cell["arms"]["top32:t0.7@5"]["R"]
+        cell = next(c for c in cells if c.spec.level == "family" and c.spec.family == fam[0])
+        got = cell.arm.R
         assert got == pytest.approx(float((1 + part.get_column("A")).mean()), rel=1e-12)
     # survival P(A >= j), pooled
-    for s in pooled["survival"]:
-        want_j = float((a.get_column("A") >= s["position"]).mean())
-        assert s["value"] == pytest.approx(want_j, rel=1e-12)
-        assert s["label"] == "MEASURED"
+    for s in pooled.survival:
+        want_j = float((a.get_column("A") >= s.position).mean())
+        assert s.value == pytest.approx(want_j, rel=1e-12)
+        assert s.label == "MEASURED"
 
 
 # -- buckets ------------------------------------------------------------------------------------
@@ -202,9 +203,9 @@ def test_unbucketed_rounds_counted_in_pooled_not_in_bucket_cells(small_archive: 
 
     scan = scan_archive(small_archive, buckets="short:<4K,long:>=32K")
     cells = scan.cells()
-    arm = scan.arm
-    pooled = cells[0]["arms"][arm]["n_rounds"]
-    by_bucket = sum(c["arms"][arm]["n_rounds"] for c in cells if c["level"] == "bucket")
+    assert all(c.arm.name == scan.arm for c in cells)
+    pooled = cells[0].arm.n_rounds
+    by_bucket = sum(c.arm.n_rounds for c in cells if c.spec.level == "bucket")
     df = pl.read_parquet(small_archive / "*.parquet").filter(pl.col("position") == 1)
     gap = df.filter((pl.col("context_tokens") >= 4096) & (pl.col("context_tokens") < 32768))
     assert gap.height > 0

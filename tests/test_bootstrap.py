@@ -80,7 +80,7 @@ def test_bca_agrees_with_scipy() -> None:
     ps = _sums(300, seed=3)
     n_boot = 20_000
     comp = compare(ps, arm_a="a", arm_b="b", n_boot=n_boot, stratify="none", seed=11)
-    d = comp.cells[0]["deltas"][0]
+    d = comp.pooled.delta
     args = (ps.n_a, ps.t_a, ps.n_b, ps.t_b)
     # the default (studentized) interval is checked against a hand computation in
     # tests/test_studentized.py; BCa here against scipy's
@@ -94,15 +94,15 @@ def test_bca_agrees_with_scipy() -> None:
         rng=np.random.default_rng(5),
         confidence_level=0.95,
     ).confidence_interval
-    assert d["method"] == "cr2-eff-hall"
+    assert d.method == "cr2-eff-hall"
     sigma = float(np.std(comp.delta_reps[:, 0], ddof=1))
-    z0, a = d["bca"]["z0"], d["bca"]["acceleration"]
-    for zq, ours, theirs in ((-1.959964, d["bca"]["lo"], ref.low),
-                             (1.959964, d["bca"]["hi"], ref.high)):  # fmt: skip
+    z0, a = d.bca.z0, d.bca.acceleration
+    for zq, ours, theirs in ((-1.959964, d.bca.lo, ref.low),
+                             (1.959964, d.bca.hi, ref.high)):  # fmt: skip
         p = stats.norm.cdf(z0 + (z0 + zq) / (1 - a * (z0 + zq)))
         # z0 itself is estimated from the replicates: allow its own MC error too (k = 4.5)
         assert abs(ours - theirs) < 4.5 * math.sqrt(2) * _quantile_se(sigma, p, n_boot) * 1.5
-    assert d["point"] == pytest.approx(float(_stat(*args)), rel=1e-12)
+    assert d.point == pytest.approx(float(_stat(*args)), rel=1e-12)
 
 
 def test_medusa_7b_vs_13b_matches_direct_computation_and_scipy_bca() -> None:
@@ -113,7 +113,8 @@ def test_medusa_7b_vs_13b_matches_direct_computation_and_scipy_bca() -> None:
     assert excluded == []
     n_boot = 20_000
     comp = compare(ps, arm_a="7B", arm_b="13B", n_boot=n_boot, stratify="none")
-    pooled = comp.cells[0]
+    pooled = comp.pooled
+    arms = {f.name: f for f in (pooled.arm_a, pooled.arm_b)}
     # direct computation from the JSONL: rounds = sum(idxs + 1), tokens = sum(new_tokens)
     tot = {}
     for arm, path in (("7B", M7), ("13B", M13)):
@@ -123,7 +124,7 @@ def test_medusa_7b_vs_13b_matches_direct_computation_and_scipy_bca() -> None:
             n += sum(i + 1 for i in ch["idxs"])
             t += sum(ch["new_tokens"])
         tot[arm] = t / n
-        assert pooled["arms"][arm]["R"] == pytest.approx(t / n, rel=1e-12)
+        assert pytest.approx(t / n, rel=1e-12) == arms[arm].R
     assert round(tot["7B"], 4) == 2.5650 and round(tot["13B"], 4) == 2.6387
     # pooled BCa against scipy's BCa on the same per-question sums (paired, stratify none)
     order = np.argsort(ps.piece_request)
@@ -132,25 +133,26 @@ def test_medusa_7b_vs_13b_matches_direct_computation_and_scipy_bca() -> None:
         args, _stat, paired=True, vectorized=True, n_resamples=n_boot, method="BCa",
         rng=np.random.default_rng(2),
     ).confidence_interval  # fmt: skip
-    d = pooled["deltas"][0]
+    d = pooled.delta
     sigma = float(np.std(comp.delta_reps[:, 0], ddof=1))
     tol = 4.5 * math.sqrt(2) * _quantile_se(sigma, 0.025, n_boot) * 1.5
-    assert abs(d["bca"]["lo"] - ref.low) < tol
-    assert abs(d["bca"]["hi"] - ref.high) < tol
+    assert abs(d.bca.lo - ref.low) < tol
+    assert abs(d.bca.hi - ref.high) < tol
     # per category: R of each arm equals the direct ratio over the category's questions
     cats = {json.loads(x)["question_id"]: json.loads(x)["category"]
             for x in QUESTIONS.read_text().splitlines() if x.strip()}  # fmt: skip
     for c in comp.cells:
-        if c["level"] != "family":
+        if c.spec.level != "family":
             continue
         for arm, path in (("7B", M7), ("13B", M13)):
             n = t = 0
             for line in path.read_text().splitlines():
                 obj = json.loads(line)
-                if cats[obj["question_id"]] == c["family"]:
+                if cats[obj["question_id"]] == c.spec.family:
                     n += sum(i + 1 for i in obj["choices"][0]["idxs"])
                     t += sum(obj["choices"][0]["new_tokens"])
-            assert c["arms"][arm]["R"] == pytest.approx(t / n, rel=1e-12)
+            fig = next(f for f in (c.arm_a, c.arm_b) if f.name == arm)
+            assert pytest.approx(t / n, rel=1e-12) == fig.R
 
 
 def _skewed_sums() -> PairedSums:
@@ -192,7 +194,7 @@ def _hand_bca(
 def test_bca_matches_a_hand_jackknife_on_a_skewed_sample() -> None:
     ps = _skewed_sums()
     comp = compare(ps, arm_a="a", arm_b="b", n_boot=4000, seed=3, stratify="none")
-    d = comp.cells[0]["deltas"][0]
+    d = comp.pooled.delta
     # leave-one-request-out Δ and Δ/R_a recomputed from scratch (not from leave-one-out sums)
     keep = [np.arange(12) != i for i in range(12)]
     ra = np.array([ps.t_a[k].sum() / ps.n_a[k].sum() for k in keep])
@@ -203,11 +205,11 @@ def test_bca_matches_a_hand_jackknife_on_a_skewed_sample() -> None:
     assert abs(a) > 0.03  # skewed enough that the sign of a moves the bounds
     # z0 and a are the same arithmetic in another order (~1e-15); a bound moves with the normal
     # quantile functions (statistics.NormalDist vs scipy, ~1e-16 in p) times the replicate spacing
-    assert d["bca"]["z0"] == pytest.approx(z0, abs=1e-12)
-    assert d["bca"]["acceleration"] == pytest.approx(a, rel=1e-9)
-    assert (d["bca"]["lo"], d["bca"]["hi"]) == pytest.approx((lo, hi), abs=1e-9)
+    assert d.bca.z0 == pytest.approx(z0, abs=1e-12)
+    assert d.bca.acceleration == pytest.approx(a, rel=1e-9)
+    assert (d.bca.lo, d.bca.hi) == pytest.approx((lo, hi), abs=1e-9)
     _, _, (rlo, rhi) = _hand_bca(comp.rel_reps[:, 0], rel_point, rb / ra - 1)
-    assert (d["bca"]["rel_lo"], d["bca"]["rel_hi"]) == pytest.approx((rlo, rhi), abs=1e-9)
+    assert (d.bca.rel_lo, d.bca.rel_hi) == pytest.approx((rlo, rhi), abs=1e-9)
 
 
 def _holm_by_hand(p: list[float]) -> list[float]:
@@ -247,11 +249,11 @@ def test_medusa_categories_are_below_the_study_minimum(margin: str) -> None:
     assert len(cells) == len(CATEGORIES)
     raw_pass = 0
     for c, spec in cells:
-        d = c["deltas"][0]
-        assert c["n_requests"] == 10 < MIN_REQUESTS
-        assert d["verdict"] == "INCONCLUSIVE"
-        assert d["verdict_reason"].startswith(f"10 requests < {MIN_REQUESTS}")
-        assert d["p_equivalence"] == d["p_difference"] == 1.0 == d["p_equivalence_adj"]
+        d = c.delta
+        assert c.n_requests == 10 < MIN_REQUESTS
+        assert d.verdict == "INCONCLUSIVE"
+        assert d.verdict_reason.startswith(f"10 requests < {MIN_REQUESTS}")
+        assert d.p_equivalence == d.p_difference == 1.0 == d.p_equivalence_adj
         ref = hand_cr2(ps, spec.fam_idx, spec.bucket_idx, rel=True)
         raw_pass += t_p_values(ref, parse_margin(margin).value)[1] < 0.05
     assert raw_pass == {"0.5%": 0, "10%": 4}[margin]
@@ -374,13 +376,13 @@ def test_tost_interval_and_smallest_margin_are_at_one_minus_two_alpha(
     ps = _sums(80, seed=12)
     m = parse_margin(margin)
     comp = compare(ps, arm_a="a", arm_b="b", n_boot=2000, seed=1, margin=m, alpha=alpha)
-    d = comp.cells[0]["deltas"][0]
+    d = comp.pooled.delta
     lo, hi = t_interval(hand_cr2(ps, (0,), (0,), rel=m.relative), 1 - 2 * alpha)
-    assert d["tost"]["level"] == pytest.approx(tost_level, abs=1e-15)
-    assert (d["tost"]["lo"], d["tost"]["hi"]) == pytest.approx((lo, hi), rel=1e-9)
-    assert d["smallest_equivalent_margin"] == pytest.approx(max(abs(lo), abs(hi)), rel=1e-8)
+    assert d.tost.level == pytest.approx(tost_level, abs=1e-15)
+    assert (d.tost.lo, d.tost.hi) == pytest.approx((lo, hi), rel=1e-9)
+    assert d.smallest_equivalent_margin == pytest.approx(max(abs(lo), abs(hi)), rel=1e-8)
     # the interval printed beside it stays at the 95% level (of Δ)
-    assert (d["lo"], d["hi"]) == pytest.approx(t_interval(hand_cr2(ps, (0,), (0,)), 0.95), rel=1e-9)
+    assert (d.lo, d.hi) == pytest.approx(t_interval(hand_cr2(ps, (0,), (0,)), 0.95), rel=1e-9)
 
 
 def test_holm_matches_hand_computation() -> None:
@@ -424,25 +426,24 @@ def test_smallest_margin_is_the_holm_adjusted_one() -> None:
     Bonferroni figure, and the verdict at that margin (re-run) is EQUIVALENT."""
     ps = _sums(200, seed=21, families=4, delta_p=0.0)
     comp = compare(ps, arm_a="a", arm_b="b", n_boot=2000, seed=2, margin=parse_margin("0.02"))
-    idx = [i for i, c in enumerate(comp.cells) if c["level"] == "family"]
-    fam = [comp.cells[i]["deltas"][0] for i in idx]
+    idx = [i for i, c in enumerate(comp.cells) if c.spec.level == "family"]
+    fam = [comp.cells[i].delta for i in idx]
     for kind in ("p_difference", "p_equivalence"):  # Holm over the level, by hand
-        hand = _holm_by_hand([d[kind] for d in fam])
-        assert [d[f"{kind}_adj"] for d in fam] == pytest.approx(hand, abs=1e-12)
+        hand = _holm_by_hand([getattr(d, kind) for d in fam])
+        assert [getattr(d, f"{kind}_adj") for d in fam] == pytest.approx(hand, abs=1e-12)
     for i, d in zip(idx, fam, strict=True):
-        assert d["smallest_equivalent_margin"] >= max(abs(d["tost"]["lo"]), abs(d["tost"]["hi"]))
+        assert d.smallest_equivalent_margin >= max(abs(d.tost.lo), abs(d.tost.hi))
         # the sample size is for the verdict as adjusted: Holm's first step tests at α/4, with
         # the cell's CR2 SE and effective df
         cell = comp.layout[i]
         _, se, df, _, _ = hand_cr2(ps, cell.fam_idx, cell.bucket_idx)
-        n = comp.cells[i]["n_requests"]
+        n = comp.cells[i].n_requests
         want = requests_for_margin(se, 0.02, n, 0.05 / 4, df=df).requests
-        assert d["requests_for_margin"] == want
-    m_star = max(d["smallest_equivalent_margin"] for d in fam) * (1 + 1e-6)
+        assert d.requests_for_margin == want
+    m_star = max(d.smallest_equivalent_margin for d in fam) * (1 + 1e-6)
     again = compare(ps, arm_a="a", arm_b="b", n_boot=2000, seed=2,
                     margin=parse_margin(repr(m_star)))  # fmt: skip
-    assert all(c["deltas"][0]["verdict"] == "EQUIVALENT"
-               for c in again.cells if c["level"] == "family")  # fmt: skip
+    assert all(c.delta.verdict == "EQUIVALENT" for c in again.cells if c.spec.level == "family")
 
 
 @pytest.mark.parametrize(
@@ -533,16 +534,18 @@ def test_replicates_as_arviz_datatree() -> None:
 
     ps = _sums(120, seed=2, families=2)
     comp = compare(ps, arm_a="a", arm_b="b", n_boot=800)
-    intervals = hdi_eti(comp)
+    with_hdi = hdi_eti(comp)
     tree = replicates_tree(comp)
     post = tree["posterior"]
     assert post["delta"].shape == (1, 800, len(comp.cells))
     hdi = az.hdi(tree, prob=0.95)["delta"].values  # (cell, ci_bound)
-    assert hdi[0, 0] == pytest.approx(intervals[0]["hdi"]["lo"])
-    assert hdi[0, 1] == pytest.approx(intervals[0]["hdi"]["hi"])
-    eti = intervals[0]["eti"]
+    pooled = with_hdi.pooled.delta
+    assert pooled.hdi is not None and pooled.eti is not None
+    assert hdi[0, 0] == pytest.approx(pooled.hdi.lo)
+    assert hdi[0, 1] == pytest.approx(pooled.hdi.hi)
     lo, hi = np.quantile(comp.delta_reps[:, 0], [0.025, 0.975])
-    assert (eti["lo"], eti["hi"]) == pytest.approx((lo, hi))
+    assert (pooled.eti.lo, pooled.eti.hi) == pytest.approx((lo, hi))
+    assert comp.pooled.delta.hdi is None  # hdi_eti returns a new comparison
 
 
 def test_replicates_netcdf_round_trip(tmp_path: Path) -> None:

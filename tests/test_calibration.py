@@ -477,19 +477,19 @@ def test_compare_glue_feeds_request_totals_to_cr2(hard_cells: dict[str, Any]) ->
     for cell, spec in zip(res.cells, res.layout, strict=True):
         if len(spec.bucket_idx) != 2:
             continue
-        delta = cell["deltas"][0]
-        if delta["method"] != METHOD:
-            pytest.skip(f"compare's default is {delta['method']!r}, not yet {METHOD!r}")
+        delta = cell.delta
+        if delta.method != METHOD:
+            pytest.skip(f"compare's default is {delta.method!r}, not yet {METHOD!r}")
         fams = np.isin(np.repeat(np.arange(4), n)[preq], spec.fam_idx)
         tot = np.stack([np.bincount(preq[fams], weights=sums[fams, j], minlength=m)
                         for j in (0, 1, 0, 2)], axis=1)  # fmt: skip
         tot = tot[np.isin(np.repeat(np.arange(4), n), spec.fam_idx)]
         tt = paired_tests(tot, depths=None)[0]
-        lo, hi = tt.interval(delta["level"])
-        assert delta["lo"] == pytest.approx(lo, rel=1e-12, abs=1e-15)
-        assert delta["hi"] == pytest.approx(hi, rel=1e-12, abs=1e-15)
+        lo, hi = tt.interval(delta.level)
+        assert delta.lo == pytest.approx(lo, rel=1e-12, abs=1e-15)
+        assert delta.hi == pytest.approx(hi, rel=1e-12, abs=1e-15)
         pieces = np.stack([sums[fams, j] for j in (0, 1, 0, 2)], axis=1)
-        wrong = paired_tests(pieces, depths=None)[0].interval(delta["level"])
+        wrong = paired_tests(pieces, depths=None)[0].interval(delta.level)
         assert abs(wrong[1] - hi) > 1e-9
         checked += 1
     assert checked == 5

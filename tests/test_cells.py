@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specreplay.results.from_stats import comparison_cell
 from specreplay.stats.bootstrap import PairedSums
 from specreplay.stats.cells import Cell, cell_layout
 from specreplay.stats.compare import compare
@@ -65,6 +66,7 @@ def test_compare_layout_keeps_its_cells() -> None:
         Cell("family×bucket", "code", "short", (0,), (0,)),
         Cell("family×bucket", "chat", "short", (1,), (0,)),
     ]
-    assert [(c["level"], c["family"], c["bucket"]) for c in comp.cells] == [
+    cells = [comparison_cell(c) for c in comp.cells]  # as results.json lists them
+    assert [(c.level, c.family, c.bucket) for c in cells] == [
         (c.level, c.family, c.bucket) for c in comp.layout
     ]

@@ -19,7 +19,7 @@ from cr2_ref import hand_cr2, t_interval, t_p_values
 from studentized_ref import hand_studentized
 
 from specreplay.stats.bootstrap import PairedSums, bootstrap_moments, bootstrap_sums
-from specreplay.stats.compare import compare, parse_margin
+from specreplay.stats.compare import ArmEstimate, ComparedCell, compare, parse_margin
 from specreplay.stats.cr2 import MIN_REQUESTS
 from specreplay.stats.studentized import Studentized, cell_standard_errors
 
@@ -78,23 +78,23 @@ def test_compare_gives_the_hand_cr2_interval_and_p_values() -> None:
                    margin=parse_margin("0.03"), min_requests=5)  # fmt: skip
     checked = 0
     for c, cell in zip(comp.cells, comp.layout, strict=True):
-        d = c["deltas"][0]
-        if d["null_reason"] is not None:
+        d = c.delta
+        if d.null_reason is not None:
             continue
         ref = hand_cr2(ps, cell.fam_idx, cell.bucket_idx)
-        assert d["method"] == "cr2-eff-hall"
-        assert d["df"] == pytest.approx(ref.df, rel=1e-9)
-        assert (d["lo"], d["hi"]) == pytest.approx(t_interval(ref, 0.95), rel=1e-9)
-        assert (d["tost"]["lo"], d["tost"]["hi"]) == pytest.approx(t_interval(ref, 0.90), rel=1e-9)
+        assert d.method == "cr2-eff-hall"
+        assert d.df == pytest.approx(ref.df, rel=1e-9)
+        assert (d.lo, d.hi) == pytest.approx(t_interval(ref, 0.95), rel=1e-9)
+        assert (d.tost.lo, d.tost.hi) == pytest.approx(t_interval(ref, 0.90), rel=1e-9)
         p_diff, p_eq = t_p_values(ref, 0.03)
-        if c["n_requests"] < MIN_REQUESTS:  # INCONCLUSIVE by rule: not tested, p-values 1
-            assert d["p_difference"] == d["p_equivalence"] == 1.0
-            assert d["verdict"] == "INCONCLUSIVE"
+        if c.n_requests < MIN_REQUESTS:  # INCONCLUSIVE by rule: not tested, p-values 1
+            assert d.p_difference == d.p_equivalence == 1.0
+            assert d.verdict == "INCONCLUSIVE"
         else:
-            assert d["p_difference"] == pytest.approx(p_diff, rel=1e-7, abs=1e-14)
-            assert d["p_equivalence"] == pytest.approx(p_eq, rel=1e-7, abs=1e-14)
+            assert d.p_difference == pytest.approx(p_diff, rel=1e-7, abs=1e-14)
+            assert d.p_equivalence == pytest.approx(p_eq, rel=1e-7, abs=1e-14)
         rel_ref = hand_cr2(ps, cell.fam_idx, cell.bucket_idx, rel=True)
-        assert (d["rel_lo"], d["rel_hi"]) == pytest.approx(t_interval(rel_ref, 0.95), rel=1e-9)
+        assert (d.rel_lo, d.rel_hi) == pytest.approx(t_interval(rel_ref, 0.95), rel=1e-9)
         checked += 1
     assert checked >= 8
 
@@ -122,6 +122,11 @@ def test_inverted_p_values_agree_with_the_interval_they_come_from() -> None:
         assert (st.p_equivalence(m) < 0.05) == inside or edge
 
 
+def _arm(cell: ComparedCell, name: str) -> ArmEstimate:
+    """The figure of arm ``name`` in a compared cell."""
+    return next(f for f in (cell.arm_a, cell.arm_b) if f.name == name)
+
+
 def test_each_arms_r_interval_is_the_same_whichever_arm_is_a() -> None:
     """R_a's interval (its own gradient) equals R_b's when the arms swap places.
 
@@ -136,17 +141,17 @@ def test_each_arms_r_interval_is_the_same_whichever_arm_is_a() -> None:
     checked = 0
     for c1, c2 in zip(ab.cells, ba.cells, strict=True):
         for arm in ("a", "b"):
-            f1, f2 = c1["arms"][arm], c2["arms"][arm]
-            assert f1["R"] == pytest.approx(f2["R"], rel=1e-12)
+            f1, f2 = _arm(c1, arm), _arm(c2, arm)
+            assert pytest.approx(f2.R, rel=1e-12) == f1.R
             # no interval where the cell's delta is null (too few requests), as for the delta
-            null = c1["deltas"][0]["null_reason"] is not None
-            assert (f1["lo"] is None) == null or f1["R"] is None
-            if f1["R"] is None or null:
+            null = c1.delta.null_reason is not None
+            assert (f1.lo is None) == null or f1.R is None
+            if f1.R is None or null:
                 continue
             # delta-method sums of squares cancel differently in the two parametrisations
-            assert (f1["lo"], f1["hi"]) == pytest.approx((f2["lo"], f2["hi"]), rel=1e-9)
-            assert f1["lo"] < f1["R"] < f1["hi"] and f1["level"] == 0.95
+            assert (f1.lo, f1.hi) == pytest.approx((f2.lo, f2.hi), rel=1e-9)
+            assert f1.lo < f1.R < f1.hi and f1.level == 0.95
             checked += 1
     assert checked >= 8
     few = compare(ps, arm_a="a", arm_b="b", **{**kw, "min_requests": 61})
-    assert all(f["lo"] is None and f["R"] is not None for f in few.cells[0]["arms"].values())
+    assert all(f.lo is None and f.R is not None for f in (few.pooled.arm_a, few.pooled.arm_b))

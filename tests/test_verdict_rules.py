@@ -9,7 +9,6 @@ interval without a depth is null with the reason, and small cells carry the stud
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -68,14 +67,14 @@ def test_the_request_is_the_cluster_in_every_cell() -> None:
     split = compare(split_ps, arm_a="a", arm_b="b", **KW)
     top = ("pooled", "family")
     pairs = [(c1, c2, cell) for c1, c2, cell in zip(whole.cells, split.cells, split.layout,
-             strict=False) if c2["level"] in top]  # fmt: skip
+             strict=False) if c2.spec.level in top]  # fmt: skip
     assert len(pairs) == 3
     for c1, c2, cell in pairs:
-        assert (c1["level"], c1["family"]) == (c2["level"], c2["family"])
-        d1, d2 = c1["deltas"][0], c2["deltas"][0]
-        assert (d2["lo"], d2["hi"], d2["df"]) == pytest.approx((d1["lo"], d1["hi"], d1["df"]))
+        assert (c1.spec.level, c1.spec.family) == (c2.spec.level, c2.spec.family)
+        d1, d2 = c1.delta, c2.delta
+        assert (d2.lo, d2.hi, d2.df) == pytest.approx((d1.lo, d1.hi, d1.df))
         ref = hand_cr2(split_ps, cell.fam_idx, cell.bucket_idx)
-        assert (d2["lo"], d2["hi"]) == pytest.approx(t_interval(ref, 0.95), rel=1e-9)
+        assert (d2.lo, d2.hi) == pytest.approx(t_interval(ref, 0.95), rel=1e-9)
 
 
 def test_a_cell_where_no_request_differs_is_inconclusive_with_the_bound() -> None:
@@ -85,17 +84,17 @@ def test_a_cell_where_no_request_differs_is_inconclusive_with_the_bound() -> Non
     na, ta, tb, fam = _skewed(2, 120)
     tb = np.where(fam == 0, ta, tb)
     comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", margin=parse_margin("50%"), **KW)
-    cell = next(c for c in comp.cells if c["family"] == "f0")
-    d = cell["deltas"][0]
+    cell = next(c for c in comp.cells if c.spec.family == "f0")
+    d = cell.delta
     sel = fam == 0
     b = 4 * (1 - 0.05 ** (1 / 60)) * na[sel].max() / na[sel].mean()
-    assert (d["lo"], d["hi"]) == pytest.approx((-min(b, 4.0), min(b, 4.0)))
-    assert d["n_differing"] == 0 and d["df"] is None
-    assert d["verdict"] == "INCONCLUSIVE" and "zero standard error" in d["verdict_reason"]
-    assert d["p_equivalence"] == 1.0 and d["smallest_equivalent_margin"] is None
-    assert d["tests_in_level"] == 2  # it keeps its place in Holm's count
-    other = next(c for c in comp.cells if c["family"] == "f1")["deltas"][0]
-    assert other["verdict_reason"] is None and other["n_differing"] > MIN_DIFFERING
+    assert (d.lo, d.hi) == pytest.approx((-min(b, 4.0), min(b, 4.0)))
+    assert d.n_differing == 0 and d.df is None
+    assert d.verdict == "INCONCLUSIVE" and "zero standard error" in d.verdict_reason
+    assert d.p_equivalence == 1.0 and d.smallest_equivalent_margin is None
+    assert d.tests_in_level == 2  # it keeps its place in Holm's count
+    other = next(c for c in comp.cells if c.spec.family == "f1").delta
+    assert other.verdict_reason is None and other.n_differing > MIN_DIFFERING
 
 
 def test_few_differing_requests_are_inconclusive_whatever_the_margin() -> None:
@@ -106,21 +105,21 @@ def test_few_differing_requests_are_inconclusive_whatever_the_margin() -> None:
     tb[[3, 11]] += 1.0
     fam = np.zeros(20, np.int64)
     comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", margin=parse_margin("90%"), **KW)
-    d = comp.cells[0]["deltas"][0]
-    assert d["n_differing"] == 2 and d["verdict"] == "INCONCLUSIVE"
-    assert "2 requests differ" in d["verdict_reason"]
+    d = comp.pooled.delta
+    assert d.n_differing == 2 and d.verdict == "INCONCLUSIVE"
+    assert "2 requests differ" in d.verdict_reason
     b = 4 * stats.beta.ppf(0.95, 3, 18) * na.max() / na.mean()
-    assert d["lo"] <= -min(b, 4.0) + 1e-12 and d["hi"] >= min(b, 4.0) - 1e-12
+    assert d.lo <= -min(b, 4.0) + 1e-12 and d.hi >= min(b, 4.0) - 1e-12
 
 
 def test_identical_inputs_are_equivalent_with_zero_width_in_every_cell() -> None:
     na, ta, _, fam = _skewed(4, 30)
     comp = compare(_ps(na, ta, ta.copy(), fam), arm_a="a", arm_b="b", **KW)
     for c in comp.cells:
-        d = c["deltas"][0]
-        if d["null_reason"] is None:
-            assert d["verdict"] == "EQUIVALENT" and d["verdict_reason"] == IDENTICAL
-            assert d["lo"] == d["hi"] == d["point"] == 0.0
+        d = c.delta
+        if d.null_reason is None:
+            assert d.verdict == "EQUIVALENT" and d.verdict_reason == IDENTICAL
+            assert d.lo == d.hi == d.point == 0.0
 
 
 def test_bounds_are_clamped_to_the_arms_depths() -> None:
@@ -134,13 +133,13 @@ def test_bounds_are_clamped_to_the_arms_depths() -> None:
     fam = np.zeros(n, np.int64)
     comp = compare(_ps(na, ta, tb, fam, depths=(1, 1)), arm_a="a", arm_b="b",
                    level=0.9999, **KW)  # fmt: skip
-    d = comp.cells[0]["deltas"][0]
+    d = comp.pooled.delta
     raw = t_interval(hand_cr2(_ps(na, ta, tb, fam), (0,), (0,)), 0.9999)
     assert raw[0] < -1.0 or raw[1] > 1.0  # the clamp binds here
-    assert (d["lo"], d["hi"]) == (max(raw[0], -1.0), min(raw[1], 1.0))
-    assert d["rel_lo"] >= -0.5 and d["rel_hi"] <= 1.0
-    for fig in comp.cells[0]["arms"].values():
-        assert fig["lo"] >= 1.0 and fig["hi"] <= 2.0
+    assert (d.lo, d.hi) == (max(raw[0], -1.0), min(raw[1], 1.0))
+    assert d.rel_lo >= -0.5 and d.rel_hi <= 1.0
+    for fig in (comp.pooled.arm_a, comp.pooled.arm_b):
+        assert fig.lo >= 1.0 and fig.hi <= 2.0
 
 
 def test_without_a_depth_a_huge_bound_is_null_with_the_reason() -> None:
@@ -150,9 +149,9 @@ def test_without_a_depth_a_huge_bound_is_null_with_the_reason() -> None:
     tb = np.array([3e6, 1.0, 1.0, 2.0, 1.0, 9e5])
     comp = compare(_ps(na, ta, tb, np.zeros(6, np.int64), depths=None), arm_a="a", arm_b="b",
                    **KW)  # fmt: skip
-    d = comp.cells[0]["deltas"][0]
-    assert d["lo"] is None and d["verdict"] is None
-    assert "depth is unknown" in d["null_reason"]
+    d = comp.pooled.delta
+    assert d.lo is None and d.verdict is None
+    assert "depth is unknown" in d.null_reason
 
 
 def test_small_cells_carry_the_study_coverage_at_their_size() -> None:
@@ -161,13 +160,13 @@ def test_small_cells_carry_the_study_coverage_at_their_size() -> None:
     comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", **KW)
     n_fam = NOMINAL_REQUESTS - 10
     want = max((s for s in LOWEST_COVERAGE if s.n_requests <= n_fam), key=lambda s: s.n_requests)
-    fam_delta = next(c for c in comp.cells if c["level"] == "family")["deltas"][0]
-    assert fam_delta["small_sample"] is True
-    assert fam_delta["coverage_at_size"] == dataclasses.asdict(want)
+    fam_delta = next(c for c in comp.cells if c.spec.level == "family").delta
+    assert fam_delta.small_sample is True
+    assert fam_delta.coverage_at_size == want
     pooled = comp.cells[0]
-    assert pooled["n_requests"] >= NOMINAL_REQUESTS
-    assert pooled["deltas"][0]["small_sample"] is False
-    assert pooled["deltas"][0]["coverage_at_size"] is None
+    assert pooled.n_requests >= NOMINAL_REQUESTS
+    assert pooled.delta.small_sample is False
+    assert pooled.delta.coverage_at_size is None
 
 
 def test_a_cell_under_the_study_minimum_is_inconclusive_by_rule() -> None:
@@ -178,10 +177,10 @@ def test_a_cell_under_the_study_minimum_is_inconclusive_by_rule() -> None:
     na, ta, tb, fam = _skewed(7, 6)
     fam = np.zeros(6, np.int64)
     comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", margin=parse_margin("99%"), **KW)
-    d = comp.cells[0]["deltas"][0]
-    assert d["n_differing"] >= MIN_DIFFERING and MIN_REQUESTS > 6
-    assert d["verdict"] == "INCONCLUSIVE" and f"6 requests < {MIN_REQUESTS}" in d["verdict_reason"]
-    assert d["p_equivalence"] == d["p_difference"] == 1.0
+    d = comp.pooled.delta
+    assert d.n_differing >= MIN_DIFFERING and MIN_REQUESTS > 6
+    assert d.verdict == "INCONCLUSIVE" and f"6 requests < {MIN_REQUESTS}" in d.verdict_reason
+    assert d.p_equivalence == d.p_difference == 1.0
 
 
 def test_an_inconclusive_no_rule_forced_says_neither_test_decides() -> None:
@@ -194,6 +193,39 @@ def test_an_inconclusive_no_rule_forced_says_neither_test_decides() -> None:
     tb = ta + rng.choice([-2.0, -1.0, 0.0, 1.0, 2.0], 60)
     comp = compare(_ps(na, ta, tb, np.zeros(60, np.int64)), arm_a="a", arm_b="b",
                    margin=parse_margin("0.01%"), **KW)  # fmt: skip
-    d = comp.cells[0]["deltas"][0]
-    assert d["p_equivalence_adj"] >= 0.05 and d["p_difference_adj"] >= 0.05
-    assert d["verdict"] == "INCONCLUSIVE" and d["verdict_reason"] == NEITHER
+    d = comp.pooled.delta
+    assert d.p_equivalence_adj >= 0.05 and d.p_difference_adj >= 0.05
+    assert d.verdict == "INCONCLUSIVE" and d.verdict_reason == NEITHER
+
+
+def test_a_bonferroni_bound_past_the_huge_bound_leaves_no_bonferroni_interval() -> None:
+    """No depth known; family f0's 95% interval stays under ±10⁶ (hi ≈ 2.14·4.4e5) but its
+    Bonferroni one at 1 − 0.05/2 does not (≈ 2.37·4.4e5, both measured at 1e5–4e5 outliers): the
+    delta keeps its figures and verdict with ``bonferroni`` None (a null bound would break the
+    results.json schema); f1, bounded at both levels, keeps its Bonferroni interval."""
+    na, ta = np.ones(12), np.ones(12)
+    tb = 1.0 + np.arange(12) % 3
+    tb[0], tb[2] = 4.4e5, 4.4e5 / 3
+    comp = compare(_ps(na, ta, tb, np.arange(12) % 2, depths=None), arm_a="a", arm_b="b", **KW)
+    f0, f1 = (c.delta for c in comp.cells if c.spec.level == "family")
+    assert f0.null_reason is None and f0.hi is not None and f0.hi <= 1e6
+    assert f0.bonferroni is None and f0.verdict is not None and f0.tests_in_level == 2
+    assert f1.bonferroni is not None and f1.bonferroni.level == pytest.approx(0.975)
+    assert f1.bonferroni.hi is not None and f1.bonferroni.hi > f1.hi
+
+
+def test_holm_adjusted_p_values_not_raw_ones_decide_equivalence() -> None:
+    """4 families of 60 requests, an absolute margin just above the widest family TOST bound:
+    every raw TOST p is < α, yet two cells' Holm-adjusted ones are not, so those two are not
+    EQUIVALENT (seed 11 chosen to put two raw p-values in (α/2, α); a verdict from raw p-values,
+    bench/mutants.py's "verdicts from raw p-values", would call them EQUIVALENT)."""
+    na, ta, tb, fam = _skewed(11, 240, families=4)
+    first = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", margin=parse_margin("0.01"), **KW)
+    tost = [c.delta.tost for c in first.cells if c.spec.level == "family"]
+    m = max(max(abs(t.lo), abs(t.hi)) for t in tost if t is not None) * (1 + 1e-4)
+    comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", margin=parse_margin(repr(m)), **KW)
+    deltas = [c.delta for c in comp.cells if c.spec.level == "family"]
+    assert all(d.p_equivalence < 0.05 for d in deltas)
+    held = [d for d in deltas if d.p_equivalence_adj >= 0.05]
+    assert len(held) == 2 and all(d.verdict != "EQUIVALENT" for d in held)
+    assert all(d.verdict == "EQUIVALENT" for d in deltas if d not in held)

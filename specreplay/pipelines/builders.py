@@ -1,14 +1,14 @@
 """Builders of typed results shared by several commands: the synthetic archive, MEASURED scans.
 
 A builder turns what the lower layers computed (an :class:`~specreplay.replay.scan.ArchiveScan`,
-the comparison cells of :mod:`specreplay.stats.compare`, law-test records) into the typed model of
-:mod:`specreplay.results.model`, once; nothing edits the objects afterwards.
+the comparison cells of :mod:`specreplay.stats.compare`) into the typed model of
+:mod:`specreplay.results.model`, once, through the mappings of
+:mod:`specreplay.results.from_stats`; nothing edits the objects afterwards.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +16,18 @@ import numpy as np
 
 from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
 from specreplay.replay.scan import ArchiveScan, Progress
-from specreplay.results.io import load, write_result
-from specreplay.results.model import ArchiveSummary, Cell, LawTest, Result
+from specreplay.results.from_stats import comparison_cell, measured_cell
+from specreplay.results.io import write_result
+from specreplay.results.model import ArchiveSummary, Cell, Result
 from specreplay.results.output import WRITTEN_BY
 from specreplay.sim.synth import SynthConfig, logging_arm_name
 from specreplay.stats.cells import excluded_unbucketed
+from specreplay.stats.compare import Comparison
 
 __all__ = [
     "PATH_ASSUMPTION_NOTE",
     "archive_summary_of",
-    "cells_of",
     "comparison_cells",
-    "law_tests_of",
     "measured_result",
     "write_synth_archive",
 ]
@@ -38,27 +38,9 @@ PATH_ASSUMPTION_NOTE = (
 )
 
 
-def cells_of(cells: Iterable[dict[str, Any]]) -> tuple[Cell, ...]:
-    """Return typed cells from the cell records the statistics layer builds."""
-    return tuple(load(Cell, c, f"cells[{i}]") for i, c in enumerate(cells))
-
-
-def comparison_cells(
-    cells: Iterable[dict[str, Any]], intervals: list[dict[str, Any]] | None = None
-) -> tuple[Cell, ...]:
-    """Return typed cells of a comparison, with each cell's HDI/ETI (``hdi_eti``) when given."""
-    records = list(cells)
-    if intervals is not None:
-        records = [
-            {**c, "deltas": [{**c["deltas"][0], **iv}, *c["deltas"][1:]]}
-            for c, iv in zip(records, intervals, strict=True)
-        ]
-    return cells_of(records)
-
-
-def law_tests_of(records: Iterable[dict[str, Any]]) -> tuple[LawTest, ...]:
-    """Return typed law tests from :func:`specreplay.replay.lawcases.run_cases` records."""
-    return tuple(load(LawTest, t, f"law_tests[{i}]") for i, t in enumerate(records))
+def comparison_cells(comp: Comparison) -> tuple[Cell, ...]:
+    """Return the typed cells of a comparison, one delta each (HDI/ETI where ``hdi_eti`` ran)."""
+    return tuple(comparison_cell(c) for c in comp.cells)
 
 
 def write_synth_archive(
@@ -174,7 +156,7 @@ def measured_result(
         assumptions=[PATH_ASSUMPTION_NOTE],
         excluded=excluded_entries(excluded_unbucketed(scan.measured, scan.buckets)),
         arms=[scan.arm],
-        cells=cells_of(scan.cells()),
+        cells=tuple(measured_cell(c) for c in scan.cells()),
         archive=archive_summary_of(scan),
         inputs_ignored=ignored_inputs((e.path, e.glob) for e in scan.ignored),
     )

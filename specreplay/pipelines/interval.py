@@ -125,10 +125,9 @@ def interval_compared(
         comp = compare(ps, arm_a=arm_a.name, arm_b=arm_b.name, n_boot=opts.n_boot,
                        seed=opts.seed, stratify=opts.stratify, level=opts.level, margin=mg,
                        min_requests=opts.min_requests, label=arm_a.label)  # fmt: skip
-    result = _interval_result(
-        comp, hdi_eti(comp, prob=opts.level), arm_a, arm_b, excluded,
-        opts.to_json(path_a, path_b, bk), opts.seed,
-    )  # fmt: skip
+    options = opts.to_json(path_a, path_b, bk)
+    comp = hdi_eti(comp, prob=opts.level)
+    result = _interval_result(comp, arm_a, arm_b, excluded, options, opts.seed)
     ids = [*arm_a.sums.get_column("request_id"), *arm_b.sums.get_column("request_id")]
     return hash_result(result, IdHasher(ids) if opts.hash_ids else None)
 
@@ -171,7 +170,6 @@ def _check_flags(
 
 def _interval_result(
     comp: Comparison,
-    intervals: list[dict[str, Any]],
     arm_a: ArmData,
     arm_b: ArmData,
     excluded: list[dict[str, Any]],
@@ -194,7 +192,7 @@ def _interval_result(
         ],
         excluded=excluded_entries([*arm_a.excluded, *arm_b.excluded, *excluded]),
         arms=[arm_a.name, arm_b.name],
-        cells=comparison_cells(comp.cells, intervals),
+        cells=comparison_cells(comp),
         sources={arm_a.name: arm_a.kind, arm_b.name: arm_b.kind},
         inputs_ignored=ignored_inputs([*arm_a.ignored, *arm_b.ignored]),
     )

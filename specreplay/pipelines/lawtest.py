@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
-from specreplay.pipelines.builders import law_tests_of
 from specreplay.pipelines.document import ignored_inputs, input_files, new_result
 from specreplay.replay.engine import ReplayResult, replay_archive
 from specreplay.replay.lawcases import run_cases, sample_cases, toy_arm_cases
+from specreplay.results.from_stats import law_tests
 from specreplay.results.model import InputFile, InputIgnored, Result
 from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.sim.arms import parse_arm_option
@@ -46,7 +47,7 @@ def lawtest_result(
     if arms:
         cases, skipped = toy_arm_cases(arms)
         cases = [c._replace(arm=f"toy:{c.arm}") for c in cases]
-        skipped = [{**s, "arm": f"toy:{s['arm']}"} for s in skipped]
+        skipped = [dataclasses.replace(s, arm=f"toy:{s.arm}") for s in skipped]
     else:
         cases, skipped = toy_cases(), []
     inputs: tuple[InputFile, ...] = ()
@@ -90,7 +91,7 @@ def lawtest_result(
             "against p, categories with expected count < 5 merged, Holm over every test.",
         ],
         arms=[a.canonical for a in arms] or sorted({c.arm for c in cases}),
-        law_tests=law_tests_of(law),
+        law_tests=law_tests(law),
         inputs_ignored=ignored,
     )
     return hash_result(result, IdHasher() if hash_ids else None)  # request fields by name

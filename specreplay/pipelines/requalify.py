@@ -30,7 +30,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
-from specreplay.pipelines.builders import cells_of, law_tests_of
 from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
 from specreplay.pipelines.grouping import check_by, with_by_cells
 from specreplay.pipelines.importance import (
@@ -52,6 +51,7 @@ from specreplay.replay.choice import AUTO, auto_passes, pass_columns, resolve_au
 from specreplay.replay.engine import OpenArchive, ReplayResult
 from specreplay.replay.scan import Progress
 from specreplay.replay.shard import needed_columns
+from specreplay.results.from_stats import comparison_cell, law_tests
 from specreplay.results.model import (
     ArmFigure,
     Cell,
@@ -136,7 +136,7 @@ class Comparand:
     def cells(self) -> tuple[Cell, ...]:
         """Return the comparison's cells with the role, verdicts and labels applied."""
         out = []
-        for c in cells_of(self.comparison.cells):
+        for c in map(comparison_cell, self.comparison.cells):
             deltas = tuple(
                 dataclasses.replace(d, role=self.role, depth=self.depth)
                 if self.no_verdict is None
@@ -560,7 +560,7 @@ def requalify_result(
         cells = with_auto_diagnostics(cells, res, list(arms.all.values()))
     cells = with_estimators(with_excluded_rounds(cells, res), res)
     cases, skipped = sample_cases(res.law_sample, [arms.cand, arms.base], res.requests)
-    law = law_tests_of(run_cases(cases, skipped, seed=res.seed))
+    law = law_tests(run_cases(cases, skipped, seed=res.seed))
     ran = [t.passed for t in law if t.arm == arms.cand.canonical and t.passed is not None]
     cells = with_requalification(cells, all(ran) if ran else None)
     return new_result(

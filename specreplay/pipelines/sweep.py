@@ -212,11 +212,11 @@ def _depth_figures(
             figs.append(DepthFigure(name, d, None, None, None, label, False, comp))
             continue
         test = comp.rb_tests[i] if comp.rb_tests else None
-        fig_b = comp.cells[i]["arms"][comp.cells[i]["deltas"][0]["b"]]
-        r_b = fig_b["R"]
+        fig_b = comp.cells[i].arm_b
+        r_b = fig_b.R
         if test is None or r_b is None:
             # a short round in the cell (SPEC §2.1): this depth is UNSUPPORTED here
-            why = fig_b["null_reason"] or "no rounds in this cell"
+            why = fig_b.null_reason or "no rounds in this cell"
             short = why != "no rounds in this cell"
             figs.append(DepthFigure(name, d, None, None, None, label, not short, why))
             continue
@@ -270,7 +270,7 @@ def fewest_bits(
                        min_requests=opts.min_requests, label="SIMULATED",
                        support=res.support((baseline, baseline.depth), (a, a.depth)))  # fmt: skip
         parts.append(Comparand(comp, Role.CANDIDATE_VS_BASELINE))
-        verdict = comp.cells[0]["deltas"][0]["verdict"]
+        verdict = comp.pooled.delta.verdict
         if verdict is not None and opts.estimator == AUTO and res.estimator == "importance":
             pooled = CellSpec("pooled", None, None, tuple(range(len(res.families))),
                               tuple(range(len(res.buckets.names))))  # fmt: skip

@@ -504,7 +504,7 @@ def _forest_footnote(cells: Sequence[Cell], role: Role, dropped: int, clipped: i
     import textwrap
 
     deltas = [d for c in cells if (d := c.delta(role)) is not None and d.null_reason is None]
-    d = next((x for x in deltas if x.tost is not None), deltas[0] if deltas else None)
+    d = next((x for x in deltas if x.tost is not None), None)  # every computed delta has one
     level = d.level if d is not None else 0.95
     alpha = d.tost.alpha if d is not None and d.tost is not None else 0.05
     method = d.method if d is not None else "studentized"

@@ -5,12 +5,14 @@ An arm's sampler and verifier laws come from its policy and quantizers
 draft probabilities (log q), so ``top32:t0.7:dyadic8/float64@5`` on a toy position is exactly what
 that arm would do there. Archive positions come from the replay pass
 (:class:`~specreplay.replay.lawsample.LawSample`). A position where an arm's top-K exceeds the
-candidates is not tested and says so (never clamped).
+candidates is not tested and says so (never clamped): a :class:`SkippedLawTest` beside the
+:class:`~specreplay.stats.lawtest.LawTestResult` of the tested ones.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,12 +24,36 @@ from specreplay.sim.rng import request_key
 from specreplay.stats.lawtest import (
     DEFAULT_MIN_DRAWS,
     LawCase,
+    LawTestResult,
     run_law_tests,
-    to_json,
     toy_laws,
 )
 
-__all__ = ["run_cases", "sample_cases", "toy_arm_cases"]
+__all__ = ["SkippedLawTest", "run_cases", "sample_cases", "toy_arm_cases"]
+
+
+@dataclass(frozen=True)
+class SkippedLawTest:
+    """An (arm, position) that was not law-tested, with the reason (its figures are null).
+
+    Attributes
+    ----------
+    arm : str
+    position : int
+    null_reason : str
+        Why it was not tested (top-K larger than the candidates, nothing to draft).
+    request, round : str or None, int or None
+        Where in the archive the position is (None for a toy position).
+    label : str
+        ``SIMULATED``.
+    """
+
+    arm: str
+    position: int
+    null_reason: str
+    request: str | None = None
+    round: int | None = None
+    label: str = "SIMULATED"
 
 
 def _cases_from_rows(
@@ -39,12 +65,12 @@ def _cases_from_rows(
     positions: list[int],
     rows: list[int],
     where: Sequence[tuple[str | None, int | None]] | None = None,
-) -> tuple[list[LawCase], list[dict[str, Any]]]:
+) -> tuple[list[LawCase], list[SkippedLawTest]]:
     """Cases of every arm at ``rows``; ``where`` names each row's (request, round) if known."""
     where = where or [(None, None)] * len(rows)
     cache = LawCache(offsets, lp)
     cases: list[LawCase] = []
-    skipped: list[dict[str, Any]] = []
+    skipped: list[SkippedLawTest] = []
     for arm in arms:
         laws = cache.laws(arm)
         for r, pos, (request, rnd) in zip(rows, positions, where, strict=True):
@@ -56,11 +82,7 @@ def _cases_from_rows(
                     if flag & FLAG_K_EXCEEDS
                     else "no candidate with a finite draft log-probability"
                 )
-                skipped.append(
-                    {"arm": arm.canonical, "position": pos, "tv": None, "p_adj": None,
-                     "passed": None, "label": "SIMULATED", "null_reason": why,
-                     "request": request, "round": rnd}
-                )  # fmt: skip
+                skipped.append(SkippedLawTest(arm.canonical, pos, why, request, rnd))
                 continue
             bits = laws.sampler_bits
             cases.append(
@@ -80,7 +102,7 @@ def _cases_from_rows(
     return cases, skipped
 
 
-def toy_arm_cases(arms: list[Arm]) -> tuple[list[LawCase], list[dict[str, Any]]]:
+def toy_arm_cases(arms: list[Arm]) -> tuple[list[LawCase], list[SkippedLawTest]]:
     """Cases of each arm on the toy positions (position j = toy law j)."""
     laws = toy_laws()
     offsets = np.zeros(len(laws) + 1, np.int64)
@@ -96,7 +118,7 @@ def toy_arm_cases(arms: list[Arm]) -> tuple[list[LawCase], list[dict[str, Any]]]
 
 def sample_cases(
     sample: LawSample, arms: list[Arm], requests: Sequence[str] = ()
-) -> tuple[list[LawCase], list[dict[str, Any]]]:
+) -> tuple[list[LawCase], list[SkippedLawTest]]:
     """Cases of each arm on the archive positions of ``sample`` (chosen by hash in the pass).
 
     The positions are the rows with the smallest seeded hashes of (request key, round,
@@ -119,16 +141,18 @@ def sample_cases(
 
 def run_cases(
     cases: list[LawCase],
-    skipped: list[dict[str, Any]],
+    skipped: list[SkippedLawTest],
     *,
     seed: int,
     family_alpha: float = 1e-5,
     max_draws: int | None = None,
-) -> list[dict[str, Any]]:
-    """Run the law tests (Holm over all of them) and return results.json entries."""
+) -> list[LawTestResult | SkippedLawTest]:
+    """Run the law tests (Holm over all of them); return them, then the skipped positions."""
     kw: dict[str, Any] = {"seed": seed, "family_alpha": family_alpha}
     if max_draws is not None:  # a cap below the default floor lowers the floor with it
         kw["max_draws"] = max_draws
         kw["min_draws"] = min(DEFAULT_MIN_DRAWS, max_draws)
-    results = [to_json(r) for r in run_law_tests(cases, **kw)] if cases else []
-    return results + skipped
+    results: list[LawTestResult | SkippedLawTest] = []
+    if cases:
+        results += run_law_tests(cases, **kw)
+    return results + list(skipped)

@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -16,7 +15,7 @@ from specreplay.replay.archive.sources import IgnoredEntry, archive_rows
 from specreplay.replay.engine import ReplayResult
 from specreplay.replay.measured import MeasuredAccumulator
 from specreplay.stats.buckets import Buckets
-from specreplay.stats.cells import measured_cells
+from specreplay.stats.cells import MeasuredCell, measured_cells
 from specreplay.stats.measured import MeasuredArchive
 
 __all__ = ["ArchiveScan", "Progress", "no_progress", "scan_archive"]
@@ -124,7 +123,7 @@ class ArchiveScan:
         """Name the MEASURED figures are reported under: the logging arm, else ``archive``."""
         return self.logging_arm or "archive"
 
-    def cells(self) -> list[dict[str, Any]]:
+    def cells(self) -> list[MeasuredCell]:
         """MEASURED cells pooled, per family, per bucket and per family × bucket."""
         return measured_cells(
             self.measured,

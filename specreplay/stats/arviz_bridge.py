@@ -9,14 +9,17 @@ import, and only commands that report intervals need it. The replicate draws are
 
 from __future__ import annotations
 
+import dataclasses
 from importlib.util import find_spec
 from os import PathLike
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
-from specreplay.stats.compare import Comparison
+from specreplay.stats.cells import Cell
+from specreplay.stats.compare import Comparison, CredibleInterval
 
 if TYPE_CHECKING:
     from xarray import DataTree
@@ -24,31 +27,38 @@ if TYPE_CHECKING:
 __all__ = ["hdi_eti", "replicates_tree", "save_netcdf"]
 
 
-def hdi_eti(comp: Comparison, prob: float = 0.95) -> list[dict[str, Any]]:
-    """Return, per cell, ``{"hdi": …, "eti": …}`` of its Δ and Δ/R_a replicates (None if null)."""
+def hdi_eti(comp: Comparison, prob: float = 0.95) -> Comparison:
+    """Return ``comp`` with each cell's delta carrying the HDI and ETI of its replicates.
+
+    The intervals (``hdi``, ``eti``: :class:`~specreplay.stats.compare.CredibleInterval`) are
+    of the cell's Δ and Δ/R_a replicates at ``prob``; a null delta gets neither.
+    """
     from arviz_stats.base import array_stats  # type: ignore[attr-defined]
 
-    intervals: list[dict[str, Any]] = []
+    def credible(fn: Any, reps: NDArray[np.float64], rel: NDArray[np.float64]) -> CredibleInterval:
+        lo, hi = (float(x) for x in fn(reps, prob))
+        rlo, rhi = (float(x) for x in fn(rel, prob))
+        return CredibleInterval(prob, lo, hi, rlo, rhi)
+
+    cells = []
     for i, cell in enumerate(comp.cells):
-        d = cell["deltas"][0]
-        if d["null_reason"] is not None:
-            intervals.append({"hdi": None, "eti": None})
+        if cell.delta.null_reason is not None:
+            cells.append(cell)
             continue
         reps = comp.delta_reps[:, i]
         rel = comp.rel_reps[:, i]
         ok = np.isfinite(reps) & np.isfinite(rel)
-        out: dict[str, dict[str, Any]] = {}
-        for kind in ("hdi", "eti"):
-            fn = array_stats.hdi if kind == "hdi" else array_stats.eti
-            lo, hi = (float(x) for x in fn(reps[ok], prob))
-            rlo, rhi = (float(x) for x in fn(rel[ok], prob))
-            out[kind] = {"prob": prob, "lo": lo, "hi": hi, "rel_lo": rlo, "rel_hi": rhi}
-        intervals.append(out)
-    return intervals
+        delta = dataclasses.replace(
+            cell.delta,
+            hdi=credible(array_stats.hdi, reps[ok], rel[ok]),
+            eti=credible(array_stats.eti, reps[ok], rel[ok]),
+        )
+        cells.append(dataclasses.replace(cell, delta=delta))
+    return dataclasses.replace(comp, cells=tuple(cells))
 
 
-def _cell_name(cell: dict[str, Any]) -> str:
-    parts = [cell["family"] or "", cell["bucket"] or ""]
+def _cell_name(cell: Cell) -> str:
+    parts = [cell.family or "", cell.bucket or ""]
     name = " × ".join(p for p in parts if p)
     return name or "pooled"
 
@@ -61,7 +71,7 @@ def replicates_tree(comp: Comparison) -> Any:
     """
     import arviz as az  # type: ignore[import-untyped]
 
-    names = [_cell_name(c) for c in comp.cells]
+    names = [_cell_name(c) for c in comp.layout]
     return az.from_dict(
         {
             "posterior": {

@@ -1,8 +1,9 @@
 """Cells: figures pooled, per family, per context bucket and per family × bucket (SPEC §4.1).
 
-A cell is the JSON object of the results contract. Bucket cells leave out rounds in
-``unbucketed`` (they are counted in pooled and family cells and reported under ``excluded``).
-A cell that cannot be computed keeps its keys with ``null`` values and a ``null_reason``.
+Bucket cells leave out rounds in ``unbucketed`` (they are counted in pooled and family cells and
+reported under ``excluded``). A figure that cannot be computed is None with its ``null_reason``.
+The figures are frozen dataclasses (:class:`ArmEstimate`, :class:`SurvivalEstimate`,
+:class:`MeasuredCell`); :mod:`specreplay.results.from_stats` maps each onto the results model.
 
 :func:`cell_layout` is the one place that lists the cells (levels in :data:`LEVELS` order, families
 by code, buckets in the caller's order): each :class:`Cell` names its family and bucket and selects
@@ -24,7 +25,15 @@ from numpy.typing import ArrayLike, NDArray
 from specreplay.stats.buckets import UNBUCKETED, Buckets
 from specreplay.stats.measured import MeasuredArchive
 
-__all__ = ["LEVELS", "Cell", "cell_layout", "measured_cells"]
+__all__ = [
+    "LEVELS",
+    "ArmEstimate",
+    "Cell",
+    "MeasuredCell",
+    "SurvivalEstimate",
+    "cell_layout",
+    "measured_cells",
+]
 
 LEVELS = ("pooled", "family", "bucket", "family×bucket")
 
@@ -56,6 +65,91 @@ class Cell:
             bucket_codes, self.bucket_idx
         )
         return out
+
+
+@dataclass(frozen=True)
+class ArmEstimate:
+    """R (retained tokens per round) of one arm in one cell.
+
+    Attributes
+    ----------
+    name : str
+        The arm.
+    R : float or None
+        Σ retained tokens / Σ rounds over the cell; None with ``null_reason``.
+    n_rounds : int
+        Rounds of the arm in the cell.
+    label : str
+        ``MEASURED``, ``SIMULATED`` or ``ESTIMATED``.
+    null_reason : str or None
+        Why ``R`` is None.
+    lo, hi : float or None
+        R's studentized interval at ``level`` (None where the cell's delta is null, and for
+        MEASURED cells, which compare nothing).
+    level : float or None
+        The interval's level (None without an interval).
+    """
+
+    name: str
+    R: float | None
+    n_rounds: int
+    label: str
+    null_reason: str | None
+    lo: float | None = None
+    hi: float | None = None
+    level: float | None = None
+
+
+@dataclass(frozen=True)
+class SurvivalEstimate:
+    """MEASURED P(A ≥ j) of one arm at position j in one cell.
+
+    Attributes
+    ----------
+    arm : str
+    position : int
+        j ≥ 1.
+    value : float or None
+        Rounds with A ≥ j / rounds (None with ``null_reason``, e.g. a round that did not
+        record position j).
+    rounds : int
+        Rounds of the cell (those that recorded position 1).
+    label : str
+        ``MEASURED``.
+    null_reason : str or None
+    """
+
+    arm: str
+    position: int
+    value: float | None
+    rounds: int
+    label: str
+    null_reason: str | None
+
+
+@dataclass(frozen=True)
+class MeasuredCell:
+    """The MEASURED figures of one cell: the archive arm's R and its survival curve.
+
+    Attributes
+    ----------
+    spec : Cell
+        Where the cell sits.
+    n_requests : int
+        Requests with rounds in the cell.
+    arm : ArmEstimate
+        The archive arm's R (no interval).
+    survival : tuple of SurvivalEstimate
+        P(A ≥ j) for j = 1..the deepest recorded position.
+    null_reason : str or None
+        ``no rounds in this cell`` for an empty cell.
+    """
+
+    spec: Cell
+    n_requests: int
+    arm: ArmEstimate
+    survival: tuple[SurvivalEstimate, ...]
+    null_reason: str | None
 
 
 def cell_layout(
@@ -113,7 +207,7 @@ def measured_cells(
     families: list[str],
     buckets: Buckets,
     has_accepted: bool,
-) -> list[dict[str, Any]]:
+) -> list[MeasuredCell]:
     """Build the cells of MEASURED R and survival P(A ≥ j) for the archive's logging arm.
 
     Parameters
@@ -138,7 +232,7 @@ def measured_cells(
         bucket_cells=bcodes,
         pooled_buckets=[*bcodes, buckets.unbucketed_code],
     )
-    cells: list[dict[str, Any]] = []
+    cells: list[MeasuredCell] = []
     for cell in layout:
         sel = pl.lit(True)
         if cell.family is not None:
@@ -157,56 +251,36 @@ def measured_cells(
         R = None if reason else t / n_rounds
         survival = _survival(m, list(cell.fam_idx), list(cell.bucket_idx), arm, reason)
         cells.append(
-            {
-                "level": cell.level,
-                "family": cell.family,
-                "bucket": cell.bucket,
-                "n_requests": n_req,
-                "arms": {
-                    arm: {
-                        "R": R,
-                        "n_rounds": n_rounds,
-                        "label": "MEASURED",
-                        "mcse": None,
-                        "null_reason": reason,
-                    }
-                },
-                "deltas": [],
-                "depths": [],
-                "survival": survival,
-                "null_reason": "no rounds in this cell" if n_rounds == 0 else None,
-            }
+            MeasuredCell(
+                spec=cell,
+                n_requests=n_req,
+                arm=ArmEstimate(arm, R, n_rounds, "MEASURED", reason),
+                survival=survival,
+                null_reason="no rounds in this cell" if n_rounds == 0 else None,
+            )
         )
     return cells
 
 
 def _survival(
     m: MeasuredArchive, fams: list[int], bks: list[int], arm: str, reason: str | None
-) -> list[dict[str, Any]]:
+) -> tuple[SurvivalEstimate, ...]:
     nf = m.survival_hits.shape[0]
     fams = [f for f in fams if f < nf]
     depth = m.survival_hits.shape[2] - 1
     if not fams or depth < 1:
-        return []
+        return ()
     hits = m.survival_hits[np.ix_(fams, bks)].sum(axis=(0, 1))
     cover = m.survival_rounds[np.ix_(fams, bks)].sum(axis=(0, 1))
     rounds = int(cover[1])
-    out: list[dict[str, Any]] = []
+    out: list[SurvivalEstimate] = []
     for j in range(1, depth + 1):
         why = reason
         if why is None and cover[j] < rounds:
             why = f"only {int(cover[j])} of {rounds} rounds recorded position {j}"
-        out.append(
-            {
-                "arm": arm,
-                "position": j,
-                "value": None if why else float(hits[j]) / rounds,
-                "rounds": rounds,
-                "label": "MEASURED",
-                "null_reason": why,
-            }
-        )
-    return out
+        value = None if why else float(hits[j]) / rounds
+        out.append(SurvivalEstimate(arm, j, value, rounds, "MEASURED", why))
+    return tuple(out)
 
 
 def excluded_unbucketed(m: MeasuredArchive, buckets: Buckets) -> list[dict[str, Any]]:

@@ -29,6 +29,13 @@ BCa, the sweep's P(best) and tokens/s replicates and ``to_arviz``; the intervals
 verdicts do not use them. Verdicts use the Holm-adjusted p-values; the intervals printed beside
 them stay unadjusted (their ``adjusted`` field says so) and the Bonferroni ones are given
 separately.
+
+The result is typed: a :class:`Comparison` holds one :class:`ComparedCell` per cell, with both
+arms' :class:`~specreplay.stats.cells.ArmEstimate` and exactly one :class:`DeltaEstimate` (its
+:class:`BcaInterval`, :class:`TostResult` and :class:`BonferroniInterval`). The Holm and
+Bonferroni pass, the nulling of unsupported cells and the margin warning build new frozen
+objects (``dataclasses.replace``); :mod:`specreplay.results.from_stats` maps them onto the
+results model.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
 from specreplay.stats.bootstrap import PairedSums, bootstrap_sums, point_sums
-from specreplay.stats.cells import Cell, cell_layout
+from specreplay.stats.cells import ArmEstimate, Cell, cell_layout
 from specreplay.stats.cr2 import (
     HUGE_BOUND,
     MIN_REQUESTS,
@@ -62,9 +69,23 @@ from specreplay.stats.intervals import (
     requests_for_margin,
     verdict,
 )
-from specreplay.stats.studied import NOMINAL_REQUESTS, coverage_at_size
+from specreplay.stats.studied import NOMINAL_REQUESTS, StudiedSize, coverage_at_size
 
-__all__ = ["Cell", "CellSupport", "Comparison", "Margin", "compare", "parse_margin"]
+__all__ = [
+    "ArmEstimate",
+    "BcaInterval",
+    "BonferroniInterval",
+    "Cell",
+    "CellSupport",
+    "ComparedCell",
+    "Comparison",
+    "CredibleInterval",
+    "DeltaEstimate",
+    "Margin",
+    "TostResult",
+    "compare",
+    "parse_margin",
+]
 
 CellSupport = Callable[[Cell], tuple[str | None, str | None]]
 """Why arm a's and arm b's figures in a cell are unsupported although the arm has rounds there
@@ -122,15 +143,234 @@ def parse_margin(text: str) -> Margin:
 
 
 @dataclass(frozen=True)
-class Comparison:
-    """Result of :func:`compare`: cells for results.json and the replicates behind them.
+class BcaInterval:
+    """BCa intervals of Δ and of Δ/R_a from the bootstrap replicates (jackknife acceleration).
 
     Attributes
     ----------
-    cells : list of dict
-        SPEC §4.1 cells, each with per-arm R and one delta (b − a).
-    layout : list of Cell
-        The cells' definitions, in the same order.
+    lo, hi : float or None
+        BCa interval of Δ.
+    rel_lo, rel_hi : float or None
+        BCa interval of Δ/R_a.
+    acceleration, z0 : float or None
+        Δ's acceleration and bias correction.
+    null_reason : str or None
+        Why a bound is None (Δ's reason first, else Δ/R_a's).
+    """
+
+    lo: float | None
+    hi: float | None
+    rel_lo: float | None
+    rel_hi: float | None
+    acceleration: float | None
+    z0: float | None
+    null_reason: str | None
+
+
+@dataclass(frozen=True)
+class TostResult:
+    """The equivalence test's (1 − 2α) interval and the margin it is judged against.
+
+    Attributes
+    ----------
+    alpha : float
+        Test level α of each one-sided test.
+    margin : Margin
+        The equivalence margin (relative: the interval is of Δ/R_a, else of Δ).
+    lo, hi : float
+        The (1 − 2α) default interval of the tested statistic.
+    level : float
+        1 − 2α.
+    """
+
+    alpha: float
+    margin: Margin
+    lo: float
+    hi: float
+    level: float
+
+
+@dataclass(frozen=True)
+class BonferroniInterval:
+    """Family-wise intervals of Δ and Δ/R_a at 1 − (1 − level)/m, m the cells of the level.
+
+    Attributes
+    ----------
+    level : float
+    lo, hi : float
+        Interval of Δ.
+    rel_lo, rel_hi : float
+        Interval of Δ/R_a.
+    """
+
+    level: float
+    lo: float
+    hi: float
+    rel_lo: float
+    rel_hi: float
+
+
+@dataclass(frozen=True)
+class CredibleInterval:
+    """An ArviZ HDI or ETI of the bootstrap replicates of Δ and Δ/R_a at ``prob``.
+
+    Filled by :func:`specreplay.stats.arviz_bridge.hdi_eti` (the ``interval`` command).
+    """
+
+    prob: float
+    lo: float
+    hi: float
+    rel_lo: float
+    rel_hi: float
+
+
+@dataclass(frozen=True)
+class DeltaEstimate:
+    """The paired delta Δ = R_b − R_a of one cell: estimate, intervals, tests and verdict.
+
+    Every figure is None when the delta cannot be computed (``null_reason`` says why).
+
+    Attributes
+    ----------
+    a, b : str
+        The arms (a is the reference).
+    role : str
+        The delta's role in results.json (e.g. ``b-vs-a``).
+    label : str
+        Label of the figures (``MEASURED``, ``SIMULATED``, ``ESTIMATED``).
+    method : str
+        The default interval (:data:`~specreplay.stats.intervals.DEFAULT_METHOD`).
+    level : float
+        Level of ``lo``/``hi`` and of the arms' intervals.
+    n_boot : int
+        Bootstrap resamples drawn.
+    adjusted : bool
+        Whether ``lo``/``hi`` are multiplicity-adjusted (never: see ``bonferroni``).
+    point, rel : float or None
+        Δ and Δ/R_a.
+    lo, hi, rel_lo, rel_hi : float or None
+        The default interval of Δ and of Δ/R_a at ``level``.
+    df : float or None
+        The t interval's degrees of freedom (None with a zero standard error).
+    n_differing : int or None
+        Requests whose (n, t) differ between the arms (0 for identical inputs).
+    n_boot_valid : int or None
+        Resamples with rounds of the cell in both arms.
+    bca : BcaInterval or None
+    tost : TostResult or None
+    bonferroni : BonferroniInterval or None
+        None also where a bound cannot be formed at its level (beyond ±1e6, depth unknown).
+    p_difference, p_equivalence : float or None
+        Raw p-values of Δ = 0 and of the TOST (1 where a rule forced INCONCLUSIVE).
+    p_difference_adj, p_equivalence_adj : float or None
+        Holm-adjusted over the ``tests_in_level`` deltas of the cell's level.
+    tests_in_level : int or None
+        m, the deltas of the level that entered the adjustment.
+    verdict : str or None
+        ``EQUIVALENT``, ``DIFFERENT`` or ``INCONCLUSIVE``.
+    verdict_reason : str or None
+        Why, where a rule decided or qualified the verdict (or neither test decided).
+    smallest_equivalent_margin : float or None
+        The smallest margin at which the Holm-adjusted verdict would be EQUIVALENT.
+    smallest_equivalent_margin_kind : str or None
+        ``relative`` or ``absolute``, as the margin.
+    requests_for_margin : int or None
+        Requests for EQUIVALENT with 80% power if the true Δ were 0.
+    requests_for_margin_null_reason : str or None
+    small_sample : bool or None
+        The cell is below :data:`~specreplay.stats.studied.NOMINAL_REQUESTS`.
+    coverage_at_size : StudiedSize or None
+        The study's lowest coverage at the cell's size (with ``small_sample``).
+    warning : str or None
+        E.g. an absolute margin above half of R_a.
+    null_reason : str or None
+        Why the delta's figures are None.
+    hdi, eti : CredibleInterval or None
+        ArviZ intervals of the replicates (the ``interval`` command only).
+    """
+
+    a: str
+    b: str
+    role: str
+    label: str
+    method: str
+    level: float
+    n_boot: int
+    adjusted: bool = False
+    point: float | None = None
+    rel: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    rel_lo: float | None = None
+    rel_hi: float | None = None
+    df: float | None = None
+    n_differing: int | None = None
+    n_boot_valid: int | None = None
+    bca: BcaInterval | None = None
+    tost: TostResult | None = None
+    bonferroni: BonferroniInterval | None = None
+    p_difference: float | None = None
+    p_equivalence: float | None = None
+    p_difference_adj: float | None = None
+    p_equivalence_adj: float | None = None
+    tests_in_level: int | None = None
+    verdict: str | None = None
+    verdict_reason: str | None = None
+    smallest_equivalent_margin: float | None = None
+    smallest_equivalent_margin_kind: str | None = None
+    requests_for_margin: int | None = None
+    requests_for_margin_null_reason: str | None = None
+    small_sample: bool | None = None
+    coverage_at_size: StudiedSize | None = None
+    warning: str | None = None
+    null_reason: str | None = None
+    hdi: CredibleInterval | None = None
+    eti: CredibleInterval | None = None
+
+    def nulled(self, why: str) -> DeltaEstimate:
+        """Return this delta with every figure None and ``why`` as its reasons."""
+        keep = {k: getattr(self, k) for k in _KEPT_IN_NULL}
+        return DeltaEstimate(**keep, null_reason=why, requests_for_margin_null_reason=why)
+
+
+_KEPT_IN_NULL = ("a", "b", "role", "label", "method", "level", "n_boot", "adjusted")
+"""The fields of a null delta that still say what it is."""
+
+
+@dataclass(frozen=True)
+class ComparedCell:
+    """One cell of a paired comparison: R per arm and the one delta b − a.
+
+    Attributes
+    ----------
+    spec : Cell
+        Where the cell sits (level, family, bucket and the finest cells it pools).
+    n_requests : int
+        Requests with rounds of either arm in the cell.
+    arm_a, arm_b : ArmEstimate
+        R of each arm with its interval (none where the delta is null).
+    delta : DeltaEstimate
+        Δ = R_b − R_a.
+    null_reason : str or None
+        ``no rounds in this cell`` for an empty cell.
+    """
+
+    spec: Cell
+    n_requests: int
+    arm_a: ArmEstimate
+    arm_b: ArmEstimate
+    delta: DeltaEstimate
+    null_reason: str | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Result of :func:`compare`: the compared cells and the replicates behind them.
+
+    Attributes
+    ----------
+    cells : tuple of ComparedCell
+        Pooled first, then per family, per bucket and per family × bucket.
     delta_reps, rel_reps : float64, (n_boot, n_cells)
         Bootstrap replicates of Δ and Δ/R_a per cell (NaN where a replicate has no rounds).
     rb_reps : float64, (n_boot, n_cells)
@@ -140,12 +380,39 @@ class Comparison:
         Per cell, the test of R_b alone (its interval; None without rounds).
     """
 
-    cells: list[dict[str, Any]]
-    layout: list[Cell]
+    cells: tuple[ComparedCell, ...]
     delta_reps: NDArray[np.float64]
     rel_reps: NDArray[np.float64]
     rb_reps: NDArray[np.float64] | None = None
     rb_tests: list[TTest | None] | None = None
+
+    @property
+    def layout(self) -> list[Cell]:
+        """The cells' definitions, in order."""
+        return [c.spec for c in self.cells]
+
+    @property
+    def pooled(self) -> ComparedCell:
+        """The pooled cell (the layout puts it first)."""
+        return self.cells[0]
+
+
+@dataclass(frozen=True)
+class _CellData:
+    """What one cell's figures are computed from (private to :func:`compare`)."""
+
+    cell: Cell
+    n_requests: int
+    na: float
+    nb: float
+    ra: float | None
+    rb: float | None
+    jack_delta: NDArray[np.float64]
+    jack_rel: NDArray[np.float64]
+    rb_reps: NDArray[np.float64]
+    tests: tuple[TTest, TTest] | None = None
+    ra_test: TTest | None = None
+    rb_test: TTest | None = None
 
 
 def _layout(ps: PairedSums, present_buckets: set[int]) -> list[Cell]:
@@ -167,7 +434,7 @@ def _cell_stats(
     reps_sums: NDArray[np.float64],
     cell: Cell,
     identical: bool,
-) -> tuple[dict[str, Any], NDArray[np.float64], NDArray[np.float64]]:
+) -> tuple[_CellData, NDArray[np.float64], NDArray[np.float64]]:
     """Point sums, R per arm, replicates of Δ and Δ/R_a, the cell's tests and jackknife values."""
     n_boot = reps_sums.shape[0]
     n_req = ps.n_requests
@@ -190,25 +457,28 @@ def _cell_stats(
     with np.errstate(divide="ignore", invalid="ignore"):
         loo_a = (ta - per_req[:, 1]) / (na - per_req[:, 0])
         loo_b = (tb - per_req[:, 3]) / (nb_ - per_req[:, 2])
-    raw = {
-        "cell": cell,
-        "n_requests": int(members.sum()),
-        "na": na,
-        "nb": nb_,
-        "ra": ta / na if na > 0 else None,
-        "rb": tb / nb_ if nb_ > 0 else None,
-        "jack_delta": loo_b - loo_a,
-        "jack_rel": loo_b / loo_a - 1.0,
-    }
+    data = _CellData(
+        cell=cell,
+        n_requests=int(members.sum()),
+        na=na,
+        nb=nb_,
+        ra=ta / na if na > 0 else None,
+        rb=tb / nb_ if nb_ > 0 else None,
+        jack_delta=loo_b - loo_a,
+        jack_rel=loo_b / loo_a - 1.0,
+        rb_reps=rb_reps,
+    )
     if na > 0 and nb_ > 0:
         rows = per_req[members]
-        raw["tests"] = paired_tests(rows, depths=ps.depths, identical=identical)
         d_a, d_b = ps.depths if ps.depths is not None else (None, None)
         has_b, has_a = rows[:, 2] > 0, rows[:, 0] > 0
-        raw["rb_test"] = ratio_test(rows[has_b, 2], rows[has_b, 3], depth=d_b)
-        raw["ra_test"] = ratio_test(rows[has_a, 0], rows[has_a, 1], depth=d_a)
-    raw["rb_reps"] = rb_reps
-    return raw, rb_reps - ra_reps, rb_reps / ra_reps - 1.0
+        data = dataclasses.replace(
+            data,
+            tests=paired_tests(rows, depths=ps.depths, identical=identical),
+            rb_test=ratio_test(rows[has_b, 2], rows[has_b, 3], depth=d_b),
+            ra_test=ratio_test(rows[has_a, 0], rows[has_a, 1], depth=d_a),
+        )
+    return data, rb_reps - ra_reps, rb_reps / ra_reps - 1.0
 
 
 def compare(
@@ -250,6 +520,11 @@ def compare(
     support : CellSupport, optional
         Per cell, why an arm's figures there are unsupported (the others are computed as if
         it were not given; a null cell is left out of its level's adjustments).
+
+    Returns
+    -------
+    Comparison
+        One :class:`ComparedCell` per cell, each with exactly one delta.
     """
     margin = margin or parse_margin("0.5%")
     reps_sums = bootstrap_sums(ps, n_boot=n_boot, seed=seed, stratify=stratify)
@@ -259,56 +534,46 @@ def compare(
     layout = _layout(ps, present)
     delta_reps = np.full((n_boot, len(layout)), np.nan)
     rel_reps = np.full((n_boot, len(layout)), np.nan)
-    raw: list[dict[str, Any]] = []
+    raw: list[_CellData] = []
     for ci, cell in enumerate(layout):
         r, delta_reps[:, ci], rel_reps[:, ci] = _cell_stats(ps, point, reps_sums, cell, identical)
         raw.append(r)
+    empty = DeltaEstimate(arm_a, arm_b, role, label, DEFAULT_METHOD, level, n_boot)
     cells = [
-        _cell_json(
-            r,
-            delta_reps[:, i],
-            rel_reps[:, i],
-            arm_a=arm_a,
-            arm_b=arm_b,
-            level=level,
-            margin=margin,
-            alpha=alpha,
-            min_requests=min_requests,
-            label=label,
-            role=role,
-            n_boot=n_boot,
-        )
+        _compared_cell(r, delta_reps[:, i], rel_reps[:, i], empty, (arm_a, arm_b), min_requests)
         for i, r in enumerate(raw)
     ]
+    for i, c in enumerate(cells):
+        if c.delta.null_reason is None:  # computable: its figures
+            d = _delta_figures(raw[i], delta_reps[:, i], rel_reps[:, i], c.delta, margin, alpha)
+            cells[i] = dataclasses.replace(c, delta=d)
     if support is not None:
-        for record, spec in zip(cells, layout, strict=True):
-            _null_unsupported(record, support(spec), arm_a, arm_b)
-    _adjust(cells, [r.get("tests") for r in raw], margin, alpha)
-    _warn_large_margin(cells, raw, margin)
+        cells = [_null_unsupported(c, support(c.spec)) for c in cells]
+    cells = _adjust(cells, [r.tests for r in raw], margin, alpha)
+    cells = _warn_large_margin(cells, raw, margin)
     return Comparison(
-        cells=cells, layout=layout, delta_reps=delta_reps, rel_reps=rel_reps,
-        rb_reps=np.stack([r["rb_reps"] for r in raw], axis=1) if raw else None,
-        rb_tests=[r.get("rb_test") for r in raw],
-    )  # fmt: skip
+        cells=tuple(cells),
+        delta_reps=delta_reps,
+        rel_reps=rel_reps,
+        rb_reps=np.stack([r.rb_reps for r in raw], axis=1) if raw else None,
+        rb_tests=[r.rb_test for r in raw],
+    )
 
 
-_DELTA_KEPT = frozenset({"a", "b", "role", "method", "level", "adjusted", "n_boot", "label"})
-
-
-def _null_unsupported(
-    cell: dict[str, Any], why: tuple[str | None, str | None], arm_a: str, arm_b: str
-) -> None:
-    """Null, in place, the figures of an arm unsupported in ``cell`` and the cell's delta."""
-    for arm, reason in zip((arm_a, arm_b), why, strict=True):
-        if reason is not None:
-            fig = cell["arms"][arm]
-            fig.update(R=None, lo=None, hi=None, level=None, null_reason=reason)
+def _null_unsupported(cell: ComparedCell, why: tuple[str | None, str | None]) -> ComparedCell:
+    """Return ``cell`` with the figures of an unsupported arm and the cell's delta nulled."""
+    arms = [
+        fig if reason is None else _null_arm(fig, reason)
+        for fig, reason in zip((cell.arm_a, cell.arm_b), why, strict=True)
+    ]
     reason = why[0] or why[1]
-    if reason is None:
-        return
-    delta = cell["deltas"][0]
-    delta.update({k: None for k in delta if k not in _DELTA_KEPT})
-    delta.update(null_reason=reason, requests_for_margin_null_reason=reason)
+    delta = cell.delta if reason is None else cell.delta.nulled(reason)
+    return dataclasses.replace(cell, arm_a=arms[0], arm_b=arms[1], delta=delta)
+
+
+def _null_arm(fig: ArmEstimate, why: str) -> ArmEstimate:
+    """Return ``fig`` with R and its interval None for ``why``."""
+    return dataclasses.replace(fig, R=None, lo=None, hi=None, level=None, null_reason=why)
 
 
 def _bounds(test: TTest, level: float) -> tuple[float | None, float | None]:
@@ -326,133 +591,72 @@ def _bounds_reason(test: TTest) -> str:
     return f"a bound lies beyond ±{HUGE_BOUND:g} and the depth is unknown (no clamp)"
 
 
-def _arm_json(
-    r: float | None, n: float, label: str, why: str | None, test: TTest | None, level: float
-) -> dict[str, Any]:
+def _arm_estimate(
+    name: str,
+    r: float | None,
+    n: float,
+    label: str,
+    why: str | None,
+    test: TTest | None,
+    level: float,
+) -> ArmEstimate:
     """One arm's R in a cell with its default interval at ``level`` (None without rounds)."""
     lo, hi = _bounds(test, level) if test is not None and r is not None else (None, None)
-    return {
-        "R": r,
-        "n_rounds": int(n),
-        "label": label,
-        "mcse": None,
-        "null_reason": why if r is None else None,
-        "lo": lo,
-        "hi": hi,
-        "level": level if lo is not None else None,
-    }
+    reason = why if r is None else None
+    return ArmEstimate(name, r, int(n), label, reason, lo, hi, level if lo is not None else None)
 
 
-def _cell_json(
-    r: dict[str, Any],
+def _compared_cell(
+    r: _CellData,
     d_reps: NDArray[np.float64],
     rel_reps: NDArray[np.float64],
-    *,
-    arm_a: str,
-    arm_b: str,
-    level: float,
-    margin: Margin,
-    alpha: float,
+    empty: DeltaEstimate,
+    arms: tuple[str, str],
     min_requests: int,
-    label: str,
-    role: str,
-    n_boot: int,
-) -> dict[str, Any]:
-    cell: Cell = r["cell"]
-    k = r["n_requests"]
-    empty = "no rounds in this cell"
-    why = _null_reason(r, d_reps, rel_reps, min_requests, n_boot)
+) -> ComparedCell:
+    """Return one cell with R per arm and its delta still ``empty``, or null with the reason.
+
+    The caller fills a computable delta (:func:`_delta_figures`), then adjusts its level.
+    """
+    k = r.n_requests
+    none = "no rounds in this cell"
+    why = _null_reason(r, d_reps, rel_reps, min_requests, empty.n_boot)
     # an arm's R gets an interval where the cell's delta does (too few requests: none)
-    ta, tb = (None, None) if why is not None else (r.get("ra_test"), r.get("rb_test"))
-    out: dict[str, Any] = {
-        "level": cell.level,
-        "family": cell.family,
-        "bucket": cell.bucket,
-        "n_requests": k,
-        "arms": {
-            arm_a: _arm_json(r["ra"], r["na"], label, empty, ta, level),
-            arm_b: _arm_json(r["rb"], r["nb"], label, empty, tb, level),
-        },
-        "deltas": [],
-        "depths": [],
-        "null_reason": None if k else empty,
-    }
-    delta = _empty_delta(arm_a, arm_b, role=role, level=level, n_boot=n_boot, label=label)
-    out["deltas"].append(delta)
+    ta, tb = (None, None) if why is not None else (r.ra_test, r.rb_test)
+    cell = ComparedCell(
+        spec=r.cell,
+        n_requests=k,
+        arm_a=_arm_estimate(arms[0], r.ra, r.na, empty.label, none, ta, empty.level),
+        arm_b=_arm_estimate(arms[1], r.rb, r.nb, empty.label, none, tb, empty.level),
+        delta=empty,
+        null_reason=None if k else none,
+    )
     if why is not None:
-        delta["null_reason"] = why
-        delta["requests_for_margin_null_reason"] = why
-        return out
-    unbounded = [t for t in r["tests"] if _bounds(t, level)[0] is None]
+        return dataclasses.replace(cell, delta=empty.nulled(why))
+    assert r.tests is not None  # both arms have rounds: the tests were run
+    unbounded = [t for t in r.tests if _bounds(t, empty.level)[0] is None]
     if unbounded:  # the depth is unknown and the interval cannot be bounded: null, with why
-        delta["null_reason"] = _bounds_reason(unbounded[0])
-        delta["requests_for_margin_null_reason"] = delta["null_reason"]
-        return out
-    delta.update(_delta_figures(r, d_reps, rel_reps, level=level, margin=margin, alpha=alpha))
-    delta.update(_small_sample(r["n_requests"]))
-    return out
+        return dataclasses.replace(cell, delta=empty.nulled(_bounds_reason(unbounded[0])))
+    return cell
 
 
-def _small_sample(n: int) -> dict[str, Any]:
+def _small_sample(n: int) -> tuple[bool, StudiedSize | None]:
     """``small_sample`` and ``coverage_at_size`` of a delta over ``n`` requests."""
     if n >= NOMINAL_REQUESTS:
-        return {"small_sample": False, "coverage_at_size": None}
-    studied = coverage_at_size(n)
-    return {
-        "small_sample": True,
-        "coverage_at_size": None if studied is None else dataclasses.asdict(studied),
-    }
-
-
-def _empty_delta(
-    arm_a: str, arm_b: str, *, role: str, level: float, n_boot: int, label: str
-) -> dict[str, Any]:
-    """Return a delta record with every figure null (filled by the caller where it can be)."""
-    return {
-        "a": arm_a,
-        "b": arm_b,
-        "role": role,
-        "point": None,
-        "rel": None,
-        "lo": None,
-        "hi": None,
-        "rel_lo": None,
-        "rel_hi": None,
-        "method": DEFAULT_METHOD,
-        "level": level,
-        "adjusted": False,
-        "bca": None,
-        "bonferroni": None,
-        "tost": None,
-        "p_difference": None,
-        "p_equivalence": None,
-        "verdict": None,
-        "smallest_equivalent_margin": None,
-        "requests_for_margin": None,
-        "requests_for_margin_null_reason": None,
-        "n_boot": n_boot,
-        "n_boot_valid": None,
-        "warning": None,
-        "label": label,
-        "null_reason": None,
-        "df": None,
-        "n_differing": None,
-        "small_sample": None,
-        "coverage_at_size": None,
-        "verdict_reason": None,
-    }
+        return False, None
+    return True, coverage_at_size(n)
 
 
 def _null_reason(
-    r: dict[str, Any],
+    r: _CellData,
     d_reps: NDArray[np.float64],
     rel_reps: NDArray[np.float64],
     min_requests: int,
     n_boot: int,
 ) -> str | None:
     """Why a cell's delta cannot be computed (None when it can)."""
-    k = r["n_requests"]
-    if r["ra"] is None or r["rb"] is None:
+    k = r.n_requests
+    if r.ra is None or r.rb is None:
         return "no rounds in this cell" if k == 0 else "an arm has no rounds in this cell"
     if k < min_requests:
         return f"{k} requests < --min-requests {min_requests}"
@@ -466,54 +670,53 @@ def _null_reason(
 
 
 def _delta_figures(
-    r: dict[str, Any],
+    r: _CellData,
     d_reps: NDArray[np.float64],
     rel_reps: NDArray[np.float64],
-    *,
-    level: float,
+    empty: DeltaEstimate,
     margin: Margin,
     alpha: float,
-) -> dict[str, Any]:
+) -> DeltaEstimate:
     """Point, default and BCa intervals, TOST interval and p-values of a delta."""
+    assert r.tests is not None
     ok = np.isfinite(d_reps) & np.isfinite(rel_reps)
     d, rel = d_reps[ok], rel_reps[ok]
-    st_d, st_r = r["tests"]
-    lo, hi = _bounds(st_d, level)
-    rlo, rhi = _bounds(st_r, level)
-    bca_d = bca_interval(d, st_d.theta, r["jack_delta"], level)
-    bca_r = bca_interval(rel, st_r.theta, r["jack_rel"], level)
+    st_d, st_r = r.tests
+    lo, hi = _bounds(st_d, empty.level)
+    rlo, rhi = _bounds(st_r, empty.level)
+    bca_d = bca_interval(d, st_d.theta, r.jack_delta, empty.level)
+    bca_r = bca_interval(rel, st_r.theta, r.jack_rel, empty.level)
     test: TTest = st_r if margin.relative else st_d
     lo90, hi90 = _bounds(test, 1.0 - 2.0 * alpha)
-    return {
-        "point": st_d.theta,
-        "rel": st_r.theta,
-        "lo": lo,
-        "hi": hi,
-        "rel_lo": rlo,
-        "rel_hi": rhi,
-        "df": st_d.df if st_d.se > 0.0 else None,
-        "n_differing": st_d.n_differing if not st_d.identical else 0,
-        "n_boot_valid": int(ok.sum()),
-        "bca": {
-            "lo": bca_d.lo,
-            "hi": bca_d.hi,
-            "rel_lo": bca_r.lo,
-            "rel_hi": bca_r.hi,
-            "acceleration": bca_d.acceleration,
-            "z0": bca_d.z0,
-            "null_reason": bca_d.null_reason or bca_r.null_reason,
-        },
-        "tost": {
-            "alpha": alpha,
-            **margin.to_json(),
-            "lo": lo90,
-            "hi": hi90,
-            "level": 1.0 - 2.0 * alpha,
-        },
-        "p_difference": test.p_difference(),
-        "p_equivalence": test.p_equivalence(margin.value),
-        "smallest_equivalent_margin_kind": "relative" if margin.relative else "absolute",
-    }
+    assert lo90 is not None and hi90 is not None  # inside the bounded interval at ``level``
+    small, coverage = _small_sample(r.n_requests)
+    return dataclasses.replace(
+        empty,
+        point=st_d.theta,
+        rel=st_r.theta,
+        lo=lo,
+        hi=hi,
+        rel_lo=rlo,
+        rel_hi=rhi,
+        df=st_d.df if st_d.se > 0.0 else None,
+        n_differing=st_d.n_differing if not st_d.identical else 0,
+        n_boot_valid=int(ok.sum()),
+        bca=BcaInterval(
+            bca_d.lo,
+            bca_d.hi,
+            bca_r.lo,
+            bca_r.hi,
+            bca_d.acceleration,
+            bca_d.z0,
+            bca_d.null_reason or bca_r.null_reason,
+        ),
+        tost=TostResult(alpha, margin, lo90, hi90, 1.0 - 2.0 * alpha),
+        p_difference=test.p_difference(),
+        p_equivalence=test.p_equivalence(margin.value),
+        smallest_equivalent_margin_kind="relative" if margin.relative else "absolute",
+        small_sample=small,
+        coverage_at_size=coverage,
+    )
 
 
 def _forced_reason(test: TTest, n_requests: int) -> str | None:
@@ -531,11 +734,11 @@ def _forced_reason(test: TTest, n_requests: int) -> str | None:
 
 
 def _adjust(
-    cells: list[dict[str, Any]],
+    cells: list[ComparedCell],
     tests: list[tuple[TTest, TTest] | None],
     margin: Margin,
     alpha: float,
-) -> None:
+) -> list[ComparedCell]:
     """Holm-adjusted verdicts, margins and sample sizes, and Bonferroni intervals per level.
 
     A cell forced INCONCLUSIVE keeps its place in its level's count m (its p-values are 1):
@@ -543,35 +746,52 @@ def _adjust(
     """
     by_level: dict[str, list[int]] = {}
     for i, c in enumerate(cells):
-        if c["deltas"][0]["null_reason"] is None:
-            by_level.setdefault(c["level"], []).append(i)
+        if c.delta.null_reason is None:
+            by_level.setdefault(c.spec.level, []).append(i)
+    out = list(cells)
     for idx in by_level.values():
-        m = len(idx)
-        deltas = [cells[i]["deltas"][0] for i in idx]
-        ns = [cells[i]["n_requests"] for i in idx]
-        both = [t for t in (tests[i] for i in idx) if t is not None]
-        assert len(both) == m  # a delta was computed in each
-        chosen = [st_r if margin.relative else st_d for st_d, st_r in both]
-        reasons = [_forced_reason(t, n) for t, n in zip(chosen, ns, strict=True)]
-        for j, why in enumerate(reasons):
-            if why is not None and not chosen[j].identical:  # not tested: p-values of 1
-                deltas[j]["p_equivalence"] = deltas[j]["p_difference"] = 1.0
-        pe = holm([d["p_equivalence"] for d in deltas])
-        pd = holm([d["p_difference"] for d in deltas])
-        smallest = holm_smallest_margins(chosen, alpha, tost_p_values(chosen))
-        for j, d in enumerate(deltas):
-            st_d, st_r = both[j]
-            v = verdict(chosen[j], margin.value, alpha, p_equivalence=pe[j], p_difference=pd[j])
-            bl = 1.0 - (1.0 - d["level"]) / m
-            blo, bhi = _bounds(st_d, bl)
-            brlo, brhi = _bounds(st_r, bl)
-            forced = reasons[j] is not None and not chosen[j].identical
-            # Holm's first step tests at α/m: the sample size for the verdict as it is adjusted
-            size = requests_for_margin(
-                chosen[j].se, margin.value, ns[j], alpha / m, POWER, df=chosen[j].df
-            )
-            final = "INCONCLUSIVE" if forced else v.verdict
-            d.update(
+        level = _adjust_level([cells[i] for i in idx], [tests[i] for i in idx], margin, alpha)
+        for i, delta in zip(idx, level, strict=True):
+            out[i] = dataclasses.replace(cells[i], delta=delta)
+    return out
+
+
+def _adjust_level(
+    cells: list[ComparedCell],
+    tests: list[tuple[TTest, TTest] | None],
+    margin: Margin,
+    alpha: float,
+) -> list[DeltaEstimate]:
+    """Return the adjusted deltas of the m cells of one level (see :func:`_adjust`)."""
+    m = len(cells)
+    deltas = [c.delta for c in cells]
+    ns = [c.n_requests for c in cells]
+    both = [t for t in tests if t is not None]
+    assert len(both) == m  # a delta was computed in each
+    chosen = [st_r if margin.relative else st_d for st_d, st_r in both]
+    reasons = [_forced_reason(t, n) for t, n in zip(chosen, ns, strict=True)]
+    deltas = [
+        dataclasses.replace(d, p_equivalence=1.0, p_difference=1.0)
+        if why is not None and not t.identical  # not tested: p-values of 1
+        else d
+        for d, why, t in zip(deltas, reasons, chosen, strict=True)
+    ]
+    pe = holm([_p(d.p_equivalence) for d in deltas])
+    pd = holm([_p(d.p_difference) for d in deltas])
+    smallest = holm_smallest_margins(chosen, alpha, tost_p_values(chosen))
+    out = []
+    for j, d in enumerate(deltas):
+        st_d, st_r = both[j]
+        v = verdict(chosen[j], margin.value, alpha, p_equivalence=pe[j], p_difference=pd[j])
+        forced = reasons[j] is not None and not chosen[j].identical
+        # Holm's first step tests at α/m: the sample size for the verdict as it is adjusted
+        size = requests_for_margin(
+            chosen[j].se, margin.value, ns[j], alpha / m, POWER, df=chosen[j].df
+        )
+        final = "INCONCLUSIVE" if forced else v.verdict
+        out.append(
+            dataclasses.replace(
+                d,
                 verdict=final,
                 verdict_reason=reasons[j] or (NEITHER if final == "INCONCLUSIVE" else None),
                 p_equivalence_adj=pe[j],
@@ -580,19 +800,42 @@ def _adjust(
                 smallest_equivalent_margin=None if forced else smallest[j],
                 requests_for_margin=None if forced else size.requests,
                 requests_for_margin_null_reason=reasons[j] if forced else size.null_reason,
-                bonferroni={"level": bl, "lo": blo, "hi": bhi, "rel_lo": brlo, "rel_hi": brhi},
+                bonferroni=_bonferroni(st_d, st_r, 1.0 - (1.0 - d.level) / m),
             )
+        )
+    return out
 
 
-def _warn_large_margin(cells: list[dict[str, Any]], raw: list[dict[str, Any]], m: Margin) -> None:
+def _bonferroni(st_d: TTest, st_r: TTest, level: float) -> BonferroniInterval | None:
+    """Return the intervals of Δ and Δ/R_a at ``level`` (None when a bound cannot be formed)."""
+    lo, hi = _bounds(st_d, level)
+    rlo, rhi = _bounds(st_r, level)
+    if lo is None or hi is None or rlo is None or rhi is None:
+        return None
+    return BonferroniInterval(level, lo, hi, rlo, rhi)
+
+
+def _p(p: float | None) -> float:
+    """Return a computed delta's p-value (set by :func:`_delta_figures`)."""
+    assert p is not None
+    return p
+
+
+def _warn_large_margin(
+    cells: list[ComparedCell], raw: list[_CellData], m: Margin
+) -> list[ComparedCell]:
     """Warn where an absolute margin exceeds half of R_a (``--margin 5`` meant as 5%?)."""
     if m.relative:
-        return
+        return cells
+    out = []
     for c, r in zip(cells, raw, strict=True):
-        d = c["deltas"][0]
-        if r["ra"] is not None and m.value > 0.5 * r["ra"] and d["null_reason"] is None:
+        d = c.delta
+        if r.ra is not None and m.value > 0.5 * r.ra and d.null_reason is None:
             text = (
-                f"absolute margin {m.text} tokens/round exceeds half of R_a ({r['ra']:.3g}): "
+                f"absolute margin {m.text} tokens/round exceeds half of R_a ({r.ra:.3g}): "
                 f"a relative margin is written with %, e.g. {m.text}%"
             )
-            d["warning"] = f"{d['warning']}; {text}" if d["warning"] else text
+            warning = f"{d.warning}; {text}" if d.warning else text
+            c = dataclasses.replace(c, delta=dataclasses.replace(d, warning=warning))
+        out.append(c)
+    return out
