@@ -97,7 +97,7 @@ def _compared(
     kinds: tuple[str, str],
     progress: Progress,
 ) -> Result:
-    from specreplay.stats.arviz_bridge import hdi_eti
+    from specreplay.stats.arviz_bridge import ComparisonReplicates, hdi_eti
     from specreplay.stats.compare import compare
     from specreplay.stats.pairing import pair_arms
 
@@ -121,6 +121,7 @@ def _compared(
         opts.to_json(path_a, path_b, bk), opts.seed,
     )  # fmt: skip
     ids = [*arm_a.sums.get_column("request_id"), *arm_b.sums.get_column("request_id")]
+    result = dataclasses.replace(result, replicates=ComparisonReplicates(comp))
     return hash_result(result, IdHasher(ids) if opts.hash_ids else None)
 
 

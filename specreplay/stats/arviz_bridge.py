@@ -7,6 +7,7 @@ import, and only commands that report intervals need it. The replicate draws are
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 from specreplay.errors import SpecReplayError
 from specreplay.stats.compare import Comparison
 
-__all__ = ["hdi_eti", "replicates_tree", "save_netcdf"]
+__all__ = ["ComparisonReplicates", "hdi_eti", "replicates_tree", "save_netcdf"]
 
 
 def hdi_eti(comp: Comparison, prob: float = 0.95) -> list[dict[str, Any]]:
@@ -50,22 +51,33 @@ def _cell_name(cell: dict[str, Any]) -> str:
 def replicates_tree(comp: Comparison) -> Any:
     """Return the replicate draws as an ArviZ ``DataTree`` (group ``posterior``).
 
-    Variables ``delta`` (R_b − R_a) and ``rel`` (Δ / R_a), dims (chain, draw, cell); the ``cell``
-    coordinate names each cell (``pooled``, a family, a bucket, ``family × bucket``).
+    Variables ``delta`` (R_b − R_a), ``rel`` (Δ / R_a) and, when the comparison kept them,
+    ``rb`` (R_b), dims (chain, draw, cell); the ``cell`` coordinate names each cell
+    (``pooled``, a family, a bucket, ``family × bucket``).
     """
     import arviz as az  # type: ignore[import-untyped]
 
     names = [_cell_name(c) for c in comp.cells]
+    draws = {"delta": comp.delta_reps, "rel": comp.rel_reps, "rb": comp.rb_reps}
     return az.from_dict(
-        {
-            "posterior": {
-                "delta": comp.delta_reps[None, :, :],
-                "rel": comp.rel_reps[None, :, :],
-            }
-        },
-        dims={"delta": ["cell"], "rel": ["cell"]},
+        {"posterior": {k: v[None, :, :] for k, v in draws.items() if v is not None}},
+        dims={k: ["cell"] for k, v in draws.items() if v is not None},
         coords={"cell": names},
     )
+
+
+@dataclass(frozen=True)
+class ComparisonReplicates:
+    """A comparison's replicates as a result keeps them in memory (``Result.replicates``).
+
+    ``Result.to_arviz()`` calls :meth:`tree`; the pipeline that ran the comparison builds this.
+    """
+
+    comparison: Comparison
+
+    def tree(self) -> Any:
+        """Return :func:`replicates_tree` of the comparison."""
+        return replicates_tree(self.comparison)
 
 
 def save_netcdf(tree: Any, path: Path) -> None:
