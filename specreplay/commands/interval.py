@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,9 +127,9 @@ def interval_memory_result(
     ``A`` and ``B``); results.json records no input file and ``options.a``/``b`` null. The
     options for input files (``question_file``, ``choice``, ``drafted``, ``ignore``) are errors.
     """
-    from specreplay.replay.archive.memory import is_memory_arm, memory_arms
+    from specreplay.replay.archive.memory import memory_arms
 
-    if not (is_memory_arm(data_a) and is_memory_arm(data_b)):
+    if any(isinstance(d, str | os.PathLike) for d in (data_a, data_b)):
         raise SpecReplayError(
             "interval: give both arms as paths or both in memory (arrays, a mapping or a frame)"
         )

@@ -34,7 +34,7 @@ from specreplay.errors import SpecReplayError
 from specreplay.stats.armdata import ARM_SCHEMA, ArmData
 from specreplay.stats.buckets import Buckets
 
-__all__ = ["DEFAULT_FAMILY", "MEMORY_KIND", "ArmInMemory", "is_memory_arm", "memory_arms"]
+__all__ = ["DEFAULT_FAMILY", "MEMORY_KIND", "ArmInMemory", "memory_arms"]
 
 ArmInMemory = tuple[ArrayLike, ArrayLike] | Mapping[str, ArrayLike] | pl.DataFrame
 """One arm in memory: a (rounds, retained_tokens) pair, a mapping of columns or a frame."""
@@ -45,11 +45,6 @@ DEFAULT_FAMILY: Final = "all"
 """The family of every request of an arm given without ``family``."""
 _KEYS: Final = ("request_id", "family", "bucket", "rounds", "retained_tokens")
 _ALIASES: Final = {"tokens": "retained_tokens"}
-
-
-def is_memory_arm(data: object) -> bool:
-    """Return whether ``data`` is an arm in memory (a pair of arrays, a mapping or a frame)."""
-    return isinstance(data, pl.DataFrame | Mapping | tuple | list)
 
 
 def memory_arms(
