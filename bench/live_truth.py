@@ -8,7 +8,7 @@ each arm's round live ``--n-live`` times from every start, and prints per arm an
   estimate, its bias (estimate − truth, paired by start) and the 95% interval of that bias;
 - the same for R_D = 1 + Σ_{k≤D} P(A ≥ k).
 
-The bias SE clusters by request (``specreplay.replay.livetruth``). ``--surprise-growth 0`` turns
+The bias SE clusters by request (``specreplay_testing.livetruth``). ``--surprise-growth 0`` turns
 the toy's prefix dependence off: the path assumption then holds and every estimator should agree
 with the truth within its interval.
 
@@ -20,9 +20,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from specreplay.replay.livetruth import ArmTruth, LiveTruthTable, live_truth
 from specreplay.sim.synth import SynthConfig
 from specreplay.sim.toy import ToyPair
+from specreplay_testing.livetruth import ArmTruth, LiveTruthTable, live_truth
 
 ARMS = "top32:t0.7@5,top32:t0.7:dyadic8@5,greedy@5,top32:t1@5"
 SHORT = {"importance": "importance", "analytic": "analytic", "montecarlo": "MC"}

@@ -1,24 +1,62 @@
 """specreplay: statistical replay and bootstrap simulator for speculative decoding.
 
-Importing the package sets one default Numba cache directory for every way of running it (the
-command line, a notebook, the tests): ``$XDG_CACHE_HOME/specreplay/numba/VERSION`` (else
-``~/.cache/…``), unless ``NUMBA_CACHE_DIR`` is already set (the Makefile sets its own, keyed by
-the sources). Numba reads the variable when it is first imported, so import specreplay before
-numba for the default to apply.
+Importing the package changes nothing in the caller's process: no environment variable, no
+Numba setting. Numba's cache directory for specreplay's kernels is set on ``numba.config`` by
+:func:`use_numba_cache`, which the subpackages holding compiled kernels (``sim``, ``replay``,
+``stats.tfast``) call before they define any: ``$NUMBA_CACHE_DIR`` when the caller set it (the
+Makefile sets its own, keyed by the sources), else ``$XDG_CACHE_HOME/specreplay/numba/VERSION``
+(else ``~/.cache/…``). One default for every way of running (the command line, a notebook, the
+tests, Dask workers), without ``os.environ``.
 """
 
 import os as _os
+import sys as _sys
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+__all__ = ["__version__", "cache_root", "numba_cache_dir", "use_numba_cache"]
+
+
+def _default_numba_cache_dir() -> str:
+    base = _os.environ.get("XDG_CACHE_HOME") or _os.path.join(_os.path.expanduser("~"), ".cache")
+    return _os.path.join(base, "specreplay", "numba", __version__)
 
 
 def numba_cache_dir() -> str:
-    """Return the Numba cache directory in effect (``NUMBA_CACHE_DIR``, else the default)."""
+    """Return the Numba cache directory in effect for specreplay's kernels.
+
+    ``$NUMBA_CACHE_DIR`` when set; else ``numba.config.CACHE_DIR`` when Numba is imported and it
+    is set (by :func:`use_numba_cache`, or by the caller before it); else the default under the
+    user cache folder. Never imports Numba.
+    """
     env = _os.environ.get("NUMBA_CACHE_DIR")
     if env:
         return env
-    base = _os.environ.get("XDG_CACHE_HOME") or _os.path.join(_os.path.expanduser("~"), ".cache")
-    return _os.path.join(base, "specreplay", "numba", __version__)
+    numba_config = _sys.modules.get("numba.core.config")
+    configured = getattr(numba_config, "CACHE_DIR", "") if numba_config is not None else ""
+    return str(configured) if configured else _default_numba_cache_dir()
+
+
+def use_numba_cache() -> None:
+    """Point Numba's cache at :func:`numba_cache_dir` through ``numba.config``, not the environment.
+
+    Numba picks a cached function's directory when the function is decorated
+    (``numba.core.caching._CacheImpl`` asks its locators, the first being ``config.CACHE_DIR``
+    when set), so this runs before any ``@njit(cache=True)``: the ``sim`` and ``replay`` packages
+    and :mod:`specreplay.stats.tfast` call it at import (``tests/test_small_things.py`` checks
+    that every kernel module is covered). ``$NUMBA_CACHE_DIR``, when set, is Numba's own setting
+    and is left alone, as is a ``CACHE_DIR`` the caller set. Idempotent. One limit: when the
+    caller changes a ``NUMBA_*`` variable after Numba is imported, Numba re-reads them all before
+    its next compilation and ``CACHE_DIR`` falls back to the environment's (none), so a kernel
+    module first imported after that caches beside its source, as Numba does by default.
+    """
+    if _os.environ.get("NUMBA_CACHE_DIR"):
+        return
+    from numba.core import config
+
+    # config's settings are module globals that Numba injects at run time, unknown to mypy
+    if not config.CACHE_DIR:  # type: ignore[attr-defined]
+        config.CACHE_DIR = _default_numba_cache_dir()  # type: ignore[attr-defined]
 
 
 def cache_root() -> str:
@@ -32,6 +70,3 @@ def cache_root() -> str:
         return env
     base = _os.environ.get("XDG_CACHE_HOME") or _os.path.join(_os.path.expanduser("~"), ".cache")
     return _os.path.join(base, "specreplay")
-
-
-_os.environ.setdefault("NUMBA_CACHE_DIR", numba_cache_dir())

@@ -1001,10 +1001,5 @@ def budget(
         typer.echo(run_budget(opts, out=out, force=force))
 
 
-def main() -> Any:  # pragma: no cover - console entry point
-    """Run the app (the console script calls ``app`` directly)."""
-    return app()
-
-
 if __name__ == "__main__":  # python -m specreplay.cli
     app()

@@ -35,7 +35,6 @@ from scipy import stats
 from specreplay.stats.bootstrap import PairedSums, bootstrap_moments, bootstrap_sums, point_sums
 from specreplay.stats.intervals import bca_interval
 from specreplay.stats.studentized import Studentized, cell_standard_errors
-from specreplay.stats.tdist import expanded_tail
 
 DELTA = 0.05
 REL = DELTA / (1.0 + 4.0 * 6.0 / 9.0)
@@ -279,14 +278,6 @@ def test_bonferroni_familywise_coverage() -> None:
 
     assert familywise(1.0 - 0.05 / fams) >= FAMILYWISE.c
     assert familywise(0.95) < FAMILYWISE.c
-
-
-def test_expanded_tail_matches_scipy() -> None:
-    """g_n(α) = Φ(√(n/(n−1))·t_{n−1}⁻¹(α)) against scipy (to 1e-9: the bisection tolerance)."""
-    for n in (2, 3, 10, 20, 50, 500, 100_000):
-        for a in (0.005, 0.025, 0.05, 0.25):
-            ref = stats.norm.cdf(math.sqrt(n / (n - 1)) * stats.t.ppf(a, n - 1))
-            assert expanded_tail(a, n) == pytest.approx(ref, rel=1e-8, abs=1e-12)
 
 
 # ---------------------------------------------------------------- the CR2-eff default (issue 10)

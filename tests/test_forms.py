@@ -22,7 +22,6 @@ from typer.testing import CliRunner
 from specreplay import api
 from specreplay.cli import app
 from specreplay.errors import SpecReplayError
-from specreplay.replay.archive import sources
 from specreplay.replay.archive.reader import ArchiveReader
 from specreplay.replay.archive.sources import (
     ArchiveFile,
@@ -335,24 +334,9 @@ def test_ipc_is_read_in_chunks_with_row_locations(forms: dict[str, Path]) -> Non
     assert file.kind == "ipc" and all(not c.issues for c in chunks)
 
 
-def _engines() -> list[str]:
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        return ["polars"]
-    return ["polars", "pyarrow"]
-
-
-@pytest.fixture(params=_engines())
-def ipc_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Read IPC through pyarrow's memory map (when installed) or through polars alone."""
-    if request.param == "polars":
-        monkeypatch.setattr(sources, "_pyarrow", lambda: None)
-    return str(request.param)
-
-
-def test_ipc_engines_give_the_same_chunks(forms: dict[str, Path], ipc_engine: str) -> None:
-    """Either IPC engine yields the chunks polars reads from the zstd Parquet twin, bit for bit."""
+def test_mapped_ipc_gives_the_chunks_of_its_parquet_twin(forms: dict[str, Path]) -> None:
+    """The memory-mapped IPC reader yields the chunks read from the zstd Parquet twin, bit for
+    bit."""
     for ipc_file, pq_file in zip(
         list_archive(forms["ipc-dir"]), list_archive(forms["parquet-zstd"]), strict=True
     ):
@@ -365,8 +349,8 @@ def test_ipc_engines_give_the_same_chunks(forms: dict[str, Path], ipc_engine: st
 
 
 @pytest.mark.parametrize("damage", ["truncate", "utf8", "offsets", "stream"])
-def test_corrupt_ipc_is_one_error_line(tmp_path: Path, ipc_engine: str, damage: str) -> None:
-    """A damaged IPC file is a SpecReplayError naming the file, never a crash, in either engine."""
+def test_corrupt_ipc_is_one_error_line(tmp_path: Path, damage: str) -> None:
+    """A damaged IPC file is a SpecReplayError naming the file, never a crash."""
     path = tmp_path / "t.arrow"
     frame = next(_frames())
     frame.write_ipc(path)
@@ -398,14 +382,12 @@ def test_synth_default_is_lz4_parquet(tmp_path: Path) -> None:
 
 
 def _codec_of(path: Path) -> str:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        pytest.skip("pyarrow reads the Parquet footer")
+    import pyarrow.parquet as pq
+
     return str(pq.ParquetFile(path).metadata.row_group(0).column(0).compression)
 
 
-def test_small_record_batches_are_regrouped_into_chunks(tmp_path: Path, ipc_engine: str) -> None:
+def test_small_record_batches_are_regrouped_into_chunks(tmp_path: Path) -> None:
     """An IPC file of 7-row record batches is read in chunks of 50 rows, in order."""
     frame = next(_frames())
     frame.write_ipc(tmp_path / "t.arrow", record_batch_size=7)

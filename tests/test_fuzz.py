@@ -30,9 +30,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specreplay.errors import SpecReplayError
+from specreplay.replay.archive.counters import read_counter_runs
 from specreplay.replay.archive.importers import read_arm
 from specreplay.replay.archive.reader import ArchiveReader
-from specreplay.replay.counters import read_counter_runs
 from specreplay.sim.arms import parse_arm
 from specreplay.stats.buckets import Buckets
 

@@ -219,7 +219,7 @@ def test_logging_arm_importance_survival_matches_measured_on_the_built_in_archiv
     importance P(A ≥ k) − MEASURED P(A ≥ k), Bonferroni over the five depths (|δ| ≤ 2.576 SE,
     family-wise false failure ≤ 5%), holds 0. Measured: z = −1.55, 0.22, 0.78, −0.65, 0.01,
     SE ≈ 0.0004–0.0005."""
-    from specreplay.replay.livetruth import round_batch, sample_starts
+    from specreplay_testing.livetruth import round_batch, sample_starts
 
     cfg = SynthConfig(n_requests=2000, rounds=64)
     batch = round_batch(sample_starts(cfg, 0, n_starts=128_000, rounds_per_request=64), cfg)

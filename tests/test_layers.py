@@ -53,3 +53,38 @@ def test_no_import_cycles() -> None:
         reach[m] = seen
     cycles = sorted(m for m in modules if m in reach[m])
     assert not cycles, f"modules on an import cycle: {cycles}"
+
+
+def test_renderers_are_forbidden_every_layer_but_results() -> None:
+    """render/ reads typed results only: the forbidden contract names every other subpackage and
+    front end, so a renderer cannot reach back into the replay, the statistics or the assembly."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contracts = config["tool"]["importlinter"]["contracts"]
+    render = next(c for c in contracts if c["type"] == "forbidden")
+    assert render["source_modules"] == ["specreplay.render"]
+    packages = {
+        f"specreplay.{p.name}"
+        for p in (ROOT / "specreplay").iterdir()
+        if p.is_dir() and (p / "__init__.py").exists()
+    }
+    allowed = {"specreplay.render", "specreplay.results"}
+    assert set(render["forbidden_modules"]) == (packages - allowed) | {
+        "specreplay.cli",
+        "specreplay.api",
+    }
+
+
+def test_runtime_package_never_imports_the_testing_package() -> None:
+    """specreplay_testing (live truth) sits outside the runtime package and is not shipped."""
+    import grimp
+
+    graph = grimp.build_graph("specreplay", "specreplay_testing")
+    assert "specreplay_testing.livetruth" in graph.modules
+    importers = {
+        m
+        for t in graph.find_children("specreplay_testing") | {"specreplay_testing"}
+        for m in graph.find_modules_that_directly_import(t)
+    }
+    assert not {m for m in importers if m.split(".")[0] == "specreplay"}
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert config["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"] == ["specreplay"]

@@ -1,6 +1,6 @@
 """Live ground truth (issue 5, item 4): replay estimators against rounds run live on the toy pair.
 
-Design of the statistical tests (``specreplay.replay.livetruth`` explains the estimand and why
+Design of the statistical tests (``specreplay_testing.livetruth`` explains the estimand and why
 the SE is right): 32,000 archived round starts (2,000 i.i.d. requests × 16 rounds each, the SE
 clustered by request), 16 live rounds per start and arm, the four arms of the issue. Every
 importance, analytic and Monte Carlo value is paired with the live truth of its own start, so
@@ -19,11 +19,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specreplay.replay.livetruth import LiveTruthTable, live_truth, sample_starts
 from specreplay.sim.arms import parse_arm
 from specreplay.sim.live import arm_round_laws
 from specreplay.sim.synth import SynthConfig, logging_arm_name
 from specreplay.sim.toy import ToyPair, live_round
+from specreplay_testing.livetruth import LiveTruthTable, live_truth, sample_starts
 
 ARMS = ["top32:t0.7@5", "top32:t0.7:dyadic8@5", "greedy@5", "top32:t1@5"]
 N_STARTS, ROUNDS_PER_REQUEST, N_LIVE = 32_000, 16, 16

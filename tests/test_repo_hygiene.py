@@ -63,3 +63,37 @@ def test_ignored_matches_gitignore_rules() -> None:
     text = "/tour/\nspecreplay-out/\n# comment\n*.egg-info/\n"
     assert ignored("tour", text) and ignored("specreplay-out", text) and ignored("x.egg-info", text)
     assert not ignored("my-archive", text) and not ignored("tests", text)
+
+
+def test_the_package_is_marked_typed() -> None:
+    """PEP 561: ``specreplay/py.typed`` is tracked (so the wheel, which takes the package folder
+    whole, carries it), and nothing else under ``specreplay/`` is a stray marker."""
+    files = tracked_files()
+    assert "specreplay/py.typed" in files
+    assert (ROOT / "specreplay" / "py.typed").read_bytes() == b""
+    assert [p for p in files if p.endswith("py.typed")] == ["specreplay/py.typed"]
+
+
+def test_constraints_pin_every_declared_dependency() -> None:
+    """constraints.txt (``make constraints``) pins with ``==`` every package pyproject names, in
+    the dependencies and every extra, so ``make venv`` installs no unpinned one."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        declared += extra
+    pins: dict[str, str] = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep and version, line
+            pins[canonicalize_name(name)] = version
+    for text in declared:
+        req = Requirement(text)
+        assert canonicalize_name(req.name) in pins, req.name
+        assert req.specifier.contains(pins[canonicalize_name(req.name)]), (text, pins)
+    assert "specreplay" not in pins

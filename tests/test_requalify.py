@@ -213,7 +213,7 @@ def test_sampled_requests_equal_a_pass_over_those_requests_alone(
     an archive holding only the sampled requests; the rows left out are counted."""
     import polars as pl
 
-    from specreplay.commands.requalify import sample_requests
+    from specreplay.pipelines.requalify import sample_requests
 
     arm = parse_arm("top32:t0.7:dyadic12@5")
     full = replay_archive(small_archive, [arm], estimator="montecarlo", replicates=4, seed=2)

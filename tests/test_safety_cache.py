@@ -250,11 +250,11 @@ def test_a_shard_changed_during_the_run_is_refused(
 ) -> None:
     """The replay is done and its sums are in; then, before the digest is recorded, the shard
     is rewritten at the same size with its modification time put back."""
-    from specreplay.commands import requalify as command
+    from specreplay.pipelines import requalify as pipeline
 
     s = setup
     seen: dict[str, Any] = {}
-    original = command.requalify_result
+    original = pipeline.requalify_result
 
     def changed_then_original(*args: Any, **kw: Any) -> Any:
         if not seen:
@@ -262,7 +262,7 @@ def test_a_shard_changed_during_the_run_is_refused(
             seen["tree"] = tree_digest(s["archive"])
         return original(*args, **kw)
 
-    monkeypatch.setattr(command, "requalify_result", changed_then_original)
+    monkeypatch.setattr(pipeline, "requalify_result", changed_then_original)
     out = s["tmp"] / "out"
     args = ["requalify", str(s["archive"]), "--baseline", BASE, "--candidate", CAND, *FAST,
             "--out", str(out), *(["--cache", str(s["cache"])] if cache else [])]  # fmt: skip

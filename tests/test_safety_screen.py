@@ -253,3 +253,62 @@ def test_vllm_v0_scrape_is_named(tmp_path: Path) -> None:
         args,
         f"{tmp_path / 'before.prom'}: a vLLM V0 scrape; screen reads V1 counters ({DRAFTS})",
     )
+
+
+# -- which parser: OpenMetrics (trailing # EOF, or Content-Type) or the Prometheus text format --
+
+ONE_AFTER = {"m": {"drafts": 300, "per_pos": [260, 180, 100]}}
+
+
+def _om_curl(body: str) -> str:
+    return _curl(body).replace(
+        "text/plain; version=0.0.4; charset=utf-8",
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+    )
+
+
+@pytest.mark.parametrize("form", ["eof", "eof-blank-after", "content-type"])
+def test_openmetrics_scrapes_give_the_text_forms_figures(tmp_path: Path, form: str) -> None:
+    """The same counters as OpenMetrics (family names without _total, samples with it, # EOF)
+    give the survivals worked out above: 200/200, 150/200, 90/200."""
+    before, after = scrape(ONE_BEFORE) + "# EOF\n", scrape(ONE_AFTER) + "# EOF\n"
+    if form == "eof-blank-after":
+        before, after = before + "\n\n", after + "\n"
+    elif form == "content-type":
+        before, after = _om_curl(before), _om_curl(after)
+    (cell,) = screened(tmp_path, write_inputs(tmp_path, before, after))["cells"]
+    assert [s["value"] for s in cell["survival"]] == pytest.approx([1.0, 0.75, 0.45], rel=REL)
+
+
+def test_a_text_plain_scrape_ending_in_eof_is_read_as_text(tmp_path: Path) -> None:
+    """The declared Content-Type wins: text/plain goes to the text parser, whose ``# EOF`` is a
+    comment, and blank lines there are fine (the OpenMetrics parser would refuse them)."""
+    body = scrape(ONE_AFTER).replace("\n# HELP", "\n\n# HELP") + "# EOF\n"
+    args = write_inputs(tmp_path, _curl(scrape(ONE_BEFORE)), _curl(body))
+    (cell,) = screened(tmp_path, args)["cells"]
+    assert [s["value"] for s in cell["survival"]] == pytest.approx([1.0, 0.75, 0.45], rel=REL)
+
+
+def test_openmetrics_errors_name_the_line(tmp_path: Path) -> None:
+    good = scrape(ONE_AFTER)
+    n = len(good.splitlines())
+    after = tmp_path / "after.prom"
+    # declared OpenMetrics but cut short: the parser needs # EOF (5 header lines + the body)
+    args = write_inputs(tmp_path, scrape(ONE_BEFORE) + "# EOF\n", _om_curl(good))
+    refused(tmp_path, args, f"{after}:line {5 + n}: OpenMetrics text without its final # EOF")
+    # a blank line inside OpenMetrics text (line 3)
+    lines = good.splitlines()
+    body = "\n".join([*lines[:2], "", *lines[2:]]) + "\n# EOF\n"
+    args = write_inputs(tmp_path, scrape(ONE_BEFORE) + "# EOF\n", body)
+    refused(tmp_path, args, f"{after}:line 3: not OpenMetrics text: Received blank line")
+    # a series twice in its family: the OpenMetrics parser would keep one, silently
+    body = "\n".join([*lines[:3], lines[2], *lines[3:]]) + "\n# EOF\n"
+    args = write_inputs(tmp_path, scrape(ONE_BEFORE) + "# EOF\n", body)
+    refused(tmp_path, args, f"{after}: repeats a series (same labels)")
+
+
+def test_malformed_comment_line_is_named(tmp_path: Path) -> None:
+    """The text parser checks # HELP / # TYPE lines too (a TYPE without its type, line 2)."""
+    bad = scrape(ONE_AFTER).replace(" counter\n", "\n", 1)
+    args = write_inputs(tmp_path, scrape(ONE_BEFORE), bad)
+    refused(tmp_path, args, f"{tmp_path / 'after.prom'}:line 2: malformed comment line")

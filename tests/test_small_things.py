@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from specreplay import __version__
@@ -17,6 +21,19 @@ STEM = "temperature-0.0-posterior_threshold-0.09-posterior_alpha-0.3"
 def test_version_prints_the_package_version() -> None:
     res = CliRunner().invoke(app, ["--version"])
     assert res.exit_code == 0 and res.stdout.strip() == f"specreplay {__version__}"
+
+
+def test_the_version_has_one_source() -> None:
+    """SemVer 0.y.z, written once (specreplay.__version__, which hatch reads for the metadata)."""
+    import importlib.metadata
+    import re
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["hatch"]["version"]["path"] == "specreplay/__init__.py"
+    assert re.fullmatch(r"0\.\d+\.\d+", __version__)
+    assert importlib.metadata.version("specreplay") == __version__
 
 
 def test_synth_says_request_and_shard_in_the_singular_when_there_is_one(tmp_path: Path) -> None:
@@ -124,20 +141,96 @@ def test_default_arm_labels_are_short(tmp_path: Path) -> None:
     assert "— vicuna-13b vs vicuna-7b:" in res.stdout.splitlines()[0]
 
 
-def test_one_default_numba_cache_for_every_way_of_running(tmp_path: Path) -> None:
-    """Without NUMBA_CACHE_DIR, importing specreplay points Numba at the user cache directory."""
-    import os
-    import subprocess
-    import sys
+# Run in a fresh interpreter: imports specreplay, compiles two cached kernels (stats/tfast first,
+# which imports nothing of sim/ or replay/, then one in sim/), then imports every module of the
+# package and lists where each cached kernel's cache lives (numba picks it when the kernel is
+# decorated). The environment is compared before that walk: polars, which the walk imports, sets
+# _RJEM_MALLOC_CONF itself.
+_CACHE_PROBE = """
+import importlib, json, os, pkgutil
+before = dict(os.environ)
+import specreplay
+after_import = dict(os.environ)
+import numpy as np
+from numba.core import config
+from numba.core.caching import FunctionCache
+from numba.core.registry import CPUDispatcher
+from specreplay.stats.tfast import t_cdf_many
+t_cdf_many(np.array([2.0]), np.array([5.0]))
+from specreplay.sim.rng import uniform_py
+uniform_py(1, 2, 3, 4, 5)
+after_compile = dict(os.environ)
+paths = {}
+for m in pkgutil.walk_packages(specreplay.__path__, "specreplay."):
+    for name, obj in vars(importlib.import_module(m.name)).items():
+        cache = getattr(obj, "_cache", None)
+        if isinstance(obj, CPUDispatcher) and isinstance(cache, FunctionCache):
+            paths[f"{obj.py_func.__module__}.{name}"] = cache.cache_path
+print(json.dumps({"env_after_import": after_import == before,
+                  "env_after_compile": after_compile == before,
+                  "config": config.CACHE_DIR, "in_effect": specreplay.numba_cache_dir(),
+                  "paths": paths}))
+"""
 
+
+@pytest.mark.parametrize("callers", [False, True], ids=["default", "callers-NUMBA_CACHE_DIR"])
+def test_numba_cache_dir_is_set_without_touching_the_environment(
+    tmp_path: Path, callers: bool
+) -> None:
+    """``import specreplay`` changes no environment variable; every cached kernel of the package
+    caches in one directory (the caller's NUMBA_CACHE_DIR, else the user cache default), and the
+    compiled kernels' files land there."""
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
-    env["HOME"] = str(tmp_path)
-    code = ("import specreplay, numba; from numba.core import config; "
-            "print(specreplay.numba_cache_dir()); print(config.CACHE_DIR)")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout.split()  # fmt: skip
-    expected = str(tmp_path / ".cache" / "specreplay" / "numba" / __version__)
-    assert out == [expected, expected]
+    env["HOME"] = str(tmp_path / "home")
+    expected = tmp_path / "home" / ".cache" / "specreplay" / "numba" / __version__
+    if callers:
+        expected = tmp_path / "callers-cache"
+        env["NUMBA_CACHE_DIR"] = str(expected)
+    out = subprocess.run([sys.executable, "-c", _CACHE_PROBE], env=env, capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    doc = json.loads(out)
+    assert doc["env_after_import"] and doc["env_after_compile"]
+    assert doc["config"] == doc["in_effect"] == str(expected)
+    # the walk found the kernels of sim, stats and replay (80 today), every one under `expected`
+    packages = {k.split(".")[1] for k in doc["paths"]}
+    assert packages == {"sim", "stats", "replay"} and len(doc["paths"]) >= 50
+    assert {k: p for k, p in doc["paths"].items() if Path(p).parent != expected} == {}
+    # numba names a cache file MODULE.FUNCTION-LINE.pyXY.nbi, in a folder per source folder
+    written = {p.name.split("-")[0] for p in expected.rglob("*.nbi")}
+    assert {"rng._uniform_one", "tfast.t_cdf_many"} <= written
+
+
+def test_every_cached_kernel_module_sets_the_cache_dir_first() -> None:
+    """A module defining ``@njit(cache=True)`` kernels lives in sim/ or replay/ (whose
+    ``__init__`` calls ``use_numba_cache``), or calls it itself, or imports specreplay.sim first:
+    so its kernels cache in the chosen directory whatever is imported first."""
+    import ast
+
+    import specreplay
+
+    root = Path(specreplay.__file__).parent
+    uncovered = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        cached = any(
+            isinstance(kw.value, ast.Constant) and kw.arg == "cache" and kw.value.value is True
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef)
+            for dec in node.decorator_list
+            if isinstance(dec, ast.Call)
+            for kw in dec.keywords
+        )
+        if not cached or path.relative_to(root).parts[0] in ("sim", "replay"):
+            continue
+        covered = any(
+            (isinstance(n, ast.ImportFrom) and (n.module or "").startswith("specreplay.sim"))
+            or (isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+                and getattr(n.value.func, "id", "") == "use_numba_cache")
+            for n in tree.body
+        )  # fmt: skip
+        if not covered:
+            uncovered.append(str(path.relative_to(root)))
+    assert uncovered == []
 
 
 def test_a_cold_cache_is_announced_on_stderr(tmp_path: Path) -> None:

@@ -1,4 +1,8 @@
-"""Typed cells of a requalification (SPEC §3.2–3.4): comparisons, replay figures, verdicts.
+"""The requalify pipeline (SPEC §3.1–3.4): the replay pass and the typed cells it gives.
+
+:func:`requalify_run` checks the options, opens the archive, replays every arm in one pass (and
+the ``--by`` passes), builds the result and hashes ids; :func:`requalify_replayed` builds a
+requalification from a replay already made (the demo's one pass serves every chapter).
 
 A requalification compares the candidate with the baseline (the verdict), with the reference (the
 gain a budget uses: no verdict) and the logging arm's SIMULATED R with its MEASURED R (the
@@ -16,7 +20,8 @@ test fails, else INCONCLUSIVE. Each step returns new objects.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,7 @@ from numpy.typing import NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.builders import cells_of, law_tests_of
 from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
+from specreplay.pipelines.grouping import check_by, with_by_cells
 from specreplay.pipelines.importance import (
     auto_summary,
     cell_specs,
@@ -35,12 +41,17 @@ from specreplay.pipelines.importance import (
     with_estimators,
 )
 from specreplay.pipelines.shortrounds import (
+    exclude_below,
     short_rounds_assumptions,
     short_rounds_excluded,
     with_excluded_rounds,
 )
-from specreplay.replay.choice import AUTO
-from specreplay.replay.engine import ReplayResult
+from specreplay.replay.archive.sources import archive_rows
+from specreplay.replay.backend import Backend, BackendRun, backend_runner
+from specreplay.replay.choice import AUTO, auto_passes, pass_columns, resolve_auto
+from specreplay.replay.engine import OpenArchive, ReplayResult
+from specreplay.replay.scan import Progress
+from specreplay.replay.shard import needed_columns
 from specreplay.results.model import (
     ArmFigure,
     Cell,
@@ -54,7 +65,8 @@ from specreplay.results.model import (
     Role,
     Survival,
 )
-from specreplay.sim.arms import Arm
+from specreplay.results.privacy import IdHasher, hash_result
+from specreplay.sim.arms import Arm, parse_arm, parse_arm_option
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.arviz_bridge import ComparisonReplicates
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
@@ -67,14 +79,21 @@ __all__ = [
     "ASSUMPTIONS",
     "NO_IMPORTANCE_PATH_BIAS",
     "Comparand",
+    "Opened",
     "RequalifyArms",
     "RequalifyOptions",
     "check_replayable",
     "comparands",
     "estimator_used",
     "merge_comparisons",
+    "requalify_arms",
     "requalify_assumptions",
+    "requalify_open",
+    "requalify_opened",
+    "requalify_replayed",
     "requalify_result",
+    "requalify_run",
+    "sample_requests",
     "with_replay_figures",
     "with_requalification",
     "with_support_nulls",
@@ -570,3 +589,175 @@ def requalify_result(
             next(p.comparison for p in parts if p.role == Role.CANDIDATE_VS_BASELINE)
         ),
     )
+
+
+# -------------------------------------------------------------------------------------------------
+# The run: options checked, archive opened, one pass (plus the ``--by`` passes), ids hashed
+
+Opened = tuple[OpenArchive, RequalifyArms]
+"""A requalification's checked inputs: the archive opened (its first batch read) and its arms."""
+
+
+def sample_requests(ids: list[str], n: int, seed: int) -> set[str]:
+    """Choose ``n`` request ids deterministically: the n smallest seeded hashes of their keys."""
+    from specreplay.sim.rng import STREAM_REQUALIFY_SAMPLE, request_key, uniform_py
+
+    ranked = sorted(
+        ids,
+        key=lambda r: (uniform_py(seed, int(request_key(r)), 0, 0, STREAM_REQUALIFY_SAMPLE), r),
+    )
+    return set(ranked[:n])
+
+
+def requalify_arms(
+    baseline: str, candidate: str, reference: str | None, logged: str | None
+) -> RequalifyArms:
+    """Parse the arms of a requalification by role (``logged``: the archive's logging arm).
+
+    ``all`` holds every distinct arm, in the order baseline, candidate, reference, logging arm.
+
+    Raises
+    ------
+    SpecReplayError
+        A bad arm (named by its option), or a candidate that is the baseline.
+    """
+    base = parse_arm_option("--baseline", baseline)
+    cand = parse_arm_option("--candidate", candidate)
+    ref = parse_arm_option("--reference", reference) if reference else None
+    if base.canonical == cand.canonical:
+        raise SpecReplayError(f"baseline and candidate are the same arm ({base.canonical})")
+    log = parse_arm(logged) if logged is not None else None  # the reader checked it is an arm
+    every: dict[str, Arm] = {}
+    for a in (base, cand, ref, log):
+        if a is not None:
+            every.setdefault(a.canonical, a)
+    return RequalifyArms(base, cand, ref, log, every)
+
+
+def requalify_replayed(
+    res: ReplayResult, arms: RequalifyArms, opts: RequalifyOptions, archive: Path
+) -> Result:
+    """Return the requalification of ``arms`` from a replay that holds them (checked first)."""
+    check_replayable(res, arms)
+    return requalify_result(res, arms, opts, archive)
+
+
+def requalify_open(archive: Path, opts: RequalifyOptions) -> Opened:
+    """Check the options and open the archive (its first batch read): errors before any work."""
+    check_by(opts.by)
+    if opts.by is not None and opts.families is not None:
+        raise SpecReplayError("--by and --families: give one of them (--by cells span families)")
+    parse_margin(opts.margin)
+    # the first batch is read here, through the validating reader: the logging arm is known
+    # before the pass, which then goes on from the same reader (one read of every file)
+    opened = OpenArchive(
+        archive,
+        buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
+        logging_arm=opts.logging_arm,
+        columns=pass_columns(opts.estimator, opts.by),
+        ignore=opts.ignore,
+    )
+    return opened, requalify_arms(opts.baseline, opts.candidate, opts.reference, opened.logging_arm)
+
+
+def requalify_run(
+    archive: Path,
+    opts: RequalifyOptions,
+    *,
+    progress: Progress | None = None,
+    backend: Backend | None = None,
+) -> Result:
+    """Replay ``archive`` under the arms of ``opts``, requalify the candidate; return the result.
+
+    ``backend``: who replays the shards (Dask, the per-shard cache; default this process).
+    """
+    opened = requalify_open(archive, opts)
+    return requalify_opened(opened, archive, opts, progress=progress, backend=backend)
+
+
+def requalify_opened(
+    opened: Opened,
+    archive: Path,
+    opts: RequalifyOptions,
+    *,
+    progress: Progress | None = None,
+    backend: Backend | None = None,
+) -> Result:
+    """Run the pass, the ``--by`` passes and ``--hash-ids`` on what :func:`requalify_open` opened.
+
+    The command opens the archive (every option checked) before it makes its output folder.
+    """
+    filters = {"families": sorted(opts.families) if opts.families else None,
+               "sample_requests": opts.sample_requests}  # fmt: skip
+    with backend_runner(backend, filters, inputs=[archive]) as run:
+        result, res = _passes(opened, archive, opts, progress, run)
+        entry = run.to_json()
+    if entry is not None:
+        result = dataclasses.replace(result, extra={**result.extra, "replay_backend": entry})
+    return hash_result(result, IdHasher(res.requests) if opts.hash_ids else None)
+
+
+def _passes(
+    opened: Opened,
+    archive: Path,
+    opts: RequalifyOptions,
+    progress: Progress | None,
+    run: BackendRun,
+) -> tuple[Result, ReplayResult]:
+    """Run the main pass and the ``--by`` passes, shards replayed by ``run``."""
+    reader, arms = opened
+    rows = archive_rows(archive, opts.ignore)
+    ctx = progress("replaying", rows) if progress else nullcontext(None)
+    estimator, companion = auto_passes(opts.estimator)
+    with ctx as advance:
+        res = _replay(reader, arms, opts, estimator, companion, advance, run)
+    if opts.estimator == AUTO:
+        res, _ = resolve_auto(res, list(arms.all.values()))
+    result = requalify_result(res, arms, opts, archive)
+    if opts.by is not None:
+        result = with_by_cells(
+            result, opts.by, lambda g: _group_pass(archive, arms, opts, res.estimator, g, run)
+        )
+    return result, res
+
+
+def _replay(
+    opened: OpenArchive,
+    arms: RequalifyArms,
+    opts: RequalifyOptions,
+    estimator: str,
+    companion: str | None,
+    advance: Callable[[int], None] | None,
+    run: BackendRun,
+) -> ReplayResult:
+    """Replay the arms once and select requests (``--families``, ``--sample-requests``)."""
+    res = opened.replay(
+        list(arms.all.values()),
+        estimator=estimator,
+        replicates=opts.replicates,
+        seed=opts.seed,
+        law_positions=opts.law_positions,
+        progress=advance,
+        companion=companion,
+        runner=run.runner,
+        exclude_below=exclude_below(opts.short_rounds, arms.all.values()),
+    )
+    n = opts.sample_requests
+    wanted = sample_requests(res.requests, n, opts.seed) if n else None
+    if opts.families is not None or wanted is not None:
+        res = res.select(set(opts.families) if opts.families else None, wanted)
+    check_replayable(res, arms)
+    return res
+
+
+def _group_pass(
+    archive: Path, arms: RequalifyArms, opts: RequalifyOptions, estimator: str,
+    group: tuple[str, ...], run: BackendRun,
+) -> Result:  # fmt: skip
+    """One ``--by`` pass: requests coded by ``group``, the main pass's resolved estimator."""
+    opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
+                         logging_arm=opts.logging_arm, group=group,
+                         columns=needed_columns(estimator, None, group),
+                         ignore=opts.ignore)  # fmt: skip
+    res = _replay(opened, arms, opts, estimator, None, None, run)
+    return requalify_result(res, arms, opts, archive)

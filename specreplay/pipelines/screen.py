@@ -1,4 +1,8 @@
-"""The depth screen's typed cells (SPEC §3.6, seed 001_*); TABLES.md is in render.screen.
+"""The screen pipeline (SPEC §3.6, seed 001_*): run counters in, typed ``screen`` cells out.
+
+:func:`screen_result` reads the run-counter files and vLLM scrapes with the config, pools the runs
+per (batch, context, worker) and returns the typed result (the Python API's ``screen``);
+:mod:`specreplay.render.screen` writes its TABLES.md.
 
 One ``screen`` cell per (batch, context, worker) that has runs; absent cells stay absent (never
 filled). Per cell: the worker's :class:`~specreplay.results.model.ArmFigure` (R = 1 + Σ_{i≤c_B}
@@ -13,20 +17,34 @@ Every rate is ESTIMATED; UNSUPPORTED depths carry ``supported: false`` and the r
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
+from specreplay.errors import SpecReplayError
+from specreplay.pipelines.document import input_files, new_result
+from specreplay.replay.archive.counters import (
+    CounterRun,
+    ScreenConfig,
+    is_prometheus_text,
+    read_config,
+    read_counter_runs,
+    vllm_run,
+)
 from specreplay.results.model import (
     ArmFigure,
     Cell,
     DepthFigure,
     Label,
     Level,
+    Result,
     ScreenFigures,
     Survival,
 )
-from specreplay.stats.screen import ScreenCell
+from specreplay.stats.screen import ScreenCell, ScreenParams, ScreenRun, screen_cell
 
-__all__ = ["SCREEN_ASSUMPTIONS", "screen_cell_result"]
+__all__ = ["SCREEN_ASSUMPTIONS", "screen_cell_result", "screen_result"]
 
 SCREEN_ASSUMPTIONS = (
     "S_i = Σ accepted_position_i / Σ request_rounds over the runs of a cell (pooled counts; "
@@ -116,3 +134,94 @@ def screen_cell_result(
             label=Label.MEASURED,
         ),
     )
+
+
+def _runs(
+    paths: list[Path], cfg: ScreenConfig, model_name: str | None
+) -> tuple[list[CounterRun], list[tuple[Path, int]]]:
+    """Read every input; return the runs and (file, rows) for ``inputs``."""
+    named = {e.before.resolve() for e in cfg.vllm} | {e.after.resolve() for e in cfg.vllm}
+    given = {p.resolve() for p in paths}
+    for e in cfg.vllm:
+        for p in (e.before, e.after):
+            if p.resolve() not in given:
+                raise SpecReplayError(f"{p}: named by a [[vllm]] entry but not given as an input")
+    runs: list[CounterRun] = []
+    files: list[tuple[Path, int]] = []
+    for p in paths:
+        if not p.is_file():
+            raise SpecReplayError(f"{p}: no such file")
+        if p.resolve() in named:  # a [[vllm]] scrape, whatever its first line holds
+            files.append((p, 0))
+            continue
+        if is_prometheus_text(p):
+            raise SpecReplayError(
+                f"{p}: Prometheus text not named by a [[vllm]] entry of --config "
+                "(before/after scrapes, with batch and step_p50_ms)"
+            )
+        rows = read_counter_runs(p)
+        runs += rows
+        files.append((p, len(rows)))
+    runs += [vllm_run(e, model_name) for e in cfg.vllm]
+    return runs, files
+
+
+def screen_result(paths: list[Path], config: Path | None, model_name: str | None = None) -> Result:
+    """Screen every (batch, context, worker) cell of the inputs; return the typed result.
+
+    ``model_name`` picks one model's series in every vLLM scrape (``--model-name``).
+    """
+    cfg = read_config(config)
+    runs, files = _runs(paths, cfg, model_name)
+    params = cfg.params
+    caps, draft = dict(params.caps), dict(params.draft_p50_ms)
+    groups: dict[tuple[int, int, str], list[CounterRun]] = defaultdict(list)
+    for r in runs:
+        groups[(r.batch, r.context, r.worker)].append(r)
+    cells: list[Cell] = []
+    for (batch, context, worker), rs in sorted(groups.items()):
+        if batch not in caps:
+            raise SpecReplayError(f"{rs[0].where}: no nominal cap for batch {batch}: set [caps]")
+        if batch not in draft:
+            raise SpecReplayError(
+                f"{rs[0].where}: no D_B for batch {batch}: set [draft_p50_ms] in --config "
+                "(the measured draft graph p50, ms)"
+            )
+        sc = screen_cell(
+            [ScreenRun(r.request_rounds, r.accepted_position, r.step_p50_ms) for r in rs],
+            batch=batch, cap=caps[batch], draft_ms=draft[batch], params=params,
+        )  # fmt: skip
+        cells.append(screen_cell_result(sc, context=context, worker=worker, runs=len(rs),
+                                        suites=[r.suite for r in rs]))  # fmt: skip
+    if config is not None:
+        files.append((config, 0))
+    return new_result(
+        command="screen",
+        seed=0,
+        inputs=tuple(x for x in input_files([(p, n or None) for p, n in files])),
+        options=_options(paths, config, params, model_name),
+        assumptions=SCREEN_ASSUMPTIONS,
+        arms=sorted({r.worker for r in runs}),
+        cells=tuple(cells),
+    )
+
+
+def _options(
+    paths: list[Path], config: Path | None, p: ScreenParams, model_name: str | None
+) -> dict[str, Any]:
+    return {
+        "counters": [str(x) for x in paths],
+        "config": str(config) if config is not None else None,
+        "model_name": model_name,
+        "trained_block": p.trained_block,
+        "depths": list(p.depths),
+        "h_ms": list(p.h_ms),
+        "caps": {str(b): c for b, c in p.caps},
+        "draft_p50_ms": {str(b): d for b, d in p.draft_p50_ms},
+        "central": {"overlap": p.overlap, "overhead_ms": p.overhead_ms, "slope": p.slope},
+        "envelope": {
+            "overlap": list(p.overlap_grid),
+            "overhead_ms": list(p.overhead_grid),
+            "slope": list(p.slope_grid),
+        },
+    }

@@ -1,4 +1,9 @@
-"""The counterfactual fixed-depth sweep (SPEC §3.5): R at every depth per arm and cell, one pass.
+"""The sweep pipeline (SPEC §3.5): R at every fixed depth per arm and cell, from one replay pass.
+
+:func:`sweep_run` checks the options, opens the archive, replays every arm at depths
+1..max(``--depths``, the arms' own depths) in one pass (and the ``--by`` passes), builds the
+result (:func:`sweep_result`) and hashes ids; round traces (the inputs of ``interval``) give the
+survival truncation proxy instead (:func:`proxy_result`).
 
 Per arm, its own ``@DEPTH`` is the **reference depth**. For every depth d of ``--depths`` the
 archive's replay at depth d is compared with the replay at the reference depth on the same
@@ -12,10 +17,10 @@ the delta is null where a round is shorter than d or than the reference depth (S
 :mod:`specreplay.pipelines.shortrounds`).
 
 Every comparison of one sweep uses the same seed on the same requests, so replicate b resamples
-the same requests at every depth: with a **cost model** (milliseconds per round at each depth,
-:class:`CostModel`) tokens/s = 1000·R(d)/ms(d) per depth (ESTIMATED), the best depth per cell and
-arm, and ``p_best``, the share of replicates in which each depth has the most tokens/s (rank
-stability), come from those joint replicates.
+the same requests at every depth: with a **cost model** (milliseconds per round at each depth)
+tokens/s = 1000·R(d)/ms(d) per depth (ESTIMATED), the best depth per cell and arm, and
+``p_best``, the share of replicates in which each depth has the most tokens/s (rank stability),
+come from those joint replicates (:mod:`specreplay.stats.depth` computes them).
 
 Decisions: the depth-vs-reference deltas carry no verdict (a sweep is a counterfactual check,
 not a requalification); cells keep one arm figure per arm (R at its reference depth). Under
@@ -29,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import tomllib
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,7 @@ import numpy as np
 
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
+from specreplay.pipelines.grouping import check_by, with_by_cells
 from specreplay.pipelines.importance import (
     comparison_failure,
     with_auto_diagnostics,
@@ -45,28 +51,41 @@ from specreplay.pipelines.importance import (
 )
 from specreplay.pipelines.requalify import Comparand, estimator_used, merge_comparisons
 from specreplay.pipelines.shortrounds import (
+    exclude_below,
     short_rounds_assumptions,
     short_rounds_excluded,
     with_excluded_rounds,
 )
-from specreplay.replay.choice import AUTO
-from specreplay.replay.engine import ReplayResult
+from specreplay.replay.archive.importers import detect_kind, drafted_depths, read_arm
+from specreplay.replay.archive.sources import archive_listing, archive_rows
+from specreplay.replay.backend import Backend, BackendRun, backend_runner
+from specreplay.replay.choice import AUTO, auto_passes, pass_columns, resolve_auto
+from specreplay.replay.engine import OpenArchive, ReplayResult
+from specreplay.replay.scan import Progress
+from specreplay.replay.shard import needed_columns
 from specreplay.results.model import Cell, DepthFigure, Label, Result, Role
-from specreplay.sim.arms import Arm
+from specreplay.results.privacy import IdHasher, hash_result
+from specreplay.sim.arms import Arm, parse_arm_option
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.cells import Cell as CellSpec
 from specreplay.stats.compare import Comparison, compare, parse_margin
+from specreplay.stats.depth import CostModel, best_depth, p_best, tokens_per_s
 from specreplay.stats.pairing import pair_arms
 from specreplay.stats.support import ShortRounds
 
 __all__ = [
-    "CostModel",
+    "ProxyDepths",
     "SweepOptions",
+    "SweepPrepared",
+    "expand_arms",
     "expand_braces",
     "parse_depths",
     "proxy_result",
+    "sweep_prepare",
+    "sweep_prepared",
     "sweep_result",
+    "sweep_run",
 ]
 
 NO_VERDICT = "depth sweep: Δ against the arm's own depth (a counterfactual check, no verdict)"
@@ -94,29 +113,6 @@ def expand_braces(text: str) -> list[str]:
     return out
 
 
-def _cost_table(text: str) -> dict[int, float]:
-    """Read ``--cost FILE.toml``: ``ms_per_round`` maps depths ≥ 1 to finite ms > 0."""
-    try:
-        doc = tomllib.loads(Path(text).read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise SpecReplayError(f"--cost {text}: not valid UTF-8") from None
-    except (OSError, tomllib.TOMLDecodeError, ValueError) as e:
-        raise SpecReplayError(f"--cost {text}: {e}") from None
-    raw = doc.get("ms_per_round")
-    if not isinstance(raw, dict) or not raw:
-        raise SpecReplayError(f"--cost {text}: expected a table ms_per_round = {{1 = 2.1, …}}")
-    table: dict[int, float] = {}
-    for k, v in raw.items():
-        depth_ok = k.isdigit() and k.isascii() and len(k) <= 3 and 1 <= int(k) <= 127
-        ms_ok = type(v) in (int, float) and math.isfinite(v) and v > 0
-        if not (depth_ok and ms_ok):
-            raise SpecReplayError(
-                f"--cost {text}: ms_per_round.{k} = {v!r}: depth 1..127 → finite ms > 0"
-            )
-        table[int(k)] = float(v)
-    return table
-
-
 def _small_int(digits: str) -> int:
     """Return ASCII ``digits`` as an int, 10⁵ for more than 4 significant digits.
 
@@ -139,36 +135,6 @@ def parse_depths(text: str) -> tuple[int, ...]:
             raise SpecReplayError(f"--depths {text!r}: depths are 1..127, low to high")
         depths.update(range(lo, hi + 1))
     return tuple(sorted(depths))
-
-
-@dataclass(frozen=True)
-class CostModel:
-    """Milliseconds per round at each depth: linear T0 + C·d, or a table (TOML)."""
-
-    text: str
-    t0: float | None = None
-    slope: float | None = None
-    table: dict[int, float] | None = None
-
-    @staticmethod
-    def parse(text: str) -> CostModel:
-        """``linear:T0:C`` or a TOML file with ``ms_per_round = {1 = 2.1, 2 = 2.4, …}``."""
-        if text.startswith("linear:"):
-            try:
-                t0, c = (float(x) for x in text.split(":")[1:])
-            except ValueError:
-                raise SpecReplayError(f"--cost {text!r}: expected linear:T0:C (ms)") from None
-            if not (math.isfinite(t0 + c) and t0 >= 0 and c >= 0 and t0 + c > 0):
-                raise SpecReplayError(f"--cost {text!r}: T0 and C are finite ms ≥ 0, not both 0")
-            return CostModel(text, t0=t0, slope=c)
-        return CostModel(text, table=_cost_table(text))
-
-    def ms(self, depth: int) -> float | None:
-        """Milliseconds per round at ``depth`` (None where the table has no entry)."""
-        if self.table is not None:
-            return self.table.get(depth)
-        assert self.t0 is not None and self.slope is not None
-        return self.t0 + self.slope * depth
 
 
 @dataclass(frozen=True)
@@ -262,23 +228,21 @@ def _depth_figures(
         ms = cost.ms(d) if cost is not None else None
         if ms is not None:
             fig = dataclasses.replace(
-                fig, tokens_per_s=1000.0 * r_b / ms, tokens_per_s_lo=1000.0 * lo / ms,
-                tokens_per_s_hi=1000.0 * hi / ms,
-            )  # fmt: skip
+                fig,
+                tokens_per_s=tokens_per_s(float(r_b), ms),
+                tokens_per_s_lo=tokens_per_s(lo, ms),
+                tokens_per_s_hi=tokens_per_s(hi, ms),
+            )
             assert comp.rb_reps is not None
-            tps_reps[d] = 1000.0 * comp.rb_reps[:, i] / ms
+            tps_reps[d] = tokens_per_s(comp.rb_reps[:, i], ms)
         figs.append(fig)
     if not tps_reps:
         return figs, None
-    ds = sorted(tps_reps)
-    mat = np.stack([tps_reps[d] for d in ds], axis=1)
-    ok = np.all(np.isfinite(mat), axis=1)
-    wins = np.bincount(np.argmax(mat[ok], axis=1), minlength=len(ds)) / max(int(ok.sum()), 1)
-    p_best = dict(zip(ds, wins.tolist(), strict=True))
-    figs = [dataclasses.replace(f, p_best=p_best.get(f.depth)) if f.depth in p_best else f
-            for f in figs]  # fmt: skip
-    best = max(ds, key=lambda d: next(f.tokens_per_s or -math.inf for f in figs if f.depth == d))
-    return figs, best
+    shares = p_best(tps_reps)
+    figs = [
+        dataclasses.replace(f, p_best=shares[f.depth]) if f.depth in shares else f for f in figs
+    ]
+    return figs, best_depth({f.depth: f.tokens_per_s for f in figs if f.depth in tps_reps})
 
 
 def fewest_bits(
@@ -471,3 +435,202 @@ def proxy_result(
         assumptions=[PROXY, *ref.notes], arms=[name], cells=cells,
         inputs_ignored=ignored_inputs(ref.ignored),
     )  # fmt: skip
+
+
+# -------------------------------------------------------------------------------------------------
+# The run: options checked, archive opened, one pass (plus the ``--by`` passes), ids hashed; round
+# traces give the survival truncation proxy instead
+
+
+def expand_arms(texts: list[str]) -> list[Arm]:
+    """Parse ``--arm`` values, brace lists expanded, distinct by canonical form, in order."""
+    arms: dict[str, Arm] = {}
+    for text in texts:
+        for one in expand_braces(text):
+            arm = parse_arm_option("--arm", one)
+            arms.setdefault(arm.canonical, arm)
+    if not arms:
+        raise SpecReplayError("sweep: give at least one --arm")
+    return list(arms.values())
+
+
+@dataclass(frozen=True)
+class SweepPrepared:
+    """A sweep's checked inputs: the archive opened (its first batch read) and the arms."""
+
+    opened: OpenArchive
+    arms: list[Arm]
+    baseline: Arm | None
+    replayed: list[Arm]
+
+
+ProxyDepths = tuple[int, int | None, int]
+"""A proxy's checked depths: (top supported depth, lowest drafted, rounds that record none)."""
+
+
+def sweep_run(
+    archive: Path,
+    opts: SweepOptions,
+    *,
+    progress: Progress | None = None,
+    backend: Backend | None = None,
+) -> Result:
+    """Sweep ``opts.arms`` over ``opts.depths``; return the typed result.
+
+    Round traces (the inputs of ``interval``) give the survival truncation proxy instead.
+    ``backend``: who replays the shards (Dask, the per-shard cache; default this process).
+    """
+    prepared = sweep_prepare(archive, opts, backend)
+    return sweep_prepared(prepared, archive, opts, progress=progress, backend=backend)
+
+
+def sweep_prepare(
+    archive: Path, opts: SweepOptions, backend: Backend | None
+) -> SweepPrepared | ProxyDepths:
+    """Check every option and open the archive (errors before any work); round traces: depths."""
+    if _is_round_traces(archive, opts.ignore):
+        _no_backend(archive, backend)
+        return _proxy_depths(archive, opts)
+    return _prepare(archive, opts)
+
+
+def sweep_prepared(
+    prepared: SweepPrepared | ProxyDepths,
+    archive: Path,
+    opts: SweepOptions,
+    *,
+    progress: Progress | None = None,
+    backend: Backend | None = None,
+) -> Result:
+    """Run the sweep (or the proxy) on what :func:`sweep_prepare` checked; return the result."""
+    if isinstance(prepared, SweepPrepared):
+        return _swept(archive, opts, prepared, progress, backend)
+    return _proxy(archive, opts, prepared)
+
+
+def _no_backend(archive: Path, backend: Backend | None) -> None:
+    """Refuse Dask and cache options for round traces (nothing is replayed)."""
+    if backend is not None and not backend.default:
+        raise SpecReplayError(
+            f"{archive}: round traces are not replayed: --scheduler, --workers and --cache "
+            "apply to position traces"
+        )
+
+
+def _prepare(archive: Path, opts: SweepOptions) -> SweepPrepared:
+    """Check the arms and the cost model and open the archive: errors before any work."""
+    check_by(opts.by)
+    arms = expand_arms(list(opts.arms))
+    baseline = parse_arm_option("--baseline", opts.baseline) if opts.baseline else None
+    replayed = list({a.canonical: a for a in [*arms, *([baseline] if baseline else [])]}.values())
+    if opts.cost:
+        CostModel.parse(opts.cost)  # a bad cost model is an error before any work
+    opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
+                         logging_arm=opts.logging_arm, ignore=opts.ignore,
+                         columns=pass_columns(opts.estimator, opts.by))  # fmt: skip
+    return SweepPrepared(opened, arms, baseline, replayed)
+
+
+def _swept(
+    archive: Path,
+    opts: SweepOptions,
+    prep: SweepPrepared,
+    progress: Progress | None,
+    backend: Backend | None = None,
+) -> Result:
+    filters: dict[str, object] = {"families": None, "sample_requests": None}
+    with backend_runner(backend, filters, inputs=[archive]) as run:
+        result, requests = _swept_passes(archive, opts, prep, progress, run)
+        entry = run.to_json()
+    if entry is not None:
+        result = dataclasses.replace(result, extra={**result.extra, "replay_backend": entry})
+    return hash_result(result, IdHasher(requests) if opts.hash_ids else None)
+
+
+def _swept_passes(
+    archive: Path,
+    opts: SweepOptions,
+    prep: SweepPrepared,
+    progress: Progress | None,
+    run: BackendRun,
+) -> tuple[Result, list[str]]:
+    """Run the main pass and the ``--by`` passes, shards replayed by ``run``."""
+    estimator, companion = auto_passes(opts.estimator)
+    depth = max([*opts.depths, *(a.depth for a in prep.replayed)])
+    below = exclude_below(opts.short_rounds, prep.replayed)
+    rows = archive_rows(archive, opts.ignore)
+    ctx = progress("replaying", rows) if progress else nullcontext(None)
+    with ctx as advance:
+        res = prep.opened.replay(prep.replayed, estimator=estimator,
+                                 replicates=opts.replicates, seed=opts.seed, max_depth=depth,
+                                 progress=advance, companion=companion,
+                                 runner=run.runner, exclude_below=below)  # fmt: skip
+    if opts.estimator == AUTO:
+        res, _ = resolve_auto(res, prep.replayed)
+    result = sweep_result(res, prep.arms, opts, archive, prep.baseline)
+    if opts.by is not None:
+
+        def group_pass(group: tuple[str, ...]) -> Result:
+            cols = needed_columns(res.estimator, None, group)
+            again = OpenArchive(archive, buckets=prep.opened.buckets, logging_arm=opts.logging_arm,
+                                group=group, columns=cols, ignore=opts.ignore)  # fmt: skip
+            r = again.replay(prep.replayed, estimator=res.estimator, replicates=opts.replicates,
+                             seed=opts.seed, max_depth=depth, runner=run.runner,
+                             exclude_below=below)  # fmt: skip
+            return sweep_result(r, prep.arms, opts, archive, prep.baseline)
+
+        result = with_by_cells(result, opts.by, group_pass)
+    return result, res.requests
+
+
+def _is_round_traces(path: Path, ignore: tuple[str, ...]) -> bool:
+    """Whether ``path`` holds round traces (anything else is read as a position archive).
+
+    A folder's entries are judged first, so a bad entry is reported as itself whichever kind
+    the folder holds (not hidden behind a position-archive option error).
+    """
+    if path.is_dir():
+        archive_listing(path, ignore)
+    try:
+        return detect_kind(path, ignore) == "round-traces"
+    except SpecReplayError:  # not an observed-arm format: the position-archive reader decides
+        return False
+
+
+def _proxy_depths(archive: Path, opts: SweepOptions) -> ProxyDepths:
+    """Check a proxy's options; return (top supported depth, lowest drafted, rounds unknown)."""
+    check_by(opts.by)
+    if opts.by is not None:
+        raise SpecReplayError(
+            f"--by {opts.by!r}: round traces carry no grouping columns (position traces only)"
+        )
+    if opts.arms or opts.baseline:
+        raise SpecReplayError(
+            f"{archive}: round traces hold observed rounds, not archived laws: --arm and "
+            "--baseline apply to position traces (the proxy needs neither)"
+        )
+    if opts.cost:
+        CostModel.parse(opts.cost)
+    Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
+    lowest, unknown = drafted_depths(archive, opts.ignore)
+    top = 0 if unknown or lowest is None else lowest
+    return top, lowest, unknown
+
+
+def _proxy(archive: Path, opts: SweepOptions, depths: ProxyDepths) -> Result:
+    """Return the survival truncation proxy of a round-trace arm at every depth (SPEC §3.5)."""
+    top, lowest, unknown = depths
+    buckets = Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
+    supported = [d for d in opts.depths if d <= top]
+    reference = top if top else max(opts.depths)
+    by_depth = {d: read_arm(archive, buckets=buckets, truncate=d, ignore=opts.ignore)
+                for d in sorted({*supported, *([reference] if top else [])})}  # fmt: skip
+    if not by_depth:
+        raise SpecReplayError(
+            f"{archive}: the proxy is valid only up to the depth every round drafted "
+            + (f"({unknown} rounds record none)" if unknown else f"({lowest})")
+            + f"; --depths {list(opts.depths)} lies beyond it"
+        )
+    result = proxy_result(by_depth, reference, (lowest, unknown), opts, archive)
+    ids = {r for a in by_depth.values() for r in a.sums.get_column("request_id").to_list()}
+    return hash_result(result, IdHasher(ids) if opts.hash_ids else None)

@@ -1,7 +1,7 @@
 """Many live rounds of an arm on the toy pair, compiled: the accept counts only.
 
 :func:`specreplay.sim.toy.live_round` runs one round in Python (about a millisecond); the live
-ground truth of :mod:`specreplay.replay.livetruth` needs hundreds of thousands of them. This
+ground truth of :mod:`specreplay_testing.livetruth` needs hundreds of thousands of them. This
 module runs the same round in one Numba kernel for many (round start, replicate) pairs and keeps
 only what the truth needs: A, the number of leading accepted positions.
 

@@ -68,15 +68,16 @@ STREAM_LAW_POSITIONS = (1 << 62) + 3
 far above every Monte Carlo replicate's streams (STREAMS_PER_REPLICATE · M)."""
 STREAM_LIVE_ROUNDS = (1 << 62) + 7
 """Hash of (seed, request key, round, START_POSITION) giving the seed of the live rounds run from
-that archived round's start (replay.livetruth): replicate m then draws
+that archived round's start (specreplay_testing.livetruth): replicate m then draws
 ``uniform(that seed, request key, m, position, STREAM_DRAFT / STREAM_ACCEPT)``, independent of
 the archive's own draws (a different seed)."""
 STREAM_LIVE_REPLAY_SEED = (1 << 62) + 11
-"""Hash of (seed, 0, 0, START_POSITION) giving the Monte Carlo replay seed of replay.livetruth,
-so its replicates never reuse the archive's draft and accept uniforms."""
+"""Hash of (seed, 0, 0, START_POSITION) giving the Monte Carlo replay seed of
+specreplay_testing.livetruth, so its replicates never reuse the archive's draft and accept
+uniforms."""
 STREAM_LIVE_STARTS = (1 << 62) + 15
-"""Ranks choosing replay.livetruth's round starts: a request's rank at (request key, round 0,
-START_POSITION), a round's rank within its request at (request key, round, position 1)."""
+"""Ranks choosing specreplay_testing.livetruth's round starts: a request's rank at (request key,
+round 0, START_POSITION), a round's rank within its request at (request key, round, position 1)."""
 STREAMS: dict[str, int] = {
     "draft": STREAM_DRAFT,
     "accept": STREAM_ACCEPT,

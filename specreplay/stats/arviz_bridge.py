@@ -3,18 +3,24 @@
 ArviZ 1.x (``arviz_stats``, ``arviz_base``) is imported inside the functions: it takes seconds to
 import, and only commands that report intervals need it. The replicate draws are stored with dims
 (chain = 1, draw = n_boot, cell), so ArviZ's functions treat them as one chain of draws.
+:func:`save_netcdf` writes that tree as netCDF4 with the optional extra ``specreplay[netcdf]``
+(h5netcdf and h5py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from importlib.util import find_spec
+from os import PathLike
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from specreplay.errors import SpecReplayError
 from specreplay.stats.compare import Comparison
+
+if TYPE_CHECKING:
+    from xarray import DataTree
 
 __all__ = ["ComparisonReplicates", "hdi_eti", "replicates_tree", "save_netcdf"]
 
@@ -80,13 +86,32 @@ class ComparisonReplicates:
         return replicates_tree(self.comparison)
 
 
-def save_netcdf(tree: Any, path: Path) -> None:
-    """Write the tree as netCDF (needs the optional extra ``specreplay[netcdf]``)."""
-    try:
-        tree.to_netcdf(path)
-    except (ValueError, ImportError) as exc:
-        if "backend" in str(exc) or isinstance(exc, ImportError):
-            raise SpecReplayError(
-                "netCDF export needs h5netcdf: pip install 'specreplay[netcdf]'"
-            ) from None
-        raise
+def _netcdf_engine() -> Literal["h5netcdf", "netcdf4"] | None:
+    """Return the installed engine that writes a DataTree's groups, or None.
+
+    xarray's ``DataTree.to_netcdf`` writes netCDF4 groups, which only ``h5netcdf`` (writing
+    through ``h5py``) and ``netcdf4`` do; scipy's netCDF3 has no groups.
+    """
+    if find_spec("h5netcdf") is not None and find_spec("h5py") is not None:
+        return "h5netcdf"
+    if find_spec("netCDF4") is not None:
+        return "netcdf4"
+    return None
+
+
+def save_netcdf(tree: DataTree, path: str | PathLike[str]) -> None:
+    """Write a :func:`replicates_tree` as netCDF4 (needs the extra ``specreplay[netcdf]``).
+
+    Read it back with ``xarray.open_datatree(path)``.
+
+    Raises
+    ------
+    SpecReplayError
+        When no netCDF4 writer (h5netcdf with h5py, or netCDF4) is installed.
+    """
+    engine = _netcdf_engine()
+    if engine is None:
+        raise SpecReplayError(
+            "netCDF export needs h5netcdf and h5py: pip install 'specreplay[netcdf]'"
+        )
+    tree.to_netcdf(path, engine=engine)

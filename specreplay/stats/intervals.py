@@ -1,20 +1,17 @@
 """Bootstrap intervals, tests and verdicts for paired deltas of R (SPEC §3.4).
 
 Given the bootstrap replicates θ*_1..θ*_B of a statistic θ (Δ = R_b − R_a or Δ/R_a) and its
-leave-one-request-out jackknife values, this module computes the percentile interval, the
-expanded percentile interval (Hesterberg 2015; :mod:`specreplay.stats.tdist`: the replicate
-quantiles at g_n(α/2) and 1 − g_n(α/2), n the requests in the cell; measured against the others
-by ``bench/calibration.py``) with its inverted p-values, the BCa
-interval (Efron & Tibshirani 1993, §14.3 and Eq. 15.36; the same construction as
-``scipy.stats.bootstrap``: z0 from the mean percentile of θ̂ among the replicates, acceleration
-a = Σd³ / (6 (Σd²)^{3/2}) with d = mean(θ_(i)) − θ_(i), linear-interpolated quantiles), Holm's
-step-down adjustment, and, from the default interval's test (:class:`IntervalTest`: the
-``cr2-eff-hall`` :class:`specreplay.stats.cr2.TTest`, chosen by the calibration study, README
-"Calibration of the intervals"), the verdict of SPEC §3.4, the smallest Holm-adjusted equivalent
-margin and the TOST sample size.
+leave-one-request-out jackknife values, this module computes the BCa interval (Efron & Tibshirani
+1993, §14.3 and Eq. 15.36; the same construction as ``scipy.stats.bootstrap``: z0 from the mean
+percentile of θ̂ among the replicates, acceleration a = Σd³ / (6 (Σd²)^{3/2}) with
+d = mean(θ_(i)) − θ_(i), linear-interpolated quantiles), Holm's step-down adjustment, and, from
+the default interval's test (:class:`IntervalTest`: the ``cr2-eff-hall``
+:class:`specreplay.stats.cr2.TTest`, chosen by the calibration study, README "Calibration of the
+intervals"), the verdict of SPEC §3.4, the smallest Holm-adjusted equivalent margin and the TOST
+sample size.
 
 A degenerate replicate distribution (all replicates equal, e.g. two identical runs) gives a
-zero-width percentile interval and a null BCa with its reason, and never a warning.
+null BCa with its reason, and never a warning.
 This module depends on numpy, the standard library (the normal quantile comes from
 :class:`statistics.NormalDist`) and the t distribution of :mod:`specreplay.stats.tdist`.
 """
@@ -32,7 +29,7 @@ from numpy.typing import NDArray
 
 from specreplay.stats.cr2 import METHOD
 from specreplay.stats.multiple import holm as holm_adjust
-from specreplay.stats.tdist import expanded_tail, t_ppf, tail_p_value
+from specreplay.stats.tdist import t_ppf
 
 __all__ = [
     "DEFAULT_METHOD",
@@ -41,13 +38,9 @@ __all__ = [
     "SampleSize",
     "Verdict",
     "bca_interval",
-    "expanded_interval",
     "holm",
     "holm_smallest_margins",
-    "percentile_interval",
     "requests_for_margin",
-    "tost_p",
-    "two_sided_p",
     "verdict",
 ]
 
@@ -96,35 +89,6 @@ class BCa:
     null_reason: str | None = None
 
 
-def percentile_interval(reps: NDArray[np.float64], level: float) -> tuple[float, float]:
-    """Return the percentile interval of the replicates at confidence ``level``.
-
-    Examples
-    --------
-    >>> [round(x, 9) for x in percentile_interval(np.arange(101.0), 0.9)]
-    [5.0, 95.0]
-    """
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(reps, [alpha, 1.0 - alpha])
-    return float(lo), float(hi)
-
-
-def expanded_interval(reps: NDArray[np.float64], level: float, n: int) -> tuple[float, float]:
-    """Return the expanded percentile interval at ``level`` for a cell of ``n`` requests.
-
-    The replicate quantiles at g_n(α/2) and 1 − g_n(α/2), α = 1 − level
-    (:func:`specreplay.stats.tdist.expanded_tail`); the percentile interval when n < 2.
-
-    Examples
-    --------
-    >>> [round(x, 6) for x in expanded_interval(np.arange(101.0), 0.95, 20)]
-    [1.588083, 98.411917]
-    """
-    tail = expanded_tail((1.0 - level) / 2.0, n)
-    lo, hi = np.quantile(reps, [tail, 1.0 - tail])
-    return float(lo), float(hi)
-
-
 def bca_interval(
     reps: NDArray[np.float64], theta_hat: float, jack: NDArray[np.float64], level: float
 ) -> BCa:
@@ -171,28 +135,6 @@ def bca_interval(
         bounds.append(_N01.cdf(z0 + num / denom))
     lo, hi = np.quantile(reps, bounds)
     return BCa(float(lo), float(hi), z0, a)
-
-
-def two_sided_p(reps: NDArray[np.float64], n: int) -> float:
-    """Return the two-sided p-value of θ = 0 by inversion of the expanded interval, at most 1.
-
-    2·g_n⁻¹(min(P*(θ ≤ 0), P*(θ ≥ 0))): p < α iff the expanded (1 − α) interval of a cell of n
-    requests excludes 0 (up to interpolation between replicates).
-    """
-    b = reps.shape[0]
-    le = np.count_nonzero(reps <= 0.0) / b
-    ge = np.count_nonzero(reps >= 0.0) / b
-    return float(min(1.0, 2.0 * tail_p_value(min(le, ge), n)))
-
-
-def tost_p(reps: NDArray[np.float64], margin: float, n: int) -> float:
-    """Return the TOST p-value of |θ| ≥ margin: g_n⁻¹(max(P*(θ ≤ −m), P*(θ ≥ m))).
-
-    p < α iff the expanded (1 − 2α) interval of a cell of n requests lies inside (−m, m).
-    """
-    b = reps.shape[0]
-    frac = max(np.count_nonzero(reps <= -margin) / b, np.count_nonzero(reps >= margin) / b)
-    return float(tail_p_value(frac, n))
 
 
 def holm(p: list[float]) -> list[float]:

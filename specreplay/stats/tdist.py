@@ -1,15 +1,7 @@
-"""Student's t distribution (CDF and quantile) and the expanded-percentile tail map (SPEC §3.4).
+"""Student's t distribution (CDF and quantile) and the Beta quantile, in pure Python.
 
-The default interval of the paired bootstrap is Hesterberg's expanded percentile interval
-(Hesterberg 2015, "What teachers should know about the bootstrap", *The American Statistician*
-69(4), §4.3): with n requests in the cell, a tail of probability α of the interval is read at
-the replicate quantile
-
-    α' = g_n(α) = Φ(√(n / (n − 1)) · t_{n−1}⁻¹(α)),
-
-which widens the percentile interval by the factor a t-interval has over a z-interval and undoes
-the (n − 1)/n narrowness of the bootstrap variance. ``g_n`` is increasing, so a test inverts it:
-a replicate tail fraction p* gives the tail p-value g_n⁻¹(p*) = t_{n−1}(Φ⁻¹(p*) / √(n/(n−1))).
+The default interval's test (:mod:`specreplay.stats.cr2`) reads its t quantiles and p-values
+here, and :func:`specreplay.stats.intervals.requests_for_margin` its t quantiles.
 
 The t CDF is the regularized incomplete beta function (Abramowitz & Stegun 26.7.1, 26.5.8),
 evaluated by its continued fraction (Lentz's method, as Numerical Recipes §6.4); the quantile is
@@ -21,14 +13,10 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from statistics import NormalDist
-from typing import Final
 
 from specreplay.stats.tfast import betacf as _betacf
 
-__all__ = ["beta_ppf", "expanded_tail", "t_cdf", "t_ppf", "tail_p_value"]
-
-_N01: Final = NormalDist()
+__all__ = ["beta_ppf", "t_cdf", "t_ppf"]
 
 
 def _betainc(a: float, b: float, x: float) -> float:
@@ -103,33 +91,3 @@ def t_ppf(p: float, df: float) -> float:
         else:
             hi = mid
     return sign * 0.5 * (lo + hi)
-
-
-def expanded_tail(alpha: float, n: int) -> float:
-    """Return g_n(α) = Φ(√(n/(n−1))·t_{n−1}⁻¹(α)): the replicate tail read for a tail α.
-
-    ``n < 2`` (no degrees of freedom) returns α unchanged.
-
-    Examples
-    --------
-    >>> round(expanded_tail(0.025, 20), 5)
-    0.01588
-    """
-    if n < 2 or alpha <= 0.0 or alpha >= 1.0:
-        return alpha
-    return _N01.cdf(math.sqrt(n / (n - 1)) * t_ppf(alpha, n - 1))
-
-
-def tail_p_value(frac: float, n: int) -> float:
-    """Return g_n⁻¹(p*): the one-sided p-value of a replicate tail fraction ``frac``.
-
-    The inverse of :func:`expanded_tail`: ``tail_p_value(expanded_tail(a, n), n) == a``.
-
-    Examples
-    --------
-    >>> round(tail_p_value(expanded_tail(0.05, 20), 20), 12)
-    0.05
-    """
-    if n < 2 or frac <= 0.0 or frac >= 1.0:
-        return frac
-    return t_cdf(_N01.inv_cdf(frac) * math.sqrt((n - 1) / n), n - 1)

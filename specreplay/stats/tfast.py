@@ -14,7 +14,11 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
+
 __all__ = ["betacf", "t_cdf_many", "tost_p_many"]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 
 @njit(cache=True)

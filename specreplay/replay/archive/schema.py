@@ -18,7 +18,6 @@ __all__ = [
     "OPTIONAL",
     "REQUIRED",
     "SCHEMA_V1",
-    "canonical_dtype",
 ]
 
 SCHEMA_V1: Final[dict[str, pl.DataType]] = {
@@ -51,8 +50,3 @@ OPTIONAL: Final[tuple[str, ...]] = ("drafted_id", "accepted", "logging_arm", "em
 INT_COLUMNS: Final[tuple[str, ...]] = ("context_tokens", "round", "position", "drafted_id")
 FLOAT_LIST_COLUMNS: Final[tuple[str, ...]] = ("draft_logprobs", "target_probs", "emitted_q")
 LIST_COLUMNS: Final[tuple[str, ...]] = ("cand_ids", *FLOAT_LIST_COLUMNS)
-
-
-def canonical_dtype(name: str) -> pl.DataType | None:
-    """Return the canonical dtype of a schema-v1 column, or None for a carried-through column."""
-    return SCHEMA_V1.get(name)

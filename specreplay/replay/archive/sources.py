@@ -43,8 +43,8 @@ object per line), since some engines log JSON Lines under that suffix; a JSON do
 not one object per line fails validation at its first line.
 
 Parquet files are streamed with pyarrow's ``iter_batches`` (2.6× faster than polars
-``collect_batches`` on zstd list columns, measured in :func:`_arrow_parquet_batches`; polars when
-pyarrow is absent) after polars checks their schema; JSON Lines are parsed line by line with
+``collect_batches`` on zstd list columns, measured in :func:`_arrow_parquet_batches`) after polars
+checks their schema; JSON Lines are parsed line by line with
 Python's ``json`` (so ``-Infinity`` is read as −inf, the convention Python and JavaScript use for a
 draft log-probability of a token that cannot be drafted), because polars names no line in its
 errors and drops unknown fields.
@@ -52,17 +52,16 @@ errors and drops unknown fields.
 Arrow IPC files are checked for the ``ARROW1`` magic at both ends (an Arrow *stream* file, a
 truncated file or another format is one line naming the file), then read into the same
 :class:`RawChunk` as Parquet (same casts, same Issues, same messages for a missing column or a
-wrong type). With pyarrow installed (a dependency since issue 8) the file is memory-mapped
-(``pa.memory_map`` + ``pa.ipc.open_file``), each record batch validated in full, and handed to
-polars by ``pl.from_arrow`` without a copy: the flat float buffers the kernels read are the
-file's pages in the page cache, not private memory. Without pyarrow, polars ``scan_ipc`` reads
-the file (polars 2.1 has no ``memory_map`` option any more: it decodes every buffer into its own
-memory, which ``/proc/self/maps`` shows as anonymous pages; from there ``list.explode().to_numpy()``
-shares polars' buffer, so that is the only copy). Measured on 512,000 positions of the
-synthetic archive (7 shards, 559 MiB, warm page cache, 2 shared cores, best of 3): reading every
-column's chunks 0.02 s mapped vs 0.27–0.32 s with polars alone (0.55–0.95 s from Parquet);
-``ArchiveReader.validate`` 0.26 s vs 0.52 s; ``api.requalify`` (analytic, 200 resamples) 1.24 s vs
-1.50 s. The disk and speed table of every form is in :mod:`specreplay.commands.synth`.
+wrong type). pyarrow (a dependency since issue 8, the one reader since issue 11) memory-maps the
+file (``pa.memory_map`` + ``pa.ipc.open_file``), validates each record batch in full, and hands
+it to polars by ``pl.from_arrow`` without a copy: the flat float buffers the kernels read are the
+file's pages in the page cache, not private memory (polars 2.1's own ``scan_ipc`` has no
+``memory_map`` option any more and decodes every buffer into its own memory). Measured on 512,000
+positions of the synthetic archive (7 shards, 559 MiB, warm page cache, 2 shared cores, best of
+3): reading every column's chunks 0.02 s mapped vs 0.27–0.32 s with polars alone (0.55–0.95 s
+from Parquet); ``ArchiveReader.validate`` 0.26 s vs 0.52 s; ``api.requalify`` (analytic, 200
+resamples) 1.24 s vs 1.50 s. The disk and speed table of every form is in
+:mod:`specreplay.commands.synth`.
 
 Projection: ``read_chunks(file, chunk_rows, columns)`` reads only the named columns present in the
 file plus every REQUIRED one; for Parquet and IPC the selection is pushed into the scan, so a
@@ -584,34 +583,15 @@ def _columnar_chunks(
 
 
 def _batches(file: ArchiveFile, chunk_rows: int, names: list[str] | None) -> Iterator[pl.DataFrame]:
-    """Stream a Parquet or IPC file's rows; a corrupt page is one line naming the file.
+    """Stream a Parquet or IPC file's rows through pyarrow; a corrupt page is one line.
 
-    The row cited is the first one not yet read when the error came (polars names no row).
+    The line names the file and the first row not yet read when the error came (pyarrow names
+    no row).
     """
-    if file.kind == "ipc" and _pyarrow() is not None:
+    if file.kind == "ipc":
         yield from _mapped_batches(file, chunk_rows, names)
-        return
-    if file.kind == "parquet" and _pyarrow() is not None:
+    else:
         yield from _arrow_parquet_batches(file, chunk_rows, names)
-        return
-    start = 0
-    scan = scan_file(file)
-    if names is not None:
-        scan = scan.select(names)
-    try:
-        for batch in scan.collect_batches(chunk_size=chunk_rows, maintain_order=True):
-            yield batch
-            start += batch.height
-    except (pl.exceptions.PolarsError, OSError) as exc:
-        raise _read_error(file, exc, start) from None
-
-
-def _pyarrow() -> Any:
-    """Return the pyarrow module, or None when it is not installed (polars reads IPC then)."""
-    try:
-        return importlib.import_module("pyarrow.ipc")
-    except ImportError:
-        return None
 
 
 def _mapped_batches(
@@ -624,10 +604,11 @@ def _mapped_batches(
     here (the row checks do). Record batches are sliced and regrouped into frames of
     ``chunk_rows`` rows (slicing copies nothing). The file must not change while it is read.
     """
-    ipc = _pyarrow()
+    pa = importlib.import_module("pyarrow")  # untyped: imported as a module object
+    ipc = importlib.import_module("pyarrow.ipc")
     start = 0
     try:
-        reader = ipc.open_file(ipc.pa.memory_map(str(file.path)))
+        reader = ipc.open_file(pa.memory_map(str(file.path)))
         pending: list[Any] = []
         n = 0
         for i in range(reader.num_record_batches):
@@ -641,11 +622,11 @@ def _mapped_batches(
                 pending.append(batch.slice(lo, take))
                 n, lo = n + take, lo + take
                 if n >= chunk_rows:
-                    yield _arrow_frame(ipc.pa, pending)
+                    yield _arrow_frame(pa, pending)
                     start, pending, n = start + n, [], 0
         if pending:
-            yield _arrow_frame(ipc.pa, pending)
-    except (ipc.pa.ArrowException, OSError, pl.exceptions.PolarsError) as exc:
+            yield _arrow_frame(pa, pending)
+    except (pa.ArrowException, OSError, pl.exceptions.PolarsError) as exc:
         raise _read_error(file, exc, start) from None
 
 

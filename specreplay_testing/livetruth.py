@@ -45,7 +45,8 @@ mean 0 given the start, so the test statistic bias / SE is asymptotically standa
 live-truth noise (binomial, n_live draws) and the estimator's noise (one archived round per
 start, plus Monte Carlo error) are both inside d_s, so nothing is double counted or left out.
 
-This module depends on the sim layer, NumPy and polars (a :class:`RoundBatch`).
+A testing module, outside the runtime package (:mod:`specreplay_testing`). It depends on the sim
+layer, the replay estimators, NumPy and polars (a :class:`RoundBatch`).
 """
 
 from __future__ import annotations

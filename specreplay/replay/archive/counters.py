@@ -19,6 +19,16 @@ error), then summed over the ``engine`` label sets of one ``model_name``. A vLLM
 its drafts; its suite, worker, batch, context and step p50 come from a ``[[vllm]]`` entry of the
 config.
 
+**Which parser reads a scrape.** prometheus_client parses it, after the ``curl -i`` headers
+are skipped (below): its OpenMetrics parser (``prometheus_client.openmetrics.parser``, which
+requires the final ``# EOF`` line) when the saved response's ``Content-Type`` is
+``application/openmetrics-text``, or, with no ``Content-Type`` (a plain save), when the last
+non-blank line is ``# EOF``; its Prometheus text-format parser (``prometheus_client.parser``,
+``text/plain; version=0.0.4``, what vLLM's ``/metrics`` answers by default) otherwise. Blank lines
+after an OpenMetrics ``# EOF`` are dropped first. A line either parser refuses is one error
+naming the file and the line (``malformed labels {…}``, ``value '…' is not a number``, ``not a
+Prometheus sample line``, ``not OpenMetrics text: …``); the checks below are this module's own.
+
 A scrape that would give a silent wrong figure is refused, naming the file and the series
 (issue 9): two ``model_name`` values without ``--model-name`` (summing them mixes two models'
 acceptance); Δ``num_accepted_tokens`` ≠ Σ Δ``num_accepted_tokens_per_pos`` (the counts disagree);
@@ -40,12 +50,21 @@ Every problem is a :class:`~specreplay.errors.SpecReplayError` naming the file a
 
 from __future__ import annotations
 
+import io
 import math
 import re
 import tomllib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics.parser import (
+    text_fd_to_metric_families as om_text_fd_to_metric_families,
+)
+from prometheus_client.parser import text_fd_to_metric_families
+from prometheus_client.samples import Sample
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.sources import parse_json_line, text_lines
@@ -58,6 +77,7 @@ __all__ = [
     "ScreenConfig",
     "Series",
     "VllmEntry",
+    "is_openmetrics",
     "is_prometheus_text",
     "read_config",
     "read_counter_runs",
@@ -229,12 +249,6 @@ def read_counter_runs(path: Path) -> list[CounterRun]:
     return runs
 
 
-_SAMPLE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+-?\d+)?\s*$"
-)
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
-
-
 def is_prometheus_text(path: Path) -> bool:
     """Tell whether the file's first non-blank line is a ``#`` comment or a ``vllm:`` sample.
 
@@ -255,15 +269,34 @@ def is_prometheus_text(path: Path) -> bool:
     return False
 
 
-def _body_lines(path: Path) -> list[tuple[int, str]]:
+@dataclass(frozen=True)
+class _Body:
+    """A scrape less its HTTP headers: its lines (physical numbers kept) and declared type."""
+
+    lines: list[tuple[int, str]]
+    content_type: str | None
+    """The last response's ``Content-Type`` (lower case) when saved with ``curl -i``."""
+
+
+def _content_type(headers: list[tuple[int, str]]) -> str | None:
+    """Return the ``Content-Type`` of a block of HTTP header lines (lower case), if any."""
+    for _, line in headers:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-type":
+            return value.strip().lower()
+    return None
+
+
+def _body_lines(path: Path) -> _Body:
     """Return the lines of a scrape less HTTP headers on top (``curl -i``); line numbers kept.
 
     Each header block (``curl -iL`` saves one per redirect, ``100 Continue`` one more) ends at a
     blank line. The last response's status must be 200: any other holds no metrics, and is
-    refused naming its status and line.
+    refused naming its status and line. Its ``Content-Type`` header, if any, is kept.
     """
     lines = _lines(path)
     status: tuple[int, str] | None = None
+    content_type: str | None = None
     while True:
         first = next((i for i, (_, t) in enumerate(lines) if t.strip()), None)
         m = _HTTP_STATUS.match(lines[first][1]) if first is not None else None
@@ -271,6 +304,7 @@ def _body_lines(path: Path) -> list[tuple[int, str]]:
             break
         status = (lines[first][0], m.group("status"))
         end = next((i for i in range(first + 1, len(lines)) if not lines[i][1].strip()), None)
+        content_type = _content_type(lines[first + 1 : end])
         lines = lines[end + 1 :] if end is not None else []
     if status is not None and (status[1] != "200" or not lines):
         what = f"status {status[1]}" if status[1] != "200" else "no metrics after its headers"
@@ -278,19 +312,94 @@ def _body_lines(path: Path) -> list[tuple[int, str]]:
             f"{path}:line {status[0]}: an HTTP response with {what} (saved with curl -i?), "
             "not a metrics scrape"
         )
-    return lines
+    return _Body(lines, content_type)
 
 
-def _labels(text: str, where: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    pos = 0
-    while pos < len(text.rstrip()):
-        m = _LABEL.match(text, pos)
-        if m is None:
-            raise SpecReplayError(f"{where}: malformed labels {{{text}}}")
-        out[m.group(1)] = m.group(2)
-        pos = m.end()
-    return out
+def is_openmetrics(content_type: str | None, lines: list[tuple[int, str]]) -> bool:
+    """Tell whether a scrape body is OpenMetrics text (module docstring: which parser reads what).
+
+    The ``Content-Type`` a ``curl -i`` save carries decides when present
+    (``application/openmetrics-text``); without one, a last non-blank line ``# EOF`` does.
+
+    Examples
+    --------
+    >>> is_openmetrics(None, [(1, "a_total 1"), (2, "# EOF"), (3, "")])
+    True
+    >>> is_openmetrics("text/plain; version=0.0.4", [(1, "a_total 1"), (2, "# EOF")])
+    False
+    """
+    if content_type is not None:
+        return content_type.split(";")[0].strip() == "application/openmetrics-text"
+    last = next((t.strip() for _, t in reversed(lines) if t.strip()), "")
+    return last == "# EOF"
+
+
+class _NumberedText(io.StringIO):
+    """A scrape body for prometheus_client's parsers, knowing the physical line they are on."""
+
+    def __init__(self, lines: list[tuple[int, str]]) -> None:
+        super().__init__("".join(t + "\n" for _, t in lines))
+        self._numbers = [n for n, _ in lines]
+        self._read = 0
+
+    # typeshed types _io._IOBase.__next__ as bytes, which StringIO's own str overrides
+    def __next__(self) -> str:  # type: ignore[override]
+        line = super().__next__()
+        self._read += 1
+        return line
+
+    @property
+    def lineno(self) -> int:
+        """The physical line the parser read last (the last line once it is past the end)."""
+        return self._numbers[min(self._read, len(self._numbers)) - 1] if self._numbers else 1
+
+
+def _parser_message(exc: ValueError, line: str, openmetrics: bool) -> str:
+    """Turn a prometheus_client parser error on ``line`` into this module's message."""
+    text = str(exc)
+    if text.startswith("Invalid labels: "):
+        return f"malformed labels {{{text.removeprefix('Invalid labels: ')}}}"
+    value = re.fullmatch(r"(?:could not convert string to float|Invalid value): (.*)", text)
+    if value is not None and value.group(1) not in (repr(line.strip()), "''"):
+        return f"value {value.group(1)} is not a number"
+    if not openmetrics and line.lstrip().startswith("#"):
+        return "malformed comment line (# HELP NAME TEXT, # TYPE NAME TYPE)"
+    if not openmetrics or value is not None or text.startswith("invalid metric name"):
+        return "not a Prometheus sample line"
+    return f"not OpenMetrics text: {text.removesuffix(': ' + line) or 'invalid line'}"
+
+
+def _samples(path: Path, body: _Body) -> list[tuple[int, Sample]]:
+    """Parse a scrape body with prometheus_client; every sample with its physical line.
+
+    Both parsers read lines in order and yield every sample in line order (a family is yielded
+    when the next one starts), so the n-th sample is the n-th sample line. The OpenMetrics
+    parser drops a series repeated within its family, which is an error here.
+    """
+    lines = body.lines
+    openmetrics = is_openmetrics(body.content_type, lines)
+    if openmetrics:  # blank lines after # EOF carry nothing (OpenMetrics forbids them)
+        while lines and not lines[-1][1].strip():
+            lines = lines[:-1]
+        parse: Callable[[TextIO], Iterable[Metric]] = om_text_fd_to_metric_families
+    else:
+        parse = text_fd_to_metric_families
+    fd = _NumberedText(lines)
+    try:
+        samples = [smp for family in parse(fd) for smp in family.samples]
+    except ValueError as exc:
+        text = dict(lines).get(fd.lineno, "")
+        if str(exc) == "Missing # EOF at end":
+            raise SpecReplayError(
+                f"{path}:line {fd.lineno}: OpenMetrics text without its final # EOF line "
+                "(truncated?)"
+            ) from None
+        message = _parser_message(exc, text, openmetrics)
+        raise SpecReplayError(f"{path}:line {fd.lineno}: {message}") from None
+    numbers = [n for n, t in lines if t.strip() and not t.lstrip().startswith("#")]
+    if len(numbers) != len(samples):  # the OpenMetrics parser dropped a repeated series
+        raise SpecReplayError(f"{path}: repeats a series (same labels) within a metric family")
+    return list(zip(numbers, samples, strict=True))
 
 
 Series = tuple[str, tuple[tuple[str, str], ...]]
@@ -298,27 +407,19 @@ Series = tuple[str, tuple[tuple[str, str], ...]]
 
 
 def read_prometheus(path: Path) -> dict[Series, float]:
-    """Read a Prometheus text scrape: the vLLM spec-decode samples, one value per series.
+    """Read a vLLM scrape: the spec-decode samples, one value per series.
 
     Returns ``{(sample name, sorted labels): value}`` for the names of :data:`VLLM_METRICS`.
-    Every non-comment line must be a sample line; a malformed one is an error naming its line.
+    prometheus_client parses the text (module docstring: which parser reads which form); a line
+    it refuses is an error naming its line, and so is a wanted sample that is not a whole count,
+    lacks its ``position`` label or repeats a series.
     """
     wanted = set(VLLM_METRICS.values())
     out: dict[Series, float] = {}
     v0 = False
-    for lineno, line in _body_lines(path):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
+    for lineno, sample in _samples(path, _body_lines(path)):
         where = f"{path}:line {lineno}"
-        m = _SAMPLE.match(line)
-        if m is None:
-            raise SpecReplayError(f"{where}: not a Prometheus sample line")
-        labels = _labels(m.group("labels") or "", where)
-        try:
-            value = float(m.group("value"))
-        except ValueError:
-            raise SpecReplayError(f"{where}: value {m.group('value')!r} is not a number") from None
-        name = m.group("name")
+        name, labels, value = sample.name, sample.labels, float(sample.value)
         v0 = v0 or name in VLLM_V0_METRICS
         if name not in wanted:
             continue

@@ -1,0 +1,145 @@
+"""The demo pipeline: one replay pass over the built-in archive, every chapter's result from it.
+
+One replay pass over the generated archive serves every chapter: the MEASURED figures, the
+requalification of dyadic24 (with greedy as reference and the path-bias diagnostic), the bits
+sweep (dyadic 8, 12, 16) and the law tests (positions sampled by hash in the same pass) are built
+from it; the archive is read once after it is written (and once more to hash it for ``inputs``).
+Each requalification chapter is built by :func:`~specreplay.pipelines.requalify.requalify_replayed`
+with the arms :func:`~specreplay.pipelines.requalify.requalify_arms` sets up, as
+``specreplay requalify`` does (the archive's logging arm is the baseline).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from specreplay.pipelines.budget import budget_result, cells_from_requalify
+from specreplay.pipelines.builders import measured_result
+from specreplay.pipelines.lawtest import lawtest_result
+from specreplay.pipelines.requalify import RequalifyOptions, requalify_arms, requalify_replayed
+from specreplay.pipelines.sweep import SweepOptions, sweep_result
+from specreplay.render.demo_story import BITS_PREFIX
+from specreplay.replay.archive.sources import archive_rows
+from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
+from specreplay.replay.engine import ReplayResult, replay_archive
+from specreplay.replay.scan import ArchiveScan, Progress
+from specreplay.results.model import Result
+from specreplay.sim.arms import Arm, parse_arm
+from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
+
+__all__ = [
+    "DEMO_BASELINE",
+    "DEMO_BITS",
+    "DEMO_CANDIDATE",
+    "DEMO_COST",
+    "DEMO_MISMATCHED",
+    "DEMO_PRICE_MS",
+    "DEMO_REFERENCE",
+    "demo_results",
+]
+
+DEMO_BASELINE = "top32:t0.7@5"
+DEMO_CANDIDATE = "top32:t0.7:dyadic24@5"
+DEMO_REFERENCE = "greedy@5"
+DEMO_BITS = (8, 12, 16)
+DEMO_MISMATCHED = "top32:t0.7:dyadic8/float64@5"
+DEMO_COST = "linear:1:0.05"  # ms per round: 1 + 0.05·d
+DEMO_PRICE_MS = 1.25  # that cost model's ms per round at the production depth 5
+
+
+def _relocated(result: Result, tmp: Path, out: Path) -> Result:
+    """Return ``result`` with paths under the temporary folder named by their final place."""
+    inputs = tuple(
+        dataclasses.replace(f, path=f.path.replace(str(tmp), str(out), 1)) for f in result.inputs
+    )
+    options = {
+        k: v.replace(str(tmp), str(out), 1) if isinstance(v, str) else v
+        for k, v in result.options.items()
+    }
+    return dataclasses.replace(result, inputs=inputs, options=options)
+
+
+def _replay(archive: Path, seed: int, estimator: str, progress: Progress) -> ReplayResult:
+    """One pass for every arm of the story; it also samples the law-test positions.
+
+    With ``auto`` importance is used for every arm of the story when the archive supports it
+    (every chapter's deltas use it); each chapter's cells then apply its per-cell tail rule
+    (:mod:`specreplay.replay.choice`).
+    """
+    arms: dict[str, Arm] = {}
+    for text in (DEMO_BASELINE, DEMO_CANDIDATE, DEMO_REFERENCE, DEMO_MISMATCHED,
+                 *[f"top32:t0.7:dyadic{b}@5" for b in DEMO_BITS]):  # fmt: skip
+        arm = parse_arm(text)
+        arms.setdefault(arm.canonical, arm)
+    est, companion = auto_passes(estimator)
+    with progress("replaying", archive_rows(archive)) as advance:
+        res = replay_archive(archive, list(arms.values()), seed=seed, estimator=est,
+                             buckets=Buckets.parse(DEFAULT_BUCKETS), law_positions=8,
+                             progress=advance, companion=companion)  # fmt: skip
+    return resolve_auto(res, list(arms.values()))[0] if estimator == AUTO else res
+
+
+def _requalification(
+    res: ReplayResult,
+    archive: Path,
+    candidate: str,
+    reference: str | None,
+    n_boot: int,
+    estimator: str,
+) -> Result:
+    arms = requalify_arms(DEMO_BASELINE, candidate, reference, DEMO_BASELINE)
+    opts = RequalifyOptions(DEMO_BASELINE, candidate, reference, estimator=estimator,
+                            n_boot=n_boot, seed=res.seed)  # fmt: skip
+    return requalify_replayed(res, arms, opts, archive)
+
+
+def demo_results(
+    archive: Path,
+    *,
+    tmp: Path,
+    out: Path,
+    n_requests: int,
+    seed: int,
+    n_boot: int,
+    estimator: str,
+    progress: Progress,
+) -> tuple[Result, dict[str, Result]]:
+    """Return the demo's MEASURED result and its chapters' results by sub-run name.
+
+    ``archive`` is the generated archive inside the temporary output folder ``tmp``, which
+    becomes ``out``: every path a result records is named by its final place. The chapters:
+    ``requalify`` (dyadic24 against float64 sampling, greedy as reference), ``bits-dyadicN``,
+    ``sweep``, ``budget`` and ``lawtest`` (the mismatched verifier ``dyadic8/float64``).
+    """
+    res = _replay(archive, seed, estimator, progress)
+    scan = ArchiveScan.of_replay(archive, res)
+    options = {"requests": n_requests, "archive": str(out / "archive")}
+    measured = measured_result(scan, command="demo", seed=seed, options=options,
+                               rename=(tmp, out))  # fmt: skip
+    results: dict[str, Result] = {
+        "requalify": _requalification(
+            res, archive, DEMO_CANDIDATE, DEMO_REFERENCE, n_boot, estimator
+        )
+    }
+    for bits in DEMO_BITS:
+        cand = f"top32:t0.7:dyadic{bits}@5"
+        results[f"{BITS_PREFIX}{bits}"] = _requalification(
+            res, archive, cand, None, n_boot, estimator
+        )
+    results["sweep"] = sweep_result(
+        res, [parse_arm(DEMO_BASELINE)],
+        SweepOptions(arms=(DEMO_BASELINE,), depths=tuple(range(1, 6)), cost=DEMO_COST,
+                     seed=res.seed, estimator=estimator),
+        archive,
+    )  # fmt: skip
+    results["budget"] = budget_result(
+        cells_from_requalify(results["requalify"], "requalify", DEMO_PRICE_MS, ()), None,
+        inputs=results["requalify"].inputs,
+        options={"from": f"{out}/requalify/results.json", "price_ms": DEMO_PRICE_MS,
+                 "known_ms": []},
+    )  # fmt: skip
+    results["lawtest"] = lawtest_result(
+        [DEMO_MISMATCHED, DEMO_CANDIDATE], archive=archive, seed=seed, replayed=res
+    )
+    return measured, {name: _relocated(r, tmp, out) for name, r in results.items()}
