@@ -322,3 +322,13 @@ def test_an_own_arm_named_like_a_companion_stays_whole() -> None:
     assert view["arm"].to_list() == ["A", "x (MEASURED)"]
     assert view["role"].to_list() == [None, None]
     assert view["label"].to_list() == [Label.MEASURED.value] * 2
+
+
+def test_hashed_ids_keep_the_replicates(arms: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    """--hash-ids rebuilds the result; the replicates (which name cells, not requests) stay."""
+    plain, hashed = _interval(*arms), _interval(*arms, hash_ids=True)
+    assert hashed.options["hash_ids"] is True and hashed.cells == plain.cells
+    np.testing.assert_array_equal(
+        hashed.to_arviz()["posterior"]["delta"].values,
+        plain.to_arviz()["posterior"]["delta"].values,
+    )
