@@ -248,9 +248,10 @@ def test_verdict_is_the_headline(
     assert d is not None and from_files.verdict == d.verdict is not None
     sweep = api.sweep(archive, arms=BASE, depths="2,4", n_boot=200)
     assert sweep.verdict is None
-    with pytest.raises(SpecReplayError, match=r"^to_arviz: a sweep result has no bootstrap"):
-        sweep.to_arviz()
-    assert api.budget(price_ms=1.0, base=2.5, delta_lo=0.1).verdict is None
+    budget = api.budget(price_ms=1.0, base=2.5, delta_lo=0.1)
+    assert budget.verdict is None
+    with pytest.raises(SpecReplayError, match=r"^to_arviz: a budget result has no bootstrap"):
+        budget.to_arviz()
 
 
 def test_requalify_to_arviz_is_the_candidate_vs_baseline_comparison(
@@ -332,3 +333,25 @@ def test_hashed_ids_keep_the_replicates(arms: tuple[dict[str, Any], dict[str, An
         hashed.to_arviz()["posterior"]["delta"].values,
         plain.to_arviz()["posterior"]["delta"].values,
     )
+
+
+def test_sweep_to_arviz_holds_the_draws_behind_p_best(archive: Path) -> None:
+    """P(best) recomputed from the tree's R draws (tokens/s per depth) is the result's."""
+    from specreplay.stats.depth import CostModel, p_best, tokens_per_s
+
+    cost = "linear:1:0.05"
+    sweep = api.sweep(archive, arms=[BASE, CAND], depths="2,4,5", n_boot=200, cost=cost)
+    post = sweep.to_arviz()["posterior"]
+    assert post["R"].dims == ("chain", "draw", "arm", "depth", "cell")
+    assert list(post["arm"].values) == [BASE, CAND] and list(post["depth"].values) == [2, 4, 5]
+    model = CostModel.parse(cost)
+    for arm in (BASE, CAND):
+        r = post["R"].sel(arm=arm).values[0, :, :, 0]  # (draw, depth) of the pooled cell
+        reps = {d: tokens_per_s(r[:, j], model.ms(d) or 0.0) for j, d in enumerate((2, 4, 5))}
+        figs = {f.depth: f for f in sweep.pooled.depths if f.arm == arm}
+        assert p_best(reps) == {d: figs[d].p_best for d in (2, 4, 5)}
+        # one joint resample: R at the reference depth (R − delta) is the same at every depth
+        ref = r - post["delta"].sel(arm=arm).values[0, :, :, 0]
+        np.testing.assert_allclose(ref, np.repeat(ref[:, 2:3], 3, axis=1), rtol=1e-13)
+        at_ref = post["delta"].sel(arm=arm, depth=5).values[0, :, 0]  # the pooled cell
+        assert np.all(at_ref == 0.0)  # 5 is the reference depth: Δ = 0 exactly

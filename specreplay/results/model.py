@@ -525,10 +525,11 @@ class ArchiveSummary:
 class Replicates(Protocol):
     """The joint bootstrap replicates behind a result's headline comparison, kept in memory.
 
-    A pipeline that bootstraps a comparison (``interval``: b-vs-a; ``requalify``:
-    candidate-vs-baseline) sets :attr:`Result.replicates` to an object with this method
-    (:class:`specreplay.stats.arviz_bridge.ComparisonReplicates`); results.json never holds
-    them, so a result read back from disk has none.
+    A pipeline that bootstraps comparisons (``interval``: b-vs-a; ``requalify``:
+    candidate-vs-baseline; ``sweep``: each depth against the reference depth) sets
+    :attr:`Result.replicates` to an object with this method
+    (:class:`specreplay.stats.arviz_bridge.ComparisonReplicates`, ``DepthReplicates``);
+    results.json never holds them, so a result read back from disk has none.
     """
 
     def tree(self) -> Any:
@@ -619,7 +620,10 @@ class Result:
         ``cell`` coordinate naming each cell (``pooled``, a family, a bucket, ``family ×
         bucket``); every request of a replicate is drawn once for all cells, so the cells'
         draws are joint. ``interval``: the b-vs-a comparison; ``requalify``: the
-        candidate-vs-baseline one. NaN marks a replicate with no rounds in a cell.
+        candidate-vs-baseline one. ``sweep``: ``R`` (R at each depth), ``delta`` and ``rel``
+        (against the arm's reference depth), dims (chain, draw, arm, depth, cell), one joint
+        resample for every arm and depth (the draws behind ``p_best``). NaN marks a replicate
+        with no rounds in a cell, or a depth that is unsupported.
 
         Raises
         ------
@@ -641,10 +645,10 @@ class Result:
         (2000, 'DIFFERENT')
         """
         if self.replicates is None:
-            if self.command not in ("interval", "requalify"):
+            if self.command not in ("interval", "requalify", "sweep"):
                 raise SpecReplayError(
-                    f"to_arviz: a {self.command} result has no bootstrap replicates (interval "
-                    "and requalify results have)"
+                    f"to_arviz: a {self.command} result has no bootstrap replicates (interval, "
+                    "requalify and sweep results have)"
                 )
             raise SpecReplayError("replicates are not stored; rerun through the API")
         return self.replicates.tree()
