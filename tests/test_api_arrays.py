@@ -134,6 +134,10 @@ def _two(n_a: int = 4, n_b: int = 4) -> tuple[dict[str, Any], dict[str, Any]]:
          r"arm A: rounds\[1\] = 'x' is not a number"),
         (lambda a, b: ({**a, "tokns": [1]}, b), r"arm A: unknown key 'tokns'; expected rounds"),
         (lambda a, b: ({"rounds": a["rounds"]}, b), r"arm A: no retained_tokens given"),
+        (lambda a, b: (pl.DataFrame({**a, "tokens": a["retained_tokens"]}), b),
+         r"arm A: retained_tokens given twice \(and as tokens\)"),
+        (lambda a, b: (pl.DataFrame({**a, "note": ["x"] * 4}), {**b, "retained_tokens": [1] * 4}),
+         r"arm B: retained_tokens\[0\] = 1 is less than rounds = 3"),  # extra column ignored
         (lambda a, b: ({**a, "family": ["x"] * 3}, b),
          r"arm A: its columns differ in length \(rounds 4, retained_tokens 4, family 3\)"),
         (lambda a, b: ({**a, "rounds": [[3, 3]] * 4}, b),

@@ -14,7 +14,8 @@ A request retains 1 + A tokens per round (SPEC §1), so ``rounds`` are whole num
 ``retained_tokens`` finite numbers ≥ ``rounds`` (fractional sums of a replay are accepted), as in a
 per-request sums file. Without ``family`` every request is in the family ``all``; without
 ``bucket`` every round goes to the bucket ``unknown`` (context unknown); a ``bucket`` names one of
-the run's buckets, and a request may then have one row per bucket. ``request_id`` (strings, or
+the run's buckets, and a request with ``request_id`` may then have one row per bucket (without
+ids, each row is a request). ``request_id`` (strings, or
 integers written as decimal strings) pairs the two arms by id; without it, in both arms, request
 i of A is paired with request i of B and named ``str(i)``, and the arms must have the same length.
 Every problem raises :class:`~specreplay.errors.SpecReplayError` naming the arm (A or B), the key
@@ -88,9 +89,9 @@ def memory_arms(
 def _columns(data: object, side: str) -> dict[str, Any]:
     """Return an arm's columns by key (``tokens`` renamed), each a 1-D sequence; check the keys."""
     if isinstance(data, pl.DataFrame):
-        cols = {k: data.get_column(k).to_list() for k in data.columns if k in _KEYS}
-        cols |= {_ALIASES[k]: data.get_column(k).to_list() for k in data.columns if k in _ALIASES}
-    elif isinstance(data, Mapping):
+        known = [k for k in data.columns if _ALIASES.get(k, k) in _KEYS]  # the rest is ignored
+        data = {k: data.get_column(k).to_list() for k in known}
+    if isinstance(data, Mapping):
         cols = {}
         for key, value in data.items():
             name = _ALIASES.get(str(key), str(key))
