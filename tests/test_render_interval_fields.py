@@ -301,7 +301,7 @@ def test_forest_marks_small_sample_cells_hollow_with_a_legend_entry() -> None:
     }  # fmt: skip
     fig, ax = plt.subplots()
     try:
-        _forest_rows_draw(ax, rows)
+        _forest_rows_draw(ax, rows, 0.5)
         faces = [tuple(f) for f in ax.collections[-1].get_facecolors()]
         edges = [tuple(e) for e in ax.collections[-1].get_edgecolors()]
     finally:

@@ -292,7 +292,9 @@ def _pngs(folder: Path) -> list[str]:
 
 def _figures(pngs: Sequence[str], sub: str, result: Result) -> str:
     prefix = f"{sub}/" if sub else ""
-    return "\n\n".join(figure_block(p, figure_label(result, p), folder=prefix) for p in pngs)
+    return "\n\n".join(
+        figure_block(p, figure_label(result, p), folder=prefix, result=result) for p in pngs
+    )
 
 
 def _bits_table(runs: DemoRuns) -> str:
@@ -315,7 +317,7 @@ def _failing_bits(runs: DemoRuns, folder: Path) -> list[str]:
     for name, r in runs.runs.items():
         rq = r.requalification
         if name.startswith(BITS_PREFIX) and rq is not None and rq.verdict != "QUALIFIED":
-            out += [figure_block(p, figure_label(r, p), folder=f"{name}/")
+            out += [figure_block(p, figure_label(r, p), folder=f"{name}/", result=r)
                     for p in _pngs(folder / name) if p == "forest.png"]  # fmt: skip
     return out
 

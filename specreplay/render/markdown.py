@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specreplay.render.plots import PLOT_CAPTIONS
+from specreplay.render.plots import drawn_labels, plot_caption
 from specreplay.results.model import Delta, Label, Result, Role
 
 __all__ = [
@@ -115,12 +115,14 @@ def labels_of(result: Result) -> list[str]:
     return [lb.value for lb in Label if lb in seen]
 
 
-def figure_block(name: str, label: str, *, folder: str = "") -> str:
+def figure_block(name: str, label: str, *, folder: str = "", result: Result | None = None) -> str:
     """Embed one PNG with its label and one-line caption (a fallback when none is recorded).
 
-    ``folder`` is the PNG's folder relative to the report (``requalify/``), empty beside it.
+    ``folder`` is the PNG's folder relative to the report (``requalify/``), empty beside it;
+    ``result`` the run the PNG draws, so that the caption names only what it draws
+    (:func:`~specreplay.render.plots.plot_caption`).
     """
-    caption = PLOT_CAPTIONS.get(name, f"Figure {name} of this run (no caption recorded for it).")
+    caption = plot_caption(name, result)
     alt = caption.rstrip(".")
     return f"![{alt}]({folder}{name})\n\n*{folder}{name}* ({label}): {caption}"
 
@@ -139,6 +141,8 @@ def figure_label(result: Result, name: str) -> str:
         return main.label.value
     if name == "screen.png":
         return "ESTIMATED rates from MEASURED counters"
+    if name in ("context.png", "survival.png") and (drawn := drawn_labels(result, name)):
+        return " and ".join(drawn)
     if name == "depths.png" and result.cells and result.pooled.depths:
         cost = "; tokens/s ESTIMATED" if result.options.get("cost") else ""
         return f"R {result.pooled.depths[0].label.value}{cost}"

@@ -50,12 +50,19 @@ __all__ = [
     "ForestRow",
     "Panel",
     "bucket_order",
+    "context_figure",
     "context_plot",
     "context_series",
+    "depth_figure",
     "depth_plot",
+    "drawn_labels",
+    "forest_figure",
     "forest_plot",
     "forest_rows",
+    "plot_caption",
+    "screen_figure",
     "screen_plot",
+    "survival_figure",
     "survival_plot",
     "survival_series",
 ]
@@ -92,6 +99,8 @@ _VERDICT_COLORS: Final[dict[str, str]] = {
 _NO_VERDICT: Final[str] = "black"
 _NUMBER: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kK]?)\s*$")  # a --buckets token count
 _BIG: Final[int] = 2**63 - 1  # the upper edge of a ``>=LO`` range
+_NOTE_ROOM: Final[float] = 0.45
+"""Share of the forest plot's axis kept right of the band for null rows' reasons."""
 
 
 @dataclass(frozen=True)
@@ -285,8 +294,28 @@ def forest_plot(
 ) -> None:
     """Draw the ``role`` delta (relative, in %, when ``relative``) per cell into ``path``.
 
+    The figure is :func:`forest_figure`'s.
+    """
+    fig = forest_figure(
+        cells, role=role, relative=relative, margin=margin, title=title, buckets=buckets
+    )
+    _save(fig, path, dpi=110)
+
+
+def forest_figure(
+    cells: tuple[Cell, ...],
+    *,
+    role: Role,
+    relative: bool,
+    margin: float,
+    title: str,
+    buckets: str | None = None,
+) -> Any:
+    """Return the forest plot of the ``role`` delta per cell as a matplotlib figure.
+
     Rows from :func:`forest_rows`; colour: the verdict; band: the equivalence margin; legend
-    and a footnote on how the verdict relates to the bar drawn (see the module docstring).
+    and a footnote on how the verdict relates to the bar drawn (see the module docstring). A
+    null row's reason is written beside the band, never over it.
     """
     import matplotlib
 
@@ -309,7 +338,7 @@ def forest_plot(
     unit = "%" if relative else " tokens/round"
     ax.axvspan(-m, m, color="tab:green", alpha=0.12)
     ax.axvline(0.0, color="black", lw=0.8)
-    _forest_rows_draw(ax, rows)
+    notes = _forest_rows_draw(ax, rows, m)
     _forest_xlim(ax, rows, m)
     ax.set_xlabel(
         f"Δ = R_b − R_a, retained tokens per round ({'% of R_a' if relative else 'tokens/round'})",
@@ -325,12 +354,24 @@ def forest_plot(
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7,
                bbox_to_anchor=(0.5, (text_in + 0.02) / height), frameon=False)  # fmt: skip
     fig.text(0.01, 0.08 / height, foot, fontsize=7, va="bottom", ha="left", color="0.25")
-    fig.savefig(path, dpi=110, format="png")
+    _fit_notes(fig, ax, notes, m)
+    return fig
+
+
+def _save(fig: Any, path: Path, *, dpi: int) -> None:
+    """Write ``fig`` to ``path`` as a PNG and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=dpi, format="png")
     plt.close(fig)
 
 
-def _forest_rows_draw(ax: Any, rows: list[ForestRow]) -> None:
-    """Draw the bars, points, null-row reasons, block rules and row labels of a forest plot."""
+def _forest_rows_draw(ax: Any, rows: list[ForestRow], m: float) -> list[Any]:
+    """Draw the bars, points, null-row reasons, block rules and row labels of a forest plot.
+
+    Return the text artists of the null-row reasons: they start right of the margin band ±``m``
+    (:func:`_forest_limits` leaves room there), and :func:`_fit_notes` fits them after layout.
+    """
     n = len(rows)
     ys = [n - 1 - i for i in range(n)]
     drawn = [(y, r) for y, r in zip(ys, rows, strict=True) if r.point is not None]
@@ -342,10 +383,11 @@ def _forest_rows_draw(ax: Any, rows: list[ForestRow]) -> None:
     faces = ["white" if r.small_sample else c for (_, r), c in zip(drawn, cols, strict=True)]
     ax.scatter([r.point for _, r in drawn], [y for y, _ in drawn], c=faces, edgecolors=cols,
                s=16, zorder=3)  # fmt: skip
+    notes = []
     for y, r in zip(ys, rows, strict=True):
         if r.point is None and r.note:
-            ax.text(0.01, y, r.note, transform=ax.get_yaxis_transform(), fontsize=7,
-                    va="center", ha="left", color="0.35", style="italic")  # fmt: skip
+            notes.append(ax.text(m, y, " " + r.note, fontsize=7, va="center", ha="left",
+                                 color="0.35", style="italic", clip_on=True))  # fmt: skip
     for i in range(1, n):
         if rows[i].group != rows[i - 1].group:
             ax.axhline(ys[i] + 0.5, color="0.8", lw=0.6)
@@ -357,6 +399,33 @@ def _forest_rows_draw(ax: Any, rows: list[ForestRow]) -> None:
     ax.set_ylim(-0.7, n - 0.3)
     ax.tick_params(axis="x", labelsize=7)
     ax.grid(axis="x", alpha=0.3)
+    return notes
+
+
+def _fit_notes(fig: Any, ax: Any, notes: list[Any], m: float) -> None:
+    """Fit each null-row reason between the band's right edge and the axis' right edge.
+
+    A reason wider than that room is wrapped onto two lines, then set smaller, then cut with an
+    ellipsis: it never runs over the band, the bars or out of the plot.
+    """
+    import textwrap
+
+    if not notes:
+        return
+    renderer = fig.canvas.get_renderer()
+    room = ax.transData.transform((ax.get_xlim()[1], 0.0))[0]
+    room -= ax.transData.transform((m, 0.0))[0]
+    for note in notes:
+        full = note.get_text()
+        tries = [(full, 7.0), (textwrap.fill(full, (len(full) + 1) // 2 + 1), 7.0)]
+        tries += [(tries[1][0], 6.0)]
+        tries += [(textwrap.fill(full[:k] + "…", (k + 2) // 2 + 1), 6.0)
+                  for k in range(len(full) - 2, 3, -4)]  # fmt: skip
+        for text, size in tries:
+            note.set_text(text)
+            note.set_fontsize(size)
+            if note.get_window_extent(renderer).width <= room:
+                break
 
 
 def _forest_legend(rows: list[ForestRow], m: float, unit: str) -> list[Any]:
@@ -392,14 +461,21 @@ def _forest_cap(rows: list[ForestRow]) -> float:
 
 
 def _forest_limits(rows: list[ForestRow], m: float) -> tuple[float, float]:
-    """Return x limits holding the dots, the margin ±``m``, 0 and the bars up to the cap."""
+    """Return x limits holding the dots, the margin ±``m``, 0 and the bars up to the cap.
+
+    With a null row, the right limit leaves at least :data:`_NOTE_ROOM` of the axis right of
+    the band for its reason.
+    """
     cap = _forest_cap(rows)
     xs = [-m, m, 0.0]
     for r in rows:
         if r.point is not None and r.lo is not None and r.hi is not None:
             xs += [r.point, max(r.lo, r.point - cap), min(r.hi, r.point + cap)]
     pad = 0.05 * (max(xs) - min(xs))
-    return min(xs) - pad, max(xs) + pad
+    left, right = min(xs) - pad, max(xs) + pad
+    if any(r.point is None and r.note for r in rows):
+        right = max(right, (m - _NOTE_ROOM * left) / (1.0 - _NOTE_ROOM))
+    return left, right
 
 
 def _forest_clipped(rows: list[ForestRow], m: float) -> int:
@@ -531,9 +607,9 @@ _STYLE: Final[dict[Label, str]] = {Label.MEASURED: "-", Label.SIMULATED: "--", L
 _MARKERS: Final[tuple[str, ...]] = ("o", "s", "^", "D", "v", "P", "X")
 
 
-def _panels_figure(panels: list[Panel], path: Path, *, title: str, xlabel: str,
-                   ylabel: str, dodge: bool) -> None:  # fmt: skip
-    """Draw ``panels`` (one axis each; per arm a colour and marker; line style by label).
+def _panels_figure(panels: list[Panel], *, title: str, xlabel: str, ylabel: str,
+                   dodge: bool) -> Any:  # fmt: skip
+    """Return ``panels`` drawn (one axis each; per arm a colour and marker; line style by label).
 
     With ``dodge`` the arms' points are spread a little along x so that their error bars do
     not hide one another (without error bars that would only slant coinciding curves apart).
@@ -583,8 +659,7 @@ def _panels_figure(panels: list[Panel], path: Path, *, title: str, xlabel: str,
                frameon=False)  # fmt: skip
     rows = math.ceil(len(handles) / 3)
     fig.tight_layout(rect=(0.0, (0.25 + 0.18 * rows) / fig.get_figheight(), 1.0, 1.0))
-    fig.savefig(path, format="png", dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def _y_limits(panels: list[Panel]) -> tuple[float, float, set[str]]:
@@ -632,16 +707,50 @@ def _draw_series(
                 lw=1.2)  # fmt: skip
 
 
-def context_plot(result: Result, path: Path) -> None:
-    """Draw R by context bucket per arm, pooled and per family (:func:`context_series`)."""
+def _style_key(panels: list[Panel]) -> str:
+    """Return how line styles read, for the labels of the series drawn only."""
+    drawn = {s.label for p in panels for s in p.series}
+    names = {Label.MEASURED: "solid", Label.SIMULATED: "dashed", Label.ESTIMATED: "dotted"}
+    return ", ".join(f"{names[lb]} = {lb.value}" for lb in Label if lb in drawn)
+
+
+def drawn_labels(result: Result, name: str) -> list[str]:
+    """Return the labels of the series a plot of ``result`` draws, in Label order.
+
+    ``context.png`` and ``survival.png``: their arms' labels (a requalification draws no MEASURED
+    survival curve, so its survival plot is SIMULATED only); other plots: none here (their label
+    is the main delta's or the depth figures', see :func:`specreplay.render.markdown.figure_label`).
+    """
+    panels = {"context.png": context_series, "survival.png": survival_series}.get(name)
+    if panels is None:
+        return []
+    drawn = {s.label for p in panels(result) for s in p.series}
+    return [lb.value for lb in Label if lb in drawn]
+
+
+def plot_caption(name: str, result: Result | None = None) -> str:
+    """Return the one-line caption of the plot ``name`` (of ``result``: naming what it draws).
+
+    ``context.png``'s line styles are named for the labels drawn only; every other caption is
+    :data:`PLOT_CAPTIONS`'.
+    """
+    caption = PLOT_CAPTIONS.get(name, f"Figure {name} of this run (no caption recorded for it).")
+    if name == "context.png" and result is not None:
+        key = _style_key(context_series(result)).replace(" = ", ": ")
+        caption = caption.replace("(solid: MEASURED, dashed: SIMULATED)", f"({key})")
+    return caption
+
+
+def context_figure(result: Result) -> Any:
+    """Return R by context bucket per arm, pooled and per family (:func:`context_series`)."""
     level = next((f.level for c in result.cells for f in c.arms.values() if f.level), None)
     band = f"{level:.0%} studentized interval" if level is not None else "no interval"
-    _panels_figure(
-        context_series(result),
-        path,
+    panels = context_series(result)
+    return _panels_figure(
+        panels,
         title="R (retained tokens per round) by context bucket, per arm, with its "
         f"{band} (bars).\nHow to read: a line falling to the right means the arm retains fewer "
-        "tokens per round at longer contexts; solid = MEASURED, dashed = SIMULATED; a point\n"
+        f"tokens per round at longer contexts; {_style_key(panels)}; a point\n"
         "without a bar: too few requests for an interval (see n under each bucket).",
         xlabel="context bucket (target context length); n = requests in the cell",
         ylabel="R, tokens per round",
@@ -649,11 +758,15 @@ def context_plot(result: Result, path: Path) -> None:
     )
 
 
-def survival_plot(result: Result, path: Path) -> None:
-    """Draw P(A ≥ j) by position j per arm, pooled and per family (:func:`survival_series`)."""
-    _panels_figure(
+def context_plot(result: Result, path: Path) -> None:
+    """Draw :func:`context_figure` into ``path``."""
+    _save(context_figure(result), path, dpi=100)
+
+
+def survival_figure(result: Result) -> Any:
+    """Return P(A ≥ j) by position j per arm, pooled and per family (:func:`survival_series`)."""
+    return _panels_figure(
         survival_series(result),
-        path,
         title="Per-position survival P(A ≥ j): share of rounds that retained at least j drafted"
         " tokens (no interval in the results).\nHow to read: the curve falls with j; a higher "
         "curve keeps drafts longer; R = 1 + the curve's sum over j; coinciding arms overlap "
@@ -664,12 +777,23 @@ def survival_plot(result: Result, path: Path) -> None:
     )
 
 
+def survival_plot(result: Result, path: Path) -> None:
+    """Draw :func:`survival_figure` into ``path``."""
+    _save(survival_figure(result), path, dpi=100)
+
+
 def depth_plot(result: Result, path: Path) -> None:
-    """Draw R by depth per arm and cell (pooled, then each family) with its 95% interval.
+    """Draw :func:`depth_figure` into ``path``."""
+    _save(depth_figure(result), path, dpi=100)
+
+
+def depth_figure(result: Result) -> Any:
+    """Return R by depth per arm and cell (pooled, then each family) with its 95% interval.
 
     Each arm's own (reference) depth is ringed; depths past the recorded positions are shaded
     and labelled UNSUPPORTED rather than drawn; with a cost model a pooled tokens/s panel
-    (ESTIMATED) marks each arm's best depth with a star.
+    (ESTIMATED, in tokens per second) marks each arm's best depth with a star. Every panel's y
+    axis names its unit.
     """
     import math
 
@@ -692,14 +816,15 @@ def depth_plot(result: Result, path: Path) -> None:
         _depth_panel(ax, result, cell, key)
         what = f"R, tokens per round ({label})" if key == "R" else "tokens/s (ESTIMATED)"
         ax.set_title(f"{cell.name}: {what}", fontsize=9)
+        unit = "R (tokens per round)" if key == "R" else "tokens/s (tokens per second)"
+        ax.set_ylabel(unit, fontsize=8)
     axes[0][0].legend(fontsize=7, title="arm (ring: its own depth)", title_fontsize=7)
     used = result.options.get("estimator_used")
     extra = "; star: best depth under the cost model" if cost else ""
     fig.suptitle(f"Depth sweep: value and 95% interval by fixed depth ({used}){extra}",
                  fontsize=10)  # fmt: skip
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def _depth_panel(ax: Any, result: Result, cell: Cell, key: str) -> None:
@@ -750,12 +875,18 @@ def _series(
 
 
 def screen_plot(result: Result, path: Path) -> None:
-    """Draw, per batch × context cell of a screen, the central rate by depth and its envelope.
+    """Draw :func:`screen_figure` into ``path``."""
+    _save(screen_figure(result), path, dpi=110)
+
+
+def screen_figure(result: Result) -> Any:
+    """Return, per batch × context cell of a screen, the central rate by depth and its envelope.
 
     One small panel per cell (batch across, context down): the central tokens/s per depth as a
     line, the assumption envelope as a band, the nominal cap ringed and the best-ranked depth
     starred; depths UNSUPPORTED (past the trained block or the cap) are left out and named in the
-    panel.
+    panel. Each panel's title names its worker(s); a panel of several workers has a legend, and
+    the figure's title names every worker screened.
     """
     import matplotlib
 
@@ -789,17 +920,21 @@ def screen_plot(result: Result, path: Path) -> None:
             ax.plot([cap], [next(d.tokens_per_s for d in ok if d.depth == cap)], "o", ms=10,
                     mfc="none", color="k")  # fmt: skip
         gone = [d.depth for d in c.depths if not d.supported]
-        title = f"batch {c.batch}, context {c.context}"
+        here = [x for x in cells if (x.batch, x.context) == (c.batch, c.context)]
+        workers = ", ".join(dict.fromkeys(x.worker or "—" for x in here))
+        title = f"worker {workers}: batch {c.batch}, context {c.context}"
         if gone:
             title += f"\nUNSUPPORTED: depth {min(gone)}..{max(gone)}"
         ax.set_title(title, fontsize=8)
+        if len(here) > 1:
+            ax.legend(fontsize=6, title="worker", title_fontsize=6)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("draft depth d", fontsize=8)
         ax.set_ylabel("tokens/s (ESTIMATED)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    fig.suptitle("Depth screen: central rate (line), assumption envelope (band),\n"
-                 "best rank (star), nominal cap (ring)", fontsize=9)  # fmt: skip
+    workers = ", ".join(dict.fromkeys(c.worker or "—" for c in cells))
+    fig.suptitle(f"Depth screen of worker {workers}: central rate (line), assumption envelope\n"
+                 "(band), best rank (star), nominal cap (ring)", fontsize=9)  # fmt: skip
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=110)
-    plt.close(fig)
+    return fig

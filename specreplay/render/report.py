@@ -13,7 +13,7 @@ Sections, in this order, each opening with one short paragraph on how to read it
 5. **Diagnostics**: path bias, the importance weights' ESS and Pareto k̂, cells whose interval
    may undercover, underpowered or skipped law tests;
 6. **Figures**: every PNG the run wrote, embedded by its relative file name (the folder can be
-   moved) with its label and the one-line caption of :data:`~specreplay.render.plots.PLOT_CAPTIONS`
+   moved) with its label and the one-line caption of :func:`~specreplay.render.plots.plot_caption`
    (a fallback caption for a name it lacks).
 
 Nulls read ``—`` with their reason. The text is a function of the result and of the names of the
@@ -297,7 +297,7 @@ def _diagnostics(result: Result) -> str:
 def _figures(result: Result, pngs: Sequence[str]) -> str:
     if not pngs:
         return "This run wrote no plot."
-    return "\n\n".join(figure_block(p, figure_label(result, p)) for p in pngs)
+    return "\n\n".join(figure_block(p, figure_label(result, p), result=result) for p in pngs)
 
 
 def report_markdown(result: Result, pngs: Sequence[str]) -> str:
