@@ -546,7 +546,7 @@ def written(f: dataclasses.Field[Any]) -> bool:
     return not f.metadata.get(IN_MEMORY, False)
 
 
-HEADLINE_ROLE: dict[str, Role] = {"interval": Role.B_VS_A}
+_HEADLINE_ROLE: dict[str, Role] = {"interval": Role.B_VS_A}
 """The delta whose pooled verdict is a command's headline (``requalify`` has its own object)."""
 
 
@@ -606,7 +606,7 @@ class Result:
         """
         if self.command == "requalify":
             return self.requalification.verdict if self.requalification is not None else None
-        role = HEADLINE_ROLE.get(self.command)
+        role = _HEADLINE_ROLE.get(self.command)
         if role is None or not self.cells:
             return None
         d = self.pooled.delta(role)
