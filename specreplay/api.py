@@ -56,7 +56,7 @@ A small end-to-end session (60 requests: a few seconds once the kernels are comp
 2.96
 >>> cells = rq.to_polars()  # the rows of cells.parquet
 >>> cells.shape
-(1320, 27)
+(1320, 28)
 >>> cells.columns[:6]
 ['level', 'family', 'bucket', 'n_requests', 'kind', 'arm']
 >>> deltas = rq.to_polars("deltas")
@@ -81,7 +81,12 @@ from pathlib import Path
 
 from specreplay.commands.budget import DEFAULT_X_GRID, BudgetOptions, budget_inputs, budget_run
 from specreplay.commands.convert import ConvertedArchive, convert_archive
-from specreplay.commands.interval import IntervalOptions, interval_inputs, interval_result
+from specreplay.commands.interval import (
+    IntervalOptions,
+    interval_inputs,
+    interval_memory_result,
+    interval_result,
+)
 from specreplay.commands.options import (
     FAIL_ON_INTERVAL,
     FAIL_ON_REQUALIFY,
@@ -105,6 +110,7 @@ from specreplay.pipelines.requalify import RequalifyOptions
 from specreplay.pipelines.sweep import SweepOptions, parse_depths
 from specreplay.render.files import write_run
 from specreplay.replay.archive.filehash import new_run
+from specreplay.replay.archive.memory import ArmInMemory
 from specreplay.replay.backend import Backend
 from specreplay.replay.scan import Progress, no_progress
 from specreplay.results import io
@@ -399,8 +405,8 @@ def sweep(
 
 
 def interval(
-    a: PathLike,
-    b: PathLike,
+    a: PathLike | ArmInMemory,
+    b: PathLike | ArmInMemory,
     *,
     question_file: PathLike | None = None,
     margin: str = "0.5%",
@@ -425,8 +431,21 @@ def interval(
     """Paired bootstrap interval of Δ = R_B − R_A by family × context bucket, with verdicts.
 
     As ``specreplay interval A B``: each input is round traces, per-request sums, a Spec-Bench
-    or a Medusa answer file; the pooled verdict is ``result.pooled.delta(Role.B_VS_A).verdict``.
-    ``ignore``: as ``--ignore``, globs of entries of an input folder to skip.
+    or a Medusa answer file; the pooled verdict is ``result.verdict``. ``ignore``: as
+    ``--ignore``, globs of entries of an input folder to skip. ``result.to_arviz()`` gives the
+    bootstrap replicates as an ArviZ DataTree.
+
+    Or both arms in memory, as ``scipy.stats.bootstrap`` takes arrays: per request, rounds and
+    retained tokens as a ``(rounds, retained_tokens)`` pair of 1-D arrays, a mapping with those
+    keys (optionally ``request_id``, ``family``, ``bucket``) or a polars DataFrame with those
+    columns; paired by ``request_id`` when given, else by position (same length required).
+    The figures are those of the same requests in a per-request sums file
+    (:mod:`specreplay.replay.archive.memory`); the arms are named ``name_a``/``name_b`` or A, B.
+
+    >>> res = interval(([10, 12, 9], [31.0, 40.0, 25.0]), ([10, 11, 9], [33.0, 41.0, 27.0]),
+    ...                n_boot=200, min_requests=2)
+    >>> res.arms, round(res.pooled.arms["B"].R - res.pooled.arms["A"].R, 4)
+    (('A', 'B'), 0.2699)
     """
     at_least("choice", choice, 0)
     _bootstrap(n_boot=n_boot, stratify=stratify, level=level, min_requests=min_requests, seed=seed)
@@ -437,6 +456,11 @@ def interval(
         buckets=buckets, choice=choice, drafted=drafted, names=(name_a, name_b),
         hash_ids=hash_ids, ignore=_globs(ignore),
     )  # fmt: skip
+    if not (isinstance(a, str | os.PathLike) and isinstance(b, str | os.PathLike)):
+        target = _before(out, force, [])
+        return _after(
+            interval_memory_result(a, b, opts, progress=_bar(progress)), target, force, []
+        )
     pa, pb = Path(a), Path(b)
     inputs = interval_inputs(pa, pb, opts)
     target = _before(out, force, inputs)

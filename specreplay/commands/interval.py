@@ -15,6 +15,7 @@ from specreplay.pipelines.interval import (
     interval_compared,
     interval_inputs,
     interval_kinds,
+    interval_memory_result,
     interval_result,
     short_names,
 )
@@ -25,7 +26,14 @@ from specreplay.results.model import Delta, Level, Result, Role
 from specreplay.results.output import check_out, output_dir
 from specreplay.stats.compare import Margin, parse_margin
 
-__all__ = ["IntervalOptions", "interval_inputs", "interval_result", "run_interval", "short_names"]
+__all__ = [
+    "IntervalOptions",
+    "interval_inputs",
+    "interval_memory_result",
+    "interval_result",
+    "run_interval",
+    "short_names",
+]
 
 
 def run_interval(

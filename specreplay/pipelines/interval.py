@@ -3,11 +3,15 @@
 :func:`interval_result` reads both inputs (round traces, Spec-Bench or Medusa answers), pairs their
 requests, bootstraps Δ = R_B − R_A per cell and returns the typed result; the command checks the
 inputs' kinds first (:func:`interval_kinds`), before it makes its output folder.
+:func:`interval_memory_result` does the same for two arms given in memory (the Python API's
+arrays or frames, :mod:`specreplay.replay.archive.memory`). Both keep the comparison's bootstrap
+replicates on the result (``Result.replicates``, never written) for ``Result.to_arviz()``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,7 @@ __all__ = [
     "interval_compared",
     "interval_inputs",
     "interval_kinds",
+    "interval_memory_result",
     "interval_result",
     "short_names",
 ]
@@ -61,11 +66,11 @@ class IntervalOptions:
     hash_ids: bool = False
     ignore: tuple[str, ...] = ()
 
-    def to_json(self, path_a: Path, path_b: Path, buckets: Buckets) -> dict[str, Any]:
-        """Return the ``options`` entry of results.json."""
+    def to_json(self, path_a: Path | None, path_b: Path | None, buckets: Buckets) -> dict[str, Any]:
+        """Return the ``options`` entry of results.json (paths null for arms given in memory)."""
         return {
-            "a": str(path_a),
-            "b": str(path_b),
+            "a": str(path_a) if path_a is not None else None,
+            "b": str(path_b) if path_b is not None else None,
             "question_file": str(self.question_file) if self.question_file else None,
             "margin": parse_margin(self.margin).to_json(),
             "fail_on": sorted(self.fail_on),
@@ -106,11 +111,6 @@ def interval_compared(
     progress: Progress,
 ) -> Result:
     """Read both arms, pair them and bootstrap Δ per cell (kinds from :func:`interval_kinds`)."""
-    from specreplay.stats.arviz_bridge import hdi_eti
-    from specreplay.stats.compare import compare
-    from specreplay.stats.pairing import pair_arms
-
-    mg = parse_margin(opts.margin)
     bk = Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
     arm_a = _load(path_a, kinds[0], opts.names[0], opts, bk)
     arm_b = _load(path_b, kinds[1], opts.names[1], opts, bk)
@@ -118,6 +118,56 @@ def interval_compared(
         short_a, short_b = short_names(arm_a.name, arm_b.name)
         arm_a = dataclasses.replace(arm_a, name=short_a)
         arm_b = dataclasses.replace(arm_b, name=short_b)
+    return _paired_result(arm_a, arm_b, opts, opts.to_json(path_a, path_b, bk), progress)
+
+
+def interval_memory_result(
+    data_a: object, data_b: object, opts: IntervalOptions, *, progress: Progress = no_progress
+) -> Result:
+    """Pair two arms given in memory and bootstrap Δ = R_B − R_A per cell; return the result.
+
+    Each arm is a ``(rounds, retained_tokens)`` pair of 1-D arrays, a mapping or a polars
+    DataFrame (``ArmInMemory``, :mod:`specreplay.replay.archive.memory`; anything else is an
+    error): the figures are those of the same requests read from a per-request sums file. The
+    arms are named ``opts.names`` (default ``A`` and ``B``); results.json records no input file
+    and ``options.a``/``b`` null. The options for input files (``question_file``, ``choice``,
+    ``drafted``, ``ignore``) are errors.
+    """
+    from specreplay.replay.archive.memory import memory_arms
+
+    if any(isinstance(d, str | os.PathLike) for d in (data_a, data_b)):
+        raise SpecReplayError(
+            "interval: give both arms as paths or both in memory (arrays, a mapping or a frame)"
+        )
+    for key, given in (
+        ("question_file", opts.question_file is not None),
+        ("choice", opts.choice != 0),
+        ("drafted", opts.drafted is not None),
+        ("ignore", bool(opts.ignore)),
+    ):
+        if given:
+            raise SpecReplayError(f"{key} applies to input files, not to arms given in memory")
+    parse_margin(opts.margin)
+    bk = Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
+    names = (opts.names[0] or "A", opts.names[1] or "B")
+    arm_a, arm_b = memory_arms(data_a, data_b, names=names, buckets=bk)
+    return _paired_result(arm_a, arm_b, opts, opts.to_json(None, None, bk), progress)
+
+
+def _paired_result(
+    arm_a: ArmData,
+    arm_b: ArmData,
+    opts: IntervalOptions,
+    options: dict[str, Any],
+    progress: Progress,
+) -> Result:
+    """Pair two read arms, bootstrap Δ per cell and return the result (replicates kept)."""
+    from specreplay.stats.arviz_bridge import ComparisonReplicates, hdi_eti
+    from specreplay.stats.compare import compare
+    from specreplay.stats.pairing import pair_arms
+
+    mg = parse_margin(opts.margin)
+    bk = Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
     if arm_a.name == arm_b.name:
         arm_b = dataclasses.replace(arm_b, name=arm_b.name + " (B)")
     ps, excluded = pair_arms(arm_a, arm_b, buckets=bk, drop_unpaired=opts.drop_unpaired)
@@ -125,10 +175,10 @@ def interval_compared(
         comp = compare(ps, arm_a=arm_a.name, arm_b=arm_b.name, n_boot=opts.n_boot,
                        seed=opts.seed, stratify=opts.stratify, level=opts.level, margin=mg,
                        min_requests=opts.min_requests, label=arm_a.label)  # fmt: skip
-    options = opts.to_json(path_a, path_b, bk)
     comp = hdi_eti(comp, prob=opts.level)
     result = _interval_result(comp, arm_a, arm_b, excluded, options, opts.seed)
     ids = [*arm_a.sums.get_column("request_id"), *arm_b.sums.get_column("request_id")]
+    result = dataclasses.replace(result, replicates=ComparisonReplicates(comp))
     return hash_result(result, IdHasher(ids) if opts.hash_ids else None)
 
 

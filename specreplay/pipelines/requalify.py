@@ -68,6 +68,7 @@ from specreplay.results.model import (
 from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.sim.arms import Arm, parse_arm, parse_arm_option
 from specreplay.stats.armdata import ArmData
+from specreplay.stats.arviz_bridge import ComparisonReplicates
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.cells import Cell as CellSpec
 from specreplay.stats.compare import Comparison, compare, parse_margin
@@ -553,7 +554,8 @@ def requalify_result(
     """
     from specreplay.replay.lawcases import run_cases, sample_cases
 
-    cells = merge_comparisons(comparands(res, arms, opts))
+    parts = comparands(res, arms, opts)
+    cells = merge_comparisons(parts)
     cells = with_replay_figures(cells, res, list(arms.all.values()))
     cells = with_support_nulls(cells, res)
     if opts.estimator == AUTO:
@@ -583,6 +585,9 @@ def requalify_result(
         path_bias=cells[0].delta(Role.PATH_BIAS),
         columns_not_read=res.unread or None,
         inputs_ignored=ignored_inputs((e.path, e.glob) for e in res.ignored),
+        replicates=ComparisonReplicates(
+            next(p.comparison for p in parts if p.role == Role.CANDIDATE_VS_BASELINE)
+        ),
     )
 
 

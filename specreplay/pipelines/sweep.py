@@ -67,6 +67,7 @@ from specreplay.results.model import Cell, DepthFigure, Label, Result, Role
 from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.sim.arms import Arm, parse_arm_option
 from specreplay.stats.armdata import ArmData
+from specreplay.stats.arviz_bridge import DepthReplicates
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.cells import Cell as CellSpec
 from specreplay.stats.compare import Comparison, compare, parse_margin
@@ -331,6 +332,7 @@ def sweep_result(
         arms=[a.canonical for a in arms], cells=cells,
         columns_not_read=res.unread or None, extra=extra,
         inputs_ignored=ignored_inputs((e.path, e.glob) for e in res.ignored),
+        replicates=DepthReplicates(per_arm),
     )  # fmt: skip
 
 
@@ -433,7 +435,7 @@ def proxy_result(
                  "estimator_used": "survival-proxy",
                  "estimator_reason": "round traces: the survival truncation proxy"},
         assumptions=[PROXY, *ref.notes], arms=[name], cells=cells,
-        inputs_ignored=ignored_inputs(ref.ignored),
+        inputs_ignored=ignored_inputs(ref.ignored), replicates=DepthReplicates({name: comps}),
     )  # fmt: skip
 
 

@@ -1,5 +1,13 @@
 """cells.parquet: every figure of a result's cells as one long table (SPEC §4).
 
+Arms are plain names (``arm``, ``arm_a``, ``arm_b``): what results.json's arm keys say in a suffix
+(``ARM (MEASURED)``, ``ARM (analytic)``, ``ARM@D (reference depth)``,
+:mod:`specreplay.results.armkeys`) is in the ``label``, ``estimator`` and ``role`` columns. An
+``R`` or ``n_rounds`` row of a companion figure carries the ``role`` of the delta it belongs to
+(``path-bias`` for the MEASURED logging arm, ``path-bias-importance`` for another estimator's
+replay; null for the run's own arms) and the replay ``estimator``; a ``delta`` row the delta's
+``estimator`` (``analytic − importance``: b's − a's).
+
 One row per figure: ``kind`` is ``R``, ``n_rounds``, ``survival`` (``depth`` = position j),
 ``delta`` (``arm_a``, ``arm_b``, ``role``, interval ``lo``/``hi``, ``method``, ``level_conf``, the
 ``verdict`` and ``verdict_reason`` where a rule forced it, the t interval's ``df``, the requests
@@ -15,10 +23,12 @@ carries its cell (level, family, bucket, ``n_requests``, and for ``screen`` cell
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
 
+from specreplay.results.armkeys import ArmKey, arm_splitter
 from specreplay.results.model import Cell, Label, Result
 
 __all__ = ["CELLS_SCHEMA", "cells_frame"]
@@ -51,10 +61,11 @@ CELLS_SCHEMA: dict[str, pl.DataType] = {
     "small_sample": pl.Boolean(),
     "coverage_at_size": pl.Float64(),
     "verdict_reason": pl.String(),
+    "estimator": pl.String(),
 }
 
 
-def _rows(cell: Cell) -> list[dict[str, Any]]:
+def _rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
     base = {
         "level": cell.level.value,
         "family": cell.family,
@@ -68,20 +79,24 @@ def _rows(cell: Cell) -> list[dict[str, Any]]:
         else ",".join(f"{k}={v}" for k, v in cell.group.items()),
     }
     rows: list[dict[str, Any]] = []
-    for arm, v in cell.arms.items():
-        rows.append(base | {"kind": "R", "arm": arm, "value": v.R, "lo": v.lo, "hi": v.hi,
-                            "method": None if v.lo is None else "studentized",
-                            "level_conf": v.level, "label": v.label.value,
-                            "null_reason": v.null_reason})  # fmt: skip
-        rows.append(base | {"kind": "n_rounds", "arm": arm, "value": float(v.n_rounds),
-                            "label": Label.MEASURED.value})  # fmt: skip
+    for key, v in cell.arms.items():
+        k = split(key)
+        role = k.role.value if k.role is not None else None
+        arm = {"arm": k.arm, "role": role, "estimator": k.estimator or v.estimator}
+        rows.append(base | arm | {"kind": "R", "value": v.R, "lo": v.lo, "hi": v.hi,
+                                  "method": None if v.lo is None else "studentized",
+                                  "level_conf": v.level, "label": v.label.value,
+                                  "null_reason": v.null_reason})  # fmt: skip
+        rows.append(base | arm | {"kind": "n_rounds", "value": float(v.n_rounds),
+                                  "label": Label.MEASURED.value})  # fmt: skip
     for s in cell.survival:
         rows.append(base | {"kind": "survival", "arm": s.arm, "depth": s.position,
                             "value": s.value, "label": s.label.value,
                             "null_reason": s.null_reason})  # fmt: skip
     for d in cell.deltas:
         cov = d.coverage_at_size
-        rows.append(base | {"kind": "delta", "arm_a": d.a, "arm_b": d.b, "role": d.role.value,
+        rows.append(base | {"kind": "delta", "arm_a": split(d.a).arm, "arm_b": split(d.b).arm,
+                            "role": d.role.value, "estimator": d.estimator,
                             "depth": d.depth, "value": d.point, "lo": d.lo, "hi": d.hi,
                             "method": d.method, "level_conf": d.level, "verdict": d.verdict,
                             "label": d.label.value, "null_reason": d.null_reason,
@@ -114,7 +129,8 @@ def _rows(cell: Cell) -> list[dict[str, Any]]:
 
 def cells_frame(result: Result) -> pl.DataFrame:
     """Flatten the result's cells into the long table of SPEC §4 (one row per figure)."""
-    rows = [r for c in result.cells for r in _rows(c)]
+    split = arm_splitter(result)
+    rows = [r for c in result.cells for r in _rows(c, split)]
     return pl.DataFrame(
         [{k: r.get(k) for k in CELLS_SCHEMA} for r in rows], schema=pl.Schema(CELLS_SCHEMA)
     )

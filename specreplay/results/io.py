@@ -1,7 +1,8 @@
 """results.json: write a :class:`~specreplay.results.model.Result` and read it back (SPEC §4.1).
 
 Writing walks the dataclasses in field order (enums as their values, tuples as lists, ``schema``
-first); NaN is never written (a figure that cannot be computed is ``null`` with its reason).
+first; a field kept in memory only, such as ``Result.replicates``, is skipped); NaN is never
+written (a figure that cannot be computed is ``null`` with its reason).
 Reading checks the document against the shipped JSON Schema (``schemas/results-v1.json``) and
 rebuilds the typed objects from their type hints, so ``read_result(write_result(r)) == r``. A key
 this version does not know is an error naming the file and the key's JSON path, except at the top
@@ -21,7 +22,7 @@ from typing import Any, Union, get_args, get_origin
 
 from specreplay.errors import SpecReplayError
 from specreplay.results import model
-from specreplay.results.model import Result
+from specreplay.results.model import Result, written
 
 __all__ = [
     "dump",
@@ -37,7 +38,7 @@ __all__ = [
 def dump(obj: Any) -> Any:
     """Return ``obj`` as JSON-ready data (dataclasses → dicts in field order)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out = {f.name: dump(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out = {f.name: dump(getattr(obj, f.name)) for f in dataclasses.fields(obj) if written(f)}
         extra = out.pop("extra", None)
         if isinstance(obj, Result):
             out = {"schema": out.pop("schema"), **out, **(extra or {})}
@@ -93,7 +94,7 @@ RENAMED: dict[tuple[str, str], str] = {("LawTest", "alpha"): "acceptance_rate"}
 
 def _load_dataclass(cls: type[Any], data: dict[str, Any], where: str) -> Any:
     hints = _hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = {f.name for f in dataclasses.fields(cls) if written(f)}
     kwargs: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for old, value in data.items():

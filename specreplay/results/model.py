@@ -21,15 +21,17 @@ A figure that cannot be computed is ``None`` with its ``null_reason``. Every fig
 :class:`Label`.
 
 Fields are always written, ``null`` where they do not apply (so a program reading results.json
-finds the same keys in every delta); their order is the order of the dataclass fields.
+finds the same keys in every delta); their order is the order of the dataclass fields. The one
+exception is :attr:`Result.replicates`, which a run keeps in memory only (:func:`written`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from specreplay.errors import SpecReplayError
 from specreplay.results.backend import backend_line
@@ -59,6 +61,7 @@ __all__ = [
     "LawTest",
     "Level",
     "Offpath",
+    "Replicates",
     "Requalification",
     "Result",
     "Role",
@@ -66,6 +69,7 @@ __all__ = [
     "Sensitivity",
     "Survival",
     "Tost",
+    "written",
 ]
 
 SCHEMA_ID = "specreplay/results/v1"
@@ -518,9 +522,41 @@ class ArchiveSummary:
     carried_columns: tuple[str, ...]
 
 
+class Replicates(Protocol):
+    """The joint bootstrap replicates behind a result's headline comparison, kept in memory.
+
+    A pipeline that bootstraps comparisons (``interval``: b-vs-a; ``requalify``:
+    candidate-vs-baseline; ``sweep``: each depth against the reference depth) sets
+    :attr:`Result.replicates` to an object with this method
+    (:class:`specreplay.stats.arviz_bridge.ComparisonReplicates`, ``DepthReplicates``);
+    results.json never holds them, so a result read back from disk has none.
+    """
+
+    def tree(self) -> Any:
+        """Return the replicates as an ArviZ ``DataTree`` (group ``posterior``)."""
+        ...
+
+
+IN_MEMORY = "in_memory"
+"""Metadata key of a dataclass field that is never written to results.json (nor read from it)."""
+
+
+def written(f: dataclasses.Field[Any]) -> bool:
+    """Return whether the dataclass field ``f`` is part of results.json (not in memory only)."""
+    return not f.metadata.get(IN_MEMORY, False)
+
+
+_HEADLINE_ROLE: dict[str, Role] = {"interval": Role.B_VS_A}
+"""The delta whose pooled verdict is a command's headline (``requalify`` has its own object)."""
+
+
 @dataclass(frozen=True)
 class Result:
-    """What one command found: the whole of results.json (SPEC §4.1)."""
+    """What one command found: the whole of results.json (SPEC §4.1).
+
+    ``replicates`` (not written, not compared) holds the joint bootstrap replicates of the run's
+    headline comparison when the run was made in this process (:meth:`to_arviz`).
+    """
 
     command: str
     version: str
@@ -546,11 +582,76 @@ class Result:
     inputs_ignored: tuple[InputIgnored, ...] = ()
     interval_method: IntervalMethod | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    replicates: Replicates | None = field(
+        default=None, compare=False, repr=False, metadata={IN_MEMORY: True}
+    )
 
     @property
     def pooled(self) -> Cell:
         """The pooled cell (the first one)."""
         return self.cells[0]
+
+    @property
+    def verdict(self) -> str | None:
+        """The run's headline verdict, or None where the command has none.
+
+        - ``requalify``: the pooled requalification, QUALIFIED / NOT QUALIFIED / INCONCLUSIVE
+          (``result.requalification.verdict``; None with its ``null_reason`` there);
+        - ``interval``: the pooled b-vs-a verdict, EQUIVALENT / DIFFERENT / INCONCLUSIVE
+          (``result.pooled.delta(Role.B_VS_A).verdict``; None with the delta's ``null_reason``);
+        - every other command: None. A sweep answers with a best depth per arm
+          (``cell.best_depth``), a law test with ``passed`` per test (``result.law_tests``),
+          ``screen``, ``budget`` and ``validate`` with figures: none of them decides between
+          two arms, so none has a verdict to put here.
+        """
+        if self.command == "requalify":
+            return self.requalification.verdict if self.requalification is not None else None
+        role = _HEADLINE_ROLE.get(self.command)
+        if role is None or not self.cells:
+            return None
+        d = self.pooled.delta(role)
+        return d.verdict if d is not None else None
+
+    def to_arviz(self) -> Any:
+        """Return the joint bootstrap replicates of the headline comparison as a DataTree.
+
+        One chain of ``n_boot`` draws per cell, in the ArviZ group ``posterior``: ``delta``
+        (Δ = R_b − R_a), ``rel`` (Δ/R_a) and ``rb`` (R_b), dims (chain, draw, cell), the
+        ``cell`` coordinate naming each cell (``pooled``, a family, a bucket, ``family ×
+        bucket``); every request of a replicate is drawn once for all cells, so the cells'
+        draws are joint. ``interval``: the b-vs-a comparison; ``requalify``: the
+        candidate-vs-baseline one. ``sweep``: ``R`` (R at each depth), ``delta`` and ``rel``
+        (against the arm's reference depth), dims (chain, draw, arm, depth, cell), one joint
+        resample for every arm and depth (the draws behind ``p_best``). NaN marks a replicate
+        with no rounds in a cell, or a depth that is unsupported.
+
+        Raises
+        ------
+        SpecReplayError
+            For a result read back from results.json (the replicates are not written) and for
+            a command that keeps none.
+
+        Examples
+        --------
+        >>> from pathlib import Path
+        >>> from specreplay import api
+        >>> data = Path("tests/data/medusa-mtbench")
+        >>> stem = "temperature-0.0-posterior_threshold-0.09-posterior_alpha-0.3.jsonl"
+        >>> res = api.interval(data / f"medusa-vicuna-7b-v1.3-{stem}",
+        ...                    data / f"medusa-vicuna-13b-v1.3-{stem}",
+        ...                    question_file=data / "question.jsonl", n_boot=2000)
+        >>> tree = res.to_arviz()
+        >>> tree["posterior"]["delta"].sizes["draw"], res.verdict
+        (2000, 'DIFFERENT')
+        """
+        if self.replicates is None:
+            if self.command not in ("interval", "requalify", "sweep"):
+                raise SpecReplayError(
+                    f"to_arviz: a {self.command} result has no bootstrap replicates (interval, "
+                    "requalify and sweep results have)"
+                )
+            raise SpecReplayError("replicates are not stored; rerun through the API")
+        return self.replicates.tree()
 
     @property
     def backend_line(self) -> str | None:

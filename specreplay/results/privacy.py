@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Any
 
-from specreplay.results.model import Result
+from specreplay.results.model import Result, written
 
 __all__ = ["ID_FIELDS", "IdHasher", "hash_result"]
 
@@ -108,6 +108,7 @@ def _walk(obj: Any, h: IdHasher, is_id: bool) -> Any:
         changes = {
             f.name: _walk(getattr(obj, f.name), h, f.name in ID_FIELDS)
             for f in dataclasses.fields(obj)
+            if written(f)  # in-memory replicates name cells, never requests
         }
         return dataclasses.replace(obj, **changes)
     if isinstance(obj, dict):

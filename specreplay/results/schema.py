@@ -21,7 +21,7 @@ from importlib import resources
 from typing import Any, Union
 
 from specreplay.results import model
-from specreplay.results.model import SCHEMA_ID, Result
+from specreplay.results.model import SCHEMA_ID, Result, written
 
 __all__ = ["SCHEMA_PATH", "results_schema", "schema_text", "shipped_text"]
 
@@ -68,7 +68,7 @@ def _type(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
         if tp.__name__ not in defs:
             defs[tp.__name__] = None  # placeholder against recursion
             hints = typing.get_type_hints(tp, vars(model))
-            fields = [f for f in dataclasses.fields(tp) if f.name != "extra"]
+            fields = [f for f in dataclasses.fields(tp) if f.name != "extra" and written(f)]
             names = [f.name for f in fields]
             defs[tp.__name__] = {
                 "type": "object",

@@ -10,6 +10,8 @@ import, and only commands that report intervals need it. The replicate draws are
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib.util import find_spec
 from os import PathLike
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,7 +26,7 @@ from specreplay.stats.compare import Comparison, CredibleInterval
 if TYPE_CHECKING:
     from xarray import DataTree
 
-__all__ = ["hdi_eti", "replicates_tree", "save_netcdf"]
+__all__ = ["ComparisonReplicates", "DepthReplicates", "hdi_eti", "replicates_tree", "save_netcdf"]
 
 
 def hdi_eti(comp: Comparison, prob: float = 0.95) -> Comparison:
@@ -66,22 +68,80 @@ def _cell_name(cell: Cell) -> str:
 def replicates_tree(comp: Comparison) -> Any:
     """Return the replicate draws as an ArviZ ``DataTree`` (group ``posterior``).
 
-    Variables ``delta`` (R_b − R_a) and ``rel`` (Δ / R_a), dims (chain, draw, cell); the ``cell``
-    coordinate names each cell (``pooled``, a family, a bucket, ``family × bucket``).
+    Variables ``delta`` (R_b − R_a), ``rel`` (Δ / R_a) and, when the comparison kept them,
+    ``rb`` (R_b), dims (chain, draw, cell); the ``cell`` coordinate names each cell
+    (``pooled``, a family, a bucket, ``family × bucket``).
     """
     import arviz as az  # type: ignore[import-untyped]
 
     names = [_cell_name(c) for c in comp.layout]
+    draws = {"delta": comp.delta_reps, "rel": comp.rel_reps, "rb": comp.rb_reps}
     return az.from_dict(
-        {
-            "posterior": {
-                "delta": comp.delta_reps[None, :, :],
-                "rel": comp.rel_reps[None, :, :],
-            }
-        },
-        dims={"delta": ["cell"], "rel": ["cell"]},
+        {"posterior": {k: v[None, :, :] for k, v in draws.items() if v is not None}},
+        dims={k: ["cell"] for k, v in draws.items() if v is not None},
         coords={"cell": names},
     )
+
+
+@dataclass(frozen=True)
+class ComparisonReplicates:
+    """A comparison's replicates as a result keeps them in memory (``Result.replicates``).
+
+    ``Result.to_arviz()`` calls :meth:`tree`; the pipeline that ran the comparison builds this.
+    """
+
+    comparison: Comparison
+
+    def tree(self) -> Any:
+        """Return :func:`replicates_tree` of the comparison."""
+        return replicates_tree(self.comparison)
+
+
+@dataclass(frozen=True)
+class DepthReplicates:
+    """A depth sweep's replicates as its result keeps them in memory (``Result.replicates``).
+
+    ``comparisons`` maps each arm to its depths, each the comparison of the arm at that depth
+    (b) with the arm at its reference depth (a), or the reason it is unsupported. Every
+    comparison of a sweep resamples the same requests with the same seed (one joint resample),
+    so the draws line up across arms and depths.
+    """
+
+    comparisons: Mapping[str, Mapping[int, Comparison | str]]
+
+    def tree(self) -> Any:
+        """Return the draws as an ArviZ ``DataTree`` (group ``posterior``).
+
+        Variables ``R`` (R at the depth: the comparisons' R_b), ``delta`` (R at the depth − R at
+        the reference depth) and ``rel`` (``delta`` / R at the reference depth), dims (chain,
+        draw, arm, depth, cell); NaN at an unsupported depth.
+        """
+        import arviz as az
+
+        arms = list(self.comparisons)
+        depths = sorted({d for per in self.comparisons.values() for d in per})
+        comps = [c for per in self.comparisons.values() for c in per.values()]
+        first = next(c for c in comps if isinstance(c, Comparison))
+        n_boot, n_cells = first.delta_reps.shape
+        out = {k: np.full((1, n_boot, len(arms), len(depths), n_cells), np.nan) for k in _DEPTH}
+        for i, arm in enumerate(arms):
+            for j, d in enumerate(depths):
+                c = self.comparisons[arm].get(d)
+                if isinstance(c, Comparison):
+                    if c.delta_reps.shape != (n_boot, n_cells) or c.rb_reps is None:
+                        raise SpecReplayError(f"{arm}@{d}: its replicates do not line up")
+                    for key, reps in zip(
+                        _DEPTH, (c.rb_reps, c.delta_reps, c.rel_reps), strict=True
+                    ):
+                        out[key][0, :, i, j, :] = reps
+        return az.from_dict(
+            {"posterior": out},
+            dims={k: ["arm", "depth", "cell"] for k in _DEPTH},
+            coords={"arm": arms, "depth": depths, "cell": [_cell_name(c) for c in first.layout]},
+        )
+
+
+_DEPTH = ("R", "delta", "rel")
 
 
 def _netcdf_engine() -> Literal["h5netcdf", "netcdf4"] | None:
