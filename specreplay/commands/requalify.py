@@ -25,7 +25,6 @@ from specreplay.replay.backend import Backend, BackendRun, backend_runner
 from specreplay.replay.choice import AUTO, auto_passes, pass_columns, resolve_auto
 from specreplay.replay.engine import OpenArchive, ReplayResult
 from specreplay.replay.scan import Progress
-from specreplay.replay.shard import needed_columns
 from specreplay.results.gates import fail_on_code
 from specreplay.results.grouping import check_by, with_by_cells
 from specreplay.results.model import Result
@@ -84,6 +83,7 @@ def _opened(archive: Path, opts: RequalifyOptions) -> tuple[OpenArchive, Requali
         archive,
         buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
         logging_arm=opts.logging_arm,
+        by=opts.by,
         columns=pass_columns(opts.estimator, opts.by),
         ignore=opts.ignore,
     )
@@ -97,7 +97,7 @@ def _requalified(
     progress: Progress | None,
     backend: Backend | None = None,
 ) -> Result:
-    """Run the pass, the ``--by`` passes and ``--hash-ids``: return the result to write."""
+    """Run the pass, the ``--by`` cells and ``--hash-ids``: return the result to write."""
     filters = {"families": sorted(opts.families) if opts.families else None,
                "sample_requests": opts.sample_requests}  # fmt: skip
     with backend_runner(backend, filters, inputs=[archive]) as run:
@@ -115,7 +115,7 @@ def _passes(
     progress: Progress | None,
     run: BackendRun,
 ) -> tuple[Result, ReplayResult]:
-    """Run the main pass and the ``--by`` passes, shards replayed by ``run``."""
+    """Run the one pass (shards replayed by ``run``); build the result and its ``--by`` cells."""
     reader, arms = opened
     rows = archive_rows(archive, opts.ignore)
     ctx = progress("replaying", rows) if progress else nullcontext(None)
@@ -127,7 +127,7 @@ def _passes(
     result = requalify_result(res, arms, opts, archive)
     if opts.by is not None:
         result = with_by_cells(
-            result, opts.by, lambda g: _group_pass(archive, arms, opts, res.estimator, g, run)
+            result, opts.by, lambda level: requalify_result(res.grouped(level), arms, opts, archive)
         )
     return result, res
 
@@ -159,19 +159,6 @@ def _replay(
         res = res.select(set(opts.families) if opts.families else None, wanted)
     check_replayable(res, arms)
     return res
-
-
-def _group_pass(
-    archive: Path, arms: RequalifyArms, opts: RequalifyOptions, estimator: str,
-    group: tuple[str, ...], run: BackendRun,
-) -> Result:  # fmt: skip
-    """One ``--by`` pass: requests coded by ``group``, the main pass's resolved estimator."""
-    opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
-                         logging_arm=opts.logging_arm, group=group,
-                         columns=needed_columns(estimator, None, group),
-                         ignore=opts.ignore)  # fmt: skip
-    res = _replay(opened, arms, opts, estimator, None, None, run)
-    return requalify_result(res, arms, opts, archive)
 
 
 def run_requalify(

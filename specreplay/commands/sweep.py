@@ -20,7 +20,6 @@ from specreplay.replay.backend import Backend, BackendRun, backend_runner
 from specreplay.replay.choice import AUTO, auto_passes, pass_columns, resolve_auto
 from specreplay.replay.engine import OpenArchive
 from specreplay.replay.scan import Progress
-from specreplay.replay.shard import needed_columns
 from specreplay.results.grouping import check_by, with_by_cells
 from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
@@ -99,7 +98,7 @@ def _prepare(archive: Path, opts: SweepOptions) -> _Prepared:
     if opts.cost:
         CostModel.parse(opts.cost)  # a bad cost model is an error before any work
     opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
-                         logging_arm=opts.logging_arm, ignore=opts.ignore,
+                         logging_arm=opts.logging_arm, ignore=opts.ignore, by=opts.by,
                          columns=pass_columns(opts.estimator, opts.by))  # fmt: skip
     return _Prepared(opened, arms, baseline, replayed)
 
@@ -123,7 +122,7 @@ def _swept(
 def _swept_passes(
     archive: Path, opts: SweepOptions, prep: _Prepared, progress: Progress | None, run: BackendRun
 ) -> tuple[Result, list[str]]:
-    """Run the main pass and the ``--by`` passes, shards replayed by ``run``."""
+    """Run the one pass (shards replayed by ``run``); build the result and its ``--by`` cells."""
     estimator, companion = auto_passes(opts.estimator)
     depth = max([*opts.depths, *(a.depth for a in prep.replayed)])
     below = exclude_below(opts.short_rounds, prep.replayed)
@@ -138,17 +137,11 @@ def _swept_passes(
         res, _ = resolve_auto(res, prep.replayed)
     result = sweep_result(res, prep.arms, opts, archive, prep.baseline)
     if opts.by is not None:
-
-        def group_pass(group: tuple[str, ...]) -> Result:
-            cols = needed_columns(res.estimator, None, group)
-            again = OpenArchive(archive, buckets=prep.opened.buckets, logging_arm=opts.logging_arm,
-                                group=group, columns=cols, ignore=opts.ignore)  # fmt: skip
-            r = again.replay(prep.replayed, estimator=res.estimator, replicates=opts.replicates,
-                             seed=opts.seed, max_depth=depth, runner=run.runner,
-                             exclude_below=below)  # fmt: skip
-            return sweep_result(r, prep.arms, opts, archive, prep.baseline)
-
-        result = with_by_cells(result, opts.by, group_pass)
+        result = with_by_cells(
+            result,
+            opts.by,
+            lambda level: sweep_result(res.grouped(level), prep.arms, opts, archive, prep.baseline),
+        )
     return result, res.requests
 
 

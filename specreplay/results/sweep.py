@@ -213,7 +213,7 @@ def _depth_name(arm: Arm, depth: int) -> str:
 
 def _comparisons(res: ReplayResult, arm: Arm, opts: SweepOptions) -> dict[int, Comparison | str]:
     """Per depth, the paired comparison with the reference depth, or why it is UNSUPPORTED."""
-    ref = res.arm_data(arm)
+    ref = res.side(arm)
     out: dict[int, Comparison | str] = {}
     for d in opts.depths:
         why = res.depth_problem(arm, d)
@@ -221,8 +221,8 @@ def _comparisons(res: ReplayResult, arm: Arm, opts: SweepOptions) -> dict[int, C
             out[d] = why
             continue
         name = _depth_name(arm, d) + (" (reference depth)" if d == arm.depth else "")
-        other = res.arm_data(arm, depth=d, name=name)
-        ps, _ = pair_arms(ref, other, buckets=res.buckets)
+        other = res.side(arm, depth=d, name=name)
+        ps = res.paired(ref, other)
         out[d] = compare(ps, arm_a=ref.name, arm_b=other.name, n_boot=opts.n_boot, seed=res.seed,
                          stratify=opts.stratify, level=opts.level, margin=parse_margin("0.5%"),
                          min_requests=opts.min_requests, label="SIMULATED",
@@ -294,13 +294,13 @@ def fewest_bits(
     """
     seq = sorted((a for a in arms if a.sampler.kind == "dyadic" and a != baseline),
                  key=lambda a: -a.sampler.bits)  # fmt: skip
-    base = res.arm_data(baseline)
+    base = res.side(baseline)
     parts: list[Comparand] = []
     walk: list[dict[str, Any]] = []
     fewest: str | None = None
     stopped: str | None = None
     for a in seq:
-        ps, _ = pair_arms(base, res.arm_data(a), buckets=res.buckets)
+        ps = res.paired(base, res.side(a))
         comp = compare(ps, arm_a=base.name, arm_b=a.canonical, n_boot=opts.n_boot, seed=res.seed,
                        stratify=opts.stratify, level=opts.level, margin=parse_margin(opts.margin),
                        min_requests=opts.min_requests, label="SIMULATED",
