@@ -23,6 +23,13 @@ not summed at that depth (``ArmSums.short``, with the place of the first such ro
 depth, naming the file and row, and :meth:`ReplayResult.depth_problem` refuses only a depth that no
 round records. ``exclude_below`` (``--short-rounds exclude``) leaves such rounds out of the pass.
 
+Estimators: the pass may replay several (``--estimator auto``: analytic and importance over the
+same batches); their sums are one map keyed by estimator (``ReplayResult.replays``), and the
+run's own is a key of it (:meth:`ReplayResult.with_estimator`). Arms of a pass share its request
+table, so two are paired on its request codes (:meth:`ReplayResult.paired`). Under ``--by
+COLUMN`` the pass codes requests by family × value and the result carries each request's value
+(:meth:`ReplayResult.grouped`): the ``by`` cells come from the same pass.
+
 Filters (``--families``, ``--sample-requests``) are applied after the pass
 (:meth:`ReplayResult.select`): sums are per request, so selecting a request's sums afterwards
 gives the figures of a pass over that request alone.

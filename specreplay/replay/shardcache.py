@@ -162,7 +162,7 @@ def check_cache_folder(folder: Path, inputs: Sequence[Path] = ()) -> None:
 
 @dataclass
 class CacheReport:
-    """What the cache did over a run (every pass: ``--by`` passes count too).
+    """What the cache did over a run (every pass of it; a ``--by`` run makes one).
 
     Attributes
     ----------
