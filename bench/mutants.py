@@ -271,11 +271,18 @@ MUTANTS = [
         ("tests/test_auto_cells.py",),
     ),
     Mutant(
-        "auto: swap keeps the analytic tails",
+        "auto: choosing importance keeps the analytic replay under its name",
         "specreplay/replay/engine.py",
-        "            tails=self.companion_tails,\n",
-        "            tails=self.tails,\n",
+        "        return replace(self, estimator=estimator)\n",
+        "        return replace(self, estimator=estimator, replays={estimator: self.own})\n",
         ("tests/test_auto_estimator.py",),
+    ),
+    Mutant(
+        "--by: a request's value is its neighbour's (a by cell of another value's requests)",
+        "specreplay/replay/engine.py",
+        "request_value=to_value[code].astype(np.int32),",
+        "request_value=np.roll(to_value[code], 1).astype(np.int32),",
+        ("tests/test_by_one_pass.py", "tests/test_privacy_grouping.py"),
     ),
 ]
 

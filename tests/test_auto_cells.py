@@ -214,9 +214,9 @@ def test_support_check_ignores_candidates_the_arm_can_never_accept(
     c = choose(res, arms)
     assert c.used == "importance"
     for arm in arms:
-        rows_off = int(res.companion_unlogged[arm.canonical].sum())
+        rows_off = int(res.replays["importance"].unlogged[arm.canonical].sum())
         assert rows_off == (len(rows) if flagged else 0)
-    imp = res.swapped()
+    imp = res.with_estimator("importance")
     s = imp.sums[LOGGING]
     assert float(s.bound_max[:, 0].max()) == pytest.approx((8 / 15) / (1 / 2), rel=1e-12)
     assert float(s.bound_max[:, 2].max()) == pytest.approx(((8 / 15) / (1 / 2)) ** 3, rel=1e-12)

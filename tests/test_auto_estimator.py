@@ -20,6 +20,7 @@ from archive_factory import valid_rows, write_parquet
 from typer.testing import CliRunner
 
 from specreplay.cli import app
+from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.synthetic import synth_frames
 from specreplay.replay.choice import BOUND_MAX, auto_passes, choose, tail_blocks
 from specreplay.replay.engine import replay_archive
@@ -113,28 +114,41 @@ def test_an_arm_outside_the_support_keeps_importance_and_switches_no_other(tmp_p
     est, comp = auto_passes("auto")
     res = replay_archive(path, arms, estimator=est, companion=comp)
     c = choose(res, arms)
-    rows = int(res.companion_unlogged[LOGGING].sum())
+    rows = int(res.replays["importance"].unlogged[LOGGING].sum())
     assert rows > 0 and c.used == "importance" and not c.fell_back
     assert f"{LOGGING} ({rows} position rows)" in c.reason
-    assert int(res.companion_unlogged["greedy@5"].sum()) == 0
+    assert int(res.replays["importance"].unlogged["greedy@5"].sum()) == 0
 
 
-def test_swapped_pass_equals_the_pass_run_the_other_way_round(small_archive: Path) -> None:
+def test_either_estimator_of_a_pass_equals_the_pass_run_with_it_as_its_own(
+    small_archive: Path,
+) -> None:
+    """One pass holds both estimators in one map: picking importance from an analytic pass
+    (``with_estimator``) gives, to the bit, what a pass run with importance as its own gives,
+    for each estimator's sums, unlogged rows and ratio tails."""
     arms = [parse_arm(a) for a in (LOGGING, "top32:t0.7:dyadic8@5", "greedy@5")]
     a = replay_archive(small_archive, arms, estimator="analytic", companion="importance")
     b = replay_archive(small_archive, arms, estimator="importance", companion="analytic")
-    s = a.swapped()
-    assert (s.estimator, s.companion) == ("importance", "analytic")
-    for c in (x.canonical for x in arms):
-        for one, other in ((s.sums[c], b.sums[c]), (s.companion_sums[c], b.companion_sums[c])):
-            for f in dataclasses.fields(one):
-                assert np.array_equal(getattr(one, f.name), getattr(other, f.name)), f.name
-        assert np.array_equal(s.unlogged[c], b.unlogged[c])
-        assert np.array_equal(s.flagged[c], b.flagged[c])
-        for f in dataclasses.fields(s.tails[c]):
-            x, y = getattr(s.tails[c], f.name), getattr(b.tails[c], f.name)
-            assert np.array_equal(x, y), f.name
-    assert s.swapped().sums is a.sums
+    assert list(a.replays) == ["analytic", "importance"]
+    assert list(b.replays) == ["importance", "analytic"]
+    s = a.with_estimator("importance")
+    assert (s.estimator, s.replicates, a.replicates) == ("importance", 0, 0)
+    for est in ("analytic", "importance"):
+        one, other = s.replays[est], b.replays[est]
+        for c in (x.canonical for x in arms):
+            for f in dataclasses.fields(one.arms[c]):
+                x, y = getattr(one.arms[c], f.name), getattr(other.arms[c], f.name)
+                assert np.array_equal(x, y), f.name
+            assert np.array_equal(one.unlogged[c], other.unlogged[c])
+            assert np.array_equal(s.flagged[c], b.flagged[c])
+            for f in dataclasses.fields(one.tails[c]):
+                x, y = getattr(one.tails[c], f.name), getattr(other.tails[c], f.name)
+                assert np.array_equal(x, y), f.name
+    assert s.sums is a.replays["importance"].arms  # a lookup, no copy
+    assert s.tails is a.replays["importance"].tails and s.tails[LOGGING].value.shape[0] > 0
+    assert a.tails[LOGGING].value.shape[0] == 0  # the analytic replay keeps no ratio
+    with pytest.raises(SpecReplayError, match="no montecarlo replay in this pass"):
+        a.with_estimator("montecarlo")
 
 
 @pytest.mark.parametrize(

@@ -356,7 +356,8 @@ def test_cache_key_is_the_same_in_every_process(archive: Path, tmp_path: Path) -
         "from specreplay.replay.shardcache import ShardCache\n"
         "from specreplay.sim.arms import parse_arm\n"
         "c = ShardCache(Path(sys.argv[1]))\n"
-        "opts = ReplayOptions(companion='importance', columns=needed_columns('analytic', "
+        "opts = ReplayOptions(estimators=('analytic', 'importance'), "
+        "columns=needed_columns('analytic', "
         "'importance'))\n"
         "arms = [parse_arm(a) for a in ('top32:t0.7@5', 'greedy@5')]\n"
         "print(c.key(c.key_fields(Path(sys.argv[2]), arms, opts)))\n"
@@ -370,11 +371,12 @@ def test_cache_key_is_the_same_in_every_process(archive: Path, tmp_path: Path) -
     assert len(keys) == 1 and len(next(iter(keys))) == 64
 
 
-def test_by_passes_on_dask_equal_the_local_ones(
+def test_by_on_dask_equals_the_local_run_in_one_pass(
     frame: pl.DataFrame, client: Any, tmp_path: Path
 ) -> None:
-    """``--by worker`` on Dask: its extra passes go through the same runner, and every cell (the
-    worker and family × bucket × worker cells too) equals the local run's."""
+    """``--by worker`` on Dask: its one pass goes through the runner (one task per shard, no
+    extra pass for the ``by`` cells), and every cell (the worker and family × bucket × worker
+    cells too) equals the local run's."""
     ids = frame.get_column("request_id").unique(maintain_order=True).to_list()
     worker = {r: f"w{i % 2}" for i, r in enumerate(ids)}  # constant within a request
     tagged = frame.with_columns(pl.col("request_id").replace_strict(worker).alias("worker"))
@@ -386,4 +388,4 @@ def test_by_passes_on_dask_equal_the_local_ones(
     dask = api.requalify(out, scheduler=client.scheduler.address, **kw)
     assert sum(c.level == Level.BY for c in local.cells) == 2  # w0 and w1
     assert _figures(dask) == _figures(local)
-    assert dask.extra["replay_backend"]["tasks"] == 3 * 4  # 3 passes (main, by, family × by)
+    assert dask.extra["replay_backend"]["tasks"] == 4  # one pass over the 4 shards

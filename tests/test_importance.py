@@ -397,7 +397,8 @@ def test_only_cells_whose_requests_hold_unlogged_rows_are_null(greedy_path: Path
     in_family = [res.families[int(f)] == family for f in res.request_family]
     kept = {r: per_request[r] * k for r, k in zip(res.requests, in_family, strict=True)}
     unlogged = np.array([kept[r] for r in res.requests], dtype=np.int64)
-    res = dataclasses.replace(res, unlogged={**res.unlogged, LOGGING: unlogged})
+    own = dataclasses.replace(res.own, unlogged={**res.unlogged, LOGGING: unlogged})
+    res = dataclasses.replace(res, replays={res.estimator: own})
     rows, held = sum(kept.values()), sum(v > 0 for v in kept.values())
     assert rows > 0 and held == sum(in_family)
     arms = RequalifyArms(greedy, sampled, None, None, {a.canonical: a for a in (greedy, sampled)})

@@ -1,9 +1,9 @@
 """Path bias by arm (issue 5, item 3): analytic − importance R per arm, from one pass.
 
-A replay run with a companion estimator keeps the companion's sums beside its own; requalify's
-``path-bias-importance`` deltas are checked against two separate replays, their intervals against
-an independent paired (and unpaired) bootstrap, and the analytic figures against a run without
-the companion (bit-identical).
+A replay run with a second estimator keeps its sums beside its own (one map keyed by
+estimator); requalify's ``path-bias-importance`` deltas are checked against two separate replays,
+their intervals against an independent paired (and unpaired) bootstrap, and the analytic figures
+against a run without the second estimator (bit-identical).
 """
 
 from __future__ import annotations
@@ -62,16 +62,19 @@ def _pooled_r(res: ReplayResult, arm: Arm) -> float:
     return float(s.t[:, arm.depth - 1].sum() / s.n.sum())
 
 
-def test_companion_sums_equal_a_separate_importance_replay(runs) -> None:  # type: ignore[no-untyped-def]
-    """Merged over the 3 shards, the companion's sums are the importance replay's, to the bit."""
+def test_importance_beside_analytic_equals_a_separate_importance_replay(runs) -> None:  # type: ignore[no-untyped-def]
+    """Merged over the 3 shards, the pass's importance entry is the importance replay's, and its
+    analytic entry the plain pass's, to the bit (one map keyed by estimator)."""
     arms, with_c, plain, imp = runs
-    assert with_c.companion == "importance" and plain.companion is None
+    assert list(with_c.replays) == ["analytic", "importance"] and list(plain.replays) == [
+        "analytic"
+    ]
     for c in arms.all:
         for f in ("n", "t", "var", "request", "bucket"):
-            np.testing.assert_array_equal(getattr(with_c.companion_sums[c], f),
+            np.testing.assert_array_equal(getattr(with_c.replays["importance"].arms[c], f),
                                           getattr(imp.sums[c], f))  # fmt: skip
             np.testing.assert_array_equal(getattr(with_c.sums[c], f), getattr(plain.sums[c], f))
-        np.testing.assert_array_equal(with_c.companion_unlogged[c], imp.unlogged[c])
+        np.testing.assert_array_equal(with_c.replays["importance"].unlogged[c], imp.unlogged[c])
 
 
 def test_pooled_delta_is_analytic_minus_importance_with_a_paired_interval(
@@ -156,7 +159,7 @@ def test_no_drafted_id_gives_no_delta_and_says_so(tmp_path: Path) -> None:
     path = write_parquet(tmp_path / "a.parquet", rows)
     arms = _arms(LOGGING_ARM, "top4:t1:dyadic24@3", None, LOGGING_ARM)
     res = replay_archive(path, list(arms.all.values()), companion="importance")
-    assert res.companion is None and res.companion_sums == {}
+    assert list(res.replays) == ["analytic"]  # importance dropped: no drafted_id
     result = _requalify(res, arms, path, n_boot=200)
     assert all(d.role is not Role.PATH_BIAS_IMPORTANCE for c in result.cells for d in c.deltas)
     assert NO_IMPORTANCE_PATH_BIAS in result.assumptions

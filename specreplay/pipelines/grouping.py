@@ -16,17 +16,24 @@ Design decisions
   request split between two values could not be resampled whole. A request whose value changes
   is the reader's one-line error (file and row), as a family change is. Round-level columns
   (a serving batch) are therefore not grouping keys here.
-- The extra cells come from extra replay passes in which the archive reader codes requests by
-  the column (``by`` cells: its value; ``family×bucket×by`` cells: family and value) where it
-  codes them by family (:class:`~specreplay.replay.archive.reader.ArchiveReader` ``group``).
-  Every figure of a request is a function of its request key, never of its family, so the
-  requests' sums are those of the main pass; each cell is then built by the same code as a
+- The extra cells come from the command's one replay pass. Under ``--by`` the pass codes requests
+  by family × value (the reader's ``group``) and records each request's value; the result is
+  put on the family table (exactly the figures of a pass coded by family:
+  :class:`~specreplay.replay.engine.ReplayResult`), and
+  :meth:`~specreplay.replay.engine.ReplayResult.grouped` moves the same sums onto the values
+  (``by`` cells) or the family × value names (``family×bucket×by`` cells): every figure of a
+  request is a function of its request key, never of its family, and the ratio tails and
+  MEASURED survival counts pool exactly per group. Each cell is then built by the same code as a
   family (× bucket) cell, so every figure, interval and verdict of the command is there too.
-  Costs: two more passes over the archive. The pooled, family and bucket cells are those of the
-  main pass, untouched.
-- In those passes the bootstrap strata (``--stratify family``) are the groups of the pass: a
+  Until issue 11 the cells came from two more full replay passes over the archive; they cost a
+  pass each (``bench/by_passes.py`` measures what one pass saves). The pooled, family and
+  bucket cells are those of the main pass, untouched.
+- The bootstrap strata (``--stratify family``) of those cells are the groups of their level: a
   ``by`` cell is resampled within its value, a ``family×bucket×by`` cell within its family ×
-  value; the Holm and Bonferroni families of a verdict are the cells of the same level.
+  value (strata numbered in the order of the sorted group names, requests ordered by id: the
+  same draws as a pass coded by those columns); the Holm and Bonferroni families of a verdict
+  are the cells of the same level. The cells use the run's own estimator only (no
+  ``path-bias-importance`` diagnostic, whose other estimator the family cells carry).
 - The column may not be a schema-v1 column (they are the archive's own fields; ``family`` is a
   level already), and must exist: the error lists the carried columns.
 """
@@ -41,10 +48,11 @@ from specreplay.replay.archive.reader import GROUP_SEP
 from specreplay.replay.archive.schema import SCHEMA_V1
 from specreplay.results.model import Cell, Level, Result
 
-__all__ = ["BY_PASSES", "check_by", "with_by_cells"]
+__all__ = ["BY_LEVELS", "check_by", "with_by_cells"]
 
-BY_PASSES: tuple[tuple[str, ...], ...] = (("{by}",), ("family", "{by}"))
-"""The grouping of each extra pass: the column alone, then family × column."""
+BY_LEVELS: tuple[str, ...] = ("by", "family×by")
+"""The groupings of the pass's requests behind the ``by`` and ``family×bucket×by`` cells
+(:meth:`~specreplay.replay.engine.ReplayResult.grouped`)."""
 
 
 def check_by(column: str | None) -> None:
@@ -58,15 +66,14 @@ def check_by(column: str | None) -> None:
         )
 
 
-def with_by_cells(result: Result, column: str, run: Callable[[tuple[str, ...]], Result]) -> Result:
+def with_by_cells(result: Result, column: str, run: Callable[[str], Result]) -> Result:
     """Return ``result`` with the ``by`` and ``family×bucket×by`` cells of ``column`` appended.
 
-    ``run(group)`` replays the archive with requests coded by ``group`` (see the module
-    docstring) and returns the command's result of that pass; only its family cells (the
-    column's values) and family × bucket cells (family · value × bucket) are kept.
+    ``run(level)`` builds the command's result on the pass's requests grouped by ``level`` (one
+    of :data:`BY_LEVELS`: the column's values, then family × value); only its family cells (the
+    values) and family × bucket cells (family · value × bucket) are kept.
     """
-    by_values = run((column,))
-    crossed = run(("family", column))
+    by_values, crossed = (run(level) for level in BY_LEVELS)
     cells = [
         _relabel(c, Level.BY, None, None, c.family, column)
         for c in by_values.cells

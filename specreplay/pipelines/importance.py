@@ -35,6 +35,7 @@ __all__ = [
     "cell_specs",
     "comparison_failure",
     "importance_diagnostics",
+    "path_estimator",
     "with_auto_diagnostics",
     "with_estimators",
 ]
@@ -194,10 +195,20 @@ def auto_summary(cells: Sequence[Cell]) -> str:
 
 def _estimator_of(d: Delta, res: ReplayResult) -> str:
     """Return the estimator of a delta's SIMULATED sides (the run's, but for the diagnostic)."""
-    if d.role is Role.PATH_BIAS_IMPORTANCE and res.companion is not None:
-        path = res.estimator if res.companion == "importance" else res.companion
+    path = path_estimator(res)
+    if d.role is Role.PATH_BIAS_IMPORTANCE and path is not None:
         return f"{path} − importance"
     return res.estimator
+
+
+def path_estimator(res: ReplayResult) -> str | None:
+    """Return the path-assumption estimator replayed beside importance (None: no such pair).
+
+    The ``path-bias-importance`` diagnostic compares the two entries of ``res.replays``.
+    """
+    if "importance" not in res.replays or len(res.replays) < 2:
+        return None
+    return next(e for e in res.replays if e != "importance")
 
 
 def with_estimators(cells: Sequence[Cell], res: ReplayResult) -> tuple[Cell, ...]:

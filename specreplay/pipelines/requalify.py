@@ -36,6 +36,7 @@ from specreplay.pipelines.importance import (
     auto_summary,
     cell_specs,
     importance_diagnostics,
+    path_estimator,
     with_auto_diagnostics,
     with_estimators,
 )
@@ -49,8 +50,8 @@ from specreplay.replay.archive.sources import archive_rows
 from specreplay.replay.backend import Backend, BackendRun, backend_runner
 from specreplay.replay.choice import AUTO, auto_passes, pass_columns, resolve_auto
 from specreplay.replay.engine import OpenArchive, ReplayResult
+from specreplay.replay.paired import ArmSide
 from specreplay.replay.scan import Progress
-from specreplay.replay.shard import needed_columns
 from specreplay.results.from_stats import comparison_cell, law_tests
 from specreplay.results.model import (
     ArmFigure,
@@ -67,12 +68,10 @@ from specreplay.results.model import (
 )
 from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.sim.arms import Arm, parse_arm, parse_arm_option
-from specreplay.stats.armdata import ArmData
 from specreplay.stats.arviz_bridge import ComparisonReplicates
 from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.cells import Cell as CellSpec
 from specreplay.stats.compare import Comparison, compare, parse_margin
-from specreplay.stats.pairing import pair_arms
 from specreplay.stats.support import ShortRounds
 
 __all__ = [
@@ -210,15 +209,14 @@ def _survival(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> list[Surviva
 def _offpath(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> Offpath:
     """Return the off-path rates of the path-assumption replay.
 
-    For an importance run, its analytic companion's: how far that replay strays from the
-    archived path is what the path-bias diagnostic weighs.
+    For an importance run, the path-assumption estimator's replayed beside it: how far that
+    replay strays from the archived path is what the path-bias diagnostic weighs.
     """
-    sums = res.sums
-    if res.estimator == "importance" and res.companion is not None:
-        sums = res.companion_sums
-    off = sums[arm.canonical].offpath[m].sum(axis=0)
+    path = path_estimator(res) if res.estimator == "importance" else None
+    used = res.estimator if path is None else path
+    off = res.replays[used].arms[arm.canonical].offpath[m].sum(axis=0)
     why = None if "drafted_id" in res.columns else "archive has no drafted_id column"
-    if why is None and sums is res.sums and res.estimator == "importance":
+    if why is None and used == "importance":
         why = "the importance estimator follows the archived tokens: no off-path draw"
     if why is None and (off[0] == 0 or off[2] == 0):
         why = "no accepted or evaluated position in this cell"
@@ -461,8 +459,7 @@ class RequalifyOptions:
 
 def comparands(res: ReplayResult, arms: RequalifyArms, opts: RequalifyOptions) -> list[Comparand]:
     """Return the comparisons of a requalification: verdict, reference gain, path bias."""
-    bk = res.buckets
-    data = {k: res.arm_data(a) for k, a in arms.all.items()}
+    data = {k: res.side(a) for k, a in arms.all.items()}
     common: dict[str, Any] = {
         "n_boot": opts.n_boot,
         "seed": res.seed,
@@ -473,8 +470,8 @@ def comparands(res: ReplayResult, arms: RequalifyArms, opts: RequalifyOptions) -
         "label": "SIMULATED",
     }
 
-    def comp(a: ArmData, b: ArmData, arm_a: Arm | None, arm_b: Arm) -> Comparison:
-        ps, _ = pair_arms(a, b, buckets=bk)
+    def comp(a: ArmSide, b: ArmSide, arm_a: Arm | None, arm_b: Arm) -> Comparison:
+        ps = res.paired(a, b)
         side_a = (arm_a, arm_a.depth) if arm_a is not None else None
         support = res.support(side_a, (arm_b, arm_b.depth))
         return compare(ps, arm_a=a.name, arm_b=b.name, support=support, **common)
@@ -487,7 +484,7 @@ def comparands(res: ReplayResult, arms: RequalifyArms, opts: RequalifyOptions) -
         parts.append(Comparand(comp(data[arms.ref.canonical], data[c.canonical], arms.ref, c),
                                Role.CANDIDATE_VS_REFERENCE, why))  # fmt: skip
     if arms.log is not None and "accepted" in res.columns:
-        meas = res.measured_data(f"{arms.log.canonical} (MEASURED)")
+        meas = res.measured_side(f"{arms.log.canonical} (MEASURED)")
         why = "diagnostic: SIMULATED − MEASURED R of the logging arm"
         parts.append(Comparand(comp(meas, data[arms.log.canonical], None, arms.log),
                                Role.PATH_BIAS, why, {meas.name: Label.MEASURED}))  # fmt: skip
@@ -504,25 +501,21 @@ def _importance_path_bias(res: ReplayResult, arms: RequalifyArms, comp: Any) -> 
     """Per arm, Δ = path-assumption R − importance R (role path-bias-importance, no verdict).
 
     The importance replay is named ``ARM (importance)`` unless it is the run's own estimator
-    (then the path-assumption companion is ``ARM (analytic)``). Arms whose importance replay
+    (then the path-assumption replay is ``ARM (analytic)``). Arms whose importance replay
     has rows outside the logging law's support (selected requests) are left out.
     """
-    if res.companion is None:
+    path = path_estimator(res)
+    if path is None:
         return []
     imp = "importance"
-    path = res.estimator if res.companion == imp else res.companion
     why = f"diagnostic: {path} − importance R of the arm"
-    unlogged = res.companion_unlogged if res.companion == imp else res.unlogged
+    unlogged = res.replays[imp].unlogged
     parts = []
     for c, arm in arms.all.items():
         if int(unlogged[c][res.selected].sum()):
             continue
-        if res.companion == imp:
-            a = res.arm_data(arm, estimator=imp, name=f"{c} (importance)")
-            b = res.arm_data(arm)
-        else:
-            a = res.arm_data(arm)
-            b = res.arm_data(arm, estimator=path, name=f"{c} ({path})")
+        a = res.side(arm, estimator=imp, name=None if res.estimator == imp else f"{c} ({imp})")
+        b = res.side(arm, estimator=path, name=None if res.estimator == path else f"{c} ({path})")
         parts.append(Comparand(comp(a, b, arm, arm), Role.PATH_BIAS_IMPORTANCE, why))
     return parts
 
@@ -541,7 +534,7 @@ def estimator_used(res: ReplayResult, cells: Sequence[Cell] = ()) -> dict[str, s
 
 def requalify_assumptions(res: ReplayResult) -> list[str]:
     """Return the assumptions of a requalification (a line when no importance path bias ran)."""
-    return ASSUMPTIONS + ([] if res.companion is not None else [NO_IMPORTANCE_PATH_BIAS])
+    return ASSUMPTIONS + ([] if path_estimator(res) is not None else [NO_IMPORTANCE_PATH_BIAS])
 
 
 def requalify_result(
@@ -654,6 +647,7 @@ def requalify_open(archive: Path, opts: RequalifyOptions) -> Opened:
         archive,
         buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
         logging_arm=opts.logging_arm,
+        by=opts.by,
         columns=pass_columns(opts.estimator, opts.by),
         ignore=opts.ignore,
     )
@@ -683,7 +677,7 @@ def requalify_opened(
     progress: Progress | None = None,
     backend: Backend | None = None,
 ) -> Result:
-    """Run the pass, the ``--by`` passes and ``--hash-ids`` on what :func:`requalify_open` opened.
+    """Run the pass, the ``--by`` cells and ``--hash-ids`` on what :func:`requalify_open` opened.
 
     The command opens the archive (every option checked) before it makes its output folder.
     """
@@ -704,7 +698,7 @@ def _passes(
     progress: Progress | None,
     run: BackendRun,
 ) -> tuple[Result, ReplayResult]:
-    """Run the main pass and the ``--by`` passes, shards replayed by ``run``."""
+    """Run the one pass (shards replayed by ``run``); build the result and its ``--by`` cells."""
     reader, arms = opened
     rows = archive_rows(archive, opts.ignore)
     ctx = progress("replaying", rows) if progress else nullcontext(None)
@@ -716,7 +710,7 @@ def _passes(
     result = requalify_result(res, arms, opts, archive)
     if opts.by is not None:
         result = with_by_cells(
-            result, opts.by, lambda g: _group_pass(archive, arms, opts, res.estimator, g, run)
+            result, opts.by, lambda level: requalify_result(res.grouped(level), arms, opts, archive)
         )
     return result, res
 
@@ -748,16 +742,3 @@ def _replay(
         res = res.select(set(opts.families) if opts.families else None, wanted)
     check_replayable(res, arms)
     return res
-
-
-def _group_pass(
-    archive: Path, arms: RequalifyArms, opts: RequalifyOptions, estimator: str,
-    group: tuple[str, ...], run: BackendRun,
-) -> Result:  # fmt: skip
-    """One ``--by`` pass: requests coded by ``group``, the main pass's resolved estimator."""
-    opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
-                         logging_arm=opts.logging_arm, group=group,
-                         columns=needed_columns(estimator, None, group),
-                         ignore=opts.ignore)  # fmt: skip
-    res = _replay(opened, arms, opts, estimator, None, None, run)
-    return requalify_result(res, arms, opts, archive)

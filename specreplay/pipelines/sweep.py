@@ -62,7 +62,6 @@ from specreplay.replay.backend import Backend, BackendRun, backend_runner
 from specreplay.replay.choice import AUTO, auto_passes, pass_columns, resolve_auto
 from specreplay.replay.engine import OpenArchive, ReplayResult
 from specreplay.replay.scan import Progress
-from specreplay.replay.shard import needed_columns
 from specreplay.results.model import Cell, DepthFigure, Label, Result, Role
 from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.sim.arms import Arm, parse_arm_option
@@ -180,7 +179,7 @@ def _depth_name(arm: Arm, depth: int) -> str:
 
 def _comparisons(res: ReplayResult, arm: Arm, opts: SweepOptions) -> dict[int, Comparison | str]:
     """Per depth, the paired comparison with the reference depth, or why it is UNSUPPORTED."""
-    ref = res.arm_data(arm)
+    ref = res.side(arm)
     out: dict[int, Comparison | str] = {}
     for d in opts.depths:
         why = res.depth_problem(arm, d)
@@ -188,8 +187,8 @@ def _comparisons(res: ReplayResult, arm: Arm, opts: SweepOptions) -> dict[int, C
             out[d] = why
             continue
         name = _depth_name(arm, d) + (" (reference depth)" if d == arm.depth else "")
-        other = res.arm_data(arm, depth=d, name=name)
-        ps, _ = pair_arms(ref, other, buckets=res.buckets)
+        other = res.side(arm, depth=d, name=name)
+        ps = res.paired(ref, other)
         out[d] = compare(ps, arm_a=ref.name, arm_b=other.name, n_boot=opts.n_boot, seed=res.seed,
                          stratify=opts.stratify, level=opts.level, margin=parse_margin("0.5%"),
                          min_requests=opts.min_requests, label="SIMULATED",
@@ -259,13 +258,13 @@ def fewest_bits(
     """
     seq = sorted((a for a in arms if a.sampler.kind == "dyadic" and a != baseline),
                  key=lambda a: -a.sampler.bits)  # fmt: skip
-    base = res.arm_data(baseline)
+    base = res.side(baseline)
     parts: list[Comparand] = []
     walk: list[dict[str, Any]] = []
     fewest: str | None = None
     stopped: str | None = None
     for a in seq:
-        ps, _ = pair_arms(base, res.arm_data(a), buckets=res.buckets)
+        ps = res.paired(base, res.side(a))
         comp = compare(ps, arm_a=base.name, arm_b=a.canonical, n_boot=opts.n_boot, seed=res.seed,
                        stratify=opts.stratify, level=opts.level, margin=parse_margin(opts.margin),
                        min_requests=opts.min_requests, label="SIMULATED",
@@ -528,7 +527,7 @@ def _prepare(archive: Path, opts: SweepOptions) -> SweepPrepared:
     if opts.cost:
         CostModel.parse(opts.cost)  # a bad cost model is an error before any work
     opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
-                         logging_arm=opts.logging_arm, ignore=opts.ignore,
+                         logging_arm=opts.logging_arm, ignore=opts.ignore, by=opts.by,
                          columns=pass_columns(opts.estimator, opts.by))  # fmt: skip
     return SweepPrepared(opened, arms, baseline, replayed)
 
@@ -556,7 +555,7 @@ def _swept_passes(
     progress: Progress | None,
     run: BackendRun,
 ) -> tuple[Result, list[str]]:
-    """Run the main pass and the ``--by`` passes, shards replayed by ``run``."""
+    """Run the one pass (shards replayed by ``run``); build the result and its ``--by`` cells."""
     estimator, companion = auto_passes(opts.estimator)
     depth = max([*opts.depths, *(a.depth for a in prep.replayed)])
     below = exclude_below(opts.short_rounds, prep.replayed)
@@ -571,17 +570,11 @@ def _swept_passes(
         res, _ = resolve_auto(res, prep.replayed)
     result = sweep_result(res, prep.arms, opts, archive, prep.baseline)
     if opts.by is not None:
-
-        def group_pass(group: tuple[str, ...]) -> Result:
-            cols = needed_columns(res.estimator, None, group)
-            again = OpenArchive(archive, buckets=prep.opened.buckets, logging_arm=opts.logging_arm,
-                                group=group, columns=cols, ignore=opts.ignore)  # fmt: skip
-            r = again.replay(prep.replayed, estimator=res.estimator, replicates=opts.replicates,
-                             seed=opts.seed, max_depth=depth, runner=run.runner,
-                             exclude_below=below)  # fmt: skip
-            return sweep_result(r, prep.arms, opts, archive, prep.baseline)
-
-        result = with_by_cells(result, opts.by, group_pass)
+        result = with_by_cells(
+            result,
+            opts.by,
+            lambda level: sweep_result(res.grouped(level), prep.arms, opts, archive, prep.baseline),
+        )
     return result, res.requests
 
 

@@ -4,7 +4,7 @@
 ``--cache DIR`` of requalify and sweep (and the same keywords of the Python API);
 :func:`backend_runner` starts what it asks for and yields a :class:`BackendRun`, whose
 ``runner`` goes to :meth:`OpenArchive.replay <specreplay.replay.engine.OpenArchive.replay>` for
-every pass of the command (``--by`` passes too) and whose :meth:`BackendRun.to_json` becomes the
+the command's pass (a ``--by`` run has one too) and whose :meth:`BackendRun.to_json` becomes the
 ``replay_backend`` entry of results.json. The default backend (this process, no cache) has no
 runner and adds no entry, so a local run's results.json is unchanged.
 

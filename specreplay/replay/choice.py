@@ -1,8 +1,9 @@
 """``--estimator auto``: importance wherever the archive supports it, judged cell by cell.
 
 The default of ``requalify``, ``sweep`` and ``demo``. One pass replays every arm with the analytic
-estimator and, as its companion, the importance estimator (SPEC §3.2; the companion is dropped
-when the archive cannot support it). :func:`choose` then settles the **run's** estimator:
+estimator and, beside it, the importance estimator (SPEC §3.2; dropped from the pass's
+``replays`` when the archive cannot support it). :func:`choose` then settles the **run's**
+estimator, a lookup in that map (:meth:`~specreplay.replay.engine.ReplayResult.with_estimator`):
 
 1. **importance** for every arm when the archive carries ``drafted_id`` and a logging law
    (``emitted_q``, else a logging arm) in every file: no path assumption, unbiased, and both
@@ -156,7 +157,7 @@ class DepthCheck:
 
 
 def auto_passes(estimator: str) -> tuple[str, str | None]:
-    """Return (estimator, companion) of the one pass behind ``--estimator estimator``."""
+    """Return the (own, other) estimators of the one pass behind ``--estimator estimator``."""
     if estimator == AUTO:
         return "analytic", "importance"
     return estimator, "analytic" if estimator == "importance" else "importance"
@@ -165,15 +166,14 @@ def auto_passes(estimator: str) -> tuple[str, str | None]:
 def pass_columns(estimator: str, by: str | None = None) -> frozenset[str] | None:
     """Return the columns the pass behind ``--estimator estimator`` reads (None: every one).
 
-    With ``--by COLUMN`` the column too: the ``--by`` passes read it to code their cells, and
-    read by the main pass as well, a malformed value of it fails in that first pass.
+    With ``--by COLUMN`` the column too: the pass codes requests by it (the ``by`` cells).
     """
     cols = needed_columns(*auto_passes(estimator))
     return None if cols is None else cols | ({by} if by else set())
 
 
 def _missing(res: ReplayResult) -> str:
-    """Why no importance companion ran, from the archive's columns."""
+    """Why the pass holds no importance replay, from the archive's columns."""
     if "drafted_id" not in res.columns:
         return "the archive has no drafted_id column (the token each position drafted)"
     if "emitted_q" not in res.columns and res.logging_arm is None:
@@ -291,11 +291,11 @@ def choose(res: ReplayResult, arms: Sequence[Arm]) -> EstimatorChoice:
 
     ``res`` is the pass of :func:`auto_passes` (``auto``), after any request selection.
     """
-    if res.companion != "importance":
+    if "importance" not in res.replays:
         return EstimatorChoice(
             "analytic", f"importance is impossible: {_missing(res)}; analytic instead", True
         )
-    imp = res.swapped()
+    imp = res.with_estimator("importance")
     law = "emitted_q" if "emitted_q" in res.columns else f"the logging arm {res.logging_arm}"
     unsupported = [
         f"{a.canonical} ({rows} position rows)"
@@ -322,5 +322,4 @@ def choose(res: ReplayResult, arms: Sequence[Arm]) -> EstimatorChoice:
 def resolve_auto(res: ReplayResult, arms: Sequence[Arm]) -> tuple[ReplayResult, EstimatorChoice]:
     """Return the pass with the chosen estimator as the run's own, and the choice."""
     c = choose(res, arms)
-    out = res.swapped() if c.used == "importance" else res
-    return replace(out, estimator_reason=c.reason), c
+    return replace(res, estimator=c.used, estimator_reason=c.reason), c

@@ -23,6 +23,13 @@ not summed at that depth (``ArmSums.short``, with the place of the first such ro
 depth, naming the file and row, and :meth:`ReplayResult.depth_problem` refuses only a depth that no
 round records. ``exclude_below`` (``--short-rounds exclude``) leaves such rounds out of the pass.
 
+Estimators: the pass may replay several (``--estimator auto``: analytic and importance over the
+same batches); their sums are one map keyed by estimator (``ReplayResult.replays``), and the
+run's own is a key of it (:meth:`ReplayResult.with_estimator`). Arms of a pass share its request
+table, so two are paired on its request codes (:meth:`ReplayResult.paired`). Under ``--by
+COLUMN`` the pass codes requests by family × value and the result carries each request's value
+(:meth:`ReplayResult.grouped`): the ``by`` cells come from the same pass.
+
 Filters (``--families``, ``--sample-requests``) are applied after the pass
 (:meth:`ReplayResult.select`): sums are per request, so selecting a request's sums afterwards
 gives the figures of a pass over that request alone.
@@ -30,6 +37,7 @@ gives the figures of a pass over that request alone.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -53,7 +61,10 @@ from specreplay.replay.archive.sources import (
 from specreplay.replay.distributed import Runner
 from specreplay.replay.estimators import get_estimator
 from specreplay.replay.lawsample import LawSample
+from specreplay.replay.measured import coarsen_measured
+from specreplay.replay.paired import ArmSide, RequestCodes, pair_sides
 from specreplay.replay.shard import (
+    EstimatorSums,
     ReplayOptions,
     ShardSums,
     fold_shards,
@@ -63,12 +74,49 @@ from specreplay.replay.shard import (
 from specreplay.replay.tails import RatioTail
 from specreplay.sim.arms import Arm
 from specreplay.stats.armdata import ArmData
+from specreplay.stats.bootstrap import PairedSums
 from specreplay.stats.buckets import Buckets
 from specreplay.stats.cells import Cell as StatsCell
 from specreplay.stats.compare import CellSupport
 from specreplay.stats.measured import MeasuredArchive, RequestSums
 
-__all__ = ["OpenArchive", "ReplayResult", "replay_archive"]
+__all__ = ["Grouping", "OpenArchive", "ReplayResult", "replay_archive"]
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """``--by COLUMN``: what one pass recorded for the ``by`` and ``family×bucket×by`` cells.
+
+    The pass coded requests by family × value (the finest cells); the result is on the family
+    table, and :meth:`ReplayResult.grouped` moves it onto the values or the family × value
+    names.
+
+    Attributes
+    ----------
+    column : str
+    values : list of str
+        The column's values, sorted.
+    crossed : list of str
+        Family × value names (``family · value``), sorted.
+    request_value, request_crossed : int32, (r,)
+        Each request's index into ``values`` / ``crossed``.
+    value_of_crossed : int64, (len(crossed),)
+        The value of each family × value name (index into ``values``).
+    tails : dict of str to dict of str to RatioTail
+        Per estimator and arm, the ratio tails per family × value and bucket, of every request
+        read (a level's tails are pooled from these, then restricted to the selected requests).
+    measured : MeasuredArchive
+        The MEASURED survival counts per family × value and bucket (every request read).
+    """
+
+    column: str
+    values: list[str]
+    crossed: list[str]
+    request_value: NDArray[np.int32]
+    request_crossed: NDArray[np.int32]
+    value_of_crossed: NDArray[np.int64]
+    tails: dict[str, dict[str, RatioTail]]
+    measured: MeasuredArchive
 
 
 @dataclass(frozen=True)
@@ -78,9 +126,13 @@ class ReplayResult:
     Attributes
     ----------
     arms : list of Arm
-        The replayed arms (canonical names are the keys of ``sums``).
-    sums : dict of str to ArmSums
-        Per arm, per-(request, bucket) sums for depths 1..max_depth (selected requests only).
+        The replayed arms (canonical names are the keys of each estimator's sums).
+    replays : dict of str to EstimatorSums
+        One entry per estimator replayed in the pass (``estimator`` names the run's own; an
+        ``--estimator auto`` pass holds ``analytic`` and, where the archive supports it,
+        ``importance``): per arm, per-(request, bucket) sums for depths 1..max_depth (selected
+        requests only), rows outside the logging law's support per request, and ratio tails
+        (importance). Choosing an estimator is a lookup here (:meth:`with_estimator`).
     measured : MeasuredArchive
         MEASURED figures from ``accepted``; its per-(request, bucket) sums are those of the
         selected requests, its survival counts cover every request read.
@@ -107,29 +159,16 @@ class ReplayResult:
     flagged, no_support : dict of str to int64 (r,)
         Per arm, per request: position rows whose top-K exceeds the archived candidates / whose
         every draft log-probability is −inf.
-    unlogged : dict of str to int64 (r,)
-        Per arm, per request: position rows where the arm can accept a candidate that the
-        logging law gives probability 0 (importance estimator only; zeros otherwise).
     law_sample : LawSample
         Law-test positions chosen by hash during the pass.
-    tails : dict of str to RatioTail
-        Per arm, the largest policy ratios per finest cell and depth, of the selected requests
-        (importance estimator; empty for the others).
-    estimator, replicates, seed, max_depth
-        How the replay ran (``replicates`` as used: 0 for an exact estimator).
+    estimator : str
+        The run's own estimator (a key of ``replays``).
+    seed, max_depth
+        How the replay ran.
     positions : int
         Position rows of the selected requests.
     excluded : list of dict
         Rows left out under an explicit option, per reason.
-    companion : str or None
-        The companion estimator replayed in the same pass (None when none ran: not asked
-        for, or the archive lacks drafted_id or a logging law).
-    companion_sums : dict of str to ArmSums
-        Per arm, the companion's per-(request, bucket) sums (selected requests only).
-    companion_unlogged : dict of str to int64 (r,)
-        Per arm, per request: the companion's rows outside the logging law's support.
-    companion_tails : dict of str to RatioTail
-        Per arm, the companion's largest policy ratios (importance companion; else empty).
     estimator_reason : str or None
         Why ``estimator`` is the run's estimator (set by ``--estimator auto``; None when the
         user named it).
@@ -142,10 +181,13 @@ class ReplayResult:
         of every sum (counted in ``ArmSums.excluded``); 0: every round kept.
     ignored : tuple of IgnoredEntry
         Entries of the archive's folder skipped by ``--ignore`` (they count nowhere).
+    grouping : Grouping or None
+        ``--by COLUMN``: each request's value and what the ``by`` and ``family×bucket×by``
+        cells need (:meth:`grouped`); None without ``--by``.
     """
 
     arms: list[Arm]
-    sums: dict[str, ArmSums]
+    replays: dict[str, EstimatorSums]
     measured: MeasuredArchive
     requests: list[str]
     request_keys: NDArray[np.uint64]
@@ -160,46 +202,90 @@ class ReplayResult:
     logging_arm: str | None
     flagged: dict[str, NDArray[np.int64]]
     no_support: dict[str, NDArray[np.int64]]
-    unlogged: dict[str, NDArray[np.int64]]
     law_sample: LawSample
-    tails: dict[str, RatioTail]
     estimator: str
-    replicates: int
     seed: int
     max_depth: int
     positions: int
     excluded: list[dict[str, Any]] = field(default_factory=list)
-    companion: str | None = None
-    companion_sums: dict[str, ArmSums] = field(default_factory=dict)
-    companion_unlogged: dict[str, NDArray[np.int64]] = field(default_factory=dict)
-    companion_tails: dict[str, RatioTail] = field(default_factory=dict)
     estimator_reason: str | None = None
     unread: tuple[str, ...] = ()
     sources: tuple[ArchiveFile, ...] = ()
     exclude_below: int = 0
     ignored: tuple[IgnoredEntry, ...] = ()
+    grouping: Grouping | None = None
 
-    def swapped(self) -> ReplayResult:
-        """Return this pass with its companion as the run's estimator and its own as companion.
+    @property
+    def own(self) -> EstimatorSums:
+        """The run's own estimator's replay (``replays[estimator]``)."""
+        return self.replays[self.estimator]
 
-        Both estimators replayed the same batches in the same pass and accumulated in the same
-        order, so the swapped result equals a pass run with the roles the other way round, bit
-        for bit (the policy flags, law sample and MEASURED figures do not depend on the
-        estimator). Raises when no companion ran.
+    @property
+    def sums(self) -> dict[str, ArmSums]:
+        """Per arm, the run's own estimator's per-(request, bucket) sums."""
+        return self.own.arms
+
+    @property
+    def unlogged(self) -> dict[str, NDArray[np.int64]]:
+        """Per arm, per request: the run's own estimator's rows outside the logging support."""
+        return self.own.unlogged
+
+    @property
+    def tails(self) -> dict[str, RatioTail]:
+        """Per arm, the run's own estimator's largest policy ratios (importance; else empty)."""
+        return self.own.tails
+
+    @property
+    def replicates(self) -> int:
+        """Monte Carlo replicates per round of the run's own estimator (0 for an exact one)."""
+        return self.own.replicates
+
+    def with_estimator(self, estimator: str) -> ReplayResult:
+        """Return this pass with ``estimator`` (replayed in it) as the run's own.
+
+        Every estimator of the pass replayed the same batches and accumulated in the same
+        order, so the result equals a pass run with that estimator as its own, bit for bit (the
+        policy flags, law sample and MEASURED figures do not depend on the estimator).
         """
-        if self.companion is None:
-            raise SpecReplayError("no companion estimator ran in this pass")
+        if estimator not in self.replays:
+            raise SpecReplayError(f"no {estimator} replay in this pass")
+        return replace(self, estimator=estimator)
+
+    def grouped(self, level: str) -> ReplayResult:
+        """Return this pass with its requests in the ``--by`` groups of ``level``.
+
+        ``level``: ``"by"`` (the column's values) or ``"family×by"`` (family × value names).
+        The result is the pass a grouping by those columns alone would give: the run's own
+        estimator only (the ``--by`` cells are built without the other estimator's diagnostic),
+        the same sums, each request in its group, the ratio tails and MEASURED survival pooled
+        per group (:class:`Grouping`), restricted to the selected requests.
+        """
+        g = self.grouping
+        if g is None:
+            raise SpecReplayError("this pass has no --by column")
+        if level == "by":
+            names, code, index = g.values, g.request_value, g.value_of_crossed
+        elif level == "family×by":
+            names, code, index = g.crossed, g.request_crossed, None
+        else:
+            raise ValueError(f"level must be 'by' or 'family×by', not {level!r}")
+        request_code = code.astype(np.int64)
+        own = replace(self.own, tails=g.tails[self.estimator])
+        own = _regrouped(own, request_code, index, len(names))
+        if not self.selected.all():
+            keys = self.request_keys[self.selected]
+            own = replace(own, tails={c: t.keep_requests(keys) for c, t in own.tails.items()})
+        m = g.measured if index is None else coarsen_measured(g.measured, index, len(names))
+        s = self.measured.sums
+        sums = RequestSums(s.request, s.bucket, code[s.request].astype(np.int32), s.n, s.t)
         return replace(
             self,
-            estimator=self.companion,
-            companion=self.estimator,
-            sums=self.companion_sums,
-            companion_sums=self.sums,
-            unlogged=self.companion_unlogged,
-            companion_unlogged=self.unlogged,
-            tails=self.companion_tails,
-            companion_tails=self.tails,
-            replicates=get_estimator(self.companion).replicates_used(self.replicates),
+            replays={self.estimator: own},
+            families=list(names),
+            request_family=code,
+            measured=replace(m, sums=sums),
+            estimator_reason=None,
+            grouping=None,
         )
 
     @property
@@ -338,6 +424,51 @@ class ReplayResult:
 
         return reasons
 
+    def side(
+        self,
+        arm: Arm,
+        depth: int | None = None,
+        *,
+        estimator: str | None = None,
+        name: str | None = None,
+    ) -> ArmSide:
+        """Return the SIMULATED per-(request, bucket) sums of ``arm`` at ``depth`` (or its own).
+
+        ``estimator``: a key of ``replays`` (default the run's own); ``name`` defaults to the
+        arm's. Raises when no cell can have figures (:meth:`depth_problem`). Where some rounds
+        record fewer positions than the depth, their (request, bucket) sums count them in ``n``
+        but not in ``t``: the cells holding them must be null (:meth:`short_reason`).
+        """
+        why = self.depth_problem(arm, depth)
+        if why is not None:
+            raise SpecReplayError(why)
+        d = depth or arm.depth
+        replay = self.replays.get(estimator or self.estimator)
+        if replay is None:
+            raise SpecReplayError(f"{arm.canonical}: no {estimator} replay in this result")
+        s = replay.arms[arm.canonical]
+        s = s.take(s.n > 0)  # a (request, bucket) whose rounds were all left out
+        return ArmSide(name or arm.canonical, s.request, s.bucket, s.n, s.t[:, d - 1].copy(), d)
+
+    def measured_side(self, name: str = "MEASURED") -> ArmSide:
+        """Return the archive's MEASURED per-(request, bucket) sums (from ``accepted``)."""
+        m = self.measured.sums
+        recorded = int(self.measured.survival_hits.shape[2]) - 1  # positions a round can hold
+        n = m.n.astype(np.float64)
+        return ArmSide(name, m.request, m.bucket, n, m.t, recorded if recorded >= 1 else None)
+
+    @functools.cached_property
+    def _codes(self) -> RequestCodes:
+        ranked = sorted(range(len(self.requests)), key=self.requests.__getitem__)
+        rank = np.empty(len(self.requests), np.int64)
+        rank[np.asarray(ranked, np.int64)] = np.arange(len(ranked))
+        return RequestCodes(self.requests, self.request_keys, self.request_family,
+                            self.families, rank)  # fmt: skip
+
+    def paired(self, a: ArmSide, b: ArmSide) -> PairedSums:
+        """Pair two sides of this pass on its request codes (:mod:`~specreplay.replay.paired`)."""
+        return pair_sides(a, b, self._codes, self.buckets)
+
     def arm_data(
         self,
         arm: Arm,
@@ -346,42 +477,23 @@ class ReplayResult:
         estimator: str | None = None,
         name: str | None = None,
     ) -> ArmData:
-        """Return the SIMULATED per-(request, bucket) sums of ``arm`` at ``depth`` (or its own).
-
-        ``estimator``: the run's (default) or its companion's; ``name`` defaults to the arm's.
-        Raises when no cell can have figures (:meth:`depth_problem`). Where some rounds record
-        fewer positions than the depth, their (request, bucket) sums count them in ``n`` but
-        not in ``t``: the cells holding them must be null (:meth:`short_reason`).
-        """
-        why = self.depth_problem(arm, depth)
-        if why is not None:
-            raise SpecReplayError(why)
-        d = depth or arm.depth
-        if estimator is None or estimator == self.estimator:
-            s = self.sums[arm.canonical]
-        elif estimator == self.companion:
-            s = self.companion_sums[arm.canonical]
-        else:
-            raise SpecReplayError(f"{arm.canonical}: no {estimator} replay in this result")
-        s = s.take(s.n > 0)  # a (request, bucket) whose rounds were all left out
+        """Return :meth:`side` as :class:`~specreplay.stats.armdata.ArmData` (request ids)."""
+        s = self.side(arm, depth, estimator=estimator, name=name)
         return ArmData(
-            name=name or arm.canonical,
+            name=s.name,
             kind="replay",
-            sums=self._frame(s.request, s.bucket, s.n, s.t[:, d - 1]),
+            sums=self._frame(s.request, s.bucket, s.n, s.t),
             label="SIMULATED",
-            depth=d,
+            depth=s.depth,
         )
 
     def measured_data(self, name: str = "MEASURED") -> ArmData:
-        """Return the archive's MEASURED per-(request, bucket) sums (from ``accepted``)."""
-        m = self.measured.sums
-        recorded = int(self.measured.survival_hits.shape[2]) - 1  # positions a round can hold
+        """Return :meth:`measured_side` as :class:`~specreplay.stats.armdata.ArmData`."""
+        s = self.measured_side(name)
         return ArmData(
-            name=name,
-            kind="archive",
-            sums=self._frame(m.request, m.bucket, m.n, m.t),
-            depth=recorded if recorded >= 1 else None,
-        )
+            name=name, kind="archive", sums=self._frame(s.request, s.bucket, s.n, s.t),
+            depth=s.depth,
+        )  # fmt: skip
 
     def mcse(self, arm: Arm, keys_mask: NDArray[np.bool_] | None = None) -> float:
         """Monte Carlo standard error of R over the selected rows (delta method; 0 if exact)."""
@@ -427,14 +539,18 @@ class ReplayResult:
         m = self.measured.sums
         mk = keep[m.request]
         sums = RequestSums(m.request[mk], m.bucket[mk], m.family[mk], m.n[mk], m.t[mk])
+        keys = self.request_keys[keep]
+        replays = {
+            e: replace(
+                r,
+                arms={c: s.take(keep[s.request]) for c, s in r.arms.items()},
+                tails={c: t.keep_requests(keys) for c, t in r.tails.items()},
+            )
+            for e, r in self.replays.items()
+        }
         return replace(
             self,
-            sums={c: s.take(keep[s.request]) for c, s in self.sums.items()},
-            companion_sums={c: s.take(keep[s.request]) for c, s in self.companion_sums.items()},
-            tails={c: t.keep_requests(self.request_keys[keep]) for c, t in self.tails.items()},
-            companion_tails={
-                c: t.keep_requests(self.request_keys[keep]) for c, t in self.companion_tails.items()
-            },
+            replays=replays,
             measured=replace(self.measured, sums=sums),
             selected=keep,
             positions=positions,
@@ -459,8 +575,10 @@ class OpenArchive:
         ``--logging-arm`` for archives without a logging_arm column.
     batch_rows : int
         Position rows per batch.
-    group : tuple of str
-        Columns that code the requests' groups in place of ``family`` (``--by``).
+    by : str, optional
+        ``--by COLUMN``: the pass codes requests by family × the column's value (the reader
+        refuses a value that changes within a request) and the result carries each request's
+        value (``ReplayResult.grouping``): the ``by`` cells need no other pass.
     columns : frozenset of str, optional
         Read only these columns (:func:`~specreplay.replay.shard.needed_columns` of the passes to
         come); the others are neither decoded nor validated (``ReplayResult.unread``). None:
@@ -476,7 +594,7 @@ class OpenArchive:
         buckets: Buckets | None = None,
         logging_arm: str | None = None,
         batch_rows: int = 262_144,
-        group: tuple[str, ...] = ("family",),
+        by: str | None = None,
         columns: frozenset[str] | None = None,
         ignore: Sequence[str] = (),
     ) -> None:
@@ -485,7 +603,7 @@ class OpenArchive:
         self.buckets = buckets if buckets is not None else Buckets.parse()
         self.logging_arm_option = logging_arm
         self.batch_rows = batch_rows
-        self.group = group
+        self.group = ("family",) if by is None else ("family", by)
         listing = archive_listing(self.path, ignore)
         self.sources = list(listing.files)
         self.ignored = listing.ignored
@@ -493,7 +611,7 @@ class OpenArchive:
             watch(f.path)
         self._reader: ArchiveReader | None = ArchiveReader(
             self.sources[0].path, buckets=self.buckets, batch_rows=batch_rows,
-            logging_arm=logging_arm, shard=True, group=group, columns=columns,
+            logging_arm=logging_arm, shard=True, group=self.group, columns=columns,
         )  # fmt: skip
         self._batches = iter(self._reader)
         self._head = next(self._batches, None)
@@ -522,13 +640,13 @@ class OpenArchive:
         """Replay ``arms`` over every file, once; see :func:`replay_archive`."""
         if self._reader is None:
             raise SpecReplayError("archive already replayed")
-        est = get_estimator(estimator)
-        reps = est.replicates_used(replicates)
+        get_estimator(estimator).replicates_used(replicates)
         opts = ReplayOptions(
-            estimator=estimator, replicates=replicates, seed=seed, buckets=self.buckets,
+            estimators=(estimator,) if companion is None else (estimator, companion),
+            replicates=replicates, seed=seed, buckets=self.buckets,
             max_depth=max_depth or max((a.depth for a in arms), default=1),
             logging_arm=self.logging_arm_option, batch_rows=self.batch_rows,
-            law_positions=law_positions, companion=companion, group=self.group,
+            law_positions=law_positions, group=self.group,
             columns=self.columns, exclude_below=exclude_below,
         )  # fmt: skip
         reader, head, self._reader = self._reader, self._head, None
@@ -549,7 +667,7 @@ class OpenArchive:
                 f"{self.path}: the archive holds no row ({n} file{'s' if n != 1 else ''} read); "
                 "there is nothing to replay"
             )
-        return replace(_result(merged, list(arms), opts, reps, self.buckets), ignored=self.ignored)
+        return replace(_result(merged, list(arms), opts, self.buckets), ignored=self.ignored)
 
 
 def _chain(head: Any, rest: Iterator[Any]) -> Iterator[Any]:
@@ -557,15 +675,13 @@ def _chain(head: Any, rest: Iterator[Any]) -> Iterator[Any]:
     yield from rest
 
 
-def _result(
-    s: ShardSums, arms: list[Arm], opts: ReplayOptions, reps: int, buckets: Buckets
-) -> ReplayResult:
+def _result(s: ShardSums, arms: list[Arm], opts: ReplayOptions, buckets: Buckets) -> ReplayResult:
     if s.positions == 0:
         raise SpecReplayError(f"{s.sources[0].path}: no round left to replay after the filters")
     n_req = len(s.requests.ids)
-    return ReplayResult(
+    res = ReplayResult(
         arms=arms,
-        sums=s.arms,
+        replays=dict(s.replays),
         measured=s.measured,
         requests=s.requests.ids,
         request_keys=s.requests.keys,
@@ -580,22 +696,61 @@ def _result(
         logging_arm=s.logging_arm,
         flagged=s.flagged,
         no_support=s.no_support,
-        unlogged=s.unlogged,
         law_sample=s.law_sample,
-        tails=s.tails,
         estimator=opts.estimator,
-        replicates=reps,
         seed=opts.seed,
         max_depth=opts.max_depth,
         positions=s.positions,
-        companion=opts.companion if s.companion else None,
-        companion_sums=s.companion,
-        companion_unlogged=s.companion_unlogged,
-        companion_tails=s.companion_tails,
         unread=s.unread,
         sources=tuple(s.sources),
         exclude_below=opts.exclude_below,
     )
+    return res if len(s.group) == 1 else _by_families(res, s)
+
+
+def _by_families(res: ReplayResult, s: ShardSums) -> ReplayResult:
+    """Return the ``--by`` pass on its family table, the family × value one kept for the views.
+
+    The pass coded requests by family × value (``s.families``); a request's sums do not depend
+    on its code, and the per-family figures pool exactly: counts are added, the ratio tails are
+    the top K of their parts' top K (:meth:`~specreplay.replay.tails.RatioTail.coarsened`). So
+    this equals the pass coded by family alone, bit for bit, and :meth:`ReplayResult.grouped`
+    builds the other levels from the same sums.
+    """
+    parts = [s.parts.get(f, (f,)) for f in s.families]
+    fams = sorted({p[0] for p in parts})
+    values = sorted({p[-1] for p in parts})
+    to_fam = np.array([fams.index(p[0]) for p in parts], np.int64)
+    to_value = np.array([values.index(p[-1]) for p in parts], np.int64)
+    code = s.requests.family.astype(np.int64)
+    grouping = Grouping(
+        column=s.group[-1],
+        values=values,
+        crossed=list(s.families),
+        request_value=to_value[code].astype(np.int32),
+        request_crossed=s.requests.family,
+        value_of_crossed=to_value,
+        tails={e: r.tails for e, r in s.replays.items()},
+        measured=s.measured,
+    )
+    return replace(
+        res,
+        families=fams,
+        request_family=to_fam[code].astype(np.int32),
+        replays={e: _regrouped(r, to_fam[code], to_fam, len(fams)) for e, r in res.replays.items()},
+        measured=coarsen_measured(s.measured, to_fam, len(fams)),
+        grouping=grouping,
+    )
+
+
+def _regrouped(
+    r: EstimatorSums, request_code: NDArray[np.int64], index: NDArray[np.int64] | None, n: int
+) -> EstimatorSums:
+    """Return ``r`` with requests in the groups ``request_code`` (tails pooled by ``index``)."""
+    arms = {c: a.with_tables(a.request, request_code[a.request].astype(np.int32))
+            for c, a in r.arms.items()}  # fmt: skip
+    tails = r.tails if index is None else {c: t.coarsened(index, n) for c, t in r.tails.items()}
+    return replace(r, arms=arms, tails=tails)
 
 
 def replay_archive(
@@ -650,7 +805,8 @@ def replay_archive(
         Called with the number of positions of each batch.
     companion : str, optional
         A second estimator replayed in the same pass when the archive allows it
-        (``ReplayResult.companion_sums``; see :func:`specreplay.replay.choice.auto_passes`).
+        (a second entry of ``ReplayResult.replays``; see
+        :func:`specreplay.replay.choice.auto_passes`).
     runner : Runner, optional
         Who replays the shards (:mod:`specreplay.replay.distributed`: a Dask cluster, or
         the per-shard cache of :mod:`specreplay.replay.shardcache`); default: this process,

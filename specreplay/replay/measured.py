@@ -3,6 +3,7 @@
 Fills :class:`~specreplay.stats.measured.MeasuredArchive` from batches of whole rounds (SPEC §2.1:
 MEASURED A of a round = the number of leading True values of ``accepted``).
 :func:`reindex_measured` moves a shard's figures onto another request and family table, and
+:func:`coarsen_measured` pools families into coarser groups (``--by``), and
 :func:`merge_measured` adds two shards' figures (counts exactly; sums of whole numbers, exact too)
 with the per-(request, bucket) rows in canonical order (request index, then bucket).
 """
@@ -15,7 +16,7 @@ from numpy.typing import NDArray
 from specreplay.replay.archive.batch import RoundBatch
 from specreplay.stats.measured import MeasuredArchive, RequestSums
 
-__all__ = ["MeasuredAccumulator", "merge_measured", "reindex_measured"]
+__all__ = ["MeasuredAccumulator", "coarsen_measured", "merge_measured", "reindex_measured"]
 
 
 class MeasuredAccumulator:
@@ -196,4 +197,42 @@ def merge_measured(a: MeasuredArchive, b: MeasuredArchive) -> MeasuredArchive:
         positions=a.positions + b.positions,
         min_depth=mind,
         max_depth=np.maximum(_pad(a.max_depth, cell), _pad(b.max_depth, cell)),
+    )
+
+
+def coarsen_measured(
+    m: MeasuredArchive, family: NDArray[np.int64], n_families: int
+) -> MeasuredArchive:
+    """Return ``m`` with family f pooled into ``family[f]`` (many to one; request rows kept).
+
+    Survival counts are added (exact: whole numbers), the fewest and most positions of a round
+    are the minimum and maximum over the pooled cells (0 where a pooled cell is empty).
+    """
+    s = m.sums
+    sums = RequestSums(
+        request=s.request,
+        bucket=s.bucket,
+        family=family[s.family].astype(np.int32) if s.family.shape[0] else s.family,
+        n=s.n,
+        t=s.t,
+    )
+    nf = m.survival_hits.shape[0]
+    to = family[:nf]
+    counts = {}
+    for name in ("survival_hits", "survival_rounds"):
+        old = getattr(m, name)
+        new = np.zeros((n_families, *old.shape[1:]), np.int64)
+        np.add.at(new, to, old)
+        counts[name] = new
+    big = np.iinfo(np.int64).max
+    mind = np.full((n_families, *m.min_depth.shape[1:]), big, np.int64)
+    np.minimum.at(mind, to, np.where(m.min_depth == 0, big, m.min_depth))
+    maxd = np.zeros((n_families, *m.max_depth.shape[1:]), np.int64)
+    np.maximum.at(maxd, to, m.max_depth)
+    return MeasuredArchive(
+        sums=sums,
+        positions=m.positions,
+        min_depth=np.where(mind == big, 0, mind),
+        max_depth=maxd,
+        **counts,
     )

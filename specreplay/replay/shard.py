@@ -41,9 +41,10 @@ from specreplay.errors import SpecReplayError
 from specreplay.replay.accumulate import NO_ROUND, ArmSums, ReplayAccumulator
 from specreplay.replay.archive import rowcheck
 from specreplay.replay.archive.batch import AT_FILE_SHIFT, RoundBatch, at_parts, take_rounds
-from specreplay.replay.archive.reader import ArchiveReader, FileInfo, group_label
+from specreplay.replay.archive.reader import ArchiveReader, FileInfo, changed_part
 from specreplay.replay.archive.sources import ArchiveFile, format_location
 from specreplay.replay.estimators import get_estimator
+from specreplay.replay.estimators.base import RoundValues
 from specreplay.replay.lawsample import LawSample
 from specreplay.replay.measured import MeasuredAccumulator, merge_measured, reindex_measured
 from specreplay.replay.tails import RatioTail, TailAccumulator
@@ -73,8 +74,9 @@ __all__ = [
 
 _BOUNDS = ("first_round", "first_file", "first_loc", "last_round", "last_file", "last_loc",
            "family_file", "family_loc")  # fmt: skip
-# row flags counted per arm and request, in ShardSums' order: flagged, no_support, unlogged
-_FLAG_BITS = (FLAG_K_EXCEEDS, FLAG_NO_SUPPORT, FLAG_LOGGING_SUPPORT)
+# row flags of the run's own estimator counted per arm and request: flagged, no_support (the
+# third, outside the logging law's support, is counted per estimator: EstimatorSums.unlogged)
+_FLAG_BITS = (FLAG_K_EXCEEDS, FLAG_NO_SUPPORT)
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,12 @@ class ReplayOptions:
 
     Attributes
     ----------
-    estimator : str
-        A key of :data:`~specreplay.replay.estimators.ESTIMATORS`.
+    estimators : tuple of str
+        Keys of :data:`~specreplay.replay.estimators.ESTIMATORS`: the run's own first, then the
+        estimators replayed beside it over the same batches when the archive has what they need
+        (:func:`companion_possible`; ``ShardSums.replays`` drops one as soon as a batch lacks
+        it). The order is part of the options (and of the shard cache's key): the first must
+        replay every batch, the others may be dropped.
     replicates : int
         Monte Carlo replicates M requested (the estimator decides how many it uses).
     seed : int
@@ -99,11 +105,10 @@ class ReplayOptions:
         Position rows per batch.
     law_positions : int
         Law-test positions to sample (0: none).
-    companion : str or None
-        A second estimator replayed over the same batches (sums in ``ShardSums.companion``),
-        when the archive has what it needs (:func:`companion_possible`); None: none.
     group : tuple of str
-        The columns that code a request's "family" (``--by``: see the archive reader).
+        The columns that code a request's "family": ``("family",)``, or ``("family", COLUMN)``
+        under ``--by COLUMN`` (the finest cells are then family × value; the engine derives the
+        family and value tables from them: :class:`~specreplay.replay.engine.ReplayResult`).
     columns : frozenset of str or None
         Columns to read (:func:`needed_columns`); the others are neither decoded nor
         validated (``ShardSums.unread``). None: every column.
@@ -113,7 +118,7 @@ class ReplayOptions:
         bucket) in ``ArmSums.excluded``. 0 (``--short-rounds null``): every round is kept.
     """
 
-    estimator: str = "analytic"
+    estimators: tuple[str, ...] = ("analytic",)
     replicates: int = 16
     seed: int = 0
     buckets: Buckets | None = None
@@ -121,10 +126,14 @@ class ReplayOptions:
     logging_arm: str | None = None
     batch_rows: int = 262_144
     law_positions: int = 0
-    companion: str | None = None
     group: tuple[str, ...] = ("family",)
     columns: frozenset[str] | None = None
     exclude_below: int = 0
+
+    @property
+    def estimator(self) -> str:
+        """The run's own estimator (the first of ``estimators``)."""
+        return self.estimators[0]
 
 
 PASS_COLUMNS: frozenset[str] = frozenset({"drafted_id", "accepted", "logging_arm"})
@@ -185,6 +194,31 @@ class RequestTable:
 
 
 @dataclass(frozen=True)
+class EstimatorSums:
+    """What one estimator produced in a pass, per arm (an entry of ``ShardSums.replays``).
+
+    Attributes
+    ----------
+    arms : dict of str to ArmSums
+        Per arm (canonical name), per-(request, bucket) sums indexed into the owner's request
+        and family tables.
+    unlogged : dict of str to int64 (r,)
+        Per arm, per request: position rows where the arm can accept a candidate that the
+        logging law gives probability 0 (importance estimator only; zeros otherwise).
+    tails : dict of str to RatioTail
+        Per arm, the largest policy ratios per finest cell and depth (importance estimator;
+        empty for the others), family indices into the owner's family table.
+    replicates : int
+        Monte Carlo replicates per round as used (0 for an exact estimator).
+    """
+
+    arms: dict[str, ArmSums]
+    unlogged: dict[str, NDArray[np.int64]]
+    tails: dict[str, RatioTail]
+    replicates: int = 0
+
+
+@dataclass(frozen=True)
 class ShardSums:
     """Partial sums of one or more consecutive archive files (see the module docstring).
 
@@ -203,23 +237,19 @@ class ShardSums:
     logging_arm_at : tuple of (int, int) or None
         (file index, row/line) of the first logging_arm value from the column.
     families : list of str
-        Family names, sorted.
+        Family names, sorted (under ``--by``, family × value names: ``parts``).
     requests : RequestTable
-    arms : dict of str to ArmSums
-        Per arm (canonical name), sums indexed into ``requests`` and ``families``.
+    replays : dict of str to EstimatorSums
+        Per estimator of ``ReplayOptions.estimators``, its sums: the run's own first, then each
+        other one whose needs every batch met (an estimator a batch cannot support is dropped,
+        in that shard and so in every merge holding it).
     flagged, no_support : dict of str to int64 (r,)
         Per arm, per request: position rows whose top-K exceeds the candidates / with no
         finite draft log-probability.
-    unlogged : dict of str to int64 (r,)
-        Per arm, per request: position rows where the arm can accept a candidate that the
-        logging law gives probability 0 (importance estimator only; zeros otherwise).
     measured : MeasuredArchive
         MEASURED figures (request and family indices into the tables above).
     law_sample : LawSample
         The law-test positions with the smallest hashes.
-    tails : dict of str to RatioTail
-        Per arm, the largest policy ratios per finest cell and depth (importance estimator;
-        empty for the others), family indices into ``families``.
     law_positions : int
         How many the sample keeps (k).
     positions : int
@@ -228,16 +258,11 @@ class ShardSums:
         (request index, round, position, file index, row/line) of a request's first round in a
         file that starts past position 1: an error unless the previous file ends in that round
         (then the round is split across files, also an error, with the reader's message).
-    companion : dict of str to ArmSums
-        Per arm, the sums of ``ReplayOptions.companion`` (empty when none was asked for or a
-        batch lacked drafted_id or a logging law).
-    companion_unlogged : dict of str to int64 (r,)
-        Per arm, per request: the companion's rows outside the logging law's support.
-    companion_tails : dict of str to RatioTail
-        Per arm, the companion's largest policy ratios (importance companion; else empty), so
-        either estimator can become the run's own (``--estimator auto``).
     group : tuple of str
         The columns that coded ``families`` (``ReplayOptions.group``), for messages.
+    parts : dict of str to tuple of str
+        Under ``--by`` (``group`` of several columns), each family name's values of the
+        ``group`` columns; empty otherwise (a family is its own single part).
     unread : tuple of str
         Columns of the files that were not read (``ReplayOptions.columns``), sorted.
     opens : bool
@@ -253,55 +278,81 @@ class ShardSums:
     logging_arm_at: tuple[int, int] | None
     families: list[str]
     requests: RequestTable
-    arms: dict[str, ArmSums]
+    replays: dict[str, EstimatorSums]
     flagged: dict[str, NDArray[np.int64]]
     no_support: dict[str, NDArray[np.int64]]
-    unlogged: dict[str, NDArray[np.int64]]
     measured: MeasuredArchive
     law_sample: LawSample
-    tails: dict[str, RatioTail]
     law_positions: int
     positions: int
     continued: list[tuple[int, int, int, int, int]]
-    companion: dict[str, ArmSums]
-    companion_unlogged: dict[str, NDArray[np.int64]]
-    companion_tails: dict[str, RatioTail]
     group: tuple[str, ...] = ("family",)
+    parts: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     unread: tuple[str, ...] = ()
     opens: bool = False
 
+    @property
+    def estimator(self) -> str:
+        """The run's own estimator (the first of ``replays``)."""
+        return next(iter(self.replays))
 
-class _Companion:
-    """The companion estimator's accumulations (see ``ReplayOptions.companion``)."""
+    @property
+    def arms(self) -> dict[str, ArmSums]:
+        """Per arm, the run's own estimator's sums."""
+        return self.replays[self.estimator].arms
 
-    def __init__(self, options: ReplayOptions, names: list[str], n_buckets: int) -> None:
-        self.est = get_estimator(options.companion) if options.companion else None
-        self.reps = self.est.replicates_used(options.replicates) if self.est else 0
-        self.ok = self.est is not None
+
+@dataclass(frozen=True)
+class _BatchContext:
+    """What every estimator's replay of one batch shares."""
+
+    options: ReplayOptions
+    cache: LawCache
+    logging: Arm | None
+    keys: NDArray[np.int64]  # request code × n_buckets + bucket, per round
+    row_request: NDArray[np.int64]  # request code per position row
+
+
+class _EstimatorRun:
+    """One estimator's accumulations over a reader's batches (``ReplayOptions.estimators``).
+
+    ``required``: the run's own estimator replays every batch; another one stops (``ok``
+    False, nothing kept) at the first batch that lacks what it needs (:func:`companion_possible`).
+    """
+
+    def __init__(
+        self, name: str, options: ReplayOptions, names: list[str], n_buckets: int, required: bool
+    ) -> None:
+        self.name = name
+        self.est = get_estimator(name)
+        self.reps = self.est.replicates_used(options.replicates)
+        self.required = required
+        self.ok = True
         self.accs = {c: ReplayAccumulator(options.max_depth) for c in names}
         self.tails = {c: TailAccumulator(n_buckets, options.max_depth) for c in names}
         self.unlogged = dict.fromkeys(names, np.zeros(0, np.int64))
 
-    def add(
-        self, batch: RoundBatch, arms: Sequence[Arm], cache: LawCache, logging: Arm | None,
-        options: ReplayOptions, keys: NDArray[np.int64], row_request: NDArray[np.int64],
-    ) -> None:  # fmt: skip
-        """Replay ``arms`` on ``batch`` with the companion (nothing once a batch lacks support)."""
-        self.ok = self.ok and companion_possible(batch, logging)
-        if not self.ok or self.est is None:
-            return
-        for arm in arms:
-            c = arm.canonical
-            v = self.est.rounds(
-                batch, arm, cache, seed=options.seed, replicates=self.reps,
-                max_depth=options.max_depth, logging=logging,
-            )  # fmt: skip
+    def admits(self, batch: RoundBatch, logging: Arm | None) -> bool:
+        """Whether this estimator replays ``batch`` (always, for the run's own)."""
+        if not self.required:
+            self.ok = self.ok and companion_possible(batch, logging)
+        return self.ok
+
+    def add(self, batch: RoundBatch, arm: Arm, ctx: _BatchContext) -> RoundValues:
+        """Replay ``arm`` on ``batch`` and add its rounds; return the per-round values."""
+        c = arm.canonical
+        opts = ctx.options
+        v = self.est.rounds(batch, arm, ctx.cache, seed=opts.seed, replicates=self.reps,
+                            max_depth=opts.max_depth, logging=ctx.logging)  # fmt: skip
+        keys, row_request = ctx.keys, ctx.row_request
+        if v.flag.any():
             hit = ((v.flag & FLAG_LOGGING_SUPPORT) != 0).astype(np.int64)
             self.unlogged[c] = _per_request(self.unlogged[c], row_request, hit)
-            self.accs[c].add(keys, v, batch.round_at)
-            if v.ratio is not None:
-                self.tails[c].add(batch.round_family, batch.round_bucket, batch.round_key,
-                                  v.depth, v.ratio)  # fmt: skip
+        self.accs[c].add(keys, v, batch.round_at)
+        if v.ratio is not None:
+            self.tails[c].add(batch.round_family, batch.round_bucket, batch.round_key,
+                              v.depth, v.ratio)  # fmt: skip
+        return v
 
 
 def replay_shard(
@@ -372,20 +423,20 @@ def replay_reader(
     :func:`replay_shard` without opening the reader: the caller may already have taken the
     first batch (to learn the logging arm) and passes it back at the head of ``batches``.
     """
-    est = get_estimator(options.estimator)
-    reps = est.replicates_used(options.replicates)
-    depth = options.max_depth
     nb = len(reader.buckets.names)
     names = [a.canonical for a in arms]
-    accs = {c: ReplayAccumulator(depth) for c in names}
-    tails = {c: TailAccumulator(nb, depth) for c in names}
+    runs = [
+        _EstimatorRun(e, options, names, nb, required=i == 0)
+        for i, e in enumerate(options.estimators)
+    ]
+    own = runs[0]
     none = np.zeros(0, np.int64)
     counts = {bit: dict.fromkeys(names, none) for bit in _FLAG_BITS}  # per flag, arm, request
     rows = none
     measured = MeasuredAccumulator(nb)
     sample = LawSample.empty()
     workspace = Workspace()  # law buffers reused batch after batch
-    companion = _Companion(options, names, nb)
+    every_acc = [acc for run in runs for acc in run.accs.values()]
     for batch in batches:
         if batch.n_rounds == 0:
             continue
@@ -393,42 +444,39 @@ def replay_reader(
         if options.law_positions > 0:
             here = LawSample.from_batch(batch, options.law_positions, options.seed)
             sample = LawSample.merge(sample, here, options.law_positions)
-        batch = _drop_short(
-            batch, options.exclude_below, nb, [*accs.values(), *companion.accs.values()]
-        )
+        batch = _drop_short(batch, options.exclude_below, nb, every_acc)
         if batch.n_rounds == 0:
             continue
         measured.add(batch)
-        depth_rows = batch.round_depth.astype(np.int64)
-        cache = LawCache(batch.offsets, batch.draft_logprobs, workspace)
-        keys = batch.round_request * nb + batch.round_bucket
-        row_request = np.repeat(batch.round_request, depth_rows)
         # the column's value, known once the reader has read this batch; else --logging-arm
         logging = parse_arm(reader.logging_arm) if reader.logging_arm is not None else None
+        ctx = _BatchContext(
+            options=options,
+            cache=LawCache(batch.offsets, batch.draft_logprobs, workspace),
+            logging=logging,
+            keys=batch.round_request * nb + batch.round_bucket,
+            row_request=np.repeat(batch.round_request, batch.round_depth.astype(np.int64)),
+        )
         done = 0  # positions reported: a share after each arm, so one batch moves the bar too
         for i, arm in enumerate(arms):
             c = arm.canonical
-            v = est.rounds(
-                batch, arm, cache, seed=options.seed, replicates=reps, max_depth=depth,
-                logging=logging,
-            )  # fmt: skip
+            v = own.add(batch, arm, ctx)
             if v.flag.any():
                 _no_draft(reader, batch, v.flag)
                 for bit, per_arm in counts.items():
                     hit = ((v.flag & bit) != 0).astype(np.int64)
-                    per_arm[c] = _per_request(per_arm[c], row_request, hit)
-            accs[c].add(keys, v, batch.round_at)
-            if v.ratio is not None:
-                tails[c].add(batch.round_family, batch.round_bucket, batch.round_key, v.depth,
-                              v.ratio)  # fmt: skip
+                    per_arm[c] = _per_request(per_arm[c], ctx.row_request, hit)
             if progress is not None:
                 share = batch.n_positions * (i + 1) // (len(arms) + 1) - done
                 progress(share)
                 done += share
-        companion.add(batch, arms, cache, logging, options, keys, row_request)
+        for run in runs[1:]:
+            if run.admits(batch, logging):
+                for arm in arms:
+                    run.add(batch, arm, ctx)
         if progress is not None:
             progress(batch.n_positions - done)
-    return _finish(reader, accs, tails, counts, rows, measured, sample, options, companion)
+    return _finish(reader, runs, counts, rows, measured, sample, options)
 
 
 def _no_draft(reader: ArchiveReader, batch: RoundBatch, flag: NDArray[np.int8]) -> None:
@@ -451,14 +499,12 @@ def _no_draft(reader: ArchiveReader, batch: RoundBatch, flag: NDArray[np.int8]) 
 
 def _finish(
     reader: ArchiveReader,
-    accs: dict[str, ReplayAccumulator],
-    tails: dict[str, TailAccumulator],
+    runs: list[_EstimatorRun],
     counts: dict[int, dict[str, NDArray[np.int64]]],
     rows: NDArray[np.int64],
     measured: MeasuredAccumulator,
     sample: LawSample,
     options: ReplayOptions,
-    companion: _Companion,
 ) -> ShardSums:
     """Put one reader's accumulations on canonical tables (requests by key, families by name)."""
     n_req = len(reader.requests)
@@ -486,6 +532,18 @@ def _finish(
     )
     nb = len(reader.buckets.names)
     arm_at = reader.logging_arm_at
+    replays = {
+        run.name: EstimatorSums(
+            arms={c: a.result(nb, keys, code_family, index) for c, a in run.accs.items()},
+            unlogged={c: by_index(v) for c, v in run.unlogged.items()},
+            tails={
+                c: t.tail.with_families(fam_index, len(fam_sorted)) for c, t in run.tails.items()
+            },
+            replicates=run.reps,
+        )
+        for run in runs
+        if run.ok
+    }
     return ShardSums(
         sources=[f for f in reader.archive_files],
         files=list(reader.files),
@@ -496,28 +554,16 @@ def _finish(
         logging_arm_at=(arm_at[0].index, arm_at[1]) if arm_at else None,
         families=fam_sorted,
         requests=table,
-        arms={c: a.result(nb, keys, code_family, index) for c, a in accs.items()},
+        replays=replays,
         flagged={c: by_index(v) for c, v in counts[FLAG_K_EXCEEDS].items()},
         no_support={c: by_index(v) for c, v in counts[FLAG_NO_SUPPORT].items()},
-        unlogged={c: by_index(v) for c, v in counts[FLAG_LOGGING_SUPPORT].items()},
         measured=reindex_measured(measured.result(), index, fam_index, len(fam_sorted)),
         law_sample=sample,
-        tails={c: t.tail.with_families(fam_index, len(fam_sorted)) for c, t in tails.items()},
         law_positions=options.law_positions,
         positions=int(rows.sum()),
         continued=[(int(index[c]), r, p, f, loc) for c, r, p, f, loc in reader.continued],
         group=options.group,
-        companion={c: a.result(nb, keys, code_family, index) for c, a in companion.accs.items()}
-        if companion.ok
-        else {},
-        companion_unlogged={c: by_index(v) for c, v in companion.unlogged.items()}
-        if companion.ok
-        else {},
-        companion_tails={
-            c: t.tail.with_families(fam_index, len(fam_sorted)) for c, t in companion.tails.items()
-        }
-        if companion.ok
-        else {},
+        parts=dict(reader.family_parts) if len(options.group) > 1 else {},
     )
 
 
@@ -634,9 +680,14 @@ def _check_requests(
         msg = f"round {first[i]} of request {rid!r} is split across files; first at {last_at}"
     else:
         fam_at = _where(a, ba["family_file"][ra], ba["family_loc"][ra])
-        what = group_label(b.group)
-        msg = f"request {rid!r} changes {what} to {fam_b[i]!r}; first at {fam_at}"
+        what, value = changed_part(b.group, _parts(a, fam_a[i]), _parts(b, fam_b[i]))
+        msg = f"request {rid!r} changes {what} to {value!r}; first at {fam_at}"
     raise SpecReplayError(f"{here}: {msg}")
+
+
+def _parts(s: ShardSums, family: str) -> tuple[str, ...]:
+    """Return the values of the ``group`` columns that make the family name ``family``."""
+    return s.parts.get(family, (family,))
 
 
 def _merged_requests(
@@ -692,6 +743,8 @@ def _merge_counts(
 def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
     """Merge the partial sums of consecutive shards, ``a`` before ``b`` (module docstring).
 
+    An estimator is kept only where both shards hold it (one a shard dropped is dropped).
+
     Raises
     ------
     SpecReplayError
@@ -707,20 +760,18 @@ def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
     families = sorted(set(a.families) | set(b.families))
     table, to_a, to_b = _merged_requests(a, b, families)
     n = len(table.ids)
-    arms: dict[str, ArmSums] = {}
-    for c in a.arms:
-        arms[c] = _merge_sums(a.arms[c], b.arms[c], table, len(a.sources))
-    both = bool(a.companion) and bool(b.companion)
-    companion = {
-        c: _merge_sums(a.companion[c], b.companion[c], table, len(a.sources))
-        for c in a.companion
-        if both
-    }
-    comp_unlogged = (
-        _merge_counts(a.companion_unlogged, b.companion_unlogged, to_a, to_b, n) if both else {}
-    )
     fam_a = np.array([families.index(f) for f in a.families], np.int64)
     fam_b = np.array([families.index(f) for f in b.families], np.int64)
+    replays = {
+        e: EstimatorSums(
+            arms={c: _merge_sums(x.arms[c], y.arms[c], table, len(a.sources)) for c in x.arms},
+            unlogged=_merge_counts(x.unlogged, y.unlogged, to_a, to_b, n),
+            tails=_merge_tails(x.tails, y.tails, fam_a, fam_b, len(families)),
+            replicates=x.replicates,
+        )
+        for e, x in a.replays.items()
+        if (y := b.replays.get(e)) is not None
+    }
     measured = merge_measured(
         reindex_measured(a.measured, to_a, fam_a, len(families)),
         reindex_measured(b.measured, to_b, fam_b, len(families)),
@@ -738,27 +789,19 @@ def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
         logging_arm_at=arm_at,
         families=families,
         requests=table,
-        arms=arms,
+        replays=replays,
         flagged=_merge_counts(a.flagged, b.flagged, to_a, to_b, n),
         no_support=_merge_counts(a.no_support, b.no_support, to_a, to_b, n),
-        unlogged=_merge_counts(a.unlogged, b.unlogged, to_a, to_b, n),
         measured=measured,
         law_sample=LawSample.merge(a.law_sample, b.law_sample, a.law_positions),
-        tails=_merge_tails(a.tails, b.tails, fam_a, fam_b, len(families)),
         law_positions=a.law_positions,
         positions=a.positions + b.positions,
         continued=[(int(to_a[r]), rnd, p, f, loc) for r, rnd, p, f, loc in a.continued]
         + [(int(to_b[r]), rnd, p, f + shift, loc) for r, rnd, p, f, loc in carried],
         group=a.group,
+        parts={**b.parts, **a.parts},
         unread=tuple(sorted(set(a.unread) | set(b.unread))),
         opens=a.opens,
-        companion=companion,
-        companion_unlogged=comp_unlogged,
-        companion_tails=_merge_tails(
-            a.companion_tails, b.companion_tails, fam_a, fam_b, len(families)
-        )
-        if both
-        else {},
     )
 
 

@@ -10,9 +10,12 @@ the replay options, and on the code that computed them; the cache key holds all 
   path order; a shard rewritten at the same size with its modification time put back, or
   re-created as ``cp -p`` leaves it, has a new change time, so a new digest and a new key;
 - the canonical arms, sorted;
-- every field of :class:`~specreplay.replay.shard.ReplayOptions`: estimator, replicates, seed,
-  the bucket table (names and bounds), max_depth, ``--logging-arm``, law_positions, companion,
-  grouping columns (``--by``), batch_rows;
+- every field of :class:`~specreplay.replay.shard.ReplayOptions`: the estimators in order (the
+  run's own first: it must replay every batch, the others are dropped where a batch cannot
+  support them), replicates, seed, the bucket table (names and bounds), max_depth,
+  ``--logging-arm``, law_positions, the grouping columns (``--by``: the pass's finest cells,
+  so a ``--by`` run and a plain one never share an entry), batch_rows, the columns read and
+  ``--short-rounds``;
 - the filters (``--families``, ``--sample-requests``): they are applied after the fold, so they do
   not change a shard's sums, but the key errs on the side of holding them;
 - specreplay's version and a SHA-256 of the kernel sources (every ``.py`` file under
@@ -75,11 +78,11 @@ __all__ = [
     "kernel_hash",
 ]
 
-FORMAT = "specreplay-shard-cache/2"
+FORMAT = "specreplay-shard-cache/3"
 _KERNEL_DIRS = ("sim", "stats", "replay")
-# ShardSums fields keyed by arm (reordered to the run's arm order on a hit)
-_BY_ARM = ("arms", "flagged", "no_support", "unlogged", "tails", "companion",
-           "companion_unlogged", "companion_tails")  # fmt: skip
+# ShardSums fields keyed by arm (reordered to the run's arm order on a hit, as are the arms,
+# unlogged and tails of each estimator in ShardSums.replays)
+_BY_ARM = ("flagged", "no_support")
 
 
 @functools.cache
@@ -159,7 +162,7 @@ def check_cache_folder(folder: Path, inputs: Sequence[Path] = ()) -> None:
 
 @dataclass
 class CacheReport:
-    """What the cache did over a run (every pass: ``--by`` passes count too).
+    """What the cache did over a run (every pass of it; a ``--by`` run makes one).
 
     Attributes
     ----------
@@ -309,10 +312,18 @@ def _as_file(sums: ShardSums, file: ArchiveFile, arms: Sequence[Arm]) -> ShardSu
         "sources": [ArchiveFile(0, file.path, file.kind)],
         "files": [FileInfo(file.path, rows)],
     }
+
+    def ordered(d: dict[str, Any]) -> dict[str, Any]:
+        return {a.canonical: d[a.canonical] for a in arms if a.canonical in d}
+
     for name in _BY_ARM:
-        d = getattr(sums, name)
-        if d:
-            moved[name] = {a.canonical: d[a.canonical] for a in arms if a.canonical in d}
+        moved[name] = ordered(getattr(sums, name))
+    moved["replays"] = {
+        e: dataclasses.replace(
+            r, arms=ordered(r.arms), unlogged=ordered(r.unlogged), tails=ordered(r.tails)
+        )
+        for e, r in sums.replays.items()
+    }
     return dataclasses.replace(sums, **moved)
 
 

@@ -95,6 +95,24 @@ class RatioTail:
         # runs, which the stable sort finds in one pass) restores the canonical order
         return out._with(np.argsort(fam, kind="stable"), dropped)
 
+    def coarsened(
+        self, index: NDArray[np.int64], n_families: int, cap: int | None = None
+    ) -> RatioTail:
+        """Return the tail on a coarser family table: family f joins ``index[f]`` (many to one).
+
+        The top K of a union is the top K of its parts' top K, and the largest value not kept
+        is the largest of the parts' dropped values and of those the cap now cuts: the result
+        equals the tail accumulated with the coarse codes from the start (same kept values and
+        keys, same ``dropped``). ``--by`` replays at family × value and coarsens to each level.
+        ``cap``: K, default :data:`TAIL_CAP` (the accumulator's).
+        """
+        nf = self.dropped.shape[0]
+        dropped = np.full((n_families, *self.dropped.shape[1:]), -np.inf)
+        np.maximum.at(dropped, index[:nf], self.dropped)
+        fam = index[self.family].astype(np.int32) if self.family.shape[0] else self.family
+        out = RatioTail(fam, self.bucket, self.depth, self.request_key, self.value, dropped)
+        return out._top(TAIL_CAP if cap is None else cap)
+
     @staticmethod
     def merge(a: RatioTail, b: RatioTail, cap: int | None = None) -> RatioTail:
         """Return the top ``cap`` (default :data:`TAIL_CAP`) of both per finest cell and depth.

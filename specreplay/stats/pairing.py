@@ -1,6 +1,8 @@
 """Pairing two arms by request id into :class:`~specreplay.stats.bootstrap.PairedSums` (SPEC §2.2).
 
-Requests present in only one arm are an error that lists them, unless ``drop_unpaired`` (then they
+For arms read from files (``interval``): the arms of a replay pass share its request table and
+are paired on its codes instead (:mod:`specreplay.replay.paired`, bit-identical to this). Requests
+present in only one arm are an error that lists them, unless ``drop_unpaired`` (then they
 are counted under ``excluded``). Each arm keeps its own round counts; a request may spread over
 several context buckets, and a bucket may hold rounds of one arm only (the other's are 0).
 """

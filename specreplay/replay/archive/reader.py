@@ -50,7 +50,7 @@ from specreplay.sim.arms import parse_arm
 from specreplay.sim.rng import request_key
 from specreplay.stats.buckets import Buckets
 
-__all__ = ["GROUP_SEP", "NULL_VALUE", "ArchiveReader", "FileInfo", "group_label"]
+__all__ = ["GROUP_SEP", "NULL_VALUE", "ArchiveReader", "FileInfo", "changed_part", "group_label"]
 
 GROUP_SEP = " · "
 """Joins the values of the ``group`` columns into the name of a composite group."""
@@ -61,6 +61,21 @@ NULL_VALUE = "(null)"
 def group_label(group: tuple[str, ...]) -> str:
     """Name the grouping in messages: ``family``, ``worker``, ``family × worker``."""
     return " × ".join(group)
+
+
+def changed_part(
+    group: tuple[str, ...], old: tuple[str, ...], new: tuple[str, ...]
+) -> tuple[str, str]:
+    """Return (column, new value) of the first ``group`` column whose value differs.
+
+    A request's family under ``--by COLUMN`` is coded by (family, value): a change names the
+    column that changed (``changes family to …``, ``changes worker to …``), as a grouping by
+    that column alone would.
+    """
+    for column, was, now in zip(group, old, new, strict=False):
+        if was != now:
+            return column, now
+    return group_label(group), GROUP_SEP.join(new)
 
 
 @dataclass(frozen=True)
@@ -192,6 +207,9 @@ class ArchiveReader:
         Family names by family code (first appearance order).
     request_family : list of int
         Family code of each request code.
+    family_parts : dict of str to tuple of str
+        With a ``group`` of several columns, each family name's values of those columns
+        (empty otherwise).
     errors : list of str
         Collected error lines (``max_errors != 1``).
     files : list of FileInfo
@@ -236,6 +254,7 @@ class ArchiveReader:
         self.request_keys: list[np.uint64] = []
         self.request_family: list[int] = []
         self.families: list[str] = []
+        self.family_parts: dict[str, tuple[str, ...]] = {}
         self.errors: list[str] = []
         self.truncated = False
         self.files: list[FileInfo] = []
@@ -477,6 +496,7 @@ class ArchiveReader:
         # codes for requests and families, in first-appearance order
         req = self._codes(frame.get_column("request_id"), self._req_code, self.requests)
         fam = self._codes(self._group_column(frame), self._fam_code, self.families)
+        self._note_parts(frame)
         while len(self.request_keys) < len(self.requests):
             self.request_keys.append(request_key(self.requests[len(self.request_keys)]))
         self._carry.ensure(len(self.requests))
@@ -601,6 +621,18 @@ class ArchiveReader:
         parts = [pl.col(c).cast(pl.String).fill_null(NULL_VALUE) for c in self.group]
         return frame.select(pl.concat_str(parts, separator=GROUP_SEP).alias("family")).to_series()
 
+    def _note_parts(self, frame: pl.DataFrame) -> None:
+        """Record the ``group`` columns' values of each new family name (several columns)."""
+        if len(self.group) < 2:
+            return
+        parts = [pl.col(c).cast(pl.String).fill_null(NULL_VALUE) for c in self.group]
+        names = frame.select(
+            pl.concat_str(parts, separator=GROUP_SEP).alias("_name"),
+            *(p.alias(f"_part{i}") for i, p in enumerate(parts)),
+        ).unique(subset="_name", maintain_order=True)
+        for name, *values in names.iter_rows():
+            self.family_parts.setdefault(name, tuple(values))
+
     def _codes(self, col: pl.Series, table: dict[str, int], names: list[str]) -> NDArray[np.int64]:
         """Integer codes of a string column, new names numbered in first-appearance order."""
         col = col.cast(pl.String)
@@ -640,8 +672,11 @@ class ArchiveReader:
             ctx = frame.get_column("context_tokens")[i]
             return f"context_tokens {ctx} varies within round {rnd} of request {rid!r}{where}"
         if code == ordercheck.FAM_CHANGES:
-            fam = self._group_column(frame)[i]
-            return f"request {rid!r} changes {group_label(self.group)} to {fam!r}{where}"
+            fam = str(self._group_column(frame)[i])
+            was = self.families[int(self._carry.req[self._req_code[rid], ordercheck.R_FAM])]
+            parts = self.family_parts
+            what, value = changed_part(self.group, parts.get(was, (was,)), parts.get(fam, (fam,)))
+            return f"request {rid!r} changes {what} to {value!r}{where}"
         if code == ordercheck.ACC_AFTER_FALSE:
             return f"accepted True after a False in round {rnd} of request {rid!r}{where}"
         if code == ordercheck.ROUND_ORDER:
