@@ -2,7 +2,7 @@
 
 Until issue 11 a ``--by`` run replayed the archive three times (the main pass, then one pass per
 grouping level); it now replays it once and builds the ``by`` and ``family×bucket×by`` cells
-from the same sums (:mod:`specreplay.results.grouping`). The script times, on synthetic
+from the same sums (:mod:`specreplay.pipelines.grouping`). The script times, on synthetic
 archives carrying a ``worker`` column (``specreplay synth`` + a worker per request, as
 ``/work/briefs/i11/baseline.py`` makes ``archive_w``):
 

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
-from specreplay.results.requalification import RequalifyArms, RequalifyOptions, requalify_result
 
+from specreplay.pipelines.requalify import RequalifyArms, RequalifyOptions, requalify_result
 from specreplay.replay.archive.reader import GROUP_SEP, NULL_VALUE
 from specreplay.replay.archive.synthetic import synth_frames
 from specreplay.replay.engine import OpenArchive, ReplayResult, replay_archive
