@@ -422,7 +422,12 @@ def globs(value: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def _families(value: str | Sequence[str] | None) -> frozenset[str] | None:
+    """``--families``: comma-separated, or a sequence of names (None or empty: every family)."""
     names = value.split(",") if isinstance(value, str) else value
+    if names is not None and not (
+        isinstance(names, Sequence | frozenset | set) and all(isinstance(f, str) for f in names)
+    ):
+        raise SpecReplayError(f"--families: {value!r} should be comma-separated family names")
     return frozenset(f.strip() for f in names) if names else None
 
 
@@ -530,6 +535,9 @@ class ReplayOptions:
         """Parse and check every value (the one constructor of the CLI and the API)."""
         if by is not None and not isinstance(by, str):
             raise SpecReplayError(f"--by: {by!r} should be a column name")
+        from specreplay.pipelines.grouping import check_by
+
+        check_by(by)
         return cls(
             buckets=parse_buckets(buckets),
             logging_arm=parse_logging_arm(logging_arm),

@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.builders import cells_of, law_tests_of
 from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
-from specreplay.pipelines.grouping import check_by, with_by_cells
+from specreplay.pipelines.grouping import with_by_cells
 from specreplay.pipelines.importance import (
     auto_summary,
     cell_specs,
@@ -572,7 +572,6 @@ def requalify_replayed(
 
 def requalify_open(archive: Path, opts: RequalifyOptions) -> Opened:
     """Check the options and open the archive (its first batch read): errors before any work."""
-    check_by(opts.replay.by)
     if opts.replay.by is not None and opts.families is not None:
         raise SpecReplayError("--by and --families: give one of them (--by cells span families)")
     # the first batch is read here, through the validating reader: the logging arm is known

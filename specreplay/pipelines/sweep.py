@@ -42,7 +42,7 @@ import numpy as np
 
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
-from specreplay.pipelines.grouping import check_by, with_by_cells
+from specreplay.pipelines.grouping import with_by_cells
 from specreplay.pipelines.importance import (
     comparison_failure,
     with_auto_diagnostics,
@@ -433,7 +433,6 @@ def _no_backend(archive: Path, backend: Backend | None) -> None:
 
 def _prepare(archive: Path, opts: SweepOptions) -> SweepPrepared:
     """Check the arms and the cost model and open the archive: errors before any work."""
-    check_by(opts.replay.by)
     arms = expand_arms(opts.arms)
     baseline = opts.baseline
     replayed = list({a.canonical: a for a in [*arms, *([baseline] if baseline else [])]}.values())
@@ -513,7 +512,6 @@ def _is_round_traces(path: Path, ignore: tuple[str, ...]) -> bool:
 
 def _proxy_depths(archive: Path, opts: SweepOptions) -> ProxyDepths:
     """Check a proxy's options; return (top supported depth, lowest drafted, rounds unknown)."""
-    check_by(opts.replay.by)
     if opts.replay.by is not None:
         raise SpecReplayError(
             f"--by {opts.replay.by!r}: round traces carry no grouping columns (position traces "
