@@ -102,6 +102,7 @@ from specreplay.errors import InvalidArchive, SpecReplayError
 from specreplay.pipelines.lawtest import lawtest_result
 from specreplay.pipelines.options import (
     CHOICE,
+    DEPTHS_DEFAULT,
     FAMILY_ALPHA,
     LEVEL,
     MARGIN_DEFAULT,
@@ -390,7 +391,7 @@ def sweep(
     archive: PathLike,
     *,
     arms: ArmLike | Sequence[ArmLike] = (),
-    depths: str | int | Sequence[int] = "1..8",
+    depths: str | int | Sequence[int] = DEPTHS_DEFAULT,
     baseline: ArmLike | None = None,
     margin: MarginLike = MARGIN_DEFAULT,
     estimator: Estimator | str = Estimator.AUTO,

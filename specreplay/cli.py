@@ -23,6 +23,7 @@ from specreplay.commands.progress import progress_bar as _progress
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.options import (
     CHOICE,
+    DEPTHS_DEFAULT,
     DRAFTED,
     FAMILY_ALPHA,
     LEVEL,
@@ -807,7 +808,9 @@ def sweep(
             "round traces give the survival truncation proxy.",
         ),
     ] = None,
-    depths: Annotated[str, typer.Option("--depths", help="Depths: 1..8, or 1,2,4.")] = "1..8",
+    depths: Annotated[
+        str, typer.Option("--depths", help="Depths: 1..8, or 1,2,4 (1..3,6).")
+    ] = DEPTHS_DEFAULT,
     baseline: Annotated[
         str | None,
         typer.Option(

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHOICE",
+    "DEPTHS_DEFAULT",
     "DRAFTED",
     "FAIL_ON_INTERVAL",
     "FAIL_ON_REQUALIFY",
@@ -271,6 +272,8 @@ CHOICE_FLAGS: dict[type[enum.StrEnum], str] = {
 
 MARGIN_DEFAULT = "0.5%"
 """The default margin: half a percent of R_a."""
+DEPTHS_DEFAULT = "1..8"
+"""``sweep``'s default depths."""
 FAIL_ON_INTERVAL = frozenset({"EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"})
 """The pooled verdicts ``interval --fail-on`` accepts."""
 FAIL_ON_REQUALIFY = frozenset({"QUALIFIED", "NOT QUALIFIED", "INCONCLUSIVE"})
@@ -670,7 +673,7 @@ class SweepOptions:
         cls,
         *,
         arms: str | Sequence[Any] = (),
-        depths: Any = "1..8",
+        depths: Any = DEPTHS_DEFAULT,
         baseline: Any = None,
         cost: str | None = None,
         **options: Any,

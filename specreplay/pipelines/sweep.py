@@ -48,7 +48,7 @@ from specreplay.pipelines.importance import (
     with_auto_diagnostics,
     with_estimators,
 )
-from specreplay.pipelines.options import SweepOptions
+from specreplay.pipelines.options import MARGIN_DEFAULT, SweepOptions, parse_margin
 from specreplay.pipelines.requalify import Comparand, estimator_used, merge_comparisons
 from specreplay.pipelines.shortrounds import (
     exclude_below,
@@ -68,7 +68,7 @@ from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.sim.arms import Arm
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.cells import Cell as CellSpec
-from specreplay.stats.compare import Comparison, compare, parse_margin
+from specreplay.stats.compare import Comparison, compare
 from specreplay.stats.depth import CostModel, best_depth, p_best, tokens_per_s
 from specreplay.stats.pairing import pair_arms
 
@@ -85,7 +85,7 @@ __all__ = [
 ]
 
 NO_VERDICT = "depth sweep: Δ against the arm's own depth (a counterfactual check, no verdict)"
-DEPTH_MARGIN = parse_margin("0.5%")
+DEPTH_MARGIN = parse_margin(MARGIN_DEFAULT)
 """The margin of the depth-vs-reference deltas (they carry no verdict; it only fills the field)."""
 
 
