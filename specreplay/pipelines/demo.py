@@ -98,7 +98,7 @@ def _requalification(
     opts = RequalifyOptions.build(baseline=DEMO_BASELINE, candidate=candidate,
                                   reference=reference, estimator=estimator, n_boot=n_boot,
                                   seed=res.seed)  # fmt: skip
-    arms = requalify_arms(opts.baseline, opts.candidate, opts.reference, DEMO_BASELINE)
+    arms = requalify_arms(opts.baseline, opts.candidate, opts.reference, opts.baseline)
     return requalify_replayed(res, arms, opts, archive)
 
 

@@ -542,8 +542,8 @@ def sample_requests(ids: list[str], n: int, seed: int) -> set[str]:
     return set(ranked[:n])
 
 
-def requalify_arms(base: Arm, cand: Arm, ref: Arm | None, logged: str | None) -> RequalifyArms:
-    """Return the arms of a requalification by role (``logged``: the archive's logging arm).
+def requalify_arms(base: Arm, cand: Arm, ref: Arm | None, log: Arm | None) -> RequalifyArms:
+    """Return the arms of a requalification by role (``log``: the archive's logging arm).
 
     ``all`` holds every distinct arm, in the order baseline, candidate, reference, logging arm.
 
@@ -554,7 +554,6 @@ def requalify_arms(base: Arm, cand: Arm, ref: Arm | None, logged: str | None) ->
     """
     if base.canonical == cand.canonical:
         raise SpecReplayError(f"baseline and candidate are the same arm ({base.canonical})")
-    log = parse_arm(logged) if logged is not None else None  # the reader checked it is an arm
     every: dict[str, Arm] = {}
     for a in (base, cand, ref, log):
         if a is not None:
@@ -583,7 +582,10 @@ def requalify_open(archive: Path, opts: RequalifyOptions) -> Opened:
         columns=pass_columns(opts.replay.estimator, opts.replay.by),
         ignore=opts.replay.ignore,
     )
-    return opened, requalify_arms(opts.baseline, opts.candidate, opts.reference, opened.logging_arm)
+    log = opts.replay.logging_arm  # the option, parsed once; else the archive's column
+    if log is None and opened.logging_arm is not None:
+        log = parse_arm(opened.logging_arm)  # the reader checked it is an arm
+    return opened, requalify_arms(opts.baseline, opts.candidate, opts.reference, log)
 
 
 def requalify_run(
