@@ -547,11 +547,11 @@ def budget(
     ``--from``); ``known`` the ``--known`` costs; ``rate``, ``tau_ms`` and ``gain`` ask for the
     sensitivity table (``result.sensitivity``). All figures ESTIMATED.
     """
-    opts = BudgetOptions(
+    opts = BudgetOptions.build(
         price_ms=price_ms,
         base=base,
         delta_lo=delta_lo,
-        known_ms=tuple(known),
+        known=known,
         source=Path(source) if source is not None else None,
         rate=rate,
         tau_ms=tau_ms,

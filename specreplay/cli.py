@@ -1067,11 +1067,11 @@ def budget(
     with _user_errors("budget"):
         from specreplay.commands.budget import BudgetOptions, run_budget
 
-        opts = BudgetOptions(
+        opts = BudgetOptions.build(
             price_ms=price_ms,
             base=base,
             delta_lo=delta_lo,
-            known_ms=tuple(known or ()),
+            known=known or (),
             source=source,
             rate=rate,
             tau_ms=tau_ms,

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHOICE",
+    "DEFAULT_X_GRID",
     "DEPTHS_DEFAULT",
     "DRAFTED",
     "FAIL_ON_INTERVAL",
@@ -66,6 +67,7 @@ __all__ = [
     "SWEEP_N_BOOT",
     "WORKERS",
     "BootstrapOptions",
+    "BudgetOptions",
     "Compression",
     "Estimator",
     "Form",
@@ -879,3 +881,124 @@ class ValidateOptions:
             hash_ids=_flag(hash_ids, "hash_ids"),
             ignore=globs(ignore),
         )
+
+
+DEFAULT_X_GRID = "0,1,3"
+"""Extra costs (ms per round) of the budget's sensitivity table: the seed's columns."""
+
+
+def _float(flag: str, value: Any) -> float:
+    """Return a float option of the budget: finite, within ±2^53 (the CLI's parse-time check)."""
+    return float(check_number(flag, value, *FLOAT_BOUNDS, integer=False))
+
+
+def _positive(flag: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    number = _float(flag, value)
+    if not number > 0:
+        raise SpecReplayError(f"{flag}: {number:g} should be a positive number")
+    return number
+
+
+def _grid(text: str) -> tuple[float, ...]:
+    """``--x-grid``: comma-separated extra costs ≥ 0 ms."""
+    try:
+        grid = tuple(float(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        raise SpecReplayError(
+            f"--x-grid: {text!r} should be comma-separated ms, e.g. 0,1,3"
+        ) from None
+    if not grid or any(not (math.isfinite(x) and x >= 0) for x in grid):
+        raise SpecReplayError(f"--x-grid: {text!r} should list extra costs ≥ 0 ms")
+    return grid
+
+
+@dataclass(frozen=True)
+class BudgetOptions:
+    """Every option of ``specreplay budget`` but the output folder, checked.
+
+    Either ``base`` (R_0) and ``delta_lo`` (Δ_lo) or ``source`` (a requalify results.json);
+    ``price_ms`` is T; ``known_ms`` the known added costs; ``rate``, ``tau_ms`` and ``gain`` (all
+    three or none) ask for the sensitivity table over ``x_grid`` (parsed; None: no table).
+    """
+
+    price_ms: float
+    base: float | None
+    delta_lo: float | None
+    known_ms: tuple[float, ...]
+    source: Path | None
+    rate: float | None
+    tau_ms: float | None
+    gain: float | None
+    x_grid: tuple[float, ...] | None
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        price_ms: Any,
+        base: Any = None,
+        delta_lo: Any = None,
+        known: Iterable[Any] = (),
+        source: str | Path | None = None,
+        rate: Any = None,
+        tau_ms: Any = None,
+        gain: Any = None,
+        x_grid: str = DEFAULT_X_GRID,
+    ) -> Self:
+        """Check every option (the one constructor of the CLI and the API).
+
+        Raises
+        ------
+        SpecReplayError
+            A bound broken, or options that do not go together (``--from`` with ``--base``).
+        """
+        price = _positive("--price-ms", price_ms)
+        assert price is not None
+        r0 = _positive("--base", base)
+        known_ms = tuple(_float("--known", k) for k in known)
+        for k in known_ms:
+            if not k >= 0:
+                raise SpecReplayError(f"--known: {k:g} should be a cost ≥ 0 ms")
+        lo = _float("--delta-lo", delta_lo) if delta_lo is not None else None
+        if source is not None and (r0 is not None or lo is not None):
+            raise SpecReplayError(
+                "--from reads R_0 and Δ_lo: give it without --base and --delta-lo"
+            )
+        if source is None and (r0 is None or lo is None):
+            raise SpecReplayError("give --base and --delta-lo, or --from a requalify results.json")
+        sens = {"--rate": rate, "--tau-ms": tau_ms, "--gain": gain}
+        given = [k for k, v in sens.items() if v is not None]
+        if given and len(given) < 3:
+            missing = [k for k in sens if k not in given]
+            raise SpecReplayError(f"the sensitivity table needs {', '.join(missing)} too")
+        r, tau = _positive("--rate", rate), _positive("--tau-ms", tau_ms)
+        g = _float("--gain", gain) if gain is not None else None
+        if g is not None and not g > -1:
+            raise SpecReplayError(f"--gain: {g:g} should be a relative gain > -1")
+        return cls(
+            price_ms=price,
+            base=r0,
+            delta_lo=lo,
+            known_ms=known_ms,
+            source=Path(source) if source is not None else None,
+            rate=r,
+            tau_ms=tau,
+            gain=g,
+            x_grid=_grid(x_grid) if given else None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the ``options`` entry of results.json."""
+        return {
+            "base": self.base,
+            "delta_lo": self.delta_lo,
+            "price_ms": self.price_ms,
+            "known_ms": list(self.known_ms),
+            "from": str(self.source) if self.source is not None else None,
+            "rate": self.rate,
+            "tau_ms": self.tau_ms,
+            "gain": self.gain,
+            "x_grid": list(self.x_grid) if self.x_grid is not None else None,
+        }
