@@ -46,12 +46,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHOICE",
+    "CHOICE_FLAGS",
     "DEFAULT_X_GRID",
     "DEPTHS_DEFAULT",
     "DRAFTED",
     "FAIL_ON_INTERVAL",
     "FAIL_ON_REQUALIFY",
     "FAMILY_ALPHA",
+    "FLOAT_BOUNDS",
+    "INT_BOUNDS",
     "LEVEL",
     "MARGIN_DEFAULT",
     "MAX_DRAWS",
