@@ -64,7 +64,8 @@ from pathlib import Path
 from specreplay.commands.requalify import run_requalify
 from specreplay.pipelines.requalify import RequalifyOptions
 t0 = time.perf_counter()
-opts = RequalifyOptions("top32:t0.7@5", "top32:t0.7:dyadic24@5", "greedy@5", n_boot=2000)
+opts = RequalifyOptions.build(baseline="top32:t0.7@5", candidate="top32:t0.7:dyadic24@5",
+                              reference="greedy@5", n_boot=2000)
 _, _, res = run_requalify(Path(sys.argv[1]), opts, out=Path(sys.argv[2]), force=True)
 secs = time.perf_counter() - t0
 hwm = open("/proc/self/status").read().split("VmHWM:")[1].split()[0]

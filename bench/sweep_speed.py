@@ -21,8 +21,7 @@ from importance_speed import best_of  # the same warm-up-then-best-of timing
 from specreplay.commands.requalify import run_requalify
 from specreplay.commands.sweep import run_sweep
 from specreplay.pipelines.builders import write_synth_archive
-from specreplay.pipelines.requalify import RequalifyOptions
-from specreplay.pipelines.sweep import SweepOptions
+from specreplay.pipelines.options import RequalifyOptions, SweepOptions
 from specreplay.replay.scan import no_progress
 
 
@@ -35,9 +34,10 @@ def main() -> None:
     try:
         archive = tmp / "archive"
         write_synth_archive(archive, args.requests, 64, 250, 0, no_progress)
-        sweep = SweepOptions(arms=("top32:t0.7:dyadic{8,10,12,16,24}@5",),
-                             depths=tuple(range(1, 9)))  # fmt: skip
-        rq = RequalifyOptions("top32:t0.7@5", "top32:t0.7:dyadic24@5", "greedy@5")
+        sweep = SweepOptions.build(arms="top32:t0.7:dyadic{8,10,12,16,24}@5", depths=range(1, 9))
+        rq = RequalifyOptions.build(
+            baseline="top32:t0.7@5", candidate="top32:t0.7:dyadic24@5", reference="greedy@5"
+        )
         t_sweep = best_of(lambda: run_sweep(archive, sweep, out=tmp / "s", force=True),
                           args.repeats)  # fmt: skip
         t_rq = best_of(lambda: run_requalify(archive, rq, out=tmp / "r", force=True),

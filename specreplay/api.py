@@ -1,11 +1,18 @@
 """The Python API: every specreplay operation as a function returning a typed result.
 
 A notebook calls these instead of shelling out to the ``specreplay`` command line. Each function
-takes the options of the CLI verb of the same name, with the same defaults and the same value
-syntax (arms as strings such as ``"top32:t0.7:dyadic24@5"``, margins as ``"0.5%"``, buckets as
-``"NAME:LO-HI,…"``); the main inputs are positional, every option is keyword-only. Each returns
-the :class:`~specreplay.results.model.Result` the CLI writes as results.json (``synth`` returns
-a :class:`~specreplay.commands.synth.SynthArchive`), with tabular views through
+takes the options of the CLI verb of the same name, with the same defaults, as Python values or
+the CLI's text: arms as strings such as ``"top32:t0.7:dyadic24@5"``, ``estimator`` and
+``stratify`` as :class:`Estimator` and :class:`Stratify` members or their names (``"auto"``),
+depths as ints, buckets as ``"NAME:LO-HI,…"``. A **bare float margin is relative**:
+``margin=0.005`` is ``"0.5%"`` of R_a, the default's form; an absolute margin (tokens/round) is
+``Margin.absolute(0.01)`` or the string ``"0.01"``. This differs from the CLI, where the bare
+number ``--margin 0.01`` is absolute (text keeps one meaning on both; a Python float means the
+relative form the default uses). The main inputs are positional, every option is keyword-only.
+Each verb's options are parsed and checked once, by the constructor the CLI calls too
+(:mod:`specreplay.pipelines.options`), so both refuse a bad value with the same message. Each
+returns the :class:`~specreplay.results.model.Result` the CLI writes as results.json (``synth``
+returns a :class:`~specreplay.commands.synth.SynthArchive`), with tabular views through
 :meth:`Result.to_polars() <specreplay.results.model.Result.to_polars>` (``"cells"``: the rows of
 cells.parquet; ``"arms"``, ``"deltas"``, ``"depths"``, ``"survival"``, ``"law_tests"``: see
 :mod:`specreplay.results.views`).
@@ -20,11 +27,13 @@ Design decisions:
   output is the archive); ``report`` re-renders a run folder in place, or writes a result into
   ``out``.
 - **Errors raise.** Bad input or options raise :class:`~specreplay.errors.SpecReplayError` with
-  the one-line message the CLI prints (naming the file and row, or the option and value; the API
-  names its keyword for the numeric bounds typer enforces on the CLI); the CLI turns that into
-  exit code 2, the API lets it propagate. ``validate`` raises
-  :class:`~specreplay.errors.InvalidArchive`, which also holds every error line. ``fail_on``
-  does not raise: it is recorded in ``options`` as the CLI records it; read the verdict instead.
+  the one-line message the CLI prints (naming the file and row, or the option by its CLI flag
+  and the value: ``n_boot=50`` raises ``--n-boot 50: out of range (100 to 10000000)``); the CLI
+  turns that into exit code 2, the API lets it propagate; a value of the wrong type
+  (``margin=object()``, ``n_boot="x"``) is a SpecReplayError too, never a TypeError.
+  ``validate`` raises :class:`~specreplay.errors.InvalidArchive`, which also holds every error
+  line. ``fail_on`` does not raise: it is recorded in ``options`` as the CLI records it; read
+  the verdict instead.
 - ``hash_ids=True`` (validate, requalify, sweep, interval, lawtest) replaces every request id in
   the result by a salted hash, as ``--hash-ids`` does, so nothing written from it names a
   request; ``by="COLUMN"`` (requalify, sweep) adds the cells of ``--by COLUMN``.
@@ -81,22 +90,7 @@ from pathlib import Path
 
 from specreplay.commands.budget import DEFAULT_X_GRID, BudgetOptions, budget_inputs, budget_run
 from specreplay.commands.convert import ConvertedArchive, convert_archive
-from specreplay.commands.interval import (
-    IntervalOptions,
-    interval_inputs,
-    interval_memory_result,
-    interval_result,
-)
-from specreplay.commands.options import (
-    FAIL_ON_INTERVAL,
-    FAIL_ON_REQUALIFY,
-    at_least,
-    between,
-    check_seed,
-    check_stratify,
-    logging_arm_option,
-    verdict_set,
-)
+from specreplay.commands.interval import interval_inputs, interval_memory_result, interval_result
 from specreplay.commands.progress import progress_bar
 from specreplay.commands.report import rerender
 from specreplay.commands.requalify import requalify_run
@@ -106,8 +100,34 @@ from specreplay.commands.synth import DEFAULT_FORM, SynthArchive, synth_archive
 from specreplay.commands.validate import validate_result
 from specreplay.errors import InvalidArchive, SpecReplayError
 from specreplay.pipelines.lawtest import lawtest_result
-from specreplay.pipelines.requalify import RequalifyOptions
-from specreplay.pipelines.sweep import SweepOptions, parse_depths
+from specreplay.pipelines.options import (
+    CHOICE,
+    DEPTHS_DEFAULT,
+    FAMILY_ALPHA,
+    LEVEL,
+    MARGIN_DEFAULT,
+    MIN_REQUESTS,
+    N_BOOT,
+    POSITIONS,
+    REPLICATES,
+    REQUESTS,
+    ROUNDS,
+    SEED,
+    SHARD_REQUESTS,
+    SWEEP_N_BOOT,
+    WORKERS,
+    Compression,
+    Estimator,
+    Form,
+    IntervalOptions,
+    LawtestOptions,
+    RequalifyOptions,
+    ShortRounds,
+    Stratify,
+    SweepOptions,
+    ValidateOptions,
+    parse_choice,
+)
 from specreplay.render.files import write_run
 from specreplay.replay.archive.filehash import new_run
 from specreplay.replay.archive.memory import ArmInMemory
@@ -116,14 +136,19 @@ from specreplay.replay.scan import Progress, no_progress
 from specreplay.results import io
 from specreplay.results.model import Result
 from specreplay.results.output import check_out
-from specreplay.stats.buckets import DEFAULT_BUCKETS
-from specreplay.stats.support import parse_short_rounds
+from specreplay.sim.arms import Arm
+from specreplay.stats.buckets import Buckets
+from specreplay.stats.compare import Margin
 
 __all__ = [
     "ConvertedArchive",
+    "Estimator",
     "InvalidArchive",
+    "Margin",
     "Result",
+    "ShortRounds",
     "SpecReplayError",
+    "Stratify",
     "SynthArchive",
     "budget",
     "convert",
@@ -139,6 +164,9 @@ __all__ = [
 ]
 
 PathLike = str | os.PathLike[str]
+MarginLike = str | float | Margin
+"""A margin: the CLI's text (``"0.5%"``, ``"0.01"``), a relative float, or a Margin."""
+ArmLike = str | Arm
 
 
 def _bar(progress: bool) -> Progress:
@@ -172,35 +200,21 @@ def _backend(scheduler: str | None, workers: int | None, cache: PathLike | None)
     ``result.extra["replay_backend"]`` (results.json ``replay_backend``:
     :mod:`specreplay.replay.backend`).
     """
-    return Backend(scheduler=scheduler, workers=workers,
-                   cache=Path(cache) if cache is not None else None)  # fmt: skip
-
-
-def _bootstrap(*, n_boot: int, stratify: str, level: float, min_requests: int, seed: int) -> None:
-    """Check the bootstrap options against the CLI's bounds."""
-    at_least("n_boot", n_boot, 100)
-    check_stratify(stratify)
-    between("level", level, 0.5, 0.999)
-    at_least("min_requests", min_requests, 2)
-    check_seed(seed)
-
-
-def _globs(ignore: str | Sequence[str]) -> tuple[str, ...]:
-    """``ignore`` as a tuple of globs (one string is one glob, not its characters)."""
-    return (ignore,) if isinstance(ignore, str) else tuple(ignore)
+    path = Path(cache) if cache is not None else None
+    return Backend(scheduler=scheduler, workers=WORKERS.check(workers), cache=path)
 
 
 def synth(
     out: PathLike,
     *,
-    requests: int = 2000,
-    rounds: int = 64,
-    shard_requests: int = 250,
-    seed: int = 0,
+    requests: int = REQUESTS.default,
+    rounds: int = ROUNDS.default,
+    shard_requests: int = SHARD_REQUESTS.default,
+    seed: int = SEED.default,
     force: bool = False,
     progress: bool = False,
-    format: str = DEFAULT_FORM,
-    compression: str | None = None,
+    format: str | Form = DEFAULT_FORM,
+    compression: str | Compression | None = None,
 ) -> SynthArchive:
     """Log a synthetic position-trace archive from the toy model pair into ``out``.
 
@@ -215,22 +229,30 @@ def synth(
     SynthArchive
         The folder, its shards, the counts and the logging arm.
     """
-    for name, value in (("requests", requests), ("rounds", rounds),
-                        ("shard_requests", shard_requests)):  # fmt: skip
-        at_least(name, value, 1)
-    check_seed(seed)
-    return synth_archive(Path(out), n_requests=requests, rounds=rounds,
-                         shard_requests=shard_requests, seed=seed, force=force,
-                         progress=_bar(progress), form=format,
-                         compression=compression)  # fmt: skip
+    return synth_archive(
+        Path(out),
+        n_requests=REQUESTS.check(requests),
+        rounds=ROUNDS.check(rounds),
+        shard_requests=SHARD_REQUESTS.check(shard_requests),
+        seed=SEED.check(seed),
+        force=force,
+        progress=_bar(progress),
+        form=parse_choice(Form, format).value,
+        compression=_codec(compression),
+    )
+
+
+def _codec(compression: str | Compression | None) -> str | None:
+    """Return the compression named (None: the form's default); the writer checks the form."""
+    return None if compression is None else parse_choice(Compression, compression).value
 
 
 def convert(
     archive: PathLike,
     out: PathLike,
     *,
-    format: str = "ipc",
-    compression: str | None = None,
+    format: str | Form = Form.IPC,
+    compression: str | Compression | None = None,
     force: bool = False,
     progress: bool = False,
     ignore: str | Sequence[str] = (),
@@ -249,17 +271,23 @@ def convert(
         The folder, its shards, rows, sizes before and after, and the seconds taken.
     """
     new_run()
-    return convert_archive(Path(archive), Path(out), form=format, compression=compression,
-                           force=force, progress=_bar(progress),
-                           ignore=_globs(ignore))  # fmt: skip
+    return convert_archive(
+        Path(archive),
+        Path(out),
+        form=parse_choice(Form, format).value,
+        compression=_codec(compression),
+        force=force,
+        progress=_bar(progress),
+        ignore=(ignore,) if isinstance(ignore, str) else tuple(ignore),
+    )
 
 
 def validate(
     path: PathLike,
     *,
     all_errors: bool = False,
-    buckets: str = "",
-    logging_arm: str | None = None,
+    buckets: str | Buckets = "",
+    logging_arm: ArmLike | None = None,
     out: PathLike | None = None,
     force: bool = False,
     progress: bool = False,
@@ -279,34 +307,37 @@ def validate(
         ``all_errors``), each naming the file and row.
     """
     p = Path(path)
+    opts = ValidateOptions.build(
+        all_errors=all_errors,
+        buckets=buckets,
+        logging_arm=logging_arm,
+        hash_ids=hash_ids,
+        ignore=ignore,
+    )
     target = _before(out, force, [p])
-    result = validate_result(p, max_errors=None if all_errors else 20,
-                             buckets=buckets or DEFAULT_BUCKETS,
-                             logging_arm=logging_arm_option(logging_arm),
-                             progress=_bar(progress), hash_ids=hash_ids,
-                             ignore=_globs(ignore))  # fmt: skip
+    result = validate_result(p, opts, progress=_bar(progress))
     return _after(result, target, force, [p])
 
 
 def requalify(
     archive: PathLike,
     *,
-    baseline: str,
-    candidate: str,
-    reference: str | None = None,
-    estimator: str = "auto",
-    replicates: int = 16,
-    margin: str = "0.5%",
-    fail_on: str = "",
+    baseline: ArmLike,
+    candidate: ArmLike,
+    reference: ArmLike | None = None,
+    estimator: Estimator | str = Estimator.AUTO,
+    replicates: int = REPLICATES.default,
+    margin: MarginLike = MARGIN_DEFAULT,
+    fail_on: str | Sequence[str] = "",
     families: str | Sequence[str] | None = None,
     sample_requests: int | None = None,
-    n_boot: int = 10_000,
-    stratify: str = "family",
-    level: float = 0.95,
-    min_requests: int = 10,
-    buckets: str = "",
-    logging_arm: str | None = None,
-    seed: int = 0,
+    n_boot: int = N_BOOT.default,
+    stratify: Stratify | str = Stratify.FAMILY,
+    level: float = LEVEL.default,
+    min_requests: int = MIN_REQUESTS.default,
+    buckets: str | Buckets = "",
+    logging_arm: ArmLike | None = None,
+    seed: int = SEED.default,
     out: PathLike | None = None,
     force: bool = False,
     progress: bool = False,
@@ -315,7 +346,7 @@ def requalify(
     scheduler: str | None = None,
     workers: int | None = None,
     cache: PathLike | None = None,
-    short_rounds: str = "null",
+    short_rounds: ShortRounds | str = ShortRounds.NULL,
     ignore: str | Sequence[str] = (),
 ) -> Result:
     """Replay an archive under baseline and candidate arms and requalify the change.
@@ -329,20 +360,28 @@ def requalify(
     ``null`` or ``exclude``, as ``--short-rounds`` (:mod:`specreplay.pipelines.shortrounds`).
     """
     a = Path(archive)
-    at_least("replicates", replicates, 2)
-    at_least("sample_requests", sample_requests, 1)
-    _bootstrap(n_boot=n_boot, stratify=stratify, level=level, min_requests=min_requests, seed=seed)
-    names = families.split(",") if isinstance(families, str) else families
-    opts = RequalifyOptions(
-        baseline=baseline, candidate=candidate, reference=reference, estimator=estimator,
-        replicates=replicates, margin=margin, fail_on=verdict_set(fail_on, FAIL_ON_REQUALIFY),
-        families=frozenset(f.strip() for f in names) if names else None,
-        sample_requests=sample_requests, n_boot=n_boot, seed=seed, stratify=stratify,
-        level=level, min_requests=min_requests, buckets=buckets or DEFAULT_BUCKETS,
-        logging_arm=logging_arm_option(logging_arm), by=by, hash_ids=hash_ids,
-        short_rounds=parse_short_rounds(short_rounds),
-        ignore=_globs(ignore),
-    )  # fmt: skip
+    opts = RequalifyOptions.build(
+        baseline=baseline,
+        candidate=candidate,
+        reference=reference,
+        fail_on=fail_on,
+        families=families,
+        sample_requests=sample_requests,
+        estimator=estimator,
+        replicates=replicates,
+        buckets=buckets,
+        logging_arm=logging_arm,
+        seed=seed,
+        by=by,
+        hash_ids=hash_ids,
+        short_rounds=short_rounds,
+        ignore=ignore,
+        margin=margin,
+        n_boot=n_boot,
+        stratify=stratify,
+        level=level,
+        min_requests=min_requests,
+    )
     backend = _backend(scheduler, workers, cache)
     target = _before(out, force, [a])
     result = requalify_run(a, opts, progress=_bar(progress), backend=backend)
@@ -352,20 +391,20 @@ def requalify(
 def sweep(
     archive: PathLike,
     *,
-    arms: str | Sequence[str] = (),
-    depths: str | Sequence[int] = "1..8",
-    baseline: str | None = None,
-    margin: str = "0.5%",
-    estimator: str = "auto",
-    replicates: int = 16,
+    arms: ArmLike | Sequence[ArmLike] = (),
+    depths: str | int | Sequence[int] = DEPTHS_DEFAULT,
+    baseline: ArmLike | None = None,
+    margin: MarginLike = MARGIN_DEFAULT,
+    estimator: Estimator | str = Estimator.AUTO,
+    replicates: int = REPLICATES.default,
     cost: str | None = None,
-    n_boot: int = 2000,
-    stratify: str = "family",
-    level: float = 0.95,
-    min_requests: int = 10,
-    buckets: str = "",
-    logging_arm: str | None = None,
-    seed: int = 0,
+    n_boot: int = SWEEP_N_BOOT,
+    stratify: Stratify | str = Stratify.FAMILY,
+    level: float = LEVEL.default,
+    min_requests: int = MIN_REQUESTS.default,
+    buckets: str | Buckets = "",
+    logging_arm: ArmLike | None = None,
+    seed: int = SEED.default,
     out: PathLike | None = None,
     force: bool = False,
     progress: bool = False,
@@ -374,30 +413,39 @@ def sweep(
     scheduler: str | None = None,
     workers: int | None = None,
     cache: PathLike | None = None,
-    short_rounds: str = "null",
+    short_rounds: ShortRounds | str = ShortRounds.NULL,
     ignore: str | Sequence[str] = (),
 ) -> Result:
     """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
 
     As ``specreplay sweep ARCHIVE --arm …``: ``arms`` are the ``--arm`` values (one string or a
-    sequence; brace lists expand), ``depths`` ``"1..8"``, ``"1,2,4"`` or a sequence of ints.
+    sequence; brace lists expand), ``depths`` an int, a sequence of ints, ``"1..8"`` or ``"1,2,4"``.
     Each cell's ``depths`` hold R per arm and depth (``to_polars("depths")``); round traces give
     the survival truncation proxy. ``scheduler``, ``workers``, ``cache``: as ``--scheduler``,
     ``--workers``, ``--cache`` (:func:`_backend`). ``ignore``: as ``--ignore``.
     ``short_rounds``: as ``--short-rounds``.
     """
     a = Path(archive)
-    at_least("replicates", replicates, 2)
-    _bootstrap(n_boot=n_boot, stratify=stratify, level=level, min_requests=min_requests, seed=seed)
-    opts = SweepOptions(
-        arms=(arms,) if isinstance(arms, str) else tuple(arms),
-        depths=parse_depths(depths if isinstance(depths, str) else ",".join(map(str, depths))),
-        baseline=baseline, margin=margin, estimator=estimator, replicates=replicates, cost=cost,
-        n_boot=n_boot, seed=seed, stratify=stratify, level=level, min_requests=min_requests,
-        buckets=buckets or DEFAULT_BUCKETS, logging_arm=logging_arm_option(logging_arm),
-        by=by, hash_ids=hash_ids, ignore=_globs(ignore),
-        short_rounds=parse_short_rounds(short_rounds),
-    )  # fmt: skip
+    opts = SweepOptions.build(
+        arms=(arms,) if isinstance(arms, str | Arm) else arms,
+        depths=depths,
+        baseline=baseline,
+        cost=cost,
+        estimator=estimator,
+        replicates=replicates,
+        buckets=buckets,
+        logging_arm=logging_arm,
+        seed=seed,
+        by=by,
+        hash_ids=hash_ids,
+        short_rounds=short_rounds,
+        ignore=ignore,
+        margin=margin,
+        n_boot=n_boot,
+        stratify=stratify,
+        level=level,
+        min_requests=min_requests,
+    )
     backend = _backend(scheduler, workers, cache)
     target = _before(out, force, [a])
     result = sweep_run(a, opts, progress=_bar(progress), backend=backend)
@@ -409,19 +457,19 @@ def interval(
     b: PathLike | ArmInMemory,
     *,
     question_file: PathLike | None = None,
-    margin: str = "0.5%",
-    fail_on: str = "",
-    n_boot: int = 10_000,
-    stratify: str = "family",
-    level: float = 0.95,
-    min_requests: int = 10,
+    margin: MarginLike = MARGIN_DEFAULT,
+    fail_on: str | Sequence[str] = "",
+    n_boot: int = N_BOOT.default,
+    stratify: Stratify | str = Stratify.FAMILY,
+    level: float = LEVEL.default,
+    min_requests: int = MIN_REQUESTS.default,
     drop_unpaired: bool = False,
-    buckets: str = "",
-    choice: int = 0,
+    buckets: str | Buckets = "",
+    choice: int = CHOICE.default,
     drafted: int | None = None,
     name_a: str | None = None,
     name_b: str | None = None,
-    seed: int = 0,
+    seed: int = SEED.default,
     out: PathLike | None = None,
     force: bool = False,
     progress: bool = False,
@@ -447,15 +495,24 @@ def interval(
     >>> res.arms, round(res.pooled.arms["B"].R - res.pooled.arms["A"].R, 4)
     (('A', 'B'), 0.2699)
     """
-    at_least("choice", choice, 0)
-    _bootstrap(n_boot=n_boot, stratify=stratify, level=level, min_requests=min_requests, seed=seed)
-    opts = IntervalOptions(
+    opts = IntervalOptions.build(
         question_file=Path(question_file) if question_file is not None else None,
-        margin=margin, fail_on=verdict_set(fail_on, FAIL_ON_INTERVAL), n_boot=n_boot, seed=seed,
-        stratify=stratify, level=level, min_requests=min_requests, drop_unpaired=drop_unpaired,
-        buckets=buckets, choice=choice, drafted=drafted, names=(name_a, name_b),
-        hash_ids=hash_ids, ignore=_globs(ignore),
-    )  # fmt: skip
+        fail_on=fail_on,
+        seed=seed,
+        drop_unpaired=drop_unpaired,
+        buckets=buckets,
+        choice=choice,
+        drafted=drafted,
+        name_a=name_a,
+        name_b=name_b,
+        hash_ids=hash_ids,
+        ignore=ignore,
+        margin=margin,
+        n_boot=n_boot,
+        stratify=stratify,
+        level=level,
+        min_requests=min_requests,
+    )
     if not (isinstance(a, str | os.PathLike) and isinstance(b, str | os.PathLike)):
         target = _before(out, force, [])
         return _after(
@@ -509,11 +566,17 @@ def budget(
     ``--from``); ``known`` the ``--known`` costs; ``rate``, ``tau_ms`` and ``gain`` ask for the
     sensitivity table (``result.sensitivity``). All figures ESTIMATED.
     """
-    opts = BudgetOptions(
-        price_ms=price_ms, base=base, delta_lo=delta_lo, known_ms=tuple(known),
-        source=Path(source) if source is not None else None, rate=rate, tau_ms=tau_ms,
-        gain=gain, x_grid=x_grid,
-    )  # fmt: skip
+    opts = BudgetOptions.build(
+        price_ms=price_ms,
+        base=base,
+        delta_lo=delta_lo,
+        known=known,
+        source=Path(source) if source is not None else None,
+        rate=rate,
+        tau_ms=tau_ms,
+        gain=gain,
+        x_grid=x_grid,
+    )
     inputs = budget_inputs(opts)
     target = _before(out, force, inputs)
     return _after(budget_run(opts), target, force, inputs)
@@ -522,13 +585,13 @@ def budget(
 def lawtest(
     archive: PathLike | None = None,
     *,
-    arms: str | Sequence[str] = (),
-    positions: int = 8,
-    family_alpha: float = 1e-5,
+    arms: ArmLike | Sequence[ArmLike] = (),
+    positions: int = POSITIONS.default,
+    family_alpha: float = FAMILY_ALPHA.default,
     max_draws: int | None = None,
-    buckets: str = "",
-    logging_arm: str | None = None,
-    seed: int = 0,
+    buckets: str | Buckets = "",
+    logging_arm: ArmLike | None = None,
+    seed: int = SEED.default,
     out: PathLike | None = None,
     force: bool = False,
     hash_ids: bool = False,
@@ -541,18 +604,21 @@ def lawtest(
     ``to_polars("law_tests")``) holds each test; ``passed`` is False for a failed one.
     ``ignore``: as ``--ignore``, globs of entries of the archive's folder to skip.
     """
-    at_least("positions", positions, 1)
-    at_least("max_draws", max_draws, 1000)
-    check_seed(seed)
+    opts = LawtestOptions.build(
+        arms=(arms,) if isinstance(arms, str | Arm) else arms,
+        positions=positions,
+        seed=seed,
+        family_alpha=family_alpha,
+        max_draws=max_draws,
+        buckets=buckets,
+        logging_arm=logging_arm,
+        hash_ids=hash_ids,
+        ignore=ignore,
+    )
     path = Path(archive) if archive is not None else None
     inputs = [path] if path is not None else []
     target = _before(out, force, inputs)
-    result = lawtest_result(
-        [arms] if isinstance(arms, str) else list(arms), archive=path, positions=positions,
-        seed=seed, family_alpha=family_alpha, max_draws=max_draws, buckets=buckets,
-        logging_arm=logging_arm_option(logging_arm), hash_ids=hash_ids,
-        ignore=_globs(ignore),
-    )  # fmt: skip
+    result = lawtest_result(opts, archive=path)
     return _after(result, target, force, inputs)
 
 

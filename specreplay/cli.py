@@ -12,18 +12,40 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from specreplay.commands.cliparse import CheckedGroup
-from specreplay.commands.options import SEED_MAX, check_stratify
-from specreplay.commands.options import logging_arm_option as _arm_option
-from specreplay.commands.options import verdict_set as _verdict_set
 from specreplay.commands.progress import progress_bar as _progress
 from specreplay.errors import SpecReplayError
-from specreplay.stats.support import parse_short_rounds
+from specreplay.pipelines.options import (
+    CHOICE,
+    DEPTHS_DEFAULT,
+    DRAFTED,
+    FAMILY_ALPHA,
+    LEVEL,
+    MARGIN_DEFAULT,
+    MAX_DRAWS,
+    MIN_REQUESTS,
+    N_BOOT,
+    POSITIONS,
+    REPLICATES,
+    REQUESTS,
+    ROUNDS,
+    SAMPLE_REQUESTS,
+    SEED,
+    SHARD_REQUESTS,
+    SWEEP_N_BOOT,
+    WORKERS,
+    Compression,
+    Estimator,
+    Form,
+    ShortRounds,
+    Stratify,
+)
 
 __all__ = ["app"]
 
@@ -51,18 +73,9 @@ COMPILING: frozenset[str] = frozenset(
 )
 """Commands that run Numba kernels (a cold cache compiles them first)."""
 
-# The largest sizes the options accept. Every numeric option is bounded and checked at parse
-# time (commands/cliparse.py: an option with no max= stops at int64 or ±2^53); these sizes are
-# lower because a larger one would not fail but run for days or exhaust memory (--replicates
-# 2^63-1 spun in a kernel that no signal interrupts), or start that many processes.
-MAX_REQUESTS = 10**8
-MAX_ROUNDS = 10**6
-MAX_REPLICATES = 2**16
-MAX_N_BOOT = 10**7
-MAX_WORKERS = 256
-MAX_DEPTH = 1024
-MAX_POSITIONS = 10**6
-MAX_DRAWS = 10**12
+# Every numeric option is bounded and checked at parse time (commands/cliparse.py: an option
+# with no min=/max= stops at int64 or ±2^53); the bounds, defaults and parsers are those of
+# pipelines/options.py, which the Python API's constructors enforce too.
 
 
 @app.callback()
@@ -70,10 +83,11 @@ def _root(
     ctx: typer.Context,
     version: Annotated[
         bool,
-        typer.Option("--version", help="Print the version and exit.", callback=_version,
-                     is_eager=True),
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_version, is_eager=True
+        ),
     ] = False,
-) -> None:  # fmt: skip
+) -> None:
     """Statistical replay and bootstrap simulator for speculative decoding."""
     from specreplay import numba_cache_dir
     from specreplay.replay.archive.filehash import new_run
@@ -83,14 +97,17 @@ def _root(
     if ctx.invoked_subcommand in COMPILING and "--help" not in sys.argv:
         cache = Path(numba_cache_dir())
         if not cache.is_dir() or not any(cache.rglob("*.nbi")):
-            typer.echo(f"compiling kernels (first run only; cached in {cache}): about 30 s",
-                       err=True)  # fmt: skip
+            note = f"compiling kernels (first run only; cached in {cache}): about 30 s"
+            typer.echo(note, err=True)
 
 
 SeedOpt = Annotated[
     int,
     typer.Option(
-        "--seed", help="Seed of every random draw (recorded in results.json).", min=0, max=SEED_MAX
+        "--seed",
+        help="Seed of every random draw (recorded in results.json).",
+        min=SEED.lo,
+        max=SEED.hi,
     ),
 ]
 ForceOpt = Annotated[
@@ -103,7 +120,7 @@ ForceOpt = Annotated[
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 CompressionOpt = Annotated[
-    str | None,
+    Compression | None,
     typer.Option(
         "--compression",
         help="Parquet: lz4 (default), zstd, snappy, uncompressed; Arrow IPC: uncompressed "
@@ -126,18 +143,27 @@ MarginOpt = Annotated[
     ),
 ]
 NBootOpt = Annotated[
-    int, typer.Option("--n-boot", help="Bootstrap resamples.", min=100, max=MAX_N_BOOT)
+    int, typer.Option("--n-boot", help="Bootstrap resamples.", min=N_BOOT.lo, max=N_BOOT.hi)
 ]
-StratifyOpt = Annotated[str, typer.Option("--stratify", help="Resampling strata: family or none.")]
+StratifyOpt = Annotated[Stratify, typer.Option("--stratify", help="Resampling strata.")]
 LevelOpt = Annotated[
-    float, typer.Option("--level", help="Confidence level of the intervals.", min=0.5, max=0.999)
+    float,
+    typer.Option("--level", help="Confidence level of the intervals.", min=LEVEL.lo, max=LEVEL.hi),
 ]
 MinRequestsOpt = Annotated[
-    int, typer.Option("--min-requests", help="Cells with fewer requests are null.", min=2)
+    int,
+    typer.Option(
+        "--min-requests",
+        help="Cells with fewer requests are null.",
+        min=MIN_REQUESTS.lo,
+        max=MIN_REQUESTS.hi,
+    ),
 ]
 LoggingArmOpt = Annotated[
     str | None,
-    typer.Option("--logging-arm", help="Arm that drafted the archive, if it has no column."),
+    typer.Option(
+        "--logging-arm", metavar="ARM", help="Arm that drafted the archive, if it has no column."
+    ),
 ]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
 CostOpt = Annotated[
@@ -151,11 +177,14 @@ CostOpt = Annotated[
 ReplicatesOpt = Annotated[
     int,
     typer.Option(
-        "--replicates", help="Monte Carlo replicates per round.", min=2, max=MAX_REPLICATES
+        "--replicates",
+        help="Monte Carlo replicates per round.",
+        min=REPLICATES.lo,
+        max=REPLICATES.hi,
     ),
 ]
 ShortRoundsOpt = Annotated[
-    str,
+    ShortRounds,
     typer.Option(
         "--short-rounds",
         help="A round recording fewer positions than an arm's depth: null (default; the cells "
@@ -192,7 +221,7 @@ ByOpt = Annotated[
     ),
 ]
 EstimatorOpt = Annotated[
-    str,
+    Estimator,
     typer.Option(
         "--estimator",
         help="auto (default: importance for every arm when the archive carries drafted_id and a "
@@ -219,8 +248,8 @@ WorkersOpt = Annotated[
         "--workers",
         help="Replay one shard per task on a local Dask cluster of N worker processes "
         "(needs specreplay[dask]).",
-        min=1,
-        max=MAX_WORKERS,
+        min=WORKERS.lo,
+        max=WORKERS.hi,
     ),
 ]
 CacheOpt = Annotated[
@@ -235,26 +264,6 @@ CacheOpt = Annotated[
 _NULL_FAILS = (
     "; with INCONCLUSIVE a null pooled verdict (too few requests, unsupported cell) exits 1 too."
 )
-
-
-def _bootstrap_options(
-    margin: str, n_boot: int, stratify: str, level: float, min_requests: int
-) -> dict[str, Any]:
-    """Return the bootstrap and verdict options shared by interval and requalify, checked."""
-    check_stratify(stratify)
-    return {
-        "margin": margin,
-        "n_boot": n_boot,
-        "stratify": stratify,
-        "level": level,
-        "min_requests": min_requests,
-    }
-
-
-def _default_buckets() -> str:
-    from specreplay.stats.buckets import DEFAULT_BUCKETS
-
-    return DEFAULT_BUCKETS
 
 
 def _backend(scheduler: str | None, workers: int | None, cache: Path | None) -> Any:
@@ -320,8 +329,8 @@ def _user_errors(command: str) -> Iterator[None]:
     except _Stopped as stop:
         done = [str(s.out) for s in swaps()]
         what = f"{', '.join(done)} written before it stopped" if done else "nothing written"
-        typer.echo(f"error: {command} {stop.how} ({stop.name}); {what}, no partial output left",
-                   err=True)  # fmt: skip
+        line = f"error: {command} {stop.how} ({stop.name}); {what}, no partial output left"
+        typer.echo(line, err=True)
         raise typer.Exit(code=128 + stop.signum) from None
     finally:
         for s in swaps():
@@ -376,21 +385,26 @@ def synth(
         Path, typer.Argument(metavar="OUT", help="Folder to write the archive shards into.")
     ],
     requests: Annotated[
-        int, typer.Option("--requests", help="Number of requests.", min=1, max=MAX_REQUESTS)
-    ] = 2000,
+        int,
+        typer.Option("--requests", help="Number of requests.", min=REQUESTS.lo, max=REQUESTS.hi),
+    ] = REQUESTS.default,
     rounds: Annotated[
-        int, typer.Option("--rounds", help="Rounds per request.", min=1, max=MAX_ROUNDS)
-    ] = 64,
+        int, typer.Option("--rounds", help="Rounds per request.", min=ROUNDS.lo, max=ROUNDS.hi)
+    ] = ROUNDS.default,
     shard_requests: Annotated[
         int,
-        typer.Option("--shard-requests", help="Requests per shard.", min=1, max=MAX_REQUESTS),
-    ] = 250,
+        typer.Option(
+            "--shard-requests",
+            help="Requests per shard.",
+            min=SHARD_REQUESTS.lo,
+            max=SHARD_REQUESTS.hi,
+        ),
+    ] = SHARD_REQUESTS.default,
     form: Annotated[
-        str | None,
-        typer.Option("--format", help="Form of the shards: parquet (default), ipc or jsonl."),
+        Form | None, typer.Option("--format", help="Form of the shards (default: parquet).")
     ] = None,
     compression: CompressionOpt = None,
-    seed: SeedOpt = 0,
+    seed: SeedOpt = SEED.default,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -409,9 +423,9 @@ def synth(
             shard_requests=shard_requests,
             seed=seed,
             force=force,
-            progress=lambda what, total: _progress(quiet, what, total),
-            form=form or DEFAULT_FORM,
-            compression=compression,
+            progress=partial(_progress, quiet),
+            form=form.value if form is not None else DEFAULT_FORM,
+            compression=compression.value if compression is not None else None,
         )
         typer.echo(summary)
 
@@ -428,8 +442,8 @@ def convert(
         Path, typer.Argument(metavar="OUT", help="Folder to write the converted shards into.")
     ],
     form: Annotated[
-        str, typer.Option("--format", help="Form to write: ipc (Arrow IPC), parquet or jsonl.")
-    ] = "ipc",
+        Form, typer.Option("--format", help="Form to write (ipc: Arrow IPC).")
+    ] = Form.IPC,
     compression: CompressionOpt = None,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
@@ -447,10 +461,10 @@ def convert(
             run_convert(
                 archive,
                 out,
-                form=form,
-                compression=compression,
+                form=form.value,
+                compression=compression.value if compression is not None else None,
                 force=force,
-                progress=lambda what, total: _progress(quiet, what, total),
+                progress=partial(_progress, quiet),
                 ignore=tuple(ignore or ()),
             )
         )
@@ -483,17 +497,17 @@ def validate(
     """
     with _user_errors("validate"):
         from specreplay.commands.validate import run_validate
+        from specreplay.pipelines.options import ValidateOptions
 
-        ok, text = run_validate(
-            path,
-            max_errors=None if all_errors else 20,
-            buckets=buckets or _default_buckets(),
-            logging_arm=_arm_option(logging_arm),
-            out=out,
-            force=force,
-            progress=lambda what, total: _progress(quiet, what, total),
+        opts = ValidateOptions.build(
+            all_errors=all_errors,
+            buckets=buckets,
+            logging_arm=logging_arm,
             hash_ids=hash_ids,
-            ignore=tuple(ignore or ()),
+            ignore=ignore,
+        )
+        ok, text = run_validate(
+            path, opts, out=out, force=force, progress=partial(_progress, quiet)
         )
         if not ok:
             typer.echo(text, err=True)
@@ -507,12 +521,15 @@ def demo(
     requests: Annotated[
         int,
         typer.Option(
-            "--requests", help="Requests in the built-in archive.", min=1, max=MAX_REQUESTS
+            "--requests",
+            help="Requests in the built-in archive.",
+            min=REQUESTS.lo,
+            max=REQUESTS.hi,
         ),
-    ] = 2000,
-    estimator: EstimatorOpt = "auto",
-    n_boot: NBootOpt = 10_000,
-    seed: SeedOpt = 0,
+    ] = REQUESTS.default,
+    estimator: EstimatorOpt = Estimator.AUTO,
+    n_boot: NBootOpt = N_BOOT.default,
+    seed: SeedOpt = SEED.default,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -532,7 +549,7 @@ def demo(
             seed=seed,
             estimator=estimator,
             force=force,
-            progress=lambda what, total: _progress(quiet, what, total),
+            progress=partial(_progress, quiet),
         )
         typer.echo(text)
 
@@ -552,7 +569,7 @@ def interval(
         Path | None,
         typer.Option("--question-file", help="FastChat question.jsonl (categories for Medusa)."),
     ] = None,
-    margin: MarginOpt = "0.5%",
+    margin: MarginOpt = MARGIN_DEFAULT,
     fail_on: Annotated[
         str,
         typer.Option(
@@ -561,10 +578,10 @@ def interval(
             "(EQUIVALENT, DIFFERENT, INCONCLUSIVE)" + _NULL_FAILS,
         ),
     ] = "",
-    n_boot: NBootOpt = 10_000,
-    stratify: StratifyOpt = "family",
-    level: LevelOpt = 0.95,
-    min_requests: MinRequestsOpt = 10,
+    n_boot: NBootOpt = N_BOOT.default,
+    stratify: StratifyOpt = Stratify.FAMILY,
+    level: LevelOpt = LEVEL.default,
+    min_requests: MinRequestsOpt = MIN_REQUESTS.default,
     drop_unpaired: Annotated[
         bool,
         typer.Option(
@@ -572,20 +589,23 @@ def interval(
         ),
     ] = False,
     buckets: BucketsOpt = "",
-    choice: Annotated[int, typer.Option("--choice", help="Spec-Bench choices[] index.", min=0)] = 0,
+    choice: Annotated[
+        int,
+        typer.Option("--choice", help="Spec-Bench choices[] index.", min=CHOICE.lo, max=CHOICE.hi),
+    ] = CHOICE.default,
     drafted: Annotated[
         int | None,
         typer.Option(
             "--drafted",
             help="Depth drafted per round, when the input does not say.",
-            min=1,
-            max=MAX_DEPTH,
+            min=DRAFTED.lo,
+            max=DRAFTED.hi,
         ),
     ] = None,
     name_a: Annotated[str | None, typer.Option("--name-a", help="Label of arm A.")] = None,
     name_b: Annotated[str | None, typer.Option("--name-b", help="Label of arm B.")] = None,
     out: OutOpt = Path("specreplay-out/interval"),
-    seed: SeedOpt = 0,
+    seed: SeedOpt = SEED.default,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
     hash_ids: HashIdsOpt = False,
@@ -597,19 +617,30 @@ def interval(
     results.json, TABLES.md, cells.parquet and forest.png into --out.
     """
     with _user_errors("interval"):
-        from specreplay.commands.interval import IntervalOptions, run_interval
+        from specreplay.commands.interval import run_interval
+        from specreplay.pipelines.options import IntervalOptions
 
-        verdicts = _verdict_set(fail_on, {"EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"})
-        opts = IntervalOptions(
-            question_file=question_file, fail_on=verdicts, seed=seed,
-            drop_unpaired=drop_unpaired, buckets=buckets, choice=choice, drafted=drafted,
-            names=(name_a, name_b), hash_ids=hash_ids, ignore=tuple(ignore or ()),
-            **_bootstrap_options(margin, n_boot, stratify, level, min_requests),
-        )  # fmt: skip
+        opts = IntervalOptions.build(
+            question_file=question_file,
+            fail_on=fail_on,
+            seed=seed,
+            drop_unpaired=drop_unpaired,
+            buckets=buckets,
+            choice=choice,
+            drafted=drafted,
+            name_a=name_a,
+            name_b=name_b,
+            hash_ids=hash_ids,
+            ignore=ignore,
+            margin=margin,
+            n_boot=n_boot,
+            stratify=stratify,
+            level=level,
+            min_requests=min_requests,
+        )
         text, code = run_interval(
-            a, b, opts, out=out, force=force,
-            progress=lambda what, total: _progress(quiet, what, total),
-        )  # fmt: skip
+            a, b, opts, out=out, force=force, progress=partial(_progress, quiet)
+        )
         typer.echo(text)
         if code:
             raise typer.Exit(code=code)
@@ -664,18 +695,21 @@ def requalify(
         typer.Argument(metavar="ARCHIVE", help="Position-trace archive (file or shard folder)."),
     ],
     baseline: Annotated[
-        str, typer.Option("--baseline", help="Arm in production, e.g. top32:t0.7@5.")
+        str, typer.Option("--baseline", metavar="ARM", help="Arm in production, e.g. top32:t0.7@5.")
     ],
     candidate: Annotated[
-        str, typer.Option("--candidate", help="Changed arm, e.g. top32:t0.7:dyadic24@5.")
+        str,
+        typer.Option("--candidate", metavar="ARM", help="Changed arm, e.g. top32:t0.7:dyadic24@5."),
     ],
     reference: Annotated[
         str | None,
-        typer.Option("--reference", help="Arm the gain is measured against, e.g. greedy@5."),
+        typer.Option(
+            "--reference", metavar="ARM", help="Arm the gain is measured against, e.g. greedy@5."
+        ),
     ] = None,
-    estimator: EstimatorOpt = "auto",
-    replicates: ReplicatesOpt = 16,
-    margin: MarginOpt = "0.5%",
+    estimator: EstimatorOpt = Estimator.AUTO,
+    replicates: ReplicatesOpt = REPLICATES.default,
+    margin: MarginOpt = MARGIN_DEFAULT,
     fail_on: Annotated[
         str,
         typer.Option(
@@ -689,16 +723,21 @@ def requalify(
     ] = None,
     sample_requests: Annotated[
         int | None,
-        typer.Option("--sample-requests", help="Replay a seeded sample of N requests.", min=1),
+        typer.Option(
+            "--sample-requests",
+            help="Replay a seeded sample of N requests.",
+            min=SAMPLE_REQUESTS.lo,
+            max=SAMPLE_REQUESTS.hi,
+        ),
     ] = None,
-    n_boot: NBootOpt = 10_000,
-    stratify: StratifyOpt = "family",
-    level: LevelOpt = 0.95,
-    min_requests: MinRequestsOpt = 10,
+    n_boot: NBootOpt = N_BOOT.default,
+    stratify: StratifyOpt = Stratify.FAMILY,
+    level: LevelOpt = LEVEL.default,
+    min_requests: MinRequestsOpt = MIN_REQUESTS.default,
     buckets: BucketsOpt = "",
     logging_arm: LoggingArmOpt = None,
     out: OutOpt = Path("specreplay-out/requalify"),
-    seed: SeedOpt = 0,
+    seed: SeedOpt = SEED.default,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
     hash_ids: HashIdsOpt = False,
@@ -706,7 +745,7 @@ def requalify(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     cache: CacheOpt = None,
-    short_rounds: ShortRoundsOpt = "null",
+    short_rounds: ShortRoundsOpt = ShortRounds.NULL,
     ignore: IgnoreOpt = None,
 ) -> None:
     """Replay an archive under baseline and candidate arms and requalify the change.
@@ -718,23 +757,34 @@ def requalify(
     """
     with _user_errors("requalify"):
         from specreplay.commands.requalify import run_requalify
-        from specreplay.pipelines.requalify import RequalifyOptions
+        from specreplay.pipelines.options import RequalifyOptions
 
-        opts = RequalifyOptions(
-            baseline=baseline, candidate=candidate, reference=reference, estimator=estimator,
-            replicates=replicates, short_rounds=parse_short_rounds(short_rounds),
-            fail_on=_verdict_set(fail_on, {"QUALIFIED", "NOT QUALIFIED", "INCONCLUSIVE"}),
-            families=frozenset(f.strip() for f in families.split(",")) if families else None,
-            sample_requests=sample_requests, seed=seed, buckets=buckets or _default_buckets(),
-            logging_arm=_arm_option(logging_arm), by=by, hash_ids=hash_ids,
-            ignore=tuple(ignore or ()),
-            **_bootstrap_options(margin, n_boot, stratify, level, min_requests),
-        )  # fmt: skip
+        opts = RequalifyOptions.build(
+            baseline=baseline,
+            candidate=candidate,
+            reference=reference,
+            fail_on=fail_on,
+            families=families,
+            sample_requests=sample_requests,
+            estimator=estimator,
+            replicates=replicates,
+            buckets=buckets,
+            logging_arm=logging_arm,
+            seed=seed,
+            by=by,
+            hash_ids=hash_ids,
+            short_rounds=short_rounds,
+            ignore=ignore,
+            margin=margin,
+            n_boot=n_boot,
+            stratify=stratify,
+            level=level,
+            min_requests=min_requests,
+        )
+        backend = _backend(scheduler, workers, cache)
         text, code, result = run_requalify(
-            archive, opts, out=out, force=force,
-            progress=lambda what, total: _progress(quiet, what, total),
-            backend=_backend(scheduler, workers, cache),
-        )  # fmt: skip
+            archive, opts, out=out, force=force, progress=partial(_progress, quiet), backend=backend
+        )
         _echo(text, result.extra)
         if code:
             raise typer.Exit(code=code)
@@ -758,7 +808,9 @@ def sweep(
             "round traces give the survival truncation proxy.",
         ),
     ] = None,
-    depths: Annotated[str, typer.Option("--depths", help="Depths: 1..8, or 1,2,4.")] = "1..8",
+    depths: Annotated[
+        str, typer.Option("--depths", help="Depths: 1..8, or 1,2,4 (1..3,6).")
+    ] = DEPTHS_DEFAULT,
     baseline: Annotated[
         str | None,
         typer.Option(
@@ -767,23 +819,26 @@ def sweep(
             "bits that stay EQUIVALENT, by fixed-sequence testing from the most bits.",
         ),
     ] = None,
-    margin: MarginOpt = "0.5%",
-    estimator: EstimatorOpt = "auto",
-    replicates: ReplicatesOpt = 16,
+    margin: MarginOpt = MARGIN_DEFAULT,
+    estimator: EstimatorOpt = Estimator.AUTO,
+    replicates: ReplicatesOpt = REPLICATES.default,
     cost: CostOpt = None,
     n_boot: Annotated[
         int,
         typer.Option(
-            "--n-boot", help="Bootstrap resamples (per depth and arm).", min=100, max=MAX_N_BOOT
+            "--n-boot",
+            help="Bootstrap resamples (per depth and arm).",
+            min=N_BOOT.lo,
+            max=N_BOOT.hi,
         ),
-    ] = 2000,
-    stratify: StratifyOpt = "family",
-    level: LevelOpt = 0.95,
-    min_requests: MinRequestsOpt = 10,
+    ] = SWEEP_N_BOOT,
+    stratify: StratifyOpt = Stratify.FAMILY,
+    level: LevelOpt = LEVEL.default,
+    min_requests: MinRequestsOpt = MIN_REQUESTS.default,
     buckets: BucketsOpt = "",
     logging_arm: LoggingArmOpt = None,
     out: OutOpt = Path("specreplay-out/sweep"),
-    seed: SeedOpt = 0,
+    seed: SeedOpt = SEED.default,
     force: ForceOpt = False,
     quiet: QuietOpt = False,
     hash_ids: HashIdsOpt = False,
@@ -791,7 +846,7 @@ def sweep(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     cache: CacheOpt = None,
-    short_rounds: ShortRoundsOpt = "null",
+    short_rounds: ShortRoundsOpt = ShortRounds.NULL,
     ignore: IgnoreOpt = None,
 ) -> None:
     """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
@@ -802,22 +857,32 @@ def sweep(
     """
     with _user_errors("sweep"):
         from specreplay.commands.sweep import run_sweep
-        from specreplay.pipelines.sweep import SweepOptions, parse_depths
+        from specreplay.pipelines.options import SweepOptions
 
-        _bootstrap_options(margin, n_boot, stratify, level, min_requests)  # checks stratify
-        opts = SweepOptions(
-            arms=tuple(arm or ()), depths=parse_depths(depths), baseline=baseline, margin=margin,
-            estimator=estimator, replicates=replicates, cost=cost, n_boot=n_boot, seed=seed,
-            stratify=stratify, level=level, min_requests=min_requests, by=by, hash_ids=hash_ids,
-            buckets=buckets or _default_buckets(), logging_arm=_arm_option(logging_arm),
-            short_rounds=parse_short_rounds(short_rounds),
-            ignore=tuple(ignore or ()),
-        )  # fmt: skip
+        opts = SweepOptions.build(
+            arms=arm or (),
+            depths=depths,
+            baseline=baseline,
+            cost=cost,
+            estimator=estimator,
+            replicates=replicates,
+            buckets=buckets,
+            logging_arm=logging_arm,
+            seed=seed,
+            by=by,
+            hash_ids=hash_ids,
+            short_rounds=short_rounds,
+            ignore=ignore,
+            margin=margin,
+            n_boot=n_boot,
+            stratify=stratify,
+            level=level,
+            min_requests=min_requests,
+        )
+        backend = _backend(scheduler, workers, cache)
         text, result = run_sweep(
-            archive, opts, out=out, force=force,
-            progress=lambda what, total: _progress(quiet, what, total),
-            backend=_backend(scheduler, workers, cache),
-        )  # fmt: skip
+            archive, opts, out=out, force=force, progress=partial(_progress, quiet), backend=backend
+        )
         _echo(text, result.extra)
 
 
@@ -835,12 +900,18 @@ def warmup(quiet: QuietOpt = False) -> None:
         t0 = time.perf_counter()
         tmp = Path(tempfile.mkdtemp(prefix="specreplay-warmup-"))
         try:
-            run_demo(tmp / "demo", n_requests=8, seed=0, force=True, n_boot=200,
-                     progress=lambda what, total: _progress(quiet, what, total))  # fmt: skip
+            run_demo(
+                tmp / "demo",
+                n_requests=8,
+                seed=0,
+                force=True,
+                n_boot=200,
+                progress=partial(_progress, quiet),
+            )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        typer.echo(f"kernels compiled and cached in {numba_cache_dir()} "
-                   f"({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+        seconds = time.perf_counter() - t0
+        typer.echo(f"kernels compiled and cached in {numba_cache_dir()} ({seconds:.0f} s)")
 
 
 @app.command()
@@ -862,21 +933,24 @@ def lawtest(
     positions: Annotated[
         int,
         typer.Option(
-            "--positions", help="Archive positions tested per arm.", min=1, max=MAX_POSITIONS
+            "--positions",
+            help="Archive positions tested per arm.",
+            min=POSITIONS.lo,
+            max=POSITIONS.hi,
         ),
-    ] = 8,
+    ] = POSITIONS.default,
     family_alpha: Annotated[
         float,
         typer.Option("--family-alpha", help="Family-wise alpha (Holm over the tests that run)."),
-    ] = 1e-5,
+    ] = FAMILY_ALPHA.default,
     max_draws: Annotated[
         int | None,
         typer.Option(
             "--max-draws",
             help="Cap on Monte Carlo draws per test (power below 0.99 "
             "is then reported as underpowered).",
-            min=1000,
-            max=MAX_DRAWS,
+            min=MAX_DRAWS.lo,
+            max=MAX_DRAWS.hi,
         ),
     ] = None,
     fail_on_fail: Annotated[
@@ -885,7 +959,7 @@ def lawtest(
     buckets: BucketsOpt = "",
     logging_arm: LoggingArmOpt = None,
     out: OutOpt = Path("specreplay-out/lawtest"),
-    seed: SeedOpt = 0,
+    seed: SeedOpt = SEED.default,
     force: ForceOpt = False,
     quiet: QuietOpt = False,  # accepted like every command's; lawtest draws no progress bar
     hash_ids: HashIdsOpt = False,
@@ -899,21 +973,20 @@ def lawtest(
     """
     with _user_errors("lawtest"):
         from specreplay.commands.lawtest import run_lawtest
+        from specreplay.pipelines.options import LawtestOptions
 
-        text, ok = run_lawtest(
-            list(arm or []),
-            archive=archive,
-            out=out,
-            force=force,
+        opts = LawtestOptions.build(
+            arms=arm or (),
             positions=positions,
             seed=seed,
             family_alpha=family_alpha,
             max_draws=max_draws,
             buckets=buckets,
-            logging_arm=_arm_option(logging_arm),
+            logging_arm=logging_arm,
             hash_ids=hash_ids,
-            ignore=tuple(ignore or ()),
+            ignore=ignore,
         )
+        text, ok = run_lawtest(opts, archive=archive, out=out, force=force)
         typer.echo(text)
         if fail_on_fail and not ok:
             raise typer.Exit(code=1)
@@ -994,10 +1067,17 @@ def budget(
     with _user_errors("budget"):
         from specreplay.commands.budget import BudgetOptions, run_budget
 
-        opts = BudgetOptions(
-            price_ms=price_ms, base=base, delta_lo=delta_lo, known_ms=tuple(known or ()),
-            source=source, rate=rate, tau_ms=tau_ms, gain=gain, x_grid=x_grid,
-        )  # fmt: skip
+        opts = BudgetOptions.build(
+            price_ms=price_ms,
+            base=base,
+            delta_lo=delta_lo,
+            known=known or (),
+            source=source,
+            rate=rate,
+            tau_ms=tau_ms,
+            gain=gain,
+            x_grid=x_grid,
+        )
         typer.echo(run_budget(opts, out=out, force=force))
 
 

@@ -251,17 +251,17 @@ def test_errors_raise_with_the_file_named(tmp_path: Path) -> None:
     bad.write_text(json.dumps(row) + "\n")
     with pytest.raises(SpecReplayError, match=re.escape(str(bad))):
         api.validate(bad)
-    with pytest.raises(SpecReplayError, match=r"n_boot=50: should be at least 100"):
+    with pytest.raises(SpecReplayError, match=r"--n-boot 50: out of range \(100 to 10000000\)"):
         api.sweep(missing, arms=BASE, n_boot=50)
     with pytest.raises(SpecReplayError, match=r"--stratify: 'x' should be family or none"):
         api.interval(MEDUSA_A, MEDUSA_B, stratify="x")
     with pytest.raises(SpecReplayError, match=r"--fail-on: unknown verdict"):
         api.requalify(missing, baseline=BASE, candidate=CAND, fail_on="MAYBE")
-    with pytest.raises(SpecReplayError, match=r"level=0.2: should be between 0.5 and 0.999"):
+    with pytest.raises(SpecReplayError, match=r"--level 0.2: out of range \(0.5 to 0.999\)"):
         api.requalify(missing, baseline=BASE, candidate=CAND, level=0.2)
     with pytest.raises(SpecReplayError, match=r"--logging-arm 'bogus': "):
         api.sweep(missing, arms=BASE, logging_arm="bogus")
-    with pytest.raises(SpecReplayError, match=r"requests=0: should be at least 1"):
+    with pytest.raises(SpecReplayError, match=r"--requests 0: out of range \(1 to 100000000\)"):
         api.synth(tmp_path / "never", requests=0)
     with pytest.raises(SpecReplayError, match=r"report: a result needs out="):
         api.report(api.budget(price_ms=1.0, base=2.0, delta_lo=0.1))

@@ -402,8 +402,11 @@ def test_only_cells_whose_requests_hold_unlogged_rows_are_null(greedy_path: Path
     rows, held = sum(kept.values()), sum(v > 0 for v in kept.values())
     assert rows > 0 and held == sum(in_family)
     arms = RequalifyArms(greedy, sampled, None, None, {a.canonical: a for a in (greedy, sampled)})
-    opts = RequalifyOptions("greedy@5", LOGGING, estimator="importance", n_boot=200,
-                            min_requests=1)  # fmt: skip
+    opts = RequalifyOptions.build(baseline="greedy@5", candidate=LOGGING,
+                                  estimator="importance", n_boot=200)  # fmt: skip
+    # min_requests 1 (below the option's bound of 2, as this test always set it): every cell
+    boot = dataclasses.replace(opts.boot, min_requests=1)
+    opts = dataclasses.replace(opts, boot=boot)
     cells = {c.name: c for c in requalify_result(res, arms, opts, greedy_path).cells}
     why = f"{rows} position rows (in {held} request{'s' * (held != 1)}) hold a candidate"
     for name in ("pooled", family):

@@ -41,9 +41,9 @@ def _arms(base: str, cand: str, ref: str | None, log: str | None) -> RequalifyAr
 
 
 def _requalify(res: ReplayResult, arms: RequalifyArms, archive: Path, n_boot: int) -> Result:
-    opts = RequalifyOptions(arms.base.canonical, arms.cand.canonical,
-                            arms.ref.canonical if arms.ref else None, n_boot=n_boot,
-                            min_requests=5)  # fmt: skip
+    opts = RequalifyOptions.build(baseline=arms.base.canonical, candidate=arms.cand.canonical,
+                                  reference=arms.ref.canonical if arms.ref else None,
+                                  n_boot=n_boot, min_requests=5)  # fmt: skip
     return requalify_result(res, arms, opts, archive)
 
 

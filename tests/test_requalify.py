@@ -249,8 +249,9 @@ def test_requalify_on_a_shared_replay_equals_its_own_pass(
     from specreplay.replay.choice import resolve_auto
     from specreplay.replay.engine import OpenArchive
 
-    opts = RequalifyOptions("top32:t0.7@5", "top32:t0.7:dyadic12@5", "greedy@5", n_boot=300,
-                            seed=4, min_requests=5)  # fmt: skip
+    opts = RequalifyOptions.build(baseline="top32:t0.7@5", candidate="top32:t0.7:dyadic12@5",
+                                  reference="greedy@5", n_boot=300, seed=4,
+                                  min_requests=5)  # fmt: skip
     _, _, own = run_requalify(small_archive, opts, out=tmp_path / "own", force=True)
     opened = OpenArchive(small_archive)
     logged = str(opened.logging_arm)

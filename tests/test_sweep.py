@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from specreplay.cli import app
 from specreplay.errors import SpecReplayError
-from specreplay.pipelines.sweep import expand_braces, parse_depths
+from specreplay.pipelines.options import expand_braces, parse_depths
 from specreplay.stats.depth import CostModel
 
 ALPHA, DEPTH = 0.8, 10

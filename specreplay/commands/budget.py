@@ -8,13 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specreplay.pipelines.budget import (
-    DEFAULT_X_GRID,
-    BudgetOptions,
-    budget_inputs,
-    budget_run,
-    check_budget,
-)
+from specreplay.pipelines.budget import budget_inputs, budget_run
+from specreplay.pipelines.options import DEFAULT_X_GRID, BudgetOptions
 from specreplay.render.files import outputs_line, write_all
 from specreplay.render.tables import budget_tables
 from specreplay.results.output import check_out, output_dir
@@ -24,7 +19,6 @@ __all__ = ["DEFAULT_X_GRID", "BudgetOptions", "budget_inputs", "budget_run", "ru
 
 def run_budget(opts: BudgetOptions, *, out: Path, force: bool) -> str:
     """Compute the budget, write results.json and TABLES.md into ``out``; return the text."""
-    check_budget(opts)
     inputs = budget_inputs(opts)
     check_out(out, force=force, inputs=inputs)
     result = budget_run(opts)  # every input is read and checked before any write

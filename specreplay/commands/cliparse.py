@@ -10,7 +10,13 @@ every command's parameters, so a new option is covered without being listed anyw
   :data:`INT_BOUNDS` (the int64 the kernels and numpy hold) or :data:`FLOAT_BOUNDS` (±2^53: no
   quantity of this tool comes near, and past it a double no longer holds every integer). The
   seed declares its own ``max=2**64 - 1`` (a uint64). The refusal names the option, the value
-  and the range: ``error: --seed 18446744073709551616: out of range (0 to 2^64-1)``.
+  and the range: ``error: --seed 18446744073709551616: out of range (0 to 2^64-1)``. Every
+  bound is a constant of :mod:`specreplay.pipelines.options`, and the check is its
+  :func:`~specreplay.pipelines.options.check_number`, which the Python API's constructors call.
+- **Enumerations** (an annotation among
+  :data:`~specreplay.pipelines.options.CHOICE_FLAGS`: ``--estimator``, ``--stratify``,
+  ``--format``, ``--compression``, ``--short-rounds``) are offered as choices in the help and
+  parsed by :func:`~specreplay.pipelines.options.parse_choice`, with the API's message.
 - **Usage errors** (an unknown option, a missing argument, a bad choice, the refusals above) are
   ONE line ``error: …`` on stderr with exit code 2, like the project's own errors, instead of
   click's usage block (Usage line, "Try --help", "Error: …"): one rule for every error a user
@@ -22,23 +28,34 @@ Typer 0.29 coerces values through pydantic (``_TyperParameter.get_runtime_param`
 
 from __future__ import annotations
 
+import enum
 import functools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
+from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from typer import _click as click
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
-__all__ = ["FLOAT_BOUNDS", "INT_BOUNDS", "BoundedNumber", "CheckedGroup", "OneLineUsageError"]
+from specreplay.errors import SpecReplayError
+from specreplay.pipelines.options import (
+    CHOICE_FLAGS,
+    FLOAT_BOUNDS,
+    INT_BOUNDS,
+    check_number,
+    parse_choice,
+)
 
-INT_BOUNDS = (-(2**63), 2**63 - 1)
-"""The range of an integer option that declares no ``min=``/``max=`` (int64)."""
-FLOAT_BOUNDS = (-(2.0**53), 2.0**53)
-"""The range of a float option that declares no ``min=``/``max=``."""
+__all__ = [
+    "FLOAT_BOUNDS",
+    "INT_BOUNDS",
+    "BoundedNumber",
+    "CheckedChoice",
+    "CheckedGroup",
+    "OneLineUsageError",
+]
 
 
 class OneLineUsageError(UsageError):
@@ -54,24 +71,6 @@ def _one_line(err: UsageError) -> UsageError:
         return err
     text = " ".join(err.format_message().split())
     return OneLineUsageError(text, ctx=err.ctx)
-
-
-def _show(v: float) -> str:
-    """Return a bound as people read it: 2^64-1 rather than 18446744073709551615."""
-    for k in (53, 63, 64):
-        if v == 2**k - 1:
-            return f"2^{k}-1"
-        if abs(v) == 2**k:
-            return f"{'-' if v < 0 else ''}2^{k}"
-    return str(v) if isinstance(v, int) else f"{v:g}"
-
-
-def _exact(value: Any, number: float) -> Fraction:
-    """Return the number a text means, exactly (as a float, -(2^53 + 1) rounds onto -2^53)."""
-    try:
-        return Fraction(str(value).strip()) if isinstance(value, str) else Fraction(number)
-    except ValueError:
-        return Fraction(number)
 
 
 def option_name(param: click.Parameter) -> str:
@@ -102,38 +101,12 @@ class BoundedNumber:
     lo: float
     hi: float
 
-    @property
-    def range_text(self) -> str:
-        """``LO to HI`` as the messages print it."""
-        return f"{_show(self.lo)} to {_show(self.hi)}"
-
     def check(self, value: Any, param: click.Parameter) -> None:
         """Raise :class:`OneLineUsageError` unless ``value`` is a number within the range."""
-        name = f"{option_name(param)} {value}"
-        kind = "an integer" if self.integer else "a number"
-        if isinstance(value, bool):
-            raise OneLineUsageError(f"{name}: not {kind} (range {self.range_text})")
-        number: float | Fraction
-        if self.integer:
-            if isinstance(value, int):
-                number = value
-            else:
-                try:
-                    number = int(str(value).strip())
-                except ValueError:
-                    raise OneLineUsageError(
-                        f"{name}: not {kind} (range {self.range_text})"
-                    ) from None
-        else:
-            try:
-                number = float(value if isinstance(value, int | float) else str(value).strip())
-            except (ValueError, OverflowError):
-                raise OneLineUsageError(f"{name}: not {kind} (range {self.range_text})") from None
-            if not math.isfinite(number):
-                raise OneLineUsageError(f"{name}: not a finite number (range {self.range_text})")
-            number = _exact(value, float(number))
-        if not self.lo <= number <= self.hi:
-            raise OneLineUsageError(f"{name}: out of range ({self.range_text})")
+        try:
+            check_number(option_name(param), value, self.lo, self.hi, self.integer)
+        except SpecReplayError as err:
+            raise OneLineUsageError(err.message) from None
 
     def coerce(self, value: Any, param: Any, ctx: click.Context) -> Any:
         """Check ``value`` (each item of a repeated option), then coerce it as typer does."""
@@ -142,6 +115,26 @@ class BoundedNumber:
             for item in items:
                 self.check(item, param)
         return _typer_coercion(self.descriptor).coerce(value, param=param, ctx=ctx)
+
+
+@dataclass(frozen=True)
+class CheckedChoice:
+    """The runtime parameter of an enumeration: the options module's parser and message.
+
+    typer would offer the members as choices with click's message; this keeps the one message
+    the Python API gives too (``--stratify: 'bucket' should be family or none``).
+    """
+
+    enum_type: type[enum.StrEnum]
+
+    def coerce(self, value: Any, param: Any, ctx: click.Context) -> Any:
+        """Return the member ``value`` names (None stays None); one usage line otherwise."""
+        if value is None:
+            return None
+        try:
+            return parse_choice(self.enum_type, value)
+        except SpecReplayError as err:
+            raise OneLineUsageError(err.message) from None
 
 
 @functools.cache
@@ -166,15 +159,37 @@ def _numeric_kind(annotation: Any) -> type | None:
     return None
 
 
+_METAVARS: dict[Any, str] = {int: "INTEGER", float: "FLOAT", str: "TEXT", Path: "PATH"}
+
+
+def _metavar(annotation: Any) -> str | None:
+    """Return click's standard metavar of an option: TEXT, INTEGER, FLOAT, PATH or [A|B|…]."""
+    if get_origin(annotation) in (list, tuple):
+        inner = _metavar(get_args(annotation)[0])
+        return f"{inner}..." if inner else None
+    if annotation in CHOICE_FLAGS:
+        return "[" + "|".join(m.value for m in annotation) + "]"
+    return _METAVARS.get(annotation)
+
+
 def bound_numbers(commands: Mapping[str, click.Command]) -> None:
-    """Give every numeric parameter of ``commands`` (and of their subgroups) a BoundedNumber."""
+    """Give every numeric parameter of ``commands`` (and of their subgroups) a BoundedNumber.
+
+    And every enumeration the options module knows (:data:`CHOICE_FLAGS`) a CheckedChoice.
+    """
     for command in commands.values():
         sub = getattr(command, "commands", None)
         if isinstance(sub, Mapping):
             bound_numbers(sub)
         for param in command.params:
             p: Any = param  # a typer parameter: min, max, type_descriptor, its runtime param
-            kind = _numeric_kind(getattr(getattr(p, "type_descriptor", None), "annotation", None))
+            annotation = getattr(getattr(p, "type_descriptor", None), "annotation", None)
+            if p.metavar is None and getattr(p, "param_type_name", "") == "option":
+                p.metavar = _metavar(annotation)
+            if annotation in CHOICE_FLAGS:
+                p._runtime_param = CheckedChoice(annotation)
+                continue
+            kind = _numeric_kind(annotation)
             if kind is None or isinstance(getattr(p, "_runtime_param", None), BoundedNumber):
                 continue
             lo, hi = INT_BOUNDS if kind is int else FLOAT_BOUNDS

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from specreplay.pipelines.builders import write_synth_archive
 from specreplay.pipelines.demo import demo_results
+from specreplay.pipelines.options import N_BOOT, Estimator
 from specreplay.render.demo_story import DemoRuns, terminal_text
 from specreplay.render.files import write_all
-from specreplay.replay.choice import AUTO
 from specreplay.replay.scan import Progress, no_progress
 from specreplay.results.output import output_dir
 
@@ -31,8 +31,8 @@ def run_demo(
     n_requests: int,
     seed: int,
     force: bool,
-    n_boot: int = 10_000,
-    estimator: str = AUTO,
+    n_boot: int = N_BOOT.default,
+    estimator: Estimator = Estimator.AUTO,
     progress: Progress = no_progress,
 ) -> str:
     """Generate the built-in archive into ``out/archive`` and tell its story, verdicts first.

@@ -24,7 +24,7 @@ from specreplay.render.tables import comparison_tables
 from specreplay.replay.scan import Progress, no_progress
 from specreplay.results.model import Delta, Level, Result, Role
 from specreplay.results.output import check_out, output_dir
-from specreplay.stats.compare import Margin, parse_margin
+from specreplay.stats.compare import Margin
 
 __all__ = [
     "IntervalOptions",
@@ -56,7 +56,7 @@ def run_interval(
     with output_dir(out, force=force, inputs=inputs) as tmp:
         result = interval_compared(path_a, path_b, opts, kinds, progress)
         files = write_all(result, tmp)
-    text = _interval_text(result, parse_margin(opts.margin), out, files)
+    text = _interval_text(result, opts.boot.margin, out, files)
     return text, _exit_code(result, opts.fail_on)
 
 

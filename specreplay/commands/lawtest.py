@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from specreplay.pipelines.lawtest import lawtest_result
+from specreplay.pipelines.options import LawtestOptions
 from specreplay.render.files import outputs_line, write_all
 from specreplay.render.tables import lawtest_table
 from specreplay.results.output import check_out, output_dir
@@ -14,34 +14,18 @@ __all__ = ["run_lawtest"]
 
 
 def run_lawtest(
-    arms_text: list[str],
-    *,
-    archive: Path | None,
-    out: Path,
-    force: bool,
-    positions: int = 8,
-    seed: int = 0,
-    family_alpha: float = 1e-5,
-    max_draws: int | None = None,
-    buckets: str = "",
-    logging_arm: str | None = None,
-    hash_ids: bool = False,
-    ignore: Sequence[str] = (),
+    opts: LawtestOptions, *, archive: Path | None, out: Path, force: bool
 ) -> tuple[str, bool]:
     """Law tests of arms on the toy laws and, given an archive, on sampled positions.
 
     Returns (terminal text, every test passed); see
-    :func:`~specreplay.pipelines.lawtest.lawtest_result`. ``hash_ids`` hashes the request ids
+    :func:`~specreplay.pipelines.lawtest.lawtest_result`. ``opts.hash_ids`` hashes the request ids
     of the sampled archive positions (:mod:`specreplay.results.privacy`).
     """
     read = [archive] if archive is not None else []
     check_out(out, force=force, inputs=read)
     with output_dir(out, force=force, inputs=read) as tmp:
-        result = lawtest_result(
-            arms_text, archive=archive, positions=positions, seed=seed,
-            family_alpha=family_alpha, max_draws=max_draws, buckets=buckets,
-            logging_arm=logging_arm, hash_ids=hash_ids, ignore=ignore,
-        )  # fmt: skip
+        result = lawtest_result(opts, archive=archive)
         files = write_all(result, tmp)
     ok = all(t.passed is not False for t in result.law_tests)
     return lawtest_table(result) + "\n" + outputs_line(out, files), ok

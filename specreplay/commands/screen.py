@@ -46,8 +46,8 @@ def run_screen(
         files = write_all(result, tmp)
     lines = []
     for c in result.cells:
-        best = min((d for d in c.depths if d.rank is not None), key=lambda d: d.rank or 0,
-                   default=None)  # fmt: skip
+        ranked = [d for d in c.depths if d.rank is not None]
+        best = min(ranked, key=lambda d: d.rank or 0, default=None)
         what = (
             f"depth {best.depth}: {fmt(best.tokens_per_s, 1)} tok/s "
             f"[{fmt(best.tokens_per_s_lo, 1)}, {fmt(best.tokens_per_s_hi, 1)}]"

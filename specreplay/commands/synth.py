@@ -128,9 +128,17 @@ def run_synth(
     compression: str | None = None,
 ) -> str:
     """Generate the synthetic archive into ``out``; return the terminal line."""
-    a = synth_archive(out, n_requests=n_requests, rounds=rounds, shard_requests=shard_requests,
-                      seed=seed, force=force, progress=progress, form=form,
-                      compression=compression)  # fmt: skip
+    a = synth_archive(
+        out,
+        n_requests=n_requests,
+        rounds=rounds,
+        shard_requests=shard_requests,
+        seed=seed,
+        force=force,
+        progress=progress,
+        form=form,
+        compression=compression,
+    )
     n = len(a.shards)
     return (
         f"wrote {a.n_requests:,} request{'s' if a.n_requests != 1 else ''} × {a.rounds} rounds × "

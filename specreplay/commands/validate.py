@@ -7,10 +7,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from specreplay.errors import InvalidArchive
+from specreplay.pipelines.options import ValidateOptions
 from specreplay.pipelines.validate import validate_result
 from specreplay.render.files import outputs_line, write_all
 from specreplay.render.tables import archive_summary, ignored_summary, measured_tables
@@ -22,29 +22,22 @@ __all__ = ["run_validate", "validate_result"]
 
 def run_validate(
     path: Path,
+    opts: ValidateOptions,
     *,
-    max_errors: int | None,
-    buckets: str,
-    logging_arm: str | None,
     out: Path | None,
     force: bool,
     progress: Progress = no_progress,
-    hash_ids: bool = False,
-    ignore: Sequence[str] = (),
 ) -> tuple[bool, str]:
     """Validate an archive; return (valid, text): counts and MEASURED R, or the error lines.
 
     Error lines name requests (they go to stderr, never into an output); ``hash_ids`` hashes
     request ids in what ``out`` holds (:mod:`specreplay.results.privacy`). The text lists the
-    folder entries ``ignore`` skipped, one line each, after the archive's summary.
+    folder entries ``opts.ignore`` skipped, one line each, after the archive's summary.
     """
     if out is not None:
         check_out(out, force=force, inputs=[path])
     try:
-        result = validate_result(
-            path, max_errors=max_errors, buckets=buckets, logging_arm=logging_arm,
-            progress=progress, hash_ids=hash_ids, ignore=ignore,
-        )  # fmt: skip
+        result = validate_result(path, opts, progress=progress)
     except InvalidArchive as bad:
         more = " (stopped there; --all lists every one)" if bad.truncated else ""
         return False, "\n".join([*bad.errors, f"{len(bad.errors)} error(s) in {path}{more}"])

@@ -1,8 +1,8 @@
 """The budget pipeline (SPEC §3.7): break-even costs per cell and the sensitivity rows.
 
-:func:`budget_run` checks the options (:func:`check_budget`), reads ``--from`` and returns the
-typed result (the Python API's ``budget``); the demo builds its budget chapter with
-:func:`budget_result` from its requalification.
+:func:`budget_run` reads ``--from`` and returns the typed result (the Python API's ``budget``;
+:meth:`~specreplay.pipelines.options.BudgetOptions.build` checks the options); the demo builds its
+budget chapter with :func:`budget_result` from its requalification.
 
 Budget figures go under ``cells`` (SPEC §4.1: "``budget`` writes its figures under ``cells``"):
 one cell per slice, its :class:`~specreplay.results.model.Budget` holding R_0, Δ_lo, the price,
@@ -16,14 +16,13 @@ sensitivity table r_0·(1 + g)·τ/(τ + x) is ``Result.sensitivity``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.document import input_files, new_result
+from specreplay.pipelines.options import DEFAULT_X_GRID, BudgetOptions
 from specreplay.results.io import read_result
 from specreplay.results.model import (
     ArmFigure,
@@ -46,7 +45,6 @@ __all__ = [
     "budget_result",
     "budget_run",
     "cells_from_requalify",
-    "check_budget",
     "direct_cell",
     "sensitivity_rows",
 ]
@@ -183,57 +181,17 @@ def budget_result(
 # -------------------------------------------------------------------------------------------------
 # The run: options checked, ``--from`` read
 
-DEFAULT_X_GRID = "0,1,3"
-"""Extra costs (ms per round) of the sensitivity table: the seed's columns."""
-
-
-@dataclass(frozen=True)
-class BudgetOptions:
-    """Every option of ``specreplay budget`` but the output folder.
-
-    Either ``base`` (R_0) and ``delta_lo`` (Δ_lo) or ``source`` (a requalify results.json);
-    ``price_ms`` is T; ``known_ms`` the known added costs; ``rate``, ``tau_ms`` and ``gain`` (all
-    three or none) ask for the sensitivity table over ``x_grid`` (comma-separated ms).
-    """
-
-    price_ms: float
-    base: float | None = None
-    delta_lo: float | None = None
-    known_ms: tuple[float, ...] = ()
-    source: Path | None = None
-    rate: float | None = None
-    tau_ms: float | None = None
-    gain: float | None = None
-    x_grid: str = DEFAULT_X_GRID
-
-    def to_json(self, grid: tuple[float, ...] | None) -> dict[str, Any]:
-        """Return the ``options`` entry of results.json."""
-        return {
-            "base": self.base,
-            "delta_lo": self.delta_lo,
-            "price_ms": self.price_ms,
-            "known_ms": list(self.known_ms),
-            "from": str(self.source) if self.source is not None else None,
-            "rate": self.rate,
-            "tau_ms": self.tau_ms,
-            "gain": self.gain,
-            "x_grid": list(grid) if grid is not None else None,
-        }
-
 
 def budget_run(opts: BudgetOptions) -> Result:
     """Compute the budget cells (and the sensitivity table, when asked for); return the result."""
-    grid = check_budget(opts)
     inputs = budget_inputs(opts)
     cells, arms = _cells(opts)
     sens: tuple[Sensitivity, ...] | None = None
-    if grid is not None:
+    if opts.x_grid is not None:
         assert opts.rate is not None and opts.tau_ms is not None and opts.gain is not None
-        sens = sensitivity_rows(opts.rate, opts.tau_ms, opts.gain, grid)
-    return budget_result(
-        cells, sens, inputs=input_files([(p, None) for p in inputs]),
-        options=opts.to_json(grid), arms=arms,
-    )  # fmt: skip
+        sens = sensitivity_rows(opts.rate, opts.tau_ms, opts.gain, opts.x_grid)
+    files = input_files([(p, None) for p in inputs])
+    return budget_result(cells, sens, inputs=files, options=opts.to_json(), arms=arms)
 
 
 def budget_inputs(opts: BudgetOptions) -> list[Path]:
@@ -262,55 +220,3 @@ def _read_source(path: Path) -> Result:
         raise SpecReplayError(f"--from: {err.message}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecReplayError(f"--from {path}: unreadable: {exc}") from None
-
-
-def _positive(name: str, value: float | None) -> None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise SpecReplayError(f"{name}: {value:g} should be a positive number")
-
-
-def check_budget(opts: BudgetOptions) -> tuple[float, ...] | None:
-    """Check the options; return the sensitivity grid (None when no table is asked for).
-
-    Raises
-    ------
-    SpecReplayError
-        A bound broken, or options that do not go together (``--from`` with ``--base``).
-    """
-    _positive("--price-ms", opts.price_ms)
-    _positive("--base", opts.base)
-    for k in opts.known_ms:
-        if not (math.isfinite(k) and k >= 0):
-            raise SpecReplayError(f"--known: {k:g} should be a cost ≥ 0 ms")
-    direct = (opts.base is not None, opts.delta_lo is not None)
-    if opts.source is not None and any(direct):
-        raise SpecReplayError("--from reads R_0 and Δ_lo: give it without --base and --delta-lo")
-    if opts.source is None and not all(direct):
-        raise SpecReplayError("give --base and --delta-lo, or --from a requalify results.json")
-    if opts.delta_lo is not None and not math.isfinite(opts.delta_lo):
-        raise SpecReplayError(f"--delta-lo: {opts.delta_lo:g} should be a finite number")
-    sens = {"--rate": opts.rate, "--tau-ms": opts.tau_ms, "--gain": opts.gain}
-    given = [k for k, v in sens.items() if v is not None]
-    if not given:
-        return None
-    if len(given) < 3:
-        missing = [k for k in sens if k not in given]
-        raise SpecReplayError(f"the sensitivity table needs {', '.join(missing)} too")
-    _positive("--rate", opts.rate)
-    _positive("--tau-ms", opts.tau_ms)
-    assert opts.gain is not None
-    if not (math.isfinite(opts.gain) and opts.gain > -1):
-        raise SpecReplayError(f"--gain: {opts.gain:g} should be a relative gain > -1")
-    return _grid(opts.x_grid)
-
-
-def _grid(text: str) -> tuple[float, ...]:
-    try:
-        grid = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise SpecReplayError(
-            f"--x-grid: {text!r} should be comma-separated ms, e.g. 0,1,3"
-        ) from None
-    if not grid or any(not (math.isfinite(x) and x >= 0) for x in grid):
-        raise SpecReplayError(f"--x-grid: {text!r} should list extra costs ≥ 0 ms")
-    return grid

@@ -17,8 +17,16 @@ from pathlib import Path
 from specreplay.pipelines.budget import budget_result, cells_from_requalify
 from specreplay.pipelines.builders import measured_result
 from specreplay.pipelines.lawtest import lawtest_result
-from specreplay.pipelines.requalify import RequalifyOptions, requalify_arms, requalify_replayed
-from specreplay.pipelines.sweep import SweepOptions, sweep_result
+from specreplay.pipelines.options import (
+    POSITIONS,
+    Estimator,
+    LawtestOptions,
+    RequalifyOptions,
+    SweepOptions,
+    parse_buckets,
+)
+from specreplay.pipelines.requalify import requalify_arms, requalify_replayed
+from specreplay.pipelines.sweep import sweep_result
 from specreplay.render.demo_story import BITS_PREFIX
 from specreplay.replay.archive.sources import archive_rows
 from specreplay.replay.choice import AUTO, auto_passes, resolve_auto
@@ -26,7 +34,6 @@ from specreplay.replay.engine import ReplayResult, replay_archive
 from specreplay.replay.scan import ArchiveScan, Progress
 from specreplay.results.model import Result
 from specreplay.sim.arms import Arm, parse_arm
-from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 
 __all__ = [
     "DEMO_BASELINE",
@@ -60,7 +67,7 @@ def _relocated(result: Result, tmp: Path, out: Path) -> Result:
     return dataclasses.replace(result, inputs=inputs, options=options)
 
 
-def _replay(archive: Path, seed: int, estimator: str, progress: Progress) -> ReplayResult:
+def _replay(archive: Path, seed: int, estimator: Estimator, progress: Progress) -> ReplayResult:
     """One pass for every arm of the story; it also samples the law-test positions.
 
     With ``auto`` importance is used for every arm of the story when the archive supports it
@@ -75,7 +82,7 @@ def _replay(archive: Path, seed: int, estimator: str, progress: Progress) -> Rep
     est, companion = auto_passes(estimator)
     with progress("replaying", archive_rows(archive)) as advance:
         res = replay_archive(archive, list(arms.values()), seed=seed, estimator=est,
-                             buckets=Buckets.parse(DEFAULT_BUCKETS), law_positions=8,
+                             buckets=parse_buckets(None), law_positions=POSITIONS.default,
                              progress=advance, companion=companion)  # fmt: skip
     return resolve_auto(res, list(arms.values()))[0] if estimator == AUTO else res
 
@@ -86,11 +93,12 @@ def _requalification(
     candidate: str,
     reference: str | None,
     n_boot: int,
-    estimator: str,
+    estimator: Estimator,
 ) -> Result:
-    arms = requalify_arms(DEMO_BASELINE, candidate, reference, DEMO_BASELINE)
-    opts = RequalifyOptions(DEMO_BASELINE, candidate, reference, estimator=estimator,
-                            n_boot=n_boot, seed=res.seed)  # fmt: skip
+    opts = RequalifyOptions.build(baseline=DEMO_BASELINE, candidate=candidate,
+                                  reference=reference, estimator=estimator, n_boot=n_boot,
+                                  seed=res.seed)  # fmt: skip
+    arms = requalify_arms(opts.baseline, opts.candidate, opts.reference, opts.baseline)
     return requalify_replayed(res, arms, opts, archive)
 
 
@@ -102,7 +110,7 @@ def demo_results(
     n_requests: int,
     seed: int,
     n_boot: int,
-    estimator: str,
+    estimator: Estimator,
     progress: Progress,
 ) -> tuple[Result, dict[str, Result]]:
     """Return the demo's MEASURED result and its chapters' results by sub-run name.
@@ -127,19 +135,15 @@ def demo_results(
         results[f"{BITS_PREFIX}{bits}"] = _requalification(
             res, archive, cand, None, n_boot, estimator
         )
-    results["sweep"] = sweep_result(
-        res, [parse_arm(DEMO_BASELINE)],
-        SweepOptions(arms=(DEMO_BASELINE,), depths=tuple(range(1, 6)), cost=DEMO_COST,
-                     seed=res.seed, estimator=estimator),
-        archive,
-    )  # fmt: skip
+    sweep = SweepOptions.build(arms=DEMO_BASELINE, depths=range(1, 6), cost=DEMO_COST,
+                               seed=res.seed, estimator=estimator)  # fmt: skip
+    results["sweep"] = sweep_result(res, list(sweep.arms), sweep, archive)
     results["budget"] = budget_result(
         cells_from_requalify(results["requalify"], "requalify", DEMO_PRICE_MS, ()), None,
         inputs=results["requalify"].inputs,
         options={"from": f"{out}/requalify/results.json", "price_ms": DEMO_PRICE_MS,
                  "known_ms": []},
     )  # fmt: skip
-    results["lawtest"] = lawtest_result(
-        [DEMO_MISMATCHED, DEMO_CANDIDATE], archive=archive, seed=seed, replayed=res
-    )
+    law = LawtestOptions.build(arms=[DEMO_MISMATCHED, DEMO_CANDIDATE], seed=seed)
+    results["lawtest"] = lawtest_result(law, archive=archive, replayed=res)
     return measured, {name: _relocated(r, tmp, out) for name, r in results.items()}

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.builders import comparison_cells
 from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
+from specreplay.pipelines.options import IntervalOptions
 from specreplay.replay.scan import Progress, no_progress
 from specreplay.results.model import Result
 from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.stats.armdata import ArmData
-from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
-from specreplay.stats.compare import Comparison, parse_margin
+from specreplay.stats.buckets import Buckets
+from specreplay.stats.compare import Comparison
 
 __all__ = [
     "IntervalOptions",
@@ -35,54 +35,6 @@ __all__ = [
     "interval_result",
     "short_names",
 ]
-
-
-@dataclass(frozen=True)
-class IntervalOptions:
-    """Every option of ``specreplay interval`` but the two inputs and the output folder.
-
-    ``margin`` as the user wrote it (``0.5%`` of R_a, or tokens/round); ``fail_on`` the pooled
-    verdicts that exit 1 (a null verdict counts as INCONCLUSIVE); ``choice`` and ``drafted`` apply
-    to Spec-Bench (and ``choice`` to Medusa) inputs, ``question_file`` to Medusa ones; ``names``
-    label arms A and B (default: the inputs' names); ``hash_ids`` hashes request ids in every
-    output (:mod:`specreplay.results.privacy`). Round traces carry no grouping columns: ``--by``
-    is for position traces (requalify, sweep). ``ignore``: ``--ignore`` globs, entries of an
-    input folder to skip (results.json ``inputs_ignored``).
-    """
-
-    question_file: Path | None = None
-    margin: str = "0.5%"
-    fail_on: frozenset[str] = frozenset()
-    n_boot: int = 10_000
-    seed: int = 0
-    stratify: str = "family"
-    level: float = 0.95
-    min_requests: int = 10
-    drop_unpaired: bool = False
-    buckets: str = ""
-    choice: int = 0
-    drafted: int | None = None
-    names: tuple[str | None, str | None] = (None, None)
-    hash_ids: bool = False
-    ignore: tuple[str, ...] = ()
-
-    def to_json(self, path_a: Path | None, path_b: Path | None, buckets: Buckets) -> dict[str, Any]:
-        """Return the ``options`` entry of results.json (paths null for arms given in memory)."""
-        return {
-            "a": str(path_a) if path_a is not None else None,
-            "b": str(path_b) if path_b is not None else None,
-            "question_file": str(self.question_file) if self.question_file else None,
-            "margin": parse_margin(self.margin).to_json(),
-            "fail_on": sorted(self.fail_on),
-            "n_boot": self.n_boot,
-            "stratify": self.stratify,
-            "level": self.level,
-            "min_requests": self.min_requests,
-            "drop_unpaired": self.drop_unpaired,
-            "buckets": buckets.spec,
-            "choice": self.choice,
-            "drafted": self.drafted,
-        }
 
 
 def interval_result(
@@ -96,8 +48,6 @@ def interval_kinds(path_a: Path, path_b: Path, opts: IntervalOptions) -> tuple[s
     """Check the options against the inputs' kinds (before any work); return the kinds."""
     from specreplay.replay.archive.importers import detect_kind
 
-    parse_margin(opts.margin)
-    Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
     kinds = (detect_kind(path_a, opts.ignore), detect_kind(path_b, opts.ignore))
     _check_flags(kinds, question_file=opts.question_file, choice=opts.choice, drafted=opts.drafted)
     return kinds
@@ -111,14 +61,14 @@ def interval_compared(
     progress: Progress,
 ) -> Result:
     """Read both arms, pair them and bootstrap Δ per cell (kinds from :func:`interval_kinds`)."""
-    bk = Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
+    bk = opts.buckets
     arm_a = _load(path_a, kinds[0], opts.names[0], opts, bk)
     arm_b = _load(path_b, kinds[1], opts.names[1], opts, bk)
     if opts.names == (None, None):
         short_a, short_b = short_names(arm_a.name, arm_b.name)
         arm_a = dataclasses.replace(arm_a, name=short_a)
         arm_b = dataclasses.replace(arm_b, name=short_b)
-    return _paired_result(arm_a, arm_b, opts, opts.to_json(path_a, path_b, bk), progress)
+    return _paired_result(arm_a, arm_b, opts, opts.to_json(path_a, path_b), progress)
 
 
 def interval_memory_result(
@@ -147,11 +97,9 @@ def interval_memory_result(
     ):
         if given:
             raise SpecReplayError(f"{key} applies to input files, not to arms given in memory")
-    parse_margin(opts.margin)
-    bk = Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
     names = (opts.names[0] or "A", opts.names[1] or "B")
-    arm_a, arm_b = memory_arms(data_a, data_b, names=names, buckets=bk)
-    return _paired_result(arm_a, arm_b, opts, opts.to_json(None, None, bk), progress)
+    arm_a, arm_b = memory_arms(data_a, data_b, names=names, buckets=opts.buckets)
+    return _paired_result(arm_a, arm_b, opts, opts.to_json(None, None), progress)
 
 
 def _paired_result(
@@ -166,16 +114,17 @@ def _paired_result(
     from specreplay.stats.compare import compare
     from specreplay.stats.pairing import pair_arms
 
-    mg = parse_margin(opts.margin)
-    bk = Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
+    bk = opts.buckets
     if arm_a.name == arm_b.name:
         arm_b = dataclasses.replace(arm_b, name=arm_b.name + " (B)")
     ps, excluded = pair_arms(arm_a, arm_b, buckets=bk, drop_unpaired=opts.drop_unpaired)
-    with progress(f"bootstrap ({opts.n_boot:,} resamples)", None):
-        comp = compare(ps, arm_a=arm_a.name, arm_b=arm_b.name, n_boot=opts.n_boot,
-                       seed=opts.seed, stratify=opts.stratify, level=opts.level, margin=mg,
-                       min_requests=opts.min_requests, label=arm_a.label)  # fmt: skip
-    comp = hdi_eti(comp, prob=opts.level)
+    boot = opts.boot
+    with progress(f"bootstrap ({boot.n_boot:,} resamples)", None):
+        comp = compare(ps, arm_a=arm_a.name, arm_b=arm_b.name, n_boot=boot.n_boot,
+                       seed=opts.seed, stratify=boot.stratify, level=boot.level,
+                       margin=boot.margin, min_requests=boot.min_requests,
+                       label=arm_a.label)  # fmt: skip
+    comp = hdi_eti(comp, prob=boot.level)
     result = _interval_result(comp, arm_a, arm_b, excluded, options, opts.seed)
     ids = [*arm_a.sums.get_column("request_id"), *arm_b.sums.get_column("request_id")]
     result = dataclasses.replace(result, replicates=ComparisonReplicates(comp))

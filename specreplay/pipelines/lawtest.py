@@ -3,36 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.document import ignored_inputs, input_files, new_result
+from specreplay.pipelines.options import LawtestOptions
 from specreplay.replay.engine import ReplayResult, replay_archive
 from specreplay.replay.lawcases import run_cases, sample_cases, toy_arm_cases
 from specreplay.results.from_stats import law_tests
 from specreplay.results.model import InputFile, InputIgnored, Result
 from specreplay.results.privacy import IdHasher, hash_result
-from specreplay.sim.arms import parse_arm_option
-from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.lawtest import toy_cases
 
 __all__ = ["lawtest_result"]
 
 
 def lawtest_result(
-    arms_text: list[str],
-    *,
-    archive: Path | None,
-    positions: int = 8,
-    seed: int = 0,
-    family_alpha: float = 1e-5,
-    max_draws: int | None = None,
-    buckets: str = "",
-    logging_arm: str | None = None,
-    replayed: ReplayResult | None = None,
-    hash_ids: bool = False,
-    ignore: Sequence[str] = (),
+    opts: LawtestOptions, *, archive: Path | None, replayed: ReplayResult | None = None
 ) -> Result:
     """Law tests of arms on the toy laws and, given an archive, on sampled positions.
 
@@ -41,9 +28,9 @@ def lawtest_result(
     archive, on ``positions`` of its positions chosen by hash in one replay pass of the arms
     (``replayed``: a pass already made with these arms and ``law_positions``). An arm deeper
     than the archive's recorded positions is UNSUPPORTED: an error with the reason, as in
-    ``requalify``. ``ignore``: ``--ignore`` globs, entries of the archive's folder to skip.
+    ``requalify``. ``opts.ignore``: ``--ignore`` globs, entries of the archive's folder to skip.
     """
-    arms = [parse_arm_option("--arm", a) for a in arms_text]
+    arms, seed = list(opts.arms), opts.seed
     if arms:
         cases, skipped = toy_arm_cases(arms)
         cases = [c._replace(arm=f"toy:{c.arm}") for c in cases]
@@ -59,10 +46,10 @@ def lawtest_result(
             archive,
             arms,
             seed=seed,
-            buckets=Buckets.parse(buckets or DEFAULT_BUCKETS),
-            logging_arm=logging_arm,
-            law_positions=positions,
-            ignore=ignore,
+            buckets=opts.buckets,
+            logging_arm=opts.logging_arm.spelled if opts.logging_arm is not None else None,
+            law_positions=opts.positions,
+            ignore=opts.ignore,
         )
         for arm in arms:
             why = res.depth_problem(arm)
@@ -73,17 +60,18 @@ def lawtest_result(
         skipped += more_skipped
         inputs = input_files([(f.path, f.rows) for f in res.files])
         ignored = ignored_inputs((e.path, e.glob) for e in res.ignored)
-    law = run_cases(cases, skipped, seed=seed, family_alpha=family_alpha, max_draws=max_draws)
+    law = run_cases(cases, skipped, seed=seed, family_alpha=opts.family_alpha,
+                    max_draws=opts.max_draws)  # fmt: skip
     result = new_result(
         command="lawtest",
         seed=seed,
         inputs=inputs,
         options={
-            "arms": arms_text,
+            "arms": list(opts.arms_spelled),
             "archive": str(archive) if archive else None,
-            "positions": positions,
-            "family_alpha": family_alpha,
-            "max_draws": max_draws,
+            "positions": opts.positions,
+            "family_alpha": opts.family_alpha,
+            "max_draws": opts.max_draws,
         },
         assumptions=[
             "Exact output law: q_s·min(1, p/q_v) + (1 − α)·r, r ∝ max(0, p − q_v), target mass "
@@ -94,4 +82,4 @@ def lawtest_result(
         law_tests=law_tests(law),
         inputs_ignored=ignored,
     )
-    return hash_result(result, IdHasher() if hash_ids else None)  # request fields by name
+    return hash_result(result, IdHasher() if opts.hash_ids else None)  # request fields by name

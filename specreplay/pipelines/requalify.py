@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
-from specreplay.pipelines.grouping import check_by, with_by_cells
+from specreplay.pipelines.grouping import with_by_cells
 from specreplay.pipelines.importance import (
     auto_summary,
     cell_specs,
@@ -40,6 +40,7 @@ from specreplay.pipelines.importance import (
     with_auto_diagnostics,
     with_estimators,
 )
+from specreplay.pipelines.options import RequalifyOptions
 from specreplay.pipelines.shortrounds import (
     exclude_below,
     short_rounds_assumptions,
@@ -67,12 +68,10 @@ from specreplay.results.model import (
     Survival,
 )
 from specreplay.results.privacy import IdHasher, hash_result
-from specreplay.sim.arms import Arm, parse_arm, parse_arm_option
+from specreplay.sim.arms import Arm, parse_arm
 from specreplay.stats.arviz_bridge import ComparisonReplicates
-from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.cells import Cell as CellSpec
-from specreplay.stats.compare import Comparison, compare, parse_margin
-from specreplay.stats.support import ShortRounds
+from specreplay.stats.compare import Comparison, compare
 
 __all__ = [
     "ASSUMPTIONS",
@@ -396,77 +395,16 @@ def check_replayable(res: ReplayResult, arms: RequalifyArms) -> None:
             )
 
 
-@dataclass(frozen=True)
-class RequalifyOptions:
-    """Every option of a requalification (``specreplay requalify``; the demo builds its own).
-
-    ``margin`` as the user wrote it (``0.5%`` relative to R_baseline, or tokens/round);
-    ``fail_on`` the pooled requalifications that exit 1; ``families`` and ``sample_requests``
-    select requests after the one pass (the rest is counted under ``excluded``);
-    ``law_positions`` archive positions law-tested per arm; ``by`` a carried column giving
-    extra cells (:mod:`specreplay.pipelines.grouping`); ``hash_ids`` request ids hashed in every
-    output (:mod:`specreplay.results.privacy`); ``ignore`` globs of folder entries to skip
-    (``--ignore``, :mod:`specreplay.replay.archive.sources`); ``short_rounds`` what a round
-    recording fewer positions than an arm's depth does (:mod:`specreplay.pipelines.shortrounds`).
-    """
-
-    baseline: str
-    candidate: str
-    reference: str | None = None
-    estimator: str = "auto"
-    replicates: int = 16
-    margin: str = "0.5%"
-    fail_on: frozenset[str] = frozenset()
-    families: frozenset[str] | None = None
-    sample_requests: int | None = None
-    n_boot: int = 10_000
-    seed: int = 0
-    stratify: str = "family"
-    level: float = 0.95
-    min_requests: int = 10
-    buckets: str = DEFAULT_BUCKETS
-    logging_arm: str | None = None
-    ignore: tuple[str, ...] = ()
-    law_positions: int = 8
-    by: str | None = None
-    hash_ids: bool = False
-    short_rounds: ShortRounds = ShortRounds.NULL
-
-    def to_json(self, archive: Path) -> dict[str, Any]:
-        """Return the ``options`` entry of results.json."""
-        return {
-            "archive": str(archive),
-            "short_rounds": self.short_rounds.value,
-            "baseline": self.baseline,
-            "candidate": self.candidate,
-            "reference": self.reference,
-            "estimator": self.estimator,
-            "replicates": self.replicates,
-            "margin": parse_margin(self.margin).to_json(),
-            "fail_on": sorted(self.fail_on),
-            "families": sorted(self.families) if self.families else None,
-            "sample_requests": self.sample_requests,
-            "n_boot": self.n_boot,
-            "stratify": self.stratify,
-            "level": self.level,
-            "min_requests": self.min_requests,
-            "buckets": Buckets.parse(self.buckets).spec,
-            "logging_arm": self.logging_arm,
-            "by": self.by,
-            "hash_ids": self.hash_ids,
-        }
-
-
 def comparands(res: ReplayResult, arms: RequalifyArms, opts: RequalifyOptions) -> list[Comparand]:
     """Return the comparisons of a requalification: verdict, reference gain, path bias."""
     data = {k: res.side(a) for k, a in arms.all.items()}
     common: dict[str, Any] = {
-        "n_boot": opts.n_boot,
+        "n_boot": opts.boot.n_boot,
         "seed": res.seed,
-        "stratify": opts.stratify,
-        "level": opts.level,
-        "margin": parse_margin(opts.margin),
-        "min_requests": opts.min_requests,
+        "stratify": opts.boot.stratify,
+        "level": opts.boot.level,
+        "margin": opts.boot.margin,
+        "min_requests": opts.boot.min_requests,
         "label": "SIMULATED",
     }
 
@@ -551,7 +489,7 @@ def requalify_result(
     cells = merge_comparisons(parts)
     cells = with_replay_figures(cells, res, list(arms.all.values()))
     cells = with_support_nulls(cells, res)
-    if opts.estimator == AUTO:
+    if opts.replay.estimator == AUTO:
         cells = with_auto_diagnostics(cells, res, list(arms.all.values()))
     cells = with_estimators(with_excluded_rounds(cells, res), res)
     cases, skipped = sample_cases(res.law_sample, [arms.cand, arms.base], res.requests)
@@ -568,7 +506,7 @@ def requalify_result(
             **estimator_used(res, cells),
         },
         assumptions=requalify_assumptions(res)
-        + short_rounds_assumptions(opts.short_rounds, res.exclude_below),
+        + short_rounds_assumptions(opts.replay.short_rounds, res.exclude_below),
         excluded=excluded_entries([*res.excluded, *short_rounds_excluded(res)]),
         arms=list(arms.all),
         cells=cells,
@@ -602,24 +540,18 @@ def sample_requests(ids: list[str], n: int, seed: int) -> set[str]:
     return set(ranked[:n])
 
 
-def requalify_arms(
-    baseline: str, candidate: str, reference: str | None, logged: str | None
-) -> RequalifyArms:
-    """Parse the arms of a requalification by role (``logged``: the archive's logging arm).
+def requalify_arms(base: Arm, cand: Arm, ref: Arm | None, log: Arm | None) -> RequalifyArms:
+    """Return the arms of a requalification by role (``log``: the archive's logging arm).
 
     ``all`` holds every distinct arm, in the order baseline, candidate, reference, logging arm.
 
     Raises
     ------
     SpecReplayError
-        A bad arm (named by its option), or a candidate that is the baseline.
+        A candidate that is the baseline.
     """
-    base = parse_arm_option("--baseline", baseline)
-    cand = parse_arm_option("--candidate", candidate)
-    ref = parse_arm_option("--reference", reference) if reference else None
     if base.canonical == cand.canonical:
         raise SpecReplayError(f"baseline and candidate are the same arm ({base.canonical})")
-    log = parse_arm(logged) if logged is not None else None  # the reader checked it is an arm
     every: dict[str, Arm] = {}
     for a in (base, cand, ref, log):
         if a is not None:
@@ -637,21 +569,22 @@ def requalify_replayed(
 
 def requalify_open(archive: Path, opts: RequalifyOptions) -> Opened:
     """Check the options and open the archive (its first batch read): errors before any work."""
-    check_by(opts.by)
-    if opts.by is not None and opts.families is not None:
+    if opts.replay.by is not None and opts.families is not None:
         raise SpecReplayError("--by and --families: give one of them (--by cells span families)")
-    parse_margin(opts.margin)
     # the first batch is read here, through the validating reader: the logging arm is known
     # before the pass, which then goes on from the same reader (one read of every file)
     opened = OpenArchive(
         archive,
-        buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
-        logging_arm=opts.logging_arm,
-        by=opts.by,
-        columns=pass_columns(opts.estimator, opts.by),
-        ignore=opts.ignore,
+        buckets=opts.replay.buckets,
+        logging_arm=opts.replay.logging_arm_text,
+        by=opts.replay.by,
+        columns=pass_columns(opts.replay.estimator, opts.replay.by),
+        ignore=opts.replay.ignore,
     )
-    return opened, requalify_arms(opts.baseline, opts.candidate, opts.reference, opened.logging_arm)
+    log = opts.replay.logging_arm  # the option, parsed once; else the archive's column
+    if log is None and opened.logging_arm is not None:
+        log = parse_arm(opened.logging_arm)  # the reader checked it is an arm
+    return opened, requalify_arms(opts.baseline, opts.candidate, opts.reference, log)
 
 
 def requalify_run(
@@ -688,7 +621,7 @@ def requalify_opened(
         entry = run.to_json()
     if entry is not None:
         result = dataclasses.replace(result, extra={**result.extra, "replay_backend": entry})
-    return hash_result(result, IdHasher(res.requests) if opts.hash_ids else None)
+    return hash_result(result, IdHasher(res.requests) if opts.replay.hash_ids else None)
 
 
 def _passes(
@@ -700,17 +633,18 @@ def _passes(
 ) -> tuple[Result, ReplayResult]:
     """Run the one pass (shards replayed by ``run``); build the result and its ``--by`` cells."""
     reader, arms = opened
-    rows = archive_rows(archive, opts.ignore)
+    rows = archive_rows(archive, opts.replay.ignore)
     ctx = progress("replaying", rows) if progress else nullcontext(None)
-    estimator, companion = auto_passes(opts.estimator)
+    estimator, companion = auto_passes(opts.replay.estimator)
     with ctx as advance:
         res = _replay(reader, arms, opts, estimator, companion, advance, run)
-    if opts.estimator == AUTO:
+    if opts.replay.estimator == AUTO:
         res, _ = resolve_auto(res, list(arms.all.values()))
     result = requalify_result(res, arms, opts, archive)
-    if opts.by is not None:
+    if opts.replay.by is not None:
+        by = opts.replay.by
         result = with_by_cells(
-            result, opts.by, lambda level: requalify_result(res.grouped(level), arms, opts, archive)
+            result, by, lambda level: requalify_result(res.grouped(level), arms, opts, archive)
         )
     return result, res
 
@@ -728,16 +662,16 @@ def _replay(
     res = opened.replay(
         list(arms.all.values()),
         estimator=estimator,
-        replicates=opts.replicates,
-        seed=opts.seed,
+        replicates=opts.replay.replicates,
+        seed=opts.replay.seed,
         law_positions=opts.law_positions,
         progress=advance,
         companion=companion,
         runner=run.runner,
-        exclude_below=exclude_below(opts.short_rounds, arms.all.values()),
+        exclude_below=exclude_below(opts.replay.short_rounds, arms.all.values()),
     )
     n = opts.sample_requests
-    wanted = sample_requests(res.requests, n, opts.seed) if n else None
+    wanted = sample_requests(res.requests, n, opts.replay.seed) if n else None
     if opts.families is not None or wanted is not None:
         res = res.select(set(opts.families) if opts.families else None, wanted)
     check_replayable(res, arms)

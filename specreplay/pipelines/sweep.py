@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,12 +42,13 @@ import numpy as np
 
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
-from specreplay.pipelines.grouping import check_by, with_by_cells
+from specreplay.pipelines.grouping import with_by_cells
 from specreplay.pipelines.importance import (
     comparison_failure,
     with_auto_diagnostics,
     with_estimators,
 )
+from specreplay.pipelines.options import MARGIN_DEFAULT, SweepOptions, parse_margin
 from specreplay.pipelines.requalify import Comparand, estimator_used, merge_comparisons
 from specreplay.pipelines.shortrounds import (
     exclude_below,
@@ -64,23 +64,19 @@ from specreplay.replay.engine import OpenArchive, ReplayResult
 from specreplay.replay.scan import Progress
 from specreplay.results.model import Cell, DepthFigure, Label, Result, Role
 from specreplay.results.privacy import IdHasher, hash_result
-from specreplay.sim.arms import Arm, parse_arm_option
+from specreplay.sim.arms import Arm
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.arviz_bridge import DepthReplicates
-from specreplay.stats.buckets import DEFAULT_BUCKETS, Buckets
 from specreplay.stats.cells import Cell as CellSpec
-from specreplay.stats.compare import Comparison, compare, parse_margin
+from specreplay.stats.compare import Comparison, compare
 from specreplay.stats.depth import CostModel, best_depth, p_best, tokens_per_s
 from specreplay.stats.pairing import pair_arms
-from specreplay.stats.support import ShortRounds
 
 __all__ = [
     "ProxyDepths",
     "SweepOptions",
     "SweepPrepared",
     "expand_arms",
-    "expand_braces",
-    "parse_depths",
     "proxy_result",
     "sweep_prepare",
     "sweep_prepared",
@@ -89,88 +85,8 @@ __all__ = [
 ]
 
 NO_VERDICT = "depth sweep: Δ against the arm's own depth (a counterfactual check, no verdict)"
-
-
-def expand_braces(text: str) -> list[str]:
-    """Expand ``{a,b,…}`` groups (cartesian product, left to right).
-
-    Examples
-    --------
-    >>> expand_braces("top32:t0.7:dyadic{8,16}@5")
-    ['top32:t0.7:dyadic8@5', 'top32:t0.7:dyadic16@5']
-    """
-    m = re.search(r"\{([^{}]*)\}", text)
-    if m is None:
-        if "{" in text or "}" in text:
-            raise SpecReplayError(f"--arm {text!r}: unbalanced brace")
-        return [text]
-    parts = m.group(1).split(",")
-    if any(not p for p in parts):
-        raise SpecReplayError(f"--arm {text!r}: empty alternative in {{{m.group(1)}}}")
-    out: list[str] = []
-    for p in parts:
-        out += expand_braces(text[: m.start()] + p + text[m.end() :])
-    return out
-
-
-def _small_int(digits: str) -> int:
-    """Return ASCII ``digits`` as an int, 10⁵ for more than 4 significant digits.
-
-    Such a number is out of range anyway, and ``int()`` refuses more than 4,300 digits.
-    """
-    digits = digits.lstrip("0") or "0"
-    return int(digits) if len(digits) <= 4 else 10**5
-
-
-def parse_depths(text: str) -> tuple[int, ...]:
-    """Parse ``1..8`` or ``1,2,4`` (or a mix, ``1..3,6``) into sorted distinct depths ≥ 1."""
-    depths: set[int] = set()
-    for part in text.split(","):
-        m = re.fullmatch(r"\s*([0-9]+)\s*(?:\.\.\s*([0-9]+)\s*)?", part)
-        if m is None:
-            raise SpecReplayError(f"--depths {text!r}: expected 1..8 or 1,2,4")
-        lo = _small_int(m.group(1))
-        hi = _small_int(m.group(2)) if m.group(2) else lo
-        if lo < 1 or hi < lo or hi > 127:
-            raise SpecReplayError(f"--depths {text!r}: depths are 1..127, low to high")
-        depths.update(range(lo, hi + 1))
-    return tuple(sorted(depths))
-
-
-@dataclass(frozen=True)
-class SweepOptions:
-    """Every option of a sweep (``specreplay sweep``); ``ignore``: ``--ignore`` globs."""
-
-    arms: tuple[str, ...]
-    depths: tuple[int, ...] = tuple(range(1, 9))
-    baseline: str | None = None
-    margin: str = "0.5%"
-    estimator: str = "auto"
-    replicates: int = 16
-    cost: str | None = None
-    n_boot: int = 2000
-    seed: int = 0
-    stratify: str = "family"
-    level: float = 0.95
-    min_requests: int = 10
-    buckets: str = DEFAULT_BUCKETS
-    logging_arm: str | None = None
-    ignore: tuple[str, ...] = ()
-    by: str | None = None
-    hash_ids: bool = False
-    short_rounds: ShortRounds = ShortRounds.NULL
-
-    def to_json(self, archive: Path) -> dict[str, Any]:
-        """Return the ``options`` entry of results.json."""
-        return {
-            "short_rounds": self.short_rounds.value,
-            "archive": str(archive), "arms": list(self.arms), "depths": list(self.depths),
-            "baseline": self.baseline, "margin": parse_margin(self.margin).to_json(),
-            "estimator": self.estimator, "replicates": self.replicates, "cost": self.cost,
-            "n_boot": self.n_boot, "stratify": self.stratify, "level": self.level,
-            "min_requests": self.min_requests, "buckets": Buckets.parse(self.buckets).spec,
-            "logging_arm": self.logging_arm, "by": self.by, "hash_ids": self.hash_ids,
-        }  # fmt: skip
+DEPTH_MARGIN = parse_margin(MARGIN_DEFAULT)
+"""The margin of the depth-vs-reference deltas (they carry no verdict; it only fills the field)."""
 
 
 def _depth_name(arm: Arm, depth: int) -> str:
@@ -189,9 +105,10 @@ def _comparisons(res: ReplayResult, arm: Arm, opts: SweepOptions) -> dict[int, C
         name = _depth_name(arm, d) + (" (reference depth)" if d == arm.depth else "")
         other = res.side(arm, depth=d, name=name)
         ps = res.paired(ref, other)
-        out[d] = compare(ps, arm_a=ref.name, arm_b=other.name, n_boot=opts.n_boot, seed=res.seed,
-                         stratify=opts.stratify, level=opts.level, margin=parse_margin("0.5%"),
-                         min_requests=opts.min_requests, label="SIMULATED",
+        out[d] = compare(ps, arm_a=ref.name, arm_b=other.name, n_boot=opts.boot.n_boot,
+                         seed=res.seed, stratify=opts.boot.stratify, level=opts.boot.level,
+                         margin=DEPTH_MARGIN, min_requests=opts.boot.min_requests,
+                         label="SIMULATED",
                          support=res.support((arm, arm.depth), (arm, d)))  # fmt: skip
     return out
 
@@ -265,13 +182,14 @@ def fewest_bits(
     stopped: str | None = None
     for a in seq:
         ps = res.paired(base, res.side(a))
-        comp = compare(ps, arm_a=base.name, arm_b=a.canonical, n_boot=opts.n_boot, seed=res.seed,
-                       stratify=opts.stratify, level=opts.level, margin=parse_margin(opts.margin),
-                       min_requests=opts.min_requests, label="SIMULATED",
+        comp = compare(ps, arm_a=base.name, arm_b=a.canonical, n_boot=opts.boot.n_boot,
+                       seed=res.seed, stratify=opts.boot.stratify, level=opts.boot.level,
+                       margin=opts.boot.margin, min_requests=opts.boot.min_requests,
+                       label="SIMULATED",
                        support=res.support((baseline, baseline.depth), (a, a.depth)))  # fmt: skip
         parts.append(Comparand(comp, Role.CANDIDATE_VS_BASELINE))
         verdict = comp.pooled.delta.verdict
-        if verdict is not None and opts.estimator == AUTO and res.estimator == "importance":
+        if verdict is not None and opts.replay.estimator == AUTO and res.estimator == "importance":
             pooled = CellSpec("pooled", None, None, tuple(range(len(res.families))),
                               tuple(range(len(res.buckets.names))))  # fmt: skip
             if comparison_failure(res, baseline, a, pooled)[0] is not None:
@@ -284,7 +202,7 @@ def fewest_bits(
     why = None if fewest else ("no dyadic arm to test" if not seq else f"{walk[0]['arm']} is not "
                                "EQUIVALENT to the baseline")  # fmt: skip
     summary = {
-        "baseline": baseline.canonical, "margin": parse_margin(opts.margin).to_json(),
+        "baseline": baseline.canonical, "margin": opts.boot.margin.to_json(),
         "sequence": walk, "fewest_bits_equivalent": fewest, "stopped_at": stopped,
         "label": "SIMULATED", "null_reason": why,
     }  # fmt: skip
@@ -299,7 +217,7 @@ def sweep_result(
     baseline: Arm | None = None,
 ) -> Result:
     """Return the typed result of a sweep of ``arms`` over ``opts.depths`` (module docstring)."""
-    cost = CostModel.parse(opts.cost) if opts.cost else None
+    cost = opts.cost
     per_arm = {a.canonical: _comparisons(res, a, opts) for a in arms}
     parts = []
     for a in arms:
@@ -316,8 +234,8 @@ def sweep_result(
         bits_parts, extra["fewest_bits"] = fewest_bits(res, arms, baseline, opts)
         parts += bits_parts
     names = [a.canonical for a in arms]
-    cells = _with_depths(merge_comparisons(parts), names, per_arm, cost, opts.level)
-    if opts.estimator == AUTO:
+    cells = _with_depths(merge_comparisons(parts), names, per_arm, cost, opts.boot.level)
+    if opts.replay.estimator == AUTO:
         cells = with_auto_diagnostics(cells, res, res.arms)
     cells = with_estimators(with_excluded_rounds(cells, res), res)
     return new_result(
@@ -326,7 +244,7 @@ def sweep_result(
         options={**opts.to_json(archive), "replicates": res.replicates,
                  **estimator_used(res, cells)},
         assumptions=_assumptions(cost)
-        + short_rounds_assumptions(opts.short_rounds, res.exclude_below),
+        + short_rounds_assumptions(opts.replay.short_rounds, res.exclude_below),
         excluded=excluded_entries([*res.excluded, *short_rounds_excluded(res)]),
         arms=[a.canonical for a in arms], cells=cells,
         columns_not_read=res.unread or None, extra=extra,
@@ -395,7 +313,7 @@ def proxy_result(
     ``reference`` (the depth every round drafted); ``valid`` is (that depth, rounds without a
     recorded depth).
     """
-    cost = CostModel.parse(opts.cost) if opts.cost else None
+    cost = opts.cost
     ref = by_depth[reference]
     name = ref.name
     lowest, unknown = valid
@@ -410,18 +328,19 @@ def proxy_result(
             )  # fmt: skip
             continue
         other = dataclasses.replace(by_depth[d], name=f"{name}@{d}")
-        ps, _ = pair_arms(ref, other, buckets=Buckets.parse(opts.buckets))
+        ps, _ = pair_arms(ref, other, buckets=opts.replay.buckets)
         comps[d] = compare(ps, arm_a=name, arm_b=other.name,
-                           n_boot=opts.n_boot, seed=opts.seed, stratify=opts.stratify,
-                           level=opts.level, margin=parse_margin("0.5%"),
-                           min_requests=opts.min_requests, label="ESTIMATED")  # fmt: skip
+                           n_boot=opts.boot.n_boot, seed=opts.replay.seed,
+                           stratify=opts.boot.stratify, level=opts.boot.level,
+                           margin=DEPTH_MARGIN, min_requests=opts.boot.min_requests,
+                           label="ESTIMATED")  # fmt: skip
     parts = [Comparand(c, Role.DEPTH_VS_REFERENCE, NO_VERDICT, depth=d)
              for d, c in comps.items() if isinstance(c, Comparison)]  # fmt: skip
     if not parts:
         raise SpecReplayError(
             f"{path}: no depth of {list(opts.depths)} is within the proxy's range"
         )
-    cells = _with_depths(merge_comparisons(parts), [name], {name: comps}, cost, opts.level,
+    cells = _with_depths(merge_comparisons(parts), [name], {name: comps}, cost, opts.boot.level,
                          Label.ESTIMATED)  # fmt: skip
     cells = tuple(
         dataclasses.replace(c, deltas=tuple(
@@ -429,7 +348,7 @@ def proxy_result(
         for c in cells
     )  # fmt: skip
     return new_result(
-        command="sweep", seed=opts.seed, inputs=input_files(ref.files),
+        command="sweep", seed=opts.replay.seed, inputs=input_files(ref.files),
         options={**opts.to_json(path), "reference_depth": reference,
                  "estimator_used": "survival-proxy",
                  "estimator_reason": "round traces: the survival truncation proxy"},
@@ -443,16 +362,11 @@ def proxy_result(
 # traces give the survival truncation proxy instead
 
 
-def expand_arms(texts: list[str]) -> list[Arm]:
-    """Parse ``--arm`` values, brace lists expanded, distinct by canonical form, in order."""
-    arms: dict[str, Arm] = {}
-    for text in texts:
-        for one in expand_braces(text):
-            arm = parse_arm_option("--arm", one)
-            arms.setdefault(arm.canonical, arm)
+def expand_arms(arms: tuple[Arm, ...]) -> list[Arm]:
+    """Return the ``--arm`` values (parsed and brace-expanded by the options); refuse none."""
     if not arms:
         raise SpecReplayError("sweep: give at least one --arm")
-    return list(arms.values())
+    return list(arms)
 
 
 @dataclass(frozen=True)
@@ -489,7 +403,7 @@ def sweep_prepare(
     archive: Path, opts: SweepOptions, backend: Backend | None
 ) -> SweepPrepared | ProxyDepths:
     """Check every option and open the archive (errors before any work); round traces: depths."""
-    if _is_round_traces(archive, opts.ignore):
+    if _is_round_traces(archive, opts.replay.ignore):
         _no_backend(archive, backend)
         return _proxy_depths(archive, opts)
     return _prepare(archive, opts)
@@ -520,15 +434,13 @@ def _no_backend(archive: Path, backend: Backend | None) -> None:
 
 def _prepare(archive: Path, opts: SweepOptions) -> SweepPrepared:
     """Check the arms and the cost model and open the archive: errors before any work."""
-    check_by(opts.by)
-    arms = expand_arms(list(opts.arms))
-    baseline = parse_arm_option("--baseline", opts.baseline) if opts.baseline else None
+    arms = expand_arms(opts.arms)
+    baseline = opts.baseline
     replayed = list({a.canonical: a for a in [*arms, *([baseline] if baseline else [])]}.values())
-    if opts.cost:
-        CostModel.parse(opts.cost)  # a bad cost model is an error before any work
-    opened = OpenArchive(archive, buckets=Buckets.parse(opts.buckets or DEFAULT_BUCKETS),
-                         logging_arm=opts.logging_arm, ignore=opts.ignore, by=opts.by,
-                         columns=pass_columns(opts.estimator, opts.by))  # fmt: skip
+    opened = OpenArchive(archive, buckets=opts.replay.buckets,
+                         logging_arm=opts.replay.logging_arm_text, ignore=opts.replay.ignore,
+                         by=opts.replay.by,
+                         columns=pass_columns(opts.replay.estimator, opts.replay.by))  # fmt: skip
     return SweepPrepared(opened, arms, baseline, replayed)
 
 
@@ -545,7 +457,7 @@ def _swept(
         entry = run.to_json()
     if entry is not None:
         result = dataclasses.replace(result, extra={**result.extra, "replay_backend": entry})
-    return hash_result(result, IdHasher(requests) if opts.hash_ids else None)
+    return hash_result(result, IdHasher(requests) if opts.replay.hash_ids else None)
 
 
 def _swept_passes(
@@ -556,23 +468,24 @@ def _swept_passes(
     run: BackendRun,
 ) -> tuple[Result, list[str]]:
     """Run the one pass (shards replayed by ``run``); build the result and its ``--by`` cells."""
-    estimator, companion = auto_passes(opts.estimator)
+    ro = opts.replay
+    estimator, companion = auto_passes(ro.estimator)
     depth = max([*opts.depths, *(a.depth for a in prep.replayed)])
-    below = exclude_below(opts.short_rounds, prep.replayed)
-    rows = archive_rows(archive, opts.ignore)
+    below = exclude_below(ro.short_rounds, prep.replayed)
+    rows = archive_rows(archive, ro.ignore)
     ctx = progress("replaying", rows) if progress else nullcontext(None)
     with ctx as advance:
         res = prep.opened.replay(prep.replayed, estimator=estimator,
-                                 replicates=opts.replicates, seed=opts.seed, max_depth=depth,
+                                 replicates=ro.replicates, seed=ro.seed, max_depth=depth,
                                  progress=advance, companion=companion,
                                  runner=run.runner, exclude_below=below)  # fmt: skip
-    if opts.estimator == AUTO:
+    if ro.estimator == AUTO:
         res, _ = resolve_auto(res, prep.replayed)
     result = sweep_result(res, prep.arms, opts, archive, prep.baseline)
-    if opts.by is not None:
+    if ro.by is not None:
         result = with_by_cells(
             result,
-            opts.by,
+            ro.by,
             lambda level: sweep_result(res.grouped(level), prep.arms, opts, archive, prep.baseline),
         )
     return result, res.requests
@@ -594,20 +507,17 @@ def _is_round_traces(path: Path, ignore: tuple[str, ...]) -> bool:
 
 def _proxy_depths(archive: Path, opts: SweepOptions) -> ProxyDepths:
     """Check a proxy's options; return (top supported depth, lowest drafted, rounds unknown)."""
-    check_by(opts.by)
-    if opts.by is not None:
+    if opts.replay.by is not None:
         raise SpecReplayError(
-            f"--by {opts.by!r}: round traces carry no grouping columns (position traces only)"
+            f"--by {opts.replay.by!r}: round traces carry no grouping columns (position traces "
+            "only)"
         )
     if opts.arms or opts.baseline:
         raise SpecReplayError(
             f"{archive}: round traces hold observed rounds, not archived laws: --arm and "
             "--baseline apply to position traces (the proxy needs neither)"
         )
-    if opts.cost:
-        CostModel.parse(opts.cost)
-    Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
-    lowest, unknown = drafted_depths(archive, opts.ignore)
+    lowest, unknown = drafted_depths(archive, opts.replay.ignore)
     top = 0 if unknown or lowest is None else lowest
     return top, lowest, unknown
 
@@ -615,10 +525,10 @@ def _proxy_depths(archive: Path, opts: SweepOptions) -> ProxyDepths:
 def _proxy(archive: Path, opts: SweepOptions, depths: ProxyDepths) -> Result:
     """Return the survival truncation proxy of a round-trace arm at every depth (SPEC §3.5)."""
     top, lowest, unknown = depths
-    buckets = Buckets.parse(opts.buckets or DEFAULT_BUCKETS)
+    buckets = opts.replay.buckets
     supported = [d for d in opts.depths if d <= top]
     reference = top if top else max(opts.depths)
-    by_depth = {d: read_arm(archive, buckets=buckets, truncate=d, ignore=opts.ignore)
+    by_depth = {d: read_arm(archive, buckets=buckets, truncate=d, ignore=opts.replay.ignore)
                 for d in sorted({*supported, *([reference] if top else [])})}  # fmt: skip
     if not by_depth:
         raise SpecReplayError(
@@ -628,4 +538,4 @@ def _proxy(archive: Path, opts: SweepOptions, depths: ProxyDepths) -> Result:
         )
     result = proxy_result(by_depth, reference, (lowest, unknown), opts, archive)
     ids = {r for a in by_depth.values() for r in a.sums.get_column("request_id").to_list()}
-    return hash_result(result, IdHasher(ids) if opts.hash_ids else None)
+    return hash_result(result, IdHasher(ids) if opts.replay.hash_ids else None)

@@ -6,11 +6,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from specreplay.errors import InvalidArchive
 from specreplay.pipelines.builders import measured_result
+from specreplay.pipelines.options import ValidateOptions
 from specreplay.replay.scan import Progress, no_progress, scan_archive
 from specreplay.results.model import Result
 from specreplay.results.privacy import IdHasher, hash_result
@@ -19,34 +19,29 @@ __all__ = ["validate_result"]
 
 
 def validate_result(
-    path: Path,
-    *,
-    max_errors: int | None,
-    buckets: str,
-    logging_arm: str | None,
-    progress: Progress = no_progress,
-    hash_ids: bool = False,
-    ignore: Sequence[str] = (),
+    path: Path, opts: ValidateOptions, *, progress: Progress = no_progress
 ) -> Result:
     """Validate an archive; return its counts and MEASURED R as a typed result.
 
-    ``ignore``: ``--ignore`` globs, entries of a folder archive to skip (``inputs_ignored``).
+    ``opts.ignore``: ``--ignore`` globs, entries of a folder archive to skip
+    (``inputs_ignored``).
 
     Raises
     ------
     InvalidArchive
         When the archive has errors (up to ``max_errors`` of them; None: every one).
     """
+    logging_arm = opts.logging_arm.spelled if opts.logging_arm is not None else None
     scan = scan_archive(
         path,
-        buckets=buckets,
+        buckets=opts.buckets,
         logging_arm=logging_arm,
-        max_errors=max_errors,
+        max_errors=opts.max_errors,
         progress=progress,
-        ignore=ignore,
+        ignore=opts.ignore,
     )
     if scan.errors:
         raise InvalidArchive(str(path), tuple(scan.errors), scan.truncated)
-    options = {"path": str(path), "buckets": buckets, "logging_arm": logging_arm}
+    options = {"path": str(path), "buckets": opts.buckets.spec, "logging_arm": logging_arm}
     result = measured_result(scan, command="validate", seed=0, options=options)
-    return hash_result(result, IdHasher() if hash_ids else None)  # holds no id today
+    return hash_result(result, IdHasher() if opts.hash_ids else None)  # holds no id today

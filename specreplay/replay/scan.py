@@ -137,7 +137,7 @@ class ArchiveScan:
 def scan_archive(
     path: Path,
     *,
-    buckets: str,
+    buckets: Buckets | str,
     logging_arm: str | None = None,
     max_errors: int | None = 1,
     progress: Progress = no_progress,
@@ -145,11 +145,12 @@ def scan_archive(
 ) -> ArchiveScan:
     """Read, validate and accumulate MEASURED figures of an archive in one streaming pass.
 
-    ``ignore``: ``--ignore`` globs, entries of a folder archive to skip (``ArchiveScan.ignored``).
+    ``buckets``: parsed, or a specification; ``ignore``: ``--ignore`` globs, entries of a
+    folder archive to skip (``ArchiveScan.ignored``).
     """
     reader = ArchiveReader(
         path,
-        buckets=Buckets.parse(buckets),
+        buckets=buckets if isinstance(buckets, Buckets) else Buckets.parse(buckets),
         logging_arm=logging_arm,
         max_errors=max_errors,
         ignore=ignore,

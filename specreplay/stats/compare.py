@@ -113,6 +113,19 @@ class Margin:
     relative: bool
     text: str
 
+    @classmethod
+    def absolute(cls, value: float) -> Margin:
+        """Return an absolute margin of ``value`` tokens/round (as ``--margin`` ``0.01``).
+
+        >>> Margin.absolute(0.01) == parse_margin("0.01")
+        True
+        """
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and value > 0):
+            why = "should be a positive number of tokens/round"
+            raise SpecReplayError(f"--margin: {value!r} {why}")
+        return cls(float(value), False, repr(float(value)))
+
     def to_json(self) -> dict[str, Any]:
         """Return the margin as results.json shows it."""
         return {
