@@ -1,4 +1,4 @@
-"""The depth screen's TABLES.md (SPEC §3.6).
+"""The depth screen's TABLES.md (docs/methods.md#the-screens-rate-sp2).
 
 Per cell the central rate per depth, envelope, gain and rank, from the typed ``screen`` cells
 (:mod:`specreplay.pipelines.screen` builds them).
@@ -77,7 +77,7 @@ def screen_tables(result: Result) -> str:
     """TABLES.md of a screen: per cell the central rate per depth, envelope, gain and rank."""
     notes: dict[str, int] = {}
     out = [
-        "# Depth screen from run counters (SP2, SPEC §3.6)",
+        '# Depth screen from run counters (SP2, docs/methods.md, "The screen\'s rate (SP2)")',
         "",
         "Rates are aggregate tokens/s per batch, ESTIMATED; survivals and step p50 MEASURED. "
         "Envelopes are assumption envelopes (every run's survival vector × step-p50 extrema × "

@@ -690,7 +690,10 @@ def _sweep_by_cells(result: Result) -> list[str]:
 
 
 def budget_tables(result: Result) -> str:
-    """Tables of the break-even added cost per cell and of the sensitivity rows (SPEC §3.7)."""
+    """Tables of the break-even added cost per cell and of the sensitivity rows.
+
+    See docs/methods.md#the-budget-break-even-cost.
+    """
     note = _Notes()
     rows = []
     for c in result.cells:
@@ -703,7 +706,8 @@ def budget_tables(result: Result) -> str:
              fmt(b.break_even_ms, 6) + why, fmt(b.remaining_ms, 6) + why]
         )  # fmt: skip
     out = [
-        "## Budget: break-even added cost per round, ESTIMATED (SPEC §3.7)",
+        "## Budget: break-even added cost per round, ESTIMATED "
+        '(docs/methods.md, "The budget: break-even cost")',
         "",
         "x = T·Δ_lo/R_0 (from (R_0 + Δ_lo)/(T + x) = R_0/T); remaining = x − Σ known costs.",
         "",

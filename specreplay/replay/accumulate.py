@@ -1,11 +1,11 @@
 """Per-(request, bucket) sums of replayed rounds, added in archive order (bit-identical).
 
 Each batch's per-round values (:class:`~specreplay.replay.estimators.base.RoundValues`, the same
-type for every estimator) are added one round at a time, in archive order, into arrays keyed by
-the shard's request code × n_buckets + bucket, so the floating-point sums do not depend on the
-thread count or on where batches were cut (SPEC §5). :meth:`ReplayAccumulator.result` turns them
-into :class:`ArmSums`, keyed by the stable request key and bucket, in canonical order (request
-key, then bucket): the order every later aggregation follows, whatever the file layout.
+type for every estimator) are added one round at a time, in archive order, into arrays keyed by the
+shard's request code × n_buckets + bucket, so the floating-point sums do not depend on the thread
+count or on where batches were cut (docs/scale.md). :meth:`ReplayAccumulator.result` turns them into
+:class:`ArmSums`, keyed by the stable request key and bucket, in canonical order (request key, then
+bucket): the order every later aggregation follows, whatever the file layout.
 """
 
 from __future__ import annotations

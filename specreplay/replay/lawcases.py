@@ -1,4 +1,6 @@
-"""Law-test cases for arms: on the toy laws and on sampled archive positions (SPEC §3.3).
+"""Law-test cases for arms: on the toy laws and on sampled archive positions.
+
+See docs/methods.md#law-tests.
 
 An arm's sampler and verifier laws come from its policy and quantizers
 (:class:`~specreplay.sim.policy.LawCache`); the toy laws' draft law is used as the candidates'

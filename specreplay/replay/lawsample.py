@@ -1,4 +1,6 @@
-"""Law-test positions chosen by a seeded hash, collected during the replay pass (SPEC §3.3).
+"""Law-test positions chosen by a seeded hash, collected during the replay pass.
+
+See docs/methods.md#law-tests.
 
 Each position row (request key, round, position) gets 64 bits
 ``uniform_bits(seed, request key, round, position, STREAM_LAW_POSITIONS)``; the sample is the k rows

@@ -1,4 +1,4 @@
-"""cells.parquet: every figure of a result's cells as one long table (SPEC §4).
+"""cells.parquet: every figure of a result's cells as one long table (docs/outputs.md#cellsparquet).
 
 Arms are plain names (``arm``, ``arm_a``, ``arm_b``): what results.json's arm keys say in a suffix
 (``ARM (MEASURED)``, ``ARM (analytic)``, ``ARM@D (reference depth)``,
@@ -15,10 +15,10 @@ that differ between the arms ``n_differing``, ``small_sample`` and the study's c
 cell's size ``coverage_at_size``) or, for an importance replay, ``ess_share`` and ``pareto_k``
 (``depth`` = k: the tail diagnostics of the policy ratio), per depth figure ``R_at_depth``,
 ``tokens_per_s``, ``gain`` (``lo``/``hi``: the interval or, for the screen, the assumption envelope)
-and ``rank``, or, for a budget, ``break_even_ms`` and ``remaining_ms`` (SPEC §3.7); every row
-carries its cell (level, family, bucket, ``n_requests``, and for ``screen`` cells ``batch``,
-``context``, ``worker``; for ``--by`` cells ``group``, ``COLUMN=value``), ``label`` and
-``null_reason``.
+and ``rank``, or, for a budget, ``break_even_ms`` and ``remaining_ms``
+(docs/methods.md#the-budget-break-even-cost); every row carries its cell (level, family, bucket,
+``n_requests``, and for ``screen`` cells ``batch``, ``context``, ``worker``; for ``--by`` cells
+``group``, ``COLUMN=value``), ``label`` and ``null_reason``.
 """
 
 from __future__ import annotations
@@ -128,7 +128,10 @@ def _rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
 
 
 def cells_frame(result: Result) -> pl.DataFrame:
-    """Flatten the result's cells into the long table of SPEC §4 (one row per figure)."""
+    """Flatten the result's cells into the long table of.md#cellsparquet (one row per figure).
+
+    See docs/outputs.md#cellsparquet.
+    """
     split = arm_splitter(result)
     rows = [r for c in result.cells for r in _rows(c, split)]
     return pl.DataFrame(

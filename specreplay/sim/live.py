@@ -11,13 +11,15 @@ arm law
     The arm's **sampler law** at a position: its policy (:func:`~specreplay.sim.policy.policy_row`)
     on the candidates' draft log-probabilities, then its sampler quantizer
     (:func:`~specreplay.sim.policy.quantize_row`); the **verifier law** is the same policy through
-    the verifier quantizer (SPEC §3.1). The replay estimators use exactly these laws.
+    the verifier quantizer (docs/methods.md#arms-policy-and-quantizers). The replay estimators use
+    exactly these laws.
 live round
     Positions 1..d drafted autoregressively from a :class:`~specreplay.sim.toy.RoundStart` (each
     state built from the drafted prefix, so the prefix surprise moves the draft law), the drafted
     candidate x drawn by CDF inversion of the sampler law with ``u = uniform(seed, key, m, j,
     STREAM_DRAFT)`` and accepted when ``v·q^v(x) < p(x)`` with ``v = uniform(seed, key, m, j,
-    STREAM_ACCEPT)`` (SPEC §1); ``m`` is the replicate, passed as the round index.
+    STREAM_ACCEPT)`` (docs/methods.md#rounds-retained-tokens-and-r); ``m`` is the replicate, passed
+    as the round index.
 
 Decisions
 ---------
@@ -210,7 +212,8 @@ def _one_round(
         x = draw_cdf(qs, uniform(seed, rkey, m, np.int64(j), STREAM_DRAFT_I64))
         px = p[cand[x]]
         v = uniform(seed, rkey, m, np.int64(j), STREAM_ACCEPT_I64)
-        if not v * qv[x] < px:  # SPEC §1: accept when v·q^v(x) < p(x)
+        # docs/methods.md#rounds-retained-tokens-and-r: accept when v·q^v(x) < p(x)
+        if not v * qv[x] < px:
             return np.int64(j - 1)
         surprise = surprise_step(surprise, lp[x], px)
         a, b = b, ids[cand[x]]

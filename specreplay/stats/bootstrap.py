@@ -1,4 +1,6 @@
-"""Paired cluster bootstrap of retained tokens per round, by family × context bucket (SPEC §3.4).
+"""Paired cluster bootstrap of retained tokens per round, by family × context bucket.
+
+See docs/methods.md#the-paired-bootstrap.
 
 The input is the seam of the architecture: per request (the resampling unit) its family, and per
 request × context bucket × arm the rounds n and retained tokens t (:class:`PairedSums`). Replicate

@@ -1,4 +1,6 @@
-"""The default interval of a cell: CR2, effective df, Hall's transformation (SPEC §3.4, issue 10).
+"""The default interval of a cell: CR2, effective df, Hall's transformation (issue 10).
+
+See docs/methods.md#the-default-interval-cr2-effective-df-halls-correction.
 
 Every figure a cell compares is a ratio of sums over the cell's requests (the request is the
 unit): R = Σ t_i / Σ n_i of one arm, Δ = R_b − R_a and Δ/R_a = R_b/R_a − 1. For each the module

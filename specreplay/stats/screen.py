@@ -1,4 +1,4 @@
-"""The SP2 depth screen from run counters (SPEC §3.6, seed 001_*): pure arithmetic.
+"""The SP2 depth screen from run counters (docs/methods.md#the-screens-rate-sp2): pure arithmetic.
 
 Terms. A **run** is one benchmark run of one (batch, context, worker) **cell**: its rounds
 ``n_r`` (``request_rounds``, or vLLM's drafts) and its survival counts ``a_r[i]`` = rounds whose
@@ -49,12 +49,18 @@ __all__ = [
 ]
 
 H_MS: tuple[float, ...] = (28.79, 31.86, 34.44, 37.76, 41.56, 43.68)
-"""Historical verify time per depth (ms), indexed from depth 0 (seed 001_*: CONFIG slope only)."""
+"""Historical verify time per depth (ms), indexed from depth 0 (CONFIG slope only).
+
+See docs/methods.md#the-screens-rate-sp2.
+"""
 
 
 @dataclass(frozen=True)
 class ScreenParams:
-    """The screen's assumptions (SPEC §3.6 defaults); every grid is configurable."""
+    """The screen's assumptions (.md#the-screens-rate-sp2 defaults); every grid is configurable.
+
+    See docs/methods.md#the-screens-rate-sp2.
+    """
 
     trained_block: int = 5
     depths: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
@@ -115,7 +121,10 @@ class ScreenCell:
 
 
 def pooled_survival(runs: Sequence[ScreenRun], k: int) -> npt.NDArray[np.float64]:
-    """S_i = Σ_r a_r[i] / Σ_r n_r for i = 1..k (SPEC §3.6: pooled counts, never products)."""
+    """S_i = Σ_r a_r[i] / Σ_r n_r for i = 1..k (: pooled counts, never products).
+
+    See docs/methods.md#the-screens-rate-sp2.
+    """
     acc = np.array([r.accepted[:k] for r in runs], dtype=np.float64).reshape(len(runs), k)
     return acc.sum(axis=0) / float(sum(r.rounds for r in runs))
 
@@ -133,7 +142,10 @@ def round_ms(
     overhead: float,
     slope: float,
 ) -> float:
-    """round_B(d) = T_B − e_ref + s·B·(H[d] − H[c_B]) + (1 − overlap)·D_B + overhead (SPEC §3.6)."""
+    """round_B(d) = T_B − e_ref + s·B·(H[d] − H[c_B]) + (1 − overlap)·D_B + overhead.
+
+    See docs/methods.md#the-screens-rate-sp2.
+    """
     v = t_ms - e_ref + slope * batch * (h_ms[depth] - h_ms[cap])
     return v + (1.0 - overlap) * draft_ms + overhead
 

@@ -1,4 +1,6 @@
-"""Reading the depth screen's inputs (SPEC §2.3): run-counter JSONL, vLLM metrics, the TOML config.
+"""Reading the depth screen's inputs: run-counter JSONL, vLLM metrics, the TOML config.
+
+See docs/inputs.md#run-counters-and-vllm-scrapes.
 
 **Run counters** (JSON Lines, one run a line): ``suite``, ``worker`` (strings), ``batch`` (B ≥ 1),
 ``context`` (nominal, integer ≥ 0), ``request_rounds`` (≥ 1), ``accepted_position`` (list of the
@@ -211,7 +213,10 @@ def _survivals(counts: Any, rounds: int, where: str, key: str) -> tuple[int, ...
 
 
 def read_counter_runs(path: Path) -> list[CounterRun]:
-    """Read a run-counter JSONL file (SPEC §2.3); one :class:`CounterRun` per non-blank line."""
+    """Read a run-counter JSONL file; one :class:`CounterRun` per non-blank line.
+
+    See docs/inputs.md#run-counters-and-vllm-scrapes.
+    """
     runs: list[CounterRun] = []
     for lineno, line in _lines(path):
         if not line.strip():

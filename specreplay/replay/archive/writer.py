@@ -1,10 +1,10 @@
 """TraceWriter: write a position-trace archive (schema v1) the way a serving engine would log it.
 
-A writer takes rows (dicts) or polars frames in archive order and writes one of the input forms
-of SPEC §2.1: a directory of Parquet shards (``part-00000.parquet`` …), one Parquet file, a
-directory of Arrow IPC shards (``part-00000.arrow`` …), one Arrow IPC file (``.arrow``, ``.ipc``,
-``.feather``), or one JSON Lines file. Every file is written under a temporary name and renamed
-when complete, so a reader never sees a half-written shard.
+A writer takes rows (dicts) or polars frames in archive order and writes one of the input forms of
+docs/inputs.md#position-traces-schema-v1: a directory of Parquet shards (``part-00000.parquet`` …),
+one Parquet file, a directory of Arrow IPC shards (``part-00000.arrow`` …), one Arrow IPC file
+(``.arrow``, ``.ipc``, ``.feather``), or one JSON Lines file. Every file is written under a
+temporary name and renamed when complete, so a reader never sees a half-written shard.
 
 **Runs are never mixed** (issue 9). A folder is written whole: its shards go to a temporary
 folder beside it (``.NAME.tmp-PID``) with the manifest ``CAPTURE.json`` (``"written_by":

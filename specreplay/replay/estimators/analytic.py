@@ -1,11 +1,11 @@
 """Analytic replay fused with quantization: one pass from the policy law to per-round values.
 
-The analytic estimator (SPEC §3.2) needs, per position, α_j = Σ_x q^s_j(x)·a_j(x) with the
-quantized sampler law q^s and a_j(x) = min(1, p_j(x)/q^v_j(x)). Computing the quantized laws
-into full arrays first (:func:`~specreplay.sim.policy.quantize`) and reading them back in the
-replay kernel moves 24 bytes per candidate through memory for every arm; this kernel quantizes
-each row into a few registers' worth of scratch and forms α at once, so the policy law is read
-once per arm and nothing per candidate is written. The policy law itself is still computed once
+The analytic estimator (docs/methods.md#the-analytic-estimator) needs, per position, α_j = Σ_x
+q^s_j(x)·a_j(x) with the quantized sampler law q^s and a_j(x) = min(1, p_j(x)/q^v_j(x)). Computing
+the quantized laws into full arrays first (:func:`~specreplay.sim.policy.quantize`) and reading them
+back in the replay kernel moves 24 bytes per candidate through memory for every arm; this kernel
+quantizes each row into a few registers' worth of scratch and forms α at once, so the policy law is
+read once per arm and nothing per candidate is written. The policy law itself is still computed once
 per batch per distinct policy and shared by the arms that use it
 (:class:`~specreplay.sim.policy.LawCache`).
 
@@ -412,7 +412,9 @@ def analytic_rounds(
 
 
 class AnalyticEstimator(Estimator):
-    """``analytic``: E[1 + A] = 1 + Σ_k Π_{j≤k} α_j, exact given the laws (SPEC §3.2).
+    """``analytic``: E[1 + A] = 1 + Σ_k Π_{j≤k} α_j, exact given the laws.
+
+    See docs/methods.md#the-analytic-estimator.
 
     Each arm quantizes its policy law row by row inside the replay; the policy law is computed
     once per batch per distinct policy (:meth:`~specreplay.sim.policy.LawCache.policy`).

@@ -1,17 +1,19 @@
 """Replay kernels: Monte Carlo and analytic retained tokens per round, for every depth at once.
 
-Terms (SPEC §1, §3.2). A **round** replays the archived positions 1..D of one archived round under
-an arm: at position j the sampler law q^s_j drafts x (CDF inversion of a uniform u), the verifier
-accepts when v·q^v_j(x) < p_j(x) (v a second uniform), and the round stops at the first rejection.
-A = accepted drafts; the round retains 1 + A tokens. Replaying depth d ≤ D truncates the same draws
-at d, so one pass gives every depth 1..D (**path assumption**: the archived laws are used as if
-they did not depend on what was drafted before).
+Terms (docs/methods.md#rounds-retained-tokens-and-r, docs/methods.md#the-monte-carlo-estimator). A
+**round** replays the archived positions 1..D of one archived round under an arm: at position j the
+sampler law q^s_j drafts x (CDF inversion of a uniform u), the verifier accepts when v·q^v_j(x) <
+p_j(x) (v a second uniform), and the round stops at the first rejection. A = accepted drafts; the
+round retains 1 + A tokens. Replaying depth d ≤ D truncates the same draws at d, so one pass gives
+every depth 1..D (**path assumption**: the archived laws are used as if they did not depend on what
+was drafted before).
 
 - **montecarlo**: M replicates; replicate m of position j of round r uses
   ``uniform(seed, request_key, round, j, stream + STREAMS_PER_REPLICATE·m)``: every arm of a run
   sees the same (u, v) for the same (request, round, position, replicate) (common random numbers).
-  Float laws draw x as the first candidate whose cumulative sum exceeds u; dyadic laws draw
-  k = ⌊u·2^53⌋ >> (53 − N) against the integer cumulative sums (SPEC §3.2).
+  Float laws draw x as the first candidate whose cumulative sum exceeds u; dyadic laws draw k =
+  ⌊u·2^53⌋ >> (53 − N) against the integer cumulative sums
+  (docs/methods.md#the-monte-carlo-estimator).
 - **analytic** (Rao-Blackwellised): α_j = Σ_x q^s_j(x)·a_j(x) with a_j(x) = min(1, p_j(x)/q^v_j(x))
   (1 when q^v = 0 < p, 0 when p = 0), E[1 + A] at depth d = 1 + Σ_{k≤d} Π_{j≤k} α_j.
 
@@ -209,7 +211,9 @@ def replay_rounds(
 
 
 class MonteCarloEstimator(Estimator):
-    """``montecarlo``: M replicates per round with common random numbers (SPEC §3.2).
+    """``montecarlo``: M replicates per round with common random numbers.
+
+    See docs/methods.md#the-monte-carlo-estimator.
 
     The quantized laws and their dyadic integers are computed once per batch per distinct
     (policy, quantizer) (:meth:`~specreplay.sim.policy.LawCache.laws`).
