@@ -55,8 +55,15 @@ def _cell_section(c: Cell, notes: dict[str, int]) -> list[str]:
         + (f", {fmt(best.tokens_per_s, 1)} tok/s." if best else "."),
         "",
     ]
-    header = ["depth", "rate tok/s", "envelope", f"gain vs c_B={s.cap} [envelope]",
-              "1+ΣS_i", "round ms", "rank"]  # fmt: skip
+    header = [
+        "depth",
+        "rate tok/s",
+        "envelope",
+        f"gain vs c_B={s.cap} [envelope]",
+        "1+ΣS_i",
+        "round ms",
+        "rank",
+    ]
     return [*head, markdown_table(header, [_depth_row(d, notes) for d in c.depths]), ""]
 
 
@@ -67,8 +74,10 @@ def _presence(cells: Sequence[Cell]) -> list[str]:
         mine = {(c.batch, c.context) for c in cells if c.worker == worker}
         batches = sorted({b for b, _ in mine if b is not None})
         contexts = sorted({x for _, x in mine if x is not None})
-        rows = [[f"B{b}", *("screened" if (b, x) in mine else "absent" for x in contexts)]
-                for b in batches]  # fmt: skip
+        rows = [
+            [f"B{b}", *("screened" if (b, x) in mine else "absent" for x in contexts)]
+            for b in batches
+        ]
         out += [f"Worker {worker}:", "", markdown_table(["batch", *map(str, contexts)], rows), ""]
     return out
 

@@ -270,17 +270,37 @@ class ReplayAccumulator:
         if at is None or at.shape[0] != keys.shape[0]:
             at = np.full(keys.shape[0], NO_ROUND, np.int64)
         _add_rounds(
-            keys, values.depth, values.t, values.var, values.surv, values.offpath, at,
-            a["n"], a["short"], a["short_at"], a["t"], a["var"], a["surv"], a["offpath"],
-        )  # fmt: skip
+            keys,
+            values.depth,
+            values.t,
+            values.var,
+            values.surv,
+            values.offpath,
+            at,
+            a["n"],
+            a["short"],
+            a["short_at"],
+            a["t"],
+            a["var"],
+            a["surv"],
+            a["offpath"],
+        )
         if values.ratio is not None:
             bound = values.bound if values.bound is not None else values.ratio
             moment = values.moment if values.moment is not None else values.ratio**2
             _add_ratios(
-                keys, values.depth, values.ratio, bound, moment,
-                a["ratio_sum"], a["ratio_sq"], a["ratio_min"], a["ratio_max"], a["bound_max"],
+                keys,
+                values.depth,
+                values.ratio,
+                bound,
+                moment,
+                a["ratio_sum"],
+                a["ratio_sq"],
+                a["ratio_min"],
+                a["ratio_max"],
+                a["bound_max"],
                 a["moment_max"],
-            )  # fmt: skip
+            )
 
     def exclude(self, keys: NDArray[np.int64]) -> None:
         """Count rounds left out (``--short-rounds exclude``) under their keys."""

@@ -136,9 +136,15 @@ def sample_cases(
     keys_rounds = zip(sample.request_key, sample.round, strict=True)
     where = [(ids.get(int(k)), int(n)) for k, n in keys_rounds]
     return _cases_from_rows(
-        arms, off, sample.draft_logprobs, tp, p_other, [int(p) for p in sample.position], rows,
+        arms,
+        off,
+        sample.draft_logprobs,
+        tp,
+        p_other,
+        [int(p) for p in sample.position],
+        rows,
         where,
-    )  # fmt: skip
+    )
 
 
 def run_cases(

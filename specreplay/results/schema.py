@@ -92,9 +92,20 @@ def results_schema() -> dict[str, Any]:
     root["properties"]["schema"] = {"type": "string", "enum": [SCHEMA_ID]}
     root["properties"]["environment"] = _ENVIRONMENT
     root["required"] = [
-        "schema", "command", "version", "created_utc", "seed", "environment", "inputs",
-        "options", "assumptions", "excluded", "arms", "law_tests", "cells",
-    ]  # fmt: skip
+        "schema",
+        "command",
+        "version",
+        "created_utc",
+        "seed",
+        "environment",
+        "inputs",
+        "options",
+        "assumptions",
+        "excluded",
+        "arms",
+        "law_tests",
+        "cells",
+    ]
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,

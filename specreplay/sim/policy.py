@@ -524,9 +524,18 @@ def quantize(
         hist = np.empty(HIST_BINS, np.int64)
         for i in range(c * n_rows // n_chunks, (c + 1) * n_rows // n_chunks):
             ok[i] = quantize_row(
-                q, offsets[i], offsets[i + 1], kind_code, bits, rounding_code, out_q, out_m,
-                key, order, hist,
-            )  # fmt: skip
+                q,
+                offsets[i],
+                offsets[i + 1],
+                kind_code,
+                bits,
+                rounding_code,
+                out_q,
+                out_m,
+                key,
+                order,
+                hist,
+            )
     for i in range(n_rows):
         if not ok[i]:
             raise AssertionError("dyadic quantizer: integers do not sum to 2^N (internal bug)")

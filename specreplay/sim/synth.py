@@ -193,9 +193,18 @@ def _simulate_request(
             row = rr * depth + (j - 1)
             key = state_key_kernel(fam, ctx + j - 1, a, b)
             ts[j - 1] = position_laws(
-                key, fam, ctx + j - 1, np.int64(j), surprise, fp, gp,
-                ids[j - 1], p[j - 1], logq1[j - 1], cand[j - 1],
-            )  # fmt: skip
+                key,
+                fam,
+                ctx + j - 1,
+                np.int64(j),
+                surprise,
+                fp,
+                gp,
+                ids[j - 1],
+                p[j - 1],
+                logq1[j - 1],
+                cand[j - 1],
+            )
             for c in range(n_cand):
                 k = cand[j - 1, c]
                 cand_ids[row, c] = ids[j - 1, k]
@@ -231,16 +240,28 @@ def _simulate_request(
             j = n_acc + 1
             row = rr * depth + (j - 1)
             y = sample_residual(
-                ids[j - 1], p[j - 1], cand[j - 1], emitted_q[row], ts[j - 1], states[row], gp,
+                ids[j - 1],
+                p[j - 1],
+                cand[j - 1],
+                emitted_q[row],
+                ts[j - 1],
+                states[row],
+                gp,
                 uniform(seed, rkey, np.int64(r), np.int64(j), STREAM_RESIDUAL_I64),
-            )  # fmt: skip
+            )
         else:  # bonus token from the target at position depth + 1
             key = state_key_kernel(fam, ctx + depth, a, b)
             ids_b, p_b, ts_b = target_law_alloc(key, fam, n_explicit, fp, gp)
             y = sample_residual(
-                ids_b, p_b, np.empty(0, dtype=np.int64), np.empty(0), ts_b, key, gp,
+                ids_b,
+                p_b,
+                np.empty(0, dtype=np.int64),
+                np.empty(0),
+                ts_b,
+                key,
+                gp,
                 uniform(seed, rkey, np.int64(r), np.int64(depth + 1), STREAM_RESIDUAL_I64),
-            )  # fmt: skip
+            )
         round_bonus[rr] = y
         t1 = drafted[rr * depth + n_acc - 1] if n_acc >= 1 else t2
         t2 = y

@@ -177,8 +177,18 @@ def screen_cell(
     def rate(
         s: npt.NDArray[np.float64], d: int, t: float, ov: float, oh: float, sl: float
     ) -> float:
-        rnd = round_ms(t_ms=t, e_ref=e_ref, batch=batch, depth=d, cap=cap, h_ms=params.h_ms,
-                       draft_ms=draft_ms, overlap=ov, overhead=oh, slope=sl)  # fmt: skip
+        rnd = round_ms(
+            t_ms=t,
+            e_ref=e_ref,
+            batch=batch,
+            depth=d,
+            cap=cap,
+            h_ms=params.h_ms,
+            draft_ms=draft_ms,
+            overlap=ov,
+            overhead=oh,
+            slope=sl,
+        )
         numer = batch * (1.0 + float(s[:d].sum()))  # E_B(d)
         return 1000.0 * numer / rnd if rnd > 0 else float("nan")
 
@@ -192,16 +202,25 @@ def screen_cell(
         central = rate(s_pooled, d, t_b, params.overlap, params.overhead_ms, params.slope)
         rates = np.array([rate(s, d, *c) for s, *c in combos])
         base = np.array([rate(s, cap, *c) for s, *c in combos]) if cap_ok else None
-        depths.append(_depth_figures(d, s_pooled, per_run, t_b, e_ref, batch, cap, draft_ms,
-                                     params, central, rates, base))  # fmt: skip
+        depths.append(
+            _depth_figures(
+                d, s_pooled, per_run, t_b, e_ref, batch, cap, draft_ms, params, central, rates, base
+            )
+        )
     central_cap = next((x.rate for x in depths if x.depth == cap and x.supported), None)
     depths = _with_gain_and_rank(depths, central_cap)
     return ScreenCell(
-        batch=batch, cap=cap, draft_p50_ms=draft_ms, e_ref_ms=e_ref, step_p50_ms=t_b,
-        step_p50_min_ms=float(steps.min()), step_p50_max_ms=float(steps.max()),
-        rounds=sum(r.rounds for r in runs), survival=tuple(float(x) for x in s_pooled),
+        batch=batch,
+        cap=cap,
+        draft_p50_ms=draft_ms,
+        e_ref_ms=e_ref,
+        step_p50_ms=t_b,
+        step_p50_min_ms=float(steps.min()),
+        step_p50_max_ms=float(steps.max()),
+        rounds=sum(r.rounds for r in runs),
+        survival=tuple(float(x) for x in s_pooled),
         depths=tuple(depths),
-    )  # fmt: skip
+    )
 
 
 def _unsupported(d: int, *, k: int, cap: int, block: int, n_h: int) -> str | None:
@@ -234,9 +253,18 @@ def _depth_figures(
     rates: npt.NDArray[np.float64],
     base: npt.NDArray[np.float64] | None,
 ) -> ScreenDepth:
-    rnd = round_ms(t_ms=t_b, e_ref=e_ref, batch=batch, depth=d, cap=cap, h_ms=params.h_ms,
-                   draft_ms=draft_ms, overlap=params.overlap, overhead=params.overhead_ms,
-                   slope=params.slope)  # fmt: skip
+    rnd = round_ms(
+        t_ms=t_b,
+        e_ref=e_ref,
+        batch=batch,
+        depth=d,
+        cap=cap,
+        h_ms=params.h_ms,
+        draft_ms=draft_ms,
+        overlap=params.overlap,
+        overhead=params.overhead_ms,
+        slope=params.slope,
+    )
     per_run_tpr = [1.0 + float(s[:d].sum()) for s in per_run]
     bad = bool(np.isnan(rates).any())
     gains = rates / base - 1.0 if base is not None else None

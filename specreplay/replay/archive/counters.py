@@ -140,8 +140,15 @@ class ScreenConfig:
     vllm: tuple[VllmEntry, ...]
 
 
-_RUN_KEYS = ("suite", "worker", "batch", "context", "request_rounds", "accepted_position",
-             "step_p50_ms")  # fmt: skip
+_RUN_KEYS = (
+    "suite",
+    "worker",
+    "batch",
+    "context",
+    "request_rounds",
+    "accepted_position",
+    "step_p50_ms",
+)
 
 
 def _int(value: Any, key: str, where: str, lo: int) -> int:
@@ -453,8 +460,10 @@ def _one_model(samples: dict[Series, float], path: Path, model: str | None) -> d
     Two ``model_name`` values without ``model`` are refused, naming the series: summed, they
     would give a figure of neither model.
     """
-    names = {n: sorted({dict(labels).get("model_name", "") for m, labels in samples if m == n})
-             for n in VLLM_METRICS.values()}  # fmt: skip
+    names = {
+        n: sorted({dict(labels).get("model_name", "") for m, labels in samples if m == n})
+        for n in VLLM_METRICS.values()
+    }
     if model is None:
         for name, models in names.items():
             if len(models) > 1:

@@ -195,8 +195,9 @@ def read_arm(
         skip = question_file.resolve()
     files, ignored = _list_files(path, skip=skip, ignore=ignore)
     kind, first_line = _detect_all(files)
-    _check_kind_options(kind, files[0].path, first_line, path, question_file, choice, drafted,
-                        truncate)  # fmt: skip
+    _check_kind_options(
+        kind, files[0].path, first_line, path, question_file, choice, drafted, truncate
+    )
     opts = _Options(buckets, question_file, choice, drafted, counts=[], truncate=truncate)
     sums, notes = _READERS[kind](files, opts)
     if sums.height == 0:
@@ -214,9 +215,15 @@ def read_arm(
 
 
 def _check_kind_options(
-    kind: str, first: Path, first_line: int, path: Path, question_file: Path | None,
-    choice: int, drafted: int | None, truncate: int | None,
-) -> None:  # fmt: skip
+    kind: str,
+    first: Path,
+    first_line: int,
+    path: Path,
+    question_file: Path | None,
+    choice: int,
+    drafted: int | None,
+    truncate: int | None,
+) -> None:
     """Raise when an option does not apply to the detected format (or one it needs is missing)."""
     files0 = first
     if kind != "spec-bench" and drafted is not None:

@@ -357,8 +357,12 @@ class TraceWriter:
         self._n_rows += frame.height
 
     def _writer_record(self, shards: list[str]) -> dict[str, Any]:
-        return {"writer": self.writer_id, "pid": os.getpid(), "shards": shards,
-                "rows": self._n_rows}  # fmt: skip
+        return {
+            "writer": self.writer_id,
+            "pid": os.getpid(),
+            "shards": shards,
+            "rows": self._n_rows,
+        }
 
     def _commit(self, stage: Path) -> list[Path]:
         """Put the staged run in place (new: rename; replace: swap; append: add shards)."""
@@ -401,8 +405,10 @@ class TraceWriter:
             if _entries(target):
                 found = check_capture_folder(target)
                 self._check_append(target, found)
-                manifest = {**found, "writers": [*found.get("writers", []),
-                                                 self._writer_record(shards)]}  # fmt: skip
+                manifest = {
+                    **found,
+                    "writers": [*found.get("writers", []), self._writer_record(shards)],
+                }
                 if not found.get("columns"):
                     manifest["columns"] = self._columns or {}
                 manifest["logging_arms"] = sorted(set(found.get("logging_arms", [])) | self._arms)

@@ -343,9 +343,23 @@ def _analytic_kernel(
                     alpha, a_dr, _, ok = _alpha_dyadic_nearest(qrow, p[lo:hi], s_bits, dr, frac)
                 if not ok:
                     alpha, a_dr = _alpha_generic(
-                        qrow, p[lo:hi], dr, s_kind, s_bits, s_round, matched, v_kind, v_bits,
-                        v_round, qs, qv, m, key, order, hist,
-                    )  # fmt: skip
+                        qrow,
+                        p[lo:hi],
+                        dr,
+                        s_kind,
+                        s_bits,
+                        s_round,
+                        matched,
+                        v_kind,
+                        v_bits,
+                        v_round,
+                        qs,
+                        qv,
+                        m,
+                        key,
+                        order,
+                        hist,
+                    )
                 st = advance(st, alpha, a_dr)
                 s_an[r, j] = st[0]
                 t_an[r, j] = st[2]
@@ -402,12 +416,24 @@ def analytic_rounds(
     if n == 0:
         return out
     _analytic_kernel(
-        offsets, q_policy, target_probs, drafted_idx, round_offsets,
-        KIND_CODES[sampler.kind], sampler.bits, ROUNDING_CODES[sampler.rounding],
-        sampler == verifier, KIND_CODES[verifier.kind], verifier.bits,
-        ROUNDING_CODES[verifier.rounding], int(max_depth), out.depth, out.t,
-        out.surv, out.offpath,
-    )  # fmt: skip
+        offsets,
+        q_policy,
+        target_probs,
+        drafted_idx,
+        round_offsets,
+        KIND_CODES[sampler.kind],
+        sampler.bits,
+        ROUNDING_CODES[sampler.rounding],
+        sampler == verifier,
+        KIND_CODES[verifier.kind],
+        verifier.bits,
+        ROUNDING_CODES[verifier.rounding],
+        int(max_depth),
+        out.depth,
+        out.t,
+        out.surv,
+        out.offpath,
+    )
     return out
 
 
@@ -437,7 +463,13 @@ class AnalyticEstimator(Estimator):
         """Analytic values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
         law = cache.policy(arm.policy)
         return analytic_rounds(
-            offsets=batch.offsets, target_probs=batch.target_probs, q_policy=law.q,
-            sampler=arm.sampler, verifier=arm.verifier, drafted_idx=batch.drafted_idx,
-            round_offsets=batch.round_offsets, max_depth=max_depth, flag=law.flag,
-        )  # fmt: skip
+            offsets=batch.offsets,
+            target_probs=batch.target_probs,
+            q_policy=law.q,
+            sampler=arm.sampler,
+            verifier=arm.verifier,
+            drafted_idx=batch.drafted_idx,
+            round_offsets=batch.round_offsets,
+            max_depth=max_depth,
+            flag=law.flag,
+        )

@@ -227,8 +227,9 @@ def _importance_kernel(
                 lo = offsets[row]
                 hi = offsets[row + 1]
                 dr = int(drafted[row])
-                qs_x, qv_x, off, b_j, m_j = _row_laws(q[lo:hi], p[lo:hi], q_log[lo:hi], dr,
-                                                      fast, codes, matched, scratch)  # fmt: skip
+                qs_x, qv_x, off, b_j, m_j = _row_laws(
+                    q[lo:hi], p[lo:hi], q_log[lo:hi], dr, fast, codes, matched, scratch
+                )
                 if off:
                     flag[row] |= FLAG_LOGGING_SUPPORT
                 x = lo + dr
@@ -313,15 +314,35 @@ def importance_rounds(
     )
     flag_in = flag if flag is not None else np.zeros(n_rows, np.int8)
     codes = np.array(
-        [KIND_CODES[sampler.kind], sampler.bits, ROUNDING_CODES[sampler.rounding],
-         KIND_CODES[verifier.kind], verifier.bits, ROUNDING_CODES[verifier.rounding]],
+        [
+            KIND_CODES[sampler.kind],
+            sampler.bits,
+            ROUNDING_CODES[sampler.rounding],
+            KIND_CODES[verifier.kind],
+            verifier.bits,
+            ROUNDING_CODES[verifier.rounding],
+        ],
         np.int64,
-    )  # fmt: skip
+    )
     _importance_kernel(
-        offsets, q_policy, target_probs, q_logging, drafted_idx, round_offsets, codes,
-        sampler == verifier, int(max_depth), flag_in, out.depth, out.t, out.surv, out.flag,
-        ratio, bound, moment,
-    )  # fmt: skip
+        offsets,
+        q_policy,
+        target_probs,
+        q_logging,
+        drafted_idx,
+        round_offsets,
+        codes,
+        sampler == verifier,
+        int(max_depth),
+        flag_in,
+        out.depth,
+        out.t,
+        out.surv,
+        out.flag,
+        ratio,
+        bound,
+        moment,
+    )
     return out
 
 
@@ -372,8 +393,14 @@ class ImportanceEstimator(Estimator):
         q_log = logging_law(batch, cache, logging)
         law = cache.policy(arm.policy)
         return importance_rounds(
-            offsets=batch.offsets, target_probs=batch.target_probs, q_policy=law.q,
-            sampler=arm.sampler, verifier=arm.verifier, q_logging=q_log,
-            drafted_idx=batch.drafted_idx, round_offsets=batch.round_offsets,
-            max_depth=max_depth, flag=law.flag,
-        )  # fmt: skip
+            offsets=batch.offsets,
+            target_probs=batch.target_probs,
+            q_policy=law.q,
+            sampler=arm.sampler,
+            verifier=arm.verifier,
+            q_logging=q_log,
+            drafted_idx=batch.drafted_idx,
+            round_offsets=batch.round_offsets,
+            max_depth=max_depth,
+            flag=law.flag,
+        )

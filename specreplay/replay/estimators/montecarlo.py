@@ -200,10 +200,27 @@ def replay_rounds(
     offpath = np.empty((n, 4))
     ms = m_sampler if (m_sampler is not None and bits > 0) else np.zeros(0, np.int64)
     _replay_kernel(
-        offsets, target_probs, q_sampler, ms, int(bits), q_verifier, drafted_idx,
-        round_offsets, round_key, round_index, np.uint64(seed), int(replicates), int(max_depth),
-        depth, t_an, s_an, t_mc, v_mc, s_mc, offpath,
-    )  # fmt: skip
+        offsets,
+        target_probs,
+        q_sampler,
+        ms,
+        int(bits),
+        q_verifier,
+        drafted_idx,
+        round_offsets,
+        round_key,
+        round_index,
+        np.uint64(seed),
+        int(replicates),
+        int(max_depth),
+        depth,
+        t_an,
+        s_an,
+        t_mc,
+        v_mc,
+        s_mc,
+        offpath,
+    )
     row_flag = flag if flag is not None else np.zeros(drafted_idx.shape[0], np.int8)
     if replicates == 0:
         return RoundValues(depth, t_an, np.zeros((n, max_depth)), s_an, offpath, row_flag)
@@ -242,9 +259,18 @@ class MonteCarloEstimator(Estimator):
         """Monte Carlo values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
         laws = cache.laws(arm)
         return replay_rounds(
-            offsets=batch.offsets, target_probs=batch.target_probs, q_sampler=laws.q_sampler,
-            m_sampler=laws.m_sampler, bits=laws.sampler_bits, q_verifier=laws.q_verifier,
-            drafted_idx=batch.drafted_idx, round_offsets=batch.round_offsets,
-            round_key=batch.round_key, round_index=batch.round_index, seed=seed,
-            replicates=replicates, max_depth=max_depth, flag=laws.flag,
-        )  # fmt: skip
+            offsets=batch.offsets,
+            target_probs=batch.target_probs,
+            q_sampler=laws.q_sampler,
+            m_sampler=laws.m_sampler,
+            bits=laws.sampler_bits,
+            q_verifier=laws.q_verifier,
+            drafted_idx=batch.drafted_idx,
+            round_offsets=batch.round_offsets,
+            round_key=batch.round_key,
+            round_index=batch.round_index,
+            seed=seed,
+            replicates=replicates,
+            max_depth=max_depth,
+            flag=laws.flag,
+        )
