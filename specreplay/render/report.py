@@ -61,8 +61,8 @@ _READ = {
 _PATH = {
     "importance": "importance weights: each replayed round is reweighted by the policy ratio of "
     "its archived drafts, which removes the path assumption's bias where the archive records "
-    'the drafted token and its logging law (docs/methods.md, "The importance estimator and its '
-    'weight").',
+    "the drafted token and its logging law "
+    '(docs/methods.md, "The importance estimator and its weight").',
     "analytic": "the path assumption: archived positions are replayed as if their laws did not "
     "depend on what was drafted before (exact expectations, no Monte Carlo noise); biased even "
     "for the logging arm — see the path-bias diagnostic.",

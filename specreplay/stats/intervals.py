@@ -8,7 +8,7 @@ leave-one-request-out jackknife values, this module computes the BCa interval (E
 percentile of θ̂ among the replicates, acceleration a = Σd³ / (6 (Σd²)^{3/2}) with d = mean(θ_(i)) −
 θ_(i), linear-interpolated quantiles), Holm's step-down adjustment, and, from the default interval's
 test (:class:`IntervalTest`: the ``cr2-eff-hall`` :class:`specreplay.stats.cr2.TTest`, chosen by the
-calibration study, README "Calibration of the intervals"), the verdict of
+calibration study, docs/calibration.md#calibration-of-the-intervals), the verdict of
 docs/methods.md#the-verdict-rule, the smallest Holm-adjusted equivalent margin and the TOST sample
 size.
 
@@ -51,8 +51,8 @@ _N01: Final = NormalDist()
 EQUIVALENT, DIFFERENT, INCONCLUSIVE = "EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"
 
 DEFAULT_METHOD: Final = METHOD
-"""The ``method`` of the default interval: ``cr2-eff-hall`` (README "Calibration of the
-intervals")."""
+"""The ``method`` of the default interval: ``cr2-eff-hall``
+(docs/calibration.md#calibration-of-the-intervals)."""
 
 
 class IntervalTest(Protocol):

@@ -331,8 +331,8 @@ _ROUND_KEYS: Final[tuple[str, set[str]]] = ("round-traces", {"round", "accepted"
 def _position_hint(keys: set[str]) -> str:
     if "position" in keys:
         return (
-            ' (this looks like a position-trace archive, docs/inputs.md, "Position traces '
-            '(schema v1)": replay it, it is not an observed arm)'
+            " (this looks like a position-trace archive, "
+            'docs/inputs.md, "Position traces (schema v1)": replay it, it is not an observed arm)'
         )
     return ""
 
