@@ -217,9 +217,9 @@ def test_same_values_with_one_and_two_threads_and_any_batch_cut() -> None:
 @pytest.mark.parametrize("bits", [3, 8, 12])
 def test_dyadic_nearest_row_is_the_exact_rational_quantizer(bits: int) -> None:
     """The importance estimator's whole quantized row (dyadic_nearest_row, sharing the kernel's cut)
-    equals docs/methods.md#arms-policy-and-quantizers's dyadic-nearest in exact rational arithmetic
-    (test_arms.ref_dyadic), on 300 seeded rows of 1–40 candidates with zeros; rows it declines (tied
-    fractional parts) are few and the reference quantizer takes them."""
+    equals the dyadic-nearest of docs/methods.md#arms-policy-and-quantizers in exact rational
+    arithmetic (test_arms.ref_dyadic), on 300 seeded rows of 1–40 candidates with zeros; rows it
+    declines (tied fractional parts) are few and the reference quantizer takes them."""
     from specreplay.replay.estimators.analytic import dyadic_nearest_row
 
     rng = np.random.default_rng(bits)

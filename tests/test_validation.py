@@ -59,7 +59,7 @@ def line_of(i: int, blanks: dict[int, int] | None = None) -> int:
 
 
 def where(path: Path, kind: str, i: int, blanks: dict[int, int] | None = None) -> str:
-    """docs/inputs.md#position-traces-schema-v1 prefix of an error about row ``i`` of ``path``."""
+    """Prefix (docs/inputs.md#position-traces-schema-v1) of an error about row ``i`` of ``path``."""
     if kind == "jsonl":
         return f"{path}:line {line_of(i, blanks)}"
     return f"{path}: row {i} (0-based)"

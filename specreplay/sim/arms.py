@@ -391,7 +391,7 @@ class _Parser:
 
 
 def parse_arm(text: str) -> Arm:
-    """Parse one arm (docs/commands.md#arms grammar) into an :class:`Arm`.
+    """Parse one arm (the grammar of docs/commands.md#arms) into an :class:`Arm`.
 
     Parameters
     ----------

@@ -20,9 +20,10 @@ row flag
     docs/commands.md#arms never clamps silently, the caller makes those cells null with a count) and
     :data:`FLAG_NO_SUPPORT` (every log-probability is −inf: there is no law); the importance
     estimator adds :data:`FLAG_LOGGING_SUPPORT` (the arm can accept a candidate the logging law
-    gives probability 0: docs/methods.md#the-importance-estimator-and-its-weight's support condition
-    fails). A flagged row still holds a proper law so that downstream kernels need no special case:
-    the K = n law for FLAG_K_EXCEEDS, a point mass on the row's first candidate for FLAG_NO_SUPPORT.
+    gives probability 0: the support condition of
+    docs/methods.md#the-importance-estimator-and-its-weight fails). A flagged row still holds a
+    proper law so that downstream kernels need no special case: the K = n law for FLAG_K_EXCEEDS, a
+    point mass on the row's first candidate for FLAG_NO_SUPPORT.
 
 Decisions
 ---------

@@ -194,7 +194,7 @@ class RawChunk:
 def format_location(file: ArchiveFile, loc: int) -> str:
     """Return the prefix of a message about row/line ``loc`` of ``file``.
 
-    The form is docs/inputs.md#position-traces-schema-v1's.
+    The form is the one docs/inputs.md#position-traces-schema-v1 gives.
     """
     if file.kind == "jsonl":
         return f"{file.path}:line {loc}"
