@@ -25,9 +25,10 @@ from specreplay.stats.budget import break_even, sensitivity
 RUNNER = CliRunner()
 ENV = {"COLUMNS": "300"}
 
-# seed 000_fdf64d243a6bef57: T, Δ_lo, R_0 and the known B1 proxies, as printed
+# the worked example of docs/methods.md#the-budget-break-even-cost: T, Δ_lo, R_0 and the known
+# B1 proxies, as first printed
 T, DELTA_LO, R0, KNOWN = 48.08, 0.175370, 3.091813, 0.182813
-# docs/methods.md#the-budget-break-even-cost prints five decimals
+# its break-even and remaining cost as first printed (five decimals; the page gives 2.727134)
 SEED_BREAK_EVEN, SEED_REMAINING = 2.72713, 2.54432
 
 
