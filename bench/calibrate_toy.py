@@ -1,10 +1,11 @@
-"""Calibration of the toy model pair against SPEC §7.
+"""Calibration of the toy model pair against docs/inputs.md#the-built-in-archive
 
 Prints, per family and context bucket, MEASURED R (mean retained tokens 1 + A per round) of the
-logging arm ``top32:t0.7@5`` and of ``greedy@5`` (two archives of the same requests and seed),
-the logging arm's per-position survival P(A ≥ j), and the SIMULATED (analytic, path assumption)
-relative change of R when the logging law q is quantized to dyadicN:nearest (largest remainder,
-SPEC §3.1) with a matched verifier: E[1 + A] = 1 + Σ_k Π_{j≤k} α_j, α_j = Σ min(p_j, q_j).
+logging arm ``top32:t0.7@5`` and of ``greedy@5`` (two archives of the same requests and seed), the
+logging arm's per-position survival P(A ≥ j), and the SIMULATED (analytic, path assumption) relative
+change of R when the logging law q is quantized to dyadicN:nearest (largest remainder,
+docs/methods.md#arms-policy-and-quantizers) with a matched verifier: E[1 + A] = 1 + Σ_k Π_{j≤k} α_j,
+α_j = Σ min(p_j, q_j).
 
 Usage: ``NUMBA_CACHE_DIR=/tmp/numba .venv/bin/python bench/calibrate_toy.py [n_requests] [seed]``
 """
@@ -27,7 +28,10 @@ BITS = (8, 12, 16, 24)
 
 
 def dyadic_nearest(q: NDArray[np.float64], bits: int) -> NDArray[np.float64]:
-    """Row-wise largest-remainder dyadic quantizer (SPEC §3.1 dyadicN:nearest), as m / 2^N."""
+    """Row-wise largest-remainder dyadic quantizer, as m / 2^N.
+
+    ``dyadicN:nearest`` of docs/methods.md#arms-policy-and-quantizers.
+    """
     scale = float(2**bits)
     x = q * scale
     m = np.floor(x)

@@ -1,4 +1,6 @@
-"""Calibration study of the paired-bootstrap intervals (issue 5, item 5; SPEC §3.4).
+"""Calibration study of the paired-bootstrap intervals (issue 5, item 5).
+
+See docs/methods.md#the-verdict-rule.
 
 Coverage of the two-sided 95% interval of Δ = R_b − R_a (and of Δ/R_a for the chosen method) at
 cell sizes of 10, 20, 50, 100 and 500 requests, in two settings:

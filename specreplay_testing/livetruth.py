@@ -22,10 +22,11 @@ live truth of a start
     ``seed_s = uniform_bits(seed, request key, round, START_POSITION, STREAM_LIVE_ROUNDS)``:
     independent of the archive's draws, common to all arms (common random numbers).
 estimate of a start
-    est_s(k) = the estimator's ``surv[:, k − 1]`` on the archived round (SPEC §3.2): the
-    importance weight w_k, the analytic Π α_j, or the Monte Carlo mean over ``replicates``
-    (seeded with ``uniform_bits(seed, 0, 0, START_POSITION, STREAM_LIVE_REPLAY_SEED)``, so no
-    replicate reuses the archive's own uniforms).
+    est_s(k) = the estimator's ``surv[:, k − 1]`` on the archived round
+    (docs/calibration.md#is-the-replay-right-live-ground-truth): the importance weight w_k, the
+    analytic Π α_j, or the Monte Carlo mean over ``replicates`` (seeded with ``uniform_bits(seed, 0,
+    0, START_POSITION, STREAM_LIVE_REPLAY_SEED)``, so no replicate reuses the archive's own
+    uniforms).
 bias
     The mean over starts of d_s = est_s − truth_s: it estimates E[est − truth] over the
     archive's round starts, which is 0 for an unbiased estimator (importance) and the path bias

@@ -1,4 +1,6 @@
-"""Small, valid position-trace archives (SPEC §2.1) as lists of row dicts, and writers for them.
+"""Small, valid position-trace archives as lists of row dicts, and writers for them.
+
+See docs/inputs.md#position-traces-schema-v1.
 
 ``valid_rows`` builds requests × rounds × positions 1..depth with ``n_cand`` candidates each, every
 optional column filled in (drafted_id, accepted, logging_arm, emitted_q). The laws are dyadic

@@ -42,7 +42,10 @@ def _ref_rounds(
     sampler: Quant,
     verifier: Quant,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """t, survival and off-path expectations per round, SPEC §3.2, in plain Python."""
+    """t, survival and off-path expectations per round, in plain Python.
+
+    See docs/methods.md#the-importance-estimator-and-its-weight.
+    """
     n_rounds = len(round_offsets) - 1
     t = np.full((n_rounds, DEPTH), np.nan)
     s = np.full((n_rounds, DEPTH), np.nan)
@@ -213,10 +216,10 @@ def test_same_values_with_one_and_two_threads_and_any_batch_cut() -> None:
 
 @pytest.mark.parametrize("bits", [3, 8, 12])
 def test_dyadic_nearest_row_is_the_exact_rational_quantizer(bits: int) -> None:
-    """The importance estimator's whole quantized row (dyadic_nearest_row, sharing the kernel's
-    cut) equals SPEC §3.1's dyadic-nearest in exact rational arithmetic (test_arms.ref_dyadic),
-    on 300 seeded rows of 1–40 candidates with zeros; rows it declines (tied fractional parts)
-    are few and the reference quantizer takes them."""
+    """The importance estimator's whole quantized row (dyadic_nearest_row, sharing the kernel's cut)
+    equals the dyadic-nearest of docs/methods.md#arms-policy-and-quantizers in exact rational
+    arithmetic (test_arms.ref_dyadic), on 300 seeded rows of 1–40 candidates with zeros; rows it
+    declines (tied fractional parts) are few and the reference quantizer takes them."""
     from specreplay.replay.estimators.analytic import dyadic_nearest_row
 
     rng = np.random.default_rng(bits)

@@ -303,3 +303,12 @@ def test_docs_python_api_example_runs(capsys: pytest.CaptureFixture[str]) -> Non
     import shutil
 
     shutil.rmtree(scope["tmp"])
+
+
+def test_docs_in_memory_interval_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/api.md's second Python block (arms in memory) prints what its comment says."""
+    section = (Path(__file__).parent.parent / "docs" / "api.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2 and "api.interval((" in blocks[1]
+    exec(compile(blocks[1], "docs/api.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == ["('A', 'B') 0.2699"]

@@ -1,10 +1,13 @@
-"""Arms (SPEC §3.1): the parser and canonical form, policy laws and quantizers.
+"""Arms: the parser and canonical form, policy laws and quantizers.
+
+See docs/methods.md#arms-policy-and-quantizers.
 
 Tiers (STYLE.md): exact equivalence of every kernel with a slow pure-Python/NumPy reference written
-here from SPEC §3.1 over the whole argument grid; exhaustive enumeration for the largest-remainder
-rule's optimality; hypothesis properties (exact dyadic sums for N = 8..53, float-cast underflow);
-and every validation message with ``pytest.raises(match=…)``. Hypothesis runs derandomized (seeded)
-with ``deadline=None`` (a cached Numba kernel's first call costs 0.3 s: STACK-NOTES gotcha 7).
+here from docs/methods.md#arms-policy-and-quantizers over the whole argument grid; exhaustive
+enumeration for the largest-remainder rule's optimality; hypothesis properties (exact dyadic sums
+for N = 8..53, float-cast underflow); and every validation message with ``pytest.raises(match=…)``.
+Hypothesis runs derandomized (seeded) with ``deadline=None`` (a cached Numba kernel's first call
+costs 0.3 s: STACK-NOTES gotcha 7).
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ NEG_INF = -math.inf
 
 
 # ================================================================================================
-# slow references, from SPEC §3.1 (pure Python; NumPy only for the casts)
+# slow references, from docs/methods.md#arms-policy-and-quantizers (pure Python; NumPy only for the
+# casts)
 # ================================================================================================
 
 
@@ -67,11 +71,11 @@ def ref_policy(
 ) -> tuple[list[float], int]:
     """The policy law of one row and its flag bits.
 
-    Same order of operations as SPEC §3.1 spells out: temperature, top-k, then top-p walking the
-    candidates by decreasing ``lp / T`` (ties to the lower index) and summing ``w_i / S_k``;
-    sums over kept candidates in index order. The kernel's exp (``exp_reference``, the same
-    IEEE operations in Python; its accuracy against math.exp is tested on its own below), so
-    only the order of the kernel's vectorised sums differs from this one.
+    Same order of operations as docs/methods.md#arms-policy-and-quantizers spells out: temperature,
+    top-k, then top-p walking the candidates by decreasing ``lp / T`` (ties to the lower index) and
+    summing ``w_i / S_k``; sums over kept candidates in index order. The kernel's exp
+    (``exp_reference``, the same IEEE operations in Python; its accuracy against math.exp is tested
+    on its own below), so only the order of the kernel's vectorised sums differs from this one.
     """
     n = len(lp)
     flag = FLAG_K_EXCEEDS if (not greedy and top_k is not None and top_k > n) else 0
@@ -116,7 +120,10 @@ def ref_cast(q: list[float], kind: str) -> list[float]:
 
 
 def ref_dyadic(q: list[float], bits: int, rounding: str) -> list[int]:
-    """SPEC §3.1 dyadicN in exact rational arithmetic (support-only remainder units)."""
+    """DyadicN in exact rational arithmetic (support-only remainder units).
+
+    The quantizer of docs/methods.md#arms-policy-and-quantizers.
+    """
     n, total = len(q), 1 << bits
     if not any(v > 0 for v in q):
         return [0] * n
@@ -372,7 +379,7 @@ def test_dyadic_sums_exactly_and_matches_reference(
     offsets, flat = csr([q])
     out = quantize_law(Quant("dyadic", bits, rounding), offsets, flat)
     m = out.m.tolist()
-    assert sum(m) == 2**bits  # SPEC §3.1: Σ m_i = 2^N exactly
+    assert sum(m) == 2**bits  # docs/methods.md#arms-policy-and-quantizers: Σ m_i = 2^N exactly
     assert all(v >= 0 for v in m)
     assert all(mi == 0 for mi, qi in zip(m, q, strict=True) if qi == 0.0)  # support kept
     assert out.q.tolist() == [v / 2**bits for v in m]
@@ -735,7 +742,8 @@ def test_parse_errors(text: str, match: str) -> None:
         parse_arm(text)
     message = str(info.value)
     assert message.startswith(f"arm {text!r}: ")  # names the arm text
-    assert "\n" not in message  # one line (SPEC §2.1: the CLI prints it as is)
+    # one line (docs/inputs.md#position-traces-schema-v1: the CLI prints it as is)
+    assert "\n" not in message
     assert re.search(r"expected|must|use greedy", message)  # and says what was expected
 
 

@@ -61,7 +61,8 @@ def case(name: str, kind: str) -> Callable[[Builder], Builder]:
 
 
 # ---------------------------------------------------------------------------------------------
-# position archives (SPEC §2.1), replayed by requalify (which stops at the first error)
+# position archives (docs/inputs.md#position-traces-schema-v1), replayed by requalify (which stops
+# at the first error)
 #
 # valid_rows(): 3 requests × 2 rounds × positions 1..3; row 5 is request 'req-0', round 1,
 # position 3 (the last of its round), row 3 its first. Files are written without blank lines,
@@ -69,7 +70,10 @@ def case(name: str, kind: str) -> Callable[[Builder], Builder]:
 
 
 def where(path: Path, i: int) -> str:
-    """SPEC §2.1 prefix of row ``i`` of a file written without blank lines."""
+    """.md#position-traces-schema-v1 prefix of row ``i`` of a file written without blank lines.
+
+    See docs/inputs.md#position-traces-schema-v1.
+    """
     if path.suffix in (".parquet", ".arrow"):
         return f"{path}: row {i} (0-based): "
     return f"{path}:line {i + 1}: "
@@ -615,7 +619,8 @@ def _(tmp: Path) -> Built:
 
 
 # ---------------------------------------------------------------------------------------------
-# observed arms (SPEC §2.2), compared by interval; the bad file is always arm B
+# observed arms (docs/inputs.md#round-traces-and-per-request-sums), compared by interval; the bad
+# file is always arm B
 
 
 def write_table(path: Path, rows: list[Row], dtypes: dict[str, pl.DataType] | None = None) -> Path:
@@ -884,7 +889,7 @@ question_case(
 
 
 # ---------------------------------------------------------------------------------------------
-# run counters and vLLM scrapes (SPEC §2.3), screened
+# run counters and vLLM scrapes (docs/inputs.md#run-counters-and-vllm-scrapes), screened
 
 RUN = {
     "suite": "s1",

@@ -340,10 +340,10 @@ def test_verdicts_follow_spec_definitions() -> None:
 
 
 def test_equivalent_wins_over_different() -> None:
-    """A Δ both EQUIVALENT and DIFFERENT by its intervals is EQUIVALENT (SPEC §3.4 tests the 90%
-    interval against ±m first). θ̂ = 0.0015, SE = 0.001, t* = z, z = −1, −0.9998, …, 1 (exact
-    linear quantiles): 90% interval [0.0006, 0.0024] inside ±0.0025, 95% interval
-    [0.00055, 0.00245] excluding 0."""
+    """A Δ both EQUIVALENT and DIFFERENT by its intervals is EQUIVALENT
+    (docs/methods.md#the-verdict-rule tests the 90% interval against ±m first). θ̂ = 0.0015, SE =
+    0.001, t* = z, z = −1, −0.9998, …, 1 (exact linear quantiles): 90% interval [0.0006, 0.0024]
+    inside ±0.0025, 95% interval [0.00055, 0.00245] excluding 0."""
     z = np.linspace(-1, 1, 10_001)
     test = Studentized(0.0015, 0.001, z)
     v = verdict(test, margin=0.0025)

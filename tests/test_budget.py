@@ -1,4 +1,6 @@
-"""``specreplay budget`` (issue 6, item 4): break-even added cost and sensitivity (SPEC §3.7).
+"""``specreplay budget`` (issue 6, item 4): break-even added cost and sensitivity.
+
+See docs/methods.md#the-budget-break-even-cost.
 
 Closed forms, computed here independently of the package: x = T·Δ_lo/R_0, remaining = x − Σ k,
 and r_0·(1 + g)·τ/(τ + x). Tolerances are float64 rounding (1e-12 relative) unless a figure is
@@ -23,9 +25,11 @@ from specreplay.stats.budget import break_even, sensitivity
 RUNNER = CliRunner()
 ENV = {"COLUMNS": "300"}
 
-# seed 000_fdf64d243a6bef57: T, Δ_lo, R_0 and the known B1 proxies, as printed
+# the worked example of docs/methods.md#the-budget-break-even-cost: T, Δ_lo, R_0 and the known
+# B1 proxies, as first printed
 T, DELTA_LO, R0, KNOWN = 48.08, 0.175370, 3.091813, 0.182813
-SEED_BREAK_EVEN, SEED_REMAINING = 2.72713, 2.54432  # SPEC §3.7 prints five decimals
+# its break-even and remaining cost as first printed (five decimals; the page gives 2.727134)
+SEED_BREAK_EVEN, SEED_REMAINING = 2.72713, 2.54432
 
 
 def _run(args: list[str]) -> tuple[int, str, str]:

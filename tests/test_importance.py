@@ -1,5 +1,6 @@
-"""The importance estimator (SPEC §3.2): per-round weights, the logging-arm identity, agreement
-with the MEASURED survival, the support check and the errors for what an archive lacks.
+"""The importance estimator (docs/methods.md#the-importance-estimator-and-its-weight): per-round
+weights, the logging-arm identity, agreement with the MEASURED survival, the support check and the
+errors for what an archive lacks.
 
 The reference in this file recomputes every per-round value in pure Python from the archive's
 rows read with polars (not through the reader's batches): per round and position the drafted
@@ -71,7 +72,8 @@ def _values(batch: RoundBatch, arm: str, logging: Arm | None = None) -> RoundVal
 
 
 def _accept(qv: float, p: float) -> float:
-    """min(1, p/q^v), with SPEC §3.2's conventions: 0 when p = 0, 1 when q^v = 0 < p."""
+    """min(1, p/q^v), with the conventions of
+    docs/methods.md#the-importance-estimator-and-its-weight: 0 when p = 0, 1 when q^v = 0 < p."""
     if p <= 0.0:
         return 0.0
     if qv == 0.0:
@@ -184,13 +186,13 @@ def test_logging_arm_weights_are_products_of_min_one_p_over_q(synth_path: Path) 
 def test_logging_arm_importance_survival_matches_measured_within_paired_interval(
     tmp_path: Path,
 ) -> None:
-    """Acceptance (SPEC §3.2): for the logging arm the importance P(A ≥ k) and the archived
-    MEASURED frequency of A ≥ k have the same expectation (given the drafted tokens, the
-    archived accept indicators are independent with means min(1, p/q^L)). Per request the paired
-    difference D_i = Σ_rounds (w_k − 1{A ≥ k}) over its n_i rounds; δ = ΣD/Σn with the delta-
-    method standard error over requests (the bootstrap unit). Tolerance 4·SE at each k: under
-    normality a false failure has probability 6.3e-5 per depth, ≤ 3.2e-4 over the five (union
-    bound); the seed is fixed, so the test is deterministic anyway."""
+    """Acceptance (docs/methods.md#the-importance-estimator-and-its-weight): for the logging arm the
+    importance P(A ≥ k) and the archived MEASURED frequency of A ≥ k have the same expectation
+    (given the drafted tokens, the archived accept indicators are independent with means min(1,
+    p/q^L)). Per request the paired difference D_i = Σ_rounds (w_k − 1{A ≥ k}) over its n_i rounds;
+    δ = ΣD/Σn with the delta- method standard error over requests (the bootstrap unit). Tolerance
+    4·SE at each k: under normality a false failure has probability 6.3e-5 per depth, ≤ 3.2e-4 over
+    the five (union bound); the seed is fixed, so the test is deterministic anyway."""
     path = _write_synth(tmp_path / "a.parquet", SynthConfig(n_requests=300, rounds=16), seed=5)
     batch = _batch(path)
     for delta, se in _paired_survival_gaps(batch, _values(batch, LOGGING)):

@@ -1,4 +1,6 @@
-"""Tail diagnostics of the importance estimator (SPEC §3.2): ESS and Pareto k̂ of the policy ratio.
+"""Tail diagnostics of the importance estimator: ESS and Pareto k̂ of the policy ratio.
+
+See docs/methods.md#the-importance-estimator-and-its-weight.
 
 References, computed independently of the code under test:
 - the per-round policy ratio r_k = Π_{j≤k} q^s_j(x_j)/q^L_j(x_j) from the archive's rows (polars

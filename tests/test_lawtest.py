@@ -1,4 +1,6 @@
-"""Law tests (SPEC §3.3): exact output law, Monte Carlo sampler, χ² tails, Holm, draws for power.
+"""Law tests: exact output law, Monte Carlo sampler, χ² tails, Holm, draws for power.
+
+See docs/methods.md#law-tests.
 
 Tiers (STYLE.md): exhaustive enumeration in exact rational arithmetic for the output law; scipy
 as the external reference for the χ² / noncentral χ² functions and the G statistic; a slow Python
@@ -72,7 +74,8 @@ def _enumerate_law(
     law = [Fraction(0)] * (n + 1)
     alpha = Fraction(0)
     for x in range(n):  # draft token x
-        if qv[x] == 0:  # SPEC §3.2: v·0 < p(x) iff p(x) > 0
+        # docs/methods.md#the-importance-estimator-and-its-weight: v·0 < p(x) iff p(x) > 0
+        if qv[x] == 0:
             acc = Fraction(1) if pp[x] > 0 else Fraction(0)
         else:
             acc = min(Fraction(1), pp[x] / qv[x])

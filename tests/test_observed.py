@@ -1,5 +1,6 @@
-"""Readers of observed arms (SPEC §2.2): exact sums against independent plain-Python computations,
-format detection, and every validation message with its file and line or row."""
+"""Readers of observed arms (docs/inputs.md#round-traces-and-per-request-sums): exact sums against
+independent plain-Python computations, format detection, and every validation message with its file
+and line or row."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ BUCKETS = Buckets.parse("short:<100,long:100-1000")
 
 
 def _err(path: Path, where: str, message: str) -> str:
-    """Regex for a whole SPEC §2.1 message: ``PATH<where>: message`` (message escaped)."""
+    """Regex for a whole message of docs/inputs.md#position-traces-schema-v1's form:
+    ``PATH<where>: message`` (message escaped)."""
     return "^" + re.escape(f"{path}{where}: {message}")
 
 

@@ -1,4 +1,6 @@
-"""Output safety (SPEC §2.1, §4): bad input or a dangerous ``--out`` is exit 2, inputs untouched.
+"""Output safety: bad input or a dangerous ``--out`` is exit 2, inputs untouched.
+
+See docs/inputs.md#position-traces-schema-v1, docs/outputs.md.
 
 Each case asserts the exit code, the one-line message and that every file under the input paths
 is byte-for-byte unchanged afterwards (SHA-256 of every file before and after the run).

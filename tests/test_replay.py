@@ -157,7 +157,8 @@ _MASK64 = (1 << 64) - 1
 _GOLDEN64 = 0x9E3779B97F4A7C15
 _MUL1 = 0xBF58476D1CE4E5B9
 _MUL2 = 0x94D049BB133111EB
-# The documented stream layout (sim/rng.py, SPEC §3.2), hard-coded on purpose: replicate m draws
+# The documented stream layout (sim/rng.py,
+# docs/methods.md#the-importance-estimator-and-its-weight), hard-coded on purpose: replicate m draws
 # the draft uniform u from stream 4·m + 0 and the accept uniform v from stream 4·m + 1.
 _DRAFT, _ACCEPT, _STRIDE = 0, 1, 4
 
@@ -178,7 +179,10 @@ def _uniform_ref(seed: int, key: int, rnd: int, position: int, stream: int) -> f
 
 
 def _draw_ref(q: np.ndarray, m: np.ndarray | None, bits: int, u: float) -> int:
-    """CDF inversion (SPEC §3.2): index of the drafted candidate, −1 when the law has no mass."""
+    """CDF inversion: index of the drafted candidate, −1 when the law has no mass.
+
+    See docs/methods.md#the-importance-estimator-and-its-weight.
+    """
     if bits:
         k = int(u * 2**53) >> (53 - bits)
         return min(int(np.searchsorted(np.cumsum(m), k, side="right")), len(m) - 1)

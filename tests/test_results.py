@@ -253,8 +253,9 @@ def test_schema_rejects_a_mistyped_figure(requalify_run: Path) -> None:
     assert "$.cells[1].offpath[0]: missing 'null_reason'" in problems
 
 
-# SPEC §3.4: QUALIFIED when the change is EQUIVALENT and its law test passes, NOT QUALIFIED when
-# it is DIFFERENT or the law test fails, else INCONCLUSIVE; no verdict → null with the reason.
+# docs/methods.md#the-verdict-rule: QUALIFIED when the change is EQUIVALENT and its law test passes,
+# NOT QUALIFIED when it is DIFFERENT or the law test fails, else INCONCLUSIVE; no verdict → null
+# with the reason.
 REQUALIFICATION_TABLE = {
     ("EQUIVALENT", True): "QUALIFIED",
     ("EQUIVALENT", False): "NOT QUALIFIED",

@@ -1,5 +1,6 @@
-"""The SP2 depth screen (SPEC §3.6): hand-checked figures, the nominal-cap identity, vLLM scrapes,
-bad input (exit 2, file and line, nothing written) and atomic outputs.
+"""The SP2 depth screen (docs/methods.md#the-screens-rate-sp2): hand-checked figures, the
+nominal-cap identity, vLLM scrapes, bad input (exit 2, file and line, nothing written) and atomic
+outputs.
 
 The expected values below are computed in the test from the SPEC formulas written out by hand
 (never through :mod:`specreplay.stats.screen`), on counts chosen so the survivals are short
@@ -18,7 +19,8 @@ from typer.testing import CliRunner
 from specreplay.cli import app
 from specreplay.results.io import read_result
 
-H = [28.79, 31.86, 34.44, 37.76, 41.56, 43.68]  # SPEC §3.6, indexed from depth 0
+# docs/methods.md#the-screens-rate-sp2, indexed from depth 0
+H = [28.79, 31.86, 34.44, 37.76, 41.56, 43.68]
 REL = 1e-12  # the figures are a handful of float operations: only rounding separates them
 
 # Cell B2 × context 0 × w (cap 5 by default): two runs of 100 rounds.

@@ -1,13 +1,13 @@
 """Issue 9, item 6: a short round nulls its cells, not the run; ``--short-rounds exclude``.
 
-A **short round** records fewer positions than an arm's depth (3 positions for ``@5``). SPEC §2.1:
-depth d is supported in a cell only when every round in it has ≥ d positions. Under the default
-``--short-rounds null`` the cells holding a short round are null with the count and the first
-short round (file and row), the pooled cell with them (a ``--fail-on`` gate fails closed), and the
-other cells are computed exactly as on the archive without that request. ``--short-rounds
-exclude`` leaves such rounds out of every sum, counted per cell under ``excluded``: its figures
-equal those of the archive with the rounds removed by hand. Every case checks the inputs are left
-as they were (``assert_clean``).
+A **short round** records fewer positions than an arm's depth (3 positions for ``@5``).
+docs/inputs.md#position-traces-schema-v1: depth d is supported in a cell only when every round in it
+has ≥ d positions. Under the default ``--short-rounds null`` the cells holding a short round are
+null with the count and the first short round (file and row), the pooled cell with them (a
+``--fail-on`` gate fails closed), and the other cells are computed exactly as on the archive without
+that request. ``--short-rounds exclude`` leaves such rounds out of every sum, counted per cell under
+``excluded``: its figures equal those of the archive with the rounds removed by hand. Every case
+checks the inputs are left as they were (``assert_clean``).
 
 The expected figures come from independent runs on archives edited by hand (rows removed before
 writing), never from the code under test; the analytic estimator makes them exact, and the

@@ -1,4 +1,5 @@
-"""Tests of the synthetic archive generator (SPEC §2.1 schema, §7 calibration directions)."""
+"""Tests of the synthetic archive generator (docs/inputs.md#position-traces-schema-v1, and the
+calibration directions of docs/inputs.md#the-built-in-archive)."""
 
 from __future__ import annotations
 

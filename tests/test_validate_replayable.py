@@ -5,7 +5,8 @@ estimator and every arm whose depth it supports, to finite figures; a row replay
 must be refused by ``validate`` itself, with the file and the row, and replay (defence in
 depth) must name the same file and row.
 
-- The property test generates single rows of schema v1 (SPEC §2.1) that satisfy every rule of
+- The property test generates single rows of schema v1 (docs/inputs.md#position-traces-schema-v1)
+that satisfy every rule of
   §2.1 as written (all −inf draft log-probabilities, one candidate, zero or exactly one target
   mass, subnormal values, ties, long lists, a drafted token at q = 0 or p = 0, optional
   emitted_q, logging_arm and accepted columns) and replays each through
@@ -80,14 +81,15 @@ EXAMPLES = 300
 
 
 def where(path: Path, i: int) -> str:
-    """SPEC §2.1 prefix of row ``i`` of a file written without blank lines (as test_bad_inputs)."""
+    """Message prefix (docs/inputs.md#position-traces-schema-v1) of row ``i`` of a file written
+    without blank lines (as test_bad_inputs)."""
     if path.suffix in (".parquet", ".arrow"):
         return f"{path}: row {i} (0-based): "
     return f"{path}:line {i + 1}: "
 
 
 # ---------------------------------------------------------------------------------------------
-# one row of schema v1 that satisfies every rule SPEC §2.1 states
+# one row of schema v1 that satisfies every rule docs/inputs.md#position-traces-schema-v1 states
 
 # relative weights of a law's candidates, before scaling to the row's mass: the edges on purpose
 WEIGHT = st.one_of(
@@ -148,7 +150,8 @@ def draft_logprobs(draw: st.DrawFn, n: int) -> list[float]:
 
 @st.composite
 def rows(draw: st.DrawFn, *, importance: bool) -> Row:
-    """One position row (round 0, position 1) that every SPEC §2.1 rule accepts."""
+    """One position row (round 0, position 1) that every rule of
+    docs/inputs.md#position-traces-schema-v1 accepts."""
     n = draw(st.one_of(st.integers(1, 6), st.just(1), st.sampled_from([40, 64, 65, 200])))
     if n > 8:  # distinct ids, spread out (the kernel's duplicate check changes method at 64)
         cand = [int(x) * 7919 + 3 for x in np.random.default_rng(n).permutation(n)]
@@ -181,7 +184,9 @@ def rows(draw: st.DrawFn, *, importance: bool) -> Row:
     has_arm = draw(st.booleans()) or (importance and not has_eq)
     if has_arm:
         row["logging_arm"] = draw(st.sampled_from(LOGGING_ARMS))
-    if has_eq:  # a law summing to 1, positive at the drafted candidate (SPEC §2.1)
+    # a law summing to 1, positive at the drafted candidate
+    # (docs/inputs.md#position-traces-schema-v1)
+    if has_eq:
         w = draw(weights(n))
         w[j] = draw(st.floats(min_value=1e-6, max_value=1.0))
         row["emitted_q"] = _scaled(w, 1.0)

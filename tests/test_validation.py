@@ -1,4 +1,5 @@
-"""Every validation rule of SPEC §2.1, triggered by a small bad archive, with exact locations.
+"""Every validation rule of docs/inputs.md#position-traces-schema-v1, triggered by a small bad
+archive, with exact locations.
 
 Each test writes a valid archive from :mod:`archive_factory`, breaks one thing, and checks the
 error line: ``PATH:line N: message`` for JSON Lines (1-based physical line, blank lines counted)
@@ -58,7 +59,7 @@ def line_of(i: int, blanks: dict[int, int] | None = None) -> int:
 
 
 def where(path: Path, kind: str, i: int, blanks: dict[int, int] | None = None) -> str:
-    """SPEC §2.1 prefix of an error about row ``i`` of ``path``."""
+    """Prefix (docs/inputs.md#position-traces-schema-v1) of an error about row ``i`` of ``path``."""
     if kind == "jsonl":
         return f"{path}:line {line_of(i, blanks)}"
     return f"{path}: row {i} (0-based)"
@@ -143,7 +144,10 @@ def test_valid_archive_passes(tmp_path: Path, base_rows: list[Row], kind: str) -
 
 
 def test_narrow_parquet_dtypes_pass(tmp_path: Path, base_rows: list[Row]) -> None:
-    """SPEC §2.1: integer columns accept any integer width that fits; float lists any width."""
+    """: integer columns accept any integer width that fits; float lists any width.
+
+    See docs/inputs.md#position-traces-schema-v1.
+    """
     dtypes: dict[str, pl.DataType] = {
         "context_tokens": pl.Int32(),
         "round": pl.UInt8(),
@@ -316,7 +320,10 @@ def test_sums_just_under_tolerance_pass(tmp_path: Path, base_rows: list[Row], ki
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_minus_inf_draft_logprob_allowed(tmp_path: Path, base_rows: list[Row], kind: str) -> None:
-    """SPEC §2.1: −inf is allowed (q = 0); JSONL spells it -Infinity."""
+    """: −inf is allowed (q = 0); JSONL spells it -Infinity.
+
+    See docs/inputs.md#position-traces-schema-v1.
+    """
     rows = clone(base_rows)
     rows[BAD]["draft_logprobs"][3] = -math.inf
     path = write(tmp_path, kind, rows)

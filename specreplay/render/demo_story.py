@@ -111,8 +111,10 @@ def _law_line(law: Result | None, candidate: str) -> list[str]:
         failed = sum(1 for t in mine if not t.passed)
         tv = max(t.tv or 0.0 for t in mine)
         what = f"FAILED at {failed} of" if failed else "passed at all"
-        lines.append(f"- mismatched verifier {arm}: law test {what} {len(mine)} archive "
-                     f"positions (exact TV up to {tv:.3g})")  # fmt: skip
+        lines.append(
+            f"- mismatched verifier {arm}: law test {what} {len(mine)} archive "
+            f"positions (exact TV up to {tv:.3g})"
+        )
     return lines
 
 
@@ -131,8 +133,9 @@ def _diagnostic_lines(main: Result) -> list[str]:
             f"[{pb.lo or 0.0:+.4f}, {pb.hi or 0.0:+.4f}] tokens/round"
         )
     base = str(main.options.get("baseline"))
-    cost = [d for d in main.pooled.deltas
-            if d.role is Role.PATH_BIAS_IMPORTANCE and base in (d.a, d.b)]  # fmt: skip
+    cost = [
+        d for d in main.pooled.deltas if d.role is Role.PATH_BIAS_IMPORTANCE and base in (d.a, d.b)
+    ]
     if cost and cost[0].point is not None:
         d = cost[0]  # Δ = b − a = analytic − importance, whichever estimator the run used
         lines.append(
@@ -212,21 +215,36 @@ def chapters(runs: DemoRuns, archive: str) -> list[Chapter]:
     r = runs.runs
     if "requalify" in r:
         o = r["requalify"].options
-        out.append(Chapter(f"Requalification of {o['candidate']} against {o['baseline']}",
-                           "requalify", requalify_tables(r["requalify"])))  # fmt: skip
+        out.append(
+            Chapter(
+                f"Requalification of {o['candidate']} against {o['baseline']}",
+                "requalify",
+                requalify_tables(r["requalify"]),
+            )
+        )
     if "lawtest" in r:
         cand = r["requalify"].options.get("candidate") if "requalify" in r else None
         arms = ", ".join(a for a in r["lawtest"].arms if a != cand)
         out.append(Chapter(f"Mismatched verifier {arms}", "lawtest", lawtest_table(r["lawtest"])))
     if "sweep" in r:
         s = r["sweep"]
-        out.append(Chapter(f"Depth sweep of {', '.join(s.arms)}, cost {s.options.get('cost')} "
-                           "ms per round", "sweep", sweep_tables(s)))  # fmt: skip
+        out.append(
+            Chapter(
+                f"Depth sweep of {', '.join(s.arms)}, cost {s.options.get('cost')} ms per round",
+                "sweep",
+                sweep_tables(s),
+            )
+        )
     if "budget" in r and "requalify" in r:
         ref = r["requalify"].options.get("reference")
         price = r["budget"].options.get("price_ms")
-        out.append(Chapter(f"Budget of the gain over {ref} at {price:g} ms per round", "budget",
-                           budget_tables(r["budget"])))  # fmt: skip
+        out.append(
+            Chapter(
+                f"Budget of the gain over {ref} at {price:g} ms per round",
+                "budget",
+                budget_tables(r["budget"]),
+            )
+        )
     return out
 
 
@@ -304,8 +322,11 @@ def _bits_table(runs: DemoRuns) -> str:
         d = r.pooled.delta(Role.CANDIDATE_VS_BASELINE)
         rq = r.requalification
         verdict = (rq.verdict if rq is not None else None) or f"— ({rq.null_reason if rq else ''})"
-        fig = "—" if d is None or d.rel is None else (
-            f"{pct(d.rel)} [{pct(d.rel_lo)}, {pct(d.rel_hi)}]")  # fmt: skip
+        fig = (
+            "—"
+            if d is None or d.rel is None
+            else (f"{pct(d.rel)} [{pct(d.rel_lo)}, {pct(d.rel_hi)}]")
+        )
         sub = names[id(r)]
         rows.append(f"| dyadic{bits} | {verdict} | {fig} | [{sub}/REPORT.md]({sub}/REPORT.md) |")
     return "\n".join(rows)
@@ -317,8 +338,11 @@ def _failing_bits(runs: DemoRuns, folder: Path) -> list[str]:
     for name, r in runs.runs.items():
         rq = r.requalification
         if name.startswith(BITS_PREFIX) and rq is not None and rq.verdict != "QUALIFIED":
-            out += [figure_block(p, figure_label(r, p), folder=f"{name}/", result=r)
-                    for p in _pngs(folder / name) if p == "forest.png"]  # fmt: skip
+            out += [
+                figure_block(p, figure_label(r, p), folder=f"{name}/", result=r)
+                for p in _pngs(folder / name)
+                if p == "forest.png"
+            ]
     return out
 
 
@@ -330,8 +354,10 @@ def _chapter_md(i: int, ch: Chapter, runs: DemoRuns, pngs: Sequence[str], folder
         links = "Files: [results.json](results.json), [TABLES.md](TABLES.md), archive/ (Parquet)."
     else:
         body = demote(md_blocks(ch.body), 3)
-        links = (f"Its own report, with every assumption and diagnostic: [{sub}/REPORT.md]"
-                 f"({sub}/REPORT.md); data: [{sub}/results.json]({sub}/results.json).")  # fmt: skip
+        links = (
+            f"Its own report, with every assumption and diagnostic: [{sub}/REPORT.md]"
+            f"({sub}/REPORT.md); data: [{sub}/results.json]({sub}/results.json)."
+        )
     result = runs.runs[sub] if ch.folder is not None else runs.measured
     parts = [f"## {i}. {ch.title}", _HOW.get(ch.folder, ""), links, body]
     if ch.folder == "requalify" and len(runs.bits()) > 1:
@@ -354,10 +380,13 @@ def demo_report(measured: Result, folder: Path, pngs: Sequence[str]) -> str:
     except SpecReplayError as exc:
         raise SpecReplayError(f"{folder}: a demo sub-run cannot be read: {exc}") from None
     main = runs.runs.get("requalify")
-    what = (f"Can `{main.options['candidate']}` (a verifier in 24-bit dyadic arithmetic) replace "
-            f"`{main.options['baseline']}` (float64 sampling) without losing retained tokens "
-            "per round or changing the output law" if main else "What does the built-in archive "
-            "show")  # fmt: skip
+    what = (
+        f"Can `{main.options['candidate']}` (a verifier in 24-bit dyadic arithmetic) replace "
+        f"`{main.options['baseline']}` (float64 sampling) without losing retained tokens "
+        "per round or changing the output law"
+        if main
+        else "What does the built-in archive show"
+    )
     head = [
         "# specreplay demo: the built-in archive's story",
         f"{what}, on the built-in synthetic archive ({measured.options['requests']:,} requests, "

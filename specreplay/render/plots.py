@@ -322,8 +322,9 @@ def forest_figure(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows, dropped = _fit_rows(forest_rows(cells, role, relative=relative, buckets=buckets),
-                              FOREST_MAX_ROWS)  # fmt: skip
+    rows, dropped = _fit_rows(
+        forest_rows(cells, role, relative=relative, buckets=buckets), FOREST_MAX_ROWS
+    )
     foot = _forest_footnote(
         cells, role, dropped, _forest_clipped(rows, margin * (100.0 if relative else 1.0))
     )
@@ -351,8 +352,14 @@ def forest_figure(
     )
     handles = _forest_legend(rows, m, unit)
     fig.tight_layout(rect=(0.0, foot_in / height, 1.0, 1.0))
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7,
-               bbox_to_anchor=(0.5, (text_in + 0.02) / height), frameon=False)  # fmt: skip
+    fig.legend(
+        handles=handles,
+        loc="lower center",
+        ncol=len(handles),
+        fontsize=7,
+        bbox_to_anchor=(0.5, (text_in + 0.02) / height),
+        frameon=False,
+    )
     fig.text(0.01, 0.08 / height, foot, fontsize=7, va="bottom", ha="left", color="0.25")
     _fit_notes(fig, ax, notes, m)
     return fig
@@ -377,17 +384,30 @@ def _forest_rows_draw(ax: Any, rows: list[ForestRow], m: float) -> list[Any]:
     drawn = [(y, r) for y, r in zip(ys, rows, strict=True) if r.point is not None]
     cols = [_VERDICT_COLORS.get(r.verdict or "", _NO_VERDICT) for _, r in drawn]
     # one collection for the intervals and one for the points (two artists, not two per row)
-    ax.hlines([y for y, _ in drawn], [r.lo for _, r in drawn], [r.hi for _, r in drawn],
-              colors=cols, lw=2)  # fmt: skip
+    ax.hlines(
+        [y for y, _ in drawn], [r.lo for _, r in drawn], [r.hi for _, r in drawn], colors=cols, lw=2
+    )
     # small-sample cells: a hollow dot (edge in the verdict colour), the others filled
     faces = ["white" if r.small_sample else c for (_, r), c in zip(drawn, cols, strict=True)]
-    ax.scatter([r.point for _, r in drawn], [y for y, _ in drawn], c=faces, edgecolors=cols,
-               s=16, zorder=3)  # fmt: skip
+    ax.scatter(
+        [r.point for _, r in drawn], [y for y, _ in drawn], c=faces, edgecolors=cols, s=16, zorder=3
+    )
     notes = []
     for y, r in zip(ys, rows, strict=True):
         if r.point is None and r.note:
-            notes.append(ax.text(m, y, " " + r.note, fontsize=7, va="center", ha="left",
-                                 color="0.35", style="italic", clip_on=True))  # fmt: skip
+            notes.append(
+                ax.text(
+                    m,
+                    y,
+                    " " + r.note,
+                    fontsize=7,
+                    va="center",
+                    ha="left",
+                    color="0.35",
+                    style="italic",
+                    clip_on=True,
+                )
+            )
     for i in range(1, n):
         if rows[i].group != rows[i - 1].group:
             ax.axhline(ys[i] + 0.5, color="0.8", lw=0.6)
@@ -419,8 +439,10 @@ def _fit_notes(fig: Any, ax: Any, notes: list[Any], m: float) -> None:
         full = note.get_text()
         tries = [(full, 7.0), (textwrap.fill(full, (len(full) + 1) // 2 + 1), 7.0)]
         tries += [(tries[1][0], 6.0)]
-        tries += [(textwrap.fill(full[:k] + "…", (k + 2) // 2 + 1), 6.0)
-                  for k in range(len(full) - 2, 3, -4)]  # fmt: skip
+        tries += [
+            (textwrap.fill(full[:k] + "…", (k + 2) // 2 + 1), 6.0)
+            for k in range(len(full) - 2, 3, -4)
+        ]
         for text, size in tries:
             note.set_text(text)
             note.set_fontsize(size)
@@ -437,11 +459,22 @@ def _forest_legend(rows: list[ForestRow], m: float, unit: str) -> list[Any]:
         Line2D([], [], color=c, lw=2, marker="o", ms=4, label=v) for v, c in _VERDICT_COLORS.items()
     ]
     if any(r.point is not None and r.verdict is None for r in rows):
-        handles.append(Line2D([], [], color=_NO_VERDICT, lw=2, marker="o", ms=4,
-                              label="no verdict"))  # fmt: skip
+        handles.append(
+            Line2D([], [], color=_NO_VERDICT, lw=2, marker="o", ms=4, label="no verdict")
+        )
     if any(r.point is not None and r.small_sample for r in rows):
-        handles.append(Line2D([], [], color=_NO_VERDICT, lw=0, marker="o", ms=4, mfc="white",
-                              label=SMALL_SAMPLE_LEGEND))  # fmt: skip
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color=_NO_VERDICT,
+                lw=0,
+                marker="o",
+                ms=4,
+                mfc="white",
+                label=SMALL_SAMPLE_LEGEND,
+            )
+        )
     handles.append(Patch(color="tab:green", alpha=0.12, label=f"equivalence margin ±{m:g}{unit}"))
     return handles
 
@@ -454,8 +487,11 @@ def _forest_cap(rows: list[ForestRow]) -> float:
     """
     import statistics
 
-    half = [max(r.point - r.lo, r.hi - r.point) for r in rows
-            if r.point is not None and r.lo is not None and r.hi is not None]  # fmt: skip
+    half = [
+        max(r.point - r.lo, r.hi - r.point)
+        for r in rows
+        if r.point is not None and r.lo is not None and r.hi is not None
+    ]
     mid = statistics.median(half) if half else 0.0
     return 5.0 * mid if mid > 0 else math.inf
 
@@ -481,8 +517,9 @@ def _forest_limits(rows: list[ForestRow], m: float) -> tuple[float, float]:
 def _forest_clipped(rows: list[ForestRow], m: float) -> int:
     """Return how many bars run past the x limits (:func:`_forest_limits`)."""
     left, right = _forest_limits(rows, m)
-    return sum(1 for r in rows if r.lo is not None and r.hi is not None
-               and (r.lo < left or r.hi > right))  # fmt: skip
+    return sum(
+        1 for r in rows if r.lo is not None and r.hi is not None and (r.lo < left or r.hi > right)
+    )
 
 
 def _forest_xlim(ax: Any, rows: list[ForestRow], m: float) -> None:
@@ -520,8 +557,10 @@ def _forest_footnote(cells: Sequence[Cell], role: Role, dropped: int, clipped: i
         f"adjustment) and still be INCONCLUSIVE. A row with '—' has no delta; the text says why."
     )
     if clipped:
-        text += (f" {clipped} bars run past the edge of the plot (arrowhead at the edge; too few"
-                 " requests for a bounded interval): their ends are in TABLES.md.")  # fmt: skip
+        text += (
+            f" {clipped} bars run past the edge of the plot (arrowhead at the edge; too few"
+            " requests for a bounded interval): their ends are in TABLES.md."
+        )
     if dropped:
         text += f" {dropped} cells without a delta are not drawn (too many rows)."
     return "\n".join(textwrap.wrap(text, 135))
@@ -607,8 +646,9 @@ _STYLE: Final[dict[Label, str]] = {Label.MEASURED: "-", Label.SIMULATED: "--", L
 _MARKERS: Final[tuple[str, ...]] = ("o", "s", "^", "D", "v", "P", "X")
 
 
-def _panels_figure(panels: list[Panel], *, title: str, xlabel: str, ylabel: str,
-                   dodge: bool) -> Any:  # fmt: skip
+def _panels_figure(
+    panels: list[Panel], *, title: str, xlabel: str, ylabel: str, dodge: bool
+) -> Any:
     """Return ``panels`` drawn (one axis each; per arm a colour and marker; line style by label).
 
     With ``dodge`` the arms' points are spread a little along x so that their error bars do
@@ -621,8 +661,9 @@ def _panels_figure(panels: list[Panel], *, title: str, xlabel: str, ylabel: str,
 
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols, 3.3 * nrows + 1.3),
-                             squeeze=False, sharey=True)  # fmt: skip
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(4.4 * ncols, 3.3 * nrows + 1.3), squeeze=False, sharey=True
+    )
     for ax in axes.ravel()[len(panels) :]:
         ax.set_visible(False)
     arms = list(dict.fromkeys((s.arm, s.label) for p in panels for s in p.series))
@@ -647,16 +688,35 @@ def _panels_figure(panels: list[Panel], *, title: str, xlabel: str, ylabel: str,
     for ax, panel in zip(axes.ravel(), panels, strict=False):
         if panel.title in wild:
             note = "a bar running off the panel: interval unbounded (too few requests)"
-            ax.text(0.5, 0.98, note, transform=ax.transAxes, ha="center", va="top",
-                    fontsize=6.5, color="0.35")  # fmt: skip
+            ax.text(
+                0.5,
+                0.98,
+                note,
+                transform=ax.transAxes,
+                ha="center",
+                va="top",
+                fontsize=6.5,
+                color="0.35",
+            )
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=colour[a], ls=_STYLE.get(a[1], "-"),
-                      marker=_MARKERS[k % len(_MARKERS)], ms=5, mfc="none", label=_arm_label(*a))
-               for k, a in enumerate(arms)]  # fmt: skip
+    handles = [
+        Line2D(
+            [],
+            [],
+            color=colour[a],
+            ls=_STYLE.get(a[1], "-"),
+            marker=_MARKERS[k % len(_MARKERS)],
+            ms=5,
+            mfc="none",
+            label=_arm_label(*a),
+        )
+        for k, a in enumerate(arms)
+    ]
     fig.suptitle(title, fontsize=9)
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 3), fontsize=7,
-               frameon=False)  # fmt: skip
+    fig.legend(
+        handles=handles, loc="lower center", ncol=min(len(handles), 3), fontsize=7, frameon=False
+    )
     rows = math.ceil(len(handles) / 3)
     fig.tight_layout(rect=(0.0, (0.25 + 0.18 * rows) / fig.get_figheight(), 1.0, 1.0))
     return fig
@@ -698,13 +758,28 @@ def _draw_series(
     """One arm's points joined by a line (label's style), with error bars where it has them."""
     xs = [i + shift for i, y in enumerate(s.y) if y is not None]
     ys = [float(y) for y in s.y if y is not None]
-    lo = [float(y) - float(lo) if lo is not None else 0.0
-          for y, lo in zip(s.y, s.lo, strict=True) if y is not None]  # fmt: skip
-    hi = [float(hi) - float(y) if hi is not None else 0.0
-          for y, hi in zip(s.y, s.hi, strict=True) if y is not None]  # fmt: skip
-    ax.errorbar(xs, ys, yerr=[lo, hi] if any(lo) or any(hi) else None, color=colour,
-                ls=_STYLE.get(s.label, "-"), marker=marker, ms=size, mfc="none", capsize=2,
-                lw=1.2)  # fmt: skip
+    lo = [
+        float(y) - float(lo) if lo is not None else 0.0
+        for y, lo in zip(s.y, s.lo, strict=True)
+        if y is not None
+    ]
+    hi = [
+        float(hi) - float(y) if hi is not None else 0.0
+        for y, hi in zip(s.y, s.hi, strict=True)
+        if y is not None
+    ]
+    ax.errorbar(
+        xs,
+        ys,
+        yerr=[lo, hi] if any(lo) or any(hi) else None,
+        color=colour,
+        ls=_STYLE.get(s.label, "-"),
+        marker=marker,
+        ms=size,
+        mfc="none",
+        capsize=2,
+        lw=1.2,
+    )
 
 
 def _style_key(panels: list[Panel]) -> str:
@@ -821,8 +896,7 @@ def depth_figure(result: Result) -> Any:
     axes[0][0].legend(fontsize=7, title="arm (ring: its own depth)", title_fontsize=7)
     used = result.options.get("estimator_used")
     extra = "; star: best depth under the cost model" if cost else ""
-    fig.suptitle(f"Depth sweep: value and 95% interval by fixed depth ({used}){extra}",
-                 fontsize=10)  # fmt: skip
+    fig.suptitle(f"Depth sweep: value and 95% interval by fixed depth ({used}){extra}", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -844,8 +918,16 @@ def _depth_panel(ax: Any, result: Result, cell: Cell, key: str) -> None:
     if unsupported:
         ax.axvspan(min(unsupported) - 0.5, max(unsupported) + 0.5, color="0.9", zorder=0)
         mid = (min(unsupported) + max(unsupported)) / 2
-        ax.text(mid, 0.5, "UNSUPPORTED\n(not recorded)", transform=ax.get_xaxis_transform(),
-                ha="center", va="center", color="0.4", fontsize=8)  # fmt: skip
+        ax.text(
+            mid,
+            0.5,
+            "UNSUPPORTED\n(not recorded)",
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="center",
+            color="0.4",
+            fontsize=8,
+        )
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # depths are whole positions
@@ -917,8 +999,14 @@ def screen_figure(result: Result) -> Any:
             ax.plot([best[0].depth], [best[0].tokens_per_s], "*", ms=12, color="C3")
         cap = c.screen.cap if c.screen is not None else None
         if cap is not None and cap in xs:
-            ax.plot([cap], [next(d.tokens_per_s for d in ok if d.depth == cap)], "o", ms=10,
-                    mfc="none", color="k")  # fmt: skip
+            ax.plot(
+                [cap],
+                [next(d.tokens_per_s for d in ok if d.depth == cap)],
+                "o",
+                ms=10,
+                mfc="none",
+                color="k",
+            )
         gone = [d.depth for d in c.depths if not d.supported]
         here = [x for x in cells if (x.batch, x.context) == (c.batch, c.context)]
         workers = ", ".join(dict.fromkeys(x.worker or "—" for x in here))
@@ -934,7 +1022,10 @@ def screen_figure(result: Result) -> Any:
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     workers = ", ".join(dict.fromkeys(c.worker or "—" for c in cells))
-    fig.suptitle(f"Depth screen of worker {workers}: central rate (line), assumption envelope\n"
-                 "(band), best rank (star), nominal cap (ring)", fontsize=9)  # fmt: skip
+    fig.suptitle(
+        f"Depth screen of worker {workers}: central rate (line), assumption envelope\n"
+        "(band), best rank (star), nominal cap (ring)",
+        fontsize=9,
+    )
     fig.tight_layout()
     return fig

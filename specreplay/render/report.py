@@ -61,7 +61,8 @@ _READ = {
 _PATH = {
     "importance": "importance weights: each replayed round is reweighted by the policy ratio of "
     "its archived drafts, which removes the path assumption's bias where the archive records "
-    "the drafted token and its logging law (SPEC §3.2).",
+    "the drafted token and its logging law "
+    '(docs/methods.md, "The importance estimator and its weight").',
     "analytic": "the path assumption: archived positions are replayed as if their laws did not "
     "depend on what was drafted before (exact expectations, no Monte Carlo noise); biased even "
     "for the logging arm — see the path-bias diagnostic.",
@@ -147,17 +148,29 @@ def _choices(result: Result) -> str:
         )
     reps = o.get("replicates")
     if result.command not in ("screen", "budget"):  # the only commands that draw nothing
-        items.append(f"Seed {result.seed}" + (f"; {reps} Monte Carlo replicates per round"
-                                              if reps else "") + ".")  # fmt: skip
+        items.append(
+            f"Seed {result.seed}"
+            + (f"; {reps} Monte Carlo replicates per round" if reps else "")
+            + "."
+        )
     text = bullets(items)
     text += "\n\nAssumptions the command states:\n\n" + bullets(list(result.assumptions) or ["—"])
-    excl = [f"{e.reason}: " + ", ".join(f"{v:,} {k}" for k in ("rows", "rounds", "requests")
-            if (v := getattr(e, k)) is not None) for e in result.excluded]  # fmt: skip
+    excl = [
+        f"{e.reason}: "
+        + ", ".join(
+            f"{v:,} {k}" for k in ("rows", "rounds", "requests") if (v := getattr(e, k)) is not None
+        )
+        for e in result.excluded
+    ]
     text += "\n\nExcluded: " + ("nothing." if not excl else "\n\n" + bullets(excl))
-    files = [f"`{Path(f.path).name}` ({f.bytes:,} bytes, SHA-256 {f.sha256[:12]}…)"
-             for f in result.inputs]  # fmt: skip
-    text += (f"\n\nInputs ({len(files)} file(s)), specreplay {result.version}, "
-             f"{result.created_utc}:\n\n" + bullets(files[:12]))  # fmt: skip
+    files = [
+        f"`{Path(f.path).name}` ({f.bytes:,} bytes, SHA-256 {f.sha256[:12]}…)"
+        for f in result.inputs
+    ]
+    text += (
+        f"\n\nInputs ({len(files)} file(s)), specreplay {result.version}, "
+        f"{result.created_utc}:\n\n" + bullets(files[:12])
+    )
     if len(files) > 12:
         text += f"\n- … and {len(files) - 12} more (results.json lists every one)"
     return text
@@ -176,14 +189,19 @@ def _path_bias(result: Result) -> list[str]:
             out.append(
                 f"Path bias of the logging arm {pb.b} (SIMULATED − MEASURED R): {num(pb.point)} "
                 f"[{num(pb.lo)}, {num(pb.hi)}] tokens/round: "
-                + ("the interval holds 0, the replay reproduces the archived acceptance."
-                   if inside else "the interval excludes 0, the replay is biased even for the "
-                   "arm that wrote the archive; deltas may carry part of that bias.")
-            )  # fmt: skip
+                + (
+                    "the interval holds 0, the replay reproduces the archived acceptance."
+                    if inside
+                    else "the interval excludes 0, the replay is biased even for the "
+                    "arm that wrote the archive; deltas may carry part of that bias."
+                )
+            )
     for d in result.pooled.deltas:
         if d.role is Role.PATH_BIAS_IMPORTANCE:
-            out.append(f"Path assumption's cost for {d.b.split(' (')[0]} ({d.b} − {d.a}): "
-                       + delta_text(d).replace(", Δ/R_a", "; relative"))  # fmt: skip
+            out.append(
+                f"Path assumption's cost for {d.b.split(' (')[0]} ({d.b} − {d.a}): "
+                + delta_text(d).replace(", Δ/R_a", "; relative")
+            )
     return out
 
 
@@ -194,8 +212,12 @@ def _importance(result: Result) -> list[str]:
     low = min(imp, key=lambda d: d.ess_share or 0.0)
     ks = [d for d in imp if d.pareto_k is not None]
     high = max(ks, key=lambda d: d.pareto_k or 0.0) if ks else None
-    k_text = (f"; largest Pareto k̂ {high.pareto_k:.2f} ({high.arm} at depth {high.depth}, "
-              f"threshold {num(high.khat_threshold, 2).lstrip('+')})" if high else "")  # fmt: skip
+    k_text = (
+        f"; largest Pareto k̂ {high.pareto_k:.2f} ({high.arm} at depth {high.depth}, "
+        f"threshold {num(high.khat_threshold, 2).lstrip('+')})"
+        if high
+        else ""
+    )
     warned = sorted({f"{d.arm} at depth {d.depth}: {d.warning}" for d in imp if d.warning})
     return [
         f"Importance weights (pooled): lowest ESS share {100 * (low.ess_share or 0.0):.1f}% "
@@ -235,8 +257,10 @@ def _small_samples(result: Result) -> list[str]:
             key = coverage_text(cov) if cov is not None else "no study figure at this size"
             by.setdefault(key, []).append(c.name)
     if not by:
-        return ["No cell is a small sample: every cell with a delta is at or above the size at "
-                "which the study shows nominal coverage."]  # fmt: skip
+        return [
+            "No cell is a small sample: every cell with a delta is at or above the size at "
+            "which the study shows nominal coverage."
+        ]
     return [
         f"{len(set(names))} small-sample cell(s), where the study measured {cov}: {_listed(names)}."
         for cov, names in by.items()
@@ -259,8 +283,10 @@ def _law_diag(result: Result) -> list[str]:
     skipped = [t for t in law if t.passed is None]
     out = []
     if under:
-        out.append(f"{len(under)} law test(s) passed with too few draws to detect their exact "
-                   "TV (underpowered): a pass there says little.")  # fmt: skip
+        out.append(
+            f"{len(under)} law test(s) passed with too few draws to detect their exact "
+            "TV (underpowered): a pass there says little."
+        )
     if skipped:
         why = "; ".join(sorted({t.null_reason or "—" for t in skipped}))
         out.append(f"{len(skipped)} law test(s) could not run: — ({why}).")
@@ -288,8 +314,10 @@ def _null_cells(result: Result) -> list[str]:
 def _diagnostics(result: Result) -> str:
     items = _path_bias(result) + _importance(result) + _undercover(result) + _law_diag(result)
     if result.command == "screen":
-        items.append("Envelopes are assumption envelopes (grids of overlap, overhead and slope × "
-                     "every run's survivals), not confidence intervals.")  # fmt: skip
+        items.append(
+            "Envelopes are assumption envelopes (grids of overlap, overhead and slope × "
+            "every run's survivals), not confidence intervals."
+        )
     items += _null_cells(result)
     return bullets(items or ["No diagnostic applies to this run."])
 

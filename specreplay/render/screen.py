@@ -1,4 +1,4 @@
-"""The depth screen's TABLES.md (SPEC §3.6).
+"""The depth screen's TABLES.md (docs/methods.md#the-screens-rate-sp2).
 
 Per cell the central rate per depth, envelope, gain and rank, from the typed ``screen`` cells
 (:mod:`specreplay.pipelines.screen` builds them).
@@ -55,8 +55,15 @@ def _cell_section(c: Cell, notes: dict[str, int]) -> list[str]:
         + (f", {fmt(best.tokens_per_s, 1)} tok/s." if best else "."),
         "",
     ]
-    header = ["depth", "rate tok/s", "envelope", f"gain vs c_B={s.cap} [envelope]",
-              "1+ΣS_i", "round ms", "rank"]  # fmt: skip
+    header = [
+        "depth",
+        "rate tok/s",
+        "envelope",
+        f"gain vs c_B={s.cap} [envelope]",
+        "1+ΣS_i",
+        "round ms",
+        "rank",
+    ]
     return [*head, markdown_table(header, [_depth_row(d, notes) for d in c.depths]), ""]
 
 
@@ -67,8 +74,10 @@ def _presence(cells: Sequence[Cell]) -> list[str]:
         mine = {(c.batch, c.context) for c in cells if c.worker == worker}
         batches = sorted({b for b, _ in mine if b is not None})
         contexts = sorted({x for _, x in mine if x is not None})
-        rows = [[f"B{b}", *("screened" if (b, x) in mine else "absent" for x in contexts)]
-                for b in batches]  # fmt: skip
+        rows = [
+            [f"B{b}", *("screened" if (b, x) in mine else "absent" for x in contexts)]
+            for b in batches
+        ]
         out += [f"Worker {worker}:", "", markdown_table(["batch", *map(str, contexts)], rows), ""]
     return out
 
@@ -77,7 +86,7 @@ def screen_tables(result: Result) -> str:
     """TABLES.md of a screen: per cell the central rate per depth, envelope, gain and rank."""
     notes: dict[str, int] = {}
     out = [
-        "# Depth screen from run counters (SP2, SPEC §3.6)",
+        '# Depth screen from run counters (SP2, docs/methods.md, "The screen\'s rate (SP2)")',
         "",
         "Rates are aggregate tokens/s per batch, ESTIMATED; survivals and step p50 MEASURED. "
         "Envelopes are assumption envelopes (every run's survival vector × step-p50 extrema × "

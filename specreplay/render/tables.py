@@ -438,11 +438,16 @@ def _path_bias(pooled: Cell) -> list[str]:
 def path_bias_by_arm(pooled: Cell) -> list[str]:
     """Return the pooled path-bias-importance deltas, one row per arm (or none)."""
     rows = [
-        [d.b.split(" (")[0], fmt(pooled.arms[d.b].R), fmt(pooled.arms[d.a].R), _num(d.point),
-         f"[{_num(d.lo)}, {_num(d.hi)}]"]
+        [
+            d.b.split(" (")[0],
+            fmt(pooled.arms[d.b].R),
+            fmt(pooled.arms[d.a].R),
+            _num(d.point),
+            f"[{_num(d.lo)}, {_num(d.hi)}]",
+        ]
         for d in pooled.deltas
         if d.role is Role.PATH_BIAS_IMPORTANCE and d.point is not None
-    ]  # fmt: skip
+    ]
     if not rows:
         return []
     return [
@@ -489,10 +494,18 @@ def importance_table(pooled: Cell) -> list[str]:
     rows = []
     for d in pooled.importance:
         k = fmt(d.pareto_k, 2) if d.pareto_k is not None else f"— {note(d.null_reason)}"
-        rows.append([
-            d.arm, str(d.depth), str(d.rounds), fmt(d.ess, 1), _pctp(d.ess_share), k,
-            fmt(d.khat_threshold, 2), d.warning or "",
-        ])  # fmt: skip
+        rows.append(
+            [
+                d.arm,
+                str(d.depth),
+                str(d.rounds),
+                fmt(d.ess, 1),
+                _pctp(d.ess_share),
+                k,
+                fmt(d.khat_threshold, 2),
+                d.warning or "",
+            ]
+        )
     header = ["arm", "depth", "rounds", "ESS", "ESS share", "Pareto k̂", "k̂ threshold", "warning"]
     return [
         "",
@@ -600,10 +613,13 @@ def lawtest_table(result: Result) -> str:
     head = (
         f"LAW TESTS: {n_ran} ran, {n_fail} failed (G-test, Holm at family-wise α = "
         f"{family_alpha:g} over the {n_ran} that ran"
-        + (f"; {skipped} of the {len(law)} listed could not run, see their notes" if skipped
-           else "")
+        + (
+            f"; {skipped} of the {len(law)} listed could not run, see their notes"
+            if skipped
+            else ""
+        )
         + "; SIMULATED)"
-    )  # fmt: skip
+    )
     header = ["arm", "position", "exact TV", "draws", "power", "p (Holm)", "result"]
     out = [head, "", markdown_table(header, rows)]
     return "\n".join(out + note.lines()) + "\n"
@@ -634,38 +650,71 @@ def sweep_tables(result: Result) -> str:
         rows = []
         for f in figs:
             if not f.supported or f.R is None:
-                rows.append([str(f.depth), "UNSUPPORTED" if not f.supported else "—", "—", "—",
-                             "—", f.null_reason or "—"])  # fmt: skip
+                rows.append(
+                    [
+                        str(f.depth),
+                        "UNSUPPORTED" if not f.supported else "—",
+                        "—",
+                        "—",
+                        "—",
+                        f.null_reason or "—",
+                    ]
+                )
                 continue
             own = [x for x in pooled.deltas if x.role is Role.DEPTH_VS_REFERENCE and x.a == arm]
             d = next((x for x in own if x.depth == f.depth and x.point is not None), None)
             delta = f"{d.point:+.4f} [{_num(d.lo)}, {_num(d.hi)}]" if d is not None else "—"
-            tps = (f"{f.tokens_per_s:.1f} [{f.tokens_per_s_lo:.1f}, {f.tokens_per_s_hi:.1f}]"
-                   if f.tokens_per_s is not None and f.tokens_per_s_lo is not None
-                   and f.tokens_per_s_hi is not None else "—")  # fmt: skip
+            tps = (
+                f"{f.tokens_per_s:.1f} [{f.tokens_per_s_lo:.1f}, {f.tokens_per_s_hi:.1f}]"
+                if f.tokens_per_s is not None
+                and f.tokens_per_s_lo is not None
+                and f.tokens_per_s_hi is not None
+                else "—"
+            )
             p_best = f"{f.p_best:.3f}" if f.p_best is not None else "—"
-            rows.append([str(f.depth), f"{f.R:.4f} [{_num(f.lo)}, {_num(f.hi)}]", delta, tps,
-                         p_best, ""])  # fmt: skip
+            rows.append(
+                [str(f.depth), f"{f.R:.4f} [{_num(f.lo)}, {_num(f.hi)}]", delta, tps, p_best, ""]
+            )
         best = (pooled.best_depth or {}).get(arm)
-        header = ["depth", "R [95% CI]", "Δ vs own depth [95% CI]", "tokens/s [95% CI]",
-                  "P(best)", "note"]  # fmt: skip
+        header = [
+            "depth",
+            "R [95% CI]",
+            "Δ vs own depth [95% CI]",
+            "tokens/s [95% CI]",
+            "P(best)",
+            "note",
+        ]
         ref = arm.rsplit("@", 1)[1] if "@" in arm else result.options.get("reference_depth")
-        lines += ["", f"## {arm}: pooled, reference depth {ref}"
-                  + (f"; best depth {best}" if best is not None else ""), "",
-                  markdown_table(header, rows)]  # fmt: skip
-    best_rows = [[c.name, *[str((c.best_depth or {}).get(a, "—")) for a in result.arms]]
-                 for c in result.cells if c.best_depth]  # fmt: skip
+        lines += [
+            "",
+            f"## {arm}: pooled, reference depth {ref}"
+            + (f"; best depth {best}" if best is not None else ""),
+            "",
+            markdown_table(header, rows),
+        ]
+    best_rows = [
+        [c.name, *[str((c.best_depth or {}).get(a, "—")) for a in result.arms]]
+        for c in result.cells
+        if c.best_depth
+    ]
     if best_rows:
-        lines += ["", "## Best depth per cell (most tokens/s, ESTIMATED)", "",
-                  markdown_table(["cell", *result.arms], best_rows)]  # fmt: skip
+        lines += [
+            "",
+            "## Best depth per cell (most tokens/s, ESTIMATED)",
+            "",
+            markdown_table(["cell", *result.arms], best_rows),
+        ]
     lines += _sweep_by_cells(result)
     bits = result.extra.get("fewest_bits")
     if isinstance(bits, dict):
         seq = "; ".join(f"{s['arm']} {s['verdict']}" for s in bits["sequence"])
-        lines += ["", f"FEWEST BITS EQUIVALENT to {bits['baseline']} (fixed-sequence, most bits "
-                  f"first, margin {bits['margin']['text']}; SIMULATED): "
-                  f"{bits['fewest_bits_equivalent'] or '— (' + str(bits['null_reason']) + ')'}",
-                  f"sequence: {seq}"]  # fmt: skip
+        lines += [
+            "",
+            f"FEWEST BITS EQUIVALENT to {bits['baseline']} (fixed-sequence, most bits "
+            f"first, margin {bits['margin']['text']}; SIMULATED): "
+            f"{bits['fewest_bits_equivalent'] or '— (' + str(bits['null_reason']) + ')'}",
+            f"sequence: {seq}",
+        ]
     lines += ["", "Assumptions:", *[f"- {a}" for a in result.assumptions]]
     return "\n".join(lines) + "\n"
 
@@ -682,15 +731,22 @@ def _sweep_by_cells(result: Result) -> list[str]:
         return fmt(f.R) if f is not None else "—"
 
     rows = [[c.name, str(c.n_requests), *[r_at(c, a) for a in result.arms]] for c in grouped]
-    return ["", f"## R at each arm's reference depth by {result.options.get('by')} (SIMULATED)",
-            "", markdown_table(["cell", "requests", *result.arms], rows)]  # fmt: skip
+    return [
+        "",
+        f"## R at each arm's reference depth by {result.options.get('by')} (SIMULATED)",
+        "",
+        markdown_table(["cell", "requests", *result.arms], rows),
+    ]
 
 
 # -- ESTIMATED (budget) -----------------------------------------------------------------------
 
 
 def budget_tables(result: Result) -> str:
-    """Tables of the break-even added cost per cell and of the sensitivity rows (SPEC §3.7)."""
+    """Tables of the break-even added cost per cell and of the sensitivity rows.
+
+    See docs/methods.md#the-budget-break-even-cost.
+    """
     note = _Notes()
     rows = []
     for c in result.cells:
@@ -699,11 +755,19 @@ def budget_tables(result: Result) -> str:
             continue
         why = "" if b.null_reason is None else " " + note(b.null_reason)
         rows.append(
-            [c.name, fmt(b.r0, 6), fmt(b.delta_lo, 6), fmt(b.price_ms, 2), fmt(b.known_ms, 6),
-             fmt(b.break_even_ms, 6) + why, fmt(b.remaining_ms, 6) + why]
-        )  # fmt: skip
+            [
+                c.name,
+                fmt(b.r0, 6),
+                fmt(b.delta_lo, 6),
+                fmt(b.price_ms, 2),
+                fmt(b.known_ms, 6),
+                fmt(b.break_even_ms, 6) + why,
+                fmt(b.remaining_ms, 6) + why,
+            ]
+        )
     out = [
-        "## Budget: break-even added cost per round, ESTIMATED (SPEC §3.7)",
+        "## Budget: break-even added cost per round, ESTIMATED "
+        '(docs/methods.md, "The budget: break-even cost")',
         "",
         "x = T·Δ_lo/R_0 (from (R_0 + Δ_lo)/(T + x) = R_0/T); remaining = x − Σ known costs.",
         "",

@@ -199,14 +199,18 @@ def screen_verdicts(result: Result) -> list[str]:
     for c in result.cells:
         if c.screen is None:
             continue
-        best = min((d for d in c.depths if d.rank is not None), key=lambda d: d.rank or 0,
-                   default=None)  # fmt: skip
+        best = min(
+            (d for d in c.depths if d.rank is not None), key=lambda d: d.rank or 0, default=None
+        )
         if best is None or best.tokens_per_s is None:
             lines.append(f"{c.name}: — (no supported depth)")
             continue
-        gain = (f"; gain over the nominal cap {c.screen.cap}: {pct(best.gain, 2)} (envelope "
-                f"{pct(best.gain_lo, 2)} to {pct(best.gain_hi, 2)})" if best.gain is not None
-                else "")  # fmt: skip
+        gain = (
+            f"; gain over the nominal cap {c.screen.cap}: {pct(best.gain, 2)} (envelope "
+            f"{pct(best.gain_lo, 2)} to {pct(best.gain_hi, 2)})"
+            if best.gain is not None
+            else ""
+        )
         lines.append(
             f"{c.name}: **best depth {best.depth}**, {best.tokens_per_s:.1f} tokens/s "
             f"(envelope {_plain(best.tokens_per_s_lo)} to {_plain(best.tokens_per_s_hi)}){gain} "
@@ -295,8 +299,11 @@ def _n(result: Result) -> str:
 
 def _requalify_q(r: Result) -> tuple[str, str]:
     o = r.options
-    ref = f" (`{o['reference']}` is the reference its gain is measured against.)" if o.get(
-        "reference") else ""  # fmt: skip
+    ref = (
+        f" (`{o['reference']}` is the reference its gain is measured against.)"
+        if o.get("reference")
+        else ""
+    )
     return (
         f"Requalification of {o['candidate']} against {o['baseline']}",
         f"Can `{o['candidate']}` replace `{o['baseline']}`: on the archive "
@@ -350,8 +357,11 @@ def _budget_q(r: Result) -> tuple[str, str]:
 
 def _lawtest_q(r: Result) -> tuple[str, str]:
     o = r.options
-    where = (f"at {o['positions']} positions of the archive {_name(o.get('archive'))}"
-             if o.get("archive") else "on the built-in toy suite")  # fmt: skip
+    where = (
+        f"at {o['positions']} positions of the archive {_name(o.get('archive'))}"
+        if o.get("archive")
+        else "on the built-in toy suite"
+    )
     return (
         f"Law tests of {', '.join(r.arms) if len(r.arms) <= 3 else f'{len(r.arms)} arms'}",
         f"Does each arm's verifier ({', '.join(f'`{a}`' for a in r.arms)}) emit tokens with "

@@ -1,11 +1,11 @@
 """Per-(request, bucket) sums of replayed rounds, added in archive order (bit-identical).
 
 Each batch's per-round values (:class:`~specreplay.replay.estimators.base.RoundValues`, the same
-type for every estimator) are added one round at a time, in archive order, into arrays keyed by
-the shard's request code × n_buckets + bucket, so the floating-point sums do not depend on the
-thread count or on where batches were cut (SPEC §5). :meth:`ReplayAccumulator.result` turns them
-into :class:`ArmSums`, keyed by the stable request key and bucket, in canonical order (request
-key, then bucket): the order every later aggregation follows, whatever the file layout.
+type for every estimator) are added one round at a time, in archive order, into arrays keyed by the
+shard's request code × n_buckets + bucket, so the floating-point sums do not depend on the thread
+count or on where batches were cut (docs/scale.md). :meth:`ReplayAccumulator.result` turns them into
+:class:`ArmSums`, keyed by the stable request key and bucket, in canonical order (request key, then
+bucket): the order every later aggregation follows, whatever the file layout.
 """
 
 from __future__ import annotations
@@ -270,17 +270,37 @@ class ReplayAccumulator:
         if at is None or at.shape[0] != keys.shape[0]:
             at = np.full(keys.shape[0], NO_ROUND, np.int64)
         _add_rounds(
-            keys, values.depth, values.t, values.var, values.surv, values.offpath, at,
-            a["n"], a["short"], a["short_at"], a["t"], a["var"], a["surv"], a["offpath"],
-        )  # fmt: skip
+            keys,
+            values.depth,
+            values.t,
+            values.var,
+            values.surv,
+            values.offpath,
+            at,
+            a["n"],
+            a["short"],
+            a["short_at"],
+            a["t"],
+            a["var"],
+            a["surv"],
+            a["offpath"],
+        )
         if values.ratio is not None:
             bound = values.bound if values.bound is not None else values.ratio
             moment = values.moment if values.moment is not None else values.ratio**2
             _add_ratios(
-                keys, values.depth, values.ratio, bound, moment,
-                a["ratio_sum"], a["ratio_sq"], a["ratio_min"], a["ratio_max"], a["bound_max"],
+                keys,
+                values.depth,
+                values.ratio,
+                bound,
+                moment,
+                a["ratio_sum"],
+                a["ratio_sq"],
+                a["ratio_min"],
+                a["ratio_max"],
+                a["bound_max"],
                 a["moment_max"],
-            )  # fmt: skip
+            )
 
     def exclude(self, keys: NDArray[np.int64]) -> None:
         """Count rounds left out (``--short-rounds exclude``) under their keys."""

@@ -210,8 +210,10 @@ def _outcome(fut: Any, file: ArchiveFile) -> ShardSums | ShardFailure | BaseExce
     try:
         value = fut.result()
     except Exception as exc:  # a lost worker or a bug, named with the shard
-        return SpecReplayError(f"{file.path}: the Dask task replaying this shard failed: "
-                               f"{type(exc).__name__}: {_one_line(exc)}")  # fmt: skip
+        return SpecReplayError(
+            f"{file.path}: the Dask task replaying this shard failed: "
+            f"{type(exc).__name__}: {_one_line(exc)}"
+        )
     if isinstance(value, ShardSums | ShardFailure):
         return value
     return SpecReplayError(f"{file.path}: the Dask task returned {type(value).__name__}")
@@ -381,9 +383,12 @@ def _local_cluster(distributed: Any, n: int) -> Iterator[Any]:
     from specreplay import numba_cache_dir
 
     cluster = distributed.LocalCluster(
-        n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
+        n_workers=n,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",
         env={"NUMBA_NUM_THREADS": "1", "NUMBA_CACHE_DIR": numba_cache_dir()},
-    )  # fmt: skip
+    )
     try:
         yield cluster
     finally:

@@ -1,4 +1,6 @@
-"""Law-test cases for arms: on the toy laws and on sampled archive positions (SPEC §3.3).
+"""Law-test cases for arms: on the toy laws and on sampled archive positions.
+
+See docs/methods.md#law-tests.
 
 An arm's sampler and verifier laws come from its policy and quantizers
 (:class:`~specreplay.sim.policy.LawCache`); the toy laws' draft law is used as the candidates'
@@ -134,9 +136,15 @@ def sample_cases(
     keys_rounds = zip(sample.request_key, sample.round, strict=True)
     where = [(ids.get(int(k)), int(n)) for k, n in keys_rounds]
     return _cases_from_rows(
-        arms, off, sample.draft_logprobs, tp, p_other, [int(p) for p in sample.position], rows,
+        arms,
+        off,
+        sample.draft_logprobs,
+        tp,
+        p_other,
+        [int(p) for p in sample.position],
+        rows,
         where,
-    )  # fmt: skip
+    )
 
 
 def run_cases(

@@ -1,4 +1,6 @@
-"""Law-test positions chosen by a seeded hash, collected during the replay pass (SPEC §3.3).
+"""Law-test positions chosen by a seeded hash, collected during the replay pass.
+
+See docs/methods.md#law-tests.
 
 Each position row (request key, round, position) gets 64 bits
 ``uniform_bits(seed, request key, round, position, STREAM_LAW_POSITIONS)``; the sample is the k rows
@@ -47,9 +49,14 @@ def position_hashes(batch: RoundBatch, seed: int) -> NDArray[np.uint64]:
     """Return the law-test hash of every position row of ``batch`` (uint64, (n_pos,))."""
     out = np.empty(batch.n_positions, np.uint64)
     _hashes(
-        batch.round_offsets, batch.round_key, batch.round_index, batch.position,
-        np.uint64(seed), np.int64(STREAM_LAW_POSITIONS), out,
-    )  # fmt: skip
+        batch.round_offsets,
+        batch.round_key,
+        batch.round_index,
+        batch.position,
+        np.uint64(seed),
+        np.int64(STREAM_LAW_POSITIONS),
+        out,
+    )
     return out
 
 
@@ -93,9 +100,16 @@ class LawSample:
         round_of_row = np.repeat(np.arange(batch.n_rounds), np.diff(batch.round_offsets))
         r = round_of_row[rows]
         return _gather(
-            h[rows], batch.round_key[r], batch.round_index[r], batch.position[rows],
-            batch.offsets, rows, batch.draft_logprobs, batch.target_probs, k,
-        )  # fmt: skip
+            h[rows],
+            batch.round_key[r],
+            batch.round_index[r],
+            batch.position[rows],
+            batch.offsets,
+            rows,
+            batch.draft_logprobs,
+            batch.target_probs,
+            k,
+        )
 
     @staticmethod
     def merge(a: LawSample, b: LawSample, k: int) -> LawSample:
@@ -108,12 +122,16 @@ class LawSample:
         offsets = np.zeros(lens.shape[0] + 1, np.int64)
         np.cumsum(lens, out=offsets[1:])
         return _gather(
-            np.concatenate([a.hash, b.hash]), np.concatenate([a.request_key, b.request_key]),
-            np.concatenate([a.round, b.round]), np.concatenate([a.position, b.position]),
-            offsets, np.arange(lens.shape[0]),
+            np.concatenate([a.hash, b.hash]),
+            np.concatenate([a.request_key, b.request_key]),
+            np.concatenate([a.round, b.round]),
+            np.concatenate([a.position, b.position]),
+            offsets,
+            np.arange(lens.shape[0]),
             np.concatenate([a.draft_logprobs, b.draft_logprobs]),
-            np.concatenate([a.target_probs, b.target_probs]), k,
-        )  # fmt: skip
+            np.concatenate([a.target_probs, b.target_probs]),
+            k,
+        )
 
 
 def _gather(
@@ -139,6 +157,11 @@ def _gather(
         else np.zeros(0, np.int64)
     )
     return LawSample(
-        hash=h[order], request_key=key[order], round=rnd[order], position=pos[order],
-        offsets=out_off, draft_logprobs=lp[idx], target_probs=tp[idx],
-    )  # fmt: skip
+        hash=h[order],
+        request_key=key[order],
+        round=rnd[order],
+        position=pos[order],
+        offsets=out_off,
+        draft_logprobs=lp[idx],
+        target_probs=tp[idx],
+    )

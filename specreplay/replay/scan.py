@@ -1,4 +1,7 @@
-"""One validating pass over an archive that accumulates its MEASURED figures (SPEC §2.1)."""
+"""One validating pass over an archive that accumulates its MEASURED figures.
+
+See docs/inputs.md#position-traces-schema-v1.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""cells.parquet: every figure of a result's cells as one long table (SPEC §4).
+"""cells.parquet: every figure of a result's cells as one long table (docs/outputs.md#cellsparquet).
 
 Arms are plain names (``arm``, ``arm_a``, ``arm_b``): what results.json's arm keys say in a suffix
 (``ARM (MEASURED)``, ``ARM (analytic)``, ``ARM@D (reference depth)``,
@@ -15,10 +15,10 @@ that differ between the arms ``n_differing``, ``small_sample`` and the study's c
 cell's size ``coverage_at_size``) or, for an importance replay, ``ess_share`` and ``pareto_k``
 (``depth`` = k: the tail diagnostics of the policy ratio), per depth figure ``R_at_depth``,
 ``tokens_per_s``, ``gain`` (``lo``/``hi``: the interval or, for the screen, the assumption envelope)
-and ``rank``, or, for a budget, ``break_even_ms`` and ``remaining_ms`` (SPEC §3.7); every row
-carries its cell (level, family, bucket, ``n_requests``, and for ``screen`` cells ``batch``,
-``context``, ``worker``; for ``--by`` cells ``group``, ``COLUMN=value``), ``label`` and
-``null_reason``.
+and ``rank``, or, for a budget, ``break_even_ms`` and ``remaining_ms``
+(docs/methods.md#the-budget-break-even-cost); every row carries its cell (level, family, bucket,
+``n_requests``, and for ``screen`` cells ``batch``, ``context``, ``worker``; for ``--by`` cells
+``group``, ``COLUMN=value``), ``label`` and ``null_reason``.
 """
 
 from __future__ import annotations
@@ -83,27 +83,63 @@ def _rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
         k = split(key)
         role = k.role.value if k.role is not None else None
         arm = {"arm": k.arm, "role": role, "estimator": k.estimator or v.estimator}
-        rows.append(base | arm | {"kind": "R", "value": v.R, "lo": v.lo, "hi": v.hi,
-                                  "method": None if v.lo is None else "studentized",
-                                  "level_conf": v.level, "label": v.label.value,
-                                  "null_reason": v.null_reason})  # fmt: skip
-        rows.append(base | arm | {"kind": "n_rounds", "value": float(v.n_rounds),
-                                  "label": Label.MEASURED.value})  # fmt: skip
+        rows.append(
+            base
+            | arm
+            | {
+                "kind": "R",
+                "value": v.R,
+                "lo": v.lo,
+                "hi": v.hi,
+                "method": None if v.lo is None else "studentized",
+                "level_conf": v.level,
+                "label": v.label.value,
+                "null_reason": v.null_reason,
+            }
+        )
+        rows.append(
+            base
+            | arm
+            | {"kind": "n_rounds", "value": float(v.n_rounds), "label": Label.MEASURED.value}
+        )
     for s in cell.survival:
-        rows.append(base | {"kind": "survival", "arm": s.arm, "depth": s.position,
-                            "value": s.value, "label": s.label.value,
-                            "null_reason": s.null_reason})  # fmt: skip
+        rows.append(
+            base
+            | {
+                "kind": "survival",
+                "arm": s.arm,
+                "depth": s.position,
+                "value": s.value,
+                "label": s.label.value,
+                "null_reason": s.null_reason,
+            }
+        )
     for d in cell.deltas:
         cov = d.coverage_at_size
-        rows.append(base | {"kind": "delta", "arm_a": split(d.a).arm, "arm_b": split(d.b).arm,
-                            "role": d.role.value, "estimator": d.estimator,
-                            "depth": d.depth, "value": d.point, "lo": d.lo, "hi": d.hi,
-                            "method": d.method, "level_conf": d.level, "verdict": d.verdict,
-                            "label": d.label.value, "null_reason": d.null_reason,
-                            "df": d.df, "n_differing": d.n_differing,
-                            "small_sample": d.small_sample,
-                            "coverage_at_size": None if cov is None else cov.coverage,
-                            "verdict_reason": d.verdict_reason})  # fmt: skip
+        rows.append(
+            base
+            | {
+                "kind": "delta",
+                "arm_a": split(d.a).arm,
+                "arm_b": split(d.b).arm,
+                "role": d.role.value,
+                "estimator": d.estimator,
+                "depth": d.depth,
+                "value": d.point,
+                "lo": d.lo,
+                "hi": d.hi,
+                "method": d.method,
+                "level_conf": d.level,
+                "verdict": d.verdict,
+                "label": d.label.value,
+                "null_reason": d.null_reason,
+                "df": d.df,
+                "n_differing": d.n_differing,
+                "small_sample": d.small_sample,
+                "coverage_at_size": None if cov is None else cov.coverage,
+                "verdict_reason": d.verdict_reason,
+            }
+        )
     for f in cell.depths:
         for kind, value, lo, hi in (
             ("R_at_depth", f.R, f.lo, f.hi),
@@ -111,24 +147,53 @@ def _rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
             ("gain", f.gain, f.gain_lo, f.gain_hi),
             ("rank", None if f.rank is None else float(f.rank), None, None),
         ):
-            rows.append(base | {"kind": kind, "arm": f.arm, "depth": f.depth, "value": value,
-                                "lo": lo, "hi": hi, "label": f.label.value,
-                                "null_reason": f.null_reason})  # fmt: skip
+            rows.append(
+                base
+                | {
+                    "kind": kind,
+                    "arm": f.arm,
+                    "depth": f.depth,
+                    "value": value,
+                    "lo": lo,
+                    "hi": hi,
+                    "label": f.label.value,
+                    "null_reason": f.null_reason,
+                }
+            )
     for g in cell.importance:
         for kind, value in (("ess_share", g.ess_share), ("pareto_k", g.pareto_k)):
             why = g.null_reason if value is None else None
-            rows.append(base | {"kind": kind, "arm": g.arm, "depth": g.depth, "value": value,
-                                "label": g.label.value, "null_reason": why})  # fmt: skip
+            rows.append(
+                base
+                | {
+                    "kind": kind,
+                    "arm": g.arm,
+                    "depth": g.depth,
+                    "value": value,
+                    "label": g.label.value,
+                    "null_reason": why,
+                }
+            )
     b = cell.budget
     if b is not None:
         for kind, value in (("break_even_ms", b.break_even_ms), ("remaining_ms", b.remaining_ms)):
-            rows.append(base | {"kind": kind, "value": value, "label": b.label.value,
-                                "null_reason": b.null_reason})  # fmt: skip
+            rows.append(
+                base
+                | {
+                    "kind": kind,
+                    "value": value,
+                    "label": b.label.value,
+                    "null_reason": b.null_reason,
+                }
+            )
     return rows
 
 
 def cells_frame(result: Result) -> pl.DataFrame:
-    """Flatten the result's cells into the long table of SPEC §4 (one row per figure)."""
+    """Flatten the result's cells into the long table of.md#cellsparquet (one row per figure).
+
+    See docs/outputs.md#cellsparquet.
+    """
     split = arm_splitter(result)
     rows = [r for c in result.cells for r in _rows(c, split)]
     return pl.DataFrame(

@@ -1,4 +1,6 @@
-"""results.json: write a :class:`~specreplay.results.model.Result` and read it back (SPEC §4.1).
+"""results.json: write a :class:`~specreplay.results.model.Result` and read it back.
+
+See docs/outputs.md#resultsjson.
 
 Writing walks the dataclasses in field order (enums as their values, tuples as lists, ``schema``
 first; a field kept in memory only, such as ``Result.replicates``, is skipped); NaN is never

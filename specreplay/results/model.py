@@ -1,4 +1,6 @@
-"""The typed result model: what a command found, as frozen dataclasses (SPEC §4.1).
+"""The typed result model: what a command found, as frozen dataclasses.
+
+See docs/outputs.md#resultsjson.
 
 A command builds one :class:`Result`; results.json is that object written out
 (:mod:`specreplay.results.io`), and every renderer (TABLES.md, cells.parquet, plots) is a function
@@ -11,14 +13,14 @@ paired :class:`Delta` of two arms (looked up by its :class:`Role`, never by posi
 per-position :class:`Survival` P(A ≥ j), the :class:`Offpath` rates, the :class:`DepthFigure` slots
 of the depth sweep (issue 6), for ``requalify`` the :class:`Requalification` and, for an importance
 replay, the :class:`ImportanceDiagnostic` of each arm and depth, for ``budget`` the cell's
-:class:`Budget` (and the run's :class:`Sensitivity` rows); a ``screen`` cell (SPEC §3.6) is keyed
-by ``batch``, ``context`` and ``worker`` and carries its :class:`ScreenFigures`. With ``--by
-COLUMN`` (a carried archive column, constant within a request) a ``by`` cell pools one value of
-the column over families and buckets and a ``family×bucket×by`` cell is one family × bucket × value;
-both name the value in ``group`` ({column: value}, null in every other cell). ``excluded``
-counts the cell's rounds that ``--short-rounds exclude`` left out (null without that option).
-A figure that cannot be computed is ``None`` with its ``null_reason``. Every figure carries its
-:class:`Label`.
+:class:`Budget` (and the run's :class:`Sensitivity` rows); a ``screen`` cell
+(docs/methods.md#the-screens-rate-sp2) is keyed by ``batch``, ``context`` and ``worker`` and carries
+its :class:`ScreenFigures`. With ``--by COLUMN`` (a carried archive column, constant within a
+request) a ``by`` cell pools one value of the column over families and buckets and a
+``family×bucket×by`` cell is one family × bucket × value; both name the value in ``group`` ({column:
+value}, null in every other cell). ``excluded`` counts the cell's rounds that ``--short-rounds
+exclude`` left out (null without that option). A figure that cannot be computed is ``None`` with its
+``null_reason``. Every figure carries its :class:`Label`.
 
 Fields are always written, ``null`` where they do not apply (so a program reading results.json
 finds the same keys in every delta); their order is the order of the dataclass fields. The one
@@ -76,7 +78,7 @@ SCHEMA_ID = "specreplay/results/v1"
 
 
 class Label(StrEnum):
-    """Where a figure comes from (SPEC §1)."""
+    """Where a figure comes from (docs/outputs.md)."""
 
     MEASURED = "MEASURED"
     SIMULATED = "SIMULATED"
@@ -96,7 +98,7 @@ class Level(StrEnum):
 
 
 class Role(StrEnum):
-    """What a paired delta Δ = R_b − R_a is for (SPEC §4.1)."""
+    """What a paired delta Δ = R_b − R_a is for (docs/outputs.md#resultsjson)."""
 
     B_VS_A = "b-vs-a"
     CANDIDATE_VS_BASELINE = "candidate-vs-baseline"
@@ -315,7 +317,9 @@ class Offpath:
 
 @dataclass(frozen=True)
 class ImportanceDiagnostic:
-    """Tail diagnostics of one arm's policy ratio at one depth in one cell (SPEC §3.2).
+    """Tail diagnostics of one arm's policy ratio at one depth in one cell.
+
+    See docs/methods.md#the-importance-estimator-and-its-weight.
 
     ``ess`` = (Σ r)²/Σ r² and ``ess_share`` = ess / ``rounds`` of the policy ratio r_k =
     Π_{j≤k} q^s_j/q^L_j over the cell's rounds that recorded ``depth`` positions; ``pareto_k`` its
@@ -346,7 +350,10 @@ class ImportanceDiagnostic:
 
 @dataclass(frozen=True)
 class DepthFigure:
-    """R of one arm at one fixed depth (the depth sweep's slot, SPEC §3.5, §4.1)."""
+    """R of one arm at one fixed depth (the depth sweep's slot).
+
+    See docs/methods.md#the-sweep-cost-model-and-the-best-depth, docs/outputs.md#resultsjson.
+    """
 
     arm: str
     depth: int
@@ -369,7 +376,9 @@ class DepthFigure:
 
 @dataclass(frozen=True)
 class ScreenFigures:
-    """The per-cell inputs of the depth screen (SPEC §3.6), in ms; T_B MEASURED, the rest config.
+    """The per-cell inputs of the depth screen, in ms; T_B MEASURED, the rest config.
+
+    See docs/methods.md#the-screens-rate-sp2.
 
     ``step_p50_ms`` is T_B (median over runs of each run's step p50) with the runs' extrema;
     ``draft_p50_ms`` D_B; ``cap`` c_B; ``e_ref_ms`` the central e_ref; ``runs`` and ``suites``
@@ -390,7 +399,10 @@ class ScreenFigures:
 
 @dataclass(frozen=True)
 class Requalification:
-    """QUALIFIED / NOT QUALIFIED / INCONCLUSIVE, or None with the reason (SPEC §3.4)."""
+    """QUALIFIED / NOT QUALIFIED / INCONCLUSIVE, or None with the reason.
+
+    See docs/methods.md#requalification.
+    """
 
     verdict: str | None
     because: str | None
@@ -400,7 +412,9 @@ class Requalification:
 
 @dataclass(frozen=True)
 class Budget:
-    """Break-even added cost of one cell (SPEC §3.7), ms per round; ESTIMATED.
+    """Break-even added cost of one cell, ms per round; ESTIMATED.
+
+    See docs/methods.md#the-budget-break-even-cost.
 
     ``break_even_ms`` = ``price_ms``·``delta_lo``/``r0``; ``remaining_ms`` = ``break_even_ms`` −
     ``known_ms`` (the sum of the known added costs); both null, with the reason, when Δ_lo ≤ 0
@@ -419,7 +433,10 @@ class Budget:
 
 @dataclass(frozen=True)
 class Sensitivity:
-    """Conditional rate r_0·(1 + g)·τ/(τ + x) at one extra cost x (SPEC §3.7); ESTIMATED."""
+    """Conditional rate r_0·(1 + g)·τ/(τ + x) at one extra cost x; ESTIMATED.
+
+    See docs/methods.md#the-budget-break-even-cost.
+    """
 
     rate: float
     tau_ms: float
@@ -480,7 +497,10 @@ class Cell:
 
 @dataclass(frozen=True)
 class LawTest:
-    """One law test of an arm at one position (SPEC §3.3), or a null one with its reason."""
+    """One law test of an arm at one position, or a null one with its reason.
+
+    See docs/methods.md#law-tests.
+    """
 
     arm: str
     position: int
@@ -552,7 +572,7 @@ _HEADLINE_ROLE: dict[str, Role] = {"interval": Role.B_VS_A}
 
 @dataclass(frozen=True)
 class Result:
-    """What one command found: the whole of results.json (SPEC §4.1).
+    """What one command found: the whole of results.json (docs/outputs.md#resultsjson).
 
     ``replicates`` (not written, not compared) holds the joint bootstrap replicates of the run's
     headline comparison when the run was made in this process (:meth:`to_arviz`).

@@ -1,9 +1,11 @@
-"""The atomic output folder every command writes into (SPEC §4), and what it may replace.
+"""The atomic output folder every command writes into, and what it may replace.
 
-SPEC §4: every command that computes writes into a temporary folder beside ``--out`` and swaps it
-in when complete, so a killed run (SIGINT, or SIGTERM, which the CLI turns into an exception)
-leaves no partial output, and a run removes the temporary folders that dead earlier runs left beside
-``--out``.
+See docs/design.md#safety.
+
+docs/design.md#safety: every command that computes writes into a temporary folder beside ``--out``
+and swaps it in when complete, so a killed run (SIGINT, or SIGTERM, which the CLI turns into an
+exception) leaves no partial output, and a run removes the temporary folders that dead earlier runs
+left beside ``--out``.
 
 What an existing ``--out`` may be (judged with ``lstat``: a symlink is never followed):
 

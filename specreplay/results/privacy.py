@@ -1,4 +1,6 @@
-"""``--hash-ids``: request ids replaced by salted hashes in every output (SPEC §1).
+"""``--hash-ids``: request ids replaced by salted hashes in every output.
+
+See docs/commands.md#privacy-and-grouping.
 
 An :class:`IdHasher` holds a salt drawn per run (``os.urandom(16)``) and never written anywhere;
 an id ``r`` becomes ``h:`` + the first 16 hex digits of keyed BLAKE2b(r, key=salt). The same id
@@ -21,7 +23,8 @@ Design decisions
 ----------------
 - Hashing ids for output changes no number: request keys (Monte Carlo uniforms, bootstrap
   resamples, the seeded request sample) are computed from the ids as read, before any output.
-- Messages on stderr (a bad-input error names the file, the row and the request, as SPEC §2.1
+- Messages on stderr (a bad-input error names the file, the row and the request, as
+docs/inputs.md#position-traces-schema-v1
   asks) are not outputs: they go to the person running the command and are not hashed; an
   error writes no output folder at all.
 - Unquoted ids inside free text are not searched for: a short id such as a Spec-Bench question

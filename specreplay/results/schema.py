@@ -1,4 +1,4 @@
-"""The JSON Schema of results.json, derived from the typed model (SPEC §4.1).
+"""The JSON Schema of results.json, derived from the typed model (docs/outputs.md#resultsjson).
 
 :func:`results_schema` walks :class:`~specreplay.results.model.Result` and its nested dataclasses
 (one ``$defs`` entry each; ``null`` allowed where the type is optional; enums as their values), so
@@ -92,13 +92,24 @@ def results_schema() -> dict[str, Any]:
     root["properties"]["schema"] = {"type": "string", "enum": [SCHEMA_ID]}
     root["properties"]["environment"] = _ENVIRONMENT
     root["required"] = [
-        "schema", "command", "version", "created_utc", "seed", "environment", "inputs",
-        "options", "assumptions", "excluded", "arms", "law_tests", "cells",
-    ]  # fmt: skip
+        "schema",
+        "command",
+        "version",
+        "created_utc",
+        "seed",
+        "environment",
+        "inputs",
+        "options",
+        "assumptions",
+        "excluded",
+        "arms",
+        "law_tests",
+        "cells",
+    ]
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
-        "title": "specreplay results.json, contract v1 (SPEC §4.1)",
+        "title": 'specreplay results.json, contract v1 (docs/outputs.md, "results.json")',
         **root,
         "$defs": defs,
     }

@@ -184,8 +184,11 @@ def _sides(d: Delta, split: Split) -> dict[str, Any]:
             estimator = k.estimator
         else:
             estimator = half if len(parts) == 2 else d.estimator
-        out |= {side: k.arm, f"label_{side}": (k.label or d.label).value,
-                f"estimator_{side}": estimator}  # fmt: skip
+        out |= {
+            side: k.arm,
+            f"label_{side}": (k.label or d.label).value,
+            f"estimator_{side}": estimator,
+        }
     return out
 
 

@@ -1,4 +1,6 @@
-"""Acceptance of one position and the round state after it (SPEC §1, §3.2).
+"""Acceptance of one position and the round state after it.
+
+See docs/methods.md#acceptance-at-one-position-alpha.
 
 Terms: at a position the sampler law q^s drafts x, the verifier accepts when v·q^v(x) < p(x) for a
 uniform v, so the accept probability is a(x) = min(1, p(x)/q^v(x)) (1 when q^v(x) = 0 < p(x), 0

@@ -1,4 +1,6 @@
-"""Arms: the drafting configurations a replay compares; grammar and canonical form (SPEC §3.1).
+"""Arms: the drafting configurations a replay compares; grammar and canonical form.
+
+See docs/commands.md#arms.
 
 An **arm** is a drafting policy (how the drafter's archived candidates become its sampling law q),
 the quantizer the drafter samples with, the quantizer the verifier uses to accept and to form the
@@ -17,13 +19,13 @@ sampler
 verifier
     The QUANT after ``/`` (default: the sampler's): the law the verifier uses in the accept test
     ``v·q(x) < p(x)`` and in the residual. A verifier different from the sampler is **mismatched**
-    (the output law is then no longer exactly p, SPEC §1).
+    (the output law is then no longer exactly p, docs/methods.md#law-tests).
 canonical form
     The spelling used in every output: parts in the order top, t, p; defaults omitted (``t1``,
     ``p1``, ``float64``, ``:nearest``, a verifier equal to the sampler); numbers printed minimally
     (``t0.7``, ``p0.9``, ``t1.5``, ``top32``). ``parse_arm(canonical(a))`` equals ``a``.
 
-Decisions beyond SPEC §3.1
+Decisions beyond docs/commands.md#arms
 --------------------------
 - **Greedy takes nothing else**: no top/t/p part and no QUANT on either side of ``/``, not even
   ``float64``. Greedy's q is a point mass on the draft's argmax, which every quantizer maps to
@@ -77,7 +79,8 @@ __all__ = [
 FLOAT_KINDS: tuple[str, ...] = ("float64", "float32", "bfloat16", "float16")
 QUANT_KINDS: tuple[str, ...] = (*FLOAT_KINDS, "dyadic")
 ROUNDINGS: tuple[str, ...] = ("nearest", "floor-argmax")
-DYADIC_BITS_RANGE: tuple[int, int] = (8, 53)  # inclusive; 53 = float64's significand (SPEC §3.1)
+# inclusive; 53 = float64's significand (docs/methods.md#arms-policy-and-quantizers)
+DYADIC_BITS_RANGE: tuple[int, int] = (8, 53)
 MAX_DEPTH = 127
 _MAX_K = 2**62  # K is an int64 in the kernels
 
@@ -102,7 +105,7 @@ def _fmt_float(x: float) -> str:
 
 @dataclass(frozen=True)
 class Policy:
-    """How the drafter turns its archived candidates into its float64 law q (SPEC §3.1).
+    """How the drafter turns its archived candidates into its float64 law q (docs/commands.md#arms).
 
     Temperature, then top-k, then top-p (vLLM's order) on the candidates' log-probabilities,
     renormalised over the kept candidates; or greedy (a point mass on the highest log-probability).
@@ -156,7 +159,7 @@ class Policy:
 
 @dataclass(frozen=True)
 class Quant:
-    """A quantizer of the policy's float64 law (SPEC §3.1).
+    """A quantizer of the policy's float64 law (docs/methods.md#arms-policy-and-quantizers).
 
     Attributes
     ----------
@@ -227,7 +230,10 @@ class Arm:
 
     @property
     def canonical(self) -> str:
-        """The canonical spelling (SPEC §3.1), used in every output."""
+        """The canonical spelling, used in every output.
+
+        See docs/methods.md#arms-policy-and-quantizers.
+        """
         head = self.policy.spelling
         if self.sampler != Quant():
             head += f":{self.sampler.spelling}"
@@ -385,7 +391,7 @@ class _Parser:
 
 
 def parse_arm(text: str) -> Arm:
-    """Parse one arm (SPEC §3.1 grammar) into an :class:`Arm`.
+    """Parse one arm (the grammar of docs/commands.md#arms) into an :class:`Arm`.
 
     Parameters
     ----------

@@ -11,13 +11,15 @@ arm law
     The arm's **sampler law** at a position: its policy (:func:`~specreplay.sim.policy.policy_row`)
     on the candidates' draft log-probabilities, then its sampler quantizer
     (:func:`~specreplay.sim.policy.quantize_row`); the **verifier law** is the same policy through
-    the verifier quantizer (SPEC §3.1). The replay estimators use exactly these laws.
+    the verifier quantizer (docs/methods.md#arms-policy-and-quantizers). The replay estimators use
+    exactly these laws.
 live round
     Positions 1..d drafted autoregressively from a :class:`~specreplay.sim.toy.RoundStart` (each
     state built from the drafted prefix, so the prefix surprise moves the draft law), the drafted
     candidate x drawn by CDF inversion of the sampler law with ``u = uniform(seed, key, m, j,
     STREAM_DRAFT)`` and accepted when ``v·q^v(x) < p(x)`` with ``v = uniform(seed, key, m, j,
-    STREAM_ACCEPT)`` (SPEC §1); ``m`` is the replicate, passed as the round index.
+    STREAM_ACCEPT)`` (docs/methods.md#rounds-retained-tokens-and-r); ``m`` is the replicate, passed
+    as the round index.
 
 Decisions
 ---------
@@ -120,8 +122,9 @@ def _arm_row(
     top_k = np.int64(policy[1])
     policy_row(lp, policy[0] != 0.0, top_k, policy[2], policy[3], q, zero)
     o = 3 if verifier else 0
-    quantize_row(q, 0, lp.shape[0], quant[o], quant[o + 1], quant[o + 2], out_q, out_m,
-                 key, order, hist)  # fmt: skip
+    quantize_row(
+        q, 0, lp.shape[0], quant[o], quant[o + 1], quant[o + 2], out_q, out_m, key, order, hist
+    )
 
 
 def arm_round_laws(arm: Arm) -> tuple[Law, Law | None]:
@@ -137,9 +140,19 @@ def arm_round_laws(arm: Arm) -> tuple[Law, Law | None]:
             x = np.ascontiguousarray(lp, dtype=np.float64)
             n = x.shape[0]
             out = np.empty(n)
-            _arm_row(x, codes.policy, codes.quant, verifier, np.empty(n), out,
-                     np.empty(n, np.int64), np.empty(n), np.empty(n, np.int64),
-                     np.empty(HIST_BINS, np.int64), 0)  # fmt: skip
+            _arm_row(
+                x,
+                codes.policy,
+                codes.quant,
+                verifier,
+                np.empty(n),
+                out,
+                np.empty(n, np.int64),
+                np.empty(n),
+                np.empty(n, np.int64),
+                np.empty(HIST_BINS, np.int64),
+                0,
+            )
             return out
 
         return law
@@ -184,14 +197,32 @@ class LiveStarts:
 
 @njit(cache=True)
 def _one_round(
-    fam: np.int64, ctx0: np.int64, t1: np.int64, t2: np.int64, seed: np.uint64,
-    rkey: np.uint64, m: np.int64, depth: np.int64, fp: NDArray[np.float64],
-    gp: NDArray[np.float64], policy: NDArray[np.float64], quant: NDArray[np.int64],
-    ids: NDArray[np.int64], p: NDArray[np.float64], logq1: NDArray[np.float64],
-    cand: NDArray[np.int64], lp: NDArray[np.float64], q: NDArray[np.float64],
-    qs: NDArray[np.float64], qv: NDArray[np.float64], ms: NDArray[np.int64],
-    key: NDArray[np.float64], order: NDArray[np.int64], hist: NDArray[np.int64], zero: int,
-) -> np.int64:  # fmt: skip
+    fam: np.int64,
+    ctx0: np.int64,
+    t1: np.int64,
+    t2: np.int64,
+    seed: np.uint64,
+    rkey: np.uint64,
+    m: np.int64,
+    depth: np.int64,
+    fp: NDArray[np.float64],
+    gp: NDArray[np.float64],
+    policy: NDArray[np.float64],
+    quant: NDArray[np.int64],
+    ids: NDArray[np.int64],
+    p: NDArray[np.float64],
+    logq1: NDArray[np.float64],
+    cand: NDArray[np.int64],
+    lp: NDArray[np.float64],
+    q: NDArray[np.float64],
+    qs: NDArray[np.float64],
+    qv: NDArray[np.float64],
+    ms: NDArray[np.int64],
+    key: NDArray[np.float64],
+    order: NDArray[np.int64],
+    hist: NDArray[np.int64],
+    zero: int,
+) -> np.int64:
     """Return A of one live round (module docstring); the arrays after ``quant`` are scratch."""
     n_cand = cand.shape[0]
     a, b = t1, t2
@@ -210,7 +241,8 @@ def _one_round(
         x = draw_cdf(qs, uniform(seed, rkey, m, np.int64(j), STREAM_DRAFT_I64))
         px = p[cand[x]]
         v = uniform(seed, rkey, m, np.int64(j), STREAM_ACCEPT_I64)
-        if not v * qv[x] < px:  # SPEC §1: accept when v·q^v(x) < p(x)
+        # docs/methods.md#rounds-retained-tokens-and-r: accept when v·q^v(x) < p(x)
+        if not v * qv[x] < px:
             return np.int64(j - 1)
         surprise = surprise_step(surprise, lp[x], px)
         a, b = b, ids[cand[x]]
@@ -219,11 +251,22 @@ def _one_round(
 
 @njit(parallel=True, cache=True)
 def _live_kernel(
-    family: NDArray[np.int64], context: NDArray[np.int64], history: NDArray[np.int64],
-    seed: NDArray[np.uint64], rkey: NDArray[np.uint64], n_live: np.int64, depth: np.int64,
-    n_cand: np.int64, n_explicit: np.int64, fp: NDArray[np.float64], gp: NDArray[np.float64],
-    policy: NDArray[np.float64], quant: NDArray[np.int64], zero: int, out: NDArray[np.int8],
-) -> None:  # fmt: skip
+    family: NDArray[np.int64],
+    context: NDArray[np.int64],
+    history: NDArray[np.int64],
+    seed: NDArray[np.uint64],
+    rkey: NDArray[np.uint64],
+    n_live: np.int64,
+    depth: np.int64,
+    n_cand: np.int64,
+    n_explicit: np.int64,
+    fp: NDArray[np.float64],
+    gp: NDArray[np.float64],
+    policy: NDArray[np.float64],
+    quant: NDArray[np.int64],
+    zero: int,
+    out: NDArray[np.int8],
+) -> None:
     """Write A of replicate m from start s into ``out[s, m]`` (int8 (S, n_live)).
 
     Starts are independent (counter-based uniforms), so the result does not depend on threads.
@@ -246,10 +289,32 @@ def _live_kernel(
         for s in range(c * n_starts // n_chunks, (c + 1) * n_starts // n_chunks):
             for m in range(n_live):
                 out[s, m] = _one_round(
-                    family[s], context[s], history[s, 0], history[s, 1], seed[s], rkey[s],
-                    np.int64(m), depth, fp, gp, policy, quant, ids, p, logq1, cand, lp, q, qs,
-                    qv, ms, key, order, hist, zero,
-                )  # fmt: skip
+                    family[s],
+                    context[s],
+                    history[s, 0],
+                    history[s, 1],
+                    seed[s],
+                    rkey[s],
+                    np.int64(m),
+                    depth,
+                    fp,
+                    gp,
+                    policy,
+                    quant,
+                    ids,
+                    p,
+                    logq1,
+                    cand,
+                    lp,
+                    q,
+                    qs,
+                    qv,
+                    ms,
+                    key,
+                    order,
+                    hist,
+                    zero,
+                )
 
 
 def live_accepts(
@@ -271,8 +336,20 @@ def live_accepts(
     if out.shape[0] == 0:
         return out
     _live_kernel(
-        starts.family, starts.context, np.ascontiguousarray(starts.history), starts.seed,
-        starts.request_key, np.int64(n_live), np.int64(arm.depth), np.int64(n_candidates),
-        np.int64(pair.n_explicit), fp, gp, codes.policy, codes.quant, 0, out,
-    )  # fmt: skip
+        starts.family,
+        starts.context,
+        np.ascontiguousarray(starts.history),
+        starts.seed,
+        starts.request_key,
+        np.int64(n_live),
+        np.int64(arm.depth),
+        np.int64(n_candidates),
+        np.int64(pair.n_explicit),
+        fp,
+        gp,
+        codes.policy,
+        codes.quant,
+        0,
+        out,
+    )
     return out

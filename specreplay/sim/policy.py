@@ -1,4 +1,6 @@
-"""Policy laws and quantizers of arms, as Numba kernels over CSR position rows (SPEC §3.1).
+"""Policy laws and quantizers of arms, as Numba kernels over CSR position rows.
+
+See docs/methods.md#arms-policy-and-quantizers.
 
 A batch's position rows are CSR slices: row i's candidates are ``[offsets[i], offsets[i + 1])`` of
 the flat ``draft_logprobs`` (full-vocabulary log-probabilities at temperature 1; −inf = q 0).
@@ -14,13 +16,14 @@ quantized law
     law passed through a :class:`~specreplay.sim.arms.Quant`. Dyadic kinds also give the integers
     m_i with Σ m_i = 2^N exactly (q_i = m_i / 2^N).
 row flag
-    Bits per row, OR-ed: :data:`FLAG_K_EXCEEDS` (K > the row's number of candidates: SPEC §3.1
-    never clamps silently, the caller makes those cells null with a count) and
+    Bits per row, OR-ed: :data:`FLAG_K_EXCEEDS` (K > the row's number of candidates:
+    docs/commands.md#arms never clamps silently, the caller makes those cells null with a count) and
     :data:`FLAG_NO_SUPPORT` (every log-probability is −inf: there is no law); the importance
     estimator adds :data:`FLAG_LOGGING_SUPPORT` (the arm can accept a candidate the logging law
-    gives probability 0: SPEC §3.2's support condition fails). A flagged row still
-    holds a proper law so that downstream kernels need no special case: the K = n law for
-    FLAG_K_EXCEEDS, a point mass on the row's first candidate for FLAG_NO_SUPPORT.
+    gives probability 0: the support condition of
+    docs/methods.md#the-importance-estimator-and-its-weight fails). A flagged row still holds a
+    proper law so that downstream kernels need no special case: the K = n law for FLAG_K_EXCEEDS, a
+    point mass on the row's first candidate for FLAG_NO_SUPPORT.
 
 Decisions
 ---------
@@ -250,9 +253,10 @@ def policy_row(
 ) -> int:
     """Write one row's policy law into ``out_q`` (the row's slice of the output); return its flags.
 
-    The one implementation of an arm's policy law (SPEC §3.1): :func:`policy_law` applies it to
-    every row of a batch, and the toy generator (:mod:`specreplay.sim.synth`) to its logging
-    arm, so the archived ``emitted_q`` is the replay's law of the logging arm bit for bit.
+    The one implementation of an arm's policy law (docs/methods.md#arms-policy-and-quantizers):
+    :func:`policy_law` applies it to every row of a batch, and the toy generator
+    (:mod:`specreplay.sim.synth`) to its logging arm, so the archived ``emitted_q`` is the replay's
+    law of the logging arm bit for bit.
 
     ``lp`` and ``out_q`` are the row's slices, float64 (n,): indices from 0 let LLVM vectorise the
     loops (an offset index goes through Numba's negative-index wraparound, which blocks it). The
@@ -272,7 +276,8 @@ def policy_row(
         out_q[:] = 0.0
         out_q[0] = 1.0
         return flag | FLAG_NO_SUPPORT
-    if greedy:  # SPEC §3.1: point mass on the highest log-probability, ties to the lower index
+    # docs/commands.md#arms: point mass on the highest log-probability, ties to the lower index
+    if greedy:
         out_q[:] = 0.0
         for j in range(n):
             if lp[j] == mx:
@@ -325,7 +330,7 @@ def policy_law(
     out_q: NDArray[np.float64],
     out_flag: NDArray[np.int8],
 ) -> None:
-    """Write every row's policy law (SPEC §3.1) and flag.
+    """Write every row's policy law (docs/methods.md#arms-policy-and-quantizers) and flag.
 
     Parameters
     ----------
@@ -484,7 +489,7 @@ def quantize(
     out_q: NDArray[np.float64],
     out_m: NDArray[np.int64],
 ) -> None:
-    """Quantize every row's law (SPEC §3.1).
+    """Quantize every row's law (docs/commands.md#arms).
 
     Parameters
     ----------
@@ -520,9 +525,18 @@ def quantize(
         hist = np.empty(HIST_BINS, np.int64)
         for i in range(c * n_rows // n_chunks, (c + 1) * n_rows // n_chunks):
             ok[i] = quantize_row(
-                q, offsets[i], offsets[i + 1], kind_code, bits, rounding_code, out_q, out_m,
-                key, order, hist,
-            )  # fmt: skip
+                q,
+                offsets[i],
+                offsets[i + 1],
+                kind_code,
+                bits,
+                rounding_code,
+                out_q,
+                out_m,
+                key,
+                order,
+                hist,
+            )
     for i in range(n_rows):
         if not ok[i]:
             raise AssertionError("dyadic quantizer: integers do not sum to 2^N (internal bug)")

@@ -1,10 +1,10 @@
 """Counter-based random numbers: a uniform is a pure function of its keys.
 
 Every random draw of specreplay is ``uniform(seed, request_key, round, position, stream)``: no
-state, so results do not depend on threads, batch sizes or shard layout (SPEC §3.2, §5), and a test
-can recompute the exact uniform any kernel used. The mixer is splitmix64 (Steele, Lea & Flood 2014,
-"Fast splittable pseudorandom number generators"); keys are folded in one at a time, each through a
-full avalanche, so nearby keys give unrelated streams.
+state, so results do not depend on threads, batch sizes or shard layout
+(docs/methods.md#randomness), and a test can recompute the exact uniform any kernel used. The mixer
+is splitmix64 (Steele, Lea & Flood 2014, "Fast splittable pseudorandom number generators"); keys are
+folded in one at a time, each through a full avalanche, so nearby keys give unrelated streams.
 
 ``stream`` separates the uses of one (request, round, position): for instance the draft draw u, the
 accept draw v, and the residual/bonus draw. Every stream id is a named constant of this module,
@@ -190,7 +190,8 @@ def request_key(request_id: str) -> np.uint64:
     """Return the stable 64-bit key of a request id.
 
     BLAKE2b with an 8-byte digest of the id's UTF-8 bytes, read little-endian: the same on every
-    machine and Python run (never Python's salted ``hash``, never a file-order code; SPEC §3.2).
+    machine and Python run (never Python's salted ``hash``, never a file-order code;
+    docs/methods.md#randomness).
 
     Examples
     --------

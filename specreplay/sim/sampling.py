@@ -1,4 +1,6 @@
-"""CDF inversion shared by every sampler (SPEC §3.2), so replay, toy model and law tests agree.
+"""CDF inversion shared by every sampler, so replay, toy model and law tests agree.
+
+See docs/methods.md#the-monte-carlo-estimator.
 
 Float laws draw the first candidate whose cumulative sum exceeds the uniform u (the last positive
 one when rounding leaves the total below u); dyadic laws draw k = ⌊u·2^53⌋ >> (53 − N) against

@@ -1,4 +1,6 @@
-"""Synthetic replay archive from the toy model pair (SPEC §2.1 schema v1, §7).
+"""Synthetic replay archive from the toy model pair (.md#position-traces-schema-v1 schema v1, §7).
+
+See docs/inputs.md#position-traces-schema-v1.
 
 The generator logs an archive the way a serving engine would: per request, rounds of the logging
 arm (by default ``top32:t0.7@5``: the draft's top-32 candidates, q = softmax(logprob / 0.7) over
@@ -106,7 +108,10 @@ class SynthConfig:
 
 
 def logging_arm_name(cfg: SynthConfig) -> str:
-    """Canonical arm of the logging policy (SPEC §3.1): ``top32:t0.7@5`` or ``greedy@5``."""
+    """Canonical arm of the logging policy: ``top32:t0.7@5`` or ``greedy@5``.
+
+    See docs/methods.md#arms-policy-and-quantizers.
+    """
     if cfg.greedy:
         return f"greedy@{cfg.depth}"
     return f"top{cfg.top_k}:t{cfg.temperature:g}@{cfg.depth}"
@@ -188,15 +193,25 @@ def _simulate_request(
             row = rr * depth + (j - 1)
             key = state_key_kernel(fam, ctx + j - 1, a, b)
             ts[j - 1] = position_laws(
-                key, fam, ctx + j - 1, np.int64(j), surprise, fp, gp,
-                ids[j - 1], p[j - 1], logq1[j - 1], cand[j - 1],
-            )  # fmt: skip
+                key,
+                fam,
+                ctx + j - 1,
+                np.int64(j),
+                surprise,
+                fp,
+                gp,
+                ids[j - 1],
+                p[j - 1],
+                logq1[j - 1],
+                cand[j - 1],
+            )
             for c in range(n_cand):
                 k = cand[j - 1, c]
                 cand_ids[row, c] = ids[j - 1, k]
                 draft_lp[row, c] = logq1[j - 1, k]
                 target_p[row, c] = p[j - 1, k]
-            # the replay's law of the logging arm (SPEC §3.1), so emitted_q equals it bit for bit
+            # the replay's law of the logging arm (docs/methods.md#arms-policy-and-quantizers), so
+            # emitted_q equals it bit for bit
             policy_row(draft_lp[row], greedy, n_cand, temperature, 1.0, emitted_q[row], zero)
             x = draw_cdf(
                 emitted_q[row], uniform(seed, rkey, np.int64(r), np.int64(j), STREAM_DRAFT_I64)
@@ -210,7 +225,9 @@ def _simulate_request(
             a = b
             b = tok
         n_acc = 0
-        for j in range(1, depth + 1):  # SPEC §1: accept x when v·q(x) < p(x), stop at first no
+        # docs/methods.md#rounds-retained-tokens-and-r: accept x when v·q(x) < p(x), stop at first
+        # no
+        for j in range(1, depth + 1):
             row = rr * depth + (j - 1)
             x = xs[j - 1]
             v = uniform(seed, rkey, np.int64(r), np.int64(j), STREAM_ACCEPT_I64)
@@ -223,16 +240,28 @@ def _simulate_request(
             j = n_acc + 1
             row = rr * depth + (j - 1)
             y = sample_residual(
-                ids[j - 1], p[j - 1], cand[j - 1], emitted_q[row], ts[j - 1], states[row], gp,
+                ids[j - 1],
+                p[j - 1],
+                cand[j - 1],
+                emitted_q[row],
+                ts[j - 1],
+                states[row],
+                gp,
                 uniform(seed, rkey, np.int64(r), np.int64(j), STREAM_RESIDUAL_I64),
-            )  # fmt: skip
+            )
         else:  # bonus token from the target at position depth + 1
             key = state_key_kernel(fam, ctx + depth, a, b)
             ids_b, p_b, ts_b = target_law_alloc(key, fam, n_explicit, fp, gp)
             y = sample_residual(
-                ids_b, p_b, np.empty(0, dtype=np.int64), np.empty(0), ts_b, key, gp,
+                ids_b,
+                p_b,
+                np.empty(0, dtype=np.int64),
+                np.empty(0),
+                ts_b,
+                key,
+                gp,
                 uniform(seed, rkey, np.int64(r), np.int64(depth + 1), STREAM_RESIDUAL_I64),
-            )  # fmt: skip
+            )
         round_bonus[rr] = y
         t1 = drafted[rr * depth + n_acc - 1] if n_acc >= 1 else t2
         t2 = y

@@ -1,10 +1,11 @@
 """A seeded toy draft/target model pair with real prefix dependence, and one live round.
 
-The toy stands in for a serving engine's two models so that the synthetic archive (issue 1, SPEC §7)
-looks like production: heavy-tailed target laws over a 129,280-token vocabulary, a drafter that is
-good at position 1 and worse at position 5, worse on long contexts and on hard families, and whose
-errors compound along the drafted prefix (so accepted prefixes are not a random sample of drafted
-ones, SPEC §3.2).
+The toy stands in for a serving engine's two models so that the synthetic archive (issue 1,
+docs/inputs.md#the-built-in-archive) looks like production: heavy-tailed target laws over a
+129,280-token vocabulary, a drafter that is good at position 1 and worse at position 5, worse on
+long contexts and on hard families, and whose errors compound along the drafted prefix (so accepted
+prefixes are not a random sample of drafted ones,
+docs/methods.md#the-importance-estimator-and-its-weight).
 
 Terms
 -----
@@ -40,11 +41,12 @@ draft law
     explicit ids, in decreasing draft probability (ties to the lower rank).
 round
     Positions 1..d are drafted autoregressively, each state built from the previously drafted
-    tokens; the target verifies by standard rejection sampling (SPEC §1) with the counter-based
-    uniforms of :mod:`specreplay.sim.rng`: the draft draw u at (round, j, STREAM_DRAFT), the accept
-    draw v at (round, j, STREAM_ACCEPT), the correction draw at (round, j, STREAM_RESIDUAL) for the
-    first rejected position j, and the bonus draw at (round, d + 1, STREAM_RESIDUAL). A round
-    retains 1 + A tokens; they advance the history and the context length.
+    tokens; the target verifies by standard rejection sampling
+    (docs/methods.md#rounds-retained-tokens-and-r) with the counter-based uniforms of
+    :mod:`specreplay.sim.rng`: the draft draw u at (round, j, STREAM_DRAFT), the accept draw v at
+    (round, j, STREAM_ACCEPT), the correction draw at (round, j, STREAM_RESIDUAL) for the first
+    rejected position j, and the bonus draw at (round, d + 1, STREAM_RESIDUAL). A round retains 1 +
+    A tokens; they advance the history and the context length.
 
 The kernels are module-level ``@njit(cache=True)`` functions over arrays; the model parameters reach
 them as two float64 arrays built by :meth:`ToyPair.packed`. This module depends only on NumPy and
@@ -452,7 +454,9 @@ def sample_residual(
     gp: NDArray[np.float64],
     u: float,
 ) -> np.int64:
-    """Draw one token from ``r ∝ max(0, p − q)`` over the full vocabulary (SPEC §1).
+    """Draw one token from ``r ∝ max(0, p − q)`` over the full vocabulary.
+
+    See docs/methods.md#rounds-retained-tokens-and-r.
 
     Parameters
     ----------
@@ -991,7 +995,8 @@ def _verify(
     for j in range(1, depth + 1):
         v = uk.at(j, STREAM_ACCEPT_I64)
         x = d.x_idx[j - 1]
-        if v * qv[j - 1][x] < d.target_p[j - 1][x]:  # SPEC §1: accept when v·q^v(x) < p(x)
+        # docs/methods.md#rounds-retained-tokens-and-r: accept when v·q^v(x) < p(x)
+        if v * qv[j - 1][x] < d.target_p[j - 1][x]:
             accepted[j - 1] = True
             n_acc += 1
         else:
@@ -1059,9 +1064,9 @@ def live_round(
         Candidates per position (the drafter's top-k support, ≤ ``pair.n_explicit``).
     verifier_law : callable, optional
         The verifier's law q^v (same signature as ``law``) for an arm whose verifier quantizes
-        differently from its sampler (SPEC §3.1, a mismatched arm): the accept test is then
-        ``v·q^v(x) < p(x)`` and the correction is drawn from ``max(0, p − q^v)``. None (the
-        default) verifies with ``law`` itself.
+        differently from its sampler (docs/methods.md#arms-policy-and-quantizers, a mismatched arm):
+        the accept test is then ``v·q^v(x) < p(x)`` and the correction is drawn from ``max(0, p −
+        q^v)``. None (the default) verifies with ``law`` itself.
 
     Returns
     -------

@@ -1,7 +1,7 @@
 """ArmData: one arm's per-(request, bucket) rounds and retained tokens, from any observed source.
 
-The seam of SPEC §6: whatever the source (round traces, per-request sums, Spec-Bench or
-FastChat/Medusa answer files, and later the replay engine), an arm reaches the statistics as the
+The seam of docs/design.md#layout: whatever the source (round traces, per-request sums, Spec-Bench
+or FastChat/Medusa answer files, and later the replay engine), an arm reaches the statistics as the
 rounds n and retained tokens t of each request in each context bucket, plus the request's family.
 """
 

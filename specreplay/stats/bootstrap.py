@@ -1,4 +1,6 @@
-"""Paired cluster bootstrap of retained tokens per round, by family × context bucket (SPEC §3.4).
+"""Paired cluster bootstrap of retained tokens per round, by family × context bucket.
+
+See docs/methods.md#the-paired-bootstrap.
 
 The input is the seam of the architecture: per request (the resampling unit) its family, and per
 request × context bucket × arm the rounds n and retained tokens t (:class:`PairedSums`). Replicate
@@ -411,11 +413,18 @@ def _moment_kernel(
         for b in range(ch, n_boot, n_chunks):
             _count_draws(seed, b, strat_start, cnt)
             for c in range(cell_start.shape[0] - 1):
-                _range_moments(piece_z, piece_member, cnt, cell_start[c], cell_start[c + 1],
-                               piece_out[b, c])  # fmt: skip
+                _range_moments(
+                    piece_z, piece_member, cnt, cell_start[c], cell_start[c + 1], piece_out[b, c]
+                )
             for f in range(family_start.shape[0] - 1):
-                _range_moments(family_z, family_member, cnt, family_start[f],
-                               family_start[f + 1], total_out[b, f])  # fmt: skip
+                _range_moments(
+                    family_z,
+                    family_member,
+                    cnt,
+                    family_start[f],
+                    family_start[f + 1],
+                    total_out[b, f],
+                )
 
 
 @dataclass(frozen=True)
@@ -484,10 +493,18 @@ def bootstrap_moments(
     piece = np.empty((n_boot, lay.n_cells, N_MOMENTS))
     total = np.empty((n_boot, nf, N_MOMENTS))
     _moment_kernel(
-        np.uint64(seed), n_boot, lay.strat_start, lay.cell_start,
-        lay.piece_member.astype(np.int64), piece_z, family_start, by_family.astype(np.int64),
-        np.ascontiguousarray(member_z[:, by_family]), piece, total,
-    )  # fmt: skip
+        np.uint64(seed),
+        n_boot,
+        lay.strat_start,
+        lay.cell_start,
+        lay.piece_member.astype(np.int64),
+        piece_z,
+        family_start,
+        by_family.astype(np.int64),
+        np.ascontiguousarray(member_z[:, by_family]),
+        piece,
+        total,
+    )
     cell = np.repeat(np.arange(lay.n_cells), np.diff(lay.cell_start))
     return Moments(
         center=c,

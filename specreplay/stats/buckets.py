@@ -1,4 +1,6 @@
-"""Context buckets: which bucket a round falls in, by its target context length (SPEC §1).
+"""Context buckets: which bucket a round falls in, by its target context length.
+
+See docs/commands.md#common-options.
 
 A bucket specification is a comma-separated list of ``NAME:RANGE`` items where RANGE is
 ``LO-HI`` (half-open [LO, HI)), ``<HI`` or ``>=LO``; numbers may use ``K`` = 1024 (``4K`` = 4096).

@@ -1,4 +1,6 @@
-"""Budget arithmetic (SPEC §3.7, seed 000_*): what added cost per round a gain pays for.
+"""Budget arithmetic: what added cost per round a gain pays for.
+
+See docs/methods.md#the-budget-break-even-cost.
 
 Terms. ``R_0`` is the reference policy's retained tokens per round, ``Δ_lo`` the lower interval
 bound of the new policy's gain over it (tokens per round), ``T`` the policy's price in ms per
@@ -45,7 +47,9 @@ class SensitivityPoint:
 def break_even(
     r0: float, delta_lo: float, price_ms: float, known_ms: Sequence[float] = ()
 ) -> BudgetFigures:
-    """Return the break-even added cost and what remains after the known costs (SPEC §3.7).
+    """Return the break-even added cost and what remains after the known costs.
+
+    See docs/methods.md#the-budget-break-even-cost.
 
     Parameters
     ----------
@@ -64,9 +68,8 @@ def break_even(
         Null, with the reason, when Δ_lo ≤ 0 (no gain at the lower bound: nothing to spend) or
         R_0 ≤ 0.
 
-    Examples
-    --------
-    >>> b = break_even(3.091813, 0.175370, 48.08, [0.182813])  # seed 000_*
+    Examples -------- >>> b = break_even(3.091813, 0.175370, 48.08, [0.182813])  #
+    docs/methods.md#the-budget-break-even-cost
     >>> round(b.break_even_ms, 6), round(b.remaining_ms, 6)
     (2.727134, 2.544321)
     """
@@ -78,14 +81,17 @@ def break_even(
             None,
             f"Δ_lo = {delta_lo:.6g} ≤ 0: no gain at the lower interval bound, nothing to spend",
         )
-    x = price_ms * delta_lo / r0  # (R_0 + Δ_lo)/(T + x) = R_0/T  ⇔  x = T·Δ_lo/R_0 (SPEC §3.7)
+    # (R_0 + Δ_lo)/(T + x) = R_0/T  ⇔  x = T·Δ_lo/R_0 (docs/methods.md#the-budget-break-even-cost)
+    x = price_ms * delta_lo / r0
     return BudgetFigures(x, x - math.fsum(known_ms), None)
 
 
 def sensitivity(
     rate: float, tau_ms: float, gain: float, extra_ms: Sequence[float]
 ) -> tuple[SensitivityPoint, ...]:
-    """Return r_0·(1 + g)·τ/(τ + x) at each extra cost x of the grid (SPEC §3.7).
+    """Return r_0·(1 + g)·τ/(τ + x) at each extra cost x of the grid.
+
+    See docs/methods.md#the-budget-break-even-cost.
 
     Parameters
     ----------
@@ -105,6 +111,7 @@ def sensitivity(
     """
     points = []
     for x in extra_ms:
-        r = rate * (1.0 + gain) * tau_ms / (tau_ms + x)  # SPEC §3.7
+        # docs/methods.md#the-budget-break-even-cost
+        r = rate * (1.0 + gain) * tau_ms / (tau_ms + x)
         points.append(SensitivityPoint(extra_ms=x, rate=r, rel_change=r / rate - 1.0))
     return tuple(points)

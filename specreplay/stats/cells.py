@@ -1,4 +1,6 @@
-"""Cells: figures pooled, per family, per context bucket and per family × bucket (SPEC §4.1).
+"""Cells: figures pooled, per family, per context bucket and per family × bucket.
+
+See docs/outputs.md#resultsjson.
 
 Bucket cells leave out rounds in ``unbucketed`` (they are counted in pooled and family cells and
 reported under ``excluded``). A figure that cannot be computed is None with its ``null_reason``.
@@ -169,7 +171,7 @@ def cell_layout(
         Bucket names by code.
     bucket_cells : iterable of int
         Bucket codes with a bucket cell (and family × bucket cells), in output order; never
-        ``unbucketed`` (SPEC §4.1), which the caller leaves out.
+        ``unbucketed`` (docs/outputs.md#resultsjson), which the caller leaves out.
     pooled_buckets : iterable of int
         Bucket codes pooled by the pooled and family cells (``unbucketed`` included).
 

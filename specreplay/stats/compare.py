@@ -1,20 +1,22 @@
-"""Paired comparison of two arms, cell by cell: R per arm, Δ with intervals, verdicts (SPEC §3.4).
+"""Paired comparison of two arms, cell by cell: R per arm, Δ with intervals, verdicts.
 
-Cells are pooled, per family, per context bucket and per family × bucket, all domain estimates
-from the same requests. Per cell and delta: the point Δ = R_b − R_a and Δ/R_a; the default
-interval (``method`` ``cr2-eff-hall``: the CR2 t interval with effective degrees of freedom and
-Hall's skewness correction of :mod:`specreplay.stats.cr2`, chosen by the calibration study,
-README "Calibration of the intervals"), with its degrees of freedom and the requests that differ
-between the arms; BCa from
-the bootstrap replicates (jackknife over requests from leave-one-out sums); the (1 − 2α) default
-interval used by the equivalence test (TOST); p-values by inversion of the default interval;
-Bonferroni intervals at 1 − α/m and Holm-adjusted p-values, m being the number of cells of the
-same level with a delta (the pooled cell is its own family of one); the verdict and, where a rule
-forced it, ``verdict_reason``; the smallest margin at which the Holm-adjusted verdict would be
-EQUIVALENT; the requests that would give the EQUIVALENT verdict with 80% power at the Holm level
-α/m if the true delta were 0 (a power calculation at the observed per-request SD).
+See docs/methods.md#the-paired-comparison-cells-and-sums.
 
-The verdict rule (README "The verdict rule"): EQUIVALENT when the Holm-adjusted TOST p < α;
+Cells are pooled, per family, per context bucket and per family × bucket, all domain estimates from
+the same requests. Per cell and delta: the point Δ = R_b − R_a and Δ/R_a; the default interval
+(``method`` ``cr2-eff-hall``: the CR2 t interval with effective degrees of freedom and Hall's
+skewness correction of :mod:`specreplay.stats.cr2`, chosen by the calibration study,
+docs/calibration.md#calibration-of-the-intervals), with its degrees of freedom and the requests that
+differ between the arms; BCa from the bootstrap replicates (jackknife over requests from
+leave-one-out sums); the (1 − 2α) default interval used by the equivalence test (TOST); p-values by
+inversion of the default interval; Bonferroni intervals at 1 − α/m and Holm-adjusted p-values, m
+being the number of cells of the same level with a delta (the pooled cell is its own family of one);
+the verdict and, where a rule forced it, ``verdict_reason``; the smallest margin at which the
+Holm-adjusted verdict would be EQUIVALENT; the requests that would give the EQUIVALENT verdict with
+80% power at the Holm level α/m if the true delta were 0 (a power calculation at the observed
+per-request SD).
+
+The verdict rule (docs/methods.md#the-verdict-rule): EQUIVALENT when the Holm-adjusted TOST p < α;
 otherwise DIFFERENT when the Holm-adjusted p of Δ = 0 is < α; otherwise INCONCLUSIVE. A cell is
 INCONCLUSIVE whatever its interval when fewer than :data:`~specreplay.stats.cr2.MIN_DIFFERING`
 of its requests differ between the arms (its standard error rests on too few requests; a
@@ -89,9 +91,9 @@ __all__ = [
 
 CellSupport = Callable[[Cell], tuple[str | None, str | None]]
 """Why arm a's and arm b's figures in a cell are unsupported although the arm has rounds there
-(None: supported), e.g. a round recording fewer positions than the arm's depth (SPEC §2.1): that
-arm's R, and the cell's delta, are then null with the reason, and the cell takes no part in the
-Holm and Bonferroni adjustments of its level."""
+(None: supported), e.g. a round recording fewer positions than the arm's depth
+(docs/inputs.md#position-traces-schema-v1): that arm's R, and the cell's delta, are then null
+with the reason, and the cell takes no part in the Holm and Bonferroni adjustments of its level."""
 
 IDENTICAL: Final = (
     "identical inputs: every request has the same rounds and retained tokens in both arms"

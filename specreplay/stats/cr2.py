@@ -1,4 +1,6 @@
-"""The default interval of a cell: CR2, effective df, Hall's transformation (SPEC §3.4, issue 10).
+"""The default interval of a cell: CR2, effective df, Hall's transformation (issue 10).
+
+See docs/methods.md#the-default-interval-cr2-effective-df-halls-correction.
 
 Every figure a cell compares is a ratio of sums over the cell's requests (the request is the
 unit): R = Σ t_i / Σ n_i of one arm, Δ = R_b − R_a and Δ/R_a = R_b/R_a − 1. For each the module
@@ -356,12 +358,17 @@ def paired_tests(
         se, df = _cr2(u, h) if k > 0 else (0.0, 1.0)
         out.append(
             TTest(
-                theta, se, df, lim, n, k,
+                theta,
+                se,
+                df,
+                lim,
+                n,
+                k,
                 bound_scale=_scale(depth, 0.5 * (na + nb), div),
                 skew=skewness(u) if se > 0.0 else 0.0,
                 forced=_forced_reason(k, se),
             )
-        )  # fmt: skip
+        )
     return out[0], out[1]
 
 
@@ -375,7 +382,14 @@ def ratio_test(n: NDArray[np.float64], t: NDArray[np.float64], *, depth: int | N
     se, df = _cr2(e / total_n, n / total_n) if k > 0 else (0.0, 1.0)
     lim = (1.0, depth + 1.0) if depth is not None else (-math.inf, math.inf)
     return TTest(
-        r, se, df, lim, int(n.shape[0]), k,
-        bound_scale=_scale(depth, n), center=r, skew=skewness(e) if se > 0.0 else 0.0,
+        r,
+        se,
+        df,
+        lim,
+        int(n.shape[0]),
+        k,
+        bound_scale=_scale(depth, n),
+        center=r,
+        skew=skewness(e) if se > 0.0 else 0.0,
         forced=_forced_reason(k, se),
-    )  # fmt: skip
+    )

@@ -1,4 +1,6 @@
-"""Which fixed depth is fastest: the cost model, tokens/s, P(best) and the best depth (SPEC §3.5).
+"""Which fixed depth is fastest: the cost model, tokens/s, P(best) and the best depth.
+
+See docs/methods.md#the-sweep-cost-model-and-the-best-depth.
 
 A sweep gives R(d) per depth (with its interval and its bootstrap replicates, one joint resample
 of requests shared by every depth). A **cost model** (:class:`CostModel`: linear ``T0 + C·d`` or a

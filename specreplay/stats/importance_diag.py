@@ -1,4 +1,6 @@
-"""Tail diagnostics of the importance estimator: effective sample size and Pareto k̂ (SPEC §3.2).
+"""Tail diagnostics of the importance estimator: effective sample size and Pareto k̂.
+
+See docs/methods.md#tail-diagnostics-ess-and-pareto-k-hat.
 
 Terms. Over the S rounds of a cell that recorded k positions, the **policy ratio** r_k =
 Π_{j≤k} q^s_j(x_j)/q^L_j(x_j) (the importance weight without its acceptance factor, so the

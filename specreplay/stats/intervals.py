@@ -1,14 +1,16 @@
-"""Bootstrap intervals, tests and verdicts for paired deltas of R (SPEC §3.4).
+"""Bootstrap intervals, tests and verdicts for paired deltas of R.
+
+See docs/methods.md#the-verdict-rule.
 
 Given the bootstrap replicates θ*_1..θ*_B of a statistic θ (Δ = R_b − R_a or Δ/R_a) and its
 leave-one-request-out jackknife values, this module computes the BCa interval (Efron & Tibshirani
 1993, §14.3 and Eq. 15.36; the same construction as ``scipy.stats.bootstrap``: z0 from the mean
-percentile of θ̂ among the replicates, acceleration a = Σd³ / (6 (Σd²)^{3/2}) with
-d = mean(θ_(i)) − θ_(i), linear-interpolated quantiles), Holm's step-down adjustment, and, from
-the default interval's test (:class:`IntervalTest`: the ``cr2-eff-hall``
-:class:`specreplay.stats.cr2.TTest`, chosen by the calibration study, README "Calibration of the
-intervals"), the verdict of SPEC §3.4, the smallest Holm-adjusted equivalent margin and the TOST
-sample size.
+percentile of θ̂ among the replicates, acceleration a = Σd³ / (6 (Σd²)^{3/2}) with d = mean(θ_(i)) −
+θ_(i), linear-interpolated quantiles), Holm's step-down adjustment, and, from the default interval's
+test (:class:`IntervalTest`: the ``cr2-eff-hall`` :class:`specreplay.stats.cr2.TTest`, chosen by the
+calibration study, docs/calibration.md#calibration-of-the-intervals), the verdict of
+docs/methods.md#the-verdict-rule, the smallest Holm-adjusted equivalent margin and the TOST sample
+size.
 
 A degenerate replicate distribution (all replicates equal, e.g. two identical runs) gives a
 null BCa with its reason, and never a warning.
@@ -49,8 +51,8 @@ _N01: Final = NormalDist()
 EQUIVALENT, DIFFERENT, INCONCLUSIVE = "EQUIVALENT", "DIFFERENT", "INCONCLUSIVE"
 
 DEFAULT_METHOD: Final = METHOD
-"""The ``method`` of the default interval: ``cr2-eff-hall`` (README "Calibration of the
-intervals")."""
+"""The ``method`` of the default interval: ``cr2-eff-hall``
+(docs/calibration.md#calibration-of-the-intervals)."""
 
 
 class IntervalTest(Protocol):
@@ -169,7 +171,9 @@ def verdict(
     p_equivalence: float | None = None,
     p_difference: float | None = None,
 ) -> Verdict:
-    """Return the SPEC §3.4 verdict of one delta from its default interval's test.
+    """Return the.md#the-verdict-rule verdict of one delta from its default interval's test.
+
+    See docs/methods.md#the-verdict-rule.
 
     EQUIVALENT iff the (1 − 2α) interval lies inside (−m, m) (TOST p < α); otherwise DIFFERENT
     iff the (1 − α) interval excludes 0 (p < α); otherwise INCONCLUSIVE. Adjusted p-values

@@ -2,10 +2,11 @@
 
 The archived verifier's decisions (``accepted``) give, per round, A = the number of leading True
 values, hence retained tokens 1 + A. Summed per (request, context bucket) they are the sufficient
-statistics every later estimator also produces (SPEC §3.4: rounds n and retained tokens t per
-request × bucket), so the bootstrap and the cell aggregation take MEASURED and SIMULATED figures
-alike. Per (family, bucket) the accumulator also counts rounds with A ≥ j and rounds that recorded
-position j, the MEASURED survival P(A ≥ j).
+statistics every later estimator also produces
+(docs/methods.md#the-paired-comparison-cells-and-sums: rounds n and retained tokens t per request ×
+bucket), so the bootstrap and the cell aggregation take MEASURED and SIMULATED figures alike. Per
+(family, bucket) the accumulator also counts rounds with A ≥ j and rounds that recorded position j,
+the MEASURED survival P(A ≥ j).
 
 The accumulator that fills these from archive batches is
 :class:`specreplay.replay.measured.MeasuredAccumulator`. This module depends on numpy and polars

@@ -1,8 +1,9 @@
 """Multiple-testing adjustment: Holm's step-down procedure, the one implementation.
 
-The law tests (:mod:`specreplay.stats.lawtest`, SPEC §3.3: every arm × position of a run) and the
-paired comparison (:mod:`specreplay.stats.intervals`, SPEC §3.4: the cells of one level) adjust
-their p-values with :func:`holm`.
+The law tests (:mod:`specreplay.stats.lawtest`, docs/methods.md#law-tests: every arm × position of a
+run) and the paired comparison (:mod:`specreplay.stats.intervals`,
+docs/methods.md#holm-and-bonferroni: the cells of one level) adjust their p-values with
+:func:`holm`.
 
 This module depends on NumPy only.
 """

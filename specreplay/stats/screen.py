@@ -1,4 +1,4 @@
-"""The SP2 depth screen from run counters (SPEC §3.6, seed 001_*): pure arithmetic.
+"""The SP2 depth screen from run counters (docs/methods.md#the-screens-rate-sp2): pure arithmetic.
 
 Terms. A **run** is one benchmark run of one (batch, context, worker) **cell**: its rounds
 ``n_r`` (``request_rounds``, or vLLM's drafts) and its survival counts ``a_r[i]`` = rounds whose
@@ -49,12 +49,18 @@ __all__ = [
 ]
 
 H_MS: tuple[float, ...] = (28.79, 31.86, 34.44, 37.76, 41.56, 43.68)
-"""Historical verify time per depth (ms), indexed from depth 0 (seed 001_*: CONFIG slope only)."""
+"""Historical verify time per depth (ms), indexed from depth 0 (CONFIG slope only).
+
+See docs/methods.md#the-screens-rate-sp2.
+"""
 
 
 @dataclass(frozen=True)
 class ScreenParams:
-    """The screen's assumptions (SPEC §3.6 defaults); every grid is configurable."""
+    """The screen's assumptions (.md#the-screens-rate-sp2 defaults); every grid is configurable.
+
+    See docs/methods.md#the-screens-rate-sp2.
+    """
 
     trained_block: int = 5
     depths: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
@@ -115,7 +121,10 @@ class ScreenCell:
 
 
 def pooled_survival(runs: Sequence[ScreenRun], k: int) -> npt.NDArray[np.float64]:
-    """S_i = Σ_r a_r[i] / Σ_r n_r for i = 1..k (SPEC §3.6: pooled counts, never products)."""
+    """S_i = Σ_r a_r[i] / Σ_r n_r for i = 1..k (: pooled counts, never products).
+
+    See docs/methods.md#the-screens-rate-sp2.
+    """
     acc = np.array([r.accepted[:k] for r in runs], dtype=np.float64).reshape(len(runs), k)
     return acc.sum(axis=0) / float(sum(r.rounds for r in runs))
 
@@ -133,7 +142,10 @@ def round_ms(
     overhead: float,
     slope: float,
 ) -> float:
-    """round_B(d) = T_B − e_ref + s·B·(H[d] − H[c_B]) + (1 − overlap)·D_B + overhead (SPEC §3.6)."""
+    """round_B(d) = T_B − e_ref + s·B·(H[d] − H[c_B]) + (1 − overlap)·D_B + overhead.
+
+    See docs/methods.md#the-screens-rate-sp2.
+    """
     v = t_ms - e_ref + slope * batch * (h_ms[depth] - h_ms[cap])
     return v + (1.0 - overlap) * draft_ms + overhead
 
@@ -165,8 +177,18 @@ def screen_cell(
     def rate(
         s: npt.NDArray[np.float64], d: int, t: float, ov: float, oh: float, sl: float
     ) -> float:
-        rnd = round_ms(t_ms=t, e_ref=e_ref, batch=batch, depth=d, cap=cap, h_ms=params.h_ms,
-                       draft_ms=draft_ms, overlap=ov, overhead=oh, slope=sl)  # fmt: skip
+        rnd = round_ms(
+            t_ms=t,
+            e_ref=e_ref,
+            batch=batch,
+            depth=d,
+            cap=cap,
+            h_ms=params.h_ms,
+            draft_ms=draft_ms,
+            overlap=ov,
+            overhead=oh,
+            slope=sl,
+        )
         numer = batch * (1.0 + float(s[:d].sum()))  # E_B(d)
         return 1000.0 * numer / rnd if rnd > 0 else float("nan")
 
@@ -180,16 +202,25 @@ def screen_cell(
         central = rate(s_pooled, d, t_b, params.overlap, params.overhead_ms, params.slope)
         rates = np.array([rate(s, d, *c) for s, *c in combos])
         base = np.array([rate(s, cap, *c) for s, *c in combos]) if cap_ok else None
-        depths.append(_depth_figures(d, s_pooled, per_run, t_b, e_ref, batch, cap, draft_ms,
-                                     params, central, rates, base))  # fmt: skip
+        depths.append(
+            _depth_figures(
+                d, s_pooled, per_run, t_b, e_ref, batch, cap, draft_ms, params, central, rates, base
+            )
+        )
     central_cap = next((x.rate for x in depths if x.depth == cap and x.supported), None)
     depths = _with_gain_and_rank(depths, central_cap)
     return ScreenCell(
-        batch=batch, cap=cap, draft_p50_ms=draft_ms, e_ref_ms=e_ref, step_p50_ms=t_b,
-        step_p50_min_ms=float(steps.min()), step_p50_max_ms=float(steps.max()),
-        rounds=sum(r.rounds for r in runs), survival=tuple(float(x) for x in s_pooled),
+        batch=batch,
+        cap=cap,
+        draft_p50_ms=draft_ms,
+        e_ref_ms=e_ref,
+        step_p50_ms=t_b,
+        step_p50_min_ms=float(steps.min()),
+        step_p50_max_ms=float(steps.max()),
+        rounds=sum(r.rounds for r in runs),
+        survival=tuple(float(x) for x in s_pooled),
         depths=tuple(depths),
-    )  # fmt: skip
+    )
 
 
 def _unsupported(d: int, *, k: int, cap: int, block: int, n_h: int) -> str | None:
@@ -222,9 +253,18 @@ def _depth_figures(
     rates: npt.NDArray[np.float64],
     base: npt.NDArray[np.float64] | None,
 ) -> ScreenDepth:
-    rnd = round_ms(t_ms=t_b, e_ref=e_ref, batch=batch, depth=d, cap=cap, h_ms=params.h_ms,
-                   draft_ms=draft_ms, overlap=params.overlap, overhead=params.overhead_ms,
-                   slope=params.slope)  # fmt: skip
+    rnd = round_ms(
+        t_ms=t_b,
+        e_ref=e_ref,
+        batch=batch,
+        depth=d,
+        cap=cap,
+        h_ms=params.h_ms,
+        draft_ms=draft_ms,
+        overlap=params.overlap,
+        overhead=params.overhead_ms,
+        slope=params.slope,
+    )
     per_run_tpr = [1.0 + float(s[:d].sum()) for s in per_run]
     bad = bool(np.isnan(rates).any())
     gains = rates / base - 1.0 if base is not None else None

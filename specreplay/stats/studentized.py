@@ -1,11 +1,13 @@
-"""Studentized (bootstrap-t) intervals and p-values of a cell's Δ and Δ/R_a (SPEC §3.4).
+"""Studentized (bootstrap-t) intervals and p-values of a cell's Δ and Δ/R_a.
 
-The default interval until issue 10, now one of the candidates the calibration study measures
-beside the CR2 default (:mod:`specreplay.stats.cr2`; README "Calibration of the intervals",
-``bench/calibration.py``): it undercovers on skewed, sparse per-request effects. For a
-statistic θ of a cell (Δ = R_b − R_a or Δ/R_a = R_b/R_a − 1, each R a ratio of sums over the
-cell's rounds) with standard error SE, each replicate's t* = (θ* − θ̂)/SE* is formed with the SE*
-of that replicate's own requests, and the (1 − α) interval is
+See docs/methods.md#bootstrap-intervals-kept-for-reference.
+
+The default interval until issue 10, now one of the candidates the calibration study measures beside
+the CR2 default (:mod:`specreplay.stats.cr2`; docs/calibration.md#calibration-of-the-intervals,
+``bench/calibration.py``): it undercovers on skewed, sparse per-request effects. For a statistic θ
+of a cell (Δ = R_b − R_a or Δ/R_a = R_b/R_a − 1, each R a ratio of sums over the cell's rounds) with
+standard error SE, each replicate's t* = (θ* − θ̂)/SE* is formed with the SE* of that replicate's
+own requests, and the (1 − α) interval is
 
     [θ̂ − q_{1−α/2}(t*)·SE,  θ̂ − q_{α/2}(t*)·SE]
 

@@ -4,9 +4,9 @@
 (:mod:`specreplay.stats.cr2`) over a grid of hard settings (heavy-tailed round counts, request
 random effects, skewed and sparse per-request effects, families that differ) at 10, 20 and 50
 requests per family cell and 40, 80 and 200 per pooled cell. :data:`LOWEST_COVERAGE` keeps, per
-studied size, the lowest coverage over every setting with that setting's name; a cell smaller
-than :data:`NOMINAL_REQUESTS` carries ``small_sample: true`` and the entry of the largest studied
-size ≤ its request count (:func:`coverage_at_size`). README "Calibration of the intervals" holds
+studied size, the lowest coverage over every setting with that setting's name; a cell smaller than
+:data:`NOMINAL_REQUESTS` carries ``small_sample: true`` and the entry of the largest studied size ≤
+its request count (:func:`coverage_at_size`). docs/calibration.md#calibration-of-the-intervals holds
 the whole table, its seed and the command.
 """
 
@@ -43,7 +43,7 @@ LOWEST_COVERAGE: Final[tuple[StudiedSize, ...]] = (
     StudiedSize(1000, 0.9455, 0.0036, "heavy/skew-/zero, pooled cell, Δ"),
 )
 """The default's (cr2-eff-hall) lowest 95% coverage per studied size over the 30 settings,
-4,000 datasets each (README "Calibration of the intervals")."""
+4,000 datasets each (docs/calibration.md#calibration-of-the-intervals)."""
 NOMINAL_REQUESTS: Final = 200
 """Smallest studied size at which every setting's coverage is within 2 MC SE of 0.95."""
 

@@ -1,4 +1,6 @@
-"""The ``--short-rounds`` choice: what a round shorter than an arm's depth does (SPEC §2.1).
+"""The ``--short-rounds`` choice: what a round shorter than an arm's depth does.
+
+See docs/inputs.md#position-traces-schema-v1.
 
 A light module (no numpy, no polars) so that the command line can parse the option at its edge
 without importing the replay; what each choice does is in :mod:`specreplay.pipelines.shortrounds`.
@@ -16,8 +18,9 @@ __all__ = ["ShortRounds", "parse_short_rounds"]
 class ShortRounds(enum.StrEnum):
     """What a round recording fewer positions than an arm's depth does.
 
-    ``NULL`` (SPEC §2.1): the cells holding it are null, with the count and the first such
-    round. ``EXCLUDE``: it is left out of every sum of the run, counted per cell.
+    ``NULL`` (docs/inputs.md#position-traces-schema-v1): the cells holding it are null, with the
+    count and the first such round. ``EXCLUDE``: it is left out of every sum of the run, counted per
+    cell.
     """
 
     NULL = "null"

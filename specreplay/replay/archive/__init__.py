@@ -1,1 +1,4 @@
-"""Position-trace archives and observed inputs: read, validate, stream, write, import (SPEC §2)."""
+"""Position-trace archives and observed inputs: read, validate, stream, write, import.
+
+See docs/inputs.md.
+"""

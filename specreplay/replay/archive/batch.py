@@ -1,9 +1,9 @@
 """RoundBatch: whole rounds of a position-trace archive as flat numpy arrays for kernels.
 
-Terms (SPEC §1): a **round** drafts positions 1..d; each position row carries the drafter's
-candidates (a CSR slice of the flat candidate arrays). A batch always holds whole rounds, in archive
-order. Request, family and bucket are small integer codes into the tables of the
-:class:`~specreplay.replay.archive.reader.ArchiveReader` that produced the batch;
+Terms (docs/methods.md#rounds-retained-tokens-and-r): a **round** drafts positions 1..d; each
+position row carries the drafter's candidates (a CSR slice of the flat candidate arrays). A batch
+always holds whole rounds, in archive order. Request, family and bucket are small integer codes into
+the tables of the :class:`~specreplay.replay.archive.reader.ArchiveReader` that produced the batch;
 ``round_key`` is the stable 64-bit request key used by counter-based random numbers.
 """
 

@@ -1,4 +1,6 @@
-"""Reading the depth screen's inputs (SPEC §2.3): run-counter JSONL, vLLM metrics, the TOML config.
+"""Reading the depth screen's inputs: run-counter JSONL, vLLM metrics, the TOML config.
+
+See docs/inputs.md#run-counters-and-vllm-scrapes.
 
 **Run counters** (JSON Lines, one run a line): ``suite``, ``worker`` (strings), ``batch`` (B ≥ 1),
 ``context`` (nominal, integer ≥ 0), ``request_rounds`` (≥ 1), ``accepted_position`` (list of the
@@ -138,8 +140,15 @@ class ScreenConfig:
     vllm: tuple[VllmEntry, ...]
 
 
-_RUN_KEYS = ("suite", "worker", "batch", "context", "request_rounds", "accepted_position",
-             "step_p50_ms")  # fmt: skip
+_RUN_KEYS = (
+    "suite",
+    "worker",
+    "batch",
+    "context",
+    "request_rounds",
+    "accepted_position",
+    "step_p50_ms",
+)
 
 
 def _int(value: Any, key: str, where: str, lo: int) -> int:
@@ -211,7 +220,10 @@ def _survivals(counts: Any, rounds: int, where: str, key: str) -> tuple[int, ...
 
 
 def read_counter_runs(path: Path) -> list[CounterRun]:
-    """Read a run-counter JSONL file (SPEC §2.3); one :class:`CounterRun` per non-blank line."""
+    """Read a run-counter JSONL file; one :class:`CounterRun` per non-blank line.
+
+    See docs/inputs.md#run-counters-and-vllm-scrapes.
+    """
     runs: list[CounterRun] = []
     for lineno, line in _lines(path):
         if not line.strip():
@@ -448,8 +460,10 @@ def _one_model(samples: dict[Series, float], path: Path, model: str | None) -> d
     Two ``model_name`` values without ``model`` are refused, naming the series: summed, they
     would give a figure of neither model.
     """
-    names = {n: sorted({dict(labels).get("model_name", "") for m, labels in samples if m == n})
-             for n in VLLM_METRICS.values()}  # fmt: skip
+    names = {
+        n: sorted({dict(labels).get("model_name", "") for m, labels in samples if m == n})
+        for n in VLLM_METRICS.values()
+    }
     if model is None:
         for name, models in names.items():
             if len(models) > 1:

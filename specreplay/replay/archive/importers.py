@@ -2,7 +2,8 @@
 
 Each reader turns one arm's MEASURED rounds into :class:`~specreplay.stats.armdata.ArmData`: per
 (request, context bucket) the rounds n and the retained tokens t, where a round retains 1 + A tokens
-(A = accepted drafts, SPEC §1), so R = Σ t / Σ n. The formats are those of SPEC §2.2:
+(A = accepted drafts, docs/methods.md#rounds-retained-tokens-and-r), so R = Σ t / Σ n. The formats
+are those of docs/inputs.md#round-traces-and-per-request-sums:
 
 ``round-traces``
     One row per round: request_id, family, context_tokens (nullable), round (≥ 0), drafted
@@ -28,11 +29,12 @@ known sidecar, skipped by ``ignore`` (``--ignore GLOB``; ``ArmData.ignored`` say
 error naming it; a Medusa ``question.jsonl`` inside the folder is read as the question file.
 
 Every problem raises :class:`~specreplay.errors.SpecReplayError` with one self-contained line
-(SPEC §2.1): ``PATH:line N: …`` (1-based physical line, blank lines counted) for JSON Lines,
-``PATH: row N (0-based): …`` for Parquet, ``PATH: …`` for a problem of the whole file. An error
-involving two rows names the later one and cites the first. A problem of a whole file (format,
-missing or mistyped column) is reported as soon as it is found; of several row problems, the first
-in reading order (files in sorted order, then rows) is reported, as a streaming reader would.
+(docs/inputs.md#position-traces-schema-v1): ``PATH:line N: …`` (1-based physical line, blank lines
+counted) for JSON Lines, ``PATH: row N (0-based): …`` for Parquet, ``PATH: …`` for a problem of the
+whole file. An error involving two rows names the later one and cites the first. A problem of a
+whole file (format, missing or mistyped column) is reported as soon as it is found; of several row
+problems, the first in reading order (files in sorted order, then rows) is reported, as a streaming
+reader would.
 
 Decisions where SPEC is silent
 ------------------------------
@@ -169,7 +171,7 @@ def read_arm(
         Arm label; default the file stem or directory name.
     truncate : int, optional
         Round traces only: retained tokens 1 + min(A, truncate) per round (the survival
-        truncation proxy of a fixed depth, SPEC §3.5).
+        truncation proxy of a fixed depth, docs/methods.md#the-survival-truncation-proxy).
     ignore : sequence of str
         ``--ignore`` globs: entries of a directory to skip (``ArmData.ignored`` lists them).
 
@@ -193,8 +195,9 @@ def read_arm(
         skip = question_file.resolve()
     files, ignored = _list_files(path, skip=skip, ignore=ignore)
     kind, first_line = _detect_all(files)
-    _check_kind_options(kind, files[0].path, first_line, path, question_file, choice, drafted,
-                        truncate)  # fmt: skip
+    _check_kind_options(
+        kind, files[0].path, first_line, path, question_file, choice, drafted, truncate
+    )
     opts = _Options(buckets, question_file, choice, drafted, counts=[], truncate=truncate)
     sums, notes = _READERS[kind](files, opts)
     if sums.height == 0:
@@ -212,9 +215,15 @@ def read_arm(
 
 
 def _check_kind_options(
-    kind: str, first: Path, first_line: int, path: Path, question_file: Path | None,
-    choice: int, drafted: int | None, truncate: int | None,
-) -> None:  # fmt: skip
+    kind: str,
+    first: Path,
+    first_line: int,
+    path: Path,
+    question_file: Path | None,
+    choice: int,
+    drafted: int | None,
+    truncate: int | None,
+) -> None:
     """Raise when an option does not apply to the detected format (or one it needs is missing)."""
     files0 = first
     if kind != "spec-bench" and drafted is not None:
@@ -322,8 +331,8 @@ _ROUND_KEYS: Final[tuple[str, set[str]]] = ("round-traces", {"round", "accepted"
 def _position_hint(keys: set[str]) -> str:
     if "position" in keys:
         return (
-            " (this looks like a position-trace archive, SPEC §2.1: replay it, it is not an "
-            "observed arm)"
+            " (this looks like a position-trace archive, "
+            'docs/inputs.md, "Position traces (schema v1)": replay it, it is not an observed arm)'
         )
     return ""
 

@@ -10,16 +10,16 @@ the Python API's ``interval`` (as ``scipy.stats.bootstrap`` takes arrays). One a
 - a polars DataFrame with those columns (other columns are ignored, as the file reader ignores
   extra columns).
 
-A request retains 1 + A tokens per round (SPEC §1), so ``rounds`` are whole numbers ≥ 1 and
-``retained_tokens`` finite numbers ≥ ``rounds`` (fractional sums of a replay are accepted), as in a
-per-request sums file. Without ``family`` every request is in the family ``all``; without
-``bucket`` every round goes to the bucket ``unknown`` (context unknown); a ``bucket`` names one of
-the run's buckets, and a request with ``request_id`` may then have one row per bucket (without
-ids, each row is a request). ``request_id`` (strings, or
-integers written as decimal strings) pairs the two arms by id; without it, in both arms, request
-i of A is paired with request i of B and named ``str(i)``, and the arms must have the same length.
-Every problem raises :class:`~specreplay.errors.SpecReplayError` naming the arm (A or B), the key
-and the index.
+A request retains 1 + A tokens per round (docs/methods.md#rounds-retained-tokens-and-r), so
+``rounds`` are whole numbers ≥ 1 and ``retained_tokens`` finite numbers ≥ ``rounds`` (fractional
+sums of a replay are accepted), as in a per-request sums file. Without ``family`` every request is
+in the family ``all``; without ``bucket`` every round goes to the bucket ``unknown`` (context
+unknown); a ``bucket`` names one of the run's buckets, and a request with ``request_id`` may then
+have one row per bucket (without ids, each row is a request). ``request_id`` (strings, or integers
+written as decimal strings) pairs the two arms by id; without it, in both arms, request i of A is
+paired with request i of B and named ``str(i)``, and the arms must have the same length. Every
+problem raises :class:`~specreplay.errors.SpecReplayError` naming the arm (A or B), the key and the
+index.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Cross-row validation: order, duplicates and constancy rules of SPEC §2.1, as a state machine.
+"""Cross-row validation: order, duplicates and constancy rules of schema v1, as a state machine.
+
+See docs/inputs.md#position-traces-schema-v1.
 
 Rows arrive in archive order. The machine keeps the state of the current round (its first row, the
 positions seen) and, per request code, the last round seen with its location and the request's

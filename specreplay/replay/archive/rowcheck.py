@@ -1,4 +1,6 @@
-"""Per-row validation kernel over the flat (CSR) list columns of a chunk (SPEC §2.1).
+"""Per-row validation kernel over the flat (CSR) list columns of a chunk.
+
+See docs/inputs.md#position-traces-schema-v1.
 
 One jitted pass checks every rule that looks at a single row's lists, and finds the drafted
 candidate's index. Rules spanning rows (order, duplicates, constancy) live in
@@ -16,7 +18,10 @@ from numpy.typing import NDArray
 __all__ = ["LP_ZERO", "NONFINITE", "NO_DRAFT", "ROW_RULES", "TOL", "check_rows"]
 
 TOL: Final[float] = 1e-6
-"""Tolerance on Σ target_probs ≤ 1 and Σ exp(draft_logprobs) ≤ 1 (SPEC §2.1)."""
+"""Tolerance on Σ target_probs ≤ 1 and Σ exp(draft_logprobs) ≤ 1.
+
+See docs/inputs.md#position-traces-schema-v1.
+"""
 
 OK, EMPTY, DUP_CAND, NEG_CAND, NONFINITE_LP, LP_POS, LP_SUM = 0, 1, 2, 3, 4, 5, 6
 NONFINITE_TP, TP_RANGE, TP_SUM, NOT_IN_CANDS, NONFINITE_EQ, EQ_RANGE, EQ_SUM, EQ_ZERO = (

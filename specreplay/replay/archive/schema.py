@@ -1,4 +1,6 @@
-"""Position-trace archive, schema v1 (SPEC §2.1): column names, roles and canonical dtypes.
+"""Position-trace archive, schema v1: column names, roles and canonical dtypes.
+
+See docs/inputs.md#position-traces-schema-v1.
 
 A **position trace** has one row per (request, round, position). Required columns describe what the
 drafter proposed and what the target scored; optional columns record what the archived run did. Any

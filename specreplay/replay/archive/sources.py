@@ -1,4 +1,6 @@
-"""Finding archive files and reading them as raw chunks with row or line locations (SPEC §2.1).
+"""Finding archive files and reading them as raw chunks with row or line locations.
+
+See docs/inputs.md#position-traces-schema-v1.
 
 An archive path is one file of one of three forms, or a directory of shards of one form read in
 sorted path order. The forms, by suffix: Parquet (``.parquet``), JSON Lines (``.jsonl``,
@@ -190,7 +192,10 @@ class RawChunk:
 
 
 def format_location(file: ArchiveFile, loc: int) -> str:
-    """Return the SPEC §2.1 prefix of a message about row/line ``loc`` of ``file``."""
+    """Return the prefix of a message about row/line ``loc`` of ``file``.
+
+    The form is the one docs/inputs.md#position-traces-schema-v1 gives.
+    """
     if file.kind == "jsonl":
         return f"{file.path}:line {loc}"
     return f"{file.path}: row {loc} (0-based)"

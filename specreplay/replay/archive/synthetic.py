@@ -1,4 +1,6 @@
-"""The synthetic archive as polars frames with the schema-v1 columns (SPEC §2.1).
+"""The synthetic archive as polars frames with the schema-v1 columns.
+
+See docs/inputs.md#position-traces-schema-v1.
 
 :mod:`specreplay.sim.synth` simulates the toy pair's logging run as arrays; this module lays
 those arrays out as archive rows (plus the carried ``toy_state`` column) for the writer.
@@ -66,9 +68,9 @@ def shard_frame(cfg: SynthConfig, shard: SynthShard) -> pl.DataFrame:
 def for_form(frame: pl.DataFrame, form: str) -> pl.DataFrame:
     """Return ``frame`` as the archive ``form`` holds it: in JSON Lines, ``toy_state`` is a string.
 
-    ``toy_state`` is a 64-bit key, often past int64, and the JSON Lines reader refuses integers
-    past int64 (SPEC §2.1), so a JSON Lines synthetic archive writes it as its decimal string.
-    It is a carried column that no figure depends on.
+    ``toy_state`` is a 64-bit key, often past int64, and the JSON Lines reader refuses integers past
+    int64 (docs/inputs.md#position-traces-schema-v1), so a JSON Lines synthetic archive writes it as
+    its decimal string. It is a carried column that no figure depends on.
     """
     if form != "jsonl":
         return frame

@@ -1,10 +1,10 @@
 """TraceWriter: write a position-trace archive (schema v1) the way a serving engine would log it.
 
-A writer takes rows (dicts) or polars frames in archive order and writes one of the input forms
-of SPEC §2.1: a directory of Parquet shards (``part-00000.parquet`` …), one Parquet file, a
-directory of Arrow IPC shards (``part-00000.arrow`` …), one Arrow IPC file (``.arrow``, ``.ipc``,
-``.feather``), or one JSON Lines file. Every file is written under a temporary name and renamed
-when complete, so a reader never sees a half-written shard.
+A writer takes rows (dicts) or polars frames in archive order and writes one of the input forms of
+docs/inputs.md#position-traces-schema-v1: a directory of Parquet shards (``part-00000.parquet`` …),
+one Parquet file, a directory of Arrow IPC shards (``part-00000.arrow`` …), one Arrow IPC file
+(``.arrow``, ``.ipc``, ``.feather``), or one JSON Lines file. Every file is written under a
+temporary name and renamed when complete, so a reader never sees a half-written shard.
 
 **Runs are never mixed** (issue 9). A folder is written whole: its shards go to a temporary
 folder beside it (``.NAME.tmp-PID``) with the manifest ``CAPTURE.json`` (``"written_by":
@@ -357,8 +357,12 @@ class TraceWriter:
         self._n_rows += frame.height
 
     def _writer_record(self, shards: list[str]) -> dict[str, Any]:
-        return {"writer": self.writer_id, "pid": os.getpid(), "shards": shards,
-                "rows": self._n_rows}  # fmt: skip
+        return {
+            "writer": self.writer_id,
+            "pid": os.getpid(),
+            "shards": shards,
+            "rows": self._n_rows,
+        }
 
     def _commit(self, stage: Path) -> list[Path]:
         """Put the staged run in place (new: rename; replace: swap; append: add shards)."""
@@ -401,8 +405,10 @@ class TraceWriter:
             if _entries(target):
                 found = check_capture_folder(target)
                 self._check_append(target, found)
-                manifest = {**found, "writers": [*found.get("writers", []),
-                                                 self._writer_record(shards)]}  # fmt: skip
+                manifest = {
+                    **found,
+                    "writers": [*found.get("writers", []), self._writer_record(shards)],
+                }
                 if not found.get("columns"):
                     manifest["columns"] = self._columns or {}
                 manifest["logging_arms"] = sorted(set(found.get("logging_arms", [])) | self._arms)

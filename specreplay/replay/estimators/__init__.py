@@ -1,4 +1,6 @@
-"""Replay estimators: per-round values of an arm for every depth 1..D (SPEC §3.2).
+"""Replay estimators: per-round values of an arm for every depth 1..D.
+
+See docs/methods.md#the-importance-estimator-and-its-weight.
 
 :data:`ESTIMATORS` is the one place an estimator's name is looked up: the engine takes the
 :class:`~specreplay.replay.estimators.base.Estimator` from it and never asks which one it is. A new

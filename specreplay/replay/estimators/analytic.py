@@ -1,11 +1,11 @@
 """Analytic replay fused with quantization: one pass from the policy law to per-round values.
 
-The analytic estimator (SPEC §3.2) needs, per position, α_j = Σ_x q^s_j(x)·a_j(x) with the
-quantized sampler law q^s and a_j(x) = min(1, p_j(x)/q^v_j(x)). Computing the quantized laws
-into full arrays first (:func:`~specreplay.sim.policy.quantize`) and reading them back in the
-replay kernel moves 24 bytes per candidate through memory for every arm; this kernel quantizes
-each row into a few registers' worth of scratch and forms α at once, so the policy law is read
-once per arm and nothing per candidate is written. The policy law itself is still computed once
+The analytic estimator (docs/methods.md#the-analytic-estimator) needs, per position, α_j = Σ_x
+q^s_j(x)·a_j(x) with the quantized sampler law q^s and a_j(x) = min(1, p_j(x)/q^v_j(x)). Computing
+the quantized laws into full arrays first (:func:`~specreplay.sim.policy.quantize`) and reading them
+back in the replay kernel moves 24 bytes per candidate through memory for every arm; this kernel
+quantizes each row into a few registers' worth of scratch and forms α at once, so the policy law is
+read once per arm and nothing per candidate is written. The policy law itself is still computed once
 per batch per distinct policy and shared by the arms that use it
 (:class:`~specreplay.sim.policy.LawCache`).
 
@@ -343,9 +343,23 @@ def _analytic_kernel(
                     alpha, a_dr, _, ok = _alpha_dyadic_nearest(qrow, p[lo:hi], s_bits, dr, frac)
                 if not ok:
                     alpha, a_dr = _alpha_generic(
-                        qrow, p[lo:hi], dr, s_kind, s_bits, s_round, matched, v_kind, v_bits,
-                        v_round, qs, qv, m, key, order, hist,
-                    )  # fmt: skip
+                        qrow,
+                        p[lo:hi],
+                        dr,
+                        s_kind,
+                        s_bits,
+                        s_round,
+                        matched,
+                        v_kind,
+                        v_bits,
+                        v_round,
+                        qs,
+                        qv,
+                        m,
+                        key,
+                        order,
+                        hist,
+                    )
                 st = advance(st, alpha, a_dr)
                 s_an[r, j] = st[0]
                 t_an[r, j] = st[2]
@@ -402,17 +416,31 @@ def analytic_rounds(
     if n == 0:
         return out
     _analytic_kernel(
-        offsets, q_policy, target_probs, drafted_idx, round_offsets,
-        KIND_CODES[sampler.kind], sampler.bits, ROUNDING_CODES[sampler.rounding],
-        sampler == verifier, KIND_CODES[verifier.kind], verifier.bits,
-        ROUNDING_CODES[verifier.rounding], int(max_depth), out.depth, out.t,
-        out.surv, out.offpath,
-    )  # fmt: skip
+        offsets,
+        q_policy,
+        target_probs,
+        drafted_idx,
+        round_offsets,
+        KIND_CODES[sampler.kind],
+        sampler.bits,
+        ROUNDING_CODES[sampler.rounding],
+        sampler == verifier,
+        KIND_CODES[verifier.kind],
+        verifier.bits,
+        ROUNDING_CODES[verifier.rounding],
+        int(max_depth),
+        out.depth,
+        out.t,
+        out.surv,
+        out.offpath,
+    )
     return out
 
 
 class AnalyticEstimator(Estimator):
-    """``analytic``: E[1 + A] = 1 + Σ_k Π_{j≤k} α_j, exact given the laws (SPEC §3.2).
+    """``analytic``: E[1 + A] = 1 + Σ_k Π_{j≤k} α_j, exact given the laws.
+
+    See docs/methods.md#the-analytic-estimator.
 
     Each arm quantizes its policy law row by row inside the replay; the policy law is computed
     once per batch per distinct policy (:meth:`~specreplay.sim.policy.LawCache.policy`).
@@ -435,7 +463,13 @@ class AnalyticEstimator(Estimator):
         """Analytic values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
         law = cache.policy(arm.policy)
         return analytic_rounds(
-            offsets=batch.offsets, target_probs=batch.target_probs, q_policy=law.q,
-            sampler=arm.sampler, verifier=arm.verifier, drafted_idx=batch.drafted_idx,
-            round_offsets=batch.round_offsets, max_depth=max_depth, flag=law.flag,
-        )  # fmt: skip
+            offsets=batch.offsets,
+            target_probs=batch.target_probs,
+            q_policy=law.q,
+            sampler=arm.sampler,
+            verifier=arm.verifier,
+            drafted_idx=batch.drafted_idx,
+            round_offsets=batch.round_offsets,
+            max_depth=max_depth,
+            flag=law.flag,
+        )

@@ -1,12 +1,13 @@
 """The estimator interface: per-round values of one arm over one batch, for any estimator.
 
-Terms (SPEC §1, §3.2). An **estimator** turns a batch of archived rounds and an arm into, per round
-and per depth d = 1..D, the retained tokens E[1 + A] the arm would keep when drafting d positions
-(``t``), the variance of that per-round value (``var``: Monte Carlo error; 0 for an exact
-estimator), the survival P(A ≥ k) (``surv``) and the off-path counts. Every estimator returns the
-same :class:`RoundValues`, so the accumulation, the sums and everything after them never ask which
-estimator ran. A new estimator is one module defining an :class:`Estimator` and one entry in
-:data:`specreplay.replay.estimators.ESTIMATORS`.
+Terms (docs/methods.md#rounds-retained-tokens-and-r,
+docs/methods.md#the-importance-estimator-and-its-weight). An **estimator** turns a batch of archived
+rounds and an arm into, per round and per depth d = 1..D, the retained tokens E[1 + A] the arm would
+keep when drafting d positions (``t``), the variance of that per-round value (``var``: Monte Carlo
+error; 0 for an exact estimator), the survival P(A ≥ k) (``surv``) and the off-path counts. Every
+estimator returns the same :class:`RoundValues`, so the accumulation, the sums and everything after
+them never ask which estimator ran. A new estimator is one module defining an :class:`Estimator` and
+one entry in :data:`specreplay.replay.estimators.ESTIMATORS`.
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ class RoundValues:
         :data:`~specreplay.sim.policy.FLAG_NO_SUPPORT`, and for the importance estimator
         :data:`~specreplay.sim.policy.FLAG_LOGGING_SUPPORT`); zeros when not known.
     ratio : float64, (n, D), or None
-        Importance estimator only: the **policy ratio** r_k = Π_{j≤k} q^s_j(x_j)/q^L_j(x_j) of
-        the archived drafted tokens (column k − 1; NaN past the round's depth), the input of
-        the tail diagnostics (ESS, Pareto k̂; SPEC §3.2). None for the other estimators.
+        Importance estimator only: the **policy ratio** r_k = Π_{j≤k} q^s_j(x_j)/q^L_j(x_j) of the
+        archived drafted tokens (column k − 1; NaN past the round's depth), the input of the tail
+        diagnostics (ESS, Pareto k̂; docs/methods.md#tail-diagnostics-ess-and-pareto-k-hat). None
+        for the other estimators.
     bound : float64, (n, D), or None
         Importance estimator only: the exact per-round bound of r_k, b_k = Π_{j≤k} max_x
         q^s_j(x)/q^L_j(x) over the candidates of logging probability > 0 (column k − 1; NaN
@@ -74,7 +76,10 @@ class RoundValues:
 
 
 class Estimator(ABC):
-    """One replay estimator (SPEC §3.2): a name, a replicate rule and a per-batch call."""
+    """One replay estimator: a name, a replicate rule and a per-batch call.
+
+    See docs/methods.md#the-monte-carlo-estimator.
+    """
 
     name: ClassVar[str]
     """Registry name, as ``--estimator`` spells it."""

@@ -1,4 +1,6 @@
-"""Importance replay: the arm's survival reweighted on the archived drafted tokens (SPEC §3.2).
+"""Importance replay: the arm's survival reweighted on the archived drafted tokens.
+
+See docs/methods.md#the-importance-estimator-and-its-weight.
 
 Terms. The archive's **logging arm** L drafted every position j = 1..D of a round from its
 **logging law** q^L_j (``emitted_q`` when archived, else L's sampler law on the archived
@@ -12,12 +14,12 @@ reweighting by the logging law gives the per-round **importance weight**
 
     w_k = Π_{j≤k} a_j(x_j) / q^L_j(x_j),    E_L[w_k] = P^a(A ≥ k),
 
-unbiased without the path assumption whenever q^L_j covers the support of a_j. Per round:
-``surv[:, k − 1]`` = w_k, ``t[:, d − 1]`` = 1 + Σ_{k≤d} w_k, for every depth d ≤ the round's
-recorded depth (and ≤ D) in one pass. The same pass returns the **policy ratio**
-``ratio[:, k − 1]`` = r_k = Π_{j≤k} q^s_j(x_j)/q^L_j(x_j) (the weight without its acceptance
-factor: the logging arm's r_k is 1), whose effective sample size and Pareto k̂ are the tail
-diagnostics (SPEC §3.2; :mod:`specreplay.stats.importance_diag`).
+unbiased without the path assumption whenever q^L_j covers the support of a_j. Per round: ``surv[:,
+k − 1]`` = w_k, ``t[:, d − 1]`` = 1 + Σ_{k≤d} w_k, for every depth d ≤ the round's recorded depth
+(and ≤ D) in one pass. The same pass returns the **policy ratio** ``ratio[:, k − 1]`` = r_k =
+Π_{j≤k} q^s_j(x_j)/q^L_j(x_j) (the weight without its acceptance factor: the logging arm's r_k is
+1), whose effective sample size and Pareto k̂ are the tail diagnostics
+(docs/methods.md#tail-diagnostics-ess-and-pareto-k-hat; :mod:`specreplay.stats.importance_diag`).
 
 Decisions
 ---------
@@ -33,7 +35,8 @@ Decisions
   and w_k is Π_{j≤k} min(1, p_j/q^L_j)(x_j) to that precision.
 - ``var`` is 0: each round's w_k is one sample of the importance weight, not an average of
   draws, so there is no within-round Monte Carlo error to report; the weights' noise enters the
-  per-request sums and reaches the intervals through the request bootstrap (SPEC §3.4).
+  per-request sums and reaches the intervals through the request bootstrap
+  (docs/methods.md#the-paired-bootstrap).
 - ``offpath`` is zeros: the importance estimator follows the archived path only (every product
   is over the archived tokens), so no replayed token ever leaves it.
 - **Support check**, per evaluated position row: when the arm can accept a candidate the
@@ -224,18 +227,23 @@ def _importance_kernel(
                 lo = offsets[row]
                 hi = offsets[row + 1]
                 dr = int(drafted[row])
-                qs_x, qv_x, off, b_j, m_j = _row_laws(q[lo:hi], p[lo:hi], q_log[lo:hi], dr,
-                                                      fast, codes, matched, scratch)  # fmt: skip
+                qs_x, qv_x, off, b_j, m_j = _row_laws(
+                    q[lo:hi], p[lo:hi], q_log[lo:hi], dr, fast, codes, matched, scratch
+                )
                 if off:
                     flag[row] |= FLAG_LOGGING_SUPPORT
                 x = lo + dr
                 ratio = 0.0
                 pol = 0.0
-                if q_log[x] > 0.0:  # SPEC §3.2: a_j(x_j) / q^L_j(x_j), policy ratio first
+                # docs/methods.md#the-importance-estimator-and-its-weight: a_j(x_j) / q^L_j(x_j),
+                # policy ratio first
+                if q_log[x] > 0.0:
                     pol = qs_x / q_log[x]
                     ratio = pol * accept_prob(qv_x, p[x])
                 w *= ratio
-                r_k *= pol  # SPEC §3.2 diagnostics: the policy ratio, acceptance factor left out
+                # docs/methods.md#the-importance-estimator-and-its-weight diagnostics: the policy
+                # ratio, acceptance factor left out
+                r_k *= pol
                 policy[r, j] = r_k
                 b_k *= b_j  # the exact bound of r_k: each factor at its largest candidate
                 bound[r, j] = b_k
@@ -306,15 +314,35 @@ def importance_rounds(
     )
     flag_in = flag if flag is not None else np.zeros(n_rows, np.int8)
     codes = np.array(
-        [KIND_CODES[sampler.kind], sampler.bits, ROUNDING_CODES[sampler.rounding],
-         KIND_CODES[verifier.kind], verifier.bits, ROUNDING_CODES[verifier.rounding]],
+        [
+            KIND_CODES[sampler.kind],
+            sampler.bits,
+            ROUNDING_CODES[sampler.rounding],
+            KIND_CODES[verifier.kind],
+            verifier.bits,
+            ROUNDING_CODES[verifier.rounding],
+        ],
         np.int64,
-    )  # fmt: skip
+    )
     _importance_kernel(
-        offsets, q_policy, target_probs, q_logging, drafted_idx, round_offsets, codes,
-        sampler == verifier, int(max_depth), flag_in, out.depth, out.t, out.surv, out.flag,
-        ratio, bound, moment,
-    )  # fmt: skip
+        offsets,
+        q_policy,
+        target_probs,
+        q_logging,
+        drafted_idx,
+        round_offsets,
+        codes,
+        sampler == verifier,
+        int(max_depth),
+        flag_in,
+        out.depth,
+        out.t,
+        out.surv,
+        out.flag,
+        ratio,
+        bound,
+        moment,
+    )
     return out
 
 
@@ -365,8 +393,14 @@ class ImportanceEstimator(Estimator):
         q_log = logging_law(batch, cache, logging)
         law = cache.policy(arm.policy)
         return importance_rounds(
-            offsets=batch.offsets, target_probs=batch.target_probs, q_policy=law.q,
-            sampler=arm.sampler, verifier=arm.verifier, q_logging=q_log,
-            drafted_idx=batch.drafted_idx, round_offsets=batch.round_offsets,
-            max_depth=max_depth, flag=law.flag,
-        )  # fmt: skip
+            offsets=batch.offsets,
+            target_probs=batch.target_probs,
+            q_policy=law.q,
+            sampler=arm.sampler,
+            verifier=arm.verifier,
+            q_logging=q_log,
+            drafted_idx=batch.drafted_idx,
+            round_offsets=batch.round_offsets,
+            max_depth=max_depth,
+            flag=law.flag,
+        )

@@ -1,17 +1,19 @@
 """Replay kernels: Monte Carlo and analytic retained tokens per round, for every depth at once.
 
-Terms (SPEC §1, §3.2). A **round** replays the archived positions 1..D of one archived round under
-an arm: at position j the sampler law q^s_j drafts x (CDF inversion of a uniform u), the verifier
-accepts when v·q^v_j(x) < p_j(x) (v a second uniform), and the round stops at the first rejection.
-A = accepted drafts; the round retains 1 + A tokens. Replaying depth d ≤ D truncates the same draws
-at d, so one pass gives every depth 1..D (**path assumption**: the archived laws are used as if
-they did not depend on what was drafted before).
+Terms (docs/methods.md#rounds-retained-tokens-and-r, docs/methods.md#the-monte-carlo-estimator). A
+**round** replays the archived positions 1..D of one archived round under an arm: at position j the
+sampler law q^s_j drafts x (CDF inversion of a uniform u), the verifier accepts when v·q^v_j(x) <
+p_j(x) (v a second uniform), and the round stops at the first rejection. A = accepted drafts; the
+round retains 1 + A tokens. Replaying depth d ≤ D truncates the same draws at d, so one pass gives
+every depth 1..D (**path assumption**: the archived laws are used as if they did not depend on what
+was drafted before).
 
 - **montecarlo**: M replicates; replicate m of position j of round r uses
   ``uniform(seed, request_key, round, j, stream + STREAMS_PER_REPLICATE·m)``: every arm of a run
   sees the same (u, v) for the same (request, round, position, replicate) (common random numbers).
-  Float laws draw x as the first candidate whose cumulative sum exceeds u; dyadic laws draw
-  k = ⌊u·2^53⌋ >> (53 − N) against the integer cumulative sums (SPEC §3.2).
+  Float laws draw x as the first candidate whose cumulative sum exceeds u; dyadic laws draw k =
+  ⌊u·2^53⌋ >> (53 − N) against the integer cumulative sums
+  (docs/methods.md#the-monte-carlo-estimator).
 - **analytic** (Rao-Blackwellised): α_j = Σ_x q^s_j(x)·a_j(x) with a_j(x) = min(1, p_j(x)/q^v_j(x))
   (1 when q^v = 0 < p, 0 when p = 0), E[1 + A] at depth d = 1 + Σ_{k≤d} Π_{j≤k} α_j.
 
@@ -198,10 +200,27 @@ def replay_rounds(
     offpath = np.empty((n, 4))
     ms = m_sampler if (m_sampler is not None and bits > 0) else np.zeros(0, np.int64)
     _replay_kernel(
-        offsets, target_probs, q_sampler, ms, int(bits), q_verifier, drafted_idx,
-        round_offsets, round_key, round_index, np.uint64(seed), int(replicates), int(max_depth),
-        depth, t_an, s_an, t_mc, v_mc, s_mc, offpath,
-    )  # fmt: skip
+        offsets,
+        target_probs,
+        q_sampler,
+        ms,
+        int(bits),
+        q_verifier,
+        drafted_idx,
+        round_offsets,
+        round_key,
+        round_index,
+        np.uint64(seed),
+        int(replicates),
+        int(max_depth),
+        depth,
+        t_an,
+        s_an,
+        t_mc,
+        v_mc,
+        s_mc,
+        offpath,
+    )
     row_flag = flag if flag is not None else np.zeros(drafted_idx.shape[0], np.int8)
     if replicates == 0:
         return RoundValues(depth, t_an, np.zeros((n, max_depth)), s_an, offpath, row_flag)
@@ -209,7 +228,9 @@ def replay_rounds(
 
 
 class MonteCarloEstimator(Estimator):
-    """``montecarlo``: M replicates per round with common random numbers (SPEC §3.2).
+    """``montecarlo``: M replicates per round with common random numbers.
+
+    See docs/methods.md#the-monte-carlo-estimator.
 
     The quantized laws and their dyadic integers are computed once per batch per distinct
     (policy, quantizer) (:meth:`~specreplay.sim.policy.LawCache.laws`).
@@ -238,9 +259,18 @@ class MonteCarloEstimator(Estimator):
         """Monte Carlo values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
         laws = cache.laws(arm)
         return replay_rounds(
-            offsets=batch.offsets, target_probs=batch.target_probs, q_sampler=laws.q_sampler,
-            m_sampler=laws.m_sampler, bits=laws.sampler_bits, q_verifier=laws.q_verifier,
-            drafted_idx=batch.drafted_idx, round_offsets=batch.round_offsets,
-            round_key=batch.round_key, round_index=batch.round_index, seed=seed,
-            replicates=replicates, max_depth=max_depth, flag=laws.flag,
-        )  # fmt: skip
+            offsets=batch.offsets,
+            target_probs=batch.target_probs,
+            q_sampler=laws.q_sampler,
+            m_sampler=laws.m_sampler,
+            bits=laws.sampler_bits,
+            q_verifier=laws.q_verifier,
+            drafted_idx=batch.drafted_idx,
+            round_offsets=batch.round_offsets,
+            round_key=batch.round_key,
+            round_index=batch.round_index,
+            seed=seed,
+            replicates=replicates,
+            max_depth=max_depth,
+            flag=laws.flag,
+        )

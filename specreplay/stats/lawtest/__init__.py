@@ -1,12 +1,14 @@
-"""Law tests: is the emitted token of one position distributed as the target p? (SPEC §3.3).
+"""Law tests: is the emitted token of one position distributed as the target p?.
 
-Terms (SPEC §1, §3.2). At one position the drafter samples a candidate x from the **sampler law**
-q^s; the verifier accepts it when v·q^v(x) < p(x) for a uniform v, where q^v is the **verifier law**
-(q^v = q^s for a *matched* arm, e.g. ``dyadic24``; q^v ≠ q^s for a *mismatched* one, e.g.
-``dyadic8/float64``); on rejection it emits a **residual** token from r ∝ max(0, p − q^v). The
-categories of a position are its n candidates plus one **other** bucket holding the target mass
-outside the candidates, p_other = max(0, 1 − Σp); p_ext = (p, p_other) has n + 1 entries. The
-other bucket is always in the residual, since q^v = 0 there.
+See docs/methods.md#law-tests.
+
+Terms (docs/methods.md#law-tests). At one position the drafter samples a candidate x from the
+**sampler law** q^s; the verifier accepts it when v·q^v(x) < p(x) for a uniform v, where q^v is the
+**verifier law** (q^v = q^s for a *matched* arm, e.g. ``dyadic24``; q^v ≠ q^s for a *mismatched*
+one, e.g. ``dyadic8/float64``); on rejection it emits a **residual** token from r ∝ max(0, p − q^v).
+The categories of a position are its n candidates plus one **other** bucket holding the target mass
+outside the candidates, p_other = max(0, 1 − Σp); p_ext = (p, p_other) has n + 1 entries. The other
+bucket is always in the residual, since q^v = 0 there.
 
 What this package computes, per (arm, position), one module per concern:
 
@@ -30,7 +32,8 @@ run_law_tests``).
 
 Decisions (documented here once; the functions cite them):
 
-- **Accept convention** (SPEC §3.2): accept when v·q^v(x) < p(x), so a(x) = 1 when q^v(x) = 0 and
+- **Accept convention** (docs/methods.md#rounds-retained-tokens-and-r): accept when v·q^v(x) < p(x),
+so a(x) = 1 when q^v(x) = 0 and
   p(x) > 0, a(x) = 0 when p(x) = 0, else min(1, p(x)/q^v(x)).
 - **Empty residual.** When the residual mass W = Σ max(0, p − q^v) + p_other is 0 but a rejection
   is still possible (a mismatched sampler drafts a candidate with p = q^v = 0), the residual falls
@@ -50,7 +53,7 @@ Decisions (documented here once; the functions cite them):
   ``request_key(arm)``. Counts are integers, so they do not depend on the thread count.
 - **Draft draw** by CDF inversion: float laws take the first index whose cumulative sum exceeds u
   (the last positive one if rounding leaves none); dyadic laws take k = ⌊u·2^53⌋ >> (53 − N)
-  against the integer cumulative sums of m_s (SPEC §3.2).
+  against the integer cumulative sums of m_s (docs/methods.md#the-monte-carlo-estimator).
 - **χ² tail without scipy**: the regularised incomplete gamma by its series (x < a + 1) or
   Lentz's continued fraction (Numerical Recipes, 3rd ed., §6.2), p-values underflowing to 0.
 - **Power**: the noncentral χ² with the Pearson noncentrality λ = draws · Σ (law − p)²/p over the
@@ -65,8 +68,8 @@ Decisions (documented here once; the functions cite them):
   alternative to power against: ``min_draws`` draws, power ``None`` and rule ``null-law``.
 - **Toy suite** (:func:`toy_cases`): a few fixed laws and the arms float64, dyadic8 and
   dyadic8/float64. Their dyadic laws come from :func:`toy_quantize_dyadic_nearest`, a local copy of
-  SPEC §3.1 ``dyadicN:nearest`` for this suite only (the product quantizers live in
-  ``specreplay.sim.policy``).
+  docs/methods.md#arms-policy-and-quantizers ``dyadicN:nearest`` for this suite only (the product
+  quantizers live in ``specreplay.sim.policy``).
 
 This package depends on numpy and numba only (scipy is a dev dependency, used in its tests).
 """

@@ -1,4 +1,6 @@
-"""The exact law of the emitted token at one position, its acceptance and TV (SPEC §1, §3.3).
+"""The exact law of the emitted token at one position, its acceptance and TV.
+
+See docs/methods.md#rounds-retained-tokens-and-r, docs/methods.md#law-tests.
 
 :func:`output_law` is q^s(x)·a(x) + (1 − α)·r(x) with a(x) = P(v·q^v(x) < p(x)) and α =
 Σ_x q^s(x)·a(x), and its total-variation distance to p_ext. The input checks of every entry point
@@ -30,7 +32,8 @@ __all__ = [
     "residual_weights",
 ]
 
-_SUM_TOL = 1e-9  # sampler/verifier laws are renormalised in float64 (SPEC §3.1)
+# sampler/verifier laws are renormalised in float64 (docs/methods.md#arms-policy-and-quantizers)
+_SUM_TOL = 1e-9
 _P_SUM_TOL = 1e-6  # target probabilities come from archived (possibly float32) log-probs
 
 Method = Literal["G", "pearson"]
@@ -136,7 +139,9 @@ def reference_law(p: NDArray[np.float64], p_other: float) -> NDArray[np.float64]
 
 
 def output_law(q_s: ArrayLike, q_v: ArrayLike, p: ArrayLike, p_other: float) -> OutputLaw:
-    """Return the exact law of the emitted token under rejection sampling (SPEC §3.3).
+    """Return the exact law of the emitted token under rejection sampling.
+
+    See docs/methods.md#law-tests.
 
     Parameters
     ----------
@@ -174,8 +179,9 @@ def output_law_of_checked(
     qs: NDArray[np.float64], qv: NDArray[np.float64], pp: NDArray[np.float64], po: float
 ) -> OutputLaw:
     """Return :func:`output_law` of laws already checked by :func:`check_laws`."""
-    acc = accept_probs(qv, pp)  # SPEC §3.2 accept convention (sim.accept)
-    accepted = qs * acc  # SPEC §3.3: q^s(x)·min(1, p(x)/q^v(x))
+    # docs/methods.md#rounds-retained-tokens-and-r accept convention (sim.accept)
+    acc = accept_probs(qv, pp)
+    accepted = qs * acc  # docs/methods.md#law-tests: q^s(x)·min(1, p(x)/q^v(x))
     alpha = float(accepted.sum())
     reject = float((qs * (1.0 - acc)).sum())  # 1 − α, summed directly (accurate as α → 1)
     w = residual_weights(qv, pp, po)

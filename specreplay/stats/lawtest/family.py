@@ -48,7 +48,7 @@ class LawCase(NamedTuple):
     Attributes
     ----------
     arm : str
-        Arm text (canonical form, SPEC §3.1).
+        Arm text (canonical form, docs/commands.md#arms).
     position : int
         Position index (1-based in SPEC outputs; any non-negative int here).
     q_s, q_v, p : float64, (n,)
@@ -79,7 +79,7 @@ class LawCase(NamedTuple):
 
 @dataclass(frozen=True)
 class LawTestResult:
-    """Law test of one (arm, position) (SPEC §3.3); label SIMULATED.
+    """Law test of one (arm, position) (docs/methods.md#law-tests); label SIMULATED.
 
     Attributes
     ----------
@@ -259,7 +259,10 @@ def _test_one(
 
 
 def to_json(result: LawTestResult) -> dict[str, Any]:
-    """Return the results.json ``law_tests`` entry of a result (SPEC §4.1), all fields."""
+    """Return the results.json ``law_tests`` entry of a result, all fields.
+
+    See docs/outputs.md#resultsjson.
+    """
     return {
         "arm": result.arm,
         "position": result.position,

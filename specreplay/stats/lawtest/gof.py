@@ -19,11 +19,13 @@ from specreplay.stats.lawtest.exact import check_method
 __all__ = ["MIN_EXPECTED", "GofResult", "goodness_of_fit", "merge_categories"]
 
 MIN_EXPECTED = 5.0
-"""Categories with a smaller expected count are merged (SPEC §3.3)."""
+"""Categories with a smaller expected count are merged (docs/methods.md#law-tests)."""
 
 
 def merge_categories(expected: ArrayLike, min_expected: float = MIN_EXPECTED) -> NDArray[np.int64]:
-    """Return the merged group of each category (SPEC §3.3; rule in the package docstring).
+    """Return the merged group of each category (rule in the package docstring).
+
+    See docs/methods.md#law-tests.
 
     Parameters
     ----------

@@ -1,9 +1,12 @@
-"""The Monte Carlo sampler of the emitted token: counts over the n + 1 categories (SPEC §3.3).
+"""The Monte Carlo sampler of the emitted token: counts over the n + 1 categories.
+
+See docs/methods.md#law-tests.
 
 A Numba kernel draws each token by rejection sampling with counter-based uniforms
-(:mod:`specreplay.sim.rng`; draw i of a position uses round i), split into a fixed number of
-chunks so the counts do not depend on the thread count. Draft draws by CDF inversion (float laws)
-or against the integer cumulative sums of m_s (dyadic laws, SPEC §3.2).
+(:mod:`specreplay.sim.rng`; draw i of a position uses round i), split into a fixed number of chunks
+so the counts do not depend on the thread count. Draft draws by CDF inversion (float laws) or
+against the integer cumulative sums of m_s (dyadic laws,
+docs/methods.md#the-importance-estimator-and-its-weight).
 """
 
 from __future__ import annotations
@@ -64,14 +67,16 @@ def _emit_counts(
         for i in range(lo, hi):
             u = uniform(seed, key, i, position, STREAM_DRAFT)
             if m_cum.shape[0] > 0:
-                k = np.int64(u * _TWO_53) >> shift  # SPEC §3.2: k = ⌊u·2^53⌋ >> (53 − N)
+                # docs/methods.md#the-monte-carlo-estimator: k = ⌊u·2^53⌋ >> (53 − N)
+                k = np.int64(u * _TWO_53) >> shift
                 x = np.int64(0)
                 while m_cum[x] <= k:
                     x += 1
             else:
                 x = np.int64(draw_float(q_s, 0, q_s.shape[0], u))
             v = uniform(seed, key, i, position, STREAM_ACCEPT)
-            if v * q_v[x] < p[x]:  # SPEC §3.2: accept when v·q^v(x) < p(x)
+            # docs/methods.md#rounds-retained-tokens-and-r: accept when v·q^v(x) < p(x)
+            if v * q_v[x] < p[x]:
                 local[c, x] += 1
             else:
                 w = uniform(seed, key, i, position, STREAM_RESIDUAL) * res_total
@@ -94,7 +99,9 @@ def sample_counts(
     m_s: ArrayLike | None = None,
     bits: int | None = None,
 ) -> NDArray[np.int64]:
-    """Sample the emitted token of one position ``draws`` times (SPEC §3.3 Monte Carlo).
+    """Sample the emitted token of one position ``draws`` times (.md#law-tests Monte Carlo).
+
+    See docs/methods.md#law-tests.
 
     Parameters
     ----------

@@ -1,7 +1,8 @@
 """The toy-law suite of the law tests: fixed laws, arms float64, dyadicN and dyadicN/float64.
 
-Their dyadic laws come from :func:`toy_quantize_dyadic_nearest`, a local copy of SPEC §3.1
-``dyadicN:nearest`` for this suite only (the product quantizers live in ``specreplay.sim.policy``).
+Their dyadic laws come from :func:`toy_quantize_dyadic_nearest`, a local copy of
+docs/methods.md#arms-policy-and-quantizers ``dyadicN:nearest`` for this suite only (the product
+quantizers live in ``specreplay.sim.policy``).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ __all__ = ["toy_cases", "toy_laws", "toy_quantize_dyadic_nearest"]
 def toy_quantize_dyadic_nearest(q: ArrayLike, bits: int) -> NDArray[np.int64]:
     """Largest-remainder dyadic integers of a float law — **for the toy suite only**.
 
-    A local copy of SPEC §3.1 ``dyadicN:nearest`` so this module does not depend on
-    ``specreplay.sim.policy``: m_i = ⌊q_i·2^N⌋, r = 2^N − Σ m_i; min(max(r, 0), n) units go to
-    the largest fractional parts (ties to the lower index); any remaining surplus or deficit goes
-    on the argmax, so Σ m_i = 2^N exactly.
+    A local copy of docs/methods.md#arms-policy-and-quantizers ``dyadicN:nearest`` so this module
+    does not depend on ``specreplay.sim.policy``: m_i = ⌊q_i·2^N⌋, r = 2^N − Σ m_i; min(max(r, 0),
+    n) units go to the largest fractional parts (ties to the lower index); any remaining surplus or
+    deficit goes on the argmax, so Σ m_i = 2^N exactly.
 
     Parameters
     ----------
