@@ -10,7 +10,6 @@ with their false-failure rate stated.
 
 from __future__ import annotations
 
-import json
 import math
 from fractions import Fraction
 from typing import Any
@@ -37,7 +36,6 @@ from specreplay.stats.lawtest import (
     output_law,
     run_law_tests,
     sample_counts,
-    to_json,
     toy_cases,
     toy_quantize_dyadic_nearest,
 )
@@ -464,14 +462,6 @@ def test_min_draws_floor_and_results_are_reproducible() -> None:
     assert a[0].draws_rule == "min-draws" and a[0].draws == 200_000
     assert a == run_law_tests([case], seed=4)
     assert a[0].statistic != run_law_tests([case], seed=5)[0].statistic
-
-
-def test_to_json_entry() -> None:
-    (r,) = run_law_tests([TOY[0]], seed=0, min_draws=1_000)
-    entry = to_json(r)
-    assert list(entry)[:5] == ["arm", "position", "tv", "p_adj", "passed"]
-    assert entry["label"] == "SIMULATED" and entry["power"] is None
-    assert json.loads(json.dumps(entry)) == entry
 
 
 def test_plain_tuples_and_empty_runs() -> None:

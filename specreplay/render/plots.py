@@ -22,7 +22,7 @@ Design decisions:
   bar can exclude 0 and still be INCONCLUSIVE.
 - A cell whose delta is flagged ``small_sample`` (below the size at which the calibration study
   shows nominal coverage) is drawn with a hollow dot, and the legend says so.
-- ``context.png`` draws each arm's R by bucket (``Cell.arms``: R and its studentized interval,
+- ``context.png`` draws each arm's R by bucket (``Cell.arms``: R and its default interval,
   ``ArmFigure.lo``/``hi``), one panel for all families pooled and one per family; the arms are
   the run's named arms and any MEASURED figure (a requalification's "(analytic)" and importance
   diagnostics are left to the tables). A figure without an interval is drawn as a point alone.
@@ -75,7 +75,8 @@ FOREST_MAX_ROWS: Final[int] = 60
 
 PLOT_CAPTIONS: dict[str, str] = {
     "forest.png": "Paired delta per cell (pooled, context buckets, families, family · bucket) with"
-    " its unadjusted 95% studentized interval; colour: the Holm-adjusted verdict; shaded band:"
+    " its unadjusted 95% interval (the run's method, by default cr2-eff-hall); colour: the"
+    " Holm-adjusted verdict; shaded band:"
     " the equivalence margin; a hollow dot: a small-sample cell; a '—' row says why the cell has"
     " no delta.",
     "depths.png": "R (and, with a cost model, tokens/s) by fixed draft depth per arm, with 95%"
@@ -83,7 +84,8 @@ PLOT_CAPTIONS: dict[str, str] = {
     "screen.png": "Screened tokens/s by draft depth per batch x context cell; band: the assumption"
     " envelope.",
     "context.png": "R by context bucket per arm (solid: MEASURED, dashed: SIMULATED) with 95%"
-    " studentized intervals, all families pooled and per family; a falling line: fewer tokens"
+    " intervals (the run's method, by default cr2-eff-hall), all families pooled and per family;"
+    " a falling line: fewer tokens"
     " per round at longer contexts.",
     "survival.png": "Per-position survival P(A ≥ j) by draft position j per arm, pooled and per"
     " family: the share of rounds retaining at least j drafted tokens.",
@@ -819,7 +821,7 @@ def plot_caption(name: str, result: Result | None = None) -> str:
 def context_figure(result: Result) -> Any:
     """Return R by context bucket per arm, pooled and per family (:func:`context_series`)."""
     level = next((f.level for c in result.cells for f in c.arms.values() if f.level), None)
-    band = f"{level:.0%} studentized interval" if level is not None else "no interval"
+    band = f"{level:.0%} interval" if level is not None else "no interval"
     panels = context_series(result)
     return _panels_figure(
         panels,

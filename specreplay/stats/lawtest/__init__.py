@@ -81,7 +81,6 @@ from specreplay.stats.lawtest.family import (
     LawCase,
     LawTestResult,
     run_law_tests,
-    to_json,
 )
 from specreplay.stats.lawtest.gof import MIN_EXPECTED, GofResult, goodness_of_fit, merge_categories
 from specreplay.stats.lawtest.power import (
@@ -116,7 +115,6 @@ __all__ = [
     "output_law",
     "run_law_tests",
     "sample_counts",
-    "to_json",
     "toy_cases",
     "toy_laws",
     "toy_quantize_dyadic_nearest",

@@ -37,7 +37,7 @@ from specreplay.stats.lawtest.power import (
 from specreplay.stats.lawtest.sampler import counts_of_checked
 from specreplay.stats.multiple import holm
 
-__all__ = ["DEFAULT_FAMILY_ALPHA", "LawCase", "LawTestResult", "run_law_tests", "to_json"]
+__all__ = ["DEFAULT_FAMILY_ALPHA", "LawCase", "LawTestResult", "run_law_tests"]
 
 DEFAULT_FAMILY_ALPHA = 1e-5
 
@@ -256,31 +256,3 @@ def _test_one(
         int(c.case.position),
     )
     return c.case, exact, plan, goodness_of_fit(counts, ref, method=kind)
-
-
-def to_json(result: LawTestResult) -> dict[str, Any]:
-    """Return the results.json ``law_tests`` entry of a result, all fields.
-
-    See docs/outputs.md#resultsjson.
-    """
-    return {
-        "arm": result.arm,
-        "position": result.position,
-        "tv": result.tv,
-        "p_adj": result.p_adj,
-        "passed": result.passed,
-        "request": result.request,
-        "round": result.round,
-        "acceptance_rate": result.alpha,
-        "draws": result.draws,
-        "statistic": result.statistic,
-        "df": result.df,
-        "p_value": result.p_value,
-        "power": result.power,
-        "underpowered": result.underpowered,
-        "merged_categories": list(result.merged_categories),
-        "categories": result.categories,
-        "method": result.method,
-        "draws_rule": result.draws_rule,
-        "label": result.label,
-    }
