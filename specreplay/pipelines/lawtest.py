@@ -1,4 +1,7 @@
-"""Law-test results (SPEC §3.3): the toy suite and archive positions, as a typed result."""
+"""Law-test results: the toy suite and archive positions, as a typed result.
+
+See docs/methods.md#law-tests.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The requalify pipeline (SPEC §3.1–3.4): the replay pass and the typed cells it gives.
+"""The requalify pipeline: the replay pass and the typed cells it gives.
+
+See docs/methods.md#requalification.
 
 :func:`requalify_run` checks the options, opens the archive, replays every arm in one pass (and
 the ``--by`` passes), builds the result and hashes ids; :func:`requalify_replayed` builds a
@@ -303,10 +305,11 @@ def _unlogged_reasons(res: ReplayResult, spec: CellSpec) -> dict[str, str]:
 def with_support_nulls(cells: Sequence[Cell], res: ReplayResult) -> tuple[Cell, ...]:
     """Null, per cell, the figures of an arm with rows outside the logging law's support.
 
-    Importance estimator (SPEC §3.2): where an arm's requests in a cell hold position rows with a
-    candidate the arm can accept but the logging law never drafts, its R (and MCSE), its
-    survival and every delta it enters (verdict included) are null, each with the reason and
-    the count; the cell's requalification then follows its null verdict.
+    Importance estimator (docs/methods.md#the-importance-estimator-and-its-weight): where an arm's
+    requests in a cell hold position rows with a candidate the arm can accept but the logging law
+    never drafts, its R (and MCSE), its survival and every delta it enters (verdict included) are
+    null, each with the reason and the count; the cell's requalification then follows its null
+    verdict.
 
     The rows are counted per request (``ReplayResult.unlogged``): a request of a bucket cell
     counts with all its rows, in whichever bucket.

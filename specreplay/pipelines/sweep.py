@@ -1,4 +1,6 @@
-"""The sweep pipeline (SPEC §3.5): R at every fixed depth per arm and cell, from one replay pass.
+"""The sweep pipeline: R at every fixed depth per arm and cell, from one replay pass.
+
+See docs/methods.md#the-sweep-cost-model-and-the-best-depth.
 
 :func:`sweep_run` checks the options, opens the archive, replays every arm at depths
 1..max(``--depths``, the arms' own depths) in one pass (and the ``--by`` passes), builds the
@@ -10,11 +12,11 @@ archive's replay at depth d is compared with the replay at the reference depth o
 requests (paired bootstrap, :func:`specreplay.stats.compare.compare`): the delta (role
 ``depth-vs-reference``, its ``depth`` field d, no verdict) carries the interval of R(d) − R(ref),
 and ``cells[].depths[]`` the R(d) itself with its own studentized interval. Depths past the
-positions the archive records are UNSUPPORTED (null, with the reason), never extrapolated: in a
-cell holding a round shorter than d, R(d) is null with the count and the first such round, and
-the delta is null where a round is shorter than d or than the reference depth (SPEC §2.1;
-``--short-rounds exclude`` leaves rounds shorter than the deepest arm out instead,
-:mod:`specreplay.pipelines.shortrounds`).
+positions the archive records are UNSUPPORTED (null, with the reason), never extrapolated: in a cell
+holding a round shorter than d, R(d) is null with the count and the first such round, and the delta
+is null where a round is shorter than d or than the reference depth
+(docs/inputs.md#position-traces-schema-v1; ``--short-rounds exclude`` leaves rounds shorter than the
+deepest arm out instead, :mod:`specreplay.pipelines.shortrounds`).
 
 Every comparison of one sweep uses the same seed on the same requests, so replicate b resamples
 the same requests at every depth: with a **cost model** (milliseconds per round at each depth)
@@ -132,7 +134,8 @@ def _depth_figures(
         fig_b = comp.cells[i].arm_b
         r_b = fig_b.R
         if test is None or r_b is None:
-            # a short round in the cell (SPEC §2.1): this depth is UNSUPPORTED here
+            # a short round in the cell (docs/inputs.md#position-traces-schema-v1): this depth is
+            # UNSUPPORTED here
             why = fig_b.null_reason or "no rounds in this cell"
             short = why != "no rounds in this cell"
             figs.append(DepthFigure(name, d, None, None, None, label, not short, why))
@@ -280,8 +283,9 @@ def _with_depths(
 
 def _assumptions(cost: CostModel | None) -> list[str]:
     out = [
-        "Path assumption or importance weights as the estimator line says (SPEC §3.2); a fixed "
-        "depth d replays the first d archived positions of every round that recorded them.",
+        "Path assumption or importance weights as the estimator line says (docs/methods.md, "
+        '"The path assumption"); a fixed depth d replays the first d archived positions of every '
+        "round that recorded them.",
         "A policy that changes depth also changes where later rounds start, which no replay of "
         "these archives can see.",
         "Depths past the recorded positions are UNSUPPORTED, never extrapolated.",
@@ -292,7 +296,8 @@ def _assumptions(cost: CostModel | None) -> list[str]:
 
 
 PROXY = (
-    "Survival truncation proxy (round traces, SPEC §3.5): E(d) = 1 + Σ_{i≤d} S_i with S_i = "
+    'Survival truncation proxy (round traces, docs/methods.md, "The survival truncation proxy"): '
+    "E(d) = 1 + Σ_{i≤d} S_i with S_i = "
     "#(rounds with A ≥ i) / #rounds from pooled counts, i.e. each round's retained tokens "
     "1 + min(A, d): what the observed rounds would have kept had drafting stopped at d, assuming "
     "the first d positions are accepted as they were (ESTIMATED). Valid only up to the depth every "
@@ -523,7 +528,10 @@ def _proxy_depths(archive: Path, opts: SweepOptions) -> ProxyDepths:
 
 
 def _proxy(archive: Path, opts: SweepOptions, depths: ProxyDepths) -> Result:
-    """Return the survival truncation proxy of a round-trace arm at every depth (SPEC §3.5)."""
+    """Return the survival truncation proxy of a round-trace arm at every depth.
+
+    See docs/methods.md#the-survival-truncation-proxy.
+    """
     top, lowest, unknown = depths
     buckets = opts.replay.buckets
     supported = [d for d in opts.depths if d <= top]

@@ -1,9 +1,10 @@
 """``--estimator auto``: importance wherever the archive supports it, judged cell by cell.
 
 The default of ``requalify``, ``sweep`` and ``demo``. One pass replays every arm with the analytic
-estimator and, beside it, the importance estimator (SPEC §3.2; dropped from the pass's
-``replays`` when the archive cannot support it). :func:`choose` then settles the **run's**
-estimator, a lookup in that map (:meth:`~specreplay.replay.engine.ReplayResult.with_estimator`):
+estimator and, beside it, the importance estimator
+(docs/methods.md#auto-the-estimator-per-run-and-per-cell; dropped from the pass's ``replays`` when
+the archive cannot support it). :func:`choose` then settles the **run's** estimator, a lookup in
+that map (:meth:`~specreplay.replay.engine.ReplayResult.with_estimator`):
 
 1. **importance** for every arm when the archive carries ``drafted_id`` and a logging law
    (``emitted_q``, else a logging arm) in every file: no path assumption, unbiased, and both

@@ -1,4 +1,7 @@
-"""Streaming replay of a position-trace archive under several arms (SPEC §3.2, §5, §6).
+"""Streaming replay of a position-trace archive under several arms.
+
+See docs/methods.md#the-importance-estimator-and-its-weight, docs/scale.md and
+docs/design.md#layout.
 
 One pass over the data: each archive file is read once, in sorted path order, by a validating
 :class:`~specreplay.replay.archive.reader.ArchiveReader` and replayed shard by shard
@@ -17,11 +20,12 @@ whole requests are distributed over files.
 Hashing the input files for results.json ``inputs`` (SHA-256) is a separate read made by the
 report (:mod:`specreplay.results.output`), not by the replay; it is kept as is.
 
-Short rounds (SPEC §2.1): a round recording fewer positions than a depth is counted in ``n`` but
-not summed at that depth (``ArmSums.short``, with the place of the first such round in
-``ArmSums.short_at``); :meth:`ReplayResult.short_reason` says why a cell holding one is null at that
-depth, naming the file and row, and :meth:`ReplayResult.depth_problem` refuses only a depth that no
-round records. ``exclude_below`` (``--short-rounds exclude``) leaves such rounds out of the pass.
+Short rounds (docs/inputs.md#position-traces-schema-v1): a round recording fewer positions than a
+depth is counted in ``n`` but not summed at that depth (``ArmSums.short``, with the place of the
+first such round in ``ArmSums.short_at``); :meth:`ReplayResult.short_reason` says why a cell holding
+one is null at that depth, naming the file and row, and :meth:`ReplayResult.depth_problem` refuses
+only a depth that no round records. ``exclude_below`` (``--short-rounds exclude``) leaves such
+rounds out of the pass.
 
 Estimators: the pass may replay several (``--estimator auto``: analytic and importance over the
 same batches); their sums are one map keyed by estimator (``ReplayResult.replays``), and the
@@ -322,9 +326,9 @@ class ReplayResult:
         """Why ``arm`` at ``depth`` (default its own) has no figure in any cell, or None.
 
         Not replayed that deep, every round of the selected requests recording fewer positions
-        (UNSUPPORTED: never extrapolated), or every round left out by ``--short-rounds
-        exclude``. Where only some rounds are short, the cells holding them are null
-        (:meth:`short_reason`) and the others are computed (SPEC §2.1).
+        (UNSUPPORTED: never extrapolated), or every round left out by ``--short-rounds exclude``.
+        Where only some rounds are short, the cells holding them are null (:meth:`short_reason`) and
+        the others are computed (docs/inputs.md#position-traces-schema-v1).
         """
         d = depth or arm.depth
         if d > self.max_depth:
@@ -349,9 +353,9 @@ class ReplayResult:
     ) -> str | None:
         """Why ``arm`` at ``depth`` is unsupported in the rows ``mask`` of its sums, or None.
 
-        SPEC §2.1: depth d is supported in a cell only when every round in it records ≥ d
-        positions. The reason counts the short rounds and names the first of them in archive
-        order (file and row or line).
+        docs/inputs.md#position-traces-schema-v1: depth d is supported in a cell only when every
+        round in it records ≥ d positions. The reason counts the short rounds and names the first of
+        them in archive order (file and row or line).
         """
         d = depth or arm.depth
         s = self.sums[arm.canonical]
@@ -374,9 +378,10 @@ class ReplayResult:
     def unlogged_reason(self, arm: Arm, mask: NDArray[np.bool_] | None = None) -> str | None:
         """Why ``arm``'s figures in the rows ``mask`` of its sums are null (support), or None.
 
-        Importance estimator (SPEC §3.2): the requests of those rows hold position rows with a
-        candidate the arm can accept but the logging law never drafts. The reason counts the
-        rows and the requests (a request counts with all its rows, in whichever bucket).
+        Importance estimator (docs/methods.md#the-importance-estimator-and-its-weight): the
+        requests of those rows hold position rows with a candidate the arm can accept but the
+        logging law never drafts. The reason counts the rows and the requests (a request counts
+        with all its rows, in whichever bucket).
         """
         per_request = self.unlogged.get(arm.canonical)
         if per_request is None:

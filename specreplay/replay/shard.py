@@ -1,7 +1,7 @@
 """Shard-level replay: partial sums of one archive file, and their order-preserving merge.
 
-:func:`replay_shard` replays one file of an archive (SPEC §5: a shard) in one streaming pass and
-returns :class:`ShardSums`: per arm, per-(request, bucket) sums (:class:`ArmSums`), the MEASURED
+:func:`replay_shard` replays one file of an archive (a shard, docs/scale.md) in one streaming pass
+and returns :class:`ShardSums`: per arm, per-(request, bucket) sums (:class:`ArmSums`), the MEASURED
 figures, the law-test position sample, and the request table, all keyed by the **stable request
 key** (:func:`~specreplay.sim.rng.request_key`), never by file order. Request and family tables are
 in canonical order (requests by key, families by name), and so are the sums' rows.

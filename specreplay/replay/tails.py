@@ -1,4 +1,6 @@
-"""The largest policy ratios per finest cell and depth: what the Pareto k̂ needs (SPEC §3.2).
+"""The largest policy ratios per finest cell and depth: what the Pareto k̂ needs.
+
+See docs/methods.md#tail-diagnostics-ess-and-pareto-k-hat.
 
 Terms. The **policy ratio** r_k of a round (:attr:`RoundValues.ratio
 <specreplay.replay.estimators.base.RoundValues>`) is Π_{j≤k} q^s_j(x_j)/q^L_j(x_j); a **finest
