@@ -54,23 +54,41 @@ __all__ = [
 _LEVELS = (Level.POOLED, Level.FAMILY)
 
 
-def _budget(r0: float | None, delta_lo: float | None, price_ms: float,
-            known_ms: Sequence[float], why_null: str | None) -> Budget:  # fmt: skip
+def _budget(
+    r0: float | None,
+    delta_lo: float | None,
+    price_ms: float,
+    known_ms: Sequence[float],
+    why_null: str | None,
+) -> Budget:
     reason: str | None
     if why_null is not None or r0 is None or delta_lo is None:
         be, rem, reason = None, None, why_null or "R_0 or Δ_lo is null"
     else:
         fig = break_even(r0, delta_lo, price_ms, known_ms)
         be, rem, reason = fig.break_even_ms, fig.remaining_ms, fig.null_reason
-    return Budget(r0=r0, delta_lo=delta_lo, price_ms=price_ms, known_ms=sum(known_ms),
-                  break_even_ms=be, remaining_ms=rem, label=Label.ESTIMATED,
-                  null_reason=reason)  # fmt: skip
+    return Budget(
+        r0=r0,
+        delta_lo=delta_lo,
+        price_ms=price_ms,
+        known_ms=sum(known_ms),
+        break_even_ms=be,
+        remaining_ms=rem,
+        label=Label.ESTIMATED,
+        null_reason=reason,
+    )
 
 
 def direct_cell(r0: float, delta_lo: float, price_ms: float, known_ms: Sequence[float]) -> Cell:
     """Return the one pooled cell of a budget given on the command line."""
-    return Cell(level=Level.POOLED, family=None, bucket=None, n_requests=0, arms={},
-                budget=_budget(r0, delta_lo, price_ms, known_ms, None))  # fmt: skip
+    return Cell(
+        level=Level.POOLED,
+        family=None,
+        bucket=None,
+        n_requests=0,
+        arms={},
+        budget=_budget(r0, delta_lo, price_ms, known_ms, None),
+    )
 
 
 def cells_from_requalify(

@@ -418,17 +418,32 @@ def comparands(res: ReplayResult, arms: RequalifyArms, opts: RequalifyOptions) -
         return compare(ps, arm_a=a.name, arm_b=b.name, support=support, **common)
 
     c = arms.cand
-    parts = [Comparand(comp(data[arms.base.canonical], data[c.canonical], arms.base, c),
-                       Role.CANDIDATE_VS_BASELINE)]  # fmt: skip
+    parts = [
+        Comparand(
+            comp(data[arms.base.canonical], data[c.canonical], arms.base, c),
+            Role.CANDIDATE_VS_BASELINE,
+        )
+    ]
     if arms.ref is not None:
         why = "reference comparison (the gain a budget uses): no verdict"
-        parts.append(Comparand(comp(data[arms.ref.canonical], data[c.canonical], arms.ref, c),
-                               Role.CANDIDATE_VS_REFERENCE, why))  # fmt: skip
+        parts.append(
+            Comparand(
+                comp(data[arms.ref.canonical], data[c.canonical], arms.ref, c),
+                Role.CANDIDATE_VS_REFERENCE,
+                why,
+            )
+        )
     if arms.log is not None and "accepted" in res.columns:
         meas = res.measured_side(f"{arms.log.canonical} (MEASURED)")
         why = "diagnostic: SIMULATED − MEASURED R of the logging arm"
-        parts.append(Comparand(comp(meas, data[arms.log.canonical], None, arms.log),
-                               Role.PATH_BIAS, why, {meas.name: Label.MEASURED}))  # fmt: skip
+        parts.append(
+            Comparand(
+                comp(meas, data[arms.log.canonical], None, arms.log),
+                Role.PATH_BIAS,
+                why,
+                {meas.name: Label.MEASURED},
+            )
+        )
     return parts + _importance_path_bias(res, arms, comp)
 
 
@@ -617,8 +632,10 @@ def requalify_opened(
 
     The command opens the archive (every option checked) before it makes its output folder.
     """
-    filters = {"families": sorted(opts.families) if opts.families else None,
-               "sample_requests": opts.sample_requests}  # fmt: skip
+    filters = {
+        "families": sorted(opts.families) if opts.families else None,
+        "sample_requests": opts.sample_requests,
+    }
     with backend_runner(backend, filters, inputs=[archive]) as run:
         result, res = _passes(opened, archive, opts, progress, run)
         entry = run.to_json()

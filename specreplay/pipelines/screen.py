@@ -192,10 +192,16 @@ def screen_result(paths: list[Path], config: Path | None, model_name: str | None
             )
         sc = screen_cell(
             [ScreenRun(r.request_rounds, r.accepted_position, r.step_p50_ms) for r in rs],
-            batch=batch, cap=caps[batch], draft_ms=draft[batch], params=params,
-        )  # fmt: skip
-        cells.append(screen_cell_result(sc, context=context, worker=worker, runs=len(rs),
-                                        suites=[r.suite for r in rs]))  # fmt: skip
+            batch=batch,
+            cap=caps[batch],
+            draft_ms=draft[batch],
+            params=params,
+        )
+        cells.append(
+            screen_cell_result(
+                sc, context=context, worker=worker, runs=len(rs), suites=[r.suite for r in rs]
+            )
+        )
     if config is not None:
         files.append((config, 0))
     return new_result(

@@ -318,9 +318,14 @@ class ReplayResult:
                 "n": np.asarray(n, dtype=np.int64),
                 "t": np.asarray(t, dtype=np.float64),
             },
-            schema={"request_id": pl.String, "family": pl.String, "bucket": pl.String,
-                    "n": pl.Int64, "t": pl.Float64},
-        )  # fmt: skip
+            schema={
+                "request_id": pl.String,
+                "family": pl.String,
+                "bucket": pl.String,
+                "n": pl.Int64,
+                "t": pl.Float64,
+            },
+        )
 
     def depth_problem(self, arm: Arm, depth: int | None = None) -> str | None:
         """Why ``arm`` at ``depth`` (default its own) has no figure in any cell, or None.
@@ -467,8 +472,9 @@ class ReplayResult:
         ranked = sorted(range(len(self.requests)), key=self.requests.__getitem__)
         rank = np.empty(len(self.requests), np.int64)
         rank[np.asarray(ranked, np.int64)] = np.arange(len(ranked))
-        return RequestCodes(self.requests, self.request_keys, self.request_family,
-                            self.families, rank)  # fmt: skip
+        return RequestCodes(
+            self.requests, self.request_keys, self.request_family, self.families, rank
+        )
 
     def paired(self, a: ArmSide, b: ArmSide) -> PairedSums:
         """Pair two sides of this pass on its request codes (:mod:`~specreplay.replay.paired`)."""
@@ -496,9 +502,11 @@ class ReplayResult:
         """Return :meth:`measured_side` as :class:`~specreplay.stats.armdata.ArmData`."""
         s = self.measured_side(name)
         return ArmData(
-            name=name, kind="archive", sums=self._frame(s.request, s.bucket, s.n, s.t),
+            name=name,
+            kind="archive",
+            sums=self._frame(s.request, s.bucket, s.n, s.t),
             depth=s.depth,
-        )  # fmt: skip
+        )
 
     def mcse(self, arm: Arm, keys_mask: NDArray[np.bool_] | None = None) -> float:
         """Monte Carlo standard error of R over the selected rows (delta method; 0 if exact)."""
@@ -615,9 +623,14 @@ class OpenArchive:
         for f in self.sources:  # before any read, here or on a Dask worker
             watch(f.path)
         self._reader: ArchiveReader | None = ArchiveReader(
-            self.sources[0].path, buckets=self.buckets, batch_rows=batch_rows,
-            logging_arm=logging_arm, shard=True, group=self.group, columns=columns,
-        )  # fmt: skip
+            self.sources[0].path,
+            buckets=self.buckets,
+            batch_rows=batch_rows,
+            logging_arm=logging_arm,
+            shard=True,
+            group=self.group,
+            columns=columns,
+        )
         self._batches = iter(self._reader)
         self._head = next(self._batches, None)
 
@@ -648,12 +661,17 @@ class OpenArchive:
         get_estimator(estimator).replicates_used(replicates)
         opts = ReplayOptions(
             estimators=(estimator,) if companion is None else (estimator, companion),
-            replicates=replicates, seed=seed, buckets=self.buckets,
+            replicates=replicates,
+            seed=seed,
+            buckets=self.buckets,
             max_depth=max_depth or max((a.depth for a in arms), default=1),
-            logging_arm=self.logging_arm_option, batch_rows=self.batch_rows,
-            law_positions=law_positions, group=self.group,
-            columns=self.columns, exclude_below=exclude_below,
-        )  # fmt: skip
+            logging_arm=self.logging_arm_option,
+            batch_rows=self.batch_rows,
+            law_positions=law_positions,
+            group=self.group,
+            columns=self.columns,
+            exclude_below=exclude_below,
+        )
         reader, head, self._reader = self._reader, self._head, None
         first = self._batches if head is None else _chain(head, self._batches)
 
@@ -752,8 +770,10 @@ def _regrouped(
     r: EstimatorSums, request_code: NDArray[np.int64], index: NDArray[np.int64] | None, n: int
 ) -> EstimatorSums:
     """Return ``r`` with requests in the groups ``request_code`` (tails pooled by ``index``)."""
-    arms = {c: a.with_tables(a.request, request_code[a.request].astype(np.int32))
-            for c, a in r.arms.items()}  # fmt: skip
+    arms = {
+        c: a.with_tables(a.request, request_code[a.request].astype(np.int32))
+        for c, a in r.arms.items()
+    }
     tails = r.tails if index is None else {c: t.coarsened(index, n) for c, t in r.tails.items()}
     return replace(r, arms=arms, tails=tails)
 
@@ -827,10 +847,17 @@ def replay_archive(
         path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows, ignore=ignore
     )
     res = opened.replay(
-        arms, estimator=estimator, replicates=replicates, seed=seed, max_depth=max_depth,
-        law_positions=law_positions, progress=progress, companion=companion, runner=runner,
+        arms,
+        estimator=estimator,
+        replicates=replicates,
+        seed=seed,
+        max_depth=max_depth,
+        law_positions=law_positions,
+        progress=progress,
+        companion=companion,
+        runner=runner,
         exclude_below=exclude_below,
-    )  # fmt: skip
+    )
     if families is None and requests is None:
         return res
     return res.select(families, requests)

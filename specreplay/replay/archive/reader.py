@@ -518,9 +518,23 @@ class ArchiveReader:
         cloc = np.empty(n, dtype=np.int64)
         cr = self._carry
         ordercheck.check_order(
-            req, rnd, pos, ctx, fam, acc, locs, after_drop, file.index,
-            cr.scalars, cr.pos_file, cr.pos_loc, cr.req, ocode, cfile, cloc,
-        )  # fmt: skip
+            req,
+            rnd,
+            pos,
+            ctx,
+            fam,
+            acc,
+            locs,
+            after_drop,
+            file.index,
+            cr.scalars,
+            cr.pos_file,
+            cr.pos_loc,
+            cr.req,
+            ocode,
+            cfile,
+            cloc,
+        )
         for i in np.flatnonzero(ocode):
             at = (file.index, int(locs[i]))
             if self.shard and ocode[i] == ordercheck.POS_START and self._first_at[req[i]] == at:
@@ -580,11 +594,14 @@ class ArchiveReader:
             return []
         few = np.flatnonzero((lens < k) & (code == rowcheck.OK))
         return [
-            Issue(int(locs[i]), f"{int(lens[i])} candidate{'s' if lens[i] != 1 else ''}, fewer "
-                                f"than the top-{k} of the logging arm {arm.canonical} (K is "
-                                "never clamped)")
+            Issue(
+                int(locs[i]),
+                f"{int(lens[i])} candidate{'s' if lens[i] != 1 else ''}, fewer "
+                f"than the top-{k} of the logging arm {arm.canonical} (K is "
+                "never clamped)",
+            )
             for i in few
-        ]  # fmt: skip
+        ]
 
     def _note_first_rows(
         self,
