@@ -416,7 +416,9 @@ def sweep(
     short_rounds: ShortRounds | str = ShortRounds.NULL,
     ignore: str | Sequence[str] = (),
 ) -> Result:
-    """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
+    """R at every fixed depth per arm and cell from one replay pass.
+
+    See docs/methods.md#the-sweep-cost-model-and-the-best-depth.
 
     As ``specreplay sweep ARCHIVE --arm …``: ``arms`` are the ``--arm`` values (one string or a
     sequence; brace lists expand), ``depths`` an int, a sequence of ints, ``"1..8"`` or ``"1,2,4"``.

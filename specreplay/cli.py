@@ -652,8 +652,8 @@ def screen(
         list[Path],
         typer.Argument(
             metavar="COUNTERS",
-            help="Run-counter JSON Lines files (SPEC §2.3) and vLLM Prometheus scrapes (each "
-            "named by a [[vllm]] entry of --config).",
+            help="Run-counter JSON Lines files and vLLM Prometheus scrapes (each named by a "
+            '[[vllm]] entry of --config; docs/inputs.md, "Run counters and vLLM scrapes").',
         ),
     ],
     config: Annotated[
@@ -849,7 +849,9 @@ def sweep(
     short_rounds: ShortRoundsOpt = ShortRounds.NULL,
     ignore: IgnoreOpt = None,
 ) -> None:
-    """R at every fixed depth per arm and cell from one replay pass (SPEC §3.5).
+    """R at every fixed depth per arm and cell from one replay pass.
+
+    See docs/methods.md, "The sweep: cost model and the best depth".
 
     Each arm's own @DEPTH is the reference for paired Δ; depths past the recorded positions are
     UNSUPPORTED, never extrapolated. With --cost: tokens/s per depth (ESTIMATED), the best depth

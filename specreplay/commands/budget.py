@@ -1,4 +1,6 @@
-"""``specreplay budget``: break-even added cost of a gain, and a sensitivity table (SPEC §3.7).
+"""``specreplay budget``: break-even added cost of a gain, and a sensitivity table.
+
+See docs/methods.md#the-budget-break-even-cost.
 
 :mod:`specreplay.pipelines.budget` checks the options and builds the result (:func:`budget_run`,
 the Python API's ``budget``); :func:`run_budget` writes and renders it.

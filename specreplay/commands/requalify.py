@@ -1,4 +1,6 @@
-"""``specreplay requalify``: does a drafting-path change keep acceptance? (SPEC §3.1–3.4).
+"""``specreplay requalify``: whether a drafting-path change keeps acceptance.
+
+See docs/methods.md#requalification and docs/commands.md#requalify.
 
 The archive is replayed under baseline, candidate and reference arms; the change (typically a
 quantizer) is requalified when the candidate's acceptance stays equivalent to the baseline's.

@@ -1,4 +1,6 @@
-"""``specreplay screen``: the SP2 depth screen from run counters (SPEC §3.6, seed 001_*).
+"""``specreplay screen``: the SP2 depth screen from run counters.
+
+See docs/methods.md#the-screens-rate-sp2.
 
 Inputs are run-counter JSON Lines files and vLLM Prometheus scrapes (paired by the config's
 ``[[vllm]]`` entries); the config (TOML) holds what is not a counter: D_B, caps, H, the central

@@ -1,4 +1,6 @@
-"""``specreplay sweep``: R at every fixed depth per arm and cell, from one replay pass (SPEC §3.5).
+"""``specreplay sweep``: R at every fixed depth per arm and cell, from one replay pass.
+
+See docs/methods.md#the-sweep-cost-model-and-the-best-depth.
 
 One pass replays every arm at depths 1..max(``--depths``, the arms' own depths) with one
 estimator (``--estimator auto`` by default: importance for every arm where the archive supports

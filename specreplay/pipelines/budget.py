@@ -1,17 +1,19 @@
-"""The budget pipeline (SPEC §3.7): break-even costs per cell and the sensitivity rows.
+"""The budget pipeline: break-even costs per cell and the sensitivity rows.
+
+See docs/methods.md#the-budget-break-even-cost.
 
 :func:`budget_run` reads ``--from`` and returns the typed result (the Python API's ``budget``;
 :meth:`~specreplay.pipelines.options.BudgetOptions.build` checks the options); the demo builds its
 budget chapter with :func:`budget_result` from its requalification.
 
-Budget figures go under ``cells`` (SPEC §4.1: "``budget`` writes its figures under ``cells``"):
-one cell per slice, its :class:`~specreplay.results.model.Budget` holding R_0, Δ_lo, the price,
-the known costs and the two ESTIMATED figures of SPEC §3.7. Given on the command line
-(``--base``/``--delta-lo``) there is one pooled cell with no arms (``n_requests`` 0: no requests
-were read). Read from a requalify results.json (``--from``) there is one cell per pooled and
-family cell of that run, carrying the reference arm's :class:`ArmFigure` (R_0) and the
-``candidate-vs-reference`` :class:`Delta` (Δ_lo = its ``lo``) as the source holds them. The
-sensitivity table r_0·(1 + g)·τ/(τ + x) is ``Result.sensitivity``.
+Budget figures go under ``cells`` (docs/outputs.md#resultsjson: ``budget`` writes its figures
+there): one cell per slice, its :class:`~specreplay.results.model.Budget` holding R_0, Δ_lo, the
+price, the known costs and the two ESTIMATED figures of docs/methods.md#the-budget-break-even-cost.
+Given on the command line (``--base``/``--delta-lo``) there is one pooled cell with no arms
+(``n_requests`` 0: no requests were read). Read from a requalify results.json (``--from``) there is
+one cell per pooled and family cell of that run, carrying the reference arm's :class:`ArmFigure`
+(R_0) and the ``candidate-vs-reference`` :class:`Delta` (Δ_lo = its ``lo``) as the source holds
+them. The sensitivity table r_0·(1 + g)·τ/(τ + x) is ``Result.sensitivity``.
 """
 
 from __future__ import annotations
@@ -52,23 +54,41 @@ __all__ = [
 _LEVELS = (Level.POOLED, Level.FAMILY)
 
 
-def _budget(r0: float | None, delta_lo: float | None, price_ms: float,
-            known_ms: Sequence[float], why_null: str | None) -> Budget:  # fmt: skip
+def _budget(
+    r0: float | None,
+    delta_lo: float | None,
+    price_ms: float,
+    known_ms: Sequence[float],
+    why_null: str | None,
+) -> Budget:
     reason: str | None
     if why_null is not None or r0 is None or delta_lo is None:
         be, rem, reason = None, None, why_null or "R_0 or Δ_lo is null"
     else:
         fig = break_even(r0, delta_lo, price_ms, known_ms)
         be, rem, reason = fig.break_even_ms, fig.remaining_ms, fig.null_reason
-    return Budget(r0=r0, delta_lo=delta_lo, price_ms=price_ms, known_ms=sum(known_ms),
-                  break_even_ms=be, remaining_ms=rem, label=Label.ESTIMATED,
-                  null_reason=reason)  # fmt: skip
+    return Budget(
+        r0=r0,
+        delta_lo=delta_lo,
+        price_ms=price_ms,
+        known_ms=sum(known_ms),
+        break_even_ms=be,
+        remaining_ms=rem,
+        label=Label.ESTIMATED,
+        null_reason=reason,
+    )
 
 
 def direct_cell(r0: float, delta_lo: float, price_ms: float, known_ms: Sequence[float]) -> Cell:
     """Return the one pooled cell of a budget given on the command line."""
-    return Cell(level=Level.POOLED, family=None, bucket=None, n_requests=0, arms={},
-                budget=_budget(r0, delta_lo, price_ms, known_ms, None))  # fmt: skip
+    return Cell(
+        level=Level.POOLED,
+        family=None,
+        bucket=None,
+        n_requests=0,
+        arms={},
+        budget=_budget(r0, delta_lo, price_ms, known_ms, None),
+    )
 
 
 def cells_from_requalify(
@@ -135,7 +155,10 @@ def _null_why(delta_reason: str | None, lo: float | None, ref_reason: str | None
 def sensitivity_rows(
     rate: float, tau_ms: float, gain: float, grid: Sequence[float]
 ) -> tuple[Sensitivity, ...]:
-    """Return the sensitivity rows r_0·(1 + g)·τ/(τ + x) over the grid of x (SPEC §3.7)."""
+    """Return the sensitivity rows r_0·(1 + g)·τ/(τ + x) over the grid of x.
+
+    See docs/methods.md#the-budget-break-even-cost.
+    """
     return tuple(
         Sensitivity(
             rate=rate,
@@ -166,7 +189,8 @@ def budget_result(
         options=options,
         assumptions=[
             "ESTIMATED: break-even added cost x = T·Δ_lo/R_0 ms per round, from "
-            "(R_0 + Δ_lo)/(T + x) = R_0/T (SPEC §3.7); remaining = x − Σ known costs.",
+            '(R_0 + Δ_lo)/(T + x) = R_0/T (docs/methods.md, "The budget: break-even cost"); '
+            "remaining = x − Σ known costs.",
             "The price T is taken as given (not an observed matched mean); the known costs are "
             "a conditional cost model, and costs not listed are not assigned a value.",
             "Sensitivity rows transplant the relative gain g onto a historical population "

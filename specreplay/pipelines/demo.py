@@ -75,15 +75,27 @@ def _replay(archive: Path, seed: int, estimator: Estimator, progress: Progress) 
     (:mod:`specreplay.replay.choice`).
     """
     arms: dict[str, Arm] = {}
-    for text in (DEMO_BASELINE, DEMO_CANDIDATE, DEMO_REFERENCE, DEMO_MISMATCHED,
-                 *[f"top32:t0.7:dyadic{b}@5" for b in DEMO_BITS]):  # fmt: skip
+    for text in (
+        DEMO_BASELINE,
+        DEMO_CANDIDATE,
+        DEMO_REFERENCE,
+        DEMO_MISMATCHED,
+        *[f"top32:t0.7:dyadic{b}@5" for b in DEMO_BITS],
+    ):
         arm = parse_arm(text)
         arms.setdefault(arm.canonical, arm)
     est, companion = auto_passes(estimator)
     with progress("replaying", archive_rows(archive)) as advance:
-        res = replay_archive(archive, list(arms.values()), seed=seed, estimator=est,
-                             buckets=parse_buckets(None), law_positions=POSITIONS.default,
-                             progress=advance, companion=companion)  # fmt: skip
+        res = replay_archive(
+            archive,
+            list(arms.values()),
+            seed=seed,
+            estimator=est,
+            buckets=parse_buckets(None),
+            law_positions=POSITIONS.default,
+            progress=advance,
+            companion=companion,
+        )
     return resolve_auto(res, list(arms.values()))[0] if estimator == AUTO else res
 
 
@@ -95,9 +107,14 @@ def _requalification(
     n_boot: int,
     estimator: Estimator,
 ) -> Result:
-    opts = RequalifyOptions.build(baseline=DEMO_BASELINE, candidate=candidate,
-                                  reference=reference, estimator=estimator, n_boot=n_boot,
-                                  seed=res.seed)  # fmt: skip
+    opts = RequalifyOptions.build(
+        baseline=DEMO_BASELINE,
+        candidate=candidate,
+        reference=reference,
+        estimator=estimator,
+        n_boot=n_boot,
+        seed=res.seed,
+    )
     arms = requalify_arms(opts.baseline, opts.candidate, opts.reference, opts.baseline)
     return requalify_replayed(res, arms, opts, archive)
 
@@ -123,8 +140,7 @@ def demo_results(
     res = _replay(archive, seed, estimator, progress)
     scan = ArchiveScan.of_replay(archive, res)
     options = {"requests": n_requests, "archive": str(out / "archive")}
-    measured = measured_result(scan, command="demo", seed=seed, options=options,
-                               rename=(tmp, out))  # fmt: skip
+    measured = measured_result(scan, command="demo", seed=seed, options=options, rename=(tmp, out))
     results: dict[str, Result] = {
         "requalify": _requalification(
             res, archive, DEMO_CANDIDATE, DEMO_REFERENCE, n_boot, estimator
@@ -135,15 +151,20 @@ def demo_results(
         results[f"{BITS_PREFIX}{bits}"] = _requalification(
             res, archive, cand, None, n_boot, estimator
         )
-    sweep = SweepOptions.build(arms=DEMO_BASELINE, depths=range(1, 6), cost=DEMO_COST,
-                               seed=res.seed, estimator=estimator)  # fmt: skip
+    sweep = SweepOptions.build(
+        arms=DEMO_BASELINE, depths=range(1, 6), cost=DEMO_COST, seed=res.seed, estimator=estimator
+    )
     results["sweep"] = sweep_result(res, list(sweep.arms), sweep, archive)
     results["budget"] = budget_result(
-        cells_from_requalify(results["requalify"], "requalify", DEMO_PRICE_MS, ()), None,
+        cells_from_requalify(results["requalify"], "requalify", DEMO_PRICE_MS, ()),
+        None,
         inputs=results["requalify"].inputs,
-        options={"from": f"{out}/requalify/results.json", "price_ms": DEMO_PRICE_MS,
-                 "known_ms": []},
-    )  # fmt: skip
+        options={
+            "from": f"{out}/requalify/results.json",
+            "price_ms": DEMO_PRICE_MS,
+            "known_ms": [],
+        },
+    )
     law = LawtestOptions.build(arms=[DEMO_MISMATCHED, DEMO_CANDIDATE], seed=seed)
     results["lawtest"] = lawtest_result(law, archive=archive, replayed=res)
     return measured, {name: _relocated(r, tmp, out) for name, r in results.items()}

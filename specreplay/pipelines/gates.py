@@ -1,4 +1,6 @@
-"""``--fail-on`` gates: the exit status of a run from its pooled verdict (SPEC §4).
+"""``--fail-on`` gates: the exit status of a run from its pooled verdict.
+
+See docs/methods.md#the-verdict-rule.
 
 A gate fails closed: when INCONCLUSIVE is listed, a null pooled verdict (too few requests for
 ``--min-requests``, an unsupported cell) fails too, since nothing was shown to hold.

@@ -1,4 +1,6 @@
-"""Cells by a carried column (``--by COLUMN``, SPEC §2.1: further columns are grouping keys).
+"""Cells by a carried column (``--by COLUMN``): further columns are grouping keys.
+
+See docs/inputs.md#position-traces-schema-v1.
 
 A position-trace archive may carry columns beyond schema v1 (worker, run, suite, …). With
 ``--by COLUMN`` a command adds two levels of cells to its result:
@@ -12,10 +14,10 @@ Both name their value in :attr:`~specreplay.results.model.Cell.group` (``{COLUMN
 
 Design decisions
 ----------------
-- The column must be constant within a request: requests stay the bootstrap unit (SPEC §3), and a
-  request split between two values could not be resampled whole. A request whose value changes
-  is the reader's one-line error (file and row), as a family change is. Round-level columns
-  (a serving batch) are therefore not grouping keys here.
+- The column must be constant within a request: requests stay the bootstrap unit
+  (docs/methods.md#the-paired-bootstrap), and a request split between two values could not be
+  resampled whole. A request whose value changes is the reader's one-line error (file and row), as a
+  family change is. Round-level columns (a serving batch) are therefore not grouping keys here.
 - The extra cells come from the command's one replay pass. Under ``--by`` the pass codes requests
   by family × value (the reader's ``group``) and records each request's value; the result is
   put on the family table (exactly the figures of a pass coded by family:

@@ -1,4 +1,6 @@
-"""Typed tail diagnostics of an importance replay, per cell, arm and depth (SPEC §3.2).
+"""Typed tail diagnostics of an importance replay, per cell, arm and depth.
+
+See docs/methods.md#tail-diagnostics-ess-and-pareto-k-hat.
 
 For each arm replayed with the importance estimator and each depth k = 1..its D, a cell's
 :class:`~specreplay.results.model.ImportanceDiagnostic` comes from the replay's per-(request,

@@ -120,10 +120,18 @@ def _paired_result(
     ps, excluded = pair_arms(arm_a, arm_b, buckets=bk, drop_unpaired=opts.drop_unpaired)
     boot = opts.boot
     with progress(f"bootstrap ({boot.n_boot:,} resamples)", None):
-        comp = compare(ps, arm_a=arm_a.name, arm_b=arm_b.name, n_boot=boot.n_boot,
-                       seed=opts.seed, stratify=boot.stratify, level=boot.level,
-                       margin=boot.margin, min_requests=boot.min_requests,
-                       label=arm_a.label)  # fmt: skip
+        comp = compare(
+            ps,
+            arm_a=arm_a.name,
+            arm_b=arm_b.name,
+            n_boot=boot.n_boot,
+            seed=opts.seed,
+            stratify=boot.stratify,
+            level=boot.level,
+            margin=boot.margin,
+            min_requests=boot.min_requests,
+            label=arm_a.label,
+        )
     comp = hdi_eti(comp, prob=boot.level)
     result = _interval_result(comp, arm_a, arm_b, excluded, options, opts.seed)
     ids = [*arm_a.sums.get_column("request_id"), *arm_b.sums.get_column("request_id")]

@@ -1,4 +1,7 @@
-"""Law-test results (SPEC §3.3): the toy suite and archive positions, as a typed result."""
+"""Law-test results: the toy suite and archive positions, as a typed result.
+
+See docs/methods.md#law-tests.
+"""
 
 from __future__ import annotations
 
@@ -60,8 +63,9 @@ def lawtest_result(
         skipped += more_skipped
         inputs = input_files([(f.path, f.rows) for f in res.files])
         ignored = ignored_inputs((e.path, e.glob) for e in res.ignored)
-    law = run_cases(cases, skipped, seed=seed, family_alpha=opts.family_alpha,
-                    max_draws=opts.max_draws)  # fmt: skip
+    law = run_cases(
+        cases, skipped, seed=seed, family_alpha=opts.family_alpha, max_draws=opts.max_draws
+    )
     result = new_result(
         command="lawtest",
         seed=seed,

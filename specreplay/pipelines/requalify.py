@@ -1,4 +1,6 @@
-"""The requalify pipeline (SPEC §3.1–3.4): the replay pass and the typed cells it gives.
+"""The requalify pipeline: the replay pass and the typed cells it gives.
+
+See docs/methods.md#requalification.
 
 :func:`requalify_run` checks the options, opens the archive, replays every arm in one pass (and
 the ``--by`` passes), builds the result and hashes ids; :func:`requalify_replayed` builds a
@@ -303,10 +305,11 @@ def _unlogged_reasons(res: ReplayResult, spec: CellSpec) -> dict[str, str]:
 def with_support_nulls(cells: Sequence[Cell], res: ReplayResult) -> tuple[Cell, ...]:
     """Null, per cell, the figures of an arm with rows outside the logging law's support.
 
-    Importance estimator (SPEC §3.2): where an arm's requests in a cell hold position rows with a
-    candidate the arm can accept but the logging law never drafts, its R (and MCSE), its
-    survival and every delta it enters (verdict included) are null, each with the reason and
-    the count; the cell's requalification then follows its null verdict.
+    Importance estimator (docs/methods.md#the-importance-estimator-and-its-weight): where an arm's
+    requests in a cell hold position rows with a candidate the arm can accept but the logging law
+    never drafts, its R (and MCSE), its survival and every delta it enters (verdict included) are
+    null, each with the reason and the count; the cell's requalification then follows its null
+    verdict.
 
     The rows are counted per request (``ReplayResult.unlogged``): a request of a bucket cell
     counts with all its rows, in whichever bucket.
@@ -415,17 +418,32 @@ def comparands(res: ReplayResult, arms: RequalifyArms, opts: RequalifyOptions) -
         return compare(ps, arm_a=a.name, arm_b=b.name, support=support, **common)
 
     c = arms.cand
-    parts = [Comparand(comp(data[arms.base.canonical], data[c.canonical], arms.base, c),
-                       Role.CANDIDATE_VS_BASELINE)]  # fmt: skip
+    parts = [
+        Comparand(
+            comp(data[arms.base.canonical], data[c.canonical], arms.base, c),
+            Role.CANDIDATE_VS_BASELINE,
+        )
+    ]
     if arms.ref is not None:
         why = "reference comparison (the gain a budget uses): no verdict"
-        parts.append(Comparand(comp(data[arms.ref.canonical], data[c.canonical], arms.ref, c),
-                               Role.CANDIDATE_VS_REFERENCE, why))  # fmt: skip
+        parts.append(
+            Comparand(
+                comp(data[arms.ref.canonical], data[c.canonical], arms.ref, c),
+                Role.CANDIDATE_VS_REFERENCE,
+                why,
+            )
+        )
     if arms.log is not None and "accepted" in res.columns:
         meas = res.measured_side(f"{arms.log.canonical} (MEASURED)")
         why = "diagnostic: SIMULATED − MEASURED R of the logging arm"
-        parts.append(Comparand(comp(meas, data[arms.log.canonical], None, arms.log),
-                               Role.PATH_BIAS, why, {meas.name: Label.MEASURED}))  # fmt: skip
+        parts.append(
+            Comparand(
+                comp(meas, data[arms.log.canonical], None, arms.log),
+                Role.PATH_BIAS,
+                why,
+                {meas.name: Label.MEASURED},
+            )
+        )
     return parts + _importance_path_bias(res, arms, comp)
 
 
@@ -614,8 +632,10 @@ def requalify_opened(
 
     The command opens the archive (every option checked) before it makes its output folder.
     """
-    filters = {"families": sorted(opts.families) if opts.families else None,
-               "sample_requests": opts.sample_requests}  # fmt: skip
+    filters = {
+        "families": sorted(opts.families) if opts.families else None,
+        "sample_requests": opts.sample_requests,
+    }
     with backend_runner(backend, filters, inputs=[archive]) as run:
         result, res = _passes(opened, archive, opts, progress, run)
         entry = run.to_json()

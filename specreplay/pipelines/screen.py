@@ -1,4 +1,6 @@
-"""The screen pipeline (SPEC §3.6, seed 001_*): run counters in, typed ``screen`` cells out.
+"""The screen pipeline: run counters in, typed ``screen`` cells out.
+
+See docs/methods.md#the-screens-rate-sp2.
 
 :func:`screen_result` reads the run-counter files and vLLM scrapes with the config, pools the runs
 per (batch, context, worker) and returns the typed result (the Python API's ``screen``);
@@ -51,7 +53,8 @@ SCREEN_ASSUMPTIONS = (
     "vLLM: per_pos[i − 1] / drafts, already survivals, never a product). MEASURED.",
     "E_B(d) = B·(1 + Σ_{i≤d} S_i) is a truncation proxy on the old policy's rounds: censored "
     "late positions, and a policy that changes depth also changes where later rounds start "
-    "(seed 001_*); it is not a static-depth experiment. ESTIMATED.",
+    '(docs/methods.md, "The screen\'s rate (SP2)"); it is not a static-depth experiment. '
+    "ESTIMATED.",
     "T_B = median over runs of each run's step p50 (MEASURED); e_ref = (1 − overlap)·D_B + "
     "overhead at the central values (.25·D_B + .30 by default), held fixed in the envelope; "
     "V_B(d) = T_B − e_ref + s·B·(H[d] − H[c_B]); round_B(d) = V_B(d) + (1 − overlap)·D_B + "
@@ -189,10 +192,16 @@ def screen_result(paths: list[Path], config: Path | None, model_name: str | None
             )
         sc = screen_cell(
             [ScreenRun(r.request_rounds, r.accepted_position, r.step_p50_ms) for r in rs],
-            batch=batch, cap=caps[batch], draft_ms=draft[batch], params=params,
-        )  # fmt: skip
-        cells.append(screen_cell_result(sc, context=context, worker=worker, runs=len(rs),
-                                        suites=[r.suite for r in rs]))  # fmt: skip
+            batch=batch,
+            cap=caps[batch],
+            draft_ms=draft[batch],
+            params=params,
+        )
+        cells.append(
+            screen_cell_result(
+                sc, context=context, worker=worker, runs=len(rs), suites=[r.suite for r in rs]
+            )
+        )
     if config is not None:
         files.append((config, 0))
     return new_result(

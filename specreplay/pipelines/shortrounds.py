@@ -1,11 +1,13 @@
-"""``--short-rounds null|exclude``: what a round shorter than the arm's depth does (SPEC §2.1).
+"""``--short-rounds null|exclude``: what a round shorter than the arm's depth does.
+
+See docs/inputs.md#position-traces-schema-v1.
 
 A **short round** records fewer positions than the depth an arm drafts (e.g. 3 positions for an
 arm ``@5``): the archive cannot say what positions 4 and 5 would have done, so that depth is
 never extrapolated for it. Real engines cut the last round of nearly every request short (max
 new tokens, end of text), so the choice matters.
 
-``null`` (the default, SPEC §2.1)
+``null`` (the default, docs/inputs.md#position-traces-schema-v1)
     Depth d is supported in a cell only when every round in it records ≥ d positions. A cell
     holding a short round has that arm's R, and every delta the arm enters, null, with the
     count and the first short round (file and row or line) as the reason; the other cells are
@@ -55,8 +57,9 @@ def exclude_below(mode: ShortRounds, arms: Iterable[Arm]) -> int:
 
 
 _NULL = (
-    "Short rounds (--short-rounds null, SPEC §2.1): depth d is supported in a cell only when "
-    "every round in it records at least d positions; a cell holding a shorter round has that "
+    'Short rounds (--short-rounds null, docs/inputs.md, "Position traces (schema v1)"): depth d '
+    "is supported in a cell only when every round in it records at least d positions; a cell "
+    "holding a shorter round has that "
     "arm's figures and deltas null, with the count and the first such round, so the pooled "
     "cell is null as soon as one round is short (a --fail-on gate on it fails closed)."
 )

@@ -1,4 +1,6 @@
-"""The sweep pipeline (SPEC §3.5): R at every fixed depth per arm and cell, from one replay pass.
+"""The sweep pipeline: R at every fixed depth per arm and cell, from one replay pass.
+
+See docs/methods.md#the-sweep-cost-model-and-the-best-depth.
 
 :func:`sweep_run` checks the options, opens the archive, replays every arm at depths
 1..max(``--depths``, the arms' own depths) in one pass (and the ``--by`` passes), builds the
@@ -10,11 +12,11 @@ archive's replay at depth d is compared with the replay at the reference depth o
 requests (paired bootstrap, :func:`specreplay.stats.compare.compare`): the delta (role
 ``depth-vs-reference``, its ``depth`` field d, no verdict) carries the interval of R(d) − R(ref),
 and ``cells[].depths[]`` the R(d) itself with its own studentized interval. Depths past the
-positions the archive records are UNSUPPORTED (null, with the reason), never extrapolated: in a
-cell holding a round shorter than d, R(d) is null with the count and the first such round, and
-the delta is null where a round is shorter than d or than the reference depth (SPEC §2.1;
-``--short-rounds exclude`` leaves rounds shorter than the deepest arm out instead,
-:mod:`specreplay.pipelines.shortrounds`).
+positions the archive records are UNSUPPORTED (null, with the reason), never extrapolated: in a cell
+holding a round shorter than d, R(d) is null with the count and the first such round, and the delta
+is null where a round is shorter than d or than the reference depth
+(docs/inputs.md#position-traces-schema-v1; ``--short-rounds exclude`` leaves rounds shorter than the
+deepest arm out instead, :mod:`specreplay.pipelines.shortrounds`).
 
 Every comparison of one sweep uses the same seed on the same requests, so replicate b resamples
 the same requests at every depth: with a **cost model** (milliseconds per round at each depth)
@@ -105,11 +107,19 @@ def _comparisons(res: ReplayResult, arm: Arm, opts: SweepOptions) -> dict[int, C
         name = _depth_name(arm, d) + (" (reference depth)" if d == arm.depth else "")
         other = res.side(arm, depth=d, name=name)
         ps = res.paired(ref, other)
-        out[d] = compare(ps, arm_a=ref.name, arm_b=other.name, n_boot=opts.boot.n_boot,
-                         seed=res.seed, stratify=opts.boot.stratify, level=opts.boot.level,
-                         margin=DEPTH_MARGIN, min_requests=opts.boot.min_requests,
-                         label="SIMULATED",
-                         support=res.support((arm, arm.depth), (arm, d)))  # fmt: skip
+        out[d] = compare(
+            ps,
+            arm_a=ref.name,
+            arm_b=other.name,
+            n_boot=opts.boot.n_boot,
+            seed=res.seed,
+            stratify=opts.boot.stratify,
+            level=opts.boot.level,
+            margin=DEPTH_MARGIN,
+            min_requests=opts.boot.min_requests,
+            label="SIMULATED",
+            support=res.support((arm, arm.depth), (arm, d)),
+        )
     return out
 
 
@@ -132,7 +142,8 @@ def _depth_figures(
         fig_b = comp.cells[i].arm_b
         r_b = fig_b.R
         if test is None or r_b is None:
-            # a short round in the cell (SPEC §2.1): this depth is UNSUPPORTED here
+            # a short round in the cell (docs/inputs.md#position-traces-schema-v1): this depth is
+            # UNSUPPORTED here
             why = fig_b.null_reason or "no rounds in this cell"
             short = why != "no rounds in this cell"
             figs.append(DepthFigure(name, d, None, None, None, label, not short, why))
@@ -173,8 +184,10 @@ def fewest_bits(
     failure keeps the family-wise false-EQUIVALENT rate at α with no adjustment (Maurer, Hothorn
     & Lehmacher 1995), where picking the fewest EQUIVALENT arm from separate tests inflates it.
     """
-    seq = sorted((a for a in arms if a.sampler.kind == "dyadic" and a != baseline),
-                 key=lambda a: -a.sampler.bits)  # fmt: skip
+    seq = sorted(
+        (a for a in arms if a.sampler.kind == "dyadic" and a != baseline),
+        key=lambda a: -a.sampler.bits,
+    )
     base = res.side(baseline)
     parts: list[Comparand] = []
     walk: list[dict[str, Any]] = []
@@ -182,16 +195,29 @@ def fewest_bits(
     stopped: str | None = None
     for a in seq:
         ps = res.paired(base, res.side(a))
-        comp = compare(ps, arm_a=base.name, arm_b=a.canonical, n_boot=opts.boot.n_boot,
-                       seed=res.seed, stratify=opts.boot.stratify, level=opts.boot.level,
-                       margin=opts.boot.margin, min_requests=opts.boot.min_requests,
-                       label="SIMULATED",
-                       support=res.support((baseline, baseline.depth), (a, a.depth)))  # fmt: skip
+        comp = compare(
+            ps,
+            arm_a=base.name,
+            arm_b=a.canonical,
+            n_boot=opts.boot.n_boot,
+            seed=res.seed,
+            stratify=opts.boot.stratify,
+            level=opts.boot.level,
+            margin=opts.boot.margin,
+            min_requests=opts.boot.min_requests,
+            label="SIMULATED",
+            support=res.support((baseline, baseline.depth), (a, a.depth)),
+        )
         parts.append(Comparand(comp, Role.CANDIDATE_VS_BASELINE))
         verdict = comp.pooled.delta.verdict
         if verdict is not None and opts.replay.estimator == AUTO and res.estimator == "importance":
-            pooled = CellSpec("pooled", None, None, tuple(range(len(res.families))),
-                              tuple(range(len(res.buckets.names))))  # fmt: skip
+            pooled = CellSpec(
+                "pooled",
+                None,
+                None,
+                tuple(range(len(res.families))),
+                tuple(range(len(res.buckets.names))),
+            )
             if comparison_failure(res, baseline, a, pooled)[0] is not None:
                 verdict = "INCONCLUSIVE"  # auto's tail rule (with_auto_diagnostics says why)
         walk.append({"arm": a.canonical, "bits": a.sampler.bits, "verdict": verdict})
@@ -199,13 +225,24 @@ def fewest_bits(
             stopped = a.canonical
             break
         fewest = a.canonical
-    why = None if fewest else ("no dyadic arm to test" if not seq else f"{walk[0]['arm']} is not "
-                               "EQUIVALENT to the baseline")  # fmt: skip
+    why = (
+        None
+        if fewest
+        else (
+            "no dyadic arm to test"
+            if not seq
+            else f"{walk[0]['arm']} is not EQUIVALENT to the baseline"
+        )
+    )
     summary = {
-        "baseline": baseline.canonical, "margin": opts.boot.margin.to_json(),
-        "sequence": walk, "fewest_bits_equivalent": fewest, "stopped_at": stopped,
-        "label": "SIMULATED", "null_reason": why,
-    }  # fmt: skip
+        "baseline": baseline.canonical,
+        "margin": opts.boot.margin.to_json(),
+        "sequence": walk,
+        "fewest_bits_equivalent": fewest,
+        "stopped_at": stopped,
+        "label": "SIMULATED",
+        "null_reason": why,
+    }
     return parts, summary
 
 
@@ -239,18 +276,24 @@ def sweep_result(
         cells = with_auto_diagnostics(cells, res, res.arms)
     cells = with_estimators(with_excluded_rounds(cells, res), res)
     return new_result(
-        command="sweep", seed=res.seed,
+        command="sweep",
+        seed=res.seed,
         inputs=input_files([(f.path, f.rows) for f in res.files]),
-        options={**opts.to_json(archive), "replicates": res.replicates,
-                 **estimator_used(res, cells)},
+        options={
+            **opts.to_json(archive),
+            "replicates": res.replicates,
+            **estimator_used(res, cells),
+        },
         assumptions=_assumptions(cost)
         + short_rounds_assumptions(opts.replay.short_rounds, res.exclude_below),
         excluded=excluded_entries([*res.excluded, *short_rounds_excluded(res)]),
-        arms=[a.canonical for a in arms], cells=cells,
-        columns_not_read=res.unread or None, extra=extra,
+        arms=[a.canonical for a in arms],
+        cells=cells,
+        columns_not_read=res.unread or None,
+        extra=extra,
         inputs_ignored=ignored_inputs((e.path, e.glob) for e in res.ignored),
         replicates=DepthReplicates(per_arm),
-    )  # fmt: skip
+    )
 
 
 def _with_depths(
@@ -273,15 +316,17 @@ def _with_depths(
                 best[name] = b
         keep = set(names) | {d.a for d in c.deltas if d.role is not Role.DEPTH_VS_REFERENCE}
         arms_fig = {k: v for k, v in c.arms.items() if k in keep}
-        out.append(dataclasses.replace(c, arms=arms_fig, depths=tuple(depths),
-                                       best_depth=best or None))  # fmt: skip
+        out.append(
+            dataclasses.replace(c, arms=arms_fig, depths=tuple(depths), best_depth=best or None)
+        )
     return tuple(out)
 
 
 def _assumptions(cost: CostModel | None) -> list[str]:
     out = [
-        "Path assumption or importance weights as the estimator line says (SPEC §3.2); a fixed "
-        "depth d replays the first d archived positions of every round that recorded them.",
+        "Path assumption or importance weights as the estimator line says (docs/methods.md, "
+        '"The path assumption"); a fixed depth d replays the first d archived positions of every '
+        "round that recorded them.",
         "A policy that changes depth also changes where later rounds start, which no replay of "
         "these archives can see.",
         "Depths past the recorded positions are UNSUPPORTED, never extrapolated.",
@@ -292,7 +337,8 @@ def _assumptions(cost: CostModel | None) -> list[str]:
 
 
 PROXY = (
-    "Survival truncation proxy (round traces, SPEC §3.5): E(d) = 1 + Σ_{i≤d} S_i with S_i = "
+    'Survival truncation proxy (round traces, docs/methods.md, "The survival truncation proxy"): '
+    "E(d) = 1 + Σ_{i≤d} S_i with S_i = "
     "#(rounds with A ≥ i) / #rounds from pooled counts, i.e. each round's retained tokens "
     "1 + min(A, d): what the observed rounds would have kept had drafting stopped at d, assuming "
     "the first d positions are accepted as they were (ESTIMATED). Valid only up to the depth every "
@@ -322,39 +368,60 @@ def proxy_result(
         if d not in by_depth:
             comps[d] = (
                 f"{unknown} rounds record no drafted depth: the proxy is valid only up to the "
-                "depth every round drafted" if unknown else
-                f"UNSUPPORTED: some rounds drafted only {lowest} positions (the proxy is valid "
-                "only up to the depth every round drafted, never extrapolated)"
-            )  # fmt: skip
+                "depth every round drafted"
+                if unknown
+                else f"UNSUPPORTED: some rounds drafted only {lowest} positions "
+                "(the proxy is valid only up to the depth every round drafted, never extrapolated)"
+            )
             continue
         other = dataclasses.replace(by_depth[d], name=f"{name}@{d}")
         ps, _ = pair_arms(ref, other, buckets=opts.replay.buckets)
-        comps[d] = compare(ps, arm_a=name, arm_b=other.name,
-                           n_boot=opts.boot.n_boot, seed=opts.replay.seed,
-                           stratify=opts.boot.stratify, level=opts.boot.level,
-                           margin=DEPTH_MARGIN, min_requests=opts.boot.min_requests,
-                           label="ESTIMATED")  # fmt: skip
-    parts = [Comparand(c, Role.DEPTH_VS_REFERENCE, NO_VERDICT, depth=d)
-             for d, c in comps.items() if isinstance(c, Comparison)]  # fmt: skip
+        comps[d] = compare(
+            ps,
+            arm_a=name,
+            arm_b=other.name,
+            n_boot=opts.boot.n_boot,
+            seed=opts.replay.seed,
+            stratify=opts.boot.stratify,
+            level=opts.boot.level,
+            margin=DEPTH_MARGIN,
+            min_requests=opts.boot.min_requests,
+            label="ESTIMATED",
+        )
+    parts = [
+        Comparand(c, Role.DEPTH_VS_REFERENCE, NO_VERDICT, depth=d)
+        for d, c in comps.items()
+        if isinstance(c, Comparison)
+    ]
     if not parts:
         raise SpecReplayError(
             f"{path}: no depth of {list(opts.depths)} is within the proxy's range"
         )
-    cells = _with_depths(merge_comparisons(parts), [name], {name: comps}, cost, opts.boot.level,
-                         Label.ESTIMATED)  # fmt: skip
+    cells = _with_depths(
+        merge_comparisons(parts), [name], {name: comps}, cost, opts.boot.level, Label.ESTIMATED
+    )
     cells = tuple(
-        dataclasses.replace(c, deltas=tuple(
-            dataclasses.replace(d, estimator="survival-proxy") for d in c.deltas))
+        dataclasses.replace(
+            c, deltas=tuple(dataclasses.replace(d, estimator="survival-proxy") for d in c.deltas)
+        )
         for c in cells
-    )  # fmt: skip
+    )
     return new_result(
-        command="sweep", seed=opts.replay.seed, inputs=input_files(ref.files),
-        options={**opts.to_json(path), "reference_depth": reference,
-                 "estimator_used": "survival-proxy",
-                 "estimator_reason": "round traces: the survival truncation proxy"},
-        assumptions=[PROXY, *ref.notes], arms=[name], cells=cells,
-        inputs_ignored=ignored_inputs(ref.ignored), replicates=DepthReplicates({name: comps}),
-    )  # fmt: skip
+        command="sweep",
+        seed=opts.replay.seed,
+        inputs=input_files(ref.files),
+        options={
+            **opts.to_json(path),
+            "reference_depth": reference,
+            "estimator_used": "survival-proxy",
+            "estimator_reason": "round traces: the survival truncation proxy",
+        },
+        assumptions=[PROXY, *ref.notes],
+        arms=[name],
+        cells=cells,
+        inputs_ignored=ignored_inputs(ref.ignored),
+        replicates=DepthReplicates({name: comps}),
+    )
 
 
 # -------------------------------------------------------------------------------------------------
@@ -437,10 +504,14 @@ def _prepare(archive: Path, opts: SweepOptions) -> SweepPrepared:
     arms = expand_arms(opts.arms)
     baseline = opts.baseline
     replayed = list({a.canonical: a for a in [*arms, *([baseline] if baseline else [])]}.values())
-    opened = OpenArchive(archive, buckets=opts.replay.buckets,
-                         logging_arm=opts.replay.logging_arm_text, ignore=opts.replay.ignore,
-                         by=opts.replay.by,
-                         columns=pass_columns(opts.replay.estimator, opts.replay.by))  # fmt: skip
+    opened = OpenArchive(
+        archive,
+        buckets=opts.replay.buckets,
+        logging_arm=opts.replay.logging_arm_text,
+        ignore=opts.replay.ignore,
+        by=opts.replay.by,
+        columns=pass_columns(opts.replay.estimator, opts.replay.by),
+    )
     return SweepPrepared(opened, arms, baseline, replayed)
 
 
@@ -475,10 +546,17 @@ def _swept_passes(
     rows = archive_rows(archive, ro.ignore)
     ctx = progress("replaying", rows) if progress else nullcontext(None)
     with ctx as advance:
-        res = prep.opened.replay(prep.replayed, estimator=estimator,
-                                 replicates=ro.replicates, seed=ro.seed, max_depth=depth,
-                                 progress=advance, companion=companion,
-                                 runner=run.runner, exclude_below=below)  # fmt: skip
+        res = prep.opened.replay(
+            prep.replayed,
+            estimator=estimator,
+            replicates=ro.replicates,
+            seed=ro.seed,
+            max_depth=depth,
+            progress=advance,
+            companion=companion,
+            runner=run.runner,
+            exclude_below=below,
+        )
     if ro.estimator == AUTO:
         res, _ = resolve_auto(res, prep.replayed)
     result = sweep_result(res, prep.arms, opts, archive, prep.baseline)
@@ -523,13 +601,18 @@ def _proxy_depths(archive: Path, opts: SweepOptions) -> ProxyDepths:
 
 
 def _proxy(archive: Path, opts: SweepOptions, depths: ProxyDepths) -> Result:
-    """Return the survival truncation proxy of a round-trace arm at every depth (SPEC §3.5)."""
+    """Return the survival truncation proxy of a round-trace arm at every depth.
+
+    See docs/methods.md#the-survival-truncation-proxy.
+    """
     top, lowest, unknown = depths
     buckets = opts.replay.buckets
     supported = [d for d in opts.depths if d <= top]
     reference = top if top else max(opts.depths)
-    by_depth = {d: read_arm(archive, buckets=buckets, truncate=d, ignore=opts.replay.ignore)
-                for d in sorted({*supported, *([reference] if top else [])})}  # fmt: skip
+    by_depth = {
+        d: read_arm(archive, buckets=buckets, truncate=d, ignore=opts.replay.ignore)
+        for d in sorted({*supported, *([reference] if top else [])})
+    }
     if not by_depth:
         raise SpecReplayError(
             f"{archive}: the proxy is valid only up to the depth every round drafted "

@@ -1,9 +1,10 @@
 """``--estimator auto``: importance wherever the archive supports it, judged cell by cell.
 
 The default of ``requalify``, ``sweep`` and ``demo``. One pass replays every arm with the analytic
-estimator and, beside it, the importance estimator (SPEC §3.2; dropped from the pass's
-``replays`` when the archive cannot support it). :func:`choose` then settles the **run's**
-estimator, a lookup in that map (:meth:`~specreplay.replay.engine.ReplayResult.with_estimator`):
+estimator and, beside it, the importance estimator
+(docs/methods.md#auto-the-estimator-per-run-and-per-cell; dropped from the pass's ``replays`` when
+the archive cannot support it). :func:`choose` then settles the **run's** estimator, a lookup in
+that map (:meth:`~specreplay.replay.engine.ReplayResult.with_estimator`):
 
 1. **importance** for every arm when the archive carries ``drafted_id`` and a logging law
    (``emitted_q``, else a logging arm) in every file: no path assumption, unbiased, and both
@@ -231,11 +232,14 @@ def cell_checks(
         n = int(rounds - sums.short[mask, k - 1].sum())  # rounds that recorded k positions
         total = float(sums.ratio_sum[mask, k - 1].sum())
         d = diagnose(
-            n=n, ratio_sum=total, ratio_sq=float(sums.ratio_sq[mask, k - 1].sum()),
+            n=n,
+            ratio_sum=total,
+            ratio_sq=float(sums.ratio_sq[mask, k - 1].sum()),
             ratio_min=float(sums.ratio_min[mask, k - 1].min(initial=np.inf)),
             ratio_max=float(sums.ratio_max[mask, k - 1].max(initial=-np.inf)),
-            tail=values, dropped=dropped,
-        )  # fmt: skip
+            tail=values,
+            dropped=dropped,
+        )
         mean = total / n if n > 0 else 0.0
         top = float(sums.bound_max[mask, k - 1].max(initial=0.0))
         bound = top / mean if mean > 0.0 else None
@@ -265,8 +269,9 @@ def _pooled_notes(res: ReplayResult, arms: Sequence[Arm]) -> str:
     weakest: tuple[float, str] = (np.inf, "")
     for arm in arms:
         s = res.sums[arm.canonical]
-        checks = cell_checks(s, res.tails[arm.canonical], arm, np.ones(s.n.shape[0], bool),
-                             every_f, every_b)  # fmt: skip
+        checks = cell_checks(
+            s, res.tails[arm.canonical], arm, np.ones(s.n.shape[0], bool), every_f, every_b
+        )
         for c in checks:
             if c.fails is not None:
                 fails.append(f"{c.figures()} ({c.fails})")

@@ -1,4 +1,7 @@
-"""Streaming replay of a position-trace archive under several arms (SPEC §3.2, §5, §6).
+"""Streaming replay of a position-trace archive under several arms.
+
+See docs/methods.md#the-importance-estimator-and-its-weight, docs/scale.md and
+docs/design.md#layout.
 
 One pass over the data: each archive file is read once, in sorted path order, by a validating
 :class:`~specreplay.replay.archive.reader.ArchiveReader` and replayed shard by shard
@@ -17,11 +20,12 @@ whole requests are distributed over files.
 Hashing the input files for results.json ``inputs`` (SHA-256) is a separate read made by the
 report (:mod:`specreplay.results.output`), not by the replay; it is kept as is.
 
-Short rounds (SPEC §2.1): a round recording fewer positions than a depth is counted in ``n`` but
-not summed at that depth (``ArmSums.short``, with the place of the first such round in
-``ArmSums.short_at``); :meth:`ReplayResult.short_reason` says why a cell holding one is null at that
-depth, naming the file and row, and :meth:`ReplayResult.depth_problem` refuses only a depth that no
-round records. ``exclude_below`` (``--short-rounds exclude``) leaves such rounds out of the pass.
+Short rounds (docs/inputs.md#position-traces-schema-v1): a round recording fewer positions than a
+depth is counted in ``n`` but not summed at that depth (``ArmSums.short``, with the place of the
+first such round in ``ArmSums.short_at``); :meth:`ReplayResult.short_reason` says why a cell holding
+one is null at that depth, naming the file and row, and :meth:`ReplayResult.depth_problem` refuses
+only a depth that no round records. ``exclude_below`` (``--short-rounds exclude``) leaves such
+rounds out of the pass.
 
 Estimators: the pass may replay several (``--estimator auto``: analytic and importance over the
 same batches); their sums are one map keyed by estimator (``ReplayResult.replays``), and the
@@ -314,17 +318,22 @@ class ReplayResult:
                 "n": np.asarray(n, dtype=np.int64),
                 "t": np.asarray(t, dtype=np.float64),
             },
-            schema={"request_id": pl.String, "family": pl.String, "bucket": pl.String,
-                    "n": pl.Int64, "t": pl.Float64},
-        )  # fmt: skip
+            schema={
+                "request_id": pl.String,
+                "family": pl.String,
+                "bucket": pl.String,
+                "n": pl.Int64,
+                "t": pl.Float64,
+            },
+        )
 
     def depth_problem(self, arm: Arm, depth: int | None = None) -> str | None:
         """Why ``arm`` at ``depth`` (default its own) has no figure in any cell, or None.
 
         Not replayed that deep, every round of the selected requests recording fewer positions
-        (UNSUPPORTED: never extrapolated), or every round left out by ``--short-rounds
-        exclude``. Where only some rounds are short, the cells holding them are null
-        (:meth:`short_reason`) and the others are computed (SPEC §2.1).
+        (UNSUPPORTED: never extrapolated), or every round left out by ``--short-rounds exclude``.
+        Where only some rounds are short, the cells holding them are null (:meth:`short_reason`) and
+        the others are computed (docs/inputs.md#position-traces-schema-v1).
         """
         d = depth or arm.depth
         if d > self.max_depth:
@@ -349,9 +358,9 @@ class ReplayResult:
     ) -> str | None:
         """Why ``arm`` at ``depth`` is unsupported in the rows ``mask`` of its sums, or None.
 
-        SPEC §2.1: depth d is supported in a cell only when every round in it records ≥ d
-        positions. The reason counts the short rounds and names the first of them in archive
-        order (file and row or line).
+        docs/inputs.md#position-traces-schema-v1: depth d is supported in a cell only when every
+        round in it records ≥ d positions. The reason counts the short rounds and names the first of
+        them in archive order (file and row or line).
         """
         d = depth or arm.depth
         s = self.sums[arm.canonical]
@@ -374,9 +383,10 @@ class ReplayResult:
     def unlogged_reason(self, arm: Arm, mask: NDArray[np.bool_] | None = None) -> str | None:
         """Why ``arm``'s figures in the rows ``mask`` of its sums are null (support), or None.
 
-        Importance estimator (SPEC §3.2): the requests of those rows hold position rows with a
-        candidate the arm can accept but the logging law never drafts. The reason counts the
-        rows and the requests (a request counts with all its rows, in whichever bucket).
+        Importance estimator (docs/methods.md#the-importance-estimator-and-its-weight): the
+        requests of those rows hold position rows with a candidate the arm can accept but the
+        logging law never drafts. The reason counts the rows and the requests (a request counts
+        with all its rows, in whichever bucket).
         """
         per_request = self.unlogged.get(arm.canonical)
         if per_request is None:
@@ -462,8 +472,9 @@ class ReplayResult:
         ranked = sorted(range(len(self.requests)), key=self.requests.__getitem__)
         rank = np.empty(len(self.requests), np.int64)
         rank[np.asarray(ranked, np.int64)] = np.arange(len(ranked))
-        return RequestCodes(self.requests, self.request_keys, self.request_family,
-                            self.families, rank)  # fmt: skip
+        return RequestCodes(
+            self.requests, self.request_keys, self.request_family, self.families, rank
+        )
 
     def paired(self, a: ArmSide, b: ArmSide) -> PairedSums:
         """Pair two sides of this pass on its request codes (:mod:`~specreplay.replay.paired`)."""
@@ -491,9 +502,11 @@ class ReplayResult:
         """Return :meth:`measured_side` as :class:`~specreplay.stats.armdata.ArmData`."""
         s = self.measured_side(name)
         return ArmData(
-            name=name, kind="archive", sums=self._frame(s.request, s.bucket, s.n, s.t),
+            name=name,
+            kind="archive",
+            sums=self._frame(s.request, s.bucket, s.n, s.t),
             depth=s.depth,
-        )  # fmt: skip
+        )
 
     def mcse(self, arm: Arm, keys_mask: NDArray[np.bool_] | None = None) -> float:
         """Monte Carlo standard error of R over the selected rows (delta method; 0 if exact)."""
@@ -610,9 +623,14 @@ class OpenArchive:
         for f in self.sources:  # before any read, here or on a Dask worker
             watch(f.path)
         self._reader: ArchiveReader | None = ArchiveReader(
-            self.sources[0].path, buckets=self.buckets, batch_rows=batch_rows,
-            logging_arm=logging_arm, shard=True, group=self.group, columns=columns,
-        )  # fmt: skip
+            self.sources[0].path,
+            buckets=self.buckets,
+            batch_rows=batch_rows,
+            logging_arm=logging_arm,
+            shard=True,
+            group=self.group,
+            columns=columns,
+        )
         self._batches = iter(self._reader)
         self._head = next(self._batches, None)
 
@@ -643,12 +661,17 @@ class OpenArchive:
         get_estimator(estimator).replicates_used(replicates)
         opts = ReplayOptions(
             estimators=(estimator,) if companion is None else (estimator, companion),
-            replicates=replicates, seed=seed, buckets=self.buckets,
+            replicates=replicates,
+            seed=seed,
+            buckets=self.buckets,
             max_depth=max_depth or max((a.depth for a in arms), default=1),
-            logging_arm=self.logging_arm_option, batch_rows=self.batch_rows,
-            law_positions=law_positions, group=self.group,
-            columns=self.columns, exclude_below=exclude_below,
-        )  # fmt: skip
+            logging_arm=self.logging_arm_option,
+            batch_rows=self.batch_rows,
+            law_positions=law_positions,
+            group=self.group,
+            columns=self.columns,
+            exclude_below=exclude_below,
+        )
         reader, head, self._reader = self._reader, self._head, None
         first = self._batches if head is None else _chain(head, self._batches)
 
@@ -747,8 +770,10 @@ def _regrouped(
     r: EstimatorSums, request_code: NDArray[np.int64], index: NDArray[np.int64] | None, n: int
 ) -> EstimatorSums:
     """Return ``r`` with requests in the groups ``request_code`` (tails pooled by ``index``)."""
-    arms = {c: a.with_tables(a.request, request_code[a.request].astype(np.int32))
-            for c, a in r.arms.items()}  # fmt: skip
+    arms = {
+        c: a.with_tables(a.request, request_code[a.request].astype(np.int32))
+        for c, a in r.arms.items()
+    }
     tails = r.tails if index is None else {c: t.coarsened(index, n) for c, t in r.tails.items()}
     return replace(r, arms=arms, tails=tails)
 
@@ -822,10 +847,17 @@ def replay_archive(
         path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows, ignore=ignore
     )
     res = opened.replay(
-        arms, estimator=estimator, replicates=replicates, seed=seed, max_depth=max_depth,
-        law_positions=law_positions, progress=progress, companion=companion, runner=runner,
+        arms,
+        estimator=estimator,
+        replicates=replicates,
+        seed=seed,
+        max_depth=max_depth,
+        law_positions=law_positions,
+        progress=progress,
+        companion=companion,
+        runner=runner,
         exclude_below=exclude_below,
-    )  # fmt: skip
+    )
     if families is None and requests is None:
         return res
     return res.select(families, requests)

@@ -1,9 +1,9 @@
 """MEASURED accumulation: the archive's ``accepted`` column summed per (request, bucket).
 
-Fills :class:`~specreplay.stats.measured.MeasuredArchive` from batches of whole rounds (SPEC §2.1:
-MEASURED A of a round = the number of leading True values of ``accepted``).
-:func:`reindex_measured` moves a shard's figures onto another request and family table, and
-:func:`coarsen_measured` pools families into coarser groups (``--by``), and
+Fills :class:`~specreplay.stats.measured.MeasuredArchive` from batches of whole rounds
+(docs/inputs.md#position-traces-schema-v1: MEASURED A of a round = the number of leading True values
+of ``accepted``). :func:`reindex_measured` moves a shard's figures onto another request and family
+table, and :func:`coarsen_measured` pools families into coarser groups (``--by``), and
 :func:`merge_measured` adds two shards' figures (counts exactly; sums of whole numbers, exact too)
 with the per-(request, bucket) rows in canonical order (request index, then bucket).
 """

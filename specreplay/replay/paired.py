@@ -1,4 +1,6 @@
-"""Two arms of one replay paired on the replay's own request codes (SPEC §2.2).
+"""Two arms of one replay paired on the replay's own request codes.
+
+See docs/inputs.md#round-traces-and-per-request-sums.
 
 Every arm of a replay pass, and the archive's MEASURED figures, are sums per (request code,
 bucket) on the pass's one request table (:class:`~specreplay.replay.engine.ReplayResult`), so

@@ -1,7 +1,7 @@
 """Shard-level replay: partial sums of one archive file, and their order-preserving merge.
 
-:func:`replay_shard` replays one file of an archive (SPEC §5: a shard) in one streaming pass and
-returns :class:`ShardSums`: per arm, per-(request, bucket) sums (:class:`ArmSums`), the MEASURED
+:func:`replay_shard` replays one file of an archive (a shard, docs/scale.md) in one streaming pass
+and returns :class:`ShardSums`: per arm, per-(request, bucket) sums (:class:`ArmSums`), the MEASURED
 figures, the law-test position sample, and the request table, all keyed by the **stable request
 key** (:func:`~specreplay.sim.rng.request_key`), never by file order. Request and family tables are
 in canonical order (requests by key, families by name), and so are the sums' rows.
@@ -72,8 +72,16 @@ __all__ = [
     "replay_shard",
 ]
 
-_BOUNDS = ("first_round", "first_file", "first_loc", "last_round", "last_file", "last_loc",
-           "family_file", "family_loc")  # fmt: skip
+_BOUNDS = (
+    "first_round",
+    "first_file",
+    "first_loc",
+    "last_round",
+    "last_file",
+    "last_loc",
+    "family_file",
+    "family_loc",
+)
 # row flags of the run's own estimator counted per arm and request: flagged, no_support (the
 # third, outside the logging law's support, is counted per estimator: EstimatorSums.unlogged)
 _FLAG_BITS = (FLAG_K_EXCEEDS, FLAG_NO_SUPPORT)
@@ -342,16 +350,24 @@ class _EstimatorRun:
         """Replay ``arm`` on ``batch`` and add its rounds; return the per-round values."""
         c = arm.canonical
         opts = ctx.options
-        v = self.est.rounds(batch, arm, ctx.cache, seed=opts.seed, replicates=self.reps,
-                            max_depth=opts.max_depth, logging=ctx.logging)  # fmt: skip
+        v = self.est.rounds(
+            batch,
+            arm,
+            ctx.cache,
+            seed=opts.seed,
+            replicates=self.reps,
+            max_depth=opts.max_depth,
+            logging=ctx.logging,
+        )
         keys, row_request = ctx.keys, ctx.row_request
         if v.flag.any():
             hit = ((v.flag & FLAG_LOGGING_SUPPORT) != 0).astype(np.int64)
             self.unlogged[c] = _per_request(self.unlogged[c], row_request, hit)
         self.accs[c].add(keys, v, batch.round_at)
         if v.ratio is not None:
-            self.tails[c].add(batch.round_family, batch.round_bucket, batch.round_key,
-                              v.depth, v.ratio)  # fmt: skip
+            self.tails[c].add(
+                batch.round_family, batch.round_bucket, batch.round_key, v.depth, v.ratio
+            )
         return v
 
 
@@ -374,10 +390,14 @@ def replay_shard(
         Called with the number of positions of each batch.
     """
     reader = ArchiveReader(
-        file, buckets=options.buckets, batch_rows=options.batch_rows,
-        logging_arm=options.logging_arm, shard=True, group=options.group,
+        file,
+        buckets=options.buckets,
+        batch_rows=options.batch_rows,
+        logging_arm=options.logging_arm,
+        shard=True,
+        group=options.group,
         columns=options.columns,
-    )  # fmt: skip
+    )
     return replay_reader(reader, iter(reader), arms, options, progress)
 
 

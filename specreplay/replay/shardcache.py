@@ -119,8 +119,15 @@ def check_cache_folder(folder: Path, inputs: Sequence[Path] = ()) -> None:
     real = Path(folder).resolve()
     for given in inputs:
         inp = Path(given).resolve()
-        how = ("is" if real == inp else "holds" if inp.is_relative_to(real)
-               else "lies inside" if real.is_relative_to(inp) else None)  # fmt: skip
+        how = (
+            "is"
+            if real == inp
+            else "holds"
+            if inp.is_relative_to(real)
+            else "lies inside"
+            if real.is_relative_to(inp)
+            else None
+        )
         if how is not None:
             raise SpecReplayError(
                 f"{where} {how} the input {given}; the cache is an output: choose a folder "

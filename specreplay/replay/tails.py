@@ -1,4 +1,6 @@
-"""The largest policy ratios per finest cell and depth: what the Pareto k̂ needs (SPEC §3.2).
+"""The largest policy ratios per finest cell and depth: what the Pareto k̂ needs.
+
+See docs/methods.md#tail-diagnostics-ess-and-pareto-k-hat.
 
 Terms. The **policy ratio** r_k of a round (:attr:`RoundValues.ratio
 <specreplay.replay.estimators.base.RoundValues>`) is Π_{j≤k} q^s_j(x_j)/q^L_j(x_j); a **finest
@@ -67,17 +69,25 @@ class RatioTail:
         """Return a tail holding nothing."""
         i = np.zeros(0, np.int32)
         return RatioTail(
-            i, i, i, np.zeros(0, np.uint64), np.zeros(0),
+            i,
+            i,
+            i,
+            np.zeros(0, np.uint64),
+            np.zeros(0),
             np.full((n_families, n_buckets, max_depth), -np.inf),
-        )  # fmt: skip
+        )
 
     def _with(
         self, rows: NDArray[np.int64] | NDArray[np.bool_], dropped: NDArray[np.float64]
     ) -> RatioTail:
         return RatioTail(
-            self.family[rows], self.bucket[rows], self.depth[rows], self.request_key[rows],
-            self.value[rows], dropped,
-        )  # fmt: skip
+            self.family[rows],
+            self.bucket[rows],
+            self.depth[rows],
+            self.request_key[rows],
+            self.value[rows],
+            dropped,
+        )
 
     def keep_requests(self, keys: NDArray[np.uint64]) -> RatioTail:
         """Return the entries of the requests whose keys are in ``keys`` (dropped unchanged)."""
@@ -126,16 +136,29 @@ class RatioTail:
         k = TAIL_CAP if cap is None else cap
         dropped = np.maximum(a.dropped, b.dropped)
         src, idx = _merge_sorted(
-            a.family, a.bucket, a.depth, a.value, a.request_key,
-            b.family, b.bucket, b.depth, b.value, b.request_key,
-            a.thresholds(k), b.thresholds(k), dropped, k,
-        )  # fmt: skip
+            a.family,
+            a.bucket,
+            a.depth,
+            a.value,
+            a.request_key,
+            b.family,
+            b.bucket,
+            b.depth,
+            b.value,
+            b.request_key,
+            a.thresholds(k),
+            b.thresholds(k),
+            dropped,
+            k,
+        )
         return RatioTail(
-            _gather(src, idx, a.family, b.family), _gather(src, idx, a.bucket, b.bucket),
+            _gather(src, idx, a.family, b.family),
+            _gather(src, idx, a.bucket, b.bucket),
             _gather(src, idx, a.depth, b.depth),
             _gather(src, idx, a.request_key, b.request_key),
-            _gather(src, idx, a.value, b.value), dropped,
-        )  # fmt: skip
+            _gather(src, idx, a.value, b.value),
+            dropped,
+        )
 
     def _top(self, cap: int) -> RatioTail:
         """Sort the entries canonically and keep the first ``cap`` of each group."""
@@ -280,8 +303,9 @@ class TailAccumulator:
     def _flush(self) -> None:
         t = self._tail
         if not self._pending:  # only values below the thresholds came: the order stands
-            self._tail = RatioTail(t.family, t.bucket, t.depth, t.request_key, t.value,
-                                   self._dropped.copy())  # fmt: skip
+            self._tail = RatioTail(
+                t.family, t.bucket, t.depth, t.request_key, t.value, self._dropped.copy()
+            )
             return
         parts = [t, *self._pending]
 
@@ -289,9 +313,13 @@ class TailAccumulator:
             return np.concatenate([getattr(p, name) for p in parts])
 
         both = RatioTail(
-            cat("family"), cat("bucket"), cat("depth"), cat("request_key"), cat("value"),
+            cat("family"),
+            cat("bucket"),
+            cat("depth"),
+            cat("request_key"),
+            cat("value"),
             self._dropped.copy(),
-        )  # fmt: skip
+        )
         self._tail = both._top(self.cap)
         self._dropped = self._tail.dropped.copy()
         self._thr = self._tail.thresholds(self.cap)
@@ -305,8 +333,9 @@ class TailAccumulator:
         self._dropped = np.concatenate([self._dropped, more])
         self._thr = np.concatenate([self._thr, more])
         t = self._tail
-        self._tail = RatioTail(t.family, t.bucket, t.depth, t.request_key, t.value,
-                               np.concatenate([t.dropped, more]))  # fmt: skip
+        self._tail = RatioTail(
+            t.family, t.bucket, t.depth, t.request_key, t.value, np.concatenate([t.dropped, more])
+        )
 
     def add(
         self,
@@ -344,13 +373,21 @@ class TailAccumulator:
 
 @njit(cache=True)
 def _merge_sorted(
-    fa: NDArray[np.int32], ba: NDArray[np.int32], da: NDArray[np.int32],
-    va: NDArray[np.float64], ka: NDArray[np.uint64],
-    fb: NDArray[np.int32], bb: NDArray[np.int32], db: NDArray[np.int32],
-    vb: NDArray[np.float64], kb: NDArray[np.uint64],
-    thr_a: NDArray[np.float64], thr_b: NDArray[np.float64],
-    dropped: NDArray[np.float64], cap: int,
-) -> tuple[NDArray[np.int8], NDArray[np.int64]]:  # fmt: skip
+    fa: NDArray[np.int32],
+    ba: NDArray[np.int32],
+    da: NDArray[np.int32],
+    va: NDArray[np.float64],
+    ka: NDArray[np.uint64],
+    fb: NDArray[np.int32],
+    bb: NDArray[np.int32],
+    db: NDArray[np.int32],
+    vb: NDArray[np.float64],
+    kb: NDArray[np.uint64],
+    thr_a: NDArray[np.float64],
+    thr_b: NDArray[np.float64],
+    dropped: NDArray[np.float64],
+    cap: int,
+) -> tuple[NDArray[np.int8], NDArray[np.int64]]:
     """Merge two canonically ordered tails, keeping the first ``cap`` of each group.
 
     An entry below the other part's K-th largest of its group (``thr_a``, ``thr_b``) cannot be

@@ -1,4 +1,6 @@
-"""Pairing two arms by request id into :class:`~specreplay.stats.bootstrap.PairedSums` (SPEC §2.2).
+"""Pairing two arms by request id into :class:`~specreplay.stats.bootstrap.PairedSums`.
+
+See docs/inputs.md#round-traces-and-per-request-sums.
 
 For arms read from files (``interval``): the arms of a replay pass share its request table and
 are paired on its codes instead (:mod:`specreplay.replay.paired`, bit-identical to this). Requests

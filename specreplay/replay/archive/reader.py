@@ -1,11 +1,12 @@
 """Reading, validating and streaming a position-trace archive in batches of whole rounds.
 
 :class:`ArchiveReader` walks the archive's files in sorted path order, chunk by chunk, checks every
-rule of SPEC §2.1 as it goes (row rules in :mod:`~specreplay.replay.archive.rowcheck`, order
-rules in :mod:`~specreplay.replay.archive.ordercheck`) and yields
-:class:`~specreplay.replay.archive.batch.RoundBatch` objects
-of whole rounds: the incomplete last round of a chunk is carried into the next one (SPEC §5), so
-memory is bounded by the batch size plus tables that grow with the number of requests.
+rule of docs/inputs.md#position-traces-schema-v1 as it goes (row rules in
+:mod:`~specreplay.replay.archive.rowcheck`, order rules in
+:mod:`~specreplay.replay.archive.ordercheck`) and yields
+:class:`~specreplay.replay.archive.batch.RoundBatch` objects of whole rounds: the incomplete last
+round of a chunk is carried into the next one (docs/scale.md), so memory is bounded by the batch
+size plus tables that grow with the number of requests.
 
 Errors: with ``max_errors=1`` (every command but ``validate``) the first error raises
 :class:`~specreplay.errors.SpecReplayError`; otherwise up to ``max_errors`` errors are collected in
@@ -171,7 +172,9 @@ def _rule_issues(
 
 
 class ArchiveReader:
-    """Validate and stream a position-trace archive (SPEC §2.1, §5).
+    """Validate and stream a position-trace archive.
+
+    See docs/inputs.md#position-traces-schema-v1 and docs/scale.md.
 
     Parameters
     ----------
@@ -191,9 +194,10 @@ class ArchiveReader:
         Read only these columns (every required one and the ``group`` columns too); the others
         are neither decoded nor validated, and are listed in ``unread``. None: every column.
     shard : bool
-        Read one shard of a larger archive: a request's first round in this reader may continue
-        a round of an earlier file (start past position 1); instead of an error it is recorded
-        in ``continued`` for the merge of shards to judge (SPEC §2.1 cross-file rules).
+        Read one shard of a larger archive: a request's first round in this reader may continue a
+        round of an earlier file (start past position 1); instead of an error it is recorded in
+        ``continued`` for the merge of shards to judge (docs/inputs.md#position-traces-schema-v1,
+        its cross-file rules).
     ignore : sequence of str
         ``--ignore`` globs: entries of a folder archive to skip (listed in ``ignored``).
 
@@ -514,9 +518,23 @@ class ArchiveReader:
         cloc = np.empty(n, dtype=np.int64)
         cr = self._carry
         ordercheck.check_order(
-            req, rnd, pos, ctx, fam, acc, locs, after_drop, file.index,
-            cr.scalars, cr.pos_file, cr.pos_loc, cr.req, ocode, cfile, cloc,
-        )  # fmt: skip
+            req,
+            rnd,
+            pos,
+            ctx,
+            fam,
+            acc,
+            locs,
+            after_drop,
+            file.index,
+            cr.scalars,
+            cr.pos_file,
+            cr.pos_loc,
+            cr.req,
+            ocode,
+            cfile,
+            cloc,
+        )
         for i in np.flatnonzero(ocode):
             at = (file.index, int(locs[i]))
             if self.shard and ocode[i] == ordercheck.POS_START and self._first_at[req[i]] == at:
@@ -566,7 +584,7 @@ class ArchiveReader:
 
         The logging arm drafted from its K candidates, so each row archives at least K; on a
         row with fewer, its law (the importance estimator's logging law, the path-bias arm)
-        could only be formed by clamping K, which SPEC §3.1 forbids.
+        could only be formed by clamping K, which docs/commands.md#arms forbids.
         """
         if self.logging_arm is None or _arm_problem(self.logging_arm) is not None:
             return []
@@ -576,11 +594,14 @@ class ArchiveReader:
             return []
         few = np.flatnonzero((lens < k) & (code == rowcheck.OK))
         return [
-            Issue(int(locs[i]), f"{int(lens[i])} candidate{'s' if lens[i] != 1 else ''}, fewer "
-                                f"than the top-{k} of the logging arm {arm.canonical} (K is "
-                                "never clamped)")
+            Issue(
+                int(locs[i]),
+                f"{int(lens[i])} candidate{'s' if lens[i] != 1 else ''}, fewer "
+                f"than the top-{k} of the logging arm {arm.canonical} (K is "
+                "never clamped)",
+            )
             for i in few
-        ]  # fmt: skip
+        ]
 
     def _note_first_rows(
         self,
@@ -735,7 +756,10 @@ class ArchiveReader:
 
 
 def _arm_problem(text: str) -> str | None:
-    """Return the parser's message when ``text`` is not an arm (SPEC §3.1), else None."""
+    """Return the parser's message when ``text`` is not an arm, else None.
+
+    See docs/commands.md#arms.
+    """
     try:
         parse_arm(text)
     except SpecReplayError as err:
