@@ -379,6 +379,22 @@ def _signals_unwind() -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------
 
 
+_NOT_OPTIONS = frozenset(
+    {"archive", "a", "b", "out", "force", "quiet", "scheduler", "workers", "cache"}
+)
+"""A command's parameters that are not options of its typed options object: the inputs, the output
+folder and flags, and the backend (the command itself takes those)."""
+
+
+def _options_of(params: dict[str, Any]) -> dict[str, Any]:
+    """Return a command's parameters that its options builder takes, by name.
+
+    The builder (:mod:`specreplay.pipelines.options`) checks and parses every one; the command
+    restates none of them.
+    """
+    return {k: v for k, v in params.items() if k not in _NOT_OPTIONS}
+
+
 @app.command()
 def synth(
     out: Annotated[
@@ -616,28 +632,12 @@ def interval(
     Requests are paired by id and resampled as clusters (strata = family by default); writes
     results.json, TABLES.md, cells.parquet and forest.png into --out.
     """
+    params = dict(locals())  # the parameters, before any other name is bound
     with _user_errors("interval"):
         from specreplay.commands.interval import run_interval
         from specreplay.pipelines.options import IntervalOptions
 
-        opts = IntervalOptions.build(
-            question_file=question_file,
-            fail_on=fail_on,
-            seed=seed,
-            drop_unpaired=drop_unpaired,
-            buckets=buckets,
-            choice=choice,
-            drafted=drafted,
-            name_a=name_a,
-            name_b=name_b,
-            hash_ids=hash_ids,
-            ignore=ignore,
-            margin=margin,
-            n_boot=n_boot,
-            stratify=stratify,
-            level=level,
-            min_requests=min_requests,
-        )
+        opts = IntervalOptions.build(**_options_of(params))
         text, code = run_interval(
             a, b, opts, out=out, force=force, progress=partial(_progress, quiet)
         )
@@ -755,32 +755,12 @@ def requalify(
     INCONCLUSIVE; then R per arm by family x bucket, the gain over --reference, the path-bias
     diagnostic of the logging arm, survival per position and the law tests.
     """
+    params = dict(locals())  # the parameters, before any other name is bound
     with _user_errors("requalify"):
         from specreplay.commands.requalify import run_requalify
         from specreplay.pipelines.options import RequalifyOptions
 
-        opts = RequalifyOptions.build(
-            baseline=baseline,
-            candidate=candidate,
-            reference=reference,
-            fail_on=fail_on,
-            families=families,
-            sample_requests=sample_requests,
-            estimator=estimator,
-            replicates=replicates,
-            buckets=buckets,
-            logging_arm=logging_arm,
-            seed=seed,
-            by=by,
-            hash_ids=hash_ids,
-            short_rounds=short_rounds,
-            ignore=ignore,
-            margin=margin,
-            n_boot=n_boot,
-            stratify=stratify,
-            level=level,
-            min_requests=min_requests,
-        )
+        opts = RequalifyOptions.build(**_options_of(params))
         backend = _backend(scheduler, workers, cache)
         text, code, result = run_requalify(
             archive, opts, out=out, force=force, progress=partial(_progress, quiet), backend=backend
@@ -857,30 +837,13 @@ def sweep(
     UNSUPPORTED, never extrapolated. With --cost: tokens/s per depth (ESTIMATED), the best depth
     per cell and the bootstrap probability that each depth is best.
     """
+    params = dict(locals())  # the parameters, before any other name is bound
+    params["arms"] = params.pop("arm") or ()
     with _user_errors("sweep"):
         from specreplay.commands.sweep import run_sweep
         from specreplay.pipelines.options import SweepOptions
 
-        opts = SweepOptions.build(
-            arms=arm or (),
-            depths=depths,
-            baseline=baseline,
-            cost=cost,
-            estimator=estimator,
-            replicates=replicates,
-            buckets=buckets,
-            logging_arm=logging_arm,
-            seed=seed,
-            by=by,
-            hash_ids=hash_ids,
-            short_rounds=short_rounds,
-            ignore=ignore,
-            margin=margin,
-            n_boot=n_boot,
-            stratify=stratify,
-            level=level,
-            min_requests=min_requests,
-        )
+        opts = SweepOptions.build(**_options_of(params))
         backend = _backend(scheduler, workers, cache)
         text, result = run_sweep(
             archive, opts, out=out, force=force, progress=partial(_progress, quiet), backend=backend

@@ -19,7 +19,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from specreplay.pipelines.requalify import RequalifyArms, RequalifyOptions, requalify_result
+from specreplay.pipelines.options import RequalifyOptions
+from specreplay.pipelines.requalify import RequalifyArms, requalify_result
 from specreplay.replay.archive.reader import GROUP_SEP, NULL_VALUE
 from specreplay.replay.archive.synthetic import synth_frames
 from specreplay.replay.engine import OpenArchive, ReplayResult, replay_archive
@@ -161,8 +162,9 @@ def test_by_cells_equal_the_family_cells_of_a_pass_coded_by_the_grouping(
     cells those of a pass coded by family · worker."""
     base, cand = ARMS[0], ARMS[1]
     arms = RequalifyArms(base, cand, None, base, {a.canonical: a for a in (base, cand)})
-    opts = RequalifyOptions(base.canonical, cand.canonical, estimator="importance", n_boot=300,
-                            min_requests=3, seed=5)  # fmt: skip
+    opts = RequalifyOptions.build(baseline=base.canonical, candidate=cand.canonical,
+                                  estimator="importance", n_boot=300, min_requests=3,
+                                  seed=5)  # fmt: skip
     by_pass = passes["by_pass"]
     for level, keep in (("by", Level.FAMILY), ("family×by", Level.FAMILY_BUCKET)):
         ref = replay_archive(archives[level], list(arms.all.values()), estimator="importance",
@@ -192,8 +194,8 @@ def test_a_by_cell_holds_the_requests_of_its_value_only(
     assert sorted(r["requests"] for r in want.values()) == [7, 13, 14, 14]
     base, cand = ARMS[0], ARMS[1]
     arms = RequalifyArms(base, cand, None, base, {a.canonical: a for a in (base, cand)})
-    opts = RequalifyOptions(base.canonical, cand.canonical, estimator="importance", n_boot=200,
-                            min_requests=3)  # fmt: skip
+    opts = RequalifyOptions.build(baseline=base.canonical, candidate=cand.canonical,
+                                  estimator="importance", n_boot=200, min_requests=3)  # fmt: skip
     got = requalify_result(passes["by_pass"].grouped("by"), arms, opts, archives["w"])
     cells = {c.family: c for c in got.cells if c.level == Level.FAMILY}
     assert set(cells) == set(want)
