@@ -438,7 +438,7 @@ def _prepare(archive: Path, opts: SweepOptions) -> SweepPrepared:
     baseline = opts.baseline
     replayed = list({a.canonical: a for a in [*arms, *([baseline] if baseline else [])]}.values())
     opened = OpenArchive(archive, buckets=opts.replay.buckets,
-                         logging_arm=opts.replay.logging_arm_text, ignore=opts.replay.ignore,
+                         logging_arm=opts.replay.logging_arm, ignore=opts.replay.ignore,
                          by=opts.replay.by,
                          columns=pass_columns(opts.replay.estimator, opts.replay.by))  # fmt: skip
     return SweepPrepared(opened, arms, baseline, replayed)
