@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
@@ -268,3 +269,46 @@ def test_requalify_on_a_shared_replay_equals_its_own_pass(
     for key in ("cells", "law_tests", "path_bias", "excluded", "inputs", "requalification",
                 "assumptions"):  # fmt: skip
         assert getattr(own, key) == getattr(reused, key), key
+
+
+def test_one_requalify_run_parses_the_logging_arm_option_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11, item 3: ``--logging-arm`` is parsed once per run, not by every reader and pass.
+
+    Three shards without a logging_arm column; a counter around the arm parser (every
+    ``parse_arm`` goes through it) records the texts parsed during one ``requalify`` run. The
+    option is spelled unlike any other arm of the run, so its count is its own.
+    """
+    from archive_factory import clone, valid_rows, write_jsonl
+
+    from specreplay.sim import arms as arms_module
+
+    rows = clone(valid_rows(n_requests=6, n_rounds=3, seed=11))
+    for r in rows:
+        del r["logging_arm"]
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    ids = list(dict.fromkeys(r["request_id"] for r in rows))
+    for k in range(3):
+        write_jsonl(
+            folder / f"part-{k}.jsonl", [r for r in rows if ids.index(r["request_id"]) % 3 == k]
+        )
+    spelled = "top4:t1.0@3"  # the archive's drafting arm (top4:t1@3), spelled otherwise
+    assert parse_arm(spelled) == parse_arm("top4:t1@3")
+    parsed: list[str] = []
+    real = arms_module._Parser.arm
+
+    def counted(self: Any) -> Any:
+        parsed.append(self.text)
+        return real(self)
+
+    monkeypatch.setattr(arms_module._Parser, "arm", counted)
+    args = ["requalify", str(folder), "--baseline", "top4:t1@3", "--candidate",
+            "top4:t1:dyadic24@3", "--logging-arm", spelled, "-q", "--n-boot", "100",
+            "--min-requests", "2", "--out", str(tmp_path / "out")]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert parsed.count(spelled) == 1, parsed
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert doc["options"]["logging_arm"] == spelled  # the user's spelling, kept for options

@@ -295,3 +295,42 @@ def test_hashing_checks_the_stamp_after_the_read(
     with pytest.raises(SpecReplayError, match=r"a\.bin: changed during the run$"):
         file_sha256(f)
     assert not (tmp_path / "c").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# the logging arm travels parsed (issue 11, item 3): it pickles, and it keys the cache
+
+
+def test_the_shard_cache_key_follows_the_parsed_logging_arm(
+    setup: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ReplayOptions.logging_arm`` is an Arm: it crosses to a worker by pickle unchanged, and
+    the key changes whenever the arm does (its canonical form), and with its spelling (the
+    sums carry it as the pass's logging arm), never otherwise."""
+    import pickle
+    from dataclasses import replace
+
+    from specreplay.replay.shard import ReplayOptions
+    from specreplay.replay.shardcache import ShardCache
+    from specreplay.sim.arms import parse_arm
+
+    cache = ShardCache(setup["cache"])
+    arms = [parse_arm(BASE), parse_arm(CAND)]
+    plain = ReplayOptions(logging_arm=parse_arm("top4:t1@3"))
+    back = pickle.loads(pickle.dumps(plain))
+    assert back == plain and back.logging_arm is not None
+    assert (back.logging_arm.canonical, back.logging_arm.spelled) == ("top4@3", "top4:t1@3")
+
+    def key(options: ReplayOptions) -> str:
+        return cache.key(cache.key_fields(setup["shard"], arms, options))
+
+    same = replace(plain, logging_arm=parse_arm("top4:t1@3"))
+    other_arm = replace(plain, logging_arm=parse_arm("top4:t1:dyadic24@3"))
+    other_depth = replace(plain, logging_arm=parse_arm("top4:t1@4"))
+    respelled = replace(plain, logging_arm=parse_arm("top4:t1.0@3"))
+    assert respelled.logging_arm == plain.logging_arm  # the same arm, spelled otherwise
+    keys = [key(o) for o in (plain, other_arm, other_depth, respelled, ReplayOptions())]
+    assert key(same) == keys[0]
+    assert len(set(keys)) == len(keys)
+    fields = cache.key_fields(setup["shard"], arms, plain)
+    assert fields["options"]["logging_arm"] == ["top4@3", "top4:t1@3"]

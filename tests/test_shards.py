@@ -369,3 +369,33 @@ def test_an_archive_of_empty_shards_is_one_error(whole: pl.DataFrame, tmp_path: 
         SpecReplayError, match=re.escape(f"{folder}: the archive holds no row (2 files read)")
     ):
         replay_archive(folder, [parse_arm(ARMS[0])])
+
+
+def test_a_logging_arm_column_is_parsed_once_per_distinct_value(
+    whole: pl.DataFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11, item 3: the column is data, parsed where it is read, once per distinct value.
+
+    Eight shards, each read by its own reader, all holding the same logging_arm value: a counter
+    around the arm parser sees that text parsed once in the whole pass (the readers share a
+    cache by text), and the pass carries the arm it names.
+    """
+    from specreplay.replay.archive import reader as reader_module
+    from specreplay.sim import arms as arms_module
+
+    arms = [parse_arm(a) for a in ARMS]
+    path = _write_layout(whole, tmp_path / "n8", 8, False)
+    logged = str(whole.get_column("logging_arm")[0])
+    parsed: list[str] = []
+    real = arms_module._Parser.arm
+
+    def counted(self: Any) -> Any:
+        parsed.append(self.text)
+        return real(self)
+
+    reader_module._parsed_arm.cache_clear()
+    monkeypatch.setattr(arms_module._Parser, "arm", counted)
+    res = replay_archive(path, arms, estimator="importance")
+    assert parsed == [logged]
+    assert res.logging_arm == logged
+    assert set(res.replays) == {"importance"}

@@ -50,7 +50,7 @@ def lawtest_result(
             arms,
             seed=seed,
             buckets=opts.buckets,
-            logging_arm=opts.logging_arm.spelled if opts.logging_arm is not None else None,
+            logging_arm=opts.logging_arm,
             law_positions=opts.positions,
             ignore=opts.ignore,
         )

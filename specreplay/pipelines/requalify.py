@@ -70,7 +70,7 @@ from specreplay.results.model import (
     Survival,
 )
 from specreplay.results.privacy import IdHasher, hash_result
-from specreplay.sim.arms import Arm, parse_arm
+from specreplay.sim.arms import Arm
 from specreplay.stats.arviz_bridge import ComparisonReplicates
 from specreplay.stats.cells import Cell as CellSpec
 from specreplay.stats.compare import Comparison, compare
@@ -594,14 +594,13 @@ def requalify_open(archive: Path, opts: RequalifyOptions) -> Opened:
     opened = OpenArchive(
         archive,
         buckets=opts.replay.buckets,
-        logging_arm=opts.replay.logging_arm_text,
+        logging_arm=opts.replay.logging_arm,
         by=opts.replay.by,
         columns=pass_columns(opts.replay.estimator, opts.replay.by),
         ignore=opts.replay.ignore,
     )
-    log = opts.replay.logging_arm  # the option, parsed once; else the archive's column
-    if log is None and opened.logging_arm is not None:
-        log = parse_arm(opened.logging_arm)  # the reader checked it is an arm
+    # the option, parsed once; else the archive's column, parsed where the reader read it
+    log = opened.parsed_logging_arm
     return opened, requalify_arms(opts.baseline, opts.candidate, opts.reference, log)
 
 

@@ -507,7 +507,7 @@ def _prepare(archive: Path, opts: SweepOptions) -> SweepPrepared:
     opened = OpenArchive(
         archive,
         buckets=opts.replay.buckets,
-        logging_arm=opts.replay.logging_arm_text,
+        logging_arm=opts.replay.logging_arm,
         ignore=opts.replay.ignore,
         by=opts.replay.by,
         columns=pass_columns(opts.replay.estimator, opts.replay.by),

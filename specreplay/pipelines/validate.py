@@ -35,7 +35,7 @@ def validate_result(
     scan = scan_archive(
         path,
         buckets=opts.buckets,
-        logging_arm=logging_arm,
+        logging_arm=opts.logging_arm,
         max_errors=opts.max_errors,
         progress=progress,
         ignore=opts.ignore,

@@ -584,8 +584,9 @@ class OpenArchive:
         Position-trace archive (file or shard folder).
     buckets : Buckets, optional
         Context buckets (default SPEC's).
-    logging_arm : str, optional
-        ``--logging-arm`` for archives without a logging_arm column.
+    logging_arm : Arm or str, optional
+        ``--logging-arm`` for archives without a logging_arm column: parsed (the options'), or
+        text the reader parses once; the replay passes carry it parsed.
     batch_rows : int
         Position rows per batch.
     by : str, optional
@@ -605,7 +606,7 @@ class OpenArchive:
         path: Path,
         *,
         buckets: Buckets | None = None,
-        logging_arm: str | None = None,
+        logging_arm: Arm | str | None = None,
         batch_rows: int = 262_144,
         by: str | None = None,
         columns: frozenset[str] | None = None,
@@ -614,7 +615,6 @@ class OpenArchive:
         self.path = Path(path)
         self.columns = columns
         self.buckets = buckets if buckets is not None else Buckets.parse()
-        self.logging_arm_option = logging_arm
         self.batch_rows = batch_rows
         self.group = ("family",) if by is None else ("family", by)
         listing = archive_listing(self.path, ignore)
@@ -631,6 +631,7 @@ class OpenArchive:
             group=self.group,
             columns=columns,
         )
+        self.logging_arm_option: Arm | None = self._reader.parsed_logging_arm  # none read yet
         self._batches = iter(self._reader)
         self._head = next(self._batches, None)
 
@@ -640,6 +641,13 @@ class OpenArchive:
         if self._reader is None:
             raise SpecReplayError("archive already replayed")
         return self._reader.logging_arm
+
+    @property
+    def parsed_logging_arm(self) -> Arm | None:
+        """:attr:`logging_arm` parsed (once: the option upstream, the column by the reader)."""
+        if self._reader is None:
+            raise SpecReplayError("archive already replayed")
+        return self._reader.parsed_logging_arm
 
     def replay(
         self,
@@ -790,7 +798,7 @@ def replay_archive(
     batch_rows: int = 262_144,
     families: set[str] | None = None,
     requests: set[str] | None = None,
-    logging_arm: str | None = None,
+    logging_arm: Arm | str | None = None,
     law_positions: int = 0,
     progress: Callable[[int], None] | None = None,
     companion: str | None = None,
@@ -822,8 +830,8 @@ def replay_archive(
     families, requests : set of str, optional
         Keep only these families / request ids (:meth:`ReplayResult.select`; the rest is
         counted in ``excluded``).
-    logging_arm : str, optional
-        ``--logging-arm`` for archives without a logging_arm column.
+    logging_arm : Arm or str, optional
+        ``--logging-arm`` for archives without a logging_arm column (:class:`OpenArchive`).
     law_positions : int
         Law-test positions to sample by hash during the pass (0: none).
     progress : callable, optional

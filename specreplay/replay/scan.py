@@ -17,6 +17,7 @@ from specreplay.replay.archive.reader import ArchiveReader, FileInfo
 from specreplay.replay.archive.sources import IgnoredEntry, archive_rows
 from specreplay.replay.engine import ReplayResult
 from specreplay.replay.measured import MeasuredAccumulator
+from specreplay.sim.arms import Arm
 from specreplay.stats.buckets import Buckets
 from specreplay.stats.cells import MeasuredCell, measured_cells
 from specreplay.stats.measured import MeasuredArchive
@@ -141,7 +142,7 @@ def scan_archive(
     path: Path,
     *,
     buckets: Buckets | str,
-    logging_arm: str | None = None,
+    logging_arm: Arm | str | None = None,
     max_errors: int | None = 1,
     progress: Progress = no_progress,
     ignore: Sequence[str] = (),

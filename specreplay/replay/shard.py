@@ -48,7 +48,7 @@ from specreplay.replay.estimators.base import RoundValues
 from specreplay.replay.lawsample import LawSample
 from specreplay.replay.measured import MeasuredAccumulator, merge_measured, reindex_measured
 from specreplay.replay.tails import RatioTail, TailAccumulator
-from specreplay.sim.arms import Arm, parse_arm
+from specreplay.sim.arms import Arm
 from specreplay.sim.policy import (
     FLAG_K_EXCEEDS,
     FLAG_LOGGING_SUPPORT,
@@ -107,8 +107,9 @@ class ReplayOptions:
         Context buckets.
     max_depth : int
         Depths 1..D replayed.
-    logging_arm : str or None
-        ``--logging-arm`` for archives without a logging_arm column.
+    logging_arm : Arm or None
+        ``--logging-arm`` for archives without a logging_arm column, parsed once (a frozen
+        dataclass: it pickles to Dask workers; the shard cache keys it by its canonical form).
     batch_rows : int
         Position rows per batch.
     law_positions : int
@@ -131,7 +132,7 @@ class ReplayOptions:
     seed: int = 0
     buckets: Buckets | None = None
     max_depth: int = 5
-    logging_arm: str | None = None
+    logging_arm: Arm | None = None
     batch_rows: int = 262_144
     law_positions: int = 0
     group: tuple[str, ...] = ("family",)
@@ -468,8 +469,9 @@ def replay_reader(
         if batch.n_rounds == 0:
             continue
         measured.add(batch)
-        # the column's value, known once the reader has read this batch; else --logging-arm
-        logging = parse_arm(reader.logging_arm) if reader.logging_arm is not None else None
+        # the column's value, known (and parsed) once the reader has read this batch; else
+        # --logging-arm
+        logging = reader.parsed_logging_arm
         ctx = _BatchContext(
             options=options,
             cache=LawCache(batch.offsets, batch.draft_logprobs, workspace),

@@ -13,9 +13,9 @@ the replay options, and on the code that computed them; the cache key holds all 
 - every field of :class:`~specreplay.replay.shard.ReplayOptions`: the estimators in order (the
   run's own first: it must replay every batch, the others are dropped where a batch cannot
   support them), replicates, seed, the bucket table (names and bounds), max_depth,
-  ``--logging-arm``, law_positions, the grouping columns (``--by``: the pass's finest cells,
-  so a ``--by`` run and a plain one never share an entry), batch_rows, the columns read and
-  ``--short-rounds``;
+  ``--logging-arm`` (the parsed arm's canonical form, and its spelling, which the sums carry),
+  law_positions, the grouping columns (``--by``: the pass's finest cells, so a ``--by`` run and
+  a plain one never share an entry), batch_rows, the columns read and ``--short-rounds``;
 - the filters (``--families``, ``--sample-requests``): they are applied after the fold, so they do
   not change a shard's sums, but the key errs on the side of holding them;
 - specreplay's version and a SHA-256 of the kernel sources (every ``.py`` file under
@@ -243,6 +243,10 @@ class ShardCache:
         opts = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
         opts["buckets"] = {"names": list(b.names), "lo": list(b.lo), "hi": list(b.hi)}
         opts["group"] = list(options.group)
+        # the arm by its canonical form (what the sums depend on) and the spelling the sums
+        # carry as ShardSums.logging_arm (echoed in the result): a changed arm changes the key
+        arm = options.logging_arm
+        opts["logging_arm"] = None if arm is None else [arm.canonical, arm.spelled]
         # sets as sorted lists: str() of a set follows the process's string-hash seed
         opts = {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in opts.items()}
         return {

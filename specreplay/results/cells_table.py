@@ -190,7 +190,9 @@ def _rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
 
 
 def cells_frame(result: Result) -> pl.DataFrame:
-    """Flatten the result's cells into one long table, one row per figure (docs/outputs.md#cellsparquet).
+    """Flatten the result's cells into one long table, one row per figure.
+
+    See docs/outputs.md#cellsparquet.
 
     See docs/outputs.md#cellsparquet.
     """

@@ -171,7 +171,7 @@ def verdict(
     p_equivalence: float | None = None,
     p_difference: float | None = None,
 ) -> Verdict:
-    """Return the verdict of one delta from its default interval's test (docs/methods.md#the-verdict-rule).
+    """Return the verdict of one delta from its default interval's test.
 
     See docs/methods.md#the-verdict-rule.
 

@@ -25,6 +25,7 @@ change is, naming the grouping. Nulls are the value :data:`NULL_VALUE`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -47,7 +48,7 @@ from specreplay.replay.archive.sources import (
     format_location,
     read_chunks,
 )
-from specreplay.sim.arms import parse_arm
+from specreplay.sim.arms import Arm, parse_arm
 from specreplay.sim.rng import request_key
 from specreplay.stats.buckets import Buckets
 
@@ -186,8 +187,9 @@ class ArchiveReader:
         Emit a batch once this many position rows of whole rounds are pending.
     chunk_rows : int
         Rows read from a file at a time.
-    logging_arm : str, optional
-        The arm that drafted the archive when it has no logging_arm column (``--logging-arm``).
+    logging_arm : Arm or str, optional
+        The arm that drafted the archive when it has no logging_arm column (``--logging-arm``),
+        parsed (the option, parsed once upstream) or as text (parsed here, once).
     max_errors : int or None
         1: raise at the first error; k: collect up to k errors; None: collect all.
     columns : collection of str, optional
@@ -231,7 +233,7 @@ class ArchiveReader:
         buckets: Buckets | None = None,
         batch_rows: int = 500_000,
         chunk_rows: int = 100_000,
-        logging_arm: str | None = None,
+        logging_arm: Arm | str | None = None,
         max_errors: int | None = 1,
         shard: bool = False,
         group: tuple[str, ...] = ("family",),
@@ -264,11 +266,15 @@ class ArchiveReader:
         self.files: list[FileInfo] = []
         self.columns: frozenset[str] = frozenset()
         self.extra_columns: tuple[str, ...] = ()
-        if logging_arm is not None:
-            problem = _arm_problem(logging_arm)
-            if problem is not None:
+        if isinstance(logging_arm, str):
+            arm, problem = _parsed_arm(logging_arm)
+            if arm is None:
                 raise SpecReplayError(f"--logging-arm {logging_arm!r}: {problem}")
-        self.logging_arm: str | None = logging_arm
+            logging_arm = arm
+        self.parsed_logging_arm: Arm | None = logging_arm
+        """The logging arm parsed (the option's, or the column's first value once read)."""
+        self.logging_arm: str | None = logging_arm.spelled if logging_arm is not None else None
+        """Its text: the option's spelling, or the column's first value."""
         self._arm_from_option = logging_arm is not None
         self._arm_first: str | None = None
         self._req_code: dict[str, int] = {}
@@ -562,7 +568,7 @@ class ArchiveReader:
             self._arm_first = str(arms[0])
             self.logging_arm = self._arm_first
             self._arm_loc = (file, int(locs[0]))
-            problem = _arm_problem(self._arm_first)
+            self.parsed_logging_arm, problem = _parsed_arm(self._arm_first)
             if problem is not None:
                 issues.append(Issue(int(locs[0]), f"logging_arm: {problem}"))
         assert self._arm_loc is not None  # set with _arm_first
@@ -586,9 +592,9 @@ class ArchiveReader:
         row with fewer, its law (the importance estimator's logging law, the path-bias arm)
         could only be formed by clamping K, which docs/commands.md#arms forbids.
         """
-        if self.logging_arm is None or _arm_problem(self.logging_arm) is not None:
+        arm = self.parsed_logging_arm
+        if arm is None:
             return []
-        arm = parse_arm(self.logging_arm)
         k = arm.policy.top_k
         if arm.policy.greedy or k is None:
             return []
@@ -755,16 +761,17 @@ class ArchiveReader:
         )
 
 
-def _arm_problem(text: str) -> str | None:
-    """Return the parser's message when ``text`` is not an arm, else None.
+@functools.lru_cache(maxsize=64)
+def _parsed_arm(text: str) -> tuple[Arm | None, str | None]:
+    """Return ``(arm, None)``, or ``(None, the parser's message)`` when ``text`` is not an arm.
 
-    See docs/commands.md#arms.
+    See docs/commands.md#arms. Cached by text: a logging_arm column holds one value, read again
+    by every shard's reader in a process, so each distinct value is parsed once.
     """
     try:
-        parse_arm(text)
+        return parse_arm(text), None
     except SpecReplayError as err:
-        return err.message
-    return None
+        return None, err.message
 
 
 def _first_round_end(rows: _Rows) -> int:
