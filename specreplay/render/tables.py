@@ -19,6 +19,7 @@ from specreplay.results.model import (
     ArmFigure,
     Cell,
     Delta,
+    DepthFigure,
     InputIgnored,
     LawTest,
     Level,
@@ -633,7 +634,6 @@ def sweep_tables(result: Result) -> str:
 
     With a cost model the depth rows carry tokens/s and P(best).
     """
-    pooled = result.pooled
     used = result.options.get("estimator_used")
     cost = result.options.get("cost")
     lines = [
@@ -646,52 +646,7 @@ def sweep_tables(result: Result) -> str:
     method = interval_method_line(result)
     lines += [method] if method else []
     for arm in result.arms:
-        figs = [f for f in pooled.depths if f.arm == arm]
-        rows = []
-        for f in figs:
-            if not f.supported or f.R is None:
-                rows.append(
-                    [
-                        str(f.depth),
-                        "UNSUPPORTED" if not f.supported else "—",
-                        "—",
-                        "—",
-                        "—",
-                        f.null_reason or "—",
-                    ]
-                )
-                continue
-            own = [x for x in pooled.deltas if x.role is Role.DEPTH_VS_REFERENCE and x.a == arm]
-            d = next((x for x in own if x.depth == f.depth and x.point is not None), None)
-            delta = f"{d.point:+.4f} [{_num(d.lo)}, {_num(d.hi)}]" if d is not None else "—"
-            tps = (
-                f"{f.tokens_per_s:.1f} [{f.tokens_per_s_lo:.1f}, {f.tokens_per_s_hi:.1f}]"
-                if f.tokens_per_s is not None
-                and f.tokens_per_s_lo is not None
-                and f.tokens_per_s_hi is not None
-                else "—"
-            )
-            p_best = f"{f.p_best:.3f}" if f.p_best is not None else "—"
-            rows.append(
-                [str(f.depth), f"{f.R:.4f} [{_num(f.lo)}, {_num(f.hi)}]", delta, tps, p_best, ""]
-            )
-        best = (pooled.best_depth or {}).get(arm)
-        header = [
-            "depth",
-            "R [95% CI]",
-            "Δ vs own depth [95% CI]",
-            "tokens/s [95% CI]",
-            "P(best)",
-            "note",
-        ]
-        ref = arm.rsplit("@", 1)[1] if "@" in arm else result.options.get("reference_depth")
-        lines += [
-            "",
-            f"## {arm}: pooled, reference depth {ref}"
-            + (f"; best depth {best}" if best is not None else ""),
-            "",
-            markdown_table(header, rows),
-        ]
+        lines += _sweep_arm_table(result, arm)
     best_rows = [
         [c.name, *[str((c.best_depth or {}).get(a, "—")) for a in result.arms]]
         for c in result.cells
@@ -717,6 +672,51 @@ def sweep_tables(result: Result) -> str:
         ]
     lines += ["", "Assumptions:", *[f"- {a}" for a in result.assumptions]]
     return "\n".join(lines) + "\n"
+
+
+_SWEEP_HEADER = [
+    "depth",
+    "R [95% CI]",
+    "Δ vs own depth [95% CI]",
+    "tokens/s [95% CI]",
+    "P(best)",
+    "note",
+]
+
+
+def _sweep_row(result: Result, arm: str, f: DepthFigure) -> list[str]:
+    """Return one depth's row of an arm's sweep table (pooled)."""
+    if not f.supported or f.R is None:
+        unsupported = "UNSUPPORTED" if not f.supported else "—"
+        return [str(f.depth), unsupported, "—", "—", "—", f.null_reason or "—"]
+    pooled = result.pooled
+    own = [x for x in pooled.deltas if x.role is Role.DEPTH_VS_REFERENCE and x.a == arm]
+    d = next((x for x in own if x.depth == f.depth and x.point is not None), None)
+    delta = f"{d.point:+.4f} [{_num(d.lo)}, {_num(d.hi)}]" if d is not None else "—"
+    tps = (
+        f"{f.tokens_per_s:.1f} [{f.tokens_per_s_lo:.1f}, {f.tokens_per_s_hi:.1f}]"
+        if f.tokens_per_s is not None
+        and f.tokens_per_s_lo is not None
+        and f.tokens_per_s_hi is not None
+        else "—"
+    )
+    p_best = f"{f.p_best:.3f}" if f.p_best is not None else "—"
+    return [str(f.depth), f"{f.R:.4f} [{_num(f.lo)}, {_num(f.hi)}]", delta, tps, p_best, ""]
+
+
+def _sweep_arm_table(result: Result, arm: str) -> list[str]:
+    """Return an arm's pooled R by depth, with its best depth in the heading."""
+    pooled = result.pooled
+    rows = [_sweep_row(result, arm, f) for f in pooled.depths if f.arm == arm]
+    best = (pooled.best_depth or {}).get(arm)
+    ref = arm.rsplit("@", 1)[1] if "@" in arm else result.options.get("reference_depth")
+    return [
+        "",
+        f"## {arm}: pooled, reference depth {ref}"
+        + (f"; best depth {best}" if best is not None else ""),
+        "",
+        markdown_table(_SWEEP_HEADER, rows),
+    ]
 
 
 def _sweep_by_cells(result: Result) -> list[str]:

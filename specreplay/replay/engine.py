@@ -583,7 +583,7 @@ class OpenArchive:
     path : Path
         Position-trace archive (file or shard folder).
     buckets : Buckets, optional
-        Context buckets (default SPEC's).
+        Context buckets (default: the default buckets, docs/commands.md#common-options).
     logging_arm : Arm or str, optional
         ``--logging-arm`` for archives without a logging_arm column: parsed (the options'), or
         text the reader parses once; the replay passes carry it parsed.
@@ -822,7 +822,7 @@ def replay_archive(
     seed : int
         Seed of every draw (common to all arms: common random numbers).
     buckets : Buckets, optional
-        Context buckets (default SPEC's).
+        Context buckets (default: the default buckets, docs/commands.md#common-options).
     max_depth : int, optional
         Depths 1..D replayed (default: the deepest arm).
     batch_rows : int
@@ -837,16 +837,13 @@ def replay_archive(
     progress : callable, optional
         Called with the number of positions of each batch.
     companion : str, optional
-        A second estimator replayed in the same pass when the archive allows it
-        (a second entry of ``ReplayResult.replays``; see
-        :func:`specreplay.replay.choice.auto_passes`).
+        A second estimator replayed in the same pass when the archive allows it (a second entry
+        of ``ReplayResult.replays``; :func:`specreplay.replay.choice.auto_passes`).
     runner : Runner, optional
-        Who replays the shards (:mod:`specreplay.replay.distributed`: a Dask cluster, or
-        the per-shard cache of :mod:`specreplay.replay.shardcache`); default: this process,
-        file after file. The fold runs here in sorted path order either way.
+        Who replays the shards (a Dask cluster, the per-shard cache); default: this process.
+        The fold runs here in sorted path order either way.
     exclude_below : int
-        ``--short-rounds exclude``: leave out of every sum the rounds recording fewer positions
-        (:class:`~specreplay.replay.shard.ReplayOptions`); 0: keep every round.
+        ``--short-rounds exclude``: rounds recording fewer positions are left out; 0: none.
     ignore : sequence of str
         ``--ignore`` globs: entries of a folder archive to skip (``ReplayResult.ignored``).
     """

@@ -65,8 +65,9 @@ CELLS_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def _rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
-    base = {
+def _base(cell: Cell) -> dict[str, Any]:
+    """Return the columns every row of ``cell`` shares."""
+    return {
         "level": cell.level.value,
         "family": cell.family,
         "bucket": cell.bucket,
@@ -78,14 +79,17 @@ def _rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
         if cell.group is None
         else ",".join(f"{k}={v}" for k, v in cell.group.items()),
     }
+
+
+def _arm_rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
+    """Return R (with its interval) and n_rounds per arm, the arm key split into columns."""
     rows: list[dict[str, Any]] = []
     for key, v in cell.arms.items():
         k = split(key)
         role = k.role.value if k.role is not None else None
         arm = {"arm": k.arm, "role": role, "estimator": k.estimator or v.estimator}
         rows.append(
-            base
-            | arm
+            arm
             | {
                 "kind": "R",
                 "value": v.R,
@@ -98,27 +102,33 @@ def _rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
             }
         )
         rows.append(
-            base
-            | arm
-            | {"kind": "n_rounds", "value": float(v.n_rounds), "label": Label.MEASURED.value}
+            arm | {"kind": "n_rounds", "value": float(v.n_rounds), "label": Label.MEASURED.value}
         )
-    for s in cell.survival:
-        rows.append(
-            base
-            | {
-                "kind": "survival",
-                "arm": s.arm,
-                "depth": s.position,
-                "value": s.value,
-                "label": s.label.value,
-                "null_reason": s.null_reason,
-            }
-        )
+    return rows
+
+
+def _survival_rows(cell: Cell) -> list[dict[str, Any]]:
+    """Return P(A ≥ j) per arm and position."""
+    return [
+        {
+            "kind": "survival",
+            "arm": s.arm,
+            "depth": s.position,
+            "value": s.value,
+            "label": s.label.value,
+            "null_reason": s.null_reason,
+        }
+        for s in cell.survival
+    ]
+
+
+def _delta_rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
+    """Return one row per delta, with its interval, verdict and the rule's fields."""
+    rows = []
     for d in cell.deltas:
         cov = d.coverage_at_size
         rows.append(
-            base
-            | {
+            {
                 "kind": "delta",
                 "arm_a": split(d.a).arm,
                 "arm_b": split(d.b).arm,
@@ -140,6 +150,12 @@ def _rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
                 "verdict_reason": d.verdict_reason,
             }
         )
+    return rows
+
+
+def _depth_rows(cell: Cell) -> list[dict[str, Any]]:
+    """Return R, tokens/s, gain and rank per arm and fixed depth (a sweep's or a screen's)."""
+    rows = []
     for f in cell.depths:
         for kind, value, lo, hi in (
             ("R_at_depth", f.R, f.lo, f.hi),
@@ -148,8 +164,7 @@ def _rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
             ("rank", None if f.rank is None else float(f.rank), None, None),
         ):
             rows.append(
-                base
-                | {
+                {
                     "kind": kind,
                     "arm": f.arm,
                     "depth": f.depth,
@@ -160,12 +175,17 @@ def _rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
                     "null_reason": f.null_reason,
                 }
             )
+    return rows
+
+
+def _other_rows(cell: Cell) -> list[dict[str, Any]]:
+    """Return the importance tail diagnostics per arm and depth, and the budget's figures."""
+    rows = []
     for g in cell.importance:
         for kind, value in (("ess_share", g.ess_share), ("pareto_k", g.pareto_k)):
             why = g.null_reason if value is None else None
             rows.append(
-                base
-                | {
+                {
                     "kind": kind,
                     "arm": g.arm,
                     "depth": g.depth,
@@ -178,8 +198,7 @@ def _rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
     if b is not None:
         for kind, value in (("break_even_ms", b.break_even_ms), ("remaining_ms", b.remaining_ms)):
             rows.append(
-                base
-                | {
+                {
                     "kind": kind,
                     "value": value,
                     "label": b.label.value,
@@ -189,10 +208,21 @@ def _rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
     return rows
 
 
+def _rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
+    """Return every row of one cell: its shared columns, then each figure's."""
+    base = _base(cell)
+    parts = (
+        _arm_rows(cell, split),
+        _survival_rows(cell),
+        _delta_rows(cell, split),
+        _depth_rows(cell),
+        _other_rows(cell),
+    )
+    return [base | row for part in parts for row in part]
+
+
 def cells_frame(result: Result) -> pl.DataFrame:
     """Flatten the result's cells into one long table, one row per figure.
-
-    See docs/outputs.md#cellsparquet.
 
     See docs/outputs.md#cellsparquet.
     """

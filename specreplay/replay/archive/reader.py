@@ -29,6 +29,7 @@ import functools
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -519,6 +520,29 @@ class ArchiveReader:
             if has_acc
             else np.full(n, -1, dtype=np.int8)
         )
+        issues.extend(
+            self._order_issues(file, frame, (req, rnd, pos, ctx, fam, acc), locs, after_drop)
+        )
+        if "logging_arm" in self.columns:
+            issues.extend(self._check_logging_arm(file, frame.get_column("logging_arm"), locs))
+        issues.extend(self._check_logging_k(lens0, code, locs))
+        extras = frame.select([c for c in frame.columns if c not in SCHEMA_V1])
+        place = (np.int64(file.index) << np.int64(AT_FILE_SHIFT)) | locs.astype(np.int64)
+        rows = _Rows(lens0, cand, lp, tp, eq, pos, didx, acc, req, rnd, ctx, fam, place, extras)
+        return rows, issues
+
+    def _order_issues(
+        self,
+        file: ArchiveFile,
+        frame: pl.DataFrame,
+        cols: tuple[NDArray[Any], ...],
+        locs: NDArray[np.int64],
+        after_drop: NDArray[np.bool_],
+    ) -> list[Issue]:
+        """Check row order across batches and files (ordercheck); note each request's family."""
+        req, rnd, pos, ctx, fam, acc = cols
+        n = frame.height
+        issues: list[Issue] = []
         ocode = np.empty(n, dtype=np.int8)
         cfile = np.empty(n, dtype=np.int64)
         cloc = np.empty(n, dtype=np.int64)
@@ -551,13 +575,7 @@ class ArchiveReader:
         for k in np.flatnonzero(cr.req[:, ordercheck.R_FAM] >= 0):
             if self.request_family[int(k)] < 0:
                 self.request_family[int(k)] = int(cr.req[k, ordercheck.R_FAM])
-        if "logging_arm" in self.columns:
-            issues.extend(self._check_logging_arm(file, frame.get_column("logging_arm"), locs))
-        issues.extend(self._check_logging_k(lens0, code, locs))
-        extras = frame.select([c for c in frame.columns if c not in SCHEMA_V1])
-        place = (np.int64(file.index) << np.int64(AT_FILE_SHIFT)) | locs.astype(np.int64)
-        rows = _Rows(lens0, cand, lp, tp, eq, pos, didx, acc, req, rnd, ctx, fam, place, extras)
-        return rows, issues
+        return issues
 
     def _check_logging_arm(
         self, file: ArchiveFile, arms: pl.Series, locs: NDArray[np.int64]

@@ -254,6 +254,21 @@ def _importance_kernel(
                 t[r, j] = acc
 
 
+def _quant_codes(sampler: Quant, verifier: Quant) -> NDArray[np.int64]:
+    """Return the two quantizers as the kernel takes them: (kind, bits, rounding) each."""
+    return np.array(
+        [
+            KIND_CODES[sampler.kind],
+            sampler.bits,
+            ROUNDING_CODES[sampler.rounding],
+            KIND_CODES[verifier.kind],
+            verifier.bits,
+            ROUNDING_CODES[verifier.rounding],
+        ],
+        np.int64,
+    )
+
+
 def importance_rounds(
     *,
     offsets: NDArray[np.int64],
@@ -285,8 +300,7 @@ def importance_rounds(
     round_offsets : int64, (n_rounds + 1,)
     max_depth : int
     flag : int8, (n_rows,), optional
-        The policy law's row flags (not modified: a new array is returned with
-        FLAG_LOGGING_SUPPORT added).
+        The policy law's row flags (not modified: a new array adds FLAG_LOGGING_SUPPORT).
 
     Returns
     -------
@@ -313,17 +327,7 @@ def importance_rounds(
         moment=moment,
     )
     flag_in = flag if flag is not None else np.zeros(n_rows, np.int8)
-    codes = np.array(
-        [
-            KIND_CODES[sampler.kind],
-            sampler.bits,
-            ROUNDING_CODES[sampler.rounding],
-            KIND_CODES[verifier.kind],
-            verifier.bits,
-            ROUNDING_CODES[verifier.rounding],
-        ],
-        np.int64,
-    )
+    codes = _quant_codes(sampler, verifier)
     _importance_kernel(
         offsets,
         q_policy,
