@@ -225,6 +225,12 @@ def test_cells_parquet_has_verdict_and_requests(requalify_run: Path) -> None:
     assert by_role["candidate-vs-baseline"]["value"] == main.point
     assert by_role["candidate-vs-reference"]["verdict"] is None
     assert set(cells.get_column("n_requests").to_list()) == {c.n_requests for c in result.cells}
+    # an arm's R interval is the run's default interval (cr2-eff-hall since issue 10), and its
+    # bounds are results.json's
+    r_rows = cells.filter((pl.col("kind") == "R") & pl.col("lo").is_not_null())
+    assert r_rows.height > 0 and result.interval_method is not None
+    assert set(r_rows.get_column("method").to_list()) == {result.interval_method.method}
+    assert result.interval_method.method == "cr2-eff-hall"
 
 
 def test_dump_writes_every_field_in_order(requalify_run: Path) -> None:

@@ -81,8 +81,8 @@ def _base(cell: Cell) -> dict[str, Any]:
     }
 
 
-def _arm_rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
-    """Return R (with its interval) and n_rounds per arm, the arm key split into columns."""
+def _arm_rows(cell: Cell, split: Callable[[str], ArmKey], method: str) -> list[dict[str, Any]]:
+    """Return R (with its ``method`` interval) and n_rounds per arm, the arm key split up."""
     rows: list[dict[str, Any]] = []
     for key, v in cell.arms.items():
         k = split(key)
@@ -95,7 +95,7 @@ def _arm_rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]
                 "value": v.R,
                 "lo": v.lo,
                 "hi": v.hi,
-                "method": None if v.lo is None else "studentized",
+                "method": None if v.lo is None else method,
                 "level_conf": v.level,
                 "label": v.label.value,
                 "null_reason": v.null_reason,
@@ -208,11 +208,11 @@ def _other_rows(cell: Cell) -> list[dict[str, Any]]:
     return rows
 
 
-def _rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
+def _rows(cell: Cell, split: Callable[[str], ArmKey], method: str) -> list[dict[str, Any]]:
     """Return every row of one cell: its shared columns, then each figure's."""
     base = _base(cell)
     parts = (
-        _arm_rows(cell, split),
+        _arm_rows(cell, split, method),
         _survival_rows(cell),
         _delta_rows(cell, split),
         _depth_rows(cell),
@@ -227,7 +227,9 @@ def cells_frame(result: Result) -> pl.DataFrame:
     See docs/outputs.md#cellsparquet.
     """
     split = arm_splitter(result)
-    rows = [r for c in result.cells for r in _rows(c, split)]
+    # an arm's R interval is the run's default interval; runs before it was recorded: studentized
+    method = result.interval_method.method if result.interval_method else "studentized"
+    rows = [r for c in result.cells for r in _rows(c, split, method)]
     return pl.DataFrame(
         [{k: r.get(k) for k in CELLS_SCHEMA} for r in rows], schema=pl.Schema(CELLS_SCHEMA)
     )

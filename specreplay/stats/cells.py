@@ -86,7 +86,7 @@ class ArmEstimate:
     null_reason : str or None
         Why ``R`` is None.
     lo, hi : float or None
-        R's studentized interval at ``level`` (None where the cell's delta is null, and for
+        R's default interval at ``level`` (None where the cell's delta is null, and for
         MEASURED cells, which compare nothing).
     level : float or None
         The interval's level (None without an interval).
