@@ -68,8 +68,11 @@ def break_even(
         Null, with the reason, when Δ_lo ≤ 0 (no gain at the lower bound: nothing to spend) or
         R_0 ≤ 0.
 
-    Examples -------- >>> b = break_even(3.091813, 0.175370, 48.08, [0.182813])  #
-    docs/methods.md#the-budget-break-even-cost
+    Examples
+    --------
+    The worked example of docs/methods.md#the-budget-break-even-cost:
+
+    >>> b = break_even(3.091813, 0.175370, 48.08, [0.182813])
     >>> round(b.break_even_ms, 6), round(b.remaining_ms, 6)
     (2.727134, 2.544321)
     """
