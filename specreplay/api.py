@@ -126,6 +126,7 @@ from specreplay.pipelines.options import (
     Stratify,
     SweepOptions,
     ValidateOptions,
+    options_of,
     parse_choice,
 )
 from specreplay.render.files import write_run
@@ -359,29 +360,9 @@ def requalify(
     as ``--ignore`` (``result.inputs_ignored`` lists what was skipped). ``short_rounds``:
     ``null`` or ``exclude``, as ``--short-rounds`` (:mod:`specreplay.pipelines.shortrounds`).
     """
+    params = dict(locals())  # the parameters, before any other name is bound
     a = Path(archive)
-    opts = RequalifyOptions.build(
-        baseline=baseline,
-        candidate=candidate,
-        reference=reference,
-        fail_on=fail_on,
-        families=families,
-        sample_requests=sample_requests,
-        estimator=estimator,
-        replicates=replicates,
-        buckets=buckets,
-        logging_arm=logging_arm,
-        seed=seed,
-        by=by,
-        hash_ids=hash_ids,
-        short_rounds=short_rounds,
-        ignore=ignore,
-        margin=margin,
-        n_boot=n_boot,
-        stratify=stratify,
-        level=level,
-        min_requests=min_requests,
-    )
+    opts = RequalifyOptions.build(**options_of(params))
     backend = _backend(scheduler, workers, cache)
     target = _before(out, force, [a])
     result = requalify_run(a, opts, progress=_bar(progress), backend=backend)
@@ -427,27 +408,10 @@ def sweep(
     ``--workers``, ``--cache`` (:func:`_backend`). ``ignore``: as ``--ignore``.
     ``short_rounds``: as ``--short-rounds``.
     """
+    params = dict(locals())  # the parameters, before any other name is bound
+    params["arms"] = (arms,) if isinstance(arms, str | Arm) else arms
     a = Path(archive)
-    opts = SweepOptions.build(
-        arms=(arms,) if isinstance(arms, str | Arm) else arms,
-        depths=depths,
-        baseline=baseline,
-        cost=cost,
-        estimator=estimator,
-        replicates=replicates,
-        buckets=buckets,
-        logging_arm=logging_arm,
-        seed=seed,
-        by=by,
-        hash_ids=hash_ids,
-        short_rounds=short_rounds,
-        ignore=ignore,
-        margin=margin,
-        n_boot=n_boot,
-        stratify=stratify,
-        level=level,
-        min_requests=min_requests,
-    )
+    opts = SweepOptions.build(**options_of(params))
     backend = _backend(scheduler, workers, cache)
     target = _before(out, force, [a])
     result = sweep_run(a, opts, progress=_bar(progress), backend=backend)
@@ -497,24 +461,8 @@ def interval(
     >>> res.arms, round(res.pooled.arms["B"].R - res.pooled.arms["A"].R, 4)
     (('A', 'B'), 0.2699)
     """
-    opts = IntervalOptions.build(
-        question_file=Path(question_file) if question_file is not None else None,
-        fail_on=fail_on,
-        seed=seed,
-        drop_unpaired=drop_unpaired,
-        buckets=buckets,
-        choice=choice,
-        drafted=drafted,
-        name_a=name_a,
-        name_b=name_b,
-        hash_ids=hash_ids,
-        ignore=ignore,
-        margin=margin,
-        n_boot=n_boot,
-        stratify=stratify,
-        level=level,
-        min_requests=min_requests,
-    )
+    params = dict(locals())  # the parameters, before any other name is bound
+    opts = IntervalOptions.build(**options_of(params))
     if not (isinstance(a, str | os.PathLike) and isinstance(b, str | os.PathLike)):
         target = _before(out, force, [])
         return _after(

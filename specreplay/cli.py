@@ -45,6 +45,7 @@ from specreplay.pipelines.options import (
     Form,
     ShortRounds,
     Stratify,
+    options_of,
 )
 
 __all__ = ["app"]
@@ -379,22 +380,6 @@ def _signals_unwind() -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------
 
 
-_NOT_OPTIONS = frozenset(
-    {"archive", "a", "b", "out", "force", "quiet", "scheduler", "workers", "cache"}
-)
-"""A command's parameters that are not options of its typed options object: the inputs, the output
-folder and flags, and the backend (the command itself takes those)."""
-
-
-def _options_of(params: dict[str, Any]) -> dict[str, Any]:
-    """Return a command's parameters that its options builder takes, by name.
-
-    The builder (:mod:`specreplay.pipelines.options`) checks and parses every one; the command
-    restates none of them.
-    """
-    return {k: v for k, v in params.items() if k not in _NOT_OPTIONS}
-
-
 @app.command()
 def synth(
     out: Annotated[
@@ -637,7 +622,7 @@ def interval(
         from specreplay.commands.interval import run_interval
         from specreplay.pipelines.options import IntervalOptions
 
-        opts = IntervalOptions.build(**_options_of(params))
+        opts = IntervalOptions.build(**options_of(params))
         text, code = run_interval(
             a, b, opts, out=out, force=force, progress=partial(_progress, quiet)
         )
@@ -760,7 +745,7 @@ def requalify(
         from specreplay.commands.requalify import run_requalify
         from specreplay.pipelines.options import RequalifyOptions
 
-        opts = RequalifyOptions.build(**_options_of(params))
+        opts = RequalifyOptions.build(**options_of(params))
         backend = _backend(scheduler, workers, cache)
         text, code, result = run_requalify(
             archive, opts, out=out, force=force, progress=partial(_progress, quiet), backend=backend
@@ -843,7 +828,7 @@ def sweep(
         from specreplay.commands.sweep import run_sweep
         from specreplay.pipelines.options import SweepOptions
 
-        opts = SweepOptions.build(**_options_of(params))
+        opts = SweepOptions.build(**options_of(params))
         backend = _backend(scheduler, workers, cache)
         text, result = run_sweep(
             archive, opts, out=out, force=force, progress=partial(_progress, quiet), backend=backend

@@ -59,6 +59,7 @@ __all__ = [
     "MARGIN_DEFAULT",
     "MAX_DRAWS",
     "MIN_REQUESTS",
+    "NOT_OPTIONS",
     "N_BOOT",
     "POSITIONS",
     "REPLICATES",
@@ -86,6 +87,7 @@ __all__ = [
     "check_number",
     "expand_braces",
     "globs",
+    "options_of",
     "parse_arm_value",
     "parse_buckets",
     "parse_choice",
@@ -96,6 +98,28 @@ __all__ = [
     "show_bound",
     "verdict_set",
 ]
+
+
+NOT_OPTIONS = frozenset(
+    {"archive", "a", "b", "out", "force", "quiet", "progress", "scheduler", "workers", "cache"}
+)
+"""A front end's parameters that are not options of a verb's typed options: the inputs, the output
+folder and its flags, progress, and the backend (the command itself takes those)."""
+
+
+def options_of(params: dict[str, Any]) -> dict[str, Any]:
+    """Return a front end's parameters that a verb's options builder takes, by name.
+
+    ``cli`` and ``api`` pass ``dict(locals())`` taken first thing in the verb's function, so
+    neither restates the option block: the builder checks and parses every one.
+
+    Examples
+    --------
+    >>> options_of({"archive": "a", "n_boot": 200, "out": None, "progress": True})
+    {'n_boot': 200}
+    """
+    return {k: v for k, v in params.items() if k not in NOT_OPTIONS}
+
 
 # -------------------------------------------------------------------------------------------------
 # Numbers: one bound each, checked by the CLI's parser and by the constructors alike
