@@ -79,6 +79,14 @@ def test_constant_alpha_best_depth_is_leviathans(tmp_path: Path) -> None:
     assert deltas[3]["verdict"] is None and deltas[3]["verdict_null_reason"]
     assert "best depth 8" in res.stdout
     assert doc["options"]["estimator_used"] == "analytic"
+    # TABLES.md's row of depth 8 carries the closed-form figures in their own columns
+    tables = (tmp_path / "o" / "TABLES.md").read_text()
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in tables.splitlines()]
+    _, r, delta, tps, p_best, _ = next(c for c in rows if c[0] == "8" and len(c) == 6)
+    assert p_best == "1.000"
+    assert r.startswith(f"{_exact(8):.4f} [")
+    assert delta.startswith(f"{_exact(8) - _exact(DEPTH):+.4f} [")
+    assert tps.startswith(f"{1000.0 * _exact(8) / 1.4:.1f} [")
     png = (tmp_path / "o" / "depths.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000  # the depth curves were drawn
 
