@@ -217,3 +217,28 @@ def test_option_and_target_messages(tmp_path: Path) -> None:
         f"{arch}: {MANIFEST} says format 'parquet-dir'; this writer writes 'jsonl-dir'",
     )
     assert not (tmp_path / "a").exists()
+
+
+def test_append_sees_another_appenders_manifest_update(tmp_path: Path) -> None:
+    """A writer opening while another rewrites CAPTURE.json sees ``.CAPTURE.json.tmp-PID`` for an
+    instant: it is the other writer's, not a stranger's file (CI caught the race once). A
+    symlink or folder of that name, or another hidden name, is still refused."""
+    arch = tmp_path / "arch"
+    _write(arch, _rows("base", 2, 1))
+    in_flight = arch / ".CAPTURE.json.tmp-4242"
+    in_flight.write_text("{}")
+    _write(arch, _rows("a", 1, 2), mode="append", writer_id="a")
+    in_flight.unlink()
+    assert _valid_rows(arch) == 3 * 6
+    for name, make in [
+        (".CAPTURE.json.tmp-4242", lambda p: p.symlink_to(arch / MANIFEST)),
+        (".CAPTURE.json.tmp-4243", lambda p: p.mkdir()),
+        (".CAPTURE.json.tmp-x", lambda p: p.write_text("{}")),
+    ]:
+        make(arch / name)
+        before = tree_digest(arch)
+        with pytest.raises(SpecReplayError, match=f"{arch}: holds {name}".replace(".", r"\.")):
+            TraceWriter(arch, mode="append", writer_id="c")
+        assert tree_digest(arch) == before
+        p = arch / name
+        p.rmdir() if p.is_dir() and not p.is_symlink() else p.unlink()

@@ -106,6 +106,8 @@ MODES: tuple[str, ...] = ("new", "replace", "append")
 _WRITTEN_BY = "specreplay"
 _WRITER_ID = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 _SHARD = re.compile(r"part-(?:[A-Za-z][A-Za-z0-9_]*-)?\d{5}\.(?:parquet|arrow|jsonl)")
+# another appender's manifest update in flight (it holds the lock; this writer is only looking)
+_MANIFEST_TMP = re.compile(r"\.CAPTURE\.json\.tmp-\d+")
 
 
 class TraceWriter:
@@ -453,7 +455,8 @@ def check_capture_folder(path: Path) -> dict[str, Any]:
     """Return the manifest of a folder a TraceWriter wrote; refuse any other folder.
 
     The folder must hold ``CAPTURE.json`` with ``"written_by": "specreplay"`` and otherwise only
-    regular files named as a TraceWriter names shards (``part-NNNNN``, ``part-<writer>-NNNNN``).
+    regular files named as a TraceWriter names shards (``part-NNNNN``, ``part-<writer>-NNNNN``)
+    or its manifest while another appender rewrites it (``.CAPTURE.json.tmp-PID``).
 
     Raises
     ------
@@ -476,7 +479,10 @@ def check_capture_folder(path: Path) -> dict[str, Any]:
         if name == MANIFEST:
             continue
         p = path / name
-        if not _SHARD.fullmatch(name) or p.is_symlink() or not p.is_file():
+        if _MANIFEST_TMP.fullmatch(name) and not os.path.lexists(p):
+            continue  # the other appender renamed it in since the listing
+        ours = _SHARD.fullmatch(name) or _MANIFEST_TMP.fullmatch(name)
+        if not ours or p.is_symlink() or not p.is_file():
             raise SpecReplayError(
                 f"{path}: holds {name}, which a TraceWriter does not write; {hint}"
             )
