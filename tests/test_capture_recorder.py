@@ -292,6 +292,31 @@ def test_a_full_queue_stops_the_request_keeps_its_earlier_rounds(
     _valid(tmp_path / "a")
 
 
+def test_the_queue_is_also_bounded_in_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+    frame = recorder_module.Recorder._frame
+
+    def gated(self: Recorder, batch: list[Any]) -> pl.DataFrame:
+        entered.set()
+        assert release.wait(30)
+        return frame(self, batch)
+
+    monkeypatch.setattr(recorder_module.Recorder, "_frame", gated)
+    # a point-mass round of 2 positions copies 5 arrays of 2 float64/int64 = 80 bytes
+    rec = Recorder(tmp_path / "a", logging_arm="greedy@2", queue_bytes=200)
+    assert _point_mass(rec, "A", 0, [1, 2], 1)
+    assert entered.wait(30)  # held by the thread: still counted until its frame is built
+    assert _point_mass(rec, "A", 1, [1, 2], 1)  # 160 bytes
+    assert not _point_mass(rec, "B", 0, [1, 2], 1)  # 240 > 200: B stops
+    assert _point_mass(rec, "C", 0, [1], 1)  # 40 more bytes fit: 200
+    release.set()
+    counts = rec.close()
+    assert (counts.rounds_recorded, counts.incomplete_ids) == (3, ("B",))
+    _valid(tmp_path / "a")
+
+
 def test_sampling_keeps_whole_requests_by_hash(tmp_path: Path) -> None:
     ids = [f"req-{i}" for i in range(20_000)]
     threshold = round(0.01 * 2**64)
@@ -397,6 +422,7 @@ def test_two_writers_append_to_one_folder(tmp_path: Path) -> None:
         ({"logging_arm": "t1@5", "sample": 0.0}, r"sample=0.0 should be in \(0, 1\]"),
         ({"logging_arm": "t1@5", "sample": 1.5}, r"sample=1.5 should be in \(0, 1\]"),
         ({"logging_arm": "t1@5", "queue_rounds": 0}, r"queue_rounds=0"),
+        ({"logging_arm": "t1@5", "queue_bytes": 0.5}, r"queue_bytes=0.5 should be an integer"),
         ({"logging_arm": "top64:t0.7@5", "top_k": 32}, r"keeps 64 candidates, more than top_k=32"),
         ({"logging_arm": "t1@5", "format": "csv"}, r"unknown format 'csv'"),
     ],
@@ -473,3 +499,13 @@ def test_logits_mode_shape_checks(tmp_path: Path) -> None:
         with pytest.raises(SpecReplayError, match=r"round 0 after round 0"):
             rec.round("r", 0, d, np.full((2, 3), 0.3), 0, draft_logits=np.zeros((2, 3)))
             rec.round("r", 0, d, np.full((2, 3), 0.3), 0, draft_logits=np.zeros((2, 3)))
+
+
+def test_top_candidates_match_a_stable_sort_with_ties() -> None:
+    rng = np.random.default_rng(21)
+    for _ in range(2000):  # few distinct values: ties at the k-th place on most draws
+        v = int(rng.integers(1, 40))
+        k = int(rng.integers(1, v + 3))
+        x = rng.integers(0, 5, size=v).astype(np.float64)
+        expect = np.argsort(-x, kind="stable")[:k]
+        assert recorder_module.top_candidates(x, k).tolist() == expect.tolist(), (x, k)
