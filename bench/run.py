@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHES = ["stream_memory.py", "bootstrap_speed.py", "replay_speed.py"]
+BENCHES = ["stream_memory.py", "bootstrap_speed.py", "replay_speed.py", "capture_overhead.py"]
 
 if __name__ == "__main__":
     here = Path(__file__).parent

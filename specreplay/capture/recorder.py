@@ -670,9 +670,13 @@ class Recorder:
 
     def _frame(self, batch: list[_Round]) -> pl.DataFrame:
         """Build the rows of a batch of rounds as one columnar frame."""
-        rows = [
-            _logits_rows(r, self.top_k) if r.logits is not None else _exact_rows(r) for r in batch
-        ]
+        if all(r.logits is None for r in batch):  # exact-q: one concatenation per column
+            rows = [_exact_rows(batch)]
+        else:
+            rows = [
+                _logits_rows(r, self.top_k) if r.logits is not None else _exact_rows([r])
+                for r in batch
+            ]
         lengths = np.concatenate([r.lengths for r in rows])
         offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
@@ -694,7 +698,7 @@ class Recorder:
                 "cand_ids": _list_series(cand, offsets),
                 "draft_logprobs": _list_series(lp, offsets),
                 "target_probs": _list_series(tp, offsets),
-                "drafted_id": np.concatenate([r.drafted for r in batch]).astype(np.int64),
+                "drafted_id": _flat_ints([r.drafted for r in batch]),
                 "accepted": position <= np.repeat(n_acc, ns),
                 "logging_arm": pl.Series([self.arm.canonical]).gather(
                     np.zeros(lengths.shape[0], dtype=np.int64)
@@ -709,26 +713,53 @@ class Recorder:
 # ------------------------------------------------------------------------------------------------
 
 
-def _exact_rows(r: _Round) -> _Rows:
-    """Exact-q mode: the given rows, flattened (target gathered when it spans the vocabulary)."""
-    assert r.cand_ids is not None and r.emitted_q is not None
-    cand = r.cand_ids.astype(np.int64, casting="safe")
-    n, k = cand.shape
-    q = r.emitted_q.astype(np.float64)
-    if r.draft_logprobs is not None:
-        lp = r.draft_logprobs.astype(np.float64)
-    else:
+def _exact_rows(batch: list[_Round]) -> _Rows:
+    """Exact-q mode: the given rows of a batch, flattened (one concatenation per column).
+
+    A target spanning the vocabulary (width ≠ K) is gathered at ``cand_ids``.
+    """
+    cands = [r.cand_ids for r in batch if r.cand_ids is not None]
+    qs = [r.emitted_q for r in batch if r.emitted_q is not None]
+    assert len(cands) == len(qs) == len(batch)
+    lengths = np.repeat([c.shape[1] for c in cands], [c.shape[0] for c in cands])
+    cand = _flat_ints(cands)
+    q = np.concatenate([x.ravel() for x in qs]).astype(np.float64, copy=False)
+    if all(r.draft_logprobs is None for r in batch):
         with np.errstate(divide="ignore"):
             lp = np.log(q)
-    target = r.target.astype(np.float64)
-    if target.shape[1] != k:
-        if int(cand.min()) < 0 or int(cand.max()) >= target.shape[1]:
-            raise SpecReplayError(
-                f"request {r.request_id!r} round {r.round}: cand_ids outside target_probs' "
-                f"{target.shape[1]} columns"
-            )
-        target = np.take_along_axis(target, cand, axis=1)
-    return _Rows(np.full(n, k, dtype=np.int64), cand.ravel(), lp.ravel(), target.ravel(), q.ravel())
+    else:
+        with np.errstate(divide="ignore"):
+            lps = [
+                np.log(x.astype(np.float64)) if r.draft_logprobs is None else r.draft_logprobs
+                for r, x in zip(batch, qs, strict=True)
+            ]
+        lp = np.concatenate([x.ravel() for x in lps]).astype(np.float64, copy=False)
+    targets = []
+    for r, c in zip(batch, cands, strict=True):
+        t = r.target
+        if t.shape[1] != c.shape[1]:
+            if int(c.min()) < 0 or int(c.max()) >= t.shape[1]:
+                raise SpecReplayError(
+                    f"request {r.request_id!r} round {r.round}: cand_ids outside target_probs' "
+                    f"{t.shape[1]} columns"
+                )
+            t = np.take_along_axis(t, c.astype(np.int64), axis=1)
+        targets.append(t.ravel())
+    tp = np.concatenate(targets).astype(np.float64, copy=False)
+    return _Rows(lengths.astype(np.int64), cand, lp, tp, q)
+
+
+def _flat_ints(arrays: list[NDArray[Any]]) -> NDArray[np.int64]:
+    """Concatenate integer arrays as int64 (a uint64 id must fit: no silent wrap-around)."""
+    out = np.concatenate([a.ravel() for a in arrays])
+    if (out.dtype.kind == "u" and out.dtype.itemsize == 8) or out.dtype.kind not in "iu":
+        # uint64 (or uint64 mixed with signed ids, which numpy promotes to float64)
+        parts = [a.ravel() for a in arrays]
+        for a in parts:
+            if a.dtype.kind == "u" and a.size and int(a.max()) > np.iinfo(np.int64).max:
+                raise SpecReplayError(f"token id {int(a.max())} does not fit an int64")
+        out = np.concatenate([a.astype(np.int64) for a in parts])
+    return out.astype(np.int64, copy=False)
 
 
 def top_candidates(logits: NDArray[np.float64], k: int) -> NDArray[np.int64]:
