@@ -44,10 +44,11 @@ def _capture(path: Path) -> dict[str, Any]:
     return capture
 
 
-def _valid(path: Path) -> None:
+def _valid(path: Path) -> str:
     res = invoke(["validate", str(path), "-q"])
     assert res.exit_code == 0, res.stdout + res.stderr
     assert "VALID" in res.stdout
+    return res.stdout
 
 
 def _point_mass(rec: Recorder, rid: str, rnd: int, drafted: list[int], acc: int) -> bool:
@@ -289,7 +290,8 @@ def test_a_full_queue_stops_the_request_keeps_its_earlier_rounds(
     rows = _rows(tmp_path / "a")
     got = rows.group_by("request_id").agg(pl.col("round").unique().sort()).sort("request_id")
     assert got.rows() == [("A", [0, 1, 2]), ("B", [0])]
-    _valid(tmp_path / "a")
+    line = "recorded 2 of 2 requests (sample 1, 1 writer) · 1 incomplete · 4 of 6 rounds · 7 rows"
+    assert line in _valid(tmp_path / "a").splitlines()
 
 
 def test_the_queue_is_also_bounded_in_bytes(
@@ -409,7 +411,40 @@ def test_two_writers_append_to_one_folder(tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "a" / "CAPTURE.json").read_text(encoding="utf-8"))
     assert [w["writer"] for w in manifest["writers"]] == ["rank0", "rank1"]
     assert [w["capture"]["counts"]["rows"] for w in manifest["writers"]] == [2, 2]
-    _valid(tmp_path / "a")
+    line = "recorded 2 of 2 requests (sample 1, 2 writers) · 0 incomplete · 2 of 2 rounds · 4 rows"
+    assert line in _valid(tmp_path / "a").splitlines()
+    capture = api.validate(tmp_path / "a").extra["capture"]
+    assert capture == {
+        "writers": 2,
+        "sample": [1.0],
+        "requests_seen": 2,
+        "requests_sampled": 2,
+        "requests_incomplete": 0,
+        "rounds_offered": 2,
+        "rounds_recorded": 2,
+        "rounds_dropped_queue_full": 0,
+        "rows": 4,
+    }
+
+
+def test_a_folder_no_recorder_wrote_prints_no_capture_line(tmp_path: Path) -> None:
+    from specreplay.replay.archive.writer import TraceWriter
+
+    with TraceWriter(tmp_path / "a") as w:
+        w.append(
+            {
+                "request_id": "r",
+                "family": "f",
+                "context_tokens": 1,
+                "round": 0,
+                "position": 1,
+                "cand_ids": [1],
+                "draft_logprobs": [0.0],
+                "target_probs": [0.5],
+            }
+        )
+    assert not any(x.startswith("recorded ") for x in _valid(tmp_path / "a").splitlines())
+    assert "capture" not in api.validate(tmp_path / "a").extra
 
 
 # ------------------------------------------------------------------------------------------------

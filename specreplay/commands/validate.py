@@ -13,7 +13,12 @@ from specreplay.errors import InvalidArchive
 from specreplay.pipelines.options import ValidateOptions
 from specreplay.pipelines.validate import validate_result
 from specreplay.render.files import outputs_line, write_all
-from specreplay.render.tables import archive_summary, ignored_summary, measured_tables
+from specreplay.render.tables import (
+    archive_summary,
+    capture_line,
+    ignored_summary,
+    measured_tables,
+)
 from specreplay.replay.scan import Progress, no_progress
 from specreplay.results.output import check_out, output_dir
 
@@ -43,6 +48,7 @@ def run_validate(
         return False, "\n".join([*bad.errors, f"{len(bad.errors)} error(s) in {path}{more}"])
     assert result.archive is not None  # measured_result always describes the archive
     text = archive_summary(result.archive, str(path), result.pooled.arms[result.arms[0]])
+    text += capture_line(result.extra.get("capture"))
     text += ignored_summary(result.inputs_ignored)
     written = ""
     if out is not None:

@@ -2,20 +2,37 @@
 
 :func:`validate_result` returns the typed result or raises
 :class:`~specreplay.errors.InvalidArchive` with every error line (the Python API's ``validate``).
+A folder a recorder wrote (its ``CAPTURE.json`` writers carry a ``"capture"`` object,
+docs/api.md#recorder) adds ``extra["capture"]`` (results.json ``capture``): the writers' counts
+summed, without the incomplete request ids (outputs hold no request id).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
+from typing import Any
 
 from specreplay.errors import InvalidArchive
 from specreplay.pipelines.builders import measured_result
 from specreplay.pipelines.options import ValidateOptions
+from specreplay.replay.archive.writer import MANIFEST
 from specreplay.replay.scan import Progress, no_progress, scan_archive
 from specreplay.results.model import Result
 from specreplay.results.privacy import IdHasher, hash_result
 
-__all__ = ["validate_result"]
+__all__ = ["capture_summary", "validate_result"]
+
+_COUNTS = (
+    "requests_seen",
+    "requests_sampled",
+    "requests_incomplete",
+    "rounds_offered",
+    "rounds_recorded",
+    "rounds_dropped_queue_full",
+    "rows",
+)
 
 
 def validate_result(
@@ -44,4 +61,42 @@ def validate_result(
         raise InvalidArchive(str(path), tuple(scan.errors), scan.truncated)
     options = {"path": str(path), "buckets": opts.buckets.spec, "logging_arm": logging_arm}
     result = measured_result(scan, command="validate", seed=0, options=options)
+    capture = capture_summary(path)
+    if capture is not None:
+        result = dataclasses.replace(result, extra={**result.extra, "capture": capture})
     return hash_result(result, IdHasher() if opts.hash_ids else None)  # holds no id today
+
+
+def capture_summary(path: Path) -> dict[str, Any] | None:
+    """Return the recorders' counts of a folder's ``CAPTURE.json``, summed over its writers.
+
+    None when the path is not a folder with a manifest whose writers carry a ``"capture"``
+    object (a TraceWriter run that no recorder wrote, synth, a single file), or when the
+    manifest cannot be read (validate has already checked the rows; this is a note).
+
+    Returns
+    -------
+    dict or None
+        ``writers`` (with a capture object), ``sample`` (the distinct fractions), and each of
+        the counts (requests_seen … rows) summed.
+    """
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    writers = manifest.get("writers") if isinstance(manifest, dict) else None
+    captures = [
+        w["capture"]
+        for w in (writers if isinstance(writers, list) else [])
+        if isinstance(w, dict) and isinstance(w.get("capture"), dict)
+    ]
+    counts = [c.get("counts") for c in captures]
+    if not captures or not all(isinstance(c, dict) for c in counts):
+        return None
+    out: dict[str, Any] = {
+        "writers": len(captures),
+        "sample": sorted({float(c.get("sample", 1.0)) for c in captures}),
+    }
+    for key in _COUNTS:
+        out[key] = sum(int(c.get(key, 0)) for c in counts if isinstance(c, dict))
+    return out

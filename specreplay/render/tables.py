@@ -7,6 +7,7 @@ results.json renders to the same text. Nulls print as ``—``; a footnote lists 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from specreplay.render.interval_text import (
     has_interval_fields,
@@ -31,6 +32,7 @@ from specreplay.results.model import (
 __all__ = [
     "archive_summary",
     "budget_tables",
+    "capture_line",
     "comparison_tables",
     "fmt",
     "ignored_summary",
@@ -185,6 +187,29 @@ def archive_summary(summary: ArchiveSummary, path: str, pooled: ArmFigure) -> st
         + (f" ({pooled.null_reason})" if pooled.R is None else ""),
     ]
     return "\n".join(lines)
+
+
+def capture_line(capture: dict[str, Any] | None) -> str:
+    """One line from a recorder's counts (validate's ``extra["capture"]``); empty when None.
+
+    Incomplete requests are those a full queue stopped (docs/api.md#recorder).
+
+    >>> print(capture_line({"writers": 2, "sample": [1.0], "requests_seen": 4,
+    ...     "requests_sampled": 4, "requests_incomplete": 1, "rounds_offered": 9,
+    ...     "rounds_recorded": 8, "rounds_dropped_queue_full": 1, "rows": 30}).strip())
+    recorded 4 of 4 requests (sample 1, 2 writers) · 1 incomplete · 8 of 9 rounds · 30 rows
+    """
+    if not capture:
+        return ""
+    sample = ", ".join(f"{x:g}" for x in capture["sample"])
+    writers = capture["writers"]
+    return (
+        f"\nrecorded {capture['requests_sampled']:,} of {capture['requests_seen']:,} requests "
+        f"(sample {sample}, {writers} writer{'s' if writers != 1 else ''}) · "
+        f"{capture['requests_incomplete']:,} incomplete · "
+        f"{capture['rounds_recorded']:,} of {capture['rounds_offered']:,} rounds · "
+        f"{capture['rows']:,} rows"
+    )
 
 
 def ignored_summary(ignored: Sequence[InputIgnored]) -> str:
