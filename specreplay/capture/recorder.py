@@ -1,6 +1,6 @@
 """Recorder: log position traces (schema v1) from a serving engine, one round at a time.
 
-See docs/record.md. An engine adapter hands the recorder each verification round of a request
+See docs/api.md#recorder. An engine adapter hands the recorder each verification round of a request
 (:meth:`Recorder.round`); the recorder writes schema-v1 rows
 (docs/inputs.md#position-traces-schema-v1) through
 :class:`~specreplay.replay.archive.writer.TraceWriter` on a background thread.
