@@ -275,6 +275,7 @@ def test_a_full_queue_stops_the_request_keeps_its_earlier_rounds(
     release.set()
     counts = rec.close()
     assert not _point_mass(rec, "B", 1, [3], 0)  # closed: nothing more is queued
+    assert not rec.sampled("B")
     expect = CaptureCounts(
         requests_seen=2,
         requests_sampled=2,
@@ -314,8 +315,12 @@ def test_the_queue_is_also_bounded_in_bytes(
     assert not _point_mass(rec, "B", 0, [1, 2], 1)  # 240 > 200: B stops
     assert _point_mass(rec, "C", 0, [1], 1)  # 40 more bytes fit: 200
     release.set()
+    deadline = time.monotonic() + 30
+    while rec._bytes_out < 200 and time.monotonic() < deadline:  # written rounds free their bytes
+        time.sleep(0.01)
+    assert _point_mass(rec, "D", 0, [1, 2], 1)
     counts = rec.close()
-    assert (counts.rounds_recorded, counts.incomplete_ids) == (3, ("B",))
+    assert (counts.rounds_recorded, counts.incomplete_ids) == (4, ("B",))
     _valid(tmp_path / "a")
 
 
@@ -512,6 +517,8 @@ def _call(rec: Recorder, **over: Any) -> bool:
         ({"draft_logits": np.zeros((2, 3))}, r"not both"),
         ({"round": -1}, r"round -1 after round -1"),
         ({"family": 3}, r"family 3 should be a str"),
+        ({"request_id": ["r"]}, r"request_id \['r'\] should be a str"),
+        ({"request_id": 7}, r"request_id 7 should be a str"),
     ],
 )
 def test_bad_rounds_are_refused_and_not_counted(

@@ -316,13 +316,16 @@ class Recorder:
     def sampled(self, request_id: str) -> bool:
         """Tell whether this request is recorded (hash sample, not stopped by a full queue).
 
+        False also once the recorder is closed or has failed.
+
         Cheap (one dict lookup once the id was seen): adapters call it first and skip building
         tensors when it is False.
         """
-        keep = self._keep.get(request_id)
-        if keep is None:
+        try:
+            keep = self._keep[request_id]
+        except (KeyError, TypeError):  # a new id (or an unhashable one: refused by _decide)
             keep = self._decide(request_id)
-        return keep and request_id not in self._stopped and self._error is None
+        return keep and request_id not in self._stopped and not self._closed and self._error is None
 
     def _decide(self, request_id: str) -> bool:
         if not isinstance(request_id, str):
@@ -390,8 +393,9 @@ class Recorder:
         SpecReplayError
             On a bad call (one line; nothing of the round is recorded).
         """
-        keep = self._keep.get(request_id)
-        if keep is None:
+        try:
+            keep = self._keep[request_id]
+        except (KeyError, TypeError):  # a new id (or an unhashable one: refused by _decide)
             keep = self._decide(request_id)
         if not keep or self._closed or self._error is not None:
             return False
