@@ -409,6 +409,14 @@ def test_an_append_the_folder_refuses_makes_close_raise(tmp_path: Path) -> None:
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("form", ["ipc-dir", "jsonl-dir"])
+def test_the_other_folder_forms(tmp_path: Path, form: str) -> None:
+    with Recorder(tmp_path / "a", logging_arm="greedy@2", format=form) as rec:
+        _point_mass(rec, "r", 0, [1, 2], 1)
+        _point_mass(rec, "r", 1, [3, 4], 0)
+    assert "2 of 2 rounds · 4 rows" in _valid(tmp_path / "a")
+
+
 def test_two_writers_append_to_one_folder(tmp_path: Path) -> None:
     for w in ("rank0", "rank1"):
         with Recorder(tmp_path / "a", logging_arm="greedy@2", mode="append", writer_id=w) as rec:
@@ -468,6 +476,7 @@ def test_a_folder_no_recorder_wrote_prints_no_capture_line(tmp_path: Path) -> No
         ({"logging_arm": "t1@5", "queue_bytes": 0.5}, r"queue_bytes=0.5 should be an integer"),
         ({"logging_arm": "top64:t0.7@5", "top_k": 32}, r"keeps 64 candidates, more than top_k=32"),
         ({"logging_arm": "t1@5", "format": "csv"}, r"unknown format 'csv'"),
+        ({"logging_arm": "t1@5", "format": "parquet"}, r"format='parquet' is a single file"),
     ],
 )
 def test_bad_arguments_are_refused(tmp_path: Path, kwargs: dict[str, Any], match: str) -> None:

@@ -33,16 +33,24 @@ Decisions (where issue 12 is silent)
   (and, in exact-q mode, that each drafted id is among its candidates), copies the arrays and
   calls ``queue.put_nowait``; top-k, log-softmax, the policy law and the polars frames are built on
   the background thread (a daemon thread named ``specreplay-recorder``).
-- **Queue full**: the round that does not fit stops its request: the request's earlier rounds are
-  kept, it is listed as incomplete in the manifest, and ``round`` returns False for every later
-  round of it (never blocks). Dropping the whole request instead would need the rows held back
-  until the request ends, which the recorder cannot know.
+- **Queue full**: the queue holds at most ``queue_rounds`` rounds and ``queue_bytes`` bytes of
+  copied arrays (logits mode copies two (n, V) arrays a round). The round that does not fit stops
+  its request: the request's earlier rounds are kept, it is listed as incomplete in the manifest,
+  and ``round`` returns False for every later round of it (never blocks). Dropping the whole
+  request instead would need the rows held back until the request ends, which the recorder
+  cannot know.
 - **Sampling** is by request id, the same in every process and rank: a request is kept iff
   ``int.from_bytes(blake2b(request_id.encode("utf-8"), digest_size=8).digest(), "big") <
   round(sample * 2**64)`` (:func:`sample_keeps`). A kept request is recorded whole (unless the
-  queue stops it). The decision is cached per request id (one dict entry per request seen).
+  queue stops it). The decision is cached per request id: one dict entry per request seen
+  (about 100 bytes), so a capture of millions of requests should be split over recorders.
 - **Manifest**: ``close`` puts a ``"capture"`` object in this writer's record of ``CAPTURE.json``:
-  the logging arm, top_k, sample, drafter, engine and the :class:`CaptureCounts`.
+  the logging arm, top_k, sample, drafter, engine and the :class:`CaptureCounts`. So the
+  recorder writes folders only (``parquet-dir``, ``ipc-dir``, ``jsonl-dir``); a recorder that
+  recorded nothing commits a folder holding only that manifest (validate: no shard).
+- **Logits mode's kernels**: its first batch calls the policy kernels of
+  :mod:`specreplay.sim.policy` on the background thread: loaded from Numba's cache in about
+  0.3 s, compiled in about 30 s on a fresh install (``specreplay warmup`` fills the cache).
 - **Failures**: a bad call (shapes, a drafted id outside ``cand_ids``, rounds out of order) raises
   a one-line :class:`~specreplay.errors.SpecReplayError` on the calling thread and records
   nothing of that round. A failure on the background thread stops recording; ``close`` then
@@ -89,7 +97,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
-from specreplay.replay.archive.writer import TraceWriter
+from specreplay.replay.archive.writer import FORMATS, TraceWriter
 from specreplay.sim.arms import Arm, parse_arm
 from specreplay.sim.policy import LawCache
 
@@ -274,6 +282,11 @@ class Recorder:
             raise SpecReplayError(
                 f"Recorder: logging arm {self.arm.canonical} keeps {policy_k} candidates, more "
                 f"than top_k={top_k}: its law could not be written (raise top_k)"
+            )
+        if format in FORMATS and not format.endswith("-dir"):
+            raise SpecReplayError(
+                f"Recorder: format={format!r} is a single file; a recorder writes a folder "
+                "(parquet-dir, ipc-dir or jsonl-dir) whose CAPTURE.json carries its counts"
             )
         self.path = Path(path)
         self.top_k = int(top_k)
@@ -766,7 +779,7 @@ def _flat_ints(arrays: list[NDArray[Any]]) -> NDArray[np.int64]:
     return out.astype(np.int64, copy=False)
 
 
-def top_candidates(logits: NDArray[np.float64], k: int) -> NDArray[np.int64]:
+def top_candidates(logits: NDArray[np.floating[Any]], k: int) -> NDArray[np.int64]:
     """Return the ``k`` ids of largest logit, by decreasing logit, ties to the lower id.
 
     >>> top_candidates(np.array([0.0, 2.0, 1.0, 2.0]), 3).tolist()
@@ -784,22 +797,26 @@ def top_candidates(logits: NDArray[np.float64], k: int) -> NDArray[np.int64]:
 
 
 def _logits_rows(r: _Round, top_k: int) -> _Rows:
-    """Logits mode: top-k candidates (+ the drafted id), log-softmax at them, target gathered."""
+    """Logits mode: top-k candidates (+ the drafted id), log-softmax at them, target gathered.
+
+    The logits keep their dtype for the top-k (widening to float64 is exact and keeps the order
+    and the ties); the log-sum-exp is float64, one row at a time (no float64 copy of (n, V)).
+    """
     assert r.logits is not None
-    logits = r.logits.astype(np.float64)
-    target = r.target.astype(np.float64)
+    logits, target = r.logits, r.target
     n = logits.shape[0]
-    mx = logits.max(axis=1, keepdims=True)
-    lse = mx[:, 0] + np.log(np.exp(logits - mx).sum(axis=1))  # float64 log-sum-exp
     cands, lps, tps, lengths = [], [], [], np.empty(n, dtype=np.int64)
     for j in range(n):
-        ids = top_candidates(logits[j], top_k)
+        row = logits[j]
+        mx = float(row.max())
+        lse = mx + math.log(float(np.exp(np.subtract(row, mx, dtype=np.float64)).sum()))
+        ids = top_candidates(row, top_k)
         d = int(r.drafted[j])
         if not (ids == d).any():
             ids = np.append(ids, np.int64(d))
         cands.append(ids)
-        lps.append(logits[j, ids] - lse[j])
-        tps.append(target[j, ids])
+        lps.append(row[ids].astype(np.float64) - lse)
+        tps.append(target[j, ids].astype(np.float64))
         lengths[j] = ids.shape[0]
     return _Rows(lengths, np.concatenate(cands), np.concatenate(lps), np.concatenate(tps), None)
 
