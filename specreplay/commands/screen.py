@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specreplay.pipelines.options import ScreenOptions
 from specreplay.pipelines.screen import screen_result
 from specreplay.render.files import outputs_line, write_all
+from specreplay.render.screen import scrape_lines
 from specreplay.render.tables import fmt
 from specreplay.results.output import check_out, output_dir
 
@@ -37,16 +39,17 @@ def run_screen(
     out: Path,
     force: bool,
     model_name: str | None = None,
+    opts: ScreenOptions | None = None,
 ) -> str:
     """Run the screen and write results.json and TABLES.md into ``out``; return terminal text."""
-    inputs = [*paths, *([config] if config is not None else [])]
+    if opts is None:
+        opts = ScreenOptions.build(model_name=model_name)
+    inputs = [*paths, *([config] if config is not None else []), *(opts.vs or ())]
     check_out(out, force=force, inputs=inputs)
-    result = screen_result(
-        paths, config, model_name
-    )  # every input is read and checked before any write
+    result = screen_result(paths, config, opts=opts)  # every input is read before any write
     with output_dir(out, force=force, inputs=inputs) as tmp:
         files = write_all(result, tmp)
-    lines = []
+    lines = scrape_lines(result)
     for c in result.cells:
         ranked = [d for d in c.depths if d.rank is not None]
         best = min(ranked, key=lambda d: d.rank or 0, default=None)
