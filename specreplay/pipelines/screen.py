@@ -292,7 +292,7 @@ def scrape_figures(name: str, counts: PairCounts, opts: ScreenOptions) -> Scrape
         name=name,
         before=str(counts.pair.before),
         after=str(counts.pair.after),
-        model_name=opts.model_name,
+        model_name=opts.model_name or next(iter(counts.models), None) or None,
         engine=opts.engine,
         engines=counts.engines,
         drafts=counts.drafts,
@@ -339,6 +339,11 @@ def scrape_delta(a: ScrapeFigures, b: ScrapeFigures) -> ScrapeDelta:
     )
 
 
+def _letter(i: int) -> str:
+    """Name the i-th scrape pair (from 0): A, B, …, Z, then AA, AB and so on."""
+    return (_letter(i // 26 - 1) if i >= 26 else "") + chr(ord("A") + i % 26)
+
+
 def _vs_counts(opts: ScreenOptions, main: list[PairCounts]) -> PairCounts | None:
     if opts.vs is None:
         return None
@@ -375,7 +380,7 @@ def screen_result(
     vs = _vs_counts(opts, counts)
     if not got.runs and not got.pairs:
         raise SpecReplayError("screen: no input: give run counters or BEFORE AFTER scrape pairs")
-    names = ["A"] if vs is not None else [f"{p.before.name} → {p.after.name}" for p, _ in got.pairs]
+    names = [_letter(i) for i in range(len(got.pairs))]
     scrapes = [scrape_figures(n, c, opts) for n, c in zip(names, counts, strict=True)]
     for (_, entry), c, fig in zip(got.pairs, counts, scrapes, strict=True):
         if entry is None:
@@ -392,7 +397,7 @@ def screen_result(
         runs.append(vllm_run(entry, c, step))
     delta = None
     if vs is not None:
-        b = scrape_figures("B", vs, opts)
+        b = scrape_figures(_letter(1), vs, opts)
         delta = scrape_delta(scrapes[0], b)
         scrapes.append(b)
         files += [(p, 0) for p in opts.vs or ()]
@@ -424,7 +429,12 @@ def screen_result(
         )
     if config is not None:
         files.append((config, 0))
-    assumptions = (SCREEN_ASSUMPTIONS if cells else ()) + (SCRAPE_ASSUMPTIONS if scrapes else ())
+    assumptions = (
+        (SCREEN_ASSUMPTIONS if cells else ())
+        + (SCRAPE_ASSUMPTIONS[:1] if scrapes else ())
+        + (SCRAPE_ASSUMPTIONS[1:2] if any(f.step is not None for f in scrapes) else ())
+        + (SCRAPE_ASSUMPTIONS[2:] if delta is not None else ())
+    )
     return new_result(
         command="screen",
         seed=0,

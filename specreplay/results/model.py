@@ -428,8 +428,9 @@ class StepTime:
 class ScrapeFigures:
     """What two vLLM scrapes measure by themselves (docs/commands.md#screen), MEASURED.
 
-    ``name`` is ``A`` (the first pair), ``B`` (``--vs``) or the pair's place on the command line;
-    ``model_name`` and ``engine`` the series kept (None: the only model, every engine summed),
+    ``name`` is the pair's letter (A, B, … in the order read: ``[[vllm]]`` entries, the command
+    line's other pairs, then ``--vs``); ``model_name`` the model read (``--model-name``, or the
+    only one the scrapes hold), ``engine`` the ``--engine`` kept (None: every engine summed),
     ``engines`` the engine labels summed. Counts are the Δ between ``before`` and ``after``:
     ``drafts`` (rounds), ``draft_tokens``, ``accepted_tokens``. ``mean_acceptance_length`` = 1 +
     accepted/drafts (R); ``draft_acceptance_rate`` = accepted/draft_tokens; ``per_position``

@@ -21,7 +21,7 @@ merged; counts within a relative 1e-12 of the previous made equal, then made non
 with fewer than 2 buckets, a highest bucket that is not +Inf, or no observations; rank = φ·count;
 the first bucket whose cumulative count reaches the rank; in the +Inf bucket the upper bound of
 the bucket below it; in the lowest bucket, from 0 when its bound is positive (its bound itself
-when ≤ 0).
+when ≤ 0); 0/0 there (q = 0 over an empty lowest bucket) is NaN, as in Go.
 
 **Round-independent SE of R** (:func:`round_variance`): with A the accepted drafts of one round,
 E[A] = Σ_i S_i and E[A²] = Σ_i (2i − 1)·S_i (A² = Σ_{i≤A} (2i − 1)), so the per-round variance is
@@ -106,6 +106,8 @@ def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
         start = merged[hit - 1][0]
         count -= merged[hit - 1][1]
         rank -= merged[hit - 1][1]
+    if count == 0:  # rank 0 in an empty lowest bucket: Go's 0/0, NaN
+        return math.nan
     return start + (end - start) * (rank / count)
 
 

@@ -164,6 +164,7 @@ class PairCounts:
     """
 
     pair: ScrapePair
+    models: tuple[str, ...]
     engines: tuple[str, ...]
     drafts: int
     draft_tokens: int
@@ -607,10 +608,11 @@ def pair_counts(
             if latency is not None and n == f"{latency}_bucket" and le is not None
         )
     )
-    engines = sorted({dict(lb).get("engine", "") for n, lb in after if n == VLLM_METRICS["drafts"]})
+    kept = [dict(lb) for n, lb in after if n == VLLM_METRICS["drafts"]]
     return PairCounts(
         pair=pair,
-        engines=tuple(engines),
+        models=tuple(sorted({lb.get("model_name", "") for lb in kept})),
+        engines=tuple(sorted({lb.get("engine", "") for lb in kept})),
         drafts=drafts,
         draft_tokens=draft_tokens,
         accepted=accepted,
