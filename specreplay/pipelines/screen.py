@@ -1,10 +1,12 @@
-"""The screen pipeline: run counters in, typed ``screen`` cells out.
+"""The screen pipeline: run counters and vLLM scrapes in, typed figures and ``screen`` cells out.
 
-See docs/methods.md#the-screens-rate-sp2.
+See docs/methods.md#the-screens-rate-sp2 and docs/commands.md#screen.
 
-:func:`screen_result` reads the run-counter files and vLLM scrapes with the config, pools the runs
-per (batch, context, worker) and returns the typed result (the Python API's ``screen``);
-:mod:`specreplay.render.screen` writes its TABLES.md.
+:func:`screen_result` reads the run-counter files and vLLM scrapes with the config, gives every
+scrape pair its MEASURED :class:`~specreplay.results.model.ScrapeFigures` (``--vs``: a
+:class:`~specreplay.results.model.ScrapeDelta`), pools the runs per (batch, context, worker) and
+returns the typed result (the Python API's ``screen``); :mod:`specreplay.render.screen` writes
+its TABLES.md.
 
 One ``screen`` cell per (batch, context, worker) that has runs; absent cells stay absent (never
 filled). Per cell: the worker's :class:`~specreplay.results.model.ArmFigure` (R = 1 + Σ_{i≤c_B}
@@ -358,31 +360,17 @@ def _vs_counts(opts: ScreenOptions, main: list[PairCounts]) -> PairCounts | None
     return pair_counts(ScrapePair(*opts.vs), opts.model_name, opts.engine)
 
 
-def screen_result(
-    paths: list[Path],
-    config: Path | None,
-    model_name: str | None = None,
-    opts: ScreenOptions | None = None,
-) -> Result:
-    """Screen every (batch, context, worker) cell of the inputs; return the typed result.
+def _vllm_runs(
+    pairs: list[tuple[ScrapePair, VllmEntry | None]],
+    counts: list[PairCounts],
+    scrapes: list[ScrapeFigures],
+) -> list[CounterRun]:
+    """Return the depth screen's runs of the pairs a ``[[vllm]]`` entry describes.
 
-    ``model_name`` picks one model's series in every vLLM scrape (``--model-name``); ``opts``
-    (:class:`~specreplay.pipelines.options.ScreenOptions`) carries it with ``--engine`` and
-    ``--vs``. Every scrape pair gives its MEASURED figures (``Result.scrapes``); the depth screen
-    needs ``--config``.
+    The entry's ``step_p50_ms`` wins; without it the latency histogram's binned median.
     """
-    if opts is None:
-        opts = ScreenOptions.build(model_name=model_name)
-    cfg = read_config(config)
-    got = _inputs(paths, cfg, config)
-    runs, files = got.runs, got.files
-    counts = [pair_counts(p, opts.model_name, opts.engine) for p, _ in got.pairs]
-    vs = _vs_counts(opts, counts)
-    if not got.runs and not got.pairs:
-        raise SpecReplayError("screen: no input: give run counters or BEFORE AFTER scrape pairs")
-    names = [_letter(i) for i in range(len(got.pairs))]
-    scrapes = [scrape_figures(n, c, opts) for n, c in zip(names, counts, strict=True)]
-    for (_, entry), c, fig in zip(got.pairs, counts, scrapes, strict=True):
+    runs = []
+    for (_, entry), c, fig in zip(pairs, counts, scrapes, strict=True):
         if entry is None:
             continue
         step = entry.step_p50_ms
@@ -395,13 +383,11 @@ def screen_result(
                 f"{' or '.join(VLLM_LATENCY)}): set step_p50_ms"
             )
         runs.append(vllm_run(entry, c, step))
-    delta = None
-    if vs is not None:
-        b = scrape_figures(_letter(1), vs, opts)
-        delta = scrape_delta(scrapes[0], b)
-        scrapes.append(b)
-        files += [(p, 0) for p in opts.vs or ()]
-    params = cfg.params
+    return runs
+
+
+def _cells(runs: list[CounterRun], params: ScreenParams) -> list[Cell]:
+    """Return the screen cell of every (batch, context, worker) group of runs."""
     caps, draft = dict(params.caps), dict(params.draft_p50_ms)
     groups: dict[tuple[int, int, str], list[CounterRun]] = defaultdict(list)
     for r in runs:
@@ -427,6 +413,42 @@ def screen_result(
                 sc, context=context, worker=worker, runs=len(rs), suites=[r.suite for r in rs]
             )
         )
+    return cells
+
+
+def screen_result(
+    paths: list[Path],
+    config: Path | None,
+    model_name: str | None = None,
+    opts: ScreenOptions | None = None,
+) -> Result:
+    """Screen every (batch, context, worker) cell of the inputs; return the typed result.
+
+    ``model_name`` picks one model's series in every vLLM scrape (``--model-name``); ``opts``
+    (:class:`~specreplay.pipelines.options.ScreenOptions`) carries it with ``--engine`` and
+    ``--vs``. Every scrape pair gives its MEASURED figures (``Result.scrapes``); the depth screen
+    needs ``--config``.
+    """
+    if opts is None:
+        opts = ScreenOptions.build(model_name=model_name)
+    cfg = read_config(config)
+    got = _inputs(paths, cfg, config)
+    runs, files = got.runs, got.files
+    counts = [pair_counts(p, opts.model_name, opts.engine) for p, _ in got.pairs]
+    vs = _vs_counts(opts, counts)
+    if not got.runs and not got.pairs:
+        raise SpecReplayError("screen: no input: give run counters or BEFORE AFTER scrape pairs")
+    names = [_letter(i) for i in range(len(got.pairs))]
+    scrapes = [scrape_figures(n, c, opts) for n, c in zip(names, counts, strict=True)]
+    runs += _vllm_runs(got.pairs, counts, scrapes)
+    delta = None
+    if vs is not None:
+        b = scrape_figures(_letter(1), vs, opts)
+        delta = scrape_delta(scrapes[0], b)
+        scrapes.append(b)
+        files += [(p, 0) for p in opts.vs or ()]
+    params = cfg.params
+    cells = _cells(runs, params)
     if config is not None:
         files.append((config, 0))
     assumptions = (

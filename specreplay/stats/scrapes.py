@@ -55,7 +55,7 @@ def bucket_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
 
     Examples
     --------
-    >>> bucket_quantile(0.5, [(0.025, 10.0), (0.05, 30.0), (math.inf, 40.0)])
+    >>> round(bucket_quantile(0.5, [(0.025, 10.0), (0.05, 30.0), (math.inf, 40.0)]), 12)
     0.0375
     >>> bucket_quantile(0.5, [(0.025, 10.0), (0.05, 30.0)])  # no +Inf bucket
     nan

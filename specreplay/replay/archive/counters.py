@@ -17,9 +17,12 @@ the extra label ``position`` = 0..num_speculative_tokens − 1), labelled ``mode
 ``observe_draft`` increments positions 0..accepted − 1 of one draft, so per-position counts are
 already survivals: S_{i+1} = per_pos[i] / drafts, never a product. Two scrapes (before and after
 a benchmark) are differenced series by series (a series that decreased or vanished, a reset, is an
-error), then summed over the ``engine`` label sets of one ``model_name``. A vLLM run's rounds are
+error), then summed over the ``engine`` label sets of one ``model_name`` (``--engine`` keeps one
+engine's series first). The latency histogram :data:`VLLM_LATENCY` is read the same way: its
+``_bucket`` (label ``le``) and ``_count`` samples, differenced per series and summed per bound
+(:func:`pair_counts`; :mod:`specreplay.stats.scrapes` takes its median). A vLLM run's rounds are
 its drafts; its suite, worker, batch, context and step p50 come from a ``[[vllm]]`` entry of the
-config.
+config (the step p50 from the histogram's median when the entry has none).
 
 **Which parser reads a scrape.** prometheus_client parses it, after the ``curl -i`` headers
 are skipped (below): its OpenMetrics parser (``prometheus_client.openmetrics.parser``, which
@@ -36,16 +39,20 @@ A scrape that would give a silent wrong figure is refused, naming the file and t
 acceptance); Δ``num_accepted_tokens`` ≠ Σ Δ``num_accepted_tokens_per_pos`` (the counts disagree);
 *short proposals*, Δ``num_draft_tokens`` < Δ``num_drafts`` × positions (an n-gram drafter proposes
 fewer tokens than the positions, so a per-position count is not a survival of rounds that drafted
-the position: no survival and no depth screen; the message gives the mean acceptance length
-1 + Δaccepted/Δdrafts, which stays exact); a vLLM V0 scrape (V0 series, no ``num_drafts``).
+the position: no survival and no depth screen, :func:`vllm_run` refuses them and its message gives
+the mean acceptance length 1 + Δaccepted/Δdrafts, which stays exact; :func:`pair_counts` only
+marks them, and ``screen`` without a config gives null per-position rates with the reason); a
+vLLM V0 scrape (V0 series, no ``num_drafts``).
 A scrape saved with ``curl -i`` has its HTTP headers skipped (up to the first blank line; a status
 other than 200 is refused); line numbers stay those of the file.
 
 **Config** (TOML, every key optional): ``trained_block``, ``depths``, ``h_ms`` (H indexed from
 depth 0), ``[caps]`` and ``[draft_p50_ms]`` (tables keyed by batch size), ``[central]`` and
 ``[envelope]`` (``overlap``, ``overhead_ms``, ``slope``; scalars and lists), ``[[vllm]]`` entries
-(``before``, ``after`` — paths relative to the config file, which must also be given as inputs —
-``suite``, ``worker``, ``batch``, ``context``, ``step_p50_ms``). An unknown key is an error.
+(``suite``, ``worker``, ``batch``, ``context``; ``step_p50_ms`` unless the scrapes hold the latency
+histogram; ``before`` and ``after`` together or not at all — paths relative to the config file:
+an entry that names them reads them from there, one that does not takes the command line's next
+BEFORE AFTER pair). An unknown key is an error.
 
 Every problem is a :class:`~specreplay.errors.SpecReplayError` naming the file and the line.
 """
