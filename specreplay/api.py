@@ -94,7 +94,7 @@ from specreplay.commands.interval import interval_inputs, interval_memory_result
 from specreplay.commands.progress import progress_bar
 from specreplay.commands.report import rerender
 from specreplay.commands.requalify import requalify_run
-from specreplay.commands.screen import screen_result
+from specreplay.commands.screen import screen_inputs, screen_result
 from specreplay.commands.sweep import sweep_run
 from specreplay.commands.synth import DEFAULT_FORM, SynthArchive, synth_archive
 from specreplay.commands.validate import validate_result
@@ -499,7 +499,7 @@ def screen(
     )
     paths = [Path(p) for p in counters]
     cfg = Path(config) if config is not None else None
-    inputs = [*paths, *([cfg] if cfg is not None else []), *(opts.vs or ())]
+    inputs = screen_inputs(paths, cfg, opts)
     target = _before(out, force, inputs)
     return _after(screen_result(paths, cfg, opts=opts), target, force, inputs)
 

@@ -494,3 +494,16 @@ def test_bad_config_shapes_are_one_line(tmp_path: Path) -> None:
     _refused(tmp_path, ["screen", str(b), str(a), "--config", str(cfg)],
              f"{cfg}: [[vllm]] #1: no step_p50_ms, and the scrapes give no step time",
              "set step_p50_ms")  # fmt: skip
+
+
+def test_out_may_not_hold_a_scrape_named_only_by_the_config(tmp_path: Path) -> None:
+    """--force never replaces a folder holding a scrape that only a [[vllm]] entry names."""
+    sub = tmp_path / "scrapes"
+    sub.mkdir()
+    _copy(sub)
+    cfg = tmp_path / "screen.toml"
+    cfg.write_text(ENTRY_CONFIG + 'before = "scrapes/before.prom"\nafter = "scrapes/after.prom"\n')
+    before = tree_digest(tmp_path)
+    res = invoke(["screen", "--config", str(cfg), "--out", str(sub), "--force"])
+    assert_refused(res, str(sub), "before.prom")
+    assert_clean(res, before, [tmp_path])

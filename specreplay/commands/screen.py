@@ -31,13 +31,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from specreplay.pipelines.options import ScreenOptions
-from specreplay.pipelines.screen import screen_result
+from specreplay.pipelines.screen import screen_inputs, screen_result
 from specreplay.render.files import outputs_line, write_all
 from specreplay.render.screen import scrape_lines
 from specreplay.render.tables import fmt
 from specreplay.results.output import check_out, output_dir
 
-__all__ = ["run_screen", "screen_result"]
+__all__ = ["run_screen", "screen_inputs", "screen_result"]
 
 
 def run_screen(
@@ -52,7 +52,7 @@ def run_screen(
     """Run the screen and write results.json and TABLES.md into ``out``; return terminal text."""
     if opts is None:
         opts = ScreenOptions.build(model_name=model_name)
-    inputs = [*paths, *([config] if config is not None else []), *(opts.vs or ())]
+    inputs = screen_inputs(paths, config, opts)
     check_out(out, force=force, inputs=inputs)
     result = screen_result(paths, config, opts=opts)  # every input is read before any write
     with output_dir(out, force=force, inputs=inputs) as tmp:

@@ -67,6 +67,7 @@ __all__ = [
     "scrape_delta",
     "scrape_figures",
     "screen_cell_result",
+    "screen_inputs",
     "screen_result",
 ]
 
@@ -414,6 +415,16 @@ def _cells(runs: list[CounterRun], params: ScreenParams) -> list[Cell]:
             )
         )
     return cells
+
+
+def screen_inputs(paths: list[Path], config: Path | None, opts: ScreenOptions) -> list[Path]:
+    """Return every file the run reads: the arguments, the config, its scrapes and ``--vs``'s.
+
+    ``--out`` may be none of them nor hold one (:func:`~specreplay.results.output.check_out`); a
+    scrape named only by a ``[[vllm]]`` entry is an input too.
+    """
+    named = [p for e in read_config(config).vllm for p in (e.before, e.after) if p is not None]
+    return [*paths, *([config] if config is not None else []), *named, *(opts.vs or ())]
 
 
 def screen_result(
