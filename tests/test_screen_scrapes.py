@@ -507,3 +507,20 @@ def test_out_may_not_hold_a_scrape_named_only_by_the_config(tmp_path: Path) -> N
     res = invoke(["screen", "--config", str(cfg), "--out", str(sub), "--force"])
     assert_refused(res, str(sub), "before.prom")
     assert_clean(res, before, [tmp_path])
+
+
+def test_more_one_line_refusals(tmp_path: Path) -> None:
+    b, a = _copy(tmp_path)
+    _refused(tmp_path, ["screen"], "screen: no input: give run counters or BEFORE AFTER")
+    cfg = tmp_path / "screen.toml"
+    cfg.write_text(ENTRY_CONFIG + 'before = "before.prom"\nafter = "gone.prom"\n')
+    _refused(tmp_path, ["screen", "--config", str(cfg)],
+             f"{tmp_path / 'gone.prom'}: no such file (named by {cfg}: [[vllm]] #1)")  # fmt: skip
+    bucket = f'vllm:inter_token_latency_seconds_bucket{{engine="0",le="0.05",model_name="{MODEL}"}}'
+    text = a.read_text()
+    assert bucket in text
+    a.write_text(text.replace(bucket, bucket.replace('le="0.05"', 'le="fast"')))
+    line = 1 + text.splitlines().index(next(x for x in text.splitlines() if x.startswith(bucket)))
+    where = f"{a}:line {line}"
+    _refused(tmp_path, ["screen", str(b), str(a)],
+             f"{where}: vllm:inter_token_latency_seconds_bucket needs a label le=")  # fmt: skip
