@@ -636,7 +636,7 @@ def screen(
     counters: Annotated[
         list[Path] | None,
         typer.Argument(
-            metavar="[COUNTERS | BEFORE AFTER]…",
+            metavar="INPUTS",
             help="Run-counter JSON Lines files and vLLM Prometheus scrapes, the scrapes in BEFORE "
             "AFTER pairs (curl -s http://HOST:PORT/metrics > before.prom; the benchmark; the "
             'same > after.prom; docs/inputs.md, "Run counters and vLLM scrapes").',
@@ -680,7 +680,7 @@ def screen(
     force: ForceOpt = False,
     quiet: QuietOpt = False,  # accepted like every command's; it draws no progress bar
 ) -> None:
-    """VLLM scrapes' MEASURED acceptance; with --config, the SP2 depth screen (ESTIMATED).
+    """Mean acceptance length from two vLLM scrapes (MEASURED); --config: SP2 depth screen.
 
     Per scrape pair: mean acceptance length, per-position and draft acceptance rates, drafts and
     the binned median step time. Per (batch, context, worker) with --config: pooled survivals
