@@ -524,3 +524,22 @@ def test_more_one_line_refusals(tmp_path: Path) -> None:
     where = f"{a}:line {line}"
     _refused(tmp_path, ["screen", str(b), str(a)],
              f"{where}: vllm:inter_token_latency_seconds_bucket needs a label le=")  # fmt: skip
+
+
+def test_a_run_without_scrapes_writes_no_new_key(tmp_path: Path) -> None:
+    """Run counters and a config alone: results.json has no ``scrapes``, ``scrape_delta``,
+    ``engine`` or ``vs`` (they exist only when used), so it is what it was before them."""
+    run = {"suite": "s", "worker": "w", "batch": 2, "context": 0, "request_rounds": 100,
+           "accepted_position": [80, 60, 40, 20, 10], "step_p50_ms": 40.0}  # fmt: skip
+    counters, cfg = tmp_path / "runs.jsonl", tmp_path / "screen.toml"
+    counters.write_text(json.dumps(run) + "\n")
+    cfg.write_text("[draft_p50_ms]\n2 = 2.0\n")
+    out = tmp_path / "out"
+    _ok(["screen", str(counters), "--config", str(cfg), "--out", str(out)], counters, cfg)
+    doc = _doc(out)
+    assert "scrapes" not in doc and "scrape_delta" not in doc
+    assert list(doc["options"]) == [
+        "counters", "config", "model_name", "trained_block", "depths", "h_ms", "caps",
+        "draft_p50_ms", "central", "envelope",
+    ]  # fmt: skip
+    assert not any(a.startswith(("Scrapes:", "Step time:", "--vs:")) for a in doc["assumptions"])
