@@ -634,19 +634,21 @@ def interval(
 @app.command()
 def screen(
     counters: Annotated[
-        list[Path],
+        list[Path] | None,
         typer.Argument(
-            metavar="COUNTERS",
-            help="Run-counter JSON Lines files and vLLM Prometheus scrapes (each named by a "
-            '[[vllm]] entry of --config; docs/inputs.md, "Run counters and vLLM scrapes").',
+            metavar="INPUTS",
+            help="Run-counter JSON Lines files and vLLM Prometheus scrapes, the scrapes in BEFORE "
+            "AFTER pairs (curl -s http://HOST:PORT/metrics > before.prom; the benchmark; the "
+            'same > after.prom; docs/inputs.md, "Run counters and vLLM scrapes").',
         ),
-    ],
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option(
             "--config",
             help="screen.toml: [draft_p50_ms] (D_B per batch), [caps], h_ms, depths, "
-            "[central], [envelope] grids, [[vllm]] runs.",
+            "[central], [envelope] grids, [[vllm]] runs. Adds the ESTIMATED depth screen to "
+            "the scrapes' MEASURED figures.",
         ),
     ] = None,
     model_name: Annotated[
@@ -657,20 +659,41 @@ def screen(
             "holds two models: they are never summed).",
         ),
     ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help='Keep this engine label\'s series of the vLLM scrapes (engine="0", "1", …); '
+            "by default every engine is summed.",
+        ),
+    ] = None,
+    vs: Annotated[
+        tuple[Path, Path] | None,
+        typer.Option(
+            "--vs",
+            metavar="BEFORE_B AFTER_B",
+            help="A second scrape pair: Δ of the mean acceptance length (R_B − R_A) and its "
+            "round-independent SE, a lower bound.",
+        ),
+    ] = None,
     out: OutOpt = Path("specreplay-out/screen"),
     force: ForceOpt = False,
     quiet: QuietOpt = False,  # accepted like every command's; it draws no progress bar
 ) -> None:
-    """Depth screen (SP2) from run counters: ESTIMATED tokens/s per candidate depth.
+    """Mean acceptance length from two vLLM scrapes (MEASURED); --config: SP2 depth screen.
 
-    Per (batch, context, worker): pooled survivals S_i, central rate_B(d) and its assumption
-    envelope, gain over the nominal cap and rank; UNSUPPORTED past the trained block or the cap.
-    Writes results.json, TABLES.md and cells.parquet into --out.
+    Per scrape pair: mean acceptance length, per-position and draft acceptance rates, drafts and
+    the binned median step time. Per (batch, context, worker) with --config: pooled survivals
+    S_i, central rate_B(d) and its assumption envelope, gain over the nominal cap and rank;
+    UNSUPPORTED past the trained block or the cap. Writes results.json, TABLES.md and
+    cells.parquet into --out.
     """
     with _user_errors("screen"):
         from specreplay.commands.screen import run_screen
+        from specreplay.pipelines.options import ScreenOptions
 
-        typer.echo(run_screen(counters, config=config, out=out, force=force, model_name=model_name))
+        opts = ScreenOptions.build(model_name=model_name, engine=engine, vs=vs)
+        typer.echo(run_screen(counters or [], config=config, out=out, force=force, opts=opts))
 
 
 @app.command()

@@ -193,9 +193,35 @@ def sweep_verdicts(result: Result) -> list[str]:
     return lines
 
 
-def screen_verdicts(result: Result) -> list[str]:
-    """Per batch × context × worker cell: the best central depth, its rate and gain over the cap."""
+def _scrape_verdicts(result: Result) -> list[str]:
+    """Per scrape pair: the mean acceptance length and vLLM's other figures (MEASURED)."""
     lines = []
+    for f in result.scrapes or ():
+        rates = (
+            ", ".join("—" if s.value is None else f"{s.value:.4f}" for s in f.per_position)
+            if f.per_position_null_reason is None
+            else f"null ({f.per_position_null_reason})"
+        )
+        x = f.draft_acceptance_rate
+        draft = "—" if x is None else f"{x:.4f}"
+        lines.append(
+            f"Scrapes {f.name}: **mean acceptance length {f.mean_acceptance_length:.4f}** "
+            f"(R), per-position acceptance rate {rates}, Avg Draft acceptance rate {draft}, "
+            f"{f.drafts:,} drafts ({f.label.value})"
+        )
+    d = result.scrape_delta
+    if d is not None:
+        se = f"SE ≥ {d.se:.4f}, a lower bound" if d.se is not None else "SE null"
+        lines.append(
+            f"Δ mean acceptance length R_{d.b} − R_{d.a} = **{d.point:+.4f}** ({se}: rounds "
+            f"cluster by request) ({d.label.value})"
+        )
+    return lines
+
+
+def screen_verdicts(result: Result) -> list[str]:
+    """Per scrape pair its MEASURED figures; per cell the best central depth, rate and gain."""
+    lines = _scrape_verdicts(result)
     for c in result.cells:
         if c.screen is None:
             continue
@@ -216,7 +242,7 @@ def screen_verdicts(result: Result) -> list[str]:
             f"(envelope {_plain(best.tokens_per_s_lo)} to {_plain(best.tokens_per_s_hi)}){gain} "
             f"({best.label.value})"
         )
-    return lines or ["— (no screened cell)"]
+    return lines or ["— (no screened cell)"]  # the scrapes alone have lines above
 
 
 # -- budget, lawtest, validate --------------------------------------------------------------------
@@ -338,6 +364,12 @@ def _sweep_q(r: Result) -> tuple[str, str]:
 
 def _screen_q(r: Result) -> tuple[str, str]:
     files = ", ".join(_name(p) for p in r.options.get("counters", []))
+    if not r.cells:
+        return (
+            "vLLM scrapes: acceptance measured",
+            f"What mean acceptance length, per-position and draft acceptance rates do the vLLM "
+            f"scrapes {files} measure?",
+        )
     return (
         "Depth screen from run counters",
         f"Which draft depth gives the highest aggregate tokens per second in each batch × "
