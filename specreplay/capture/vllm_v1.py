@@ -68,10 +68,12 @@ What one round records (one row per drafted position 1..n, schema v1)
   what decided), logging arm ``greedy@K``.
 - ``accepted``: from the sampler's output; ``context_tokens`` = ``num_computed_tokens_cpu + 1``
   when ``_sample`` runs (the tokens the first draft is conditioned on: the prompt and the output
-  so far, including the last sampled token that this step feeds in); ``round``: 0, 1, … per
-  request, counted by this adapter over the rounds it offers to the recorder (a step in which a
-  request has no drafts is not a round); ``family``: ``SPECREPLAY_CAPTURE_FAMILY`` (default
-  ``vllm``); K: the config's ``num_speculative_tokens``.
+  so far, including the last sampled token that this step feeds in; with async scheduling the
+  count is already corrected for the previous round's rejected drafts, since
+  ``execute_model`` applies ``_update_states``' deferred correction before ``sample_tokens``);
+  ``round``: 0, 1, … per request, counted by this adapter over the rounds it offers to the
+  recorder (a step in which a request has no drafts is not a round); ``family``:
+  ``SPECREPLAY_CAPTURE_FAMILY`` (default ``vllm``); K: the config's ``num_speculative_tokens``.
 
 Decisions (where issue 12 is silent)
 ------------------------------------
@@ -82,10 +84,11 @@ Decisions (where issue 12 is silent)
   close). Set the variable when several processes capture mixed traffic.
 - **Rules that are not p/q**: vLLM's ``synthetic`` and ``fly`` rejection methods accept by other
   rules; their rounds are not recorded (``skipped_rule``).
-- **Only tensor-parallel rank 0 records**: every TP rank samples the same tokens (vLLM
-  broadcasts nothing here, it recomputes), so other TP ranks would duplicate the rows. Each
-  data-parallel engine records its own requests. Pipeline stages other than the last never call
-  ``_sample``.
+- **Only tensor-parallel rank 0 records**: the executor runs ``sample_tokens`` on every worker
+  and takes the output of TP rank 0 of the last pipeline stage
+  (``vllm/v1/executor/multiproc_executor.py``, ``MultiprocExecutor._get_output_rank``); the
+  other TP ranks verify the same rounds and would duplicate the rows. Each data-parallel engine
+  records its own requests. Pipeline stages other than the last never call ``_sample``.
 - **Writer ids**: ``vllm_r<world rank>_p<pid>`` (vLLM's ``get_world_group().rank``, 0 when it is
   not initialised), one per process, all appending to the one folder (``mode="append"``).
 - **Flush**: the Recorder registers ``close`` with :mod:`atexit`, which also runs in vLLM's

@@ -469,3 +469,48 @@ def test_two_processes_append_to_one_folder(standin: Path, tmp_path: Path) -> No
     assert sorted(rows.get_column("request_id").unique().to_list()) == ["A0", "A1", "B0", "B1"]
     R, n_rounds = measured_R(folder)
     assert n_rounds == 4 and pytest.approx(3.0) == R  # u = 0 and q = 1: every draft accepted
+
+
+def _one_step(rs: Any, runner_cls: Any, batch_cls: Any, cap: vllm_v1.VllmCapture) -> None:
+    """A batch of two requests: x (temperature 0: greedy@2) and y (temperature 1: t1@2)."""
+    drafts = [[1, 2], [3, 4]]
+    rs.UNIFORMS = [0.0] * 4
+    sm = SimpleNamespace(temperature=torch.tensor([0.0, 1.0]), all_greedy=False, all_random=False)
+    runner = runner_cls(num_spec_tokens=2, method="eagle")
+    runner.input_batch = batch_cls(["x", "y"], [5, 6], [0.0, 1.0], sm)
+    runner.draft_probs = torch.full((4, V), 1.0 / V)
+    runner._sample(logits_rows([np.zeros((2, V))] * 2, drafts, V), metadata(drafts))
+
+
+def test_only_tensor_parallel_rank_0_records(standin: Path, tmp_path: Path) -> None:
+    import vllm.v1.sample.rejection_sampler as rs
+    import vllm.v1.worker.gpu_model_runner as gmr
+
+    cap = vllm_v1.VllmCapture(
+        vllm_v1.CaptureSettings(folder=str(tmp_path / "cap")), tp_rank=lambda: 1
+    )
+    cap.patch_runner(gmr)
+    cap.patch_sampler(rs)
+    _one_step(rs, gmr.GPUModelRunner, gmr.InputBatch, cap)
+    assert cap.recorder is None and cap.counts.batches == 0 and cap.failed is None
+    assert not (tmp_path / "cap").exists()
+
+
+@pytest.mark.parametrize(("arm", "recorded"), [("greedy@2", "x"), ("t1@2", "y")])
+def test_the_arm_variable_picks_the_requests_recorded(
+    standin: Path, tmp_path: Path, arm: str, recorded: str
+) -> None:
+    import vllm.v1.sample.rejection_sampler as rs
+    import vllm.v1.worker.gpu_model_runner as gmr
+
+    folder = tmp_path / "cap"
+    cap = vllm_v1.install(vllm_v1.CaptureSettings(folder=str(folder), logging_arm=arm))
+    _one_step(rs, gmr.GPUModelRunner, gmr.InputBatch, cap)
+    cap.close()
+    rows = read_rows(folder)
+    assert rows.get_column("request_id").unique().to_list() == [recorded]
+    assert rows.get_column("logging_arm").unique().to_list() == [arm]
+    assert cap.counts.skipped_other_arm == 1
+    (writer,) = json.loads((folder / "CAPTURE.json").read_text())["writers"]
+    want = "point-mass (eagle-argmax)" if arm == "greedy@2" else "eagle (vLLM draft_probs)"
+    assert writer["capture"]["drafter"] == want
