@@ -57,8 +57,8 @@ What one round records (one row per drafted position 1..n, schema v1)
 - **A point-mass drafter** (``draft_probs`` None: n-gram, EAGLE argmax, any
   ``draft_sample_method="greedy"``): ``cand_ids = [drafted_id]``, ``draft_logprobs = [0.0]``,
   ``emitted_q = [1.0]``, logging arm ``greedy@K``; the manifest's drafter is
-  ``"point-mass (ngram)"``, ``"point-mass (eagle-argmax)"`` (eagle, eagle3, mtp) or
-  ``"point-mass (METHOD-argmax)"``.
+  ``"point-mass (ngram)"`` (ngram, ngram_gpu), ``"point-mass (eagle-argmax)"`` (eagle, eagle3,
+  mtp and the ``*_mtp`` methods) or ``"point-mass (METHOD-argmax)"`` (draft_model, suffix, …).
 - **target_probs** are the target's probabilities as the sampler verified them: the float32
   softmax of the constrained ``target_logits``, gathered at the candidates.
 - **Greedy requests** (temperature 0): vLLM accepts a draft iff it equals the target's argmax
@@ -422,7 +422,8 @@ class AdapterCounts:
 def _point_mass_drafter(method: str) -> str:
     if method.startswith("ngram"):
         return "point-mass (ngram)"
-    if method in ("eagle", "eagle3", "mtp") or method.startswith("eagle"):
+    # vllm/config/speculative.py: EagleModelTypes = eagle, eagle3, the *_mtp / mtp types, dflash
+    if method.startswith("eagle") or method == "mtp" or method.endswith("_mtp"):
         return "point-mass (eagle-argmax)"
     return f"point-mass ({method}-argmax)"
 
