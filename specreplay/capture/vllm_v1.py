@@ -428,6 +428,12 @@ def _point_mass_drafter(method: str) -> str:
     return f"point-mass ({method}-argmax)"
 
 
+@functools.lru_cache(maxsize=256)
+def _t_arm(temperature: float, depth: int) -> str:
+    """Return the canonical arm ``tT@K`` of a sampled request (T to 6 significant digits)."""
+    return parse_arm(f"t{temperature:.6g}@{depth}").canonical
+
+
 def _writer_id() -> str:
     rank = 0
     try:
@@ -639,7 +645,7 @@ class VllmCapture:
         greedy = all_greedy or batch.temperature[i] == 0.0
         if greedy or point_mass:
             return f"greedy@{batch.depth}"
-        return parse_arm(f"t{batch.temperature[i]:.6g}@{batch.depth}").canonical
+        return _t_arm(float(batch.temperature[i]), batch.depth)
 
     def _open(self, arm: str, batch: _Batch, point_mass: bool) -> Any:
         if self.recorder is not None:
