@@ -296,7 +296,7 @@ def validate(
     hash_ids: bool = False,
     ignore: str | Sequence[str] = (),
 ) -> Result:
-    """Check an archive against schema v1; return its counts and MEASURED acceptance.
+    """Check an archive against schema v1; return its counts, MEASURED R and survival.
 
     As ``specreplay validate PATH``. ``result.archive`` describes the archive; the cells hold
     the MEASURED R of its logging arm by family × bucket. ``ignore``: as ``--ignore`` (globs
@@ -443,7 +443,7 @@ def interval(
     hash_ids: bool = False,
     ignore: str | Sequence[str] = (),
 ) -> Result:
-    """Paired bootstrap interval of Δ = R_B − R_A by family × context bucket, with verdicts.
+    """Paired bootstrap interval of Δ = R_b − R_a by family × context bucket, with verdicts.
 
     As ``specreplay interval A B``: each input is round traces, per-request sums, a Spec-Bench
     or a Medusa answer file; the pooled verdict is ``result.verdict``. ``ignore``: as

@@ -140,7 +140,8 @@ MarginOpt = Annotated[
     str,
     typer.Option(
         "--margin",
-        help="Equivalence margin: relative to R_a with % (0.5%) or tokens/round (0.02).",
+        help="Equivalence margin m: relative to R_a with % (0.5%), or absolute in tokens/round "
+        "(0.02).",
     ),
 ]
 NBootOpt = Annotated[
@@ -171,7 +172,7 @@ CostOpt = Annotated[
     str | None,
     typer.Option(
         "--cost",
-        help="ms per round: linear:T0:C, or a TOML file with "
+        help="Cost model, ms per round by depth: linear:T0:C, or a TOML file with "
         "ms_per_round = {1 = 2.1, …}; gives tokens/s, best depth, P(best).",
     ),
 ]
@@ -492,9 +493,12 @@ def validate(
     hash_ids: HashIdsOpt = False,
     ignore: IgnoreOpt = None,
 ) -> None:
-    """Check an archive against schema v1 and report its counts and MEASURED acceptance.
+    """Check an archive against schema v1; report its counts, MEASURED R and survival.
 
-    Exit status 0 when valid, 2 with up to 20 error lines (all with --all) otherwise.
+    R is the retained tokens per round (vLLM's mean acceptance length); survival P(A ≥ j) the
+    share of rounds whose first j drafts were all accepted (vLLM's per-position acceptance rate
+    at position j − 1). Exit status 0 when valid, 2 with up to 20 error lines (all with --all)
+    otherwise.
     """
     with _user_errors("validate"):
         from specreplay.commands.validate import run_validate
@@ -561,7 +565,7 @@ def interval(
         Path,
         typer.Argument(
             metavar="A",
-            help="Arm A (the reference): round traces, per-request "
+            help="Arm A, the baseline (a in Δ = R_b − R_a): round traces, per-request "
             "sums, a Spec-Bench or a Medusa answer file.",
         ),
     ],
@@ -612,9 +616,10 @@ def interval(
     hash_ids: HashIdsOpt = False,
     ignore: IgnoreOpt = None,
 ) -> None:
-    """Paired bootstrap interval of Δ = R_B − R_A by family × context bucket, with verdicts.
+    """Paired bootstrap interval of Δ = R_b − R_a by family × context bucket, with verdicts.
 
-    Requests are paired by id and resampled as clusters (strata = family by default); writes
+    R is the retained tokens per round (vLLM's mean acceptance length) of arm A (a) and arm B
+    (b). Requests are paired by id and resampled as clusters (strata = family by default); writes
     results.json, TABLES.md, cells.parquet and forest.png into --out.
     """
     params = dict(locals())  # the parameters, before any other name is bound
@@ -758,10 +763,11 @@ def requalify(
 ) -> None:
     """Replay an archive under baseline and candidate arms and requalify the change.
 
-    Prints the verdict first: QUALIFIED when the candidate's R is EQUIVALENT to the baseline's
-    and its law test passes, NOT QUALIFIED when DIFFERENT or the law test fails, else
-    INCONCLUSIVE; then R per arm by family x bucket, the gain over --reference, the path-bias
-    diagnostic of the logging arm, survival per position and the law tests.
+    Prints the verdict first: QUALIFIED when the candidate's R (retained tokens per round) is
+    EQUIVALENT to the baseline's and its law test passes, NOT QUALIFIED when DIFFERENT or the law
+    test fails, else INCONCLUSIVE; then R per arm by family × bucket, the gain over --reference,
+    the path-bias diagnostic of the logging arm, survival P(A ≥ j) per position and the law
+    tests.
     """
     params = dict(locals())  # the parameters, before any other name is bound
     with _user_errors("requalify"):
@@ -837,7 +843,7 @@ def sweep(
     short_rounds: ShortRoundsOpt = ShortRounds.NULL,
     ignore: IgnoreOpt = None,
 ) -> None:
-    """R at every fixed depth per arm and cell from one replay pass.
+    """R (retained tokens per round) at every fixed depth per arm and cell from one replay pass.
 
     See docs/methods.md, "The sweep: cost model and the best depth".
 
@@ -995,7 +1001,8 @@ def budget(
         float, typer.Option("--price-ms", help="T: the policy's price, ms per round.")
     ],
     base: Annotated[
-        float | None, typer.Option("--base", help="R_0: the reference's tokens per round.")
+        float | None,
+        typer.Option("--base", help="R_0: the reference's R (retained tokens per round)."),
     ] = None,
     delta_lo: Annotated[
         float | None,
@@ -1016,7 +1023,7 @@ def budget(
         ),
     ] = None,
     rate: Annotated[
-        float | None, typer.Option("--rate", help="Sensitivity: historical rate r_0, tok/s.")
+        float | None, typer.Option("--rate", help="Sensitivity: historical rate r_0, tokens/s.")
     ] = None,
     tau_ms: Annotated[
         float | None, typer.Option("--tau-ms", help="Sensitivity: historical ms per round τ.")

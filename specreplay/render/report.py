@@ -191,7 +191,7 @@ def _path_bias(result: Result) -> list[str]:
                 f"Path bias of the logging arm {pb.b} (SIMULATED − MEASURED R): {num(pb.point)} "
                 f"[{num(pb.lo)}, {num(pb.hi)}] tokens/round: "
                 + (
-                    "the interval holds 0, the replay reproduces the archived acceptance."
+                    "the interval holds 0, the replay reproduces the MEASURED R."
                     if inside
                     else "the interval excludes 0, the replay is biased even for the "
                     "arm that wrote the archive; deltas may carry part of that bias."
