@@ -685,10 +685,11 @@ def screen(
     force: ForceOpt = False,
     quiet: QuietOpt = False,  # accepted like every command's; it draws no progress bar
 ) -> None:
-    """Mean acceptance length from two vLLM scrapes (MEASURED); --config: SP2 depth screen.
+    """MEASURED R from two vLLM scrapes (vLLM's mean acceptance length); --config: depth screen.
 
-    Per scrape pair: mean acceptance length, per-position and draft acceptance rates, drafts and
-    the binned median step time. Per (batch, context, worker) with --config: pooled survivals
+    Per scrape pair, in vLLM's names: the mean acceptance length (R), the per-position
+    acceptance rates (survival), the draft acceptance rate, drafts (rounds) and the binned
+    median step time. Per (batch, context, worker) with --config: pooled survivals
     S_i, central rate_B(d) and its assumption envelope, gain over the nominal cap and rank;
     UNSUPPORTED past the trained block or the cap. Writes results.json, TABLES.md and
     cells.parquet into --out.

@@ -62,7 +62,7 @@ def run_screen(
         ranked = [d for d in c.depths if d.rank is not None]
         best = min(ranked, key=lambda d: d.rank or 0, default=None)
         what = (
-            f"depth {best.depth}: {fmt(best.tokens_per_s, 1)} tok/s "
+            f"depth {best.depth}: {fmt(best.tokens_per_s, 1)} tokens/s "
             f"[{fmt(best.tokens_per_s_lo, 1)}, {fmt(best.tokens_per_s_hi, 1)}]"
             if best is not None
             else "no supported depth"

@@ -176,12 +176,12 @@ def _cell_section(c: Cell, notes: dict[str, int]) -> list[str]:
         f"Config: c_B {s.cap}, D_B {s.draft_p50_ms:.4f} ms, e_ref {s.e_ref_ms:.4f} ms.",
         "",
         f"Best central depth (ESTIMATED): {best.depth if best else '—'}"
-        + (f", {fmt(best.tokens_per_s, 1)} tok/s." if best else "."),
+        + (f", {fmt(best.tokens_per_s, 1)} tokens/s." if best else "."),
         "",
     ]
     header = [
         "depth",
-        "rate tok/s",
+        "rate tokens/s",
         "envelope",
         f"gain vs c_B={s.cap} [envelope]",
         "1+ΣS_i",
