@@ -371,6 +371,40 @@ def test_a_process_that_exits_without_close_commits(tmp_path: Path) -> None:
     _valid(out)
 
 
+_FORKER = """
+import os, sys
+import numpy as np
+from specreplay.capture import Recorder
+rec = Recorder(sys.argv[1], logging_arm="greedy@2")
+
+def one(rid, t):
+    d = np.array([t + 1, t + 2])
+    q = np.ones((2, 1))
+    return rec.round(rid, t, d, np.full((2, 1), 0.5), 1, cand_ids=d[:, None], emitted_q=q)
+
+assert one("parent", 0)
+pid = os.fork()
+if pid == 0:  # the child: the recorder is the parent's; its exit (atexit) must write nothing
+    ok = not one("child", 0) and not rec.sampled("child")
+    rec.close()
+    sys.exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+assert one("parent", 1)
+"""
+
+
+def test_a_forked_child_leaves_the_parents_run_alone(tmp_path: Path) -> None:
+    out = tmp_path / "a"
+    root = Path(__file__).parent.parent
+    subprocess.run([sys.executable, "-c", _FORKER, str(out)], check=True, cwd=root, timeout=300)
+    rows = _rows(out)
+    assert rows["request_id"].to_list() == ["parent"] * 4
+    assert rows["round"].to_list() == [0, 0, 1, 1]
+    assert leftovers(tmp_path) == []
+    _valid(out)
+
+
 def test_an_exception_inside_with_commits_and_propagates(tmp_path: Path) -> None:
     with (
         pytest.raises(RuntimeError, match="engine crashed"),

@@ -62,6 +62,10 @@ Decisions (where issue 12 is silent)
   the TraceWriter's staged ``.NAME.tmp-PID`` folder, which readers refuse.
 - ``round`` is meant to be called from one thread (the engine's step loop); counters are plain
   integers updated without a lock.
+- **fork**: in a child forked from a process holding a recorder, that recorder is closed:
+  ``round`` returns False and ``close`` (also at the child's exit) writes nothing, since the
+  background thread and the staged run belong to the parent. A process that records creates its
+  own Recorder (``mode="append"``, one ``writer_id`` per process).
 
 This module depends on NumPy, polars, pyarrow, :mod:`specreplay.replay.archive.writer` and
 :mod:`specreplay.sim`.
@@ -85,8 +89,10 @@ import atexit
 import hashlib
 import importlib
 import math
+import os
 import queue
 import threading
+import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -115,6 +121,14 @@ INCOMPLETE_IDS_LISTED = 1000
 _BATCH_ROUNDS = 512  # rounds the background thread turns into one frame at most
 _SHARD_ROWS = 50_000  # rows per shard: bounds the memory a long capture buffers (~60 MB at K=32)
 _STOP = object()
+_LIVE: weakref.WeakSet[Recorder] = weakref.WeakSet()  # recorders of this process (fork hook)
+_FORK_HOOK: list[bool] = []  # the at-fork hook is registered on the first Recorder, not at import
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child, every inherited recorder is closed: the parent's run stays its own."""
+    for rec in list(_LIVE):
+        rec._disown()
 
 
 def sample_threshold(sample: float) -> int:
@@ -323,6 +337,15 @@ class Recorder:
         self._thread = threading.Thread(target=self._run, name="specreplay-recorder", daemon=True)
         self._thread.start()
         atexit.register(self.close)
+        _LIVE.add(self)
+        if not _FORK_HOOK:
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+            _FORK_HOOK.append(True)
+
+    def _disown(self) -> None:
+        """Close without writing (in a forked child: the thread and staged run are the parent's)."""
+        self._closed = True
+        self._close_lock = threading.Lock()  # the parent's thread may have held it at the fork
 
     # -- the calling thread ----------------------------------------------------------------
 
