@@ -560,6 +560,7 @@ def _call(rec: Recorder, **over: Any) -> bool:
         ({"draft_logits": np.zeros((2, 3))}, r"not both"),
         ({"round": -1}, r"round -1 after round -1"),
         ({"family": 3}, r"family 3 should be a str"),
+        ({"target_probs": [[0.5, 0.5], [0.5]]}, r"target_probs cannot be read as a numpy array"),
         ({"request_id": ["r"]}, r"request_id \['r'\] should be a str"),
         ({"request_id": 7}, r"request_id 7 should be a str"),
     ],

@@ -259,6 +259,13 @@ class Recorder:
     shard_rows : int
         Rows per shard (cut at a round boundary); the background thread buffers up to one shard.
 
+    Attributes
+    ----------
+    arm : Arm
+        The parsed logging arm (adapters read its depth and policy).
+    top_k, sample, path, drafter, engine
+        The arguments, as given (``path`` a Path).
+
     Raises
     ------
     SpecReplayError
@@ -493,7 +500,7 @@ class Recorder:
     ) -> _Round:
         """Check one round's shapes and copy its arrays (the calling thread's work)."""
         where = f"Recorder: request {request_id!r} round {rnd}"
-        drafted = np.array(drafted_ids)
+        drafted = _copy(drafted_ids, "drafted_ids", where)
         n = drafted.shape[0] if drafted.ndim == 1 else 0
         if drafted.ndim != 1 or n < 1 or drafted.dtype.kind not in "iu":
             raise SpecReplayError(
@@ -510,7 +517,7 @@ class Recorder:
         if isinstance(context_tokens, bool) or not isinstance(context_tokens, (int, np.integer)):
             raise SpecReplayError(f"{where}: context_tokens {context_tokens!r} should be an int")
         n_acc = _accepted(accepted, n, where)
-        target = np.array(target_probs)
+        target = _copy(target_probs, "target_probs", where)
         if target.ndim != 2 or target.shape[0] != n or target.dtype.kind != "f":
             raise SpecReplayError(
                 f"{where}: target_probs should be floats of shape (n={n}, V or K), got "
@@ -522,7 +529,7 @@ class Recorder:
                     f"{where}: pass draft_logits (logits mode) or cand_ids + emitted_q (exact-q "
                     "mode), not both"
                 )
-            logits = np.array(draft_logits)
+            logits = _copy(draft_logits, "draft_logits", where)
             if logits.ndim != 2 or logits.shape[0] != n or logits.dtype.kind != "f":
                 raise SpecReplayError(
                     f"{where}: draft_logits should be floats of shape (n={n}, V), got "
@@ -556,13 +563,13 @@ class Recorder:
                 f"{where}: pass draft_logits (logits mode) or both cand_ids and emitted_q "
                 "(exact-q mode)"
             )
-        cand = np.array(cand_ids)
+        cand = _copy(cand_ids, "cand_ids", where)
         if cand.ndim != 2 or cand.shape[0] != n or cand.shape[1] < 1 or cand.dtype.kind not in "iu":
             raise SpecReplayError(
                 f"{where}: cand_ids should be integers of shape (n={n}, K >= 1), got "
                 f"{cand.dtype} {cand.shape}"
             )
-        q = np.array(emitted_q)
+        q = _copy(emitted_q, "emitted_q", where)
         if q.shape != cand.shape or q.dtype.kind != "f":
             raise SpecReplayError(
                 f"{where}: emitted_q should be floats of cand_ids' shape {cand.shape}, got "
@@ -570,7 +577,7 @@ class Recorder:
             )
         lp = None
         if draft_logprobs is not None:
-            lp = np.array(draft_logprobs)
+            lp = _copy(draft_logprobs, "draft_logprobs", where)
             if lp.shape != cand.shape or lp.dtype.kind != "f":
                 raise SpecReplayError(
                     f"{where}: draft_logprobs should be floats of cand_ids' shape {cand.shape}, "
@@ -894,6 +901,17 @@ def _accepted(accepted: Any, n: int, where: str) -> int:
             "stops at the first rejection)"
         )
     return n_acc
+
+
+def _copy(value: Any, name: str, where: str) -> NDArray[Any]:
+    """Copy an array argument into a new numpy array (a CPU tensor converts; a GPU one cannot)."""
+    try:
+        return np.array(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise SpecReplayError(
+            f"{where}: {name} cannot be read as a numpy array ({_one_line(exc)}); move it to the "
+            "CPU as float32/float64 (ids as integers) first"
+        ) from None
 
 
 def _check_int(name: str, value: Any, lo: int) -> None:
