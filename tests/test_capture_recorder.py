@@ -405,6 +405,36 @@ def test_a_forked_child_leaves_the_parents_run_alone(tmp_path: Path) -> None:
     _valid(out)
 
 
+_KILLED = """
+import os, signal, sys, time
+import numpy as np
+from specreplay.capture import Recorder
+rec = Recorder(sys.argv[1], logging_arm="greedy@2", shard_rows=4)
+for t in range(5):
+    d = np.array([t + 1, t + 2])
+    rec.round("r", t, d, np.full((2, 1), 0.5), 1, cand_ids=d[:, None], emitted_q=np.ones((2, 1)))
+while rec.counts.rounds_recorded < 5:
+    time.sleep(0.01)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_process_leaves_path_alone_and_its_staged_shards(tmp_path: Path) -> None:
+    out = tmp_path / "cap"
+    root = Path(__file__).parent.parent
+    proc = subprocess.run([sys.executable, "-c", _KILLED, str(out)], cwd=root, timeout=300)
+    assert proc.returncode == -9  # SIGKILL: no close, no atexit
+    assert not out.exists()
+    (stage,) = [p for p in tmp_path.iterdir() if p.name.startswith(".cap.tmp-")]
+    assert not (stage / "CAPTURE.json").exists()
+    # shards are cut at a round boundary once 4 rows are buffered, keeping the last round back:
+    # rounds 0-3 are on disk (in 1 or 2 shards, as the batches fell), round 4 was in memory
+    assert all(p.name.startswith("part-0000") for p in stage.iterdir())
+    assert "requests 1 · rounds 4 · positions 8" in _valid(stage)
+    res = invoke(["validate", str(tmp_path)])
+    assert res.exit_code == 2 and f"{stage.name}: a sub-folder" in res.stderr
+
+
 def test_an_exception_inside_with_commits_and_propagates(tmp_path: Path) -> None:
     with (
         pytest.raises(RuntimeError, match="engine crashed"),

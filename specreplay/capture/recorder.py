@@ -58,8 +58,9 @@ Decisions (where issue 12 is silent)
   whole one) and raises a SpecReplayError naming the failure.
 - **Exit**: ``close`` is registered with :mod:`atexit`, so a process that exits normally commits
   what it recorded; ``with Recorder(...)`` closes on exit, also when an exception leaves the
-  block (what was recorded is committed, and the exception propagates). A killed process leaves
-  the TraceWriter's staged ``.NAME.tmp-PID`` folder, which readers refuse.
+  block (what was recorded is committed, and the exception propagates). A killed process
+  (SIGKILL) leaves ``path`` untouched and the TraceWriter's staged ``.NAME.tmp-PID`` folder
+  beside it, holding the complete shards written so far and no manifest.
 - ``round`` is meant to be called from one thread (the engine's step loop); counters are plain
   integers updated without a lock.
 - **fork**: in a child forked from a process holding a recorder, that recorder is closed:
