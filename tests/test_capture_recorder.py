@@ -462,6 +462,18 @@ def test_a_background_failure_makes_close_raise_and_writes_nothing(tmp_path: Pat
     assert not (tmp_path / "a").exists() and leftovers(tmp_path) == []
 
 
+def test_an_exception_inside_with_keeps_its_type_when_close_fails_too(tmp_path: Path) -> None:
+    big = np.array([2**63 + 5], dtype=np.uint64)
+    with (
+        pytest.raises(RuntimeError, match="engine crashed") as info,
+        Recorder(tmp_path / "a", logging_arm="greedy@1") as rec,
+    ):
+        rec.round("r", 0, big, [[0.5]], 0, cand_ids=big[:, None], emitted_q=[[1.0]])
+        raise RuntimeError("engine crashed")
+    assert any("background thread" in note for note in info.value.__notes__)
+    assert not (tmp_path / "a").exists() and leftovers(tmp_path) == []
+
+
 def test_an_append_the_folder_refuses_makes_close_raise(tmp_path: Path) -> None:
     with Recorder(tmp_path / "a", logging_arm="greedy@2", mode="append", writer_id="w0") as rec:
         _point_mass(rec, "r", 0, [1, 2], 1)
@@ -490,7 +502,8 @@ def test_two_writers_append_to_one_folder(tmp_path: Path) -> None:
     assert [w["capture"]["counts"]["rows"] for w in manifest["writers"]] == [2, 2]
     line = "recorded 2 of 2 requests (sample 1, 2 writers) · 0 incomplete · 2 of 2 rounds · 4 rows"
     assert line in _valid(tmp_path / "a").splitlines()
-    capture = api.validate(tmp_path / "a").extra["capture"]
+    capture = api.validate(tmp_path / "a", out=tmp_path / "v").extra["capture"]
+    assert api.read_result(tmp_path / "v").extra["capture"] == capture  # results.json round trip
     assert capture == {
         "writers": 2,
         "sample": [1.0],
