@@ -602,6 +602,8 @@ def _call(rec: Recorder, **over: Any) -> bool:
         ({"emitted_q": None}, r"pass draft_logits \(logits mode\) or both cand_ids and emitted_q"),
         ({"draft_logits": np.zeros((2, 3))}, r"not both"),
         ({"round": -1}, r"round -1 after round -1"),
+        ({"round": True}, r"round True after round -1"),
+        ({"round": 1.0}, r"round 1.0 after round -1"),
         ({"family": 3}, r"family 3 should be a str"),
         ({"target_probs": [[0.5, 0.5], [0.5]]}, r"target_probs cannot be read as a numpy array"),
         ({"request_id": ["r"]}, r"request_id \['r'\] should be a str"),

@@ -448,7 +448,7 @@ class Recorder:
             self._dropped += 1
             return False
         last = self._last.get(request_id, -1)
-        if not isinstance(round, (int, np.integer)) or round <= last:
+        if isinstance(round, bool) or not isinstance(round, (int, np.integer)) or round <= last:
             self._offered -= 1
             raise SpecReplayError(
                 f"Recorder: request {request_id!r}: round {round!r} after round {last} (rounds "
