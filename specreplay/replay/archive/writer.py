@@ -136,6 +136,13 @@ class TraceWriter:
         ``SYNTH.json``): the shards then go straight into ``path``, which must be empty, and no
         ``CAPTURE.json`` is written.
 
+    Attributes
+    ----------
+    capture : dict or None
+        Set before :meth:`close` to carry an extra JSON object in this writer's record of
+        ``CAPTURE.json`` (its ``"capture"`` key): the recorder's settings and counts
+        (:mod:`specreplay.capture.recorder`). None (the default) writes no such key.
+
     Raises
     ------
     SpecReplayError
@@ -181,6 +188,7 @@ class TraceWriter:
         self._requests: set[str] = set()
         self._n_rows = 0
         self.writer_id = _writer_id(writer_id) if mode == "append" else None
+        self.capture: dict[str, Any] | None = None
         self._stage: Path | None = None
         if not self._sharded:
             self._open_file()
@@ -359,12 +367,15 @@ class TraceWriter:
         self._n_rows += frame.height
 
     def _writer_record(self, shards: list[str]) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "writer": self.writer_id,
             "pid": os.getpid(),
             "shards": shards,
             "rows": self._n_rows,
         }
+        if self.capture is not None:
+            record["capture"] = self.capture
+        return record
 
     def _commit(self, stage: Path) -> list[Path]:
         """Put the staged run in place (new: rename; replace: swap; append: add shards)."""

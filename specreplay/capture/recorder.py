@@ -1,0 +1,789 @@
+"""Recorder: log position traces (schema v1) from a serving engine, one round at a time.
+
+See docs/record.md. An engine adapter hands the recorder each verification round of a request
+(:meth:`Recorder.round`); the recorder writes schema-v1 rows
+(docs/inputs.md#position-traces-schema-v1) through
+:class:`~specreplay.replay.archive.writer.TraceWriter` on a background thread.
+
+Terms
+-----
+round
+    One verification of n drafted tokens of one request: the drafted ids, the target's
+    probabilities at positions 1..n, and how many leading drafts the engine accepted.
+logits mode
+    The adapter passes the drafter's full-vocabulary logits at temperature 1 (``draft_logits``,
+    (n, V)). The recorder keeps the ``top_k`` ids per position (ties to the lower id), appends the
+    drafted id when it is not among them, writes the float64 log-softmax at those candidates as
+    ``draft_logprobs``, and computes ``emitted_q`` with the package's own policy and quantizer of
+    ``logging_arm`` (its sampler, the QUANT before ``/``: :class:`~specreplay.sim.policy.LawCache`),
+    so the archived law equals the replay's law of the logging arm bit for bit.
+exact-q mode
+    The adapter passes the engine's exact law (``emitted_q``, (n, K)) with its candidate ids
+    (``cand_ids``) and optionally ``draft_logprobs`` (default ``log(emitted_q)``): rows are written
+    as given. The drafted id must be among the candidates. A point-mass drafter (n-gram,
+    EAGLE-style argmax) is the exact-q case ``cand_ids=[[d]]``, ``emitted_q=[[1.0]]``,
+    ``draft_logprobs=[[0.0]]`` with ``logging_arm="greedy@K"``.
+incomplete request
+    A recorded request that lost a round because the queue was full: its earlier rounds stay in
+    the archive, its later rounds are not recorded.
+
+Decisions (where issue 12 is silent)
+------------------------------------
+- **Calling thread**: :meth:`Recorder.round` only checks the sample decision, checks the shapes
+  (and, in exact-q mode, that each drafted id is among its candidates), copies the arrays and
+  calls ``queue.put_nowait``; top-k, log-softmax, the policy law and the polars frames are built on
+  the background thread (a daemon thread named ``specreplay-recorder``).
+- **Queue full**: the round that does not fit stops its request: the request's earlier rounds are
+  kept, it is listed as incomplete in the manifest, and ``round`` returns False for every later
+  round of it (never blocks). Dropping the whole request instead would need the rows held back
+  until the request ends, which the recorder cannot know.
+- **Sampling** is by request id, the same in every process and rank: a request is kept iff
+  ``int.from_bytes(blake2b(request_id.encode("utf-8"), digest_size=8).digest(), "big") <
+  round(sample * 2**64)`` (:func:`sample_keeps`). A kept request is recorded whole (unless the
+  queue stops it). The decision is cached per request id (one dict entry per request seen).
+- **Manifest**: ``close`` puts a ``"capture"`` object in this writer's record of ``CAPTURE.json``:
+  the logging arm, top_k, sample, drafter, engine and the :class:`CaptureCounts`.
+- **Failures**: a bad call (shapes, a drafted id outside ``cand_ids``, rounds out of order) raises
+  a one-line :class:`~specreplay.errors.SpecReplayError` on the calling thread and records
+  nothing of that round. A failure on the background thread stops recording; ``close`` then
+  removes the staged run (nothing reaches ``path``: a run that lost rows must not pass for a
+  whole one) and raises a SpecReplayError naming the failure.
+- **Exit**: ``close`` is registered with :mod:`atexit`, so a process that exits normally commits
+  what it recorded; ``with Recorder(...)`` closes on exit, also when an exception leaves the
+  block (what was recorded is committed, and the exception propagates). A killed process leaves
+  the TraceWriter's staged ``.NAME.tmp-PID`` folder, which readers refuse.
+- ``round`` is meant to be called from one thread (the engine's step loop); counters are plain
+  integers updated without a lock.
+
+This module depends on NumPy, polars, pyarrow, :mod:`specreplay.replay.archive.writer` and
+:mod:`specreplay.sim`.
+
+Examples
+--------
+>>> import tempfile, pathlib
+>>> import numpy as np
+>>> d = pathlib.Path(tempfile.mkdtemp()) / "capture"
+>>> with Recorder(d, logging_arm="top2:t0.7@2", top_k=2) as rec:
+...     rec.round("r1", 0, drafted_ids=[3, 1], accepted=1, family="chat", context_tokens=7,
+...               target_probs=np.full((2, 4), 0.25), draft_logits=np.log(np.full((2, 4), 0.25)))
+True
+>>> rec.counts.rows, sorted(p.name for p in d.iterdir())
+(2, ['CAPTURE.json', 'part-00000.parquet'])
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import importlib
+import math
+import queue
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import polars as pl
+from numpy.typing import NDArray
+
+from specreplay.errors import SpecReplayError
+from specreplay.replay.archive.writer import TraceWriter
+from specreplay.sim.arms import Arm, parse_arm
+from specreplay.sim.policy import LawCache
+
+__all__ = [
+    "INCOMPLETE_IDS_LISTED",
+    "CaptureCounts",
+    "Recorder",
+    "sample_keeps",
+    "sample_threshold",
+]
+
+INCOMPLETE_IDS_LISTED = 1000
+"""How many incomplete request ids the manifest lists (the count is always exact)."""
+_BATCH_ROUNDS = 512  # rounds the background thread turns into one frame at most
+_SHARD_ROWS = 50_000  # rows per shard: bounds the memory a long capture buffers (~60 MB at K=32)
+_STOP = object()
+
+
+def sample_threshold(sample: float) -> int:
+    """Return the 64-bit threshold of a sampling fraction: ``round(sample * 2**64)``.
+
+    >>> sample_threshold(1.0) == 2**64, sample_threshold(0.5) == 2**63
+    (True, True)
+    """
+    return round(sample * 2**64)
+
+
+def sample_keeps(request_id: str, sample: float) -> bool:
+    """Tell whether a request id is in the ``sample`` fraction (the same in every process).
+
+    A request is kept iff the big-endian integer of its 8-byte BLAKE2b digest is below
+    :func:`sample_threshold`.
+
+    >>> sample_keeps("any id", 1.0)
+    True
+    """
+    digest = hashlib.blake2b(request_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < sample_threshold(sample)
+
+
+@dataclass(frozen=True)
+class CaptureCounts:
+    """What a recorder saw and wrote (the manifest's ``capture.counts``).
+
+    Attributes
+    ----------
+    requests_seen : int
+        Distinct request ids passed to :meth:`Recorder.sampled` or :meth:`Recorder.round`.
+    requests_sampled : int
+        Those the hash sample keeps.
+    requests_incomplete : int
+        Sampled requests stopped by a full queue (their earlier rounds are kept).
+    incomplete_ids : tuple of str
+        The first :data:`INCOMPLETE_IDS_LISTED` of them, in the order they were stopped.
+    rounds_offered : int
+        Rounds of sampled requests handed to :meth:`Recorder.round`.
+    rounds_recorded : int
+        Rounds turned into rows (all of them written once the recorder is closed).
+    rounds_dropped_queue_full : int
+        Rounds of sampled requests not recorded because the queue was full (the round that found
+        it full and every later round of its request).
+    rows : int
+        Position rows recorded.
+    """
+
+    requests_seen: int = 0
+    requests_sampled: int = 0
+    requests_incomplete: int = 0
+    incomplete_ids: tuple[str, ...] = ()
+    rounds_offered: int = 0
+    rounds_recorded: int = 0
+    rounds_dropped_queue_full: int = 0
+    rows: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        """Return the counts as the manifest writes them (``incomplete_ids`` as a list)."""
+        out = asdict(self)
+        out["incomplete_ids"] = list(self.incomplete_ids)
+        return out
+
+
+@dataclass(frozen=True)
+class _Round:
+    """One queued round: copies of the caller's arrays (converted on the background thread)."""
+
+    request_id: str
+    round: int
+    family: str
+    context_tokens: int
+    drafted: NDArray[Any]  # (n,) int
+    target: NDArray[Any]  # (n, V) or (n, K) float
+    accepted: int  # leading drafts accepted, 0..n
+    logits: NDArray[Any] | None  # (n, V) float (logits mode)
+    cand_ids: NDArray[Any] | None  # (n, K) int (exact-q mode)
+    emitted_q: NDArray[Any] | None  # (n, K) float (exact-q mode)
+    draft_logprobs: NDArray[Any] | None  # (n, K) float (exact-q mode, optional)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """One round's rows as CSR arrays: row i's candidates are ``[offsets[i], offsets[i + 1])``."""
+
+    lengths: NDArray[np.int64]  # (n,)
+    cand_ids: NDArray[np.int64]  # (nnz,)
+    draft_logprobs: NDArray[np.float64]  # (nnz,)
+    target_probs: NDArray[np.float64]  # (nnz,)
+    emitted_q: NDArray[np.float64] | None  # (nnz,); None in logits mode (computed per batch)
+
+
+class Recorder:
+    """Record verification rounds as a schema-v1 position-trace archive (module docstring).
+
+    Parameters
+    ----------
+    path : str or Path
+        The archive: a folder for the ``*-dir`` formats (TraceWriter's target).
+    logging_arm : str
+        The arm the engine drafts with (docs/commands.md#arms), e.g. ``"top32:t0.7@5"``,
+        ``"greedy@3"``; written canonically in every row. Its depth bounds n per round.
+    top_k : int
+        Candidates kept per position in logits mode (the drafted id is added when outside them).
+    sample : float
+        Fraction of requests recorded, in (0, 1], by request-id hash (:func:`sample_keeps`).
+    queue_rounds : int
+        Capacity of the queue, in rounds (≥ 1).
+    mode : {"new", "replace", "append"}
+        TraceWriter mode; ``"append"`` with one ``writer_id`` per process or rank.
+    writer_id : str, optional
+        TraceWriter writer id (append).
+    format : str
+        TraceWriter format (``"parquet-dir"`` by default).
+    drafter, engine : str, optional
+        Notes for the manifest, e.g. ``"point-mass (ngram)"``, ``"transformers 5.24.0"``.
+    compression : str, optional
+        TraceWriter compression (Parquet: lz4 by default).
+    shard_rows : int
+        Rows per shard (cut at a round boundary); the background thread buffers up to one shard.
+
+    Raises
+    ------
+    SpecReplayError
+        On a bad argument (one line naming it), or when the path refuses the mode.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        logging_arm: str,
+        top_k: int = 32,
+        sample: float = 1.0,
+        queue_rounds: int = 4096,
+        mode: str = "new",
+        writer_id: str | None = None,
+        format: str = "parquet-dir",
+        drafter: str | None = None,
+        engine: str | None = None,
+        compression: str | None = None,
+        shard_rows: int = _SHARD_ROWS,
+    ) -> None:
+        self.arm: Arm = parse_arm(logging_arm)
+        _check_int("top_k", top_k, 1)
+        _check_int("queue_rounds", queue_rounds, 1)
+        _check_int("shard_rows", shard_rows, 1)
+        if isinstance(sample, bool) or not isinstance(sample, (int, float)):
+            raise SpecReplayError(f"Recorder: sample={sample!r} should be a number in (0, 1]")
+        if not (math.isfinite(sample) and 0.0 < sample <= 1.0):
+            raise SpecReplayError(f"Recorder: sample={sample!r} should be in (0, 1]")
+        policy_k = self.arm.policy.top_k
+        if policy_k is not None and policy_k > top_k:
+            raise SpecReplayError(
+                f"Recorder: logging arm {self.arm.canonical} keeps {policy_k} candidates, more "
+                f"than top_k={top_k}: its law could not be written (raise top_k)"
+            )
+        self.path = Path(path)
+        self.top_k = int(top_k)
+        self.sample = float(sample)
+        self.drafter = drafter
+        self.engine = engine
+        self._threshold = sample_threshold(self.sample)
+        self._writer = TraceWriter(
+            self.path,
+            format=format,
+            mode=mode,
+            writer_id=writer_id,
+            compression=compression,
+            shard_rows=shard_rows,
+        )
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_rounds)
+        self._keep: dict[str, bool] = {}  # request id -> sampled (the cached hash decision)
+        self._last: dict[str, int] = {}  # sampled request id -> its last round offered
+        self._stopped: set[str] = set()
+        self._incomplete: list[str] = []
+        self._n_sampled = 0
+        self._offered = 0
+        self._dropped = 0
+        self._recorded = 0
+        self._rows = 0
+        self._error: BaseException | None = None
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="specreplay-recorder", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    # -- the calling thread ----------------------------------------------------------------
+
+    def sampled(self, request_id: str) -> bool:
+        """Tell whether this request is recorded (hash sample, not stopped by a full queue).
+
+        Cheap (one dict lookup once the id was seen): adapters call it first and skip building
+        tensors when it is False.
+        """
+        keep = self._keep.get(request_id)
+        if keep is None:
+            keep = self._decide(request_id)
+        return keep and request_id not in self._stopped and self._error is None
+
+    def _decide(self, request_id: str) -> bool:
+        if not isinstance(request_id, str):
+            raise SpecReplayError(f"Recorder: request_id {request_id!r} should be a str")
+        keep = self._threshold > 2**64 - 1 or sample_keeps(request_id, self.sample)
+        self._keep[request_id] = keep
+        if keep:
+            self._n_sampled += 1
+        return keep
+
+    def round(
+        self,
+        request_id: str,
+        round: int,
+        drafted_ids: Any,
+        target_probs: Any,
+        accepted: Any,
+        *,
+        family: str = "",
+        context_tokens: int = 0,
+        draft_logits: Any = None,
+        cand_ids: Any = None,
+        emitted_q: Any = None,
+        draft_logprobs: Any = None,
+    ) -> bool:
+        """Queue one verification round; return False when it is not recorded.
+
+        Parameters
+        ----------
+        request_id : str
+            The request (the archive's cluster).
+        round : int
+            0, 1, 2 … per request, increasing.
+        drafted_ids : int array-like, (n,)
+            Tokens drafted this round, 1 ≤ n ≤ the logging arm's depth.
+        target_probs : float array-like, (n, V) or (n, K)
+            Target probabilities at positions 1..n: the full vocabulary, or (exact-q mode) aligned
+            with ``cand_ids`` (taken as aligned whenever its width is K).
+        accepted : int or bool array-like (n,)
+            Leading drafts accepted (0..n), or the per-position decisions (a True after a False
+            is an error).
+        family : str
+            Prompt family (constant within a request).
+        context_tokens : int
+            Target context length at the start of the round.
+        draft_logits : float array-like, (n, V), optional
+            Logits mode: the drafter's full-vocabulary logits at temperature 1.
+        cand_ids : int array-like, (n, K), optional
+            Exact-q mode: the candidate ids (the drafted id among them).
+        emitted_q : float array-like, (n, K), optional
+            Exact-q mode: the law the engine sampled from.
+        draft_logprobs : float array-like, (n, K), optional
+            Exact-q mode: full-vocabulary log-probabilities at temperature 1 of ``cand_ids``;
+            ``log(emitted_q)`` when omitted.
+
+        Returns
+        -------
+        bool
+            True: queued. False: the request is not sampled, was stopped by a full queue (this
+            round may be the one that found it full), the recorder is closed, or recording
+            stopped on a background failure.
+
+        Raises
+        ------
+        SpecReplayError
+            On a bad call (one line; nothing of the round is recorded).
+        """
+        keep = self._keep.get(request_id)
+        if keep is None:
+            keep = self._decide(request_id)
+        if not keep or self._closed or self._error is not None:
+            return False
+        self._offered += 1
+        if request_id in self._stopped:
+            self._dropped += 1
+            return False
+        last = self._last.get(request_id, -1)
+        if not isinstance(round, (int, np.integer)) or round <= last:
+            self._offered -= 1
+            raise SpecReplayError(
+                f"Recorder: request {request_id!r}: round {round!r} after round {last} (rounds "
+                "are integers 0, 1, 2 ... increasing per request)"
+            )
+        try:
+            item = self._item(
+                request_id,
+                int(round),
+                drafted_ids,
+                target_probs,
+                accepted,
+                family,
+                context_tokens,
+                draft_logits,
+                cand_ids,
+                emitted_q,
+                draft_logprobs,
+            )
+        except SpecReplayError:
+            self._offered -= 1
+            raise
+        self._last[request_id] = int(round)
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            self._stopped.add(request_id)
+            if len(self._incomplete) < INCOMPLETE_IDS_LISTED:
+                self._incomplete.append(request_id)
+            self._dropped += 1
+            return False
+        return True
+
+    def _item(
+        self,
+        request_id: str,
+        rnd: int,
+        drafted_ids: Any,
+        target_probs: Any,
+        accepted: Any,
+        family: str,
+        context_tokens: int,
+        draft_logits: Any,
+        cand_ids: Any,
+        emitted_q: Any,
+        draft_logprobs: Any,
+    ) -> _Round:
+        """Check one round's shapes and copy its arrays (the calling thread's work)."""
+        where = f"Recorder: request {request_id!r} round {rnd}"
+        drafted = np.array(drafted_ids)
+        n = drafted.shape[0] if drafted.ndim == 1 else 0
+        if drafted.ndim != 1 or n < 1 or drafted.dtype.kind not in "iu":
+            raise SpecReplayError(
+                f"{where}: drafted_ids should be integers of shape (n,) with n >= 1, got "
+                f"{drafted.dtype} {drafted.shape}"
+            )
+        if n > self.arm.depth:
+            raise SpecReplayError(
+                f"{where}: {n} drafted tokens, more than the logging arm's depth "
+                f"({self.arm.canonical})"
+            )
+        if not isinstance(family, str):
+            raise SpecReplayError(f"{where}: family {family!r} should be a str")
+        if isinstance(context_tokens, bool) or not isinstance(context_tokens, (int, np.integer)):
+            raise SpecReplayError(f"{where}: context_tokens {context_tokens!r} should be an int")
+        n_acc = _accepted(accepted, n, where)
+        target = np.array(target_probs)
+        if target.ndim != 2 or target.shape[0] != n or target.dtype.kind != "f":
+            raise SpecReplayError(
+                f"{where}: target_probs should be floats of shape (n={n}, V or K), got "
+                f"{target.dtype} {target.shape}"
+            )
+        if draft_logits is not None:
+            if cand_ids is not None or emitted_q is not None or draft_logprobs is not None:
+                raise SpecReplayError(
+                    f"{where}: pass draft_logits (logits mode) or cand_ids + emitted_q (exact-q "
+                    "mode), not both"
+                )
+            logits = np.array(draft_logits)
+            if logits.ndim != 2 or logits.shape[0] != n or logits.dtype.kind != "f":
+                raise SpecReplayError(
+                    f"{where}: draft_logits should be floats of shape (n={n}, V), got "
+                    f"{logits.dtype} {logits.shape}"
+                )
+            if target.shape[1] != logits.shape[1]:
+                raise SpecReplayError(
+                    f"{where}: target_probs has {target.shape[1]} columns, draft_logits "
+                    f"{logits.shape[1]} (logits mode needs both over the full vocabulary)"
+                )
+            if int(drafted.min()) < 0 or int(drafted.max()) >= logits.shape[1]:
+                raise SpecReplayError(
+                    f"{where}: a drafted id is outside the vocabulary 0..{logits.shape[1] - 1}"
+                )
+            return _Round(
+                request_id, rnd, family, int(context_tokens), drafted, target, n_acc, logits,
+                None, None, None,
+            )  # fmt: skip
+        if cand_ids is None or emitted_q is None:
+            raise SpecReplayError(
+                f"{where}: pass draft_logits (logits mode) or both cand_ids and emitted_q "
+                "(exact-q mode)"
+            )
+        cand = np.array(cand_ids)
+        if cand.ndim != 2 or cand.shape[0] != n or cand.shape[1] < 1 or cand.dtype.kind not in "iu":
+            raise SpecReplayError(
+                f"{where}: cand_ids should be integers of shape (n={n}, K >= 1), got "
+                f"{cand.dtype} {cand.shape}"
+            )
+        q = np.array(emitted_q)
+        if q.shape != cand.shape or q.dtype.kind != "f":
+            raise SpecReplayError(
+                f"{where}: emitted_q should be floats of cand_ids' shape {cand.shape}, got "
+                f"{q.dtype} {q.shape}"
+            )
+        lp = None
+        if draft_logprobs is not None:
+            lp = np.array(draft_logprobs)
+            if lp.shape != cand.shape or lp.dtype.kind != "f":
+                raise SpecReplayError(
+                    f"{where}: draft_logprobs should be floats of cand_ids' shape {cand.shape}, "
+                    f"got {lp.dtype} {lp.shape}"
+                )
+        hit = cand == drafted[:, None]
+        if not hit.any(axis=1).all():
+            j = int(np.flatnonzero(~hit.any(axis=1))[0])
+            raise SpecReplayError(
+                f"{where}: drafted id {int(drafted[j])} at position {j + 1} is not among its "
+                "cand_ids"
+            )
+        return _Round(
+            request_id, rnd, family, int(context_tokens), drafted, target, n_acc, None, cand, q,
+            lp,
+        )  # fmt: skip
+
+    # -- counts, close ---------------------------------------------------------------------
+
+    @property
+    def counts(self) -> CaptureCounts:
+        """The live counters (rounds queued but not yet turned into rows are not recorded yet)."""
+        return CaptureCounts(
+            requests_seen=len(self._keep),
+            requests_sampled=self._n_sampled,
+            requests_incomplete=len(self._stopped),
+            incomplete_ids=tuple(self._incomplete),
+            rounds_offered=self._offered,
+            rounds_recorded=self._recorded,
+            rounds_dropped_queue_full=self._dropped,
+            rows=self._rows,
+        )
+
+    def manifest(self) -> dict[str, Any]:
+        """Return the ``capture`` object of this writer's record in ``CAPTURE.json``."""
+        return {
+            "logging_arm": self.arm.canonical,
+            "top_k": self.top_k,
+            "sample": self.sample,
+            "sample_rule": "blake2b-64(request_id) < round(sample * 2**64)",
+            "drafter": self.drafter,
+            "engine": self.engine,
+            "counts": self.counts.as_json(),
+        }
+
+    def close(self) -> CaptureCounts:
+        """Drain the queue, write the rows and commit the archive; return the counts.
+
+        Idempotent (a second call returns the counts, or raises the same error again).
+
+        Raises
+        ------
+        SpecReplayError
+            When the background thread failed: the staged run is removed, nothing is written.
+        """
+        with self._close_lock:
+            if not self._closed:
+                self._closed = True
+                atexit.unregister(self.close)
+                self._queue.put(_STOP)  # the thread keeps draining, even after a failure
+                self._thread.join()
+                if self._error is None:
+                    self._writer.capture = self.manifest()
+                    try:
+                        self._writer.close()
+                    except Exception as exc:  # reported as the recorder's error
+                        self._error = exc
+                else:
+                    self._writer.abort()
+        if self._error is not None:
+            raise SpecReplayError(
+                f"{self.path}: the recorder failed on its background thread and wrote nothing: "
+                f"{type(self._error).__name__}: {_one_line(self._error)}"
+            ) from self._error
+        return self.counts
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:  # the engine's failure is not the archive's: commit what was recorded, re-raise
+            self.close()
+        except SpecReplayError as err:
+            exc.add_note(str(err))
+
+    # -- the background thread -------------------------------------------------------------
+
+    def _run(self) -> None:
+        """Turn queued rounds into frames and hand them to the TraceWriter until ``_STOP``."""
+        q = self._queue
+        while True:
+            batch: list[_Round] = []
+            item = q.get()
+            stop = item is _STOP
+            if not stop:
+                batch.append(item)
+                while len(batch) < _BATCH_ROUNDS:
+                    try:
+                        item = q.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is _STOP:
+                        stop = True
+                        break
+                    batch.append(item)
+            if batch and self._error is None:
+                try:
+                    frame = self._frame(batch)
+                    self._writer.append_frame(frame)
+                    self._recorded += len(batch)
+                    self._rows += frame.height
+                except BaseException as exc:  # reported by close()
+                    self._error = exc
+            if stop:
+                return
+
+    def _frame(self, batch: list[_Round]) -> pl.DataFrame:
+        """Build the rows of a batch of rounds as one columnar frame."""
+        rows = [
+            _logits_rows(r, self.top_k) if r.logits is not None else _exact_rows(r) for r in batch
+        ]
+        lengths = np.concatenate([r.lengths for r in rows])
+        offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        cand = np.concatenate([r.cand_ids for r in rows])
+        lp = np.concatenate([r.draft_logprobs for r in rows])
+        tp = np.concatenate([r.target_probs for r in rows])
+        q = _emitted(self.arm, rows, offsets, lp)
+        ns = np.array([r.drafted.shape[0] for r in batch], dtype=np.int64)
+        n_acc = np.array([r.accepted for r in batch], dtype=np.int64)
+        start = np.repeat(np.cumsum(ns) - ns, ns)
+        position = np.arange(lengths.shape[0], dtype=np.int64) - start + 1
+        return pl.DataFrame(
+            {
+                "request_id": pl.Series([r.request_id for r in batch]).gather(_repeat_idx(ns)),
+                "family": pl.Series([r.family for r in batch]).gather(_repeat_idx(ns)),
+                "context_tokens": np.repeat([r.context_tokens for r in batch], ns).astype(np.int64),
+                "round": np.repeat([r.round for r in batch], ns).astype(np.int64),
+                "position": position,
+                "cand_ids": _list_series(cand, offsets),
+                "draft_logprobs": _list_series(lp, offsets),
+                "target_probs": _list_series(tp, offsets),
+                "drafted_id": np.concatenate([r.drafted for r in batch]).astype(np.int64),
+                "accepted": position <= np.repeat(n_acc, ns),
+                "logging_arm": pl.Series([self.arm.canonical]).gather(
+                    np.zeros(lengths.shape[0], dtype=np.int64)
+                ),
+                "emitted_q": _list_series(q, offsets),
+            }
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# background work: candidates, laws, columns
+# ------------------------------------------------------------------------------------------------
+
+
+def _exact_rows(r: _Round) -> _Rows:
+    """Exact-q mode: the given rows, flattened (target gathered when it spans the vocabulary)."""
+    assert r.cand_ids is not None and r.emitted_q is not None
+    cand = r.cand_ids.astype(np.int64, casting="safe")
+    n, k = cand.shape
+    q = r.emitted_q.astype(np.float64)
+    if r.draft_logprobs is not None:
+        lp = r.draft_logprobs.astype(np.float64)
+    else:
+        with np.errstate(divide="ignore"):
+            lp = np.log(q)
+    target = r.target.astype(np.float64)
+    if target.shape[1] != k:
+        if int(cand.min()) < 0 or int(cand.max()) >= target.shape[1]:
+            raise SpecReplayError(
+                f"request {r.request_id!r} round {r.round}: cand_ids outside target_probs' "
+                f"{target.shape[1]} columns"
+            )
+        target = np.take_along_axis(target, cand, axis=1)
+    return _Rows(np.full(n, k, dtype=np.int64), cand.ravel(), lp.ravel(), target.ravel(), q.ravel())
+
+
+def top_candidates(logits: NDArray[np.float64], k: int) -> NDArray[np.int64]:
+    """Return the ``k`` ids of largest logit, by decreasing logit, ties to the lower id.
+
+    >>> top_candidates(np.array([0.0, 2.0, 1.0, 2.0]), 3).tolist()
+    [1, 3, 2]
+    """
+    v = logits.shape[0]
+    if k >= v:
+        return np.lexsort((np.arange(v), -logits)).astype(np.int64)
+    part = np.argpartition(-logits, k - 1)[:k]
+    threshold = logits[part].min()
+    above = np.flatnonzero(logits > threshold)
+    ties = np.flatnonzero(logits == threshold)[: k - above.shape[0]]  # ties to the lower id
+    ids = np.concatenate([above, ties])
+    return ids[np.lexsort((ids, -logits[ids]))].astype(np.int64)
+
+
+def _logits_rows(r: _Round, top_k: int) -> _Rows:
+    """Logits mode: top-k candidates (+ the drafted id), log-softmax at them, target gathered."""
+    assert r.logits is not None
+    logits = r.logits.astype(np.float64)
+    target = r.target.astype(np.float64)
+    n = logits.shape[0]
+    mx = logits.max(axis=1, keepdims=True)
+    lse = mx[:, 0] + np.log(np.exp(logits - mx).sum(axis=1))  # float64 log-sum-exp
+    cands, lps, tps, lengths = [], [], [], np.empty(n, dtype=np.int64)
+    for j in range(n):
+        ids = top_candidates(logits[j], top_k)
+        d = int(r.drafted[j])
+        if not (ids == d).any():
+            ids = np.append(ids, np.int64(d))
+        cands.append(ids)
+        lps.append(logits[j, ids] - lse[j])
+        tps.append(target[j, ids])
+        lengths[j] = ids.shape[0]
+    return _Rows(lengths, np.concatenate(cands), np.concatenate(lps), np.concatenate(tps), None)
+
+
+def _emitted(
+    arm: Arm,
+    rows: list[_Rows],
+    offsets: NDArray[np.int64],
+    lp: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """``emitted_q`` of a batch: given rows as given, logits-mode rows the arm's sampler law."""
+    if all(r.emitted_q is not None for r in rows):
+        return np.concatenate([r.emitted_q for r in rows if r.emitted_q is not None])
+    # the replay's own law of the logging arm (docs/methods.md#arms-policy-and-quantizers):
+    # policy_row per row, then the sampler's quantizer, so the archive's q^L is the replay's
+    law = LawCache(offsets, lp).laws(arm).q_sampler.copy()
+    start = 0
+    for r in rows:
+        m = int(r.lengths.sum())
+        if r.emitted_q is not None:
+            law[start : start + m] = r.emitted_q
+        start += m
+    return law
+
+
+def _repeat_idx(ns: NDArray[np.int64]) -> NDArray[np.int64]:
+    return np.repeat(np.arange(ns.shape[0], dtype=np.int64), ns)
+
+
+def _list_series(values: NDArray[Any], offsets: NDArray[np.int64]) -> pl.Series:
+    """Build a polars List column from CSR arrays (no per-row Python objects)."""
+    pa = importlib.import_module("pyarrow")  # untyped: imported as a module object
+    return pl.Series(pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values)))
+
+
+def _accepted(accepted: Any, n: int, where: str) -> int:
+    """Return the number of leading accepted drafts (an int 0..n, or a bool (n,) prefix)."""
+    if isinstance(accepted, (int, np.integer)) and not isinstance(accepted, (bool, np.bool_)):
+        if not 0 <= accepted <= n:
+            raise SpecReplayError(f"{where}: accepted={accepted} should be in 0..{n}")
+        return int(accepted)
+    a = np.asarray(accepted)
+    if a.shape != (n,) or a.dtype != np.bool_:
+        raise SpecReplayError(
+            f"{where}: accepted should be an int 0..{n} or bools of shape ({n},), got "
+            f"{a.dtype} {a.shape}"
+        )
+    n_acc = int(np.argmin(a)) if not a.all() else n
+    if a[n_acc:].any():
+        raise SpecReplayError(
+            f"{where}: accepted {a.astype(int).tolist()} has a True after a False (the verifier "
+            "stops at the first rejection)"
+        )
+    return n_acc
+
+
+def _check_int(name: str, value: Any, lo: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+        raise SpecReplayError(f"Recorder: {name}={value!r} should be an integer >= {lo}")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] if text else "(no message)"
