@@ -97,7 +97,7 @@ from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
 from specreplay.sim.arms import Arm, parse_arm
-from specreplay.sim.policy import FLAG_K_EXCEEDS, arm_laws
+from specreplay.sim.live import arm_round_laws
 
 __all__ = [
     "SUPPORTED_TRANSFORMERS",
@@ -139,17 +139,18 @@ def check_transformers_version(version: str) -> None:
     Examples
     --------
     >>> check_transformers_version("5.24.0")
-    >>> check_transformers_version("4.57.1")
-    Traceback (most recent call last):
-    ...
-    specreplay.errors.SpecReplayError: transformers 4.57.1 is not supported by the specreplay adapter (supported: >=5.20,<5.25; it hooks private generation methods)
+    >>> try:
+    ...     check_transformers_version("4.57.1")
+    ... except SpecReplayError as e:
+    ...     print(e)
+    transformers 4.57.1: not supported by the capture adapter (it needs >=5.20,<5.25)
     """
     m = re.match(r"(\d+)\.(\d+)", version)
     (lo, hi) = SUPPORTED_TRANSFORMERS
     if m is None or not lo <= (int(m.group(1)), int(m.group(2))) < hi:
         raise SpecReplayError(
-            f"transformers {version} is not supported by the specreplay adapter (supported: "
-            f">={lo[0]}.{lo[1]},<{hi[0]}.{hi[1]}; it hooks private generation methods)"
+            f"transformers {version}: not supported by the capture adapter (it needs "
+            f">={lo[0]}.{lo[1]},<{hi[0]}.{hi[1]})"
         )
 
 
@@ -223,7 +224,8 @@ class LiveArm:
 
     Notes
     -----
-    The law is :func:`specreplay.sim.policy.arm_laws` on the candidates' float64 log-softmax of
+    The law is :func:`specreplay.sim.live.arm_round_laws` (the replay's policy + quantizer of one
+    row) on the candidates' float64 log-softmax of
     the scores received (the assistant's logits cast to float32 by transformers); candidates
     outside the top_k and candidates the law gives 0 get −inf. Returns float64 scores.
     """
@@ -235,20 +237,22 @@ class LiveArm:
                 f"live arm {a.canonical}: needs a sampled arm whose verifier is its sampler "
                 "(transformers samples and verifies with one q)"
             )
+        if a.policy.top_k is not None and top_k is not None and a.policy.top_k > top_k:
+            raise SpecReplayError(
+                f"live arm {a.canonical}: keeps more candidates than top_k={top_k}"
+            )
         self.arm = a
         self.top_k = top_k
+        # the replay's own row law (serial kernels: a parallel kernel per draft step made its
+        # idle OpenMP workers spin against the engine, ten times slower on 2 cores)
+        self._sampler = arm_round_laws(a)[0]
 
     def law(self, scores: NDArray[np.float64]) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         """Return (candidate ids, q) of one position's scores (V,)."""
         lp = scores - np.logaddexp.reduce(scores)
         k = lp.shape[0] if self.top_k is None else min(self.top_k, lp.shape[0])
         cand = np.argsort(-lp, kind="stable")[:k].astype(np.int64)
-        laws = arm_laws(self.arm, np.array([0, k], dtype=np.int64), lp[cand])
-        if int(laws.flag[0]) & FLAG_K_EXCEEDS:
-            raise SpecReplayError(
-                f"live arm {self.arm.canonical}: keeps more candidates than top_k={k}"
-            )
-        return cand, np.asarray(laws.q_sampler, dtype=np.float64)
+        return cand, self._sampler(lp[cand])
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         """Return log q (float64, same shape as ``scores``): −inf where q is 0."""
@@ -380,12 +384,11 @@ class AssistedCapture:
         if int(self._setting(kwargs, "num_beams", 1)) != 1:
             raise SpecReplayError("generate(num_beams>1): assisted generation is single-beam")
         policy = self._engine_policy(kwargs)
-        if self.live is not None:
-            if greedy or policy != (1.0, None, 1.0):
-                raise SpecReplayError(
-                    f"live arm {self.live.arm.canonical}: needs do_sample=True at temperature 1 "
-                    f"without top_k/top_p (the arm is the whole policy); got {policy}"
-                )
+        if self.live is not None and (greedy or policy != (1.0, None, 1.0)):
+            raise SpecReplayError(
+                f"live arm {self.live.arm.canonical}: needs do_sample=True at temperature 1 "
+                f"without top_k/top_p (the arm is the whole policy); got {policy}"
+            )
         if self.recorder is None:
             return
         arm: Arm = self.recorder.arm
