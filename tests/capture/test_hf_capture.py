@@ -4,26 +4,31 @@ The tiny random pair of ``hfpair`` (vocab 32, float64, nothing downloaded) gener
 through :class:`~specreplay.capture.hf.AssistedCapture`; the recorder keeps the whole vocabulary
 (top_k = 32), so the replay's laws are the live laws.
 
-Design (numbers measured on the 2-core machine, seed as below):
+Design (figures of this seed, measured on the 2-core machine):
 
-- **Sampled recording**: 40 requests × 48 new tokens at K = 4, logging arm ``t1@4``: 783 target
-  forwards, 776 recorded rounds (7 undrafted last-token rounds have no draft), 729 full rounds
-  and 47 short (end-of-generation) rounds that ``--short-rounds exclude`` drops.
+- **Sampled recording**: 40 requests × 48 new tokens at K = 4, logging arm ``t1@4``: 817 target
+  forwards = 817 rounds, of which 18 undrafted (the last token before ``max_length``: no draft,
+  nothing to record), 799 recorded, 46 short (end of generation) and 753 full. Per-position
+  acceptance (P(accepted at j | reached j)): 0.62, 0.64, 0.60, 0.63.
 - **Engine count**: a forward hook on the target counts its forwards and the tokens each fed; a
   never-stopping stopping criterion records the length after every round. transformers 5.24 has
   NO separate prefill forward: the first forward feeds prompt + the first K drafts, so tokens
   emitted = output length − prompt length (not "− 1" as the issue assumed).
-- **Logging arm**: SIMULATED (importance) vs MEASURED of ``t1@4`` within 3.5 SE of requalify's
-  paired path-bias interval (SE about 0.05).
-- **Counterfactual**: from each of the 729 full round starts, M = 2 live single rounds per arm
-  under ``dyadic8@4`` and ``top8@4`` through the same transformers path with the live-arm hook
-  (1,458 generate calls per arm); SE_live (clustered by start) about 0.03, SE_pred about
-  0.03–0.05. ``top8@4``'s predicted Δ from the logging arm is about −1.1, more than 20 SE.
+- **Logging arm** (``--short-rounds exclude``, 753 rounds): MEASURED 2.418, SIMULATED
+  (importance) 2.486; requalify's paired path-bias gap 0.068 with SE 0.038 (1.8 SE).
+- **Counterfactual**: from each of the 753 full round starts, M = 2 live single rounds per arm
+  through the same transformers path with the live-arm hook (1,506 generate calls per arm):
+  ``t1:dyadic8@4`` predicted 2.490 (SE_pred 0.031), live 2.554 (SE_live 0.038): 1.3 combined
+  SE; ``top8:t1@4`` predicted 1.320 (SE_pred 0.022), live 1.360 (SE_live 0.017): 1.4 combined
+  SE. top8's predicted Δ from the logging arm is −1.167 with SE 0.040 (−29 SE), and its live
+  mean is 40 combined SE from the logging arm's R: a replay that returned that R fails.
 - **Greedy**: 10 requests × 48 tokens, ``greedy@4``: validate and MEASURED exact.
 
-Tolerances: 3.5 SE two-sided is P(|Z| > 3.5) = 4.7e-4 per check; 3 such checks here. SEs are
-read from requalify's 95% intervals as (hi − lo) / (2 × 1.96), which overstates them by at most
-10% where the interval uses a t quantile (df ≥ 12 here).
+Tolerances: 3.5 SE two-sided is P(|Z| > 3.5) = 4.7e-4 per check, three such checks. SEs are read
+from requalify's 95% intervals as (hi − lo) / (2 × 1.96), which overstates them by up to 10%
+where the interval uses a t quantile (df ≈ 10–13 here). SE_live is clustered by start (the
+standard error of the per-start means). Run time of this file: about 90 s with a warm Numba
+cache.
 """
 
 from __future__ import annotations
