@@ -39,7 +39,10 @@ def tiny_lm(seed: int, scale: float = SCALE) -> Any:
     with torch.no_grad():
         model.lm_head.weight.mul_(scale)
     model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0  # silences generate's pad warning; never emitted
+    # No pad id: with pad_token_id=0 (a real token here) transformers 5.24's assistant drafted
+    # from laws that differ from a fresh forward once a 0 was in the context (the target's did
+    # not); test_recorded_laws_are_the_models_laws caught it.
+    model.generation_config.pad_token_id = None
     return model
 
 

@@ -6,28 +6,31 @@ through :class:`~specreplay.capture.hf.AssistedCapture`; the recorder keeps the 
 
 Design (figures of this seed, measured on the 2-core machine):
 
-- **Sampled recording**: 40 requests × 48 new tokens at K = 4, logging arm ``t1@4``: 817 target
-  forwards = 817 rounds, of which 18 undrafted (the last token before ``max_length``: no draft,
-  nothing to record), 799 recorded, 46 short (end of generation) and 753 full. Per-position
-  acceptance (P(accepted at j | reached j)): 0.62, 0.64, 0.60, 0.63.
+- **Sampled recording**: 40 requests × 48 new tokens at K = 4, logging arm ``t1@4``: 811 target
+  forwards = 811 rounds, of which 20 undrafted (the last token before ``max_length``: no draft,
+  nothing to record), 791 recorded, 47 short (end of generation) and 744 full. Per-position
+  acceptance (P(accepted at j | reached j)): 0.63, 0.64, 0.60, 0.64.
 - **Engine count**: a forward hook on the target counts its forwards and the tokens each fed; a
   never-stopping stopping criterion records the length after every round. transformers 5.24 has
   NO separate prefill forward: the first forward feeds prompt + the first K drafts, so tokens
   emitted = output length − prompt length (not "− 1" as the issue assumed).
-- **Logging arm** (``--short-rounds exclude``, 753 rounds): MEASURED 2.418, SIMULATED
-  (importance) 2.486; requalify's paired path-bias gap 0.068 with SE 0.038 (1.8 SE).
-- **Counterfactual**: from each of the 753 full round starts, M = 2 live single rounds per arm
-  through the same transformers path with the live-arm hook (1,506 generate calls per arm):
-  ``t1:dyadic8@4`` predicted 2.490 (SE_pred 0.031), live 2.554 (SE_live 0.038): 1.3 combined
-  SE; ``top8:t1@4`` predicted 1.320 (SE_pred 0.022), live 1.360 (SE_live 0.017): 1.4 combined
-  SE. top8's predicted Δ from the logging arm is −1.167 with SE 0.040 (−29 SE), and its live
-  mean is 40 combined SE from the logging arm's R: a replay that returned that R fails.
-- **Greedy**: 10 requests × 48 tokens, ``greedy@4``: validate and MEASURED exact.
+- **Logging arm** (``--short-rounds exclude``, 744 rounds): MEASURED 2.440, SIMULATED
+  (importance) 2.500; requalify's paired path-bias gap 0.060 with SE 0.038 (1.6 SE).
+- **Counterfactual**: from each of the 744 full round starts, M = 2 live single rounds per arm
+  through the same transformers path with the live-arm hook (1,488 generate calls per arm):
+  ``t1:dyadic8@4`` predicted 2.500 (SE_pred 0.033), live 2.554 (SE_live 0.039): 1.1 combined
+  SE; ``top8:t1@4`` predicted 1.319 (SE_pred 0.022), live 1.356 (SE_live 0.017): 1.4 combined
+  SE. top8's predicted Δ from the logging arm is −1.181 with SE 0.039 (−30 SE), and its live
+  mean is 31 combined SE from the logging arm's R: a replay that returned that R fails.
+- **Greedy**: 10 requests × 48 tokens, ``greedy@4``: 480 rounds (10 undrafted, 30 short);
+  validate and MEASURED exact.
+- **Recorded laws**: the rows of rounds 0–2 of every request equal fresh forwards of both models
+  on the round's prefix plus its drafts (float32-logit tolerance).
 
 Tolerances: 3.5 SE two-sided is P(|Z| > 3.5) = 4.7e-4 per check, three such checks. SEs are read
 from requalify's 95% intervals as (hi − lo) / (2 × 1.96), which overstates them by up to 10%
 where the interval uses a t quantile (df ≈ 10–13 here). SE_live is clustered by start (the
-standard error of the per-start means). Run time of this file: about 90 s with a warm Numba
+standard error of the per-start means). Run time of this file: about 55–90 s with a warm Numba
 cache.
 """
 
@@ -179,7 +182,7 @@ def test_rounds_as_the_engine_ran_them(sampled: Run) -> None:
     total = sum(len(r) for r in sampled.engine)
     undrafted = sum(r.drafted == 0 for rs in sampled.engine for r in rs)
     short = sum(0 < r.drafted < K for rs in sampled.engine for r in rs)
-    assert (total, undrafted, short) == (817, 18, 46)  # the docstring's design figures
+    assert (total, undrafted, short) == (811, 20, 47)  # the docstring's design figures
 
 
 def test_validate_passes_and_measured_equals_the_engine_count(sampled: Run) -> None:
@@ -204,7 +207,7 @@ def test_measured_with_short_rounds_excluded(sampled: Run, rq_top8: Any) -> None
     assert measured["n_rounds"] == len(full)
     assert measured["R"] == sum(r.emitted for r in full) / len(full)
     (excluded,) = rq_top8.excluded
-    assert excluded.rounds == short == 46
+    assert excluded.rounds == short == 47
 
 
 def test_per_position_acceptance_between_0_3_and_0_9(sampled: Run) -> None:
@@ -217,6 +220,32 @@ def test_per_position_acceptance_between_0_3_and_0_9(sampled: Run) -> None:
     cond = reached.group_by("position").agg(pl.col("accepted").mean()).sort("position")
     assert rate.height == K
     assert cond["accepted"].min() >= 0.3 and cond["accepted"].max() <= 0.9, cond
+
+
+def test_recorded_laws_are_the_models_laws(sampled: Run) -> None:
+    # Fresh forwards of both models on the round's prefix plus its drafts 1..j-1 give, at
+    # position j, the target law p and the drafter's t=1 log-probabilities the recorder must
+    # hold; the engine casts logits to float32, hence the 1e-6 tolerance.
+    target, draft = tiny_pair()
+    rows = pl.read_parquet(sampled.path / "*.parquet").filter(pl.col("round") < 3)
+    seqs = {f"req{i:03d}": s for i, s in enumerate(sampled.outputs)}
+    checked = 0
+    for (rid, _), g in rows.group_by("request_id", "round", maintain_order=True):
+        g = g.sort("position")
+        ctx = int(g["context_tokens"][0])
+        drafted = g["drafted_id"].to_list()
+        drafts = torch.tensor(drafted[:-1], dtype=torch.long)
+        ids = torch.cat([seqs[str(rid)][:ctx], drafts])[None, :]
+        with torch.no_grad():
+            p = torch.softmax(target(ids).logits[0, ctx - 1 :].float().double(), -1).numpy()
+            lq = torch.log_softmax(draft(ids).logits[0, ctx - 1 :].float().double(), -1).numpy()
+        for j, row in enumerate(g.iter_rows(named=True)):
+            cand = np.asarray(row["cand_ids"])
+            np.testing.assert_allclose(row["target_probs"], p[j, cand], rtol=1e-6, atol=1e-9)
+            np.testing.assert_allclose(row["draft_logprobs"], lq[j, cand], rtol=0, atol=1e-6)
+            np.testing.assert_allclose(row["emitted_q"], np.exp(lq[j, cand]), atol=1e-6)
+            checked += 1
+    assert checked == rows.height and checked > 400
 
 
 # ------------------------------------------------------------------------------------------------
