@@ -94,7 +94,7 @@ from specreplay.commands.interval import interval_inputs, interval_memory_result
 from specreplay.commands.progress import progress_bar
 from specreplay.commands.report import rerender
 from specreplay.commands.requalify import requalify_run
-from specreplay.commands.screen import screen_result
+from specreplay.commands.screen import screen_inputs, screen_result
 from specreplay.commands.sweep import sweep_run
 from specreplay.commands.synth import DEFAULT_FORM, SynthArchive, synth_archive
 from specreplay.commands.validate import validate_result
@@ -122,6 +122,7 @@ from specreplay.pipelines.options import (
     IntervalOptions,
     LawtestOptions,
     RequalifyOptions,
+    ScreenOptions,
     ShortRounds,
     Stratify,
     SweepOptions,
@@ -295,7 +296,7 @@ def validate(
     hash_ids: bool = False,
     ignore: str | Sequence[str] = (),
 ) -> Result:
-    """Check an archive against schema v1; return its counts and MEASURED acceptance.
+    """Check an archive against schema v1; return its counts, MEASURED R and survival.
 
     As ``specreplay validate PATH``. ``result.archive`` describes the archive; the cells hold
     the MEASURED R of its logging arm by family × bucket. ``ignore``: as ``--ignore`` (globs
@@ -442,7 +443,7 @@ def interval(
     hash_ids: bool = False,
     ignore: str | Sequence[str] = (),
 ) -> Result:
-    """Paired bootstrap interval of Δ = R_B − R_A by family × context bucket, with verdicts.
+    """Paired bootstrap interval of Δ = R_b − R_a by family × context bucket, with verdicts.
 
     As ``specreplay interval A B``: each input is round traces, per-request sums, a Spec-Bench
     or a Medusa answer file; the pooled verdict is ``result.verdict``. ``ignore``: as
@@ -476,23 +477,31 @@ def interval(
 
 
 def screen(
-    counters: Sequence[PathLike],
+    counters: Sequence[PathLike] = (),
     *,
     config: PathLike | None = None,
     model_name: str | None = None,
+    engine: str | None = None,
+    vs: Sequence[PathLike] | None = None,
     out: PathLike | None = None,
     force: bool = False,
 ) -> Result:
-    """Depth screen (SP2) from run counters: ESTIMATED tokens/s per candidate depth.
+    """Mean acceptance length from two vLLM scrapes; with ``config``, the SP2 depth screen.
 
-    As ``specreplay screen COUNTERS… --config screen.toml [--model-name NAME]``: one cell per
-    (batch, context, worker) with its ``depths`` (``to_polars("depths")``) and ``screen`` inputs.
+    As ``specreplay screen [COUNTERS | BEFORE AFTER]… [--config screen.toml] [--model-name NAME]
+    [--engine N] [--vs BEFORE_B AFTER_B]``: ``result.scrapes`` holds each scrape pair's
+    MEASURED figures, ``result.scrape_delta`` the ``vs`` comparison, and with a config one cell
+    per (batch, context, worker) with its ``depths`` (``to_polars("depths")``) and ``screen``
+    inputs.
     """
+    opts = ScreenOptions.build(
+        model_name=model_name, engine=engine, vs=[Path(p) for p in vs] if vs is not None else None
+    )
     paths = [Path(p) for p in counters]
     cfg = Path(config) if config is not None else None
-    inputs = [*paths, *([cfg] if cfg is not None else [])]
+    inputs = screen_inputs(paths, cfg, opts)
     target = _before(out, force, inputs)
-    return _after(screen_result(paths, cfg, model_name), target, force, inputs)
+    return _after(screen_result(paths, cfg, opts=opts), target, force, inputs)
 
 
 def budget(

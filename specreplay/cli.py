@@ -140,7 +140,8 @@ MarginOpt = Annotated[
     str,
     typer.Option(
         "--margin",
-        help="Equivalence margin: relative to R_a with % (0.5%) or tokens/round (0.02).",
+        help="Equivalence margin m: relative to R_a with % (0.5%), or absolute in tokens/round "
+        "(0.02).",
     ),
 ]
 NBootOpt = Annotated[
@@ -171,7 +172,7 @@ CostOpt = Annotated[
     str | None,
     typer.Option(
         "--cost",
-        help="ms per round: linear:T0:C, or a TOML file with "
+        help="Cost model, ms per round by depth: linear:T0:C, or a TOML file with "
         "ms_per_round = {1 = 2.1, …}; gives tokens/s, best depth, P(best).",
     ),
 ]
@@ -492,9 +493,12 @@ def validate(
     hash_ids: HashIdsOpt = False,
     ignore: IgnoreOpt = None,
 ) -> None:
-    """Check an archive against schema v1 and report its counts and MEASURED acceptance.
+    """Check an archive against schema v1; report its counts, MEASURED R and survival.
 
-    Exit status 0 when valid, 2 with up to 20 error lines (all with --all) otherwise.
+    R is the retained tokens per round (vLLM's mean acceptance length); survival P(A ≥ j) the
+    share of rounds whose first j drafts were all accepted (vLLM's per-position acceptance rate
+    at position j − 1). Exit status 0 when valid, 2 with up to 20 error lines (all with --all)
+    otherwise.
     """
     with _user_errors("validate"):
         from specreplay.commands.validate import run_validate
@@ -561,7 +565,7 @@ def interval(
         Path,
         typer.Argument(
             metavar="A",
-            help="Arm A (the reference): round traces, per-request "
+            help="Arm A, the baseline (a in Δ = R_b − R_a): round traces, per-request "
             "sums, a Spec-Bench or a Medusa answer file.",
         ),
     ],
@@ -612,9 +616,10 @@ def interval(
     hash_ids: HashIdsOpt = False,
     ignore: IgnoreOpt = None,
 ) -> None:
-    """Paired bootstrap interval of Δ = R_B − R_A by family × context bucket, with verdicts.
+    """Paired bootstrap interval of Δ = R_b − R_a by family × context bucket, with verdicts.
 
-    Requests are paired by id and resampled as clusters (strata = family by default); writes
+    R is the retained tokens per round (vLLM's mean acceptance length) of arm A (a) and arm B
+    (b). Requests are paired by id and resampled as clusters (strata = family by default); writes
     results.json, TABLES.md, cells.parquet and forest.png into --out.
     """
     params = dict(locals())  # the parameters, before any other name is bound
@@ -634,19 +639,21 @@ def interval(
 @app.command()
 def screen(
     counters: Annotated[
-        list[Path],
+        list[Path] | None,
         typer.Argument(
-            metavar="COUNTERS",
-            help="Run-counter JSON Lines files and vLLM Prometheus scrapes (each named by a "
-            '[[vllm]] entry of --config; docs/inputs.md, "Run counters and vLLM scrapes").',
+            metavar="INPUTS",
+            help="Run-counter JSON Lines files and vLLM Prometheus scrapes, the scrapes in BEFORE "
+            "AFTER pairs (curl -s http://HOST:PORT/metrics > before.prom; the benchmark; the "
+            'same > after.prom; docs/inputs.md, "Run counters and vLLM scrapes").',
         ),
-    ],
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option(
             "--config",
             help="screen.toml: [draft_p50_ms] (D_B per batch), [caps], h_ms, depths, "
-            "[central], [envelope] grids, [[vllm]] runs.",
+            "[central], [envelope] grids, [[vllm]] runs. Adds the ESTIMATED depth screen to "
+            "the scrapes' MEASURED figures.",
         ),
     ] = None,
     model_name: Annotated[
@@ -657,20 +664,42 @@ def screen(
             "holds two models: they are never summed).",
         ),
     ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help='Keep this engine label\'s series of the vLLM scrapes (engine="0", "1", …); '
+            "by default every engine is summed.",
+        ),
+    ] = None,
+    vs: Annotated[
+        tuple[Path, Path] | None,
+        typer.Option(
+            "--vs",
+            metavar="BEFORE_B AFTER_B",
+            help="A second scrape pair: Δ of the mean acceptance length (R_B − R_A) and its "
+            "round-independent SE, a lower bound.",
+        ),
+    ] = None,
     out: OutOpt = Path("specreplay-out/screen"),
     force: ForceOpt = False,
     quiet: QuietOpt = False,  # accepted like every command's; it draws no progress bar
 ) -> None:
-    """Depth screen (SP2) from run counters: ESTIMATED tokens/s per candidate depth.
+    """MEASURED R from two vLLM scrapes (vLLM's mean acceptance length); --config: depth screen.
 
-    Per (batch, context, worker): pooled survivals S_i, central rate_B(d) and its assumption
-    envelope, gain over the nominal cap and rank; UNSUPPORTED past the trained block or the cap.
-    Writes results.json, TABLES.md and cells.parquet into --out.
+    Per scrape pair, in vLLM's names: the mean acceptance length (R), the per-position
+    acceptance rates (survival), the draft acceptance rate, drafts (rounds) and the binned
+    median step time. Per (batch, context, worker) with --config: pooled survivals
+    S_i, central rate_B(d) and its assumption envelope, gain over the nominal cap and rank;
+    UNSUPPORTED past the trained block or the cap. Writes results.json, TABLES.md and
+    cells.parquet into --out.
     """
     with _user_errors("screen"):
         from specreplay.commands.screen import run_screen
+        from specreplay.pipelines.options import ScreenOptions
 
-        typer.echo(run_screen(counters, config=config, out=out, force=force, model_name=model_name))
+        opts = ScreenOptions.build(model_name=model_name, engine=engine, vs=vs)
+        typer.echo(run_screen(counters or [], config=config, out=out, force=force, opts=opts))
 
 
 @app.command()
@@ -735,10 +764,11 @@ def requalify(
 ) -> None:
     """Replay an archive under baseline and candidate arms and requalify the change.
 
-    Prints the verdict first: QUALIFIED when the candidate's R is EQUIVALENT to the baseline's
-    and its law test passes, NOT QUALIFIED when DIFFERENT or the law test fails, else
-    INCONCLUSIVE; then R per arm by family x bucket, the gain over --reference, the path-bias
-    diagnostic of the logging arm, survival per position and the law tests.
+    Prints the verdict first: QUALIFIED when the candidate's R (retained tokens per round) is
+    EQUIVALENT to the baseline's and its law test passes, NOT QUALIFIED when DIFFERENT or the law
+    test fails, else INCONCLUSIVE; then R per arm by family × bucket, the gain over --reference,
+    the path-bias diagnostic of the logging arm, survival P(A ≥ j) per position and the law
+    tests.
     """
     params = dict(locals())  # the parameters, before any other name is bound
     with _user_errors("requalify"):
@@ -814,7 +844,7 @@ def sweep(
     short_rounds: ShortRoundsOpt = ShortRounds.NULL,
     ignore: IgnoreOpt = None,
 ) -> None:
-    """R at every fixed depth per arm and cell from one replay pass.
+    """R (retained tokens per round) at every fixed depth per arm and cell from one replay pass.
 
     See docs/methods.md, "The sweep: cost model and the best depth".
 
@@ -972,7 +1002,8 @@ def budget(
         float, typer.Option("--price-ms", help="T: the policy's price, ms per round.")
     ],
     base: Annotated[
-        float | None, typer.Option("--base", help="R_0: the reference's tokens per round.")
+        float | None,
+        typer.Option("--base", help="R_0: the reference's R (retained tokens per round)."),
     ] = None,
     delta_lo: Annotated[
         float | None,
@@ -993,7 +1024,7 @@ def budget(
         ),
     ] = None,
     rate: Annotated[
-        float | None, typer.Option("--rate", help="Sensitivity: historical rate r_0, tok/s.")
+        float | None, typer.Option("--rate", help="Sensitivity: historical rate r_0, tokens/s.")
     ] = None,
     tau_ms: Annotated[
         float | None, typer.Option("--tau-ms", help="Sensitivity: historical ms per round τ.")

@@ -479,9 +479,18 @@ class Recorder:
                     f"{where}: a drafted id is outside the vocabulary 0..{logits.shape[1] - 1}"
                 )
             return _Round(
-                request_id, rnd, family, int(context_tokens), drafted, target, n_acc, logits,
-                None, None, None,
-            )  # fmt: skip
+                request_id,
+                rnd,
+                family,
+                int(context_tokens),
+                drafted,
+                target,
+                n_acc,
+                logits=logits,
+                cand_ids=None,
+                emitted_q=None,
+                draft_logprobs=None,
+            )
         if cand_ids is None or emitted_q is None:
             raise SpecReplayError(
                 f"{where}: pass draft_logits (logits mode) or both cand_ids and emitted_q "
@@ -515,9 +524,18 @@ class Recorder:
                 "cand_ids"
             )
         return _Round(
-            request_id, rnd, family, int(context_tokens), drafted, target, n_acc, None, cand, q,
-            lp,
-        )  # fmt: skip
+            request_id,
+            rnd,
+            family,
+            int(context_tokens),
+            drafted,
+            target,
+            n_acc,
+            logits=None,
+            cand_ids=cand,
+            emitted_q=q,
+            draft_logprobs=lp,
+        )
 
     # -- counts, close ---------------------------------------------------------------------
 

@@ -80,6 +80,7 @@ __all__ = [
     "Num",
     "ReplayOptions",
     "RequalifyOptions",
+    "ScreenOptions",
     "ShortRounds",
     "Stratify",
     "SweepOptions",
@@ -1029,3 +1030,56 @@ class BudgetOptions:
             "gain": self.gain,
             "x_grid": list(self.x_grid) if self.x_grid is not None else None,
         }
+
+
+def _label_value(flag: str, value: Any) -> str | None:
+    """Return a Prometheus label value to match (``--model-name``, ``--engine``), non-empty."""
+    if value is None:
+        return None
+    if not isinstance(value, str | int) or isinstance(value, bool) or not str(value):
+        raise SpecReplayError(f"{flag}: should be a non-empty label value, got {value!r}")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class ScreenOptions:
+    """The scrape options of ``specreplay screen``, checked.
+
+    ``model_name`` and ``engine`` keep one model's and one engine's series of every vLLM scrape
+    (None: the only model; every engine summed); ``vs`` is the (BEFORE, AFTER) pair compared
+    with the command line's pair (``--vs``), or None.
+    """
+
+    model_name: str | None
+    engine: str | None
+    vs: tuple[Path, Path] | None
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        model_name: Any = None,
+        engine: Any = None,
+        vs: Sequence[str | Path] | None = None,
+    ) -> Self:
+        """Check every option (the one constructor of the CLI and the API).
+
+        Raises
+        ------
+        SpecReplayError
+            An empty label value, or ``--vs`` without exactly two scrapes.
+        """
+        pair: tuple[Path, Path] | None = None
+        if vs is not None and len(vs) > 0:
+            if isinstance(vs, str | Path) or len(vs) != 2:
+                given = [str(vs)] if isinstance(vs, str | Path) else [str(x) for x in vs]
+                raise SpecReplayError(
+                    f"--vs: takes two scrapes, BEFORE_B AFTER_B; got {len(given)} "
+                    f"({' '.join(given)})"
+                )
+            pair = (Path(vs[0]), Path(vs[1]))
+        return cls(
+            model_name=_label_value("--model-name", model_name),
+            engine=_label_value("--engine", engine),
+            vs=pair,
+        )

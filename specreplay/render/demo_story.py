@@ -273,8 +273,9 @@ def terminal_text(runs: DemoRuns, out: Path, outputs: dict[str, list[str]]) -> s
 _HOW = {
     None: "The archive the story replays: 2,000 requests of a synthetic draft/target pair, "
     "logged by the arm named below. Every figure here is MEASURED: counted from the archived "
-    "verifier decisions. R is the retained tokens per round (1 + the accepted drafts); the "
-    "survival P(A ≥ j) is the share of rounds whose first j drafts were all accepted.",
+    "verifier decisions. R is the retained tokens per round (1 + the accepted drafts; vLLM's "
+    "mean acceptance length); the survival P(A ≥ j) is the share of rounds whose first j drafts "
+    "were all accepted (vLLM's per-position acceptance rate at position j − 1).",
     "requalify": "Can the candidate verifier replace the baseline? The replay runs both arms on "
     "the same archived rounds (SIMULATED), pairs them request by request, and calls the "
     "difference Δ EQUIVALENT when its 90% interval lies inside the margin; QUALIFIED also needs "
@@ -391,7 +392,7 @@ def demo_report(measured: Result, folder: Path, pngs: Sequence[str]) -> str:
         "# specreplay demo: the built-in archive's story",
         f"{what}, on the built-in synthetic archive ({measured.options['requests']:,} requests, "
         f"seed {measured.seed})? The chapters then ask how many bits the verifier needs, what a "
-        "mismatched verifier does, which draft depth is fastest, and how much slower a round "
+        "mismatched verifier does, which depth is fastest, and how much slower a round "
         "may get before the gain over greedy is spent.",
         "Read the verdicts first; each chapter below starts with what it asks and how to read "
         "it, and links to the sub-run's own REPORT.md (assumptions, diagnostics, every cell). "

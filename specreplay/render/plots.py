@@ -79,7 +79,7 @@ PLOT_CAPTIONS: dict[str, str] = {
     " Holm-adjusted verdict; shaded band:"
     " the equivalence margin; a hollow dot: a small-sample cell; a '—' row says why the cell has"
     " no delta.",
-    "depths.png": "R (and, with a cost model, tokens/s) by fixed draft depth per arm, with 95%"
+    "depths.png": "R (and, with a cost model, tokens/s) by fixed depth per arm, with 95%"
     " intervals; ring: the arm's own depth.",
     "screen.png": "Screened tokens/s by draft depth per batch x context cell; band: the assumption"
     " envelope.",
@@ -933,7 +933,7 @@ def _depth_panel(ax: Any, result: Result, cell: Cell, key: str) -> None:
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # depths are whole positions
-    ax.set_xlabel("fixed draft depth d (positions per round)", fontsize=8)
+    ax.set_xlabel("fixed depth d (drafted positions per round)", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
 

@@ -138,7 +138,8 @@ def _choices(result: Result) -> str:
     backend = result.backend_line
     if backend is not None:
         items.append(backend)
-    if isinstance(o.get("central"), dict) and isinstance(o.get("envelope"), dict):
+    screened = result.command != "screen" or bool(result.cells)
+    if screened and isinstance(o.get("central"), dict) and isinstance(o.get("envelope"), dict):
         c, e = o["central"], o["envelope"]
         items.append(
             f"Central values: overlap {c.get('overlap')}, overhead {c.get('overhead_ms')} ms, "
@@ -190,7 +191,7 @@ def _path_bias(result: Result) -> list[str]:
                 f"Path bias of the logging arm {pb.b} (SIMULATED − MEASURED R): {num(pb.point)} "
                 f"[{num(pb.lo)}, {num(pb.hi)}] tokens/round: "
                 + (
-                    "the interval holds 0, the replay reproduces the archived acceptance."
+                    "the interval holds 0, the replay reproduces the MEASURED R."
                     if inside
                     else "the interval excludes 0, the replay is biased even for the "
                     "arm that wrote the archive; deltas may carry part of that bias."
@@ -313,7 +314,7 @@ def _null_cells(result: Result) -> list[str]:
 
 def _diagnostics(result: Result) -> str:
     items = _path_bias(result) + _importance(result) + _undercover(result) + _law_diag(result)
-    if result.command == "screen":
+    if result.command == "screen" and result.cells:
         items.append(
             "Envelopes are assumption envelopes (grids of overlap, overhead and slope × "
             "every run's survivals), not confidence intervals."

@@ -113,7 +113,8 @@ def measured_tables(result: Result) -> str:
         return f"{v.R:.4f} ({c.n_requests})"
 
     out = [
-        f"## MEASURED R (retained tokens per round) of {arm}, by family × context bucket",
+        f"## MEASURED R (retained tokens per round; vLLM's mean acceptance length) of {arm}, by "
+        "family × context bucket",
         "",
         "Each cell: R (requests). R = Σ(1 + A) / #rounds, A = leading accepted drafts of a round.",
         "",
@@ -131,7 +132,12 @@ def measured_tables(result: Result) -> str:
         ("family", [(f, None) for f in families]),
         ("context bucket", [(None, b) for b in buckets]),
     ):
-        out += ["", f"## MEASURED per-position survival P(A ≥ j) of {arm}, by {title}", ""]
+        out += [
+            "",
+            f"## MEASURED survival P(A ≥ j) of {arm}, by {title} (vLLM's per-position acceptance "
+            "rate at position j − 1)",
+            "",
+        ]
         srows = [
             [str(key[0] or key[1] or "all"), *_survival_row(idx.get(key), depth, note)]
             for key in [*keys, (None, None)]
@@ -374,7 +380,8 @@ def _requalify_by_cell(result: Result, main: Delta) -> list[str]:
     header = ["cell", "requests", "R_a", "R_b", "Δ", "95% CI", "Δ/R_a", "verdict"]
     return [
         "",
-        f"## Requalification by cell: {main.b} (b) vs {main.a} (a), SIMULATED",
+        f"## Requalification by cell: {main.b} (b) vs {main.a} (a), SIMULATED R (retained tokens "
+        "per round) and Δ = R_b − R_a",
         "",
         markdown_table([*header, "requalification", *(_INTERVAL_HEADER if wide else [])], rows),
         *note.lines(),
@@ -417,7 +424,9 @@ def _reference_gain(result: Result, cand: str) -> list[str]:
         "",
         f"## Gain of {cand} over the reference {ref.a} (SIMULATED; no verdict)",
         "",
-        markdown_table(["cell", "R ref", "R cand", "Δ", "95% CI", "Δ/R ref"], rows),
+        markdown_table(
+            ["cell", "R reference", "R candidate", "Δ", "95% CI", "Δ/R reference"], rows
+        ),
     ]
 
 
@@ -637,7 +646,7 @@ def sweep_tables(result: Result) -> str:
     used = result.options.get("estimator_used")
     cost = result.options.get("cost")
     lines = [
-        f"SWEEP (SIMULATED R by fixed depth; estimator {used}"
+        f"SWEEP (SIMULATED R, retained tokens per round, by fixed depth; estimator {used}"
         + (f"; cost {cost}, tokens/s ESTIMATED" if cost else "")
         + ")",
         estimator_line(result),
@@ -769,7 +778,9 @@ def budget_tables(result: Result) -> str:
         "## Budget: break-even added cost per round, ESTIMATED "
         '(docs/methods.md, "The budget: break-even cost")',
         "",
-        "x = T·Δ_lo/R_0 (from (R_0 + Δ_lo)/(T + x) = R_0/T); remaining = x − Σ known costs.",
+        "R_0: the reference's R (retained tokens per round); Δ_lo: the lower 95% bound of the "
+        "gain Δ over it; T: the price, ms per round. x = T·Δ_lo/R_0 (from (R_0 + Δ_lo)/(T + x) "
+        "= R_0/T); remaining = x − Σ known costs.",
         "",
         markdown_table(
             ["cell", "R_0", "Δ_lo", "T ms", "known ms", "break-even ms", "remaining ms"], rows
@@ -784,13 +795,13 @@ def budget_tables(result: Result) -> str:
         ]
         out += [
             "",
-            f"## Sensitivity, ESTIMATED: r_0 = {s0.rate:g} tok/s, τ = {s0.tau_ms:g} ms/round, "
-            f"g = {100 * s0.gain:+.2f}%",
+            f"## Sensitivity, ESTIMATED: r_0 = {s0.rate:g} tokens/s, τ = {s0.tau_ms:g} ms per "
+            f"round, g = {100 * s0.gain:+.2f}%",
             "",
             "Conditional rate r_0·(1 + g)·τ/(τ + x) with extra cost x: a sensitivity, not a "
             "forecast.",
             "",
-            markdown_table(["extra x ms", "tok/s", "vs r_0"], srows),
+            markdown_table(["extra x ms", "tokens/s", "vs r_0"], srows),
         ]
     return "\n".join(out) + "\n"
 

@@ -31,8 +31,8 @@ _LABELS = (
 )
 _DELTA = (
     "Δ = R_b − R_a is the paired difference in retained tokens per round (R: 1 + the accepted "
-    "drafts of a round, averaged over rounds) with its 95% interval; Δ/R_a the same relative "
-    "to the first arm."
+    "drafts of a round, averaged over rounds; vLLM's mean acceptance length) with its 95% "
+    "interval; Δ/R_a the same relative to the first arm."
 )
 
 HOW_TO_READ: dict[str, str] = {
@@ -42,15 +42,16 @@ HOW_TO_READ: dict[str, str] = {
     "interval": "Pooled over every paired request, then per family. EQUIVALENT: the 90% "
     "interval of Δ lies inside the margin; DIFFERENT: the 95% interval excludes 0 (Holm-adjusted "
     f"within each level); else INCONCLUSIVE. {_DELTA} {_LABELS}",
-    "sweep": "For each arm, the fixed draft depth with the most tokens per second under the cost "
+    "sweep": "For each arm, the fixed depth with the most tokens per second under the cost "
     "model (tokens/s ESTIMATED, with its 95% interval; P(best) is the share of bootstrap "
     "replicates in which that depth wins), pooled and then per family; without a cost model, "
-    f"the depth where R is highest. {_LABELS}",
+    f"the depth where R (retained tokens per round) is highest. {_LABELS}",
     "screen": "For each batch × context × worker cell, the draft depth with the highest central "
     "aggregate tokens per second, its assumption envelope (not a confidence interval) and its "
     f"gain over the nominal cap. {_LABELS}",
     "budget": "For each cell, how many milliseconds per round may be added before the gain (its "
-    f"lower 95% bound Δ_lo) is spent: x = T·Δ_lo/R_0. {_LABELS}",
+    f"lower 95% bound Δ_lo) is spent: x = T·Δ_lo/R_0, R_0 being the reference's R (retained "
+    f"tokens per round) and T its price in ms per round. {_LABELS}",
     "lawtest": "Per arm: at how many archived positions its verifier's output law differs from "
     "the target's (G-test, Holm-adjusted), and the largest exact total-variation distance (TV). "
     f"A pass with too few draws to detect its TV is underpowered. {_LABELS}",
@@ -193,9 +194,35 @@ def sweep_verdicts(result: Result) -> list[str]:
     return lines
 
 
-def screen_verdicts(result: Result) -> list[str]:
-    """Per batch × context × worker cell: the best central depth, its rate and gain over the cap."""
+def _scrape_verdicts(result: Result) -> list[str]:
+    """Per scrape pair: the mean acceptance length and vLLM's other figures (MEASURED)."""
     lines = []
+    for f in result.scrapes or ():
+        rates = (
+            ", ".join("—" if s.value is None else f"{s.value:.4f}" for s in f.per_position)
+            if f.per_position_null_reason is None
+            else f"null ({f.per_position_null_reason})"
+        )
+        x = f.draft_acceptance_rate
+        draft = "—" if x is None else f"{x:.4f}"
+        lines.append(
+            f"Scrapes {f.name}: **mean acceptance length {f.mean_acceptance_length:.4f}** "
+            f"(R), per-position acceptance rate {rates}, Avg Draft acceptance rate {draft}, "
+            f"{f.drafts:,} drafts ({f.label.value})"
+        )
+    d = result.scrape_delta
+    if d is not None:
+        se = f"SE ≥ {d.se:.4f}, a lower bound" if d.se is not None else "SE null"
+        lines.append(
+            f"Δ mean acceptance length R_{d.b} − R_{d.a} = **{d.point:+.4f}** ({se}: rounds "
+            f"cluster by request) ({d.label.value})"
+        )
+    return lines
+
+
+def screen_verdicts(result: Result) -> list[str]:
+    """Per scrape pair its MEASURED figures; per cell the best central depth, rate and gain."""
+    lines = _scrape_verdicts(result)
     for c in result.cells:
         if c.screen is None:
             continue
@@ -216,7 +243,7 @@ def screen_verdicts(result: Result) -> list[str]:
             f"(envelope {_plain(best.tokens_per_s_lo)} to {_plain(best.tokens_per_s_hi)}){gain} "
             f"({best.label.value})"
         )
-    return lines or ["— (no screened cell)"]
+    return lines or ["— (no screened cell)"]  # the scrapes alone have lines above
 
 
 # -- budget, lawtest, validate --------------------------------------------------------------------
@@ -330,7 +357,7 @@ def _sweep_q(r: Result) -> tuple[str, str]:
     cost = f", and the most tokens/s under the cost model `{o['cost']}`" if o.get("cost") else ""
     return (
         f"Depth sweep of {', '.join(r.arms)}",
-        f"At which fixed draft depth in {span} does each arm ({', '.join(f'`{a}`' for a in r.arms)}"
+        f"At which fixed depth in {span} does each arm ({', '.join(f'`{a}`' for a in r.arms)}"
         f") retain the most tokens per round{cost}, on the archive {_name(o.get('archive'))} "
         f"({_n(r)})?",
     )
@@ -338,6 +365,12 @@ def _sweep_q(r: Result) -> tuple[str, str]:
 
 def _screen_q(r: Result) -> tuple[str, str]:
     files = ", ".join(_name(p) for p in r.options.get("counters", []))
+    if not r.cells:
+        return (
+            "vLLM scrapes: acceptance measured",
+            f"What mean acceptance length, per-position and draft acceptance rates do the vLLM "
+            f"scrapes {files} measure?",
+        )
     return (
         "Depth screen from run counters",
         f"Which draft depth gives the highest aggregate tokens per second in each batch × "

@@ -3,8 +3,9 @@
 See docs/outputs.md#resultsjson.
 
 Writing walks the dataclasses in field order (enums as their values, tuples as lists, ``schema``
-first; a field kept in memory only, such as ``Result.replicates``, is skipped); NaN is never
-written (a figure that cannot be computed is ``null`` with its reason).
+first; a field kept in memory only, such as ``Result.replicates``, is skipped, and so is a
+field marked ``OMIT_NONE`` while it is None, such as ``Result.scrapes``); NaN is never written
+(a figure that cannot be computed is ``null`` with its reason).
 Reading checks the document against the shipped JSON Schema (``schemas/results-v1.json``) and
 rebuilds the typed objects from their type hints, so ``read_result(write_result(r)) == r``. A key
 this version does not know is an error naming the file and the key's JSON path, except at the top
@@ -24,7 +25,7 @@ from typing import Any, Union, get_args, get_origin
 
 from specreplay.errors import SpecReplayError
 from specreplay.results import model
-from specreplay.results.model import Result, written
+from specreplay.results.model import OMIT_NONE, Result, written
 
 __all__ = [
     "dump",
@@ -40,7 +41,11 @@ __all__ = [
 def dump(obj: Any) -> Any:
     """Return ``obj`` as JSON-ready data (dataclasses → dicts in field order)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out = {f.name: dump(getattr(obj, f.name)) for f in dataclasses.fields(obj) if written(f)}
+        out = {
+            f.name: dump(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if written(f) and not (f.metadata.get(OMIT_NONE) and getattr(obj, f.name) is None)
+        }
         extra = out.pop("extra", None)
         if isinstance(obj, Result):
             out = {"schema": out.pop("schema"), **out, **(extra or {})}

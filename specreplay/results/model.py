@@ -23,8 +23,10 @@ exclude`` left out (null without that option). A figure that cannot be computed 
 ``null_reason``. Every figure carries its :class:`Label`.
 
 Fields are always written, ``null`` where they do not apply (so a program reading results.json
-finds the same keys in every delta); their order is the order of the dataclass fields. The one
-exception is :attr:`Result.replicates`, which a run keeps in memory only (:func:`written`).
+finds the same keys in every delta); their order is the order of the dataclass fields. The
+exceptions are :attr:`Result.replicates`, which a run keeps in memory only (:func:`written`), and
+``screen``'s :attr:`Result.scrapes` (:class:`ScrapeFigures`, what two vLLM scrapes measure) and
+:attr:`Result.scrape_delta` (:class:`ScrapeDelta`), left out while None (``OMIT_NONE``).
 """
 
 from __future__ import annotations
@@ -67,8 +69,11 @@ __all__ = [
     "Requalification",
     "Result",
     "Role",
+    "ScrapeDelta",
+    "ScrapeFigures",
     "ScreenFigures",
     "Sensitivity",
+    "StepTime",
     "Survival",
     "Tost",
     "written",
@@ -398,6 +403,85 @@ class ScreenFigures:
 
 
 @dataclass(frozen=True)
+class StepTime:
+    """The step time two scrapes' latency histogram gives: MEASURED (binned).
+
+    See docs/commands.md#screen.
+
+    ``metric`` is the histogram read (``vllm:inter_token_latency_seconds``, or
+    ``vllm:time_per_output_token_seconds`` in older vLLM); ``observations`` its Δ count between
+    the scrapes; ``median_ms`` the median of the differenced buckets by linear interpolation
+    within the bucket, as Prometheus' ``histogram_quantile(0.5, …)`` computes it (null with the
+    reason when it is NaN there). It pools every step of every request: it is not SP2's median
+    per-request step p50.
+    """
+
+    metric: str
+    observations: int
+    median_ms: float | None
+    label: Label
+    binned: bool
+    null_reason: str | None
+
+
+@dataclass(frozen=True)
+class ScrapeFigures:
+    """What two vLLM scrapes measure by themselves (docs/commands.md#screen), MEASURED.
+
+    ``name`` is the pair's letter (A, B, … in the order read: ``[[vllm]]`` entries, the command
+    line's other pairs, then ``--vs``); ``model_name`` the model read (``--model-name``, or the
+    only one the scrapes hold), ``engine`` the ``--engine`` kept (None: every engine summed),
+    ``engines`` the engine labels summed. Counts are the Δ between ``before`` and ``after``:
+    ``drafts`` (rounds), ``draft_tokens``, ``accepted_tokens``. ``mean_acceptance_length`` = 1 +
+    accepted/drafts (R); ``draft_acceptance_rate`` = accepted/draft_tokens; ``per_position``
+    vLLM's "Per-position acceptance rate" (survivals P(A ≥ j), position j = label + 1), values
+    null with ``per_position_null_reason`` for short proposals or a scrape without the
+    per-position counter. ``step`` is the latency histogram's median when the scrapes hold it.
+    """
+
+    name: str
+    before: str
+    after: str
+    model_name: str | None
+    engine: str | None
+    engines: tuple[str, ...]
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    mean_acceptance_length: float
+    draft_acceptance_rate: float | None
+    per_position: tuple[Survival, ...]
+    per_position_null_reason: str | None
+    label: Label
+    step: StepTime | None
+
+
+@dataclass(frozen=True)
+class ScrapeDelta:
+    """Δ of the mean acceptance length between two scrape pairs (``screen … --vs …``).
+
+    See docs/commands.md#screen.
+
+    ``point`` = R_b − R_a (MEASURED, exact from the counts). ``se`` = √(se_a² + se_b²) with
+    se = √(Var(A)/N) per side, Var(A) = Σ_i (2i − 1)·S_i − (Σ_i S_i)² per round: it treats rounds
+    as independent, and rounds cluster by request, so it is a LOWER BOUND of the real SE
+    (``se_is_lower_bound``); null with ``se_null_reason`` when a side has no survivals.
+    """
+
+    a: str
+    b: str
+    point: float
+    se: float | None
+    se_a: float | None
+    se_b: float | None
+    var_a: float | None
+    var_b: float | None
+    se_is_lower_bound: bool
+    label: Label
+    se_null_reason: str | None
+
+
+@dataclass(frozen=True)
 class Requalification:
     """QUALIFIED / NOT QUALIFIED / INCONCLUSIVE, or None with the reason.
 
@@ -557,6 +641,10 @@ class Replicates(Protocol):
         ...
 
 
+OMIT_NONE = "omit_none"
+"""Metadata key of a field left out of results.json while it is None (a key only one command has:
+``screen``'s ``scrapes`` and ``scrape_delta``), so no other command's results.json changes."""
+
 IN_MEMORY = "in_memory"
 """Metadata key of a dataclass field that is never written to results.json (nor read from it)."""
 
@@ -601,6 +689,8 @@ class Result:
     columns_not_read: tuple[str, ...] | None = None
     inputs_ignored: tuple[InputIgnored, ...] = ()
     interval_method: IntervalMethod | None = None
+    scrapes: tuple[ScrapeFigures, ...] | None = field(default=None, metadata={OMIT_NONE: True})
+    scrape_delta: ScrapeDelta | None = field(default=None, metadata={OMIT_NONE: True})
     extra: dict[str, Any] = field(default_factory=dict)
     replicates: Replicates | None = field(
         default=None, compare=False, repr=False, metadata={IN_MEMORY: True}

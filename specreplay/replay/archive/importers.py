@@ -929,7 +929,7 @@ def _read_medusa(files: list[ArchiveFile], opts: _Options) -> tuple[pl.DataFrame
         "(its loop counts from 0 and breaks after the final step); retained tokens = Σ new_tokens",
         f"families: category from {qfile}",
         f"context unknown: rounds go to bucket '{unknown}'",
-        "per-request sums only: no per-round accept lengths, drafted depth unknown",
+        "per-request sums only: no per-round counts of accepted drafts, drafted depth unknown",
     ]
     sums = rows.select("request_id", "family", bucket=pl.lit(unknown), n="n", t="t")
     return _finish(sums, opts.buckets), notes

@@ -1,0 +1,475 @@
+"""The recorder (specreplay.capture.Recorder, issue 12 item 1): what it writes, counts and drops.
+
+Rows are checked against rows built here independently (numpy top-k by a full stable sort,
+log-softmax, gather); the logging law against a numpy softmax over the top-K candidates (float64
+arm) and against the replay's own law (dyadic arm, bit for bit). The queue-full test gates the
+background thread with an Event so that the queue fills deterministically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+from specreplay import api
+from specreplay.capture import CaptureCounts, Recorder, sample_keeps
+from specreplay.capture import recorder as recorder_module
+from specreplay.errors import SpecReplayError
+from specreplay.sim.arms import parse_arm
+from specreplay.sim.policy import arm_laws
+from tests.corpus import invoke, leftovers
+
+V = 50  # vocabulary of the stand-in engine
+
+
+def _rows(path: Path) -> pl.DataFrame:
+    return pl.read_parquet(sorted(path.glob("part-*.parquet")))
+
+
+def _capture(path: Path) -> dict[str, Any]:
+    manifest = json.loads((path / "CAPTURE.json").read_text(encoding="utf-8"))
+    (writer,) = manifest["writers"]
+    capture: dict[str, Any] = writer["capture"]
+    return capture
+
+
+def _valid(path: Path) -> None:
+    res = invoke(["validate", str(path), "-q"])
+    assert res.exit_code == 0, res.stdout + res.stderr
+    assert "VALID" in res.stdout
+
+
+def _point_mass(rec: Recorder, rid: str, rnd: int, drafted: list[int], acc: int) -> bool:
+    n = len(drafted)
+    d = np.array(drafted)
+    return rec.round(
+        rid,
+        rnd,
+        drafted_ids=d,
+        target_probs=np.full((n, 1), 0.5),
+        accepted=acc,
+        family="code",
+        context_tokens=100 + rnd,
+        cand_ids=d[:, None],
+        emitted_q=np.ones((n, 1)),
+        draft_logprobs=np.zeros((n, 1)),
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# independent references
+# ------------------------------------------------------------------------------------------------
+
+
+def _ref_candidates(logits: np.ndarray, k: int, drafted: int) -> np.ndarray:
+    """Top-k by a full stable sort of −logits (ties to the lower id), the drafted id appended."""
+    ids = np.argsort(-logits, kind="stable")[:k]
+    return ids if drafted in ids else np.append(ids, drafted)
+
+
+def _ref_log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float64)
+    return x - (x.max() + np.log(np.sum(np.exp(x - x.max()))))
+
+
+def _ref_topk_temperature(lp: np.ndarray, k: int, t: float) -> np.ndarray:
+    """softmax(lp / t) over the k largest lp (ties to the lower index), zero elsewhere."""
+    keep = np.argsort(-lp, kind="stable")[:k]
+    q = np.zeros_like(lp)
+    w = np.exp((lp[keep] - lp[keep].max()) / t)
+    q[keep] = w / w.sum()
+    return q
+
+
+def _engine_round(rng: np.random.Generator, n: int, temp: float, k_arm: int | None):
+    """A stand-in engine round: logits, target probabilities and drafts from the arm's law."""
+    logits = rng.normal(0.0, 2.0, size=(n, V)).astype(np.float32)
+    logits[:, 7] = logits[:, 3]  # a tie on every row: ties go to the lower id
+    target = rng.dirichlet(np.full(V, 0.3), size=n)
+    drafted = np.empty(n, dtype=np.int64)
+    for j in range(n):
+        lp = _ref_log_softmax(logits[j])
+        q = _ref_topk_temperature(lp, k_arm if k_arm else V, temp)
+        drafted[j] = rng.choice(V, p=q)
+    return logits, target, drafted
+
+
+# ------------------------------------------------------------------------------------------------
+# logits mode, exact-q mode, point mass
+# ------------------------------------------------------------------------------------------------
+
+
+def test_logits_mode_rows_equal_numpy_and_validate(tmp_path: Path) -> None:
+    rng = np.random.default_rng(12)
+    top_k, arm = 6, "top4:t0.7@3"
+    fed = []
+    with Recorder(tmp_path / "a", logging_arm=arm, top_k=top_k, engine="stand-in") as rec:
+        for r in range(6):
+            for t in range(4):
+                n = int(rng.integers(1, 4))
+                logits, target, drafted = _engine_round(rng, n, 0.7, 4)
+                acc = int(rng.integers(0, n + 1))
+                kw = {"family": f"f{r % 2}", "context_tokens": 50 + t, "draft_logits": logits}
+                assert rec.round(f"req{r}", t, drafted, target, acc, **kw)
+                fed.append((f"req{r}", t, logits, target, drafted, acc))
+    _valid(tmp_path / "a")
+    rows = _rows(tmp_path / "a")
+    assert rows.height == sum(f[4].shape[0] for f in fed)
+    i = 0
+    for rid, t, logits, target, drafted, acc in fed:
+        for j in range(drafted.shape[0]):
+            row = rows.row(i, named=True)
+            i += 1
+            lp_full = _ref_log_softmax(logits[j])
+            ids = _ref_candidates(logits[j], top_k, int(drafted[j]))
+            assert (row["request_id"], row["round"], row["position"]) == (rid, t, j + 1)
+            assert row["cand_ids"] == ids.tolist()
+            np.testing.assert_allclose(row["draft_logprobs"], lp_full[ids], rtol=1e-14, atol=0)
+            assert row["target_probs"] == target[j, ids].tolist()  # a gather: exact
+            assert row["drafted_id"] == int(drafted[j])
+            assert row["accepted"] == (j < acc)
+            assert row["logging_arm"] == arm
+            q = _ref_topk_temperature(np.array(row["draft_logprobs"]), 4, 0.7)
+            np.testing.assert_allclose(row["emitted_q"], q, rtol=1e-13, atol=1e-300)
+            assert [x == 0 for x in row["emitted_q"]] == [x == 0 for x in q]
+    # the tie at ids 3 and 7: where both are kept, 3 comes first
+    assert any(r.index(3) < r.index(7) for r in rows["cand_ids"].to_list() if 3 in r and 7 in r)
+
+
+def test_logits_mode_appends_a_drafted_id_outside_the_top_k(tmp_path: Path) -> None:
+    logits = np.array([[5.0, 4.0, 3.0, -1.0, 2.0]])
+    with Recorder(tmp_path / "a", logging_arm="t1@2", top_k=2) as rec:
+        rec.round("r", 0, [3], np.full((1, 5), 0.2), 0, draft_logits=logits)
+    (row,) = _rows(tmp_path / "a").iter_rows(named=True)
+    assert row["cand_ids"] == [0, 1, 3]
+    np.testing.assert_allclose(row["draft_logprobs"], _ref_log_softmax(logits[0])[[0, 1, 3]])
+    e = np.exp(np.array([5.0, 4.0, -1.0]))
+    np.testing.assert_allclose(row["emitted_q"], e / e.sum(), rtol=1e-14)
+    _valid(tmp_path / "a")
+
+
+def test_logits_mode_dyadic_arm_is_the_replays_law_bit_for_bit(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    arm = "top8:t0.7:dyadic8/float64@4"
+    with Recorder(tmp_path / "a", logging_arm=arm, top_k=10) as rec:
+        for r in range(20):
+            logits, target, drafted = _engine_round(rng, 4, 0.7, 8)
+            rec.round(f"r{r}", 0, drafted, target, 1, draft_logits=logits)
+    rows = _rows(tmp_path / "a")
+    lengths = rows["cand_ids"].list.len().to_numpy().astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    lp = np.concatenate(rows["draft_logprobs"].to_list())
+    law = arm_laws(parse_arm(arm), offsets, lp).q_sampler  # the sampler: dyadic8, before "/"
+    q = np.concatenate(rows["emitted_q"].to_list())
+    assert np.array_equal(q, law)
+    assert np.array_equal(q * 256, np.round(q * 256))  # multiples of 2^-8
+    assert rows["logging_arm"].unique().to_list() == [parse_arm(arm).canonical]
+
+
+def test_exact_q_mode_writes_the_given_rows(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    fed = []
+    with Recorder(tmp_path / "a", logging_arm="top32:t0.7@5") as rec:
+        for r in range(8):
+            n, k = 5, 32
+            cand = np.stack([rng.permutation(1000)[:k] for _ in range(n)])
+            q = rng.dirichlet(np.ones(k), size=n).astype(np.float32)
+            lp = np.log(q.astype(np.float64)) - 0.25  # full-vocabulary log-probs: below log q
+            target = rng.dirichlet(np.ones(k + 1), size=n)[:, :k]
+            drafted = cand[np.arange(n), rng.integers(0, k, n)]
+            if r % 2:  # a full-vocabulary target, gathered at cand_ids
+                full = np.zeros((n, 1000))
+                np.put_along_axis(full, cand, target, axis=1)
+                given = full
+            else:
+                given = target
+            acc = np.arange(n) < (r % 6)  # bools
+            kw = {"cand_ids": cand, "emitted_q": q, "draft_logprobs": lp if r < 4 else None}
+            rec.round(f"r{r}", 0, drafted, given, acc, family="chat", context_tokens=r, **kw)
+            fed.append((cand, q, lp if r < 4 else np.log(q.astype(np.float64)), target, acc))
+    rows = _rows(tmp_path / "a")
+    for r, (cand, q, lp, target, acc) in enumerate(fed):
+        got = rows.filter(pl.col("request_id") == f"r{r}").sort("position")
+        assert got["cand_ids"].to_list() == cand.tolist()
+        assert got["emitted_q"].to_list() == q.astype(np.float64).tolist()
+        assert got["draft_logprobs"].to_list() == lp.tolist()
+        assert got["target_probs"].to_list() == target.tolist()
+        assert got["accepted"].to_list() == acc.tolist()
+        assert got["context_tokens"].to_list() == [r] * 5
+    _valid(tmp_path / "a")
+
+
+def test_point_mass_rows_validate(tmp_path: Path) -> None:
+    with Recorder(tmp_path / "a", logging_arm="greedy@3", drafter="point-mass (ngram)") as rec:
+        assert _point_mass(rec, "a", 0, [4, 9, 2], 2)
+        assert _point_mass(rec, "a", 1, [8], 0)
+    rows = _rows(tmp_path / "a")
+    assert rows["cand_ids"].to_list() == [[4], [9], [2], [8]]
+    assert rows["emitted_q"].to_list() == [[1.0]] * 4
+    assert rows["draft_logprobs"].to_list() == [[0.0]] * 4
+    assert rows["logging_arm"].unique().to_list() == ["greedy@3"]
+    assert _capture(tmp_path / "a")["drafter"] == "point-mass (ngram)"
+    _valid(tmp_path / "a")
+
+
+def test_measured_from_the_archive_equals_the_accepted_counts_fed_in(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    accepted: list[int] = []
+    with Recorder(tmp_path / "a", logging_arm="greedy@4") as rec:
+        for r in range(40):
+            for t in range(int(rng.integers(1, 6))):
+                a = int(rng.integers(0, 5))
+                _point_mass(rec, f"r{r}", t, [1, 2, 3, 4], a)
+                accepted.append(a)
+    res = api.validate(tmp_path / "a")
+    (pooled,) = [c for c in res.cells if c.family is None and c.bucket is None]
+    fig = pooled.arms["greedy@4"]
+    a = np.array(accepted)
+    assert fig.n_rounds == a.shape[0]
+    measured_r = fig.R
+    assert measured_r == pytest.approx(np.sum(1 + a) / a.shape[0], rel=1e-12)
+    for s in pooled.survival:
+        assert s.value == pytest.approx(np.mean(a >= s.position), rel=1e-12), s.position
+
+
+# ------------------------------------------------------------------------------------------------
+# the queue, sampling, exit
+# ------------------------------------------------------------------------------------------------
+
+
+def test_a_full_queue_stops_the_request_keeps_its_earlier_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+    frame = recorder_module.Recorder._frame
+
+    def gated(self: Recorder, batch: list[Any]) -> pl.DataFrame:
+        entered.set()
+        assert release.wait(30)
+        return frame(self, batch)
+
+    monkeypatch.setattr(recorder_module.Recorder, "_frame", gated)
+    rec = Recorder(tmp_path / "a", logging_arm="greedy@2", queue_rounds=3)
+    assert _point_mass(rec, "A", 0, [1, 2], 1)
+    assert entered.wait(30)  # the thread holds A0 and waits: the queue is empty
+    assert _point_mass(rec, "A", 1, [1, 2], 2)
+    assert _point_mass(rec, "B", 0, [3], 0)
+    assert _point_mass(rec, "A", 2, [1, 2], 0)  # the queue holds 3 rounds: full
+    t0 = time.perf_counter()
+    assert not _point_mass(rec, "A", 3, [1, 2], 1)  # full: A stops here
+    assert time.perf_counter() - t0 < 0.5  # never blocks (loose: a loaded machine)
+    assert not rec.sampled("A") and rec.sampled("B")
+    assert not _point_mass(rec, "A", 4, [1, 2], 1)  # and stays stopped
+    release.set()
+    counts = rec.close()
+    assert not _point_mass(rec, "B", 1, [3], 0)  # closed: nothing more is queued
+    expect = CaptureCounts(
+        requests_seen=2,
+        requests_sampled=2,
+        requests_incomplete=1,
+        incomplete_ids=("A",),
+        rounds_offered=6,
+        rounds_recorded=4,
+        rounds_dropped_queue_full=2,
+        rows=7,
+    )
+    assert counts == expect
+    assert _capture(tmp_path / "a")["counts"] == expect.as_json()
+    rows = _rows(tmp_path / "a")
+    got = rows.group_by("request_id").agg(pl.col("round").unique().sort()).sort("request_id")
+    assert got.rows() == [("A", [0, 1, 2]), ("B", [0])]
+    _valid(tmp_path / "a")
+
+
+def test_sampling_keeps_whole_requests_by_hash(tmp_path: Path) -> None:
+    ids = [f"req-{i}" for i in range(20_000)]
+    threshold = round(0.01 * 2**64)
+
+    def keep(s: str) -> bool:  # the documented rule, computed here
+        h = int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "big")
+        return h < threshold
+
+    expected = {s for s in ids if keep(s)}
+    # binomial(20000, 0.01): mean 200, SD 14.07; 3.5 SD fails by chance ~5e-4 (a fixed set here)
+    assert abs(len(expected) - 200) <= 3.5 * math.sqrt(20_000 * 0.01 * 0.99)
+    with Recorder(tmp_path / "a", logging_arm="greedy@2", sample=0.01) as rec:
+        kept = {s for s in ids if rec.sampled(s)}
+        for t in range(3):
+            for s in ids:
+                assert _point_mass(rec, s, t, [5, 6], t % 3) == (s in expected)
+    assert kept == expected == {s for s in ids if sample_keeps(s, 0.01)}
+    rows = _rows(tmp_path / "a")
+    per = rows.group_by("request_id").agg(pl.col("round").n_unique())
+    assert set(per["request_id"]) == expected
+    assert per["round"].to_list() == [3] * len(expected)  # every round of a kept request
+    c = _capture(tmp_path / "a")["counts"]
+    assert (c["requests_seen"], c["requests_sampled"]) == (20_000, len(expected))
+    assert (c["rounds_offered"], c["rounds_recorded"]) == (3 * len(expected),) * 2
+
+
+_CHILD = """
+import sys
+import numpy as np
+from specreplay.capture import Recorder
+rec = Recorder(sys.argv[1], logging_arm="greedy@2", engine="child")
+for t in range(3):
+    d = np.array([t + 1, t + 2])
+    rec.round("r", t, d, np.full((2, 1), 0.5), 1, cand_ids=d[:, None], emitted_q=np.ones((2, 1)))
+"""
+
+
+def test_a_process_that_exits_without_close_commits(tmp_path: Path) -> None:
+    out = tmp_path / "a"
+    root = Path(__file__).parent.parent
+    subprocess.run([sys.executable, "-c", _CHILD, str(out)], check=True, cwd=root, timeout=300)
+    assert _capture(out)["counts"]["rows"] == 6
+    assert _rows(out).height == 6
+    assert leftovers(tmp_path) == []
+    _valid(out)
+
+
+def test_an_exception_inside_with_commits_and_propagates(tmp_path: Path) -> None:
+    with (
+        pytest.raises(RuntimeError, match="engine crashed"),
+        Recorder(tmp_path / "a", logging_arm="greedy@2") as rec,
+    ):
+        _point_mass(rec, "r", 0, [1, 2], 2)
+        raise RuntimeError("engine crashed")
+    assert _rows(tmp_path / "a")["drafted_id"].to_list() == [1, 2]
+    _valid(tmp_path / "a")
+
+
+def test_a_background_failure_makes_close_raise_and_writes_nothing(tmp_path: Path) -> None:
+    rec = Recorder(tmp_path / "a", logging_arm="greedy@1")
+    big = np.array([2**63 + 5], dtype=np.uint64)  # no int64 holds it: the row is refused
+    rec.round(
+        "r", 0, big, np.full((1, 1), 0.5), 0, cand_ids=big[:, None], emitted_q=np.ones((1, 1))
+    )
+    with pytest.raises(SpecReplayError, match=r"background thread.*TypeError"):
+        rec.close()
+    with pytest.raises(SpecReplayError, match="background thread"):
+        rec.close()  # idempotent: the same error
+    assert not (tmp_path / "a").exists() and leftovers(tmp_path) == []
+
+
+def test_an_append_the_folder_refuses_makes_close_raise(tmp_path: Path) -> None:
+    with Recorder(tmp_path / "a", logging_arm="greedy@2", mode="append", writer_id="w0") as rec:
+        _point_mass(rec, "r", 0, [1, 2], 1)
+    rec = Recorder(tmp_path / "a", logging_arm="greedy@3", mode="append", writer_id="w1")
+    _point_mass(rec, "s", 0, [1, 2], 1)
+    with pytest.raises(SpecReplayError, match="one archive has one logging arm"):
+        rec.close()
+    _valid(tmp_path / "a")
+    assert leftovers(tmp_path) == []
+
+
+def test_two_writers_append_to_one_folder(tmp_path: Path) -> None:
+    for w in ("rank0", "rank1"):
+        with Recorder(tmp_path / "a", logging_arm="greedy@2", mode="append", writer_id=w) as rec:
+            _point_mass(rec, f"{w}-r", 0, [1, 2], 1)
+    manifest = json.loads((tmp_path / "a" / "CAPTURE.json").read_text(encoding="utf-8"))
+    assert [w["writer"] for w in manifest["writers"]] == ["rank0", "rank1"]
+    assert [w["capture"]["counts"]["rows"] for w in manifest["writers"]] == [2, 2]
+    _valid(tmp_path / "a")
+
+
+# ------------------------------------------------------------------------------------------------
+# bad calls: one line, nothing recorded
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"logging_arm": "top32:t0.7"}, "top32:t0.7"),
+        ({"logging_arm": "t1@5", "top_k": 0}, r"top_k=0 should be an integer >= 1"),
+        ({"logging_arm": "t1@5", "sample": 0.0}, r"sample=0.0 should be in \(0, 1\]"),
+        ({"logging_arm": "t1@5", "sample": 1.5}, r"sample=1.5 should be in \(0, 1\]"),
+        ({"logging_arm": "t1@5", "queue_rounds": 0}, r"queue_rounds=0"),
+        ({"logging_arm": "top64:t0.7@5", "top_k": 32}, r"keeps 64 candidates, more than top_k=32"),
+        ({"logging_arm": "t1@5", "format": "csv"}, r"unknown format 'csv'"),
+    ],
+)
+def test_bad_arguments_are_refused(tmp_path: Path, kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(SpecReplayError, match=match):
+        Recorder(tmp_path / "a", **kwargs)
+    assert not (tmp_path / "a").exists()
+
+
+def _call(rec: Recorder, **over: Any) -> bool:
+    args: dict[str, Any] = {
+        "request_id": "r",
+        "round": 0,
+        "drafted_ids": np.array([1, 2]),
+        "target_probs": np.full((2, 3), 0.3),
+        "accepted": 1,
+        "cand_ids": np.array([[1, 0, 2], [2, 1, 0]]),
+        "emitted_q": np.full((2, 3), 1 / 3),
+    }
+    args.update(over)
+    return rec.round(**args)
+
+
+@pytest.mark.parametrize(
+    ("over", "match"),
+    [
+        (
+            {"drafted_ids": np.array([1, 5])},
+            r"drafted id 5 at position 2 is not among its cand_ids",
+        ),
+        (
+            {"drafted_ids": np.array([1, 2, 0, 1])},
+            r"4 drafted tokens, more than the logging arm's depth",
+        ),
+        (
+            {"drafted_ids": np.array([], dtype=int)},
+            r"drafted_ids should be integers of shape \(n,\)",
+        ),
+        ({"drafted_ids": np.array([1.0, 2.0])}, r"drafted_ids should be integers"),
+        ({"target_probs": np.full((3, 3), 0.3)}, r"target_probs should be floats of shape \(n=2"),
+        ({"emitted_q": np.full((2, 2), 0.5)}, r"emitted_q should be floats of cand_ids' shape"),
+        ({"draft_logprobs": np.zeros((2, 4))}, r"draft_logprobs should be floats of cand_ids'"),
+        ({"cand_ids": np.zeros((2, 3))}, r"cand_ids should be integers of shape"),
+        ({"accepted": 3}, r"accepted=3 should be in 0..2"),
+        ({"accepted": np.array([False, True])}, r"has a True after a False"),
+        ({"accepted": np.array([1, 0])}, r"accepted should be an int 0..2 or bools"),
+        ({"emitted_q": None}, r"pass draft_logits \(logits mode\) or both cand_ids and emitted_q"),
+        ({"draft_logits": np.zeros((2, 3))}, r"not both"),
+        ({"round": -1}, r"round -1 after round -1"),
+        ({"family": 3}, r"family 3 should be a str"),
+    ],
+)
+def test_bad_rounds_are_refused_and_not_counted(
+    tmp_path: Path, over: dict[str, Any], match: str
+) -> None:
+    with Recorder(tmp_path / "a", logging_arm="t1@3") as rec:
+        with pytest.raises(SpecReplayError, match=match):
+            _call(rec, **over)
+        assert rec.counts.rounds_offered == 0
+        assert _call(rec)  # the same request records normally afterwards
+    assert rec.counts.rows == 2
+
+
+def test_logits_mode_shape_checks(tmp_path: Path) -> None:
+    with Recorder(tmp_path / "a", logging_arm="t1@3", top_k=2) as rec:
+        d = np.array([1, 2])
+        with pytest.raises(SpecReplayError, match=r"target_probs has 3 columns, draft_logits 4"):
+            rec.round("r", 0, d, np.full((2, 3), 0.3), 0, draft_logits=np.zeros((2, 4)))
+        with pytest.raises(SpecReplayError, match=r"drafted id is outside the vocabulary 0..2"):
+            rec.round(
+                "r", 0, np.array([1, 3]), np.full((2, 3), 0.3), 0, draft_logits=np.zeros((2, 3))
+            )
+        with pytest.raises(SpecReplayError, match=r"round 0 after round 0"):
+            rec.round("r", 0, d, np.full((2, 3), 0.3), 0, draft_logits=np.zeros((2, 3)))
+            rec.round("r", 0, d, np.full((2, 3), 0.3), 0, draft_logits=np.zeros((2, 3)))
