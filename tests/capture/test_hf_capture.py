@@ -45,8 +45,8 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
-from hfpair import VOCAB, ForwardCounter, LengthTrace, prompts, tiny_pair
 
+from capture.hfpair import VOCAB, ForwardCounter, LengthTrace, prompts, tiny_pair
 from specreplay import api
 from specreplay.capture import Recorder
 from specreplay.capture.hf import AssistedCapture, RequestCapture, StopAfterRounds
