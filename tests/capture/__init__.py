@@ -1,1 +1,1 @@
-"""Engine tests (make test-capture): a package, so its conftest is not a second top-level `conftest`."""
+"""Engine tests (make test-capture): a package, so its conftest is not a second `conftest`."""
