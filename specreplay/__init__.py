@@ -12,7 +12,7 @@ tests, Dask workers), without ``os.environ``.
 import os as _os
 import sys as _sys
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["__version__", "cache_root", "numba_cache_dir", "use_numba_cache"]
 
