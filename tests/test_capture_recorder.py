@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 import polars as pl
 import pytest
@@ -459,6 +460,55 @@ def test_a_background_failure_makes_close_raise_and_writes_nothing(tmp_path: Pat
         rec.close()
     with pytest.raises(SpecReplayError, match="background thread"):
         rec.close()  # idempotent: the same error
+    assert not (tmp_path / "a").exists() and leftovers(tmp_path) == []
+
+
+def test_logits_mode_runs_numba_on_one_core_and_exact_q_leaves_numba_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one Numba thread: a count of 1 would not tell")
+    caller = numba.get_num_threads()
+    calls: list[int] = []
+    seen: list[int] = []
+    frame = recorder_module.Recorder._frame
+    set_threads = numba.set_num_threads
+
+    def counting(n: int) -> None:
+        calls.append(n)
+        set_threads(n)
+
+    def spy(self: Recorder, batch: list[Any]) -> pl.DataFrame:
+        out = frame(self, batch)
+        seen.append(numba.get_num_threads())  # on the background thread
+        return out
+
+    monkeypatch.setattr(recorder_module.numba, "set_num_threads", counting)
+    monkeypatch.setattr(recorder_module.Recorder, "_frame", spy)
+    with Recorder(tmp_path / "a", logging_arm="greedy@2") as rec:
+        _point_mass(rec, "r", 0, [1, 2], 2)
+    assert calls == [] and seen == [caller]  # exact-q: Numba's threads untouched
+    logits = np.log(np.full((1, 5), 0.2))
+    with Recorder(tmp_path / "b", logging_arm="t1@2", top_k=2) as rec:
+        rec.round("r", 0, [3], np.full((1, 5), 0.2), 0, draft_logits=logits)
+        rec.round("r", 1, [3], np.full((1, 5), 0.2), 0, draft_logits=logits)
+    # set once, on the background thread, before its first logits batch
+    assert calls == [1] and len(seen) >= 2 and set(seen[1:]) == {1}
+    assert numba.get_num_threads() == caller  # the count is per thread: the caller keeps its own
+
+
+def test_a_failing_numba_thread_count_stops_recording(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(n: int) -> None:
+        raise ValueError("no threading layer")
+
+    monkeypatch.setattr(recorder_module.numba, "set_num_threads", refuse)
+    logits = np.log(np.full((1, 5), 0.2))
+    rec = Recorder(tmp_path / "a", logging_arm="t1@2", top_k=2)
+    rec.round("r", 0, [3], np.full((1, 5), 0.2), 0, draft_logits=logits)
+    with pytest.raises(SpecReplayError, match=r"background thread.*ValueError: no threading layer"):
+        rec.close()
     assert not (tmp_path / "a").exists() and leftovers(tmp_path) == []
 
 

@@ -51,6 +51,13 @@ Decisions (where issue 12 is silent)
 - **Logits mode's kernels**: its first batch calls the policy kernels of
   :mod:`specreplay.sim.policy` on the background thread: loaded from Numba's cache in about
   0.3 s, compiled in about 30 s on a fresh install (``specreplay warmup`` fills the cache).
+- **One Numba thread**: before its first logits-mode batch, the background thread calls
+  ``numba.set_num_threads(1)``, so the parallel (``prange``) policy kernels it runs take one core,
+  not the engine's. Numba keeps that count per calling thread (a thread-local mask in each
+  threading layer): the engine's threads keep theirs. Exact-q mode never calls it, so it never
+  starts Numba's threading layer in the engine's process (with the GNU OpenMP layer, Numba's
+  choice on Linux without TBB, a child forked after that must not run a parallel kernel). The
+  call failing is a failure of the background thread (below).
 - **Failures**: a bad call (shapes, a drafted id outside ``cand_ids``, rounds out of order) raises
   a one-line :class:`~specreplay.errors.SpecReplayError` on the calling thread and records
   nothing of that round. A failure on the background thread stops recording; ``close`` then
@@ -99,6 +106,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple
 
+import numba
 import numpy as np
 import polars as pl
 from numpy.typing import NDArray
@@ -214,6 +222,10 @@ class _Round(NamedTuple):
     emitted_q: NDArray[Any] | None  # (n, K) float (exact-q mode)
     draft_logprobs: NDArray[Any] | None  # (n, K) float (exact-q mode, optional)
     nbytes: int  # the copies' bytes (the queue's memory bound)
+
+
+_Head = tuple[str, int, str, int, NDArray[Any], NDArray[Any], int]
+"""A checked round's first seven :class:`_Round` fields (request_id … accepted), either mode."""
 
 
 @dataclass(frozen=True)
@@ -342,6 +354,7 @@ class Recorder:
         self._error: BaseException | None = None
         self._closed = False
         self._close_lock = threading.Lock()
+        self._one_numba_thread = False  # set_num_threads(1) called on the background thread
         self._thread = threading.Thread(target=self._run, name="specreplay-recorder", daemon=True)
         self._thread.start()
         atexit.register(self.close)
@@ -447,59 +460,41 @@ class Recorder:
         if request_id in self._stopped:
             self._dropped += 1
             return False
-        last = self._last.get(request_id, -1)
-        if isinstance(round, bool) or not isinstance(round, (int, np.integer)) or round <= last:
-            self._offered -= 1
-            raise SpecReplayError(
-                f"Recorder: request {request_id!r}: round {round!r} after round {last} (rounds "
-                "are integers 0, 1, 2 ... increasing per request)"
+        try:  # a bad call is not offered: nothing of it is recorded
+            where, head = self._head(
+                request_id, round, drafted_ids, target_probs, accepted, family, context_tokens
             )
-        try:
-            item = self._item(
-                request_id,
-                int(round),
-                drafted_ids,
-                target_probs,
-                accepted,
-                family,
-                context_tokens,
-                draft_logits,
-                cand_ids,
-                emitted_q,
-                draft_logprobs,
-            )
+            if draft_logits is not None:
+                item = _logits_round(where, head, draft_logits, cand_ids, emitted_q, draft_logprobs)
+            else:
+                item = _exact_round(where, head, cand_ids, emitted_q, draft_logprobs)
         except SpecReplayError:
             self._offered -= 1
             raise
-        self._last[request_id] = int(round)
-        try:
-            if self._bytes_in - self._bytes_out + item.nbytes > self._queue_bytes:
-                raise queue.Full
-            self._queue.put_nowait(item)
-        except queue.Full:
-            self._stopped.add(request_id)
-            if len(self._incomplete) < INCOMPLETE_IDS_LISTED:
-                self._incomplete.append(request_id)
-            self._dropped += 1
-            return False
-        self._bytes_in += item.nbytes
-        return True
+        return self._enqueue(item)
 
-    def _item(
+    def _head(
         self,
         request_id: str,
-        rnd: int,
+        round: Any,
         drafted_ids: Any,
         target_probs: Any,
         accepted: Any,
         family: str,
         context_tokens: int,
-        draft_logits: Any,
-        cand_ids: Any,
-        emitted_q: Any,
-        draft_logprobs: Any,
-    ) -> _Round:
-        """Check one round's shapes and copy its arrays (the calling thread's work)."""
+    ) -> tuple[str, _Head]:
+        """Check the round number and the arguments of either mode; copy the arrays.
+
+        Returns ``where`` (the messages' prefix) and the round's first seven fields (a plain
+        tuple: the calling thread's cost).
+        """
+        last = self._last.get(request_id, -1)
+        if isinstance(round, bool) or not isinstance(round, (int, np.integer)) or round <= last:
+            raise SpecReplayError(
+                f"Recorder: request {request_id!r}: round {round!r} after round {last} (rounds "
+                "are integers 0, 1, 2 ... increasing per request)"
+            )
+        rnd = int(round)
         where = f"Recorder: request {request_id!r} round {rnd}"
         drafted = _copy(drafted_ids, "drafted_ids", where)
         n = drafted.shape[0] if drafted.ndim == 1 else 0
@@ -524,88 +519,23 @@ class Recorder:
                 f"{where}: target_probs should be floats of shape (n={n}, V or K), got "
                 f"{target.dtype} {target.shape}"
             )
-        if draft_logits is not None:
-            if cand_ids is not None or emitted_q is not None or draft_logprobs is not None:
-                raise SpecReplayError(
-                    f"{where}: pass draft_logits (logits mode) or cand_ids + emitted_q (exact-q "
-                    "mode), not both"
-                )
-            logits = _copy(draft_logits, "draft_logits", where)
-            if logits.ndim != 2 or logits.shape[0] != n or logits.dtype.kind != "f":
-                raise SpecReplayError(
-                    f"{where}: draft_logits should be floats of shape (n={n}, V), got "
-                    f"{logits.dtype} {logits.shape}"
-                )
-            if target.shape[1] != logits.shape[1]:
-                raise SpecReplayError(
-                    f"{where}: target_probs has {target.shape[1]} columns, draft_logits "
-                    f"{logits.shape[1]} (logits mode needs both over the full vocabulary)"
-                )
-            if int(drafted.min()) < 0 or int(drafted.max()) >= logits.shape[1]:
-                raise SpecReplayError(
-                    f"{where}: a drafted id is outside the vocabulary 0..{logits.shape[1] - 1}"
-                )
-            return _Round(
-                request_id,
-                rnd,
-                family,
-                int(context_tokens),
-                drafted,
-                target,
-                n_acc,
-                logits=logits,
-                cand_ids=None,
-                emitted_q=None,
-                draft_logprobs=None,
-                nbytes=drafted.nbytes + target.nbytes + logits.nbytes,
-            )
-        if cand_ids is None or emitted_q is None:
-            raise SpecReplayError(
-                f"{where}: pass draft_logits (logits mode) or both cand_ids and emitted_q "
-                "(exact-q mode)"
-            )
-        cand = _copy(cand_ids, "cand_ids", where)
-        if cand.ndim != 2 or cand.shape[0] != n or cand.shape[1] < 1 or cand.dtype.kind not in "iu":
-            raise SpecReplayError(
-                f"{where}: cand_ids should be integers of shape (n={n}, K >= 1), got "
-                f"{cand.dtype} {cand.shape}"
-            )
-        q = _copy(emitted_q, "emitted_q", where)
-        if q.shape != cand.shape or q.dtype.kind != "f":
-            raise SpecReplayError(
-                f"{where}: emitted_q should be floats of cand_ids' shape {cand.shape}, got "
-                f"{q.dtype} {q.shape}"
-            )
-        lp = None
-        if draft_logprobs is not None:
-            lp = _copy(draft_logprobs, "draft_logprobs", where)
-            if lp.shape != cand.shape or lp.dtype.kind != "f":
-                raise SpecReplayError(
-                    f"{where}: draft_logprobs should be floats of cand_ids' shape {cand.shape}, "
-                    f"got {lp.dtype} {lp.shape}"
-                )
-        hit = cand == drafted[:, None]
-        if not hit.any(axis=1).all():
-            j = int(np.flatnonzero(~hit.any(axis=1))[0])
-            raise SpecReplayError(
-                f"{where}: drafted id {int(drafted[j])} at position {j + 1} is not among its "
-                "cand_ids"
-            )
-        nbytes = drafted.nbytes + target.nbytes + cand.nbytes + q.nbytes
-        return _Round(
-            request_id,
-            rnd,
-            family,
-            int(context_tokens),
-            drafted,
-            target,
-            n_acc,
-            logits=None,
-            cand_ids=cand,
-            emitted_q=q,
-            draft_logprobs=lp,
-            nbytes=nbytes + (lp.nbytes if lp is not None else 0),
-        )
+        return where, (request_id, rnd, family, int(context_tokens), drafted, target, n_acc)
+
+    def _enqueue(self, item: _Round) -> bool:
+        """Queue a checked round; a full queue stops its request (returns False, never blocks)."""
+        self._last[item.request_id] = item.round
+        try:
+            if self._bytes_in - self._bytes_out + item.nbytes > self._queue_bytes:
+                raise queue.Full
+            self._queue.put_nowait(item)
+        except queue.Full:
+            self._stopped.add(item.request_id)
+            if len(self._incomplete) < INCOMPLETE_IDS_LISTED:
+                self._incomplete.append(item.request_id)
+            self._dropped += 1
+            return False
+        self._bytes_in += item.nbytes
+        return True
 
     # -- counts, close ---------------------------------------------------------------------
 
@@ -721,6 +651,9 @@ class Recorder:
         if all(r.logits is None for r in batch):  # exact-q: one concatenation per column
             rows = [_exact_rows(batch)]
         else:
+            if not self._one_numba_thread:  # this thread's count only (module docstring)
+                numba.set_num_threads(1)
+                self._one_numba_thread = True
             rows = [
                 _logits_rows(r, self.top_k) if r.logits is not None else _exact_rows([r])
                 for r in batch
@@ -881,6 +814,119 @@ def _list_series(values: NDArray[Any], offsets: NDArray[np.int64]) -> pl.Series:
     """Build a polars List column from CSR arrays (no per-row Python objects)."""
     pa = importlib.import_module("pyarrow")  # untyped: imported as a module object
     return pl.Series(pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values)))
+
+
+# ------------------------------------------------------------------------------------------------
+# the calling thread's checks (Recorder.round)
+# ------------------------------------------------------------------------------------------------
+
+
+def _logits_round(
+    where: str,
+    head: _Head,
+    draft_logits: Any,
+    cand_ids: Any,
+    emitted_q: Any,
+    draft_logprobs: Any,
+) -> _Round:
+    """Logits mode: check the drafter's (n, V) logits against the round's head; copy them."""
+    if cand_ids is not None or emitted_q is not None or draft_logprobs is not None:
+        raise SpecReplayError(
+            f"{where}: pass draft_logits (logits mode) or cand_ids + emitted_q (exact-q "
+            "mode), not both"
+        )
+    request_id, rnd, family, context_tokens, drafted, target, n_acc = head
+    n = drafted.shape[0]
+    logits = _copy(draft_logits, "draft_logits", where)
+    if logits.ndim != 2 or logits.shape[0] != n or logits.dtype.kind != "f":
+        raise SpecReplayError(
+            f"{where}: draft_logits should be floats of shape (n={n}, V), got "
+            f"{logits.dtype} {logits.shape}"
+        )
+    if target.shape[1] != logits.shape[1]:
+        raise SpecReplayError(
+            f"{where}: target_probs has {target.shape[1]} columns, draft_logits "
+            f"{logits.shape[1]} (logits mode needs both over the full vocabulary)"
+        )
+    if int(drafted.min()) < 0 or int(drafted.max()) >= logits.shape[1]:
+        raise SpecReplayError(
+            f"{where}: a drafted id is outside the vocabulary 0..{logits.shape[1] - 1}"
+        )
+    return _Round(
+        request_id,
+        rnd,
+        family,
+        context_tokens,
+        drafted,
+        target,
+        n_acc,
+        logits=logits,
+        cand_ids=None,
+        emitted_q=None,
+        draft_logprobs=None,
+        nbytes=drafted.nbytes + target.nbytes + logits.nbytes,
+    )
+
+
+def _exact_round(
+    where: str,
+    head: _Head,
+    cand_ids: Any,
+    emitted_q: Any,
+    draft_logprobs: Any,
+) -> _Round:
+    """Exact-q mode: check the candidates, their law and log-probabilities; copy them.
+
+    Each drafted id must be among its position's candidates.
+    """
+    if cand_ids is None or emitted_q is None:
+        raise SpecReplayError(
+            f"{where}: pass draft_logits (logits mode) or both cand_ids and emitted_q "
+            "(exact-q mode)"
+        )
+    request_id, rnd, family, context_tokens, drafted, target, n_acc = head
+    n = drafted.shape[0]
+    cand = _copy(cand_ids, "cand_ids", where)
+    if cand.ndim != 2 or cand.shape[0] != n or cand.shape[1] < 1 or cand.dtype.kind not in "iu":
+        raise SpecReplayError(
+            f"{where}: cand_ids should be integers of shape (n={n}, K >= 1), got "
+            f"{cand.dtype} {cand.shape}"
+        )
+    q = _copy(emitted_q, "emitted_q", where)
+    if q.shape != cand.shape or q.dtype.kind != "f":
+        raise SpecReplayError(
+            f"{where}: emitted_q should be floats of cand_ids' shape {cand.shape}, got "
+            f"{q.dtype} {q.shape}"
+        )
+    lp = None
+    if draft_logprobs is not None:
+        lp = _copy(draft_logprobs, "draft_logprobs", where)
+        if lp.shape != cand.shape or lp.dtype.kind != "f":
+            raise SpecReplayError(
+                f"{where}: draft_logprobs should be floats of cand_ids' shape {cand.shape}, "
+                f"got {lp.dtype} {lp.shape}"
+            )
+    hit = cand == drafted[:, None]
+    if not hit.any(axis=1).all():
+        j = int(np.flatnonzero(~hit.any(axis=1))[0])
+        raise SpecReplayError(
+            f"{where}: drafted id {int(drafted[j])} at position {j + 1} is not among its cand_ids"
+        )
+    nbytes = drafted.nbytes + target.nbytes + cand.nbytes + q.nbytes
+    return _Round(
+        request_id,
+        rnd,
+        family,
+        context_tokens,
+        drafted,
+        target,
+        n_acc,
+        logits=None,
+        cand_ids=cand,
+        emitted_q=q,
+        draft_logprobs=lp,
+        nbytes=nbytes + (lp.nbytes if lp is not None else 0),
+    )
 
 
 def _accepted(accepted: Any, n: int, where: str) -> int:

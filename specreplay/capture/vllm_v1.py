@@ -405,6 +405,24 @@ class _Batch:
     method: str  # speculative_config.method
 
 
+@dataclass(frozen=True)
+class _Columns:
+    """The drafts of the requests recorded from one sampler call, on the host (``_columns``).
+
+    One row per draft, the chosen requests' drafts one after another (batch order); a round keeps
+    the first ``k`` candidate columns, or ``k + 1`` when some drafted id is outside its top k.
+    """
+
+    drafted: NDArray[np.int64]  # (rows,) drafted ids, -1 = padded draft
+    cand_ids: NDArray[np.int64]  # (rows, k or k + 1) candidates; the drafted id (point mass)
+    emitted_q: NDArray[np.float64]  # (rows, ·) draft_probs at the candidates, not renormalised
+    draft_logprobs: NDArray[np.float64]  # (rows, ·) temperature-1 draft log-probabilities
+    target_probs: NDArray[np.float64]  # (rows, ·) the target law as verified
+    present: NDArray[np.bool_]  # (rows,) the drafted id is among its position's top k
+    k: int  # top_k (capped at the vocabulary); 1 for a greedy arm
+    valid: NDArray[np.int64]  # (chosen,) sampler output entries ≠ -1 per chosen request
+
+
 @dataclass
 class AdapterCounts:
     """Rounds the adapter saw but did not offer to the recorder, by reason (logged at close)."""
@@ -691,17 +709,39 @@ class VllmCapture:
         sampling_metadata: Any,
         output_token_ids: Any,
     ) -> None:
-        import torch
-
+        """Record the sampled rounds of one ``rejection_sample`` call (see :meth:`on_verify`)."""
         ns = [int(n) for n in num_draft_tokens]
         if len(ns) != len(batch.req_ids):
             raise SpecReplayError(
                 f"vLLM capture: {len(ns)} requests in the sampler's batch, {len(batch.req_ids)} "
                 "in the runner's"
             )
-        starts = np.concatenate([[0], np.cumsum(ns)[:-1]]).astype(np.int64)
         all_greedy = bool(getattr(sampling_metadata, "all_greedy", False))
-        point_mass = draft_probs is None
+        chosen, arm = self._choose(batch, ns, all_greedy, point_mass=draft_probs is None)
+        if not chosen:
+            return
+        greedy_arm = arm is not None and arm.startswith("greedy")
+        cols = self._columns(
+            batch,
+            ns,
+            chosen,
+            greedy_arm,
+            all_greedy,
+            draft_token_ids,
+            draft_probs,
+            target_logits,
+            output_token_ids,
+        )
+        self._record(batch, ns, chosen, cols, greedy_arm)
+
+    def _choose(
+        self, batch: _Batch, ns: Sequence[int], all_greedy: bool, point_mass: bool
+    ) -> tuple[list[int], str | None]:
+        """Pick the batch rows to record: drafted, of the logging arm, sampled by the recorder.
+
+        Returns the rows (in batch order) and the logging arm; opens the recorder on the first
+        row of the arm and counts the rows of another arm (``skipped_other_arm``).
+        """
         arm_wanted = self.settings.logging_arm
         chosen: list[int] = []  # batch rows recorded this call
         for i, n in enumerate(ns):
@@ -716,9 +756,28 @@ class VllmCapture:
             rec = self._open(arm_wanted, batch, point_mass)
             if rec.sampled(batch.req_ids[i]):
                 chosen.append(i)
-        if not chosen:
-            return
-        greedy_arm = arm_wanted is not None and arm_wanted.startswith("greedy")
+        return chosen, arm_wanted
+
+    def _columns(
+        self,
+        batch: _Batch,
+        ns: Sequence[int],
+        chosen: Sequence[int],
+        greedy_arm: bool,
+        all_greedy: bool,
+        draft_token_ids: Any,
+        draft_probs: Any,
+        target_logits: Any,
+        output_token_ids: Any,
+    ) -> _Columns:
+        """Build the candidate columns of the ``chosen`` requests on the device; one transfer each.
+
+        A greedy arm gets the point-mass columns (the target's argmax law for greedy requests);
+        a sampled arm the top k of ``draft_probs`` and a spare column (module docstring).
+        """
+        import torch
+
+        starts = np.concatenate([[0], np.cumsum(ns)[:-1]]).astype(np.int64)
         rows = np.concatenate([np.arange(starts[i], starts[i] + ns[i]) for i in chosen])
         device = target_logits.device
         idx = torch.as_tensor(rows, device=device)
@@ -768,16 +827,32 @@ class VllmCapture:
         if greedy_arm:
             present_np = np.ones(len(drafted_np), dtype=bool)
             k = 1
+        return _Columns(drafted_np, cand_np, emitted_np, dlp_np, tp_np, present_np, k, valid)
+
+    def _record(
+        self,
+        batch: _Batch,
+        ns: Sequence[int],
+        chosen: Sequence[int],
+        cols: _Columns,
+        greedy_arm: bool,
+    ) -> None:
+        """Offer each chosen request's round to the recorder, up to its first padded draft.
+
+        Counts an inconsistent or fully padded round (``skipped_padded``) instead, and the draft
+        mass left outside the candidates of a sampled arm.
+        """
         rec = self.recorder
+        k = cols.k
         lo = 0
         for j, i in enumerate(chosen):
             n = ns[i]
             sl = slice(lo, lo + n)
             lo += n
-            d = drafted_np[sl]
+            d = cols.drafted[sl]
             padded = np.flatnonzero(d < 0)
             m = int(padded[0]) if padded.size else n
-            accepted = int(valid[j]) - 1
+            accepted = int(cols.valid[j]) - 1
             if m == 0 or not 0 <= accepted <= m:
                 self.counts.skipped_padded += 1
                 continue
@@ -786,8 +861,8 @@ class VllmCapture:
             self._rounds[rid] = r + 1
             sm = slice(sl.start, sl.start + m)
             # a round whose drafted ids are all in their top k keeps k columns, else k + 1
-            w = k if present_np[sm].all() else k + 1
-            q_cand = emitted_np[sm, :w]
+            w = k if cols.present[sm].all() else k + 1
+            q_cand = cols.emitted_q[sm, :w]
             mass = q_cand.sum(axis=1)  # the engine's draft mass on the candidates
             if not greedy_arm:
                 outside = 1.0 - mass
@@ -800,13 +875,13 @@ class VllmCapture:
                 rid,
                 r,
                 drafted_ids=d[:m],
-                target_probs=tp_np[sm, :w],
+                target_probs=cols.target_probs[sm, :w],
                 accepted=accepted,
                 family=self.settings.family,
                 context_tokens=int(batch.context_tokens[i]),
-                cand_ids=cand_np[sm, :w],
+                cand_ids=cols.cand_ids[sm, :w],
                 emitted_q=q_cand / mass[:, None],
-                draft_logprobs=dlp_np[sm, :w],
+                draft_logprobs=cols.draft_logprobs[sm, :w],
             )
 
     # -- ending ---------------------------------------------------------------------------
