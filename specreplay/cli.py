@@ -166,6 +166,12 @@ LoggingArmOpt = Annotated[
         "--logging-arm", metavar="ARM", help="Arm that drafted the archive, if it has no column."
     ),
 ]
+ReferenceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--reference", metavar="ARM", help="Arm the gain is measured against, e.g. greedy@5."
+    ),
+]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
 CostOpt = Annotated[
     str | None,
@@ -714,12 +720,7 @@ def requalify(
         str,
         typer.Option("--candidate", metavar="ARM", help="Changed arm, e.g. top32:t0.7:dyadic24@5."),
     ],
-    reference: Annotated[
-        str | None,
-        typer.Option(
-            "--reference", metavar="ARM", help="Arm the gain is measured against, e.g. greedy@5."
-        ),
-    ] = None,
+    reference: ReferenceOpt = None,
     estimator: EstimatorOpt = Estimator.AUTO,
     replicates: ReplicatesOpt = REPLICATES.default,
     margin: MarginOpt = MARGIN_DEFAULT,
