@@ -4,9 +4,10 @@ See docs/methods.md#tail-diagnostics-ess-and-pareto-k-hat.
 
 Terms. The **policy ratio** r_k of a round (:attr:`RoundValues.ratio
 <specreplay.replay.estimators.base.RoundValues>`) is Π_{j≤k} q^s_j(x_j)/q^L_j(x_j); a **finest
-cell** is one (family code, bucket code); its **tail** at depth k is its K largest r_k
-(:data:`TAIL_CAP`), each with the stable key of the request it came from, and its **dropped**
-value the largest r_k not kept (−inf while nothing was dropped).
+cell** is one (family code, bucket code); a **group** is one finest cell at one depth; its
+**tail** at depth k is its K largest r_k (:data:`TAIL_CAP`), each with the stable key of the
+request it came from, and its **dropped** value the largest r_k not kept (−inf while nothing was
+dropped).
 
 Why this is enough. PSIS fits the generalised Pareto law to the M largest of S ratios above the
 (M + 1)-th largest, the cutoff (M = ⌊3√S⌋ when S > 225, else ⌊S/5⌋, with r_eff = 1; Vehtari et
@@ -17,11 +18,18 @@ tail holds them, i.e. whenever its (M + 1)-th largest value is ≥ every dropped
 cell is exact up to ⌊3√S⌋ + 1 ≤ K, S ≤ 1.86 million rounds; a coarser cell merges its finest
 cells' tails and is exact under the same check (beyond it, k̂ is null with the reason).
 
-Determinism. Entries are ordered by (family, bucket, depth, value descending, request key), and
-a tail keeps the first K of its group: the top K of a union is the top K of the parts' top K,
-so the kept (value, key) pairs do not depend on batches, threads or shards. Filtering requests
-afterwards (``--sample-requests``) keeps, of the selected requests, every ratio above the
-dropped value, so the same check stays exact.
+Determinism. The **canonical order** is (family, bucket, depth, value descending, request key),
+and a tail keeps the first K of each group in it: the top K of a union is the top K of the
+parts' top K, so the kept (value, key) pairs and the dropped values do not depend on batches,
+threads, shards or the shape of the fold. Keeping them needs no order within a group: a group's
+K-th (value, key) is found by selection (:func:`_kth_smallest`, linear on average) and its
+entries are kept against it (:func:`_keep_group`), when a shard's batches are added
+(:class:`TailAccumulator`) and when two tails are merged (:meth:`RatioTail.merge`), so entries
+are grouped by (family, bucket, depth) but in any order within their group until the fold's
+result is sorted once (:meth:`RatioTail.ordered`). Entries equal in value and key are
+interchangeable: which of them a cap keeps changes no array. Filtering requests afterwards
+(``--sample-requests``) keeps, of the selected requests, every ratio above the dropped value, so
+the same check stays exact.
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ __all__ = ["TAIL_CAP", "RatioTail", "TailAccumulator"]
 TAIL_CAP = 4096
 """K: ratios kept per finest cell and depth (exact k̂ up to 1.86 million rounds per cell)."""
 
+_NO_GROUP = np.iinfo(np.int64).max  # the group code past the end of a tail
+
 
 @dataclass(frozen=True)
 class RatioTail:
@@ -52,7 +62,9 @@ class RatioTail:
     request_key : uint64, (m,)
         Stable key of the request the round belongs to.
     value : float64, (m,)
-        r_k; sorted by (family, bucket, depth, value descending, request key).
+        r_k; grouped by (family, bucket, depth) ascending; within a group in canonical order
+        (value descending, request key) once :meth:`ordered` (the fold's result, and a
+        :meth:`coarsened` tail, are), in any order before.
     dropped : float64, (n_families, n_buckets, D)
         Largest r_k not kept per finest cell and depth (−inf where none was dropped).
     """
@@ -89,20 +101,29 @@ class RatioTail:
             dropped,
         )
 
+    def _codes(self) -> NDArray[np.int64]:
+        """Each entry's group: (family · n_buckets + bucket) · D + depth, int64 (m,)."""
+        nb, d = self.dropped.shape[1], self.dropped.shape[2]
+        code: NDArray[np.int64] = (self.family.astype(np.int64) * nb + self.bucket) * d
+        return code + self.depth
+
     def keep_requests(self, keys: NDArray[np.uint64]) -> RatioTail:
         """Return the entries of the requests whose keys are in ``keys`` (dropped unchanged)."""
         return self._with(np.isin(self.request_key, keys), self.dropped)
 
     def with_families(self, index: NDArray[np.int64], n_families: int) -> RatioTail:
         """Return the tail on another family table: family f becomes ``index[f]``."""
+        nf = self.dropped.shape[0]
+        if n_families == nf and np.array_equal(index[:nf], np.arange(nf)):
+            return self  # the same table (every shard of most archives holds every family)
         dropped = np.full((n_families, *self.dropped.shape[1:]), -np.inf)
-        dropped[index[: self.dropped.shape[0]]] = self.dropped
+        dropped[index[:nf]] = self.dropped
         fam = index[self.family].astype(np.int32) if self.family.shape[0] else self.family
         out = RatioTail(fam, self.bucket, self.depth, self.request_key, self.value, dropped)
         if np.all(np.diff(index) > 0):  # an increasing map keeps the order
             return out
         # within a family the order stands: a stable sort on the new family codes (contiguous
-        # runs, which the stable sort finds in one pass) restores the canonical order
+        # runs, which the stable sort finds in one pass) restores the grouping and any order
         return out._with(np.argsort(fam, kind="stable"), dropped)
 
     def coarsened(
@@ -113,93 +134,77 @@ class RatioTail:
         The top K of a union is the top K of its parts' top K, and the largest value not kept
         is the largest of the parts' dropped values and of those the cap now cuts: the result
         equals the tail accumulated with the coarse codes from the start (same kept values and
-        keys, same ``dropped``). ``--by`` replays at family × value and coarsens to each level.
-        ``cap``: K, default :data:`TAIL_CAP` (the accumulator's).
+        keys, same ``dropped``), in canonical order. ``--by`` replays at family × value and
+        coarsens to each level. ``cap``: K, default :data:`TAIL_CAP` (the accumulator's).
         """
         nf = self.dropped.shape[0]
         dropped = np.full((n_families, *self.dropped.shape[1:]), -np.inf)
         np.maximum.at(dropped, index[:nf], self.dropped)
         fam = index[self.family].astype(np.int32) if self.family.shape[0] else self.family
         out = RatioTail(fam, self.bucket, self.depth, self.request_key, self.value, dropped)
-        return out._top(TAIL_CAP if cap is None else cap)
+        return out._select(TAIL_CAP if cap is None else cap)[0].ordered()
 
     @staticmethod
     def merge(a: RatioTail, b: RatioTail, cap: int | None = None) -> RatioTail:
         """Return the top ``cap`` (default :data:`TAIL_CAP`) of both per finest cell and depth.
 
-        Both must be on the same family table and in canonical order (every tail is). An entry
-        below the other part's K-th largest of its group cannot be among the union's K largest:
-        it is dropped first; the rest are merged in one linear pass (:func:`_merge_sorted`), the
-        same entries in the same order as sorting the concatenation ``a, b`` (ties: ``a`` first).
-        Folding many shards, a merge then costs a copy of the tail, not a sort of it.
+        Both must be on the same family table and grouped (every tail is). One linear pass over
+        the groups of both (:func:`_merge_kernel`): a group whose parts hold at most K entries
+        together is copied (``a``'s entries, then ``b``'s); a larger one keeps the entries at
+        or above its K-th (value, key) (:func:`_keep_group`), found by selection. So a merge
+        writes at most K entries per group and sorts nothing; within a group the result is in
+        no particular order (:meth:`ordered` sorts it).
         """
-        k = TAIL_CAP if cap is None else cap
+        if a.dropped.shape != b.dropped.shape:
+            raise ValueError(f"tails on different tables: {a.dropped.shape} ≠ {b.dropped.shape}")
         dropped = np.maximum(a.dropped, b.dropped)
-        src, idx = _merge_sorted(
-            a.family,
-            a.bucket,
-            a.depth,
-            a.value,
-            a.request_key,
-            b.family,
-            b.bucket,
-            b.depth,
-            b.value,
-            b.request_key,
-            a.thresholds(k),
-            b.thresholds(k),
-            dropped,
-            k,
+        nb, d = dropped.shape[1], dropped.shape[2]
+        fam, bkt, dep, key, val = _merge_kernel(
+            (a.family, a.bucket, a.depth, a.request_key, a.value),
+            (b.family, b.bucket, b.depth, b.request_key, b.value),
+            dropped.reshape(-1),
+            nb,
+            d,
+            TAIL_CAP if cap is None else cap,
         )
-        return RatioTail(
-            _gather(src, idx, a.family, b.family),
-            _gather(src, idx, a.bucket, b.bucket),
-            _gather(src, idx, a.depth, b.depth),
-            _gather(src, idx, a.request_key, b.request_key),
-            _gather(src, idx, a.value, b.value),
-            dropped,
+        return RatioTail(fam, bkt, dep, key, val, dropped)
+
+    def ordered(self) -> RatioTail:
+        """Return the same entries in canonical order (each group sorted once; dropped shared)."""
+        if self.value.shape[0] < 2:
+            return self
+        return self._with(
+            _canonical_order(self._codes(), self.value, self.request_key), self.dropped
         )
 
-    def _top(self, cap: int) -> RatioTail:
-        """Sort the entries canonically and keep the first ``cap`` of each group."""
-        m = self.value.shape[0]
-        if m == 0:
-            return self
-        nb, d = self.dropped.shape[1], self.dropped.shape[2]
-        code = (self.family.astype(np.int64) * nb + self.bucket) * d + self.depth
-        order = _canonical_order(code, self.value, self.request_key)
-        s = self._with(order, self.dropped.copy())
-        new = np.ones(m, bool)
-        new[1:] = (
-            (s.family[1:] != s.family[:-1])
-            | (s.bucket[1:] != s.bucket[:-1])
-            | (s.depth[1:] != s.depth[:-1])
+    def _select(self, cap: int) -> tuple[RatioTail, NDArray[np.float64]]:
+        """Keep the first ``cap`` of each group, grouped; also return :meth:`thresholds`."""
+        dropped = self.dropped.copy()
+        if self.value.shape[0] == 0:
+            i = np.zeros(0, np.int32)
+            empty = RatioTail(i, i, i, np.zeros(0, np.uint64), np.zeros(0), dropped)
+            return empty, np.full(dropped.shape, -np.inf)
+        nb, d = dropped.shape[1], dropped.shape[2]
+        fam, bkt, dep, key, val, thr = _select_kernel(
+            self._codes(), self.value, self.request_key, cap, dropped.reshape(-1), nb, d
         )
-        starts = np.flatnonzero(new)
-        rank = np.arange(m) - starts[np.cumsum(new) - 1]
-        keep = rank < cap
-        if keep.all():
-            return s
-        out = ~keep
-        np.maximum.at(s.dropped, (s.family[out], s.bucket[out], s.depth[out]), s.value[out])
-        return s._with(keep, s.dropped)
+        return RatioTail(fam, bkt, dep, key, val, dropped), thr.reshape(dropped.shape)
 
     def thresholds(self, cap: int) -> NDArray[np.float64]:
-        """Per finest cell and depth, the smallest kept value of a full group (−inf otherwise)."""
+        """Per finest cell and depth, the smallest kept value of a full group (−inf otherwise).
+
+        A group is full when it holds ``cap`` entries or more; a ratio below its threshold
+        cannot enter the group's top ``cap``.
+        """
         thr = np.full(self.dropped.shape, -np.inf)
-        m = self.value.shape[0]
-        if m < cap:
+        if self.value.shape[0] < cap:
             return thr
-        end = np.ones(m, bool)
-        end[:-1] = (
-            (self.family[1:] != self.family[:-1])
-            | (self.bucket[1:] != self.bucket[:-1])
-            | (self.depth[1:] != self.depth[:-1])
-        )
-        ends = np.flatnonzero(end)
-        counts = np.diff(np.concatenate([[-1], ends]))
-        full = ends[counts >= cap]
-        thr[self.family[full], self.bucket[full], self.depth[full]] = self.value[full]
+        code = self._codes()
+        counts = np.bincount(code, minlength=thr.size)
+        low = np.full(thr.size, np.inf)
+        np.minimum.at(low, code, self.value)
+        full = counts >= cap
+        thr.reshape(-1)[full] = low[full]
         return thr
 
     def cell(
@@ -207,8 +212,8 @@ class RatioTail:
     ) -> tuple[NDArray[np.float64], float]:
         """Return a cell's kept r_depth (its finest cells' tails merged) and its dropped max."""
         nb, d = self.dropped.shape[1], self.dropped.shape[2]
-        # entries are sorted by (family, bucket, depth): one contiguous run per finest cell
-        code = (self.family.astype(np.int64) * nb + self.bucket) * d + self.depth
+        # entries are grouped by (family, bucket, depth): one contiguous run per finest cell
+        code = self._codes()
         want = np.array([(f * nb + b) * d + depth - 1 for f in fam_idx for b in bucket_idx])
         lo = np.searchsorted(code, want, side="left")
         hi = np.searchsorted(code, want, side="right")
@@ -228,9 +233,7 @@ def _canonical_order(
     A counting sort on the codes (stable: each group keeps its index order), then per group a
     stable sort by value descending and, within a run of equal values, a stable sort by key
     (:func:`_order_kernel`): the same permutation as the three-key sort (whose every key is
-    stable, so equal triples keep their index order). Measured on one shard's tail (16,000
-    rounds × 5 depths, 140 groups): the ordering 3.7 ms (the whole shard tail 9 → 7.5 ms per
-    arm, against NumPy's unstable argsort of −value then a stable argsort of the codes).
+    stable, so equal triples keep their index order). Run once, on the fold's result.
     """
     if code.shape[0] == 0:
         return np.zeros(0, np.int64)
@@ -277,11 +280,12 @@ def _order_kernel(
 class TailAccumulator:
     """Streaming :class:`RatioTail` of one arm over batches (family codes of the reader).
 
-    A batch's ratios below their group's current K-th largest are dropped at once; the others
-    wait in a buffer, merged into the tail (one sort) once the buffer holds twice as many
-    entries as the tail, and at least 2^20 (about 28 MB), so the sorting work stays proportional
-    to the entries that enter and an archive of up to 2^20 rounds × depths per arm is sorted
-    once (measured on the demo archive: 0.20 → 0.07 s per arm with a two-key sort).
+    A batch's ratios below their group's current K-th largest are dropped at once
+    (:func:`_admit_kernel`, one pass); the others wait in a buffer, and once the buffer holds
+    twice as many entries as the tail, and at least 2^20 (about 28 MB), tail and buffer are
+    cut to the top K of each group by selection (:func:`_select_kernel`: a counting sort by
+    group, then a linear selection in each group larger than K), so the work stays proportional
+    to the entries that enter. :attr:`tail` is grouped, in no order within a group.
     """
 
     _FLUSH = 1 << 20
@@ -296,13 +300,13 @@ class TailAccumulator:
 
     @property
     def tail(self) -> RatioTail:
-        """The tail of every ratio added so far."""
+        """The tail of every ratio added so far (grouped; :meth:`RatioTail.ordered` sorts it)."""
         self._flush()
         return self._tail
 
     def _flush(self) -> None:
         t = self._tail
-        if not self._pending:  # only values below the thresholds came: the order stands
+        if not self._pending:  # only values below the thresholds came: the tail stands
             self._tail = RatioTail(
                 t.family, t.bucket, t.depth, t.request_key, t.value, self._dropped.copy()
             )
@@ -318,11 +322,10 @@ class TailAccumulator:
             cat("depth"),
             cat("request_key"),
             cat("value"),
-            self._dropped.copy(),
+            self._dropped,
         )
-        self._tail = both._top(self.cap)
+        self._tail, self._thr = both._select(self.cap)
         self._dropped = self._tail.dropped.copy()
-        self._thr = self._tail.thresholds(self.cap)
         self._pending, self._n_pending = [], 0
 
     def _grow(self, nf: int) -> None:
@@ -349,104 +352,356 @@ class TailAccumulator:
         if family.shape[0] == 0:
             return
         self._grow(int(family.max()) + 1)
-        rr, dd = np.nonzero(np.arange(ratio.shape[1])[None, :] < depth[:, None])
-        fam, bkt, val = family[rr], bucket[rr], ratio[rr, dd]
-        dep = dd.astype(np.int32)
+        nb, d = self._dropped.shape[1], self._dropped.shape[2]
         # only a value ≥ its group's K-th largest so far can enter (ties may win on the key)
-        inside = val >= self._thr[fam, bkt, dep]
-        out = ~inside
-        np.maximum.at(self._dropped, (fam[out], bkt[out], dep[out]), val[out])
-        self._pending.append(
-            RatioTail(
-                fam[inside].astype(np.int32),
-                bkt[inside].astype(np.int32),
-                dep[inside],
-                key[rr][inside],
-                val[inside],
-                self._dropped,
-            )
+        fam, bkt, dep, k, val = _admit_kernel(
+            np.ascontiguousarray(family, np.int32),
+            np.ascontiguousarray(bucket, np.int32),
+            np.ascontiguousarray(key, np.uint64),
+            np.ascontiguousarray(depth, np.int64),
+            np.ascontiguousarray(ratio, np.float64),
+            self._thr.reshape(-1),
+            self._dropped.reshape(-1),
+            nb,
+            d,
         )
-        self._n_pending += int(inside.sum())
+        self._pending.append(RatioTail(fam, bkt, dep, k, val, self._dropped))
+        self._n_pending += val.shape[0]
         if self._n_pending >= max(2 * self._tail.value.shape[0], self._FLUSH):
             self._flush()
 
 
 @njit(cache=True)
-def _merge_sorted(
-    fa: NDArray[np.int32],
-    ba: NDArray[np.int32],
-    da: NDArray[np.int32],
-    va: NDArray[np.float64],
-    ka: NDArray[np.uint64],
-    fb: NDArray[np.int32],
-    bb: NDArray[np.int32],
-    db: NDArray[np.int32],
-    vb: NDArray[np.float64],
-    kb: NDArray[np.uint64],
-    thr_a: NDArray[np.float64],
-    thr_b: NDArray[np.float64],
+def _admit_kernel(
+    family: NDArray[np.int32],
+    bucket: NDArray[np.int32],
+    key: NDArray[np.uint64],
+    depth: NDArray[np.int64],
+    ratio: NDArray[np.float64],
+    thr: NDArray[np.float64],
     dropped: NDArray[np.float64],
-    cap: int,
-) -> tuple[NDArray[np.int8], NDArray[np.int64]]:
-    """Merge two canonically ordered tails, keeping the first ``cap`` of each group.
+    n_buckets: int,
+    max_depth: int,
+) -> tuple[
+    NDArray[np.int32], NDArray[np.int32], NDArray[np.int32], NDArray[np.uint64], NDArray[np.float64]
+]:
+    """Return a batch's entries that may enter the tail; raise ``dropped`` by the others.
 
-    An entry below the other part's K-th largest of its group (``thr_a``, ``thr_b``) cannot be
-    kept; it and every entry beyond the cap raise their group's ``dropped`` (in place). Returns
-    the kept entries in order, each from part ``src`` (0: a, 1: b) at row ``idx``. Order: group
-    ascending, value descending, key ascending, then a before b.
+    family, bucket : int32 (n,); key : uint64 (n,); depth : int64 (n,), the depths a round
+    recorded; ratio : float64 (n, ≥ 1), r_k in column k − 1; thr, dropped : float64
+    (n_families · n_buckets · max_depth,), flat, indexed by the group code (family · n_buckets
+    + bucket) · max_depth + k − 1 (``dropped`` is raised in place). An entry enters when its
+    value is ≥ its group's threshold. Entries come out round by round, depth by depth.
     """
-    na, nb = va.shape[0], vb.shape[0]
-    src = np.empty(na + nb, np.int8)
-    idx = np.empty(na + nb, np.int64)
-    i = j = m = 0
-    rank = 0
-    gf = gb = gd = -1
-    while i < na or j < nb:
-        if i < na and va[i] < thr_b[fa[i], ba[i], da[i]]:
-            dropped[fa[i], ba[i], da[i]] = max(dropped[fa[i], ba[i], da[i]], va[i])
-            i += 1
-            continue
-        if j < nb and vb[j] < thr_a[fb[j], bb[j], db[j]]:
-            dropped[fb[j], bb[j], db[j]] = max(dropped[fb[j], bb[j], db[j]], vb[j])
-            j += 1
-            continue
-        if j >= nb:
-            take_a = True
-        elif i >= na:
-            take_a = False
-        elif fa[i] != fb[j]:
-            take_a = fa[i] < fb[j]
-        elif ba[i] != bb[j]:
-            take_a = ba[i] < bb[j]
-        elif da[i] != db[j]:
-            take_a = da[i] < db[j]
-        elif va[i] != vb[j]:
-            take_a = va[i] > vb[j]
-        else:
-            take_a = ka[i] <= kb[j]
-        f, b, d, v = (fa[i], ba[i], da[i], va[i]) if take_a else (fb[j], bb[j], db[j], vb[j])
-        if f != gf or b != gb or d != gd:
-            gf, gb, gd, rank = f, b, d, 0
-        if rank < cap:
-            src[m] = 0 if take_a else 1
-            idx[m] = i if take_a else j
-            m += 1
-        else:
-            dropped[f, b, d] = max(dropped[f, b, d], v)
-        rank += 1
-        if take_a:
-            i += 1
-        else:
-            j += 1
-    return src[:m], idx[:m]
+    n = family.shape[0]
+    cols = min(ratio.shape[1], max_depth)
+    count = 0
+    for r in range(n):
+        g0 = (np.int64(family[r]) * n_buckets + bucket[r]) * max_depth
+        for k in range(min(depth[r], cols)):
+            v = ratio[r, k]
+            if v >= thr[g0 + k]:
+                count += 1
+            elif v > dropped[g0 + k]:
+                dropped[g0 + k] = v
+    out_f = np.empty(count, np.int32)
+    out_b = np.empty(count, np.int32)
+    out_d = np.empty(count, np.int32)
+    out_k = np.empty(count, np.uint64)
+    out_v = np.empty(count, np.float64)
+    at = 0
+    for r in range(n):
+        g0 = (np.int64(family[r]) * n_buckets + bucket[r]) * max_depth
+        for k in range(min(depth[r], cols)):
+            v = ratio[r, k]
+            if v >= thr[g0 + k]:
+                out_f[at] = family[r]
+                out_b[at] = bucket[r]
+                out_d[at] = k
+                out_k[at] = key[r]
+                out_v[at] = v
+                at += 1
+    return out_f, out_b, out_d, out_k, out_v
 
 
 @njit(cache=True)
-def _gather(
-    src: NDArray[np.int8], idx: NDArray[np.int64], x: NDArray[Any], y: NDArray[Any]
-) -> NDArray[Any]:
-    """Return ``x[idx[i]]`` where ``src[i] == 0``, else ``y[idx[i]]`` (one pass)."""
-    out = np.empty(src.shape[0], x.dtype)
-    for i in range(src.shape[0]):
-        out[i] = x[idx[i]] if src[i] == 0 else y[idx[i]]
-    return out
+def _median3(a: Any, b: Any, c: Any) -> Any:
+    """Return the median of three values (of one type)."""
+    if a < b:
+        return b if b < c else (c if a < c else a)
+    return a if a < c else (c if b < c else b)
+
+
+@njit(cache=True)
+def _kth_smallest(x: NDArray[Any], n: int, k: int) -> Any:
+    """Return the k-th smallest (0-based) of ``x[:n]``, reordering ``x[:n]`` in place.
+
+    x : float64 or uint64, (≥ n,). Quickselect (Hoare 1961) with a median-of-three pivot and a
+    three-way partition, so a run of equal values costs one pass, not a quadratic walk; after
+    2·log2(n) + 8 rounds that did not converge it sorts what is left (O(n log n) at worst).
+    Ranges of 16 or fewer are insertion-sorted. The value returned does not depend on how the
+    pivots fall, only on ``x[:n]``.
+    """
+    lo, hi = 0, n
+    budget, w = 8, n
+    while w > 1:
+        budget += 2
+        w >>= 1
+    while hi - lo > 16:
+        if budget == 0:
+            x[lo:hi].sort()
+            return x[k]
+        budget -= 1
+        p = _median3(x[lo], x[(lo + hi) >> 1], x[hi - 1])
+        lt, i, gt = lo, lo, hi  # x[lo:lt] < p, x[lt:i] == p, x[gt:hi] > p
+        while i < gt:
+            v = x[i]
+            if v < p:
+                x[i] = x[lt]
+                x[lt] = v
+                lt += 1
+                i += 1
+            elif p < v:
+                gt -= 1
+                x[i] = x[gt]
+                x[gt] = v
+            else:
+                i += 1
+        if k < lt:
+            hi = lt
+        elif k >= gt:
+            lo = gt
+        else:
+            return p
+    for i in range(lo + 1, hi):
+        v = x[i]
+        j = i - 1
+        while j >= lo and v < x[j]:
+            x[j + 1] = x[j]
+            j -= 1
+        x[j + 1] = v
+    return x[k]
+
+
+@njit(cache=True)
+def _keep_group(
+    sv: NDArray[np.float64],
+    sk: NDArray[np.uint64],
+    n: int,
+    cap: int,
+    tv: NDArray[np.float64],
+    tk: NDArray[np.uint64],
+    out_k: NDArray[np.uint64],
+    out_v: NDArray[np.float64],
+    at: int,
+) -> tuple[int, float, float]:
+    """Write the first ``cap`` of one group's ``n`` entries in canonical order, in scan order.
+
+    sv, sk : float64, uint64 (≥ n,), the group's values and keys in scan order (read only);
+    tv, tk : float64, uint64 (≥ n,), scratch; out_k, out_v: the kept entries are written at
+    ``at``, ``at + 1``, … in scan order. When n > cap, the cap's (value, key) (v*, k*) is the
+    (n − cap)-th smallest value, then among the entries of value v* the (cap − #{v > v*})-th
+    smallest key: an entry is kept when its value exceeds v*, or equals it with a key below k*,
+    or equals (v*, k*) while fewer such entries than the cap leaves room for were kept.
+    Returns (the next ``at``, the group's threshold: its smallest kept value when it holds
+    ``cap`` entries, else −inf; the largest value not kept, −inf when none).
+    """
+    if n <= cap:
+        low = np.inf
+        for t in range(n):
+            out_k[at + t] = sk[t]
+            out_v[at + t] = sv[t]
+            low = min(low, sv[t])
+        return at + n, (low if n == cap else -np.inf), -np.inf
+    tv[:n] = sv[:n]
+    v_star = _kth_smallest(tv, n, n - cap)
+    above = 0
+    m = 0
+    for t in range(n):
+        if sv[t] > v_star:
+            above += 1
+        elif sv[t] == v_star:
+            tk[m] = sk[t]
+            m += 1
+    need = cap - above  # 1 ≤ need ≤ m: at least one entry of value v* is kept
+    k_star = _kth_smallest(tk, m, need - 1)
+    below = 0
+    for t in range(m):
+        if tk[t] < k_star:
+            below += 1
+    room = need - below  # entries equal to (v*, k*) still kept, first in scan order
+    drop = -np.inf
+    for t in range(n):
+        v = sv[t]
+        keep = v > v_star
+        if v == v_star:
+            if sk[t] < k_star:
+                keep = True
+            elif sk[t] == k_star and room > 0:
+                keep = True
+                room -= 1
+        if keep:
+            out_k[at] = sk[t]
+            out_v[at] = v
+            at += 1
+        elif v > drop:
+            drop = v
+    return at, v_star, drop
+
+
+@njit(cache=True)
+def _select_kernel(
+    code: NDArray[np.int64],
+    value: NDArray[np.float64],
+    key: NDArray[np.uint64],
+    cap: int,
+    dropped: NDArray[np.float64],
+    n_buckets: int,
+    max_depth: int,
+) -> tuple[
+    NDArray[np.int32],
+    NDArray[np.int32],
+    NDArray[np.int32],
+    NDArray[np.uint64],
+    NDArray[np.float64],
+    NDArray[np.float64],
+]:
+    """Keep the first ``cap`` entries of each group (:func:`_keep_group`), grouped by code.
+
+    code : int64 (m,), each entry's group (family · n_buckets + bucket) · max_depth + depth, in
+    [0, dropped.size); value : float64 (m,); key : uint64 (m,); dropped : float64 (n_codes,),
+    flat, raised in place by the entries cut. A counting sort groups the entries (stable: a
+    group is scanned in index order), then each group is kept in one selection. Returns the
+    kept family, bucket, depth (int32), key and value, groups ascending, and each group's
+    threshold (float64 (n_codes,)).
+    """
+    n_codes = dropped.shape[0]
+    m = code.shape[0]
+    start = np.zeros(n_codes + 1, np.int64)
+    for i in range(m):
+        start[code[i] + 1] += 1
+    total = 0
+    widest = 0
+    for c in range(n_codes):
+        total += min(start[c + 1], cap)
+        widest = max(widest, start[c + 1])
+        start[c + 1] += start[c]
+    fill = start[:-1].copy()
+    order = np.empty(m, np.int64)
+    for i in range(m):
+        order[fill[code[i]]] = i
+        fill[code[i]] += 1
+    sv, tv = np.empty(widest), np.empty(widest)
+    sk, tk = np.empty(widest, np.uint64), np.empty(widest, np.uint64)
+    out_f = np.empty(total, np.int32)
+    out_b = np.empty(total, np.int32)
+    out_d = np.empty(total, np.int32)
+    out_k, out_v = np.empty(total, np.uint64), np.empty(total)
+    thr = np.full(n_codes, -np.inf)
+    at = 0
+    for c in range(n_codes):
+        a, n = start[c], start[c + 1] - start[c]
+        if n == 0:
+            continue
+        for t in range(n):
+            sv[t] = value[order[a + t]]
+            sk[t] = key[order[a + t]]
+        end, low, drop = _keep_group(sv, sk, n, cap, tv, tk, out_k, out_v, at)
+        thr[c] = low
+        out_f[at:end] = c // (n_buckets * max_depth)
+        out_b[at:end] = (c // max_depth) % n_buckets
+        out_d[at:end] = c % max_depth
+        dropped[c] = max(dropped[c], drop)
+        at = end
+    return out_f, out_b, out_d, out_k, out_v, thr
+
+
+@njit(cache=True)
+def _group_at(
+    f: NDArray[np.int32], b: NDArray[np.int32], d: NDArray[np.int32], i: int, nb: int, nd: int
+) -> tuple[int, int]:
+    """Return the group code of row ``i`` and the end of its run (max int64 past the end)."""
+    n = f.shape[0]
+    if i >= n:
+        return _NO_GROUP, n
+    fi, bi, di = f[i], b[i], d[i]
+    j = i + 1
+    while j < n and f[j] == fi and b[j] == bi and d[j] == di:
+        j += 1
+    return (np.int64(fi) * nb + bi) * nd + di, j
+
+
+@njit(cache=True)
+def _merge_kernel(
+    a: tuple[
+        NDArray[np.int32],
+        NDArray[np.int32],
+        NDArray[np.int32],
+        NDArray[np.uint64],
+        NDArray[np.float64],
+    ],
+    b: tuple[
+        NDArray[np.int32],
+        NDArray[np.int32],
+        NDArray[np.int32],
+        NDArray[np.uint64],
+        NDArray[np.float64],
+    ],
+    dropped: NDArray[np.float64],
+    nb: int,
+    nd: int,
+    cap: int,
+) -> tuple[
+    NDArray[np.int32], NDArray[np.int32], NDArray[np.int32], NDArray[np.uint64], NDArray[np.float64]
+]:
+    """Merge two grouped tails, keeping the first ``cap`` entries of each group.
+
+    a, b : (family, bucket, depth, request_key, value) of each tail, (m_a,) and (m_b,), grouped
+    by code ascending; dropped : float64 (n_codes,), flat, raised in place. Two passes over the
+    groups of both: the first sizes the result (Σ min(cap, n_a + n_b) over groups), the second
+    copies each group's entries (``a``'s, then ``b``'s) to scratch and keeps them
+    (:func:`_keep_group`). Returns the kept family, bucket, depth, key and value.
+    """
+    fa, ba, da, ka, va = a
+    fb, bb, db, kb, vb = b
+    total = 0
+    widest = 0
+    i = j = 0
+    while i < fa.shape[0] or j < fb.shape[0]:
+        ca, ea = _group_at(fa, ba, da, i, nb, nd)
+        cb, eb = _group_at(fb, bb, db, j, nb, nd)
+        n = (ea - i if ca <= cb else 0) + (eb - j if cb <= ca else 0)
+        total += min(n, cap)
+        widest = max(widest, n)
+        i, j = (ea if ca <= cb else i), (eb if cb <= ca else j)
+    sv, tv = np.empty(widest), np.empty(widest)
+    sk, tk = np.empty(widest, np.uint64), np.empty(widest, np.uint64)
+    out_f = np.empty(total, np.int32)
+    out_b = np.empty(total, np.int32)
+    out_d = np.empty(total, np.int32)
+    out_k, out_v = np.empty(total, np.uint64), np.empty(total)
+    at = i = j = 0
+    while i < fa.shape[0] or j < fb.shape[0]:
+        ca, ea = _group_at(fa, ba, da, i, nb, nd)
+        cb, eb = _group_at(fb, bb, db, j, nb, nd)
+        n = 0
+        if ca <= cb:
+            for t in range(i, ea):
+                sv[n] = va[t]
+                sk[n] = ka[t]
+                n += 1
+            i = ea
+        if cb <= ca:
+            for t in range(j, eb):
+                sv[n] = vb[t]
+                sk[n] = kb[t]
+                n += 1
+            j = eb
+        g = min(ca, cb)
+        end, _, drop = _keep_group(sv, sk, n, cap, tv, tk, out_k, out_v, at)
+        out_f[at:end] = g // (nb * nd)
+        out_b[at:end] = (g // nd) % nb
+        out_d[at:end] = g % nd
+        dropped[g] = max(dropped[g], drop)
+        at = end
+    return out_f, out_b, out_d, out_k, out_v
