@@ -609,8 +609,8 @@ def fold_shards(shards: Iterator[ShardSums]) -> ShardSums:
     shard into one growing result (128 shards of 10 M positions: 7 levels instead of 127 copies
     of the whole sums). The tree's shape depends only on the number of shards, so the same
     shards always give the same figures (to the bit) whoever runs the fold: the local engine,
-    Dask or the shard cache. The ratio tails are merged by selection, in no order within a
-    group, and sorted once at the end (:meth:`~specreplay.replay.tails.RatioTail.ordered`).
+    Dask or the shard cache. The ratio tails merge by selection (top K per group, each group in
+    no particular order: :meth:`~specreplay.replay.tails.RatioTail.merge`).
     """
     runs: list[tuple[int, ShardSums]] = []  # (shards covered, sums), oldest first
     for s in shards:
@@ -626,16 +626,7 @@ def fold_shards(shards: Iterator[ShardSums]) -> ShardSums:
     while len(runs) > 1:
         (n, a), (m, b) = runs[-2], runs[-1]
         runs[-2:] = [(n + m, merge_shards(a, b))]
-    return _ordered_tails(runs[0][1])
-
-
-def _ordered_tails(s: ShardSums) -> ShardSums:
-    """Return ``s`` with every ratio tail in canonical order (the fold's last step)."""
-    replays = {
-        e: replace(r, tails={c: t.ordered() for c, t in r.tails.items()})
-        for e, r in s.replays.items()
-    }
-    return replace(s, replays=replays)
+    return runs[0][1]
 
 
 def _where(s: ShardSums, file: int, loc: int) -> str:

@@ -21,15 +21,16 @@ cells' tails and is exact under the same check (beyond it, k̂ is null with the 
 Determinism. The **canonical order** is (family, bucket, depth, value descending, request key),
 and a tail keeps the first K of each group in it: the top K of a union is the top K of the
 parts' top K, so the kept (value, key) pairs and the dropped values do not depend on batches,
-threads, shards or the shape of the fold. Keeping them needs no order within a group: a group's
-K-th (value, key) is found by selection (:func:`_kth_smallest`, linear on average) and its
-entries are kept against it (:func:`_keep_group`), when a shard's batches are added
-(:class:`TailAccumulator`) and when two tails are merged (:meth:`RatioTail.merge`), so entries
-are grouped by (family, bucket, depth) but in any order within their group until the fold's
-result is sorted once (:meth:`RatioTail.ordered`). Entries equal in value and key are
-interchangeable: which of them a cap keeps changes no array. Filtering requests afterwards
-(``--sample-requests``) keeps, of the selected requests, every ratio above the dropped value, so
-the same check stays exact.
+threads, shards or the shape of the fold. Keeping them needs no order: a group's K-th (value,
+key) is found by selection (:func:`_cutoff`, linear) and the group's entries are kept against
+it (:func:`_keep_group`), when a shard's batches are added (:class:`TailAccumulator`) and when
+two tails are merged (:meth:`RatioTail.merge`). So a tail's entries are grouped by (family,
+bucket, depth), ascending, but within a group in an order that depends on how they came
+(batches, shards, fold): nothing reads that order (k̂ sorts a cell's values itself), and
+:meth:`RatioTail.ordered` gives the canonical one, the same whatever the route. Entries equal
+in value and key are interchangeable: which of them a cap keeps changes no array. Filtering
+requests afterwards (``--sample-requests``) keeps, of the selected requests, every ratio above
+the dropped value, so the same check stays exact.
 """
 
 from __future__ import annotations
@@ -62,9 +63,8 @@ class RatioTail:
     request_key : uint64, (m,)
         Stable key of the request the round belongs to.
     value : float64, (m,)
-        r_k; grouped by (family, bucket, depth) ascending; within a group in canonical order
-        (value descending, request key) once :meth:`ordered` (the fold's result, and a
-        :meth:`coarsened` tail, are), in any order before.
+        r_k; grouped by (family, bucket, depth) ascending; within a group in no particular
+        order (:meth:`ordered` sorts each group by value descending, then request key).
     dropped : float64, (n_families, n_buckets, D)
         Largest r_k not kept per finest cell and depth (−inf where none was dropped).
     """
@@ -134,26 +134,28 @@ class RatioTail:
         The top K of a union is the top K of its parts' top K, and the largest value not kept
         is the largest of the parts' dropped values and of those the cap now cuts: the result
         equals the tail accumulated with the coarse codes from the start (same kept values and
-        keys, same ``dropped``), in canonical order. ``--by`` replays at family × value and
-        coarsens to each level. ``cap``: K, default :data:`TAIL_CAP` (the accumulator's).
+        keys, same ``dropped``; :meth:`ordered` puts both in one order). ``--by`` replays at
+        family × value and coarsens to each level. ``cap``: K, default :data:`TAIL_CAP` (the
+        accumulator's).
         """
         nf = self.dropped.shape[0]
         dropped = np.full((n_families, *self.dropped.shape[1:]), -np.inf)
         np.maximum.at(dropped, index[:nf], self.dropped)
         fam = index[self.family].astype(np.int32) if self.family.shape[0] else self.family
         out = RatioTail(fam, self.bucket, self.depth, self.request_key, self.value, dropped)
-        return out._select(TAIL_CAP if cap is None else cap)[0].ordered()
+        return out._select(TAIL_CAP if cap is None else cap)[0]
 
     @staticmethod
     def merge(a: RatioTail, b: RatioTail, cap: int | None = None) -> RatioTail:
         """Return the top ``cap`` (default :data:`TAIL_CAP`) of both per finest cell and depth.
 
-        Both must be on the same family table and grouped (every tail is). One linear pass over
-        the groups of both (:func:`_merge_kernel`): a group whose parts hold at most K entries
-        together is copied (``a``'s entries, then ``b``'s); a larger one keeps the entries at
-        or above its K-th (value, key) (:func:`_keep_group`), found by selection. So a merge
-        writes at most K entries per group and sorts nothing; within a group the result is in
-        no particular order (:meth:`ordered` sorts it).
+        Both must be on the same family table and grouped (every tail is). One walk over the
+        groups of both (:func:`_merge_kernel`; a group's end is found by binary search): a group
+        whose two parts hold at most K entries together is copied (``a``'s, then ``b``'s); a
+        larger one is cut at its K-th (value, key), which a sampled bracket and a selection
+        among the few values inside it find (:func:`_cutoff`), both parts read where they lie.
+        A merge writes at most K entries per group, sorts nothing and copies no union; within a
+        group the result is in no particular order (:meth:`ordered` sorts it).
         """
         if a.dropped.shape != b.dropped.shape:
             raise ValueError(f"tails on different tables: {a.dropped.shape} ≠ {b.dropped.shape}")
@@ -170,7 +172,7 @@ class RatioTail:
         return RatioTail(fam, bkt, dep, key, val, dropped)
 
     def ordered(self) -> RatioTail:
-        """Return the same entries in canonical order (each group sorted once; dropped shared)."""
+        """Return the same entries in canonical order (dropped shared): one array per route."""
         if self.value.shape[0] < 2:
             return self
         return self._with(
@@ -186,7 +188,11 @@ class RatioTail:
             return empty, np.full(dropped.shape, -np.inf)
         nb, d = dropped.shape[1], dropped.shape[2]
         fam, bkt, dep, key, val, thr = _select_kernel(
-            self._codes(), self.value, self.request_key, cap, dropped.reshape(-1), nb, d
+            (self.family, self.bucket, self.depth, self.request_key, self.value),
+            cap,
+            dropped.reshape(-1),
+            nb,
+            d,
         )
         return RatioTail(fam, bkt, dep, key, val, dropped), thr.reshape(dropped.shape)
 
@@ -233,7 +239,7 @@ def _canonical_order(
     A counting sort on the codes (stable: each group keeps its index order), then per group a
     stable sort by value descending and, within a run of equal values, a stable sort by key
     (:func:`_order_kernel`): the same permutation as the three-key sort (whose every key is
-    stable, so equal triples keep their index order). Run once, on the fold's result.
+    stable, so equal triples keep their index order). Only :meth:`RatioTail.ordered` sorts.
     """
     if code.shape[0] == 0:
         return np.zeros(0, np.int64)
@@ -311,19 +317,23 @@ class TailAccumulator:
                 t.family, t.bucket, t.depth, t.request_key, t.value, self._dropped.copy()
             )
             return
-        parts = [t, *self._pending]
+        parts = [p for p in (t, *self._pending) if p.value.shape[0]] or [t]
 
         def cat(name: str) -> NDArray[Any]:
             return np.concatenate([getattr(p, name) for p in parts])
 
-        both = RatioTail(
-            cat("family"),
-            cat("bucket"),
-            cat("depth"),
-            cat("request_key"),
-            cat("value"),
-            self._dropped,
-        )
+        if len(parts) == 1:  # one batch, or entries of one only: no copy
+            p = parts[0]
+            both = RatioTail(p.family, p.bucket, p.depth, p.request_key, p.value, self._dropped)
+        else:
+            both = RatioTail(
+                cat("family"),
+                cat("bucket"),
+                cat("depth"),
+                cat("request_key"),
+                cat("value"),
+                self._dropped,
+            )
         self._tail, self._thr = both._select(self.cap)
         self._dropped = self._tail.dropped.copy()
         self._pending, self._n_pending = [], 0
@@ -372,6 +382,13 @@ class TailAccumulator:
 
 
 @njit(cache=True)
+def _raise(dropped: NDArray[np.float64], g: int, v: float) -> None:
+    """``dropped[g] = np.maximum(dropped[g], v)`` (NaN propagates, as in NumPy)."""
+    if v > dropped[g] or v != v:
+        dropped[g] = v
+
+
+@njit(cache=True)
 def _admit_kernel(
     family: NDArray[np.int32],
     bucket: NDArray[np.int32],
@@ -391,7 +408,8 @@ def _admit_kernel(
     recorded; ratio : float64 (n, ≥ 1), r_k in column k − 1; thr, dropped : float64
     (n_families · n_buckets · max_depth,), flat, indexed by the group code (family · n_buckets
     + bucket) · max_depth + k − 1 (``dropped`` is raised in place). An entry enters when its
-    value is ≥ its group's threshold. Entries come out round by round, depth by depth.
+    value is ≥ its group's threshold (never a NaN). Entries come out round by round, depth by
+    depth.
     """
     n = family.shape[0]
     cols = min(ratio.shape[1], max_depth)
@@ -402,8 +420,8 @@ def _admit_kernel(
             v = ratio[r, k]
             if v >= thr[g0 + k]:
                 count += 1
-            elif v > dropped[g0 + k]:
-                dropped[g0 + k] = v
+            else:
+                _raise(dropped, g0 + k, v)
     out_f = np.empty(count, np.int32)
     out_b = np.empty(count, np.int32)
     out_d = np.empty(count, np.int32)
@@ -483,81 +501,182 @@ def _kth_smallest(x: NDArray[Any], n: int, k: int) -> Any:
     return x[k]
 
 
+_SAMPLE = 512  # values sampled to bracket a group's cut (_cutoff)
+
+
 @njit(cache=True)
-def _keep_group(
-    sv: NDArray[np.float64],
-    sk: NDArray[np.uint64],
-    n: int,
+def _bracket(
+    v: NDArray[np.float64],
+    k: NDArray[np.uint64],
+    lo: float,
+    hi: float,
+    mid_v: NDArray[np.float64],
+    mid_k: NDArray[np.uint64],
+    below: int,
+    m: int,
+) -> tuple[int, int]:
+    """Count the values below ``lo``; append those in [lo, hi] (and keys) to ``mid_*`` at m.
+
+    Branch-free: every entry is written at ``m``, which advances only for a value in the
+    bracket (``mid_*`` need one slot of room past the last). Returns (below, m) updated.
+    """
+    for t in range(v.shape[0]):
+        x = v[t]
+        below += x < lo
+        mid_v[m] = x
+        mid_k[m] = k[t]
+        m += (x >= lo) & (x <= hi)
+    return below, m
+
+
+@njit(cache=True)
+def _cutoff(
+    v1: NDArray[np.float64],
+    k1: NDArray[np.uint64],
+    v2: NDArray[np.float64],
+    k2: NDArray[np.uint64],
     cap: int,
     tv: NDArray[np.float64],
+    tw: NDArray[np.float64],
     tk: NDArray[np.uint64],
+) -> tuple[float, int, int]:
+    """Return the group's cut (v*, k*, room): its cap-th (value, key) in canonical order.
+
+    The group is the n > cap entries of both pieces (v1, k1) and (v2, k2). v* is the
+    (n − cap)-th smallest value: a strided sample of :data:`_SAMPLE` values, sorted, brackets
+    it (Floyd & Rivest 1975) within ±(1.5·√s + 4) sample ranks, a margin of three standard
+    deviations or more; one pass counts the values below the bracket and gathers those inside
+    (about a seventh of n), and :func:`_kth_smallest` selects v* among them (a miss, rare,
+    redoes the pass with an unbounded bracket; the result never depends on the sample). k* is
+    the (cap − #{v > v*})-th smallest key among the entries of value v*, and ``room`` the
+    number of entries equal to (v*, k*) that the cap keeps. tv, tk : scratch (≥ n + 1,);
+    tw : scratch (≥ n,).
+    """
+    n1 = v1.shape[0]
+    n = n1 + v2.shape[0]
+    q = n - cap
+    s = min(n, _SAMPLE)
+    for t in range(s):
+        at = (t * n) // s
+        tw[t] = v1[at] if at < n1 else v2[at - n1]
+    tw[:s].sort()
+    r = (q * s) // n
+    margin = int(1.5 * np.sqrt(s)) + 4
+    lo = tw[r - margin] if r - margin > 0 else -np.inf
+    hi = tw[r + margin] if r + margin < s - 1 else np.inf
+    below, m = _bracket(v1, k1, lo, hi, tv, tk, 0, 0)
+    below, m = _bracket(v2, k2, lo, hi, tv, tk, below, m)
+    if not below <= q < below + m:
+        below, m = _bracket(v1, k1, -np.inf, np.inf, tv, tk, 0, 0)
+        below, m = _bracket(v2, k2, -np.inf, np.inf, tv, tk, below, m)
+    tw[:m] = tv[:m]
+    v_star = _kth_smallest(tw, m, q - below)
+    above = n - below - m
+    e = 0
+    for t in range(m):  # the keys of value v*, compacted in place
+        above += tv[t] > v_star
+        tk[e] = tk[t]
+        e += tv[t] == v_star
+    need = cap - above  # 1 ≤ need ≤ e: at least one entry of value v* is kept
+    k_star = _kth_smallest(tk, e, need - 1)
+    below_k = 0
+    for t in range(e):
+        below_k += tk[t] < k_star
+    return v_star, k_star, need - below_k
+
+
+@njit(cache=True)
+def _write_kept(
+    v: NDArray[np.float64],
+    k: NDArray[np.uint64],
+    v_star: float,
+    k_star: int,
+    room: int,
+    out_k: NDArray[np.uint64],
+    out_v: NDArray[np.float64],
+    at: int,
+) -> tuple[int, int, float]:
+    """Write the entries of one piece that the cut (v*, k*, room) keeps, at ``at`` onwards.
+
+    Branch-free but for entries of value v*: every entry is written at ``at``, which advances
+    only for a kept one (``out_*`` need one slot of room past the last). Returns (at, room
+    left, the largest value not kept or −inf).
+    """
+    drop = -np.inf
+    for t in range(v.shape[0]):
+        x = v[t]
+        keep = x > v_star
+        if x == v_star:
+            if k[t] < k_star:
+                keep = True
+            elif k[t] == k_star and room > 0:
+                keep = True
+                room -= 1
+        out_k[at] = k[t]
+        out_v[at] = x
+        at += keep
+        drop = max(drop, -np.inf if keep else x)
+    return at, room, drop
+
+
+@njit(cache=True)
+def _keep_group(
+    v1: NDArray[np.float64],
+    k1: NDArray[np.uint64],
+    v2: NDArray[np.float64],
+    k2: NDArray[np.uint64],
+    cap: int,
+    scratch: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.uint64]],
     out_k: NDArray[np.uint64],
     out_v: NDArray[np.float64],
     at: int,
 ) -> tuple[int, float, float]:
-    """Write the first ``cap`` of one group's ``n`` entries in canonical order, in scan order.
+    """Write the first ``cap`` of one group in canonical order, each piece in its order.
 
-    sv, sk : float64, uint64 (≥ n,), the group's values and keys in scan order (read only);
-    tv, tk : float64, uint64 (≥ n,), scratch; out_k, out_v: the kept entries are written at
-    ``at``, ``at + 1``, … in scan order. When n > cap, the cap's (value, key) (v*, k*) is the
-    (n − cap)-th smallest value, then among the entries of value v* the (cap − #{v > v*})-th
-    smallest key: an entry is kept when its value exceeds v*, or equals it with a key below k*,
-    or equals (v*, k*) while fewer such entries than the cap leaves room for were kept.
-    Returns (the next ``at``, the group's threshold: its smallest kept value when it holds
-    ``cap`` entries, else −inf; the largest value not kept, −inf when none).
+    The group is the entries of (v1, k1) then (v2, k2) (float64 and uint64 each); ``scratch``
+    (tv, tw, tk) for :func:`_cutoff`; the kept entries are written to ``out_k``, ``out_v`` at
+    ``at``, ``at + 1``, … (one slot of room past the last). A group of at most ``cap`` entries
+    is copied. Returns (the next ``at``, the group's threshold: its smallest kept value when it
+    holds ``cap`` entries, else −inf; the largest value not kept, −inf when none).
     """
-    if n <= cap:
-        low = np.inf
-        for t in range(n):
-            out_k[at + t] = sk[t]
-            out_v[at + t] = sv[t]
-            low = min(low, sv[t])
-        return at + n, (low if n == cap else -np.inf), -np.inf
-    tv[:n] = sv[:n]
-    v_star = _kth_smallest(tv, n, n - cap)
-    above = 0
-    m = 0
-    for t in range(n):
-        if sv[t] > v_star:
-            above += 1
-        elif sv[t] == v_star:
-            tk[m] = sk[t]
-            m += 1
-    need = cap - above  # 1 ≤ need ≤ m: at least one entry of value v* is kept
-    k_star = _kth_smallest(tk, m, need - 1)
-    below = 0
-    for t in range(m):
-        if tk[t] < k_star:
-            below += 1
-    room = need - below  # entries equal to (v*, k*) still kept, first in scan order
-    drop = -np.inf
-    for t in range(n):
-        v = sv[t]
-        keep = v > v_star
-        if v == v_star:
-            if sk[t] < k_star:
-                keep = True
-            elif sk[t] == k_star and room > 0:
-                keep = True
-                room -= 1
-        if keep:
-            out_k[at] = sk[t]
-            out_v[at] = v
-            at += 1
-        elif v > drop:
-            drop = v
-    return at, v_star, drop
+    n1, n2 = v1.shape[0], v2.shape[0]
+    if n1 + n2 <= cap:
+        out_k[at : at + n1] = k1
+        out_v[at : at + n1] = v1
+        out_k[at + n1 : at + n1 + n2] = k2
+        out_v[at + n1 : at + n1 + n2] = v2
+        thr = -np.inf
+        if n1 + n2 == cap:
+            thr = min(v1.min() if n1 else np.inf, v2.min() if n2 else np.inf)
+        return at + n1 + n2, thr, -np.inf
+    tv, tw, tk = scratch
+    v_star, k_star, room = _cutoff(v1, k1, v2, k2, cap, tv, tw, tk)
+    at, room, drop1 = _write_kept(v1, k1, v_star, k_star, room, out_k, out_v, at)
+    at, room, drop2 = _write_kept(v2, k2, v_star, k_star, room, out_k, out_v, at)
+    return at, v_star, max(drop1, drop2)
+
+
+@njit(cache=True)
+def _scratch(
+    n: int,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.uint64]]:
+    """Scratch of :func:`_keep_group` for groups of up to ``n`` entries."""
+    return np.empty(n + 1), np.empty(n + 1), np.empty(n + 1, np.uint64)
 
 
 @njit(cache=True)
 def _select_kernel(
-    code: NDArray[np.int64],
-    value: NDArray[np.float64],
-    key: NDArray[np.uint64],
+    tail: tuple[
+        NDArray[np.int32],
+        NDArray[np.int32],
+        NDArray[np.int32],
+        NDArray[np.uint64],
+        NDArray[np.float64],
+    ],
     cap: int,
     dropped: NDArray[np.float64],
-    n_buckets: int,
-    max_depth: int,
+    nb: int,
+    nd: int,
 ) -> tuple[
     NDArray[np.int32],
     NDArray[np.int32],
@@ -568,67 +687,96 @@ def _select_kernel(
 ]:
     """Keep the first ``cap`` entries of each group (:func:`_keep_group`), grouped by code.
 
-    code : int64 (m,), each entry's group (family · n_buckets + bucket) · max_depth + depth, in
-    [0, dropped.size); value : float64 (m,); key : uint64 (m,); dropped : float64 (n_codes,),
-    flat, raised in place by the entries cut. A counting sort groups the entries (stable: a
-    group is scanned in index order), then each group is kept in one selection. Returns the
-    kept family, bucket, depth (int32), key and value, groups ascending, and each group's
-    threshold (float64 (n_codes,)).
+    tail : (family, bucket, depth, request_key, value) (m,) each, in any order, every group
+    code (family · nb + bucket) · nd + depth in [0, dropped.size); dropped : float64
+    (n_codes,), flat, raised in place by the entries cut. A counting sort groups the entries
+    (stable: a group keeps its index order); when no group holds more than ``cap`` that is all
+    (a shard's groups are smaller than K), else each group is kept in one selection. Returns
+    the kept family, bucket, depth, key and value, groups ascending, and each group's threshold
+    (float64 (n_codes,)).
     """
-    n_codes = dropped.shape[0]
-    m = code.shape[0]
+    fam, bkt, dep, key, value = tail
+    n_codes, m = dropped.shape[0], value.shape[0]
+    code = (fam.astype(np.int64) * nb + bkt) * nd + dep
     start = np.zeros(n_codes + 1, np.int64)
     for i in range(m):
         start[code[i] + 1] += 1
-    total = 0
-    widest = 0
+    total = widest = 0
     for c in range(n_codes):
         total += min(start[c + 1], cap)
         widest = max(widest, start[c + 1])
         start[c + 1] += start[c]
+    direct = widest <= cap  # nothing to cut: the counting sort writes the result
+    sv = np.empty(total + 1 if direct else m)
+    sk = np.empty(total + 1 if direct else m, np.uint64)
     fill = start[:-1].copy()
-    order = np.empty(m, np.int64)
     for i in range(m):
-        order[fill[code[i]]] = i
+        sv[fill[code[i]]] = value[i]
+        sk[fill[code[i]]] = key[i]
         fill[code[i]] += 1
-    sv, tv = np.empty(widest), np.empty(widest)
-    sk, tk = np.empty(widest, np.uint64), np.empty(widest, np.uint64)
+    if direct:
+        out_k, out_v, scratch = sk, sv, _scratch(0)
+    else:
+        out_k, out_v = np.empty(total + 1, np.uint64), np.empty(total + 1)
+        scratch = _scratch(widest)
     out_f = np.empty(total, np.int32)
     out_b = np.empty(total, np.int32)
     out_d = np.empty(total, np.int32)
-    out_k, out_v = np.empty(total, np.uint64), np.empty(total)
     thr = np.full(n_codes, -np.inf)
     at = 0
     for c in range(n_codes):
-        a, n = start[c], start[c + 1] - start[c]
-        if n == 0:
+        a, b = start[c], start[c + 1]
+        if a == b:
             continue
-        for t in range(n):
-            sv[t] = value[order[a + t]]
-            sk[t] = key[order[a + t]]
-        end, low, drop = _keep_group(sv, sk, n, cap, tv, tk, out_k, out_v, at)
-        thr[c] = low
-        out_f[at:end] = c // (n_buckets * max_depth)
-        out_b[at:end] = (c // max_depth) % n_buckets
-        out_d[at:end] = c % max_depth
-        dropped[c] = max(dropped[c], drop)
+        if direct:
+            end = b
+            if b - a == cap:
+                thr[c] = sv[a:b].min()
+        else:
+            end, low, drop = _keep_group(
+                sv[a:b], sk[a:b], sv[:0], sk[:0], cap, scratch, out_k, out_v, at
+            )
+            thr[c] = low
+            _raise(dropped, c, drop)
+        out_f[at:end] = c // (nb * nd)
+        out_b[at:end] = (c // nd) % nb
+        out_d[at:end] = c % nd
         at = end
-    return out_f, out_b, out_d, out_k, out_v, thr
+    return out_f, out_b, out_d, out_k[:total], out_v[:total], thr
 
 
 @njit(cache=True)
-def _group_at(
-    f: NDArray[np.int32], b: NDArray[np.int32], d: NDArray[np.int32], i: int, nb: int, nd: int
-) -> tuple[int, int]:
-    """Return the group code of row ``i`` and the end of its run (max int64 past the end)."""
+def _run_end(f: NDArray[np.int32], b: NDArray[np.int32], d: NDArray[np.int32], i: int) -> int:
+    """Return the end of the run of rows equal to row ``i`` in (family, bucket, depth).
+
+    Runs are contiguous (a tail is grouped): a galloping then binary search, O(log run).
+    """
     n = f.shape[0]
-    if i >= n:
-        return _NO_GROUP, n
     fi, bi, di = f[i], b[i], d[i]
-    j = i + 1
-    while j < n and f[j] == fi and b[j] == bi and d[j] == di:
-        j += 1
-    return (np.int64(fi) * nb + bi) * nd + di, j
+    lo, step = i, 1  # row lo is in the run
+    hi = i + 1
+    while hi < n and f[hi] == fi and b[hi] == bi and d[hi] == di:
+        lo = hi
+        step *= 2
+        hi = lo + step
+    hi = min(hi, n)
+    while hi - lo > 1:  # row lo in the run, row hi past it (or the end)
+        mid = (lo + hi) >> 1
+        if f[mid] == fi and b[mid] == bi and d[mid] == di:
+            lo = mid
+        else:
+            hi = mid
+    return int(hi)
+
+
+@njit(cache=True)
+def _code_at(
+    f: NDArray[np.int32], b: NDArray[np.int32], d: NDArray[np.int32], i: int, nb: int, nd: int
+) -> int:
+    """Return the group code of row ``i`` (max int64 past the end)."""
+    if i >= f.shape[0]:
+        return _NO_GROUP
+    return int((np.int64(f[i]) * nb + b[i]) * nd + d[i])
 
 
 @njit(cache=True)
@@ -657,51 +805,41 @@ def _merge_kernel(
     """Merge two grouped tails, keeping the first ``cap`` entries of each group.
 
     a, b : (family, bucket, depth, request_key, value) of each tail, (m_a,) and (m_b,), grouped
-    by code ascending; dropped : float64 (n_codes,), flat, raised in place. Two passes over the
-    groups of both: the first sizes the result (Σ min(cap, n_a + n_b) over groups), the second
-    copies each group's entries (``a``'s, then ``b``'s) to scratch and keeps them
-    (:func:`_keep_group`). Returns the kept family, bucket, depth, key and value.
+    by code ascending; dropped : float64 (n_codes,), flat, raised in place. Two walks over the
+    groups of both (each group's end found by :func:`_run_end`): the first sizes the result
+    (Σ min(cap, n_a + n_b) over groups), the second keeps each group from its two pieces in
+    place (:func:`_keep_group`: copied when they hold ≤ cap together). Returns the kept family,
+    bucket, depth, key and value.
     """
     fa, ba, da, ka, va = a
     fb, bb, db, kb, vb = b
-    total = 0
-    widest = 0
+    total = widest = 0
     i = j = 0
     while i < fa.shape[0] or j < fb.shape[0]:
-        ca, ea = _group_at(fa, ba, da, i, nb, nd)
-        cb, eb = _group_at(fb, bb, db, j, nb, nd)
-        n = (ea - i if ca <= cb else 0) + (eb - j if cb <= ca else 0)
-        total += min(n, cap)
-        widest = max(widest, n)
-        i, j = (ea if ca <= cb else i), (eb if cb <= ca else j)
-    sv, tv = np.empty(widest), np.empty(widest)
-    sk, tk = np.empty(widest, np.uint64), np.empty(widest, np.uint64)
+        ca, cb = _code_at(fa, ba, da, i, nb, nd), _code_at(fb, bb, db, j, nb, nd)
+        ea = _run_end(fa, ba, da, i) if ca <= cb else i
+        eb = _run_end(fb, bb, db, j) if cb <= ca else j
+        total += min(ea - i + eb - j, cap)
+        widest = max(widest, ea - i + eb - j)
+        i, j = ea, eb
+    scratch = _scratch(widest)
     out_f = np.empty(total, np.int32)
     out_b = np.empty(total, np.int32)
     out_d = np.empty(total, np.int32)
-    out_k, out_v = np.empty(total, np.uint64), np.empty(total)
+    out_k = np.empty(total + 1, np.uint64)
+    out_v = np.empty(total + 1)
     at = i = j = 0
     while i < fa.shape[0] or j < fb.shape[0]:
-        ca, ea = _group_at(fa, ba, da, i, nb, nd)
-        cb, eb = _group_at(fb, bb, db, j, nb, nd)
-        n = 0
-        if ca <= cb:
-            for t in range(i, ea):
-                sv[n] = va[t]
-                sk[n] = ka[t]
-                n += 1
-            i = ea
-        if cb <= ca:
-            for t in range(j, eb):
-                sv[n] = vb[t]
-                sk[n] = kb[t]
-                n += 1
-            j = eb
+        ca, cb = _code_at(fa, ba, da, i, nb, nd), _code_at(fb, bb, db, j, nb, nd)
+        ea = _run_end(fa, ba, da, i) if ca <= cb else i
+        eb = _run_end(fb, bb, db, j) if cb <= ca else j
+        end, _, drop = _keep_group(
+            va[i:ea], ka[i:ea], vb[j:eb], kb[j:eb], cap, scratch, out_k, out_v, at
+        )
         g = min(ca, cb)
-        end, _, drop = _keep_group(sv, sk, n, cap, tv, tk, out_k, out_v, at)
         out_f[at:end] = g // (nb * nd)
         out_b[at:end] = (g // nd) % nb
         out_d[at:end] = g % nd
-        dropped[g] = max(dropped[g], drop)
-        at = end
-    return out_f, out_b, out_d, out_k, out_v
+        _raise(dropped, g, drop)
+        at, i, j = end, ea, eb
+    return out_f, out_b, out_d, out_k[:total], out_v[:total]
