@@ -232,3 +232,51 @@ def test_kth_smallest_is_the_sorted_value(dtype: type, pattern: str) -> None:
             assert _kth_smallest(x, n, k) == want[k], (n, k)
             assert np.array_equal(np.sort(x[:n]), want)  # reordered, not altered
             assert (x[n:] == 99).all()
+
+
+def _one_group(value: np.ndarray, key: np.ndarray) -> Rounds:
+    """Rounds of one finest cell, each with one depth: one group, entries in this order."""
+    n = value.shape[0]
+    z = np.zeros(n, np.int32)
+    return Rounds(z, z, key.astype(np.uint64), np.ones(n, np.int32), value[:, None], (1, 1, 1))
+
+
+@pytest.mark.parametrize("kind", ["lognormal", "levels", "equal"])
+@pytest.mark.parametrize("cap", [1, 300, 700, 2047])
+def test_groups_larger_than_the_sample_are_cut_exactly(kind: str, cap: int) -> None:
+    """Groups of 600 to 4,800 entries (the bracket samples 512 of them): one accumulator and
+    folds of 4 and 8 shards equal the reference, for continuous values, 6 tied levels, and all
+    values equal (the key alone decides, with repeated keys)."""
+    rng = np.random.default_rng(cap)
+    n = 4800
+    value = {
+        "lognormal": rng.lognormal(0.0, 1.5, n),
+        "levels": rng.integers(0, 6, n).astype(np.float64),
+        "equal": np.ones(n),
+    }[kind]
+    r = _one_group(value, rng.integers(0, 900, n))
+    for shards in (1, 4, 8):
+        cut = np.linspace(0, n, shards + 1).astype(int)
+        parts = [
+            _accumulate(r.part(slice(a, b)), cap, [], 1 << 20) for a, b in itertools.pairwise(cut)
+        ]
+        _assert_is_reference(_fold(rng, parts, cap), r, cap)
+
+
+def test_a_sample_that_misses_the_cut_still_cuts_exactly() -> None:
+    """The bracket is drawn from every other entry of a 1,024-entry group (positions
+    ⌊t·1024/512⌋): zeros there, distinct large values between. The sample then brackets [0, 0],
+    which holds 512 entries below the cut's rank 924, so the bracket misses and the selection
+    runs on the whole group; the result is still the reference's (the 100 largest, and the
+    101st dropped)."""
+    n, cap = 1024, 100
+    value = np.zeros(n)
+    value[1::2] = np.arange(1, n // 2 + 1) * 1.5
+    r = _one_group(value, np.arange(n))
+    tail = _accumulate(r, cap, [], 1 << 20)
+    _assert_is_reference(tail, r, cap)
+    assert tail.dropped.tolist() == [[[(n // 2 - cap) * 1.5]]]
+    # the same group from two tails of 512 (zeros in one, the large values in the other)
+    a = _accumulate(_one_group(value[::2], np.arange(0, n, 2)), 512, [], 1 << 20)
+    b = _accumulate(_one_group(value[1::2], np.arange(1, n, 2)), 512, [], 1 << 20)
+    _assert_is_reference(RatioTail.merge(a, b, cap), r, cap)

@@ -510,16 +510,17 @@ def _bracket(
     k: NDArray[np.uint64],
     lo: float,
     hi: float,
-    mid_v: NDArray[np.float64],
-    mid_k: NDArray[np.uint64],
-    below: int,
-    m: int,
+    mid: tuple[NDArray[np.float64], NDArray[np.uint64]],
+    counts: tuple[int, int],
 ) -> tuple[int, int]:
-    """Count the values below ``lo``; append those in [lo, hi] (and keys) to ``mid_*`` at m.
+    """Count the values below ``lo``; append those in [lo, hi] (and keys) to ``mid``.
 
-    Branch-free: every entry is written at ``m``, which advances only for a value in the
-    bracket (``mid_*`` need one slot of room past the last). Returns (below, m) updated.
+    ``counts``: (below, m) so far, updated and returned; the values and keys in the bracket go
+    to ``mid`` at m, m + 1, …. Branch-free: every entry is written at m, which advances only
+    for one in the bracket (``mid`` needs one slot of room past the last).
     """
+    mid_v, mid_k = mid
+    below, m = counts
     for t in range(v.shape[0]):
         x = v[t]
         below += x < lo
@@ -530,28 +531,37 @@ def _bracket(
 
 
 @njit(cache=True)
+def _largest_below(v: NDArray[np.float64], bound: float, top: float) -> float:
+    """Return the largest of ``top`` and the values of ``v`` below ``bound``."""
+    for t in range(v.shape[0]):
+        top = max(top, v[t] if v[t] < bound else -np.inf)
+    return top
+
+
+@njit(cache=True)
 def _cutoff(
     v1: NDArray[np.float64],
     k1: NDArray[np.uint64],
     v2: NDArray[np.float64],
     k2: NDArray[np.uint64],
     cap: int,
-    tv: NDArray[np.float64],
-    tw: NDArray[np.float64],
-    tk: NDArray[np.uint64],
-) -> tuple[float, int, int]:
-    """Return the group's cut (v*, k*, room): its cap-th (value, key) in canonical order.
+    scratch: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.uint64]],
+) -> tuple[float, int, int, float]:
+    """Return the group's cut (v*, k*, room) and the largest value it drops.
 
-    The group is the n > cap entries of both pieces (v1, k1) and (v2, k2). v* is the
-    (n − cap)-th smallest value: a strided sample of :data:`_SAMPLE` values, sorted, brackets
-    it (Floyd & Rivest 1975) within ±(1.5·√s + 4) sample ranks, a margin of three standard
-    deviations or more; one pass counts the values below the bracket and gathers those inside
-    (about a seventh of n), and :func:`_kth_smallest` selects v* among them (a miss, rare,
-    redoes the pass with an unbounded bracket; the result never depends on the sample). k* is
-    the (cap − #{v > v*})-th smallest key among the entries of value v*, and ``room`` the
-    number of entries equal to (v*, k*) that the cap keeps. tv, tk : scratch (≥ n + 1,);
-    tw : scratch (≥ n,).
+    The group is the n > cap entries of both pieces (v1, k1) and (v2, k2); its cut is its
+    cap-th (value, key) in canonical order. v* is the (n − cap)-th smallest value: a strided
+    sample of s = :data:`_SAMPLE` values brackets it (Floyd & Rivest 1975) between its sample
+    ranks r ± (1.5·√s + 4), r = ⌊(n − cap)·s/n⌋ (three standard deviations of the sample rank
+    or more); one pass counts the values below the bracket and gathers those inside (about a
+    seventh of n), and :func:`_kth_smallest` selects v* among them. A miss (rare) redoes the
+    pass with an unbounded bracket: the result never depends on the sample. k* is the
+    (cap − #{v > v*})-th smallest key among the entries of value v*, and ``room`` the number
+    of entries equal to (v*, k*) that the cap keeps. The largest value dropped is v* when an
+    entry of value v* is cut, else the largest value below v*. scratch (tv, tw, tk) : float64,
+    float64, uint64, (≥ n + 1,) each.
     """
+    tv, tw, tk = scratch
     n1 = v1.shape[0]
     n = n1 + v2.shape[0]
     q = n - cap
@@ -559,50 +569,53 @@ def _cutoff(
     for t in range(s):
         at = (t * n) // s
         tw[t] = v1[at] if at < n1 else v2[at - n1]
-    tw[:s].sort()
     r = (q * s) // n
     margin = int(1.5 * np.sqrt(s)) + 4
-    lo = tw[r - margin] if r - margin > 0 else -np.inf
-    hi = tw[r + margin] if r + margin < s - 1 else np.inf
-    below, m = _bracket(v1, k1, lo, hi, tv, tk, 0, 0)
-    below, m = _bracket(v2, k2, lo, hi, tv, tk, below, m)
+    j = max(r - margin, 0)
+    lo = _kth_smallest(tw, s, j) if j > 0 else -np.inf  # leaves tw[j:] ≥ lo
+    hi = _kth_smallest(tw[j:], s - j, r + margin - j) if r + margin < s - 1 else np.inf
+    below, m = _bracket(v2, k2, lo, hi, (tv, tk), _bracket(v1, k1, lo, hi, (tv, tk), (0, 0)))
     if not below <= q < below + m:
-        below, m = _bracket(v1, k1, -np.inf, np.inf, tv, tk, 0, 0)
-        below, m = _bracket(v2, k2, -np.inf, np.inf, tv, tk, below, m)
+        below, m = _bracket(v1, k1, -np.inf, np.inf, (tv, tk), (0, 0))
+        below, m = _bracket(v2, k2, -np.inf, np.inf, (tv, tk), (below, m))
     tw[:m] = tv[:m]
     v_star = _kth_smallest(tw, m, q - below)
     above = n - below - m
     e = 0
     for t in range(m):  # the keys of value v*, compacted in place
-        above += tv[t] > v_star
+        x = tv[t]
+        above += x > v_star
         tk[e] = tk[t]
-        e += tv[t] == v_star
+        e += x == v_star
     need = cap - above  # 1 ≤ need ≤ e: at least one entry of value v* is kept
     k_star = _kth_smallest(tk, e, need - 1)
     below_k = 0
     for t in range(e):
         below_k += tk[t] < k_star
-    return v_star, k_star, need - below_k
+    if e > need:
+        return v_star, k_star, need - below_k, v_star
+    top = _largest_below(tv[:m], v_star, -np.inf)
+    if top == -np.inf and below > 0:  # v* is the bracket's smallest: look below it (rare)
+        top = _largest_below(v2, v_star, _largest_below(v1, v_star, top))
+    return v_star, k_star, need - below_k, top
 
 
 @njit(cache=True)
 def _write_kept(
     v: NDArray[np.float64],
     k: NDArray[np.uint64],
-    v_star: float,
-    k_star: int,
-    room: int,
+    cut: tuple[float, int, int],
     out_k: NDArray[np.uint64],
     out_v: NDArray[np.float64],
     at: int,
-) -> tuple[int, int, float]:
+) -> tuple[int, int]:
     """Write the entries of one piece that the cut (v*, k*, room) keeps, at ``at`` onwards.
 
     Branch-free but for entries of value v*: every entry is written at ``at``, which advances
     only for a kept one (``out_*`` need one slot of room past the last). Returns (at, room
-    left, the largest value not kept or −inf).
+    left).
     """
-    drop = -np.inf
+    v_star, k_star, room = cut
     for t in range(v.shape[0]):
         x = v[t]
         keep = x > v_star
@@ -615,8 +628,7 @@ def _write_kept(
         out_k[at] = k[t]
         out_v[at] = x
         at += keep
-        drop = max(drop, -np.inf if keep else x)
-    return at, room, drop
+    return at, room
 
 
 @njit(cache=True)
@@ -649,11 +661,10 @@ def _keep_group(
         if n1 + n2 == cap:
             thr = min(v1.min() if n1 else np.inf, v2.min() if n2 else np.inf)
         return at + n1 + n2, thr, -np.inf
-    tv, tw, tk = scratch
-    v_star, k_star, room = _cutoff(v1, k1, v2, k2, cap, tv, tw, tk)
-    at, room, drop1 = _write_kept(v1, k1, v_star, k_star, room, out_k, out_v, at)
-    at, room, drop2 = _write_kept(v2, k2, v_star, k_star, room, out_k, out_v, at)
-    return at, v_star, max(drop1, drop2)
+    v_star, k_star, room, drop = _cutoff(v1, k1, v2, k2, cap, scratch)
+    at, room = _write_kept(v1, k1, (v_star, k_star, room), out_k, out_v, at)
+    at, room = _write_kept(v2, k2, (v_star, k_star, room), out_k, out_v, at)
+    return at, v_star, drop
 
 
 @njit(cache=True)
