@@ -24,9 +24,9 @@ parts' top K, so the kept (value, key) pairs and the dropped values do not depen
 threads, shards or the shape of the fold. Keeping them needs no order: a group's K-th (value,
 key) is found by selection, in linear time, and the group's entries are kept against it
 (:mod:`specreplay.replay.topk`), when a shard's batches are added (:class:`TailAccumulator`)
-and when two tails are merged (:meth:`RatioTail.merge`). So a tail's entries are grouped by (family,
-bucket, depth), ascending, but within a group in an order that depends on how they came
-(batches, shards, fold): nothing reads that order (k̂ sorts a cell's values itself), and
+and when two tails are merged (:meth:`RatioTail.merge`). So a tail's entries are grouped by
+(family, bucket, depth), ascending, but within a group in an order that depends on how they
+came (batches, shards, fold): nothing reads that order (k̂ sorts a cell's values itself), and
 :meth:`RatioTail.ordered` gives the canonical one, the same whatever the route. Entries equal
 in value and key are interchangeable: which of them a cap keeps changes no array. Filtering
 requests afterwards (``--sample-requests``) keeps, of the selected requests, every ratio above
@@ -154,9 +154,8 @@ class RatioTail:
         binary search): a group whose two parts hold at most K entries together is copied
         (``a``'s, then ``b``'s); a larger one is cut at its K-th (value, key), which a sampled
         bracket and a selection among the few values inside it find, both parts read where
-        they lie.
-        A merge writes at most K entries per group, sorts nothing and copies no union; within a
-        group the result is in no particular order (:meth:`ordered` sorts it).
+        they lie. A merge writes at most K entries per group, sorts nothing and copies no
+        union; within a group the result is in no particular order (:meth:`ordered` sorts it).
         """
         if a.dropped.shape != b.dropped.shape:
             raise ValueError(f"tails on different tables: {a.dropped.shape} ≠ {b.dropped.shape}")
@@ -173,7 +172,7 @@ class RatioTail:
         return RatioTail(fam, bkt, dep, key, val, dropped)
 
     def ordered(self) -> RatioTail:
-        """Return the same entries in canonical order (dropped shared): one array per route."""
+        """Return the same entries in canonical order: the same arrays whatever the route."""
         if self.value.shape[0] < 2:
             return self
         return self._with(
