@@ -281,3 +281,25 @@ def test_a_sample_that_misses_the_cut_still_cuts_exactly() -> None:
     a = _accumulate(_one_group(value[::2], np.arange(0, n, 2)), 512, [], 1 << 20)
     b = _accumulate(_one_group(value[1::2], np.arange(1, n, 2)), 512, [], 1 << 20)
     _assert_is_reference(RatioTail.merge(a, b, cap), r, cap)
+
+
+def test_the_largest_dropped_value_below_the_bracket_is_found() -> None:
+    """The cut's value v* is the bracket's lower end and every entry of value v* is kept, so
+    the largest value dropped lies below the bracket and needs a pass of its own. 1,024
+    entries, K = 424 (the cut at ascending rank 600); the bracket is drawn from the even
+    positions: 263 small values and 249 large ones there, v* = 10 the smallest large one, so
+    the sample's rank 600·512/1024 − 37 = 263 is v* itself; the odd positions hold 337 small
+    values, up to 0.95, and 175 large ones. The dropped maximum is 0.95."""
+    n, cap = 1024, 424
+    rng = np.random.default_rng(11)
+    small = rng.permutation(np.linspace(0.0, 0.95, 600))
+    large = 10.0 + np.arange(cap) / 4  # 10, 10.25, …: v* = 10, at an even position
+    large[1:] = rng.permutation(large[1:])
+    even = np.concatenate([small[:263], large[:249]])
+    odd = np.concatenate([small[263:], large[249:]])
+    value = np.empty(n)
+    value[0::2], value[1::2] = rng.permutation(even), rng.permutation(odd)
+    r = _one_group(value, np.arange(n))
+    tail = _accumulate(r, cap, [], 1 << 20)
+    _assert_is_reference(tail, r, cap)
+    assert tail.dropped.tolist() == [[[0.95]]]

@@ -254,16 +254,17 @@ def _write_kept(
     v: NDArray[np.float64],
     k: NDArray[np.uint64],
     cut: tuple[float, int, int],
-    out_k: NDArray[np.uint64],
-    out_v: NDArray[np.float64],
+    out: tuple[NDArray[np.uint64], NDArray[np.float64]],
     at: int,
+    limit: int,
 ) -> tuple[int, int]:
     """Write the entries of one piece that the cut (v*, k*, room) keeps, at ``at`` onwards.
 
-    Branch-free but for entries of value v*: every entry is written at ``at``, which advances
-    only for a kept one (``out_*`` need one slot of room past the last). Returns (at, room
-    left).
+    Branch-free but for entries of value v*: every entry is written at ``at`` (never past
+    ``limit``, the slot after the group's last), which advances only for a kept one. Returns
+    (at, room left).
     """
+    out_k, out_v = out
     v_star, k_star, room = cut
     for t in range(v.shape[0]):
         x = v[t]
@@ -274,8 +275,8 @@ def _write_kept(
             elif k[t] == k_star and room > 0:
                 keep = True
                 room -= 1
-        out_k[at] = k[t]
-        out_v[at] = x
+        out_k[min(at, limit)] = k[t]
+        out_v[min(at, limit)] = x
         at += keep
     return at, room
 
@@ -297,8 +298,10 @@ def _keep_group(
     The group is the entries of (v1, k1) then (v2, k2) (float64 and uint64 each); ``scratch``
     (tv, tw, tk) for :func:`_cutoff`; the kept entries are written to ``out_k``, ``out_v`` at
     ``at``, ``at + 1``, … (one slot of room past the last). A group of at most ``cap`` entries
-    is copied. Returns (the next ``at``, the group's threshold: its smallest kept value when it
-    holds ``cap`` entries, else −inf; the largest value not kept, −inf when none).
+    is copied; a larger one keeps exactly ``cap`` (else RuntimeError: a broken cut, never
+    written past its slots). Returns (the next ``at``, the group's threshold: its smallest kept
+    value when it holds ``cap`` entries, else −inf; the largest value not kept, −inf when
+    none).
     """
     n1, n2 = v1.shape[0], v2.shape[0]
     if n1 + n2 <= cap:
@@ -311,9 +314,11 @@ def _keep_group(
             thr = min(v1.min() if n1 else np.inf, v2.min() if n2 else np.inf)
         return at + n1 + n2, thr, -np.inf
     v_star, k_star, room, drop = _cutoff(v1, k1, v2, k2, cap, scratch)
-    at, room = _write_kept(v1, k1, (v_star, k_star, room), out_k, out_v, at)
-    at, room = _write_kept(v2, k2, (v_star, k_star, room), out_k, out_v, at)
-    return at, v_star, drop
+    end = _write_kept(v1, k1, (v_star, k_star, room), (out_k, out_v), at, at + cap)
+    end = _write_kept(v2, k2, (v_star, k_star, end[1]), (out_k, out_v), end[0], at + cap)
+    if end[0] != at + cap:  # by construction never; a broken cut fails here, not in memory
+        raise RuntimeError("a tail group's cut kept other than K entries")
+    return end[0], v_star, drop
 
 
 @njit(cache=True)
