@@ -303,3 +303,9 @@ def test_the_largest_dropped_value_below_the_bracket_is_found() -> None:
     tail = _accumulate(r, cap, [], 1 << 20)
     _assert_is_reference(tail, r, cap)
     assert tail.dropped.tolist() == [[[0.95]]]
+
+
+def test_tails_on_different_tables_do_not_merge() -> None:
+    """Merging needs one family table (``merge_shards`` maps both first); else ValueError."""
+    with pytest.raises(ValueError, match=r"tails on different tables: \(2, 1, 1\) ≠ \(3, 1, 1\)"):
+        RatioTail.merge(RatioTail.empty(2, 1, 1), RatioTail.empty(3, 1, 1))
