@@ -609,7 +609,8 @@ def fold_shards(shards: Iterator[ShardSums]) -> ShardSums:
     shard into one growing result (128 shards of 10 M positions: 7 levels instead of 127 copies
     of the whole sums). The tree's shape depends only on the number of shards, so the same
     shards always give the same figures (to the bit) whoever runs the fold: the local engine,
-    Dask or the shard cache.
+    Dask or the shard cache. The ratio tails merge by selection (top K per group, each group in
+    no particular order: :meth:`~specreplay.replay.tails.RatioTail.merge`).
     """
     runs: list[tuple[int, ShardSums]] = []  # (shards covered, sums), oldest first
     for s in shards:

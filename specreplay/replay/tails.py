@@ -4,9 +4,10 @@ See docs/methods.md#tail-diagnostics-ess-and-pareto-k-hat.
 
 Terms. The **policy ratio** r_k of a round (:attr:`RoundValues.ratio
 <specreplay.replay.estimators.base.RoundValues>`) is Π_{j≤k} q^s_j(x_j)/q^L_j(x_j); a **finest
-cell** is one (family code, bucket code); its **tail** at depth k is its K largest r_k
-(:data:`TAIL_CAP`), each with the stable key of the request it came from, and its **dropped**
-value the largest r_k not kept (−inf while nothing was dropped).
+cell** is one (family code, bucket code); a **group** is one finest cell at one depth; its
+**tail** at depth k is its K largest r_k (:data:`TAIL_CAP`), each with the stable key of the
+request it came from, and its **dropped** value the largest r_k not kept (−inf while nothing was
+dropped).
 
 Why this is enough. PSIS fits the generalised Pareto law to the M largest of S ratios above the
 (M + 1)-th largest, the cutoff (M = ⌊3√S⌋ when S > 225, else ⌊S/5⌋, with r_eff = 1; Vehtari et
@@ -17,11 +18,19 @@ tail holds them, i.e. whenever its (M + 1)-th largest value is ≥ every dropped
 cell is exact up to ⌊3√S⌋ + 1 ≤ K, S ≤ 1.86 million rounds; a coarser cell merges its finest
 cells' tails and is exact under the same check (beyond it, k̂ is null with the reason).
 
-Determinism. Entries are ordered by (family, bucket, depth, value descending, request key), and
-a tail keeps the first K of its group: the top K of a union is the top K of the parts' top K,
-so the kept (value, key) pairs do not depend on batches, threads or shards. Filtering requests
-afterwards (``--sample-requests``) keeps, of the selected requests, every ratio above the
-dropped value, so the same check stays exact.
+Determinism. The **canonical order** is (family, bucket, depth, value descending, request key),
+and a tail keeps the first K of each group in it: the top K of a union is the top K of the
+parts' top K, so the kept (value, key) pairs and the dropped values do not depend on batches,
+threads, shards or the shape of the fold. Keeping them needs no order: a group's K-th (value,
+key) is found by selection, in linear time, and the group's entries are kept against it
+(:mod:`specreplay.replay.topk`), when a shard's batches are added (:class:`TailAccumulator`)
+and when two tails are merged (:meth:`RatioTail.merge`). So a tail's entries are grouped by
+(family, bucket, depth), ascending, but within a group in an order that depends on how they
+came (batches, shards, fold): nothing reads that order (k̂ sorts a cell's values itself), and
+:meth:`RatioTail.ordered` gives the canonical one, the same whatever the route. Entries equal
+in value and key are interchangeable: which of them a cap keeps changes no array. Filtering
+requests afterwards (``--sample-requests``) keeps, of the selected requests, every ratio above
+the dropped value, so the same check stays exact.
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 from numpy.typing import NDArray
+
+from specreplay.replay.topk import admit, merge_top, select_top
 
 __all__ = ["TAIL_CAP", "RatioTail", "TailAccumulator"]
 
@@ -52,7 +63,8 @@ class RatioTail:
     request_key : uint64, (m,)
         Stable key of the request the round belongs to.
     value : float64, (m,)
-        r_k; sorted by (family, bucket, depth, value descending, request key).
+        r_k; grouped by (family, bucket, depth) ascending; within a group in no particular
+        order (:meth:`ordered` sorts each group by value descending, then request key).
     dropped : float64, (n_families, n_buckets, D)
         Largest r_k not kept per finest cell and depth (−inf where none was dropped).
     """
@@ -89,20 +101,29 @@ class RatioTail:
             dropped,
         )
 
+    def _codes(self) -> NDArray[np.int64]:
+        """Each entry's group: (family · n_buckets + bucket) · D + depth, int64 (m,)."""
+        nb, d = self.dropped.shape[1], self.dropped.shape[2]
+        code: NDArray[np.int64] = (self.family.astype(np.int64) * nb + self.bucket) * d
+        return code + self.depth
+
     def keep_requests(self, keys: NDArray[np.uint64]) -> RatioTail:
         """Return the entries of the requests whose keys are in ``keys`` (dropped unchanged)."""
         return self._with(np.isin(self.request_key, keys), self.dropped)
 
     def with_families(self, index: NDArray[np.int64], n_families: int) -> RatioTail:
         """Return the tail on another family table: family f becomes ``index[f]``."""
+        nf = self.dropped.shape[0]
+        if n_families == nf and np.array_equal(index[:nf], np.arange(nf)):
+            return self  # the same table (every shard of most archives holds every family)
         dropped = np.full((n_families, *self.dropped.shape[1:]), -np.inf)
-        dropped[index[: self.dropped.shape[0]]] = self.dropped
+        dropped[index[:nf]] = self.dropped
         fam = index[self.family].astype(np.int32) if self.family.shape[0] else self.family
         out = RatioTail(fam, self.bucket, self.depth, self.request_key, self.value, dropped)
         if np.all(np.diff(index) > 0):  # an increasing map keeps the order
             return out
         # within a family the order stands: a stable sort on the new family codes (contiguous
-        # runs, which the stable sort finds in one pass) restores the canonical order
+        # runs, which the stable sort finds in one pass) restores the grouping and any order
         return out._with(np.argsort(fam, kind="stable"), dropped)
 
     def coarsened(
@@ -113,93 +134,83 @@ class RatioTail:
         The top K of a union is the top K of its parts' top K, and the largest value not kept
         is the largest of the parts' dropped values and of those the cap now cuts: the result
         equals the tail accumulated with the coarse codes from the start (same kept values and
-        keys, same ``dropped``). ``--by`` replays at family × value and coarsens to each level.
-        ``cap``: K, default :data:`TAIL_CAP` (the accumulator's).
+        keys, same ``dropped``; :meth:`ordered` puts both in one order). ``--by`` replays at
+        family × value and coarsens to each level. ``cap``: K, default :data:`TAIL_CAP` (the
+        accumulator's).
         """
         nf = self.dropped.shape[0]
         dropped = np.full((n_families, *self.dropped.shape[1:]), -np.inf)
         np.maximum.at(dropped, index[:nf], self.dropped)
         fam = index[self.family].astype(np.int32) if self.family.shape[0] else self.family
         out = RatioTail(fam, self.bucket, self.depth, self.request_key, self.value, dropped)
-        return out._top(TAIL_CAP if cap is None else cap)
+        return out._select(TAIL_CAP if cap is None else cap)[0]
 
     @staticmethod
     def merge(a: RatioTail, b: RatioTail, cap: int | None = None) -> RatioTail:
         """Return the top ``cap`` (default :data:`TAIL_CAP`) of both per finest cell and depth.
 
-        Both must be on the same family table and in canonical order (every tail is). An entry
-        below the other part's K-th largest of its group cannot be among the union's K largest:
-        it is dropped first; the rest are merged in one linear pass (:func:`_merge_sorted`), the
-        same entries in the same order as sorting the concatenation ``a, b`` (ties: ``a`` first).
-        Folding many shards, a merge then costs a copy of the tail, not a sort of it.
+        Both must be on the same family table and grouped (every tail is). One walk over the
+        groups of both (:func:`~specreplay.replay.topk.merge_top`; a group's end is found by
+        binary search): a group whose two parts hold at most K entries together is copied
+        (``a``'s, then ``b``'s); a larger one is cut at its K-th (value, key), which a sampled
+        bracket and a selection among the few values inside it find, both parts read where
+        they lie. A merge writes at most K entries per group, sorts nothing and copies no
+        union; within a group the result is in no particular order (:meth:`ordered` sorts it).
         """
-        k = TAIL_CAP if cap is None else cap
+        if a.dropped.shape != b.dropped.shape:
+            raise ValueError(f"tails on different tables: {a.dropped.shape} ≠ {b.dropped.shape}")
         dropped = np.maximum(a.dropped, b.dropped)
-        src, idx = _merge_sorted(
-            a.family,
-            a.bucket,
-            a.depth,
-            a.value,
-            a.request_key,
-            b.family,
-            b.bucket,
-            b.depth,
-            b.value,
-            b.request_key,
-            a.thresholds(k),
-            b.thresholds(k),
-            dropped,
-            k,
+        nb, d = dropped.shape[1], dropped.shape[2]
+        fam, bkt, dep, key, val = merge_top(
+            (a.family, a.bucket, a.depth, a.request_key, a.value),
+            (b.family, b.bucket, b.depth, b.request_key, b.value),
+            dropped.reshape(-1),
+            nb,
+            d,
+            TAIL_CAP if cap is None else cap,
         )
-        return RatioTail(
-            _gather(src, idx, a.family, b.family),
-            _gather(src, idx, a.bucket, b.bucket),
-            _gather(src, idx, a.depth, b.depth),
-            _gather(src, idx, a.request_key, b.request_key),
-            _gather(src, idx, a.value, b.value),
-            dropped,
+        return RatioTail(fam, bkt, dep, key, val, dropped)
+
+    def ordered(self) -> RatioTail:
+        """Return the same entries in canonical order: the same arrays whatever the route."""
+        if self.value.shape[0] < 2:
+            return self
+        return self._with(
+            _canonical_order(self._codes(), self.value, self.request_key), self.dropped
         )
 
-    def _top(self, cap: int) -> RatioTail:
-        """Sort the entries canonically and keep the first ``cap`` of each group."""
-        m = self.value.shape[0]
-        if m == 0:
-            return self
-        nb, d = self.dropped.shape[1], self.dropped.shape[2]
-        code = (self.family.astype(np.int64) * nb + self.bucket) * d + self.depth
-        order = _canonical_order(code, self.value, self.request_key)
-        s = self._with(order, self.dropped.copy())
-        new = np.ones(m, bool)
-        new[1:] = (
-            (s.family[1:] != s.family[:-1])
-            | (s.bucket[1:] != s.bucket[:-1])
-            | (s.depth[1:] != s.depth[:-1])
+    def _select(self, cap: int) -> tuple[RatioTail, NDArray[np.float64]]:
+        """Keep the first ``cap`` of each group, grouped; also return :meth:`thresholds`."""
+        dropped = self.dropped.copy()
+        if self.value.shape[0] == 0:
+            i = np.zeros(0, np.int32)
+            empty = RatioTail(i, i, i, np.zeros(0, np.uint64), np.zeros(0), dropped)
+            return empty, np.full(dropped.shape, -np.inf)
+        nb, d = dropped.shape[1], dropped.shape[2]
+        fam, bkt, dep, key, val, thr = select_top(
+            (self.family, self.bucket, self.depth, self.request_key, self.value),
+            cap,
+            dropped.reshape(-1),
+            nb,
+            d,
         )
-        starts = np.flatnonzero(new)
-        rank = np.arange(m) - starts[np.cumsum(new) - 1]
-        keep = rank < cap
-        if keep.all():
-            return s
-        out = ~keep
-        np.maximum.at(s.dropped, (s.family[out], s.bucket[out], s.depth[out]), s.value[out])
-        return s._with(keep, s.dropped)
+        return RatioTail(fam, bkt, dep, key, val, dropped), thr.reshape(dropped.shape)
 
     def thresholds(self, cap: int) -> NDArray[np.float64]:
-        """Per finest cell and depth, the smallest kept value of a full group (−inf otherwise)."""
+        """Per finest cell and depth, the smallest kept value of a full group (−inf otherwise).
+
+        A group is full when it holds ``cap`` entries or more; a ratio below its threshold
+        cannot enter the group's top ``cap``.
+        """
         thr = np.full(self.dropped.shape, -np.inf)
-        m = self.value.shape[0]
-        if m < cap:
+        if self.value.shape[0] < cap:
             return thr
-        end = np.ones(m, bool)
-        end[:-1] = (
-            (self.family[1:] != self.family[:-1])
-            | (self.bucket[1:] != self.bucket[:-1])
-            | (self.depth[1:] != self.depth[:-1])
-        )
-        ends = np.flatnonzero(end)
-        counts = np.diff(np.concatenate([[-1], ends]))
-        full = ends[counts >= cap]
-        thr[self.family[full], self.bucket[full], self.depth[full]] = self.value[full]
+        code = self._codes()
+        counts = np.bincount(code, minlength=thr.size)
+        low = np.full(thr.size, np.inf)
+        np.minimum.at(low, code, self.value)
+        full = counts >= cap
+        thr.reshape(-1)[full] = low[full]
         return thr
 
     def cell(
@@ -207,8 +218,8 @@ class RatioTail:
     ) -> tuple[NDArray[np.float64], float]:
         """Return a cell's kept r_depth (its finest cells' tails merged) and its dropped max."""
         nb, d = self.dropped.shape[1], self.dropped.shape[2]
-        # entries are sorted by (family, bucket, depth): one contiguous run per finest cell
-        code = (self.family.astype(np.int64) * nb + self.bucket) * d + self.depth
+        # entries are grouped by (family, bucket, depth): one contiguous run per finest cell
+        code = self._codes()
         want = np.array([(f * nb + b) * d + depth - 1 for f in fam_idx for b in bucket_idx])
         lo = np.searchsorted(code, want, side="left")
         hi = np.searchsorted(code, want, side="right")
@@ -228,9 +239,7 @@ def _canonical_order(
     A counting sort on the codes (stable: each group keeps its index order), then per group a
     stable sort by value descending and, within a run of equal values, a stable sort by key
     (:func:`_order_kernel`): the same permutation as the three-key sort (whose every key is
-    stable, so equal triples keep their index order). Measured on one shard's tail (16,000
-    rounds × 5 depths, 140 groups): the ordering 3.7 ms (the whole shard tail 9 → 7.5 ms per
-    arm, against NumPy's unstable argsort of −value then a stable argsort of the codes).
+    stable, so equal triples keep their index order). Only :meth:`RatioTail.ordered` sorts.
     """
     if code.shape[0] == 0:
         return np.zeros(0, np.int64)
@@ -277,11 +286,13 @@ def _order_kernel(
 class TailAccumulator:
     """Streaming :class:`RatioTail` of one arm over batches (family codes of the reader).
 
-    A batch's ratios below their group's current K-th largest are dropped at once; the others
-    wait in a buffer, merged into the tail (one sort) once the buffer holds twice as many
-    entries as the tail, and at least 2^20 (about 28 MB), so the sorting work stays proportional
-    to the entries that enter and an archive of up to 2^20 rounds × depths per arm is sorted
-    once (measured on the demo archive: 0.20 → 0.07 s per arm with a two-key sort).
+    A batch's ratios below their group's current K-th largest are dropped at once
+    (:func:`~specreplay.replay.topk.admit`, one pass); the others wait in a buffer, and once
+    the buffer holds twice as many entries as the tail, and at least 2^20 (about 28 MB), tail
+    and buffer are cut to the top K of each group (:func:`~specreplay.replay.topk.select_top`:
+    a counting sort by group, then a linear selection in each group larger than K), so the work
+    stays proportional to the entries that enter. :attr:`tail` is grouped, in no order within
+    a group.
     """
 
     _FLUSH = 1 << 20
@@ -296,33 +307,36 @@ class TailAccumulator:
 
     @property
     def tail(self) -> RatioTail:
-        """The tail of every ratio added so far."""
+        """The tail of every ratio added so far (grouped; :meth:`RatioTail.ordered` sorts it)."""
         self._flush()
         return self._tail
 
     def _flush(self) -> None:
         t = self._tail
-        if not self._pending:  # only values below the thresholds came: the order stands
+        if not self._pending:  # only values below the thresholds came: the tail stands
             self._tail = RatioTail(
                 t.family, t.bucket, t.depth, t.request_key, t.value, self._dropped.copy()
             )
             return
-        parts = [t, *self._pending]
+        parts = [p for p in (t, *self._pending) if p.value.shape[0]] or [t]
 
         def cat(name: str) -> NDArray[Any]:
             return np.concatenate([getattr(p, name) for p in parts])
 
-        both = RatioTail(
-            cat("family"),
-            cat("bucket"),
-            cat("depth"),
-            cat("request_key"),
-            cat("value"),
-            self._dropped.copy(),
-        )
-        self._tail = both._top(self.cap)
+        if len(parts) == 1:  # one batch, or entries of one only: no copy
+            p = parts[0]
+            both = RatioTail(p.family, p.bucket, p.depth, p.request_key, p.value, self._dropped)
+        else:
+            both = RatioTail(
+                cat("family"),
+                cat("bucket"),
+                cat("depth"),
+                cat("request_key"),
+                cat("value"),
+                self._dropped,
+            )
+        self._tail, self._thr = both._select(self.cap)
         self._dropped = self._tail.dropped.copy()
-        self._thr = self._tail.thresholds(self.cap)
         self._pending, self._n_pending = [], 0
 
     def _grow(self, nf: int) -> None:
@@ -349,104 +363,20 @@ class TailAccumulator:
         if family.shape[0] == 0:
             return
         self._grow(int(family.max()) + 1)
-        rr, dd = np.nonzero(np.arange(ratio.shape[1])[None, :] < depth[:, None])
-        fam, bkt, val = family[rr], bucket[rr], ratio[rr, dd]
-        dep = dd.astype(np.int32)
+        nb, d = self._dropped.shape[1], self._dropped.shape[2]
         # only a value ≥ its group's K-th largest so far can enter (ties may win on the key)
-        inside = val >= self._thr[fam, bkt, dep]
-        out = ~inside
-        np.maximum.at(self._dropped, (fam[out], bkt[out], dep[out]), val[out])
-        self._pending.append(
-            RatioTail(
-                fam[inside].astype(np.int32),
-                bkt[inside].astype(np.int32),
-                dep[inside],
-                key[rr][inside],
-                val[inside],
-                self._dropped,
-            )
+        fam, bkt, dep, k, val = admit(
+            np.ascontiguousarray(family, np.int32),
+            np.ascontiguousarray(bucket, np.int32),
+            np.ascontiguousarray(key, np.uint64),
+            np.ascontiguousarray(depth, np.int64),
+            np.ascontiguousarray(ratio, np.float64),
+            self._thr.reshape(-1),
+            self._dropped.reshape(-1),
+            nb,
+            d,
         )
-        self._n_pending += int(inside.sum())
+        self._pending.append(RatioTail(fam, bkt, dep, k, val, self._dropped))
+        self._n_pending += val.shape[0]
         if self._n_pending >= max(2 * self._tail.value.shape[0], self._FLUSH):
             self._flush()
-
-
-@njit(cache=True)
-def _merge_sorted(
-    fa: NDArray[np.int32],
-    ba: NDArray[np.int32],
-    da: NDArray[np.int32],
-    va: NDArray[np.float64],
-    ka: NDArray[np.uint64],
-    fb: NDArray[np.int32],
-    bb: NDArray[np.int32],
-    db: NDArray[np.int32],
-    vb: NDArray[np.float64],
-    kb: NDArray[np.uint64],
-    thr_a: NDArray[np.float64],
-    thr_b: NDArray[np.float64],
-    dropped: NDArray[np.float64],
-    cap: int,
-) -> tuple[NDArray[np.int8], NDArray[np.int64]]:
-    """Merge two canonically ordered tails, keeping the first ``cap`` of each group.
-
-    An entry below the other part's K-th largest of its group (``thr_a``, ``thr_b``) cannot be
-    kept; it and every entry beyond the cap raise their group's ``dropped`` (in place). Returns
-    the kept entries in order, each from part ``src`` (0: a, 1: b) at row ``idx``. Order: group
-    ascending, value descending, key ascending, then a before b.
-    """
-    na, nb = va.shape[0], vb.shape[0]
-    src = np.empty(na + nb, np.int8)
-    idx = np.empty(na + nb, np.int64)
-    i = j = m = 0
-    rank = 0
-    gf = gb = gd = -1
-    while i < na or j < nb:
-        if i < na and va[i] < thr_b[fa[i], ba[i], da[i]]:
-            dropped[fa[i], ba[i], da[i]] = max(dropped[fa[i], ba[i], da[i]], va[i])
-            i += 1
-            continue
-        if j < nb and vb[j] < thr_a[fb[j], bb[j], db[j]]:
-            dropped[fb[j], bb[j], db[j]] = max(dropped[fb[j], bb[j], db[j]], vb[j])
-            j += 1
-            continue
-        if j >= nb:
-            take_a = True
-        elif i >= na:
-            take_a = False
-        elif fa[i] != fb[j]:
-            take_a = fa[i] < fb[j]
-        elif ba[i] != bb[j]:
-            take_a = ba[i] < bb[j]
-        elif da[i] != db[j]:
-            take_a = da[i] < db[j]
-        elif va[i] != vb[j]:
-            take_a = va[i] > vb[j]
-        else:
-            take_a = ka[i] <= kb[j]
-        f, b, d, v = (fa[i], ba[i], da[i], va[i]) if take_a else (fb[j], bb[j], db[j], vb[j])
-        if f != gf or b != gb or d != gd:
-            gf, gb, gd, rank = f, b, d, 0
-        if rank < cap:
-            src[m] = 0 if take_a else 1
-            idx[m] = i if take_a else j
-            m += 1
-        else:
-            dropped[f, b, d] = max(dropped[f, b, d], v)
-        rank += 1
-        if take_a:
-            i += 1
-        else:
-            j += 1
-    return src[:m], idx[:m]
-
-
-@njit(cache=True)
-def _gather(
-    src: NDArray[np.int8], idx: NDArray[np.int64], x: NDArray[Any], y: NDArray[Any]
-) -> NDArray[Any]:
-    """Return ``x[idx[i]]`` where ``src[i] == 0``, else ``y[idx[i]]`` (one pass)."""
-    out = np.empty(src.shape[0], x.dtype)
-    for i in range(src.shape[0]):
-        out[i] = x[idx[i]] if src[i] == 0 else y[idx[i]]
-    return out
