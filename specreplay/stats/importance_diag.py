@@ -113,8 +113,8 @@ def _khat_of_excess(excess: bytes) -> float:
     """k̂ of the ascending float64 excesses held in ``excess``, memoised by their bytes.
 
     A run asks for the same fit several times (an arm's cell in its diagnostics, in auto's
-    choice and in each comparison it is a side of); at most 512 entries of ≤ 4,095 excesses
-    (the tail cap), so ≤ 16 MiB.
+    choice and in each comparison it is a side of); at most 512 entries, each of ≤ 4,095
+    excesses from a run's tails (the tail cap), so ≤ 16 MiB.
     """
     return gpd_fit(np.frombuffer(excess, dtype=np.float64)).k
 
@@ -140,7 +140,7 @@ def pareto_khat_of_tail(
     m = psis_tail_length(n)
     if m < 5:
         return None, f"{n} rounds: Pareto k̂ needs at least 5 tail draws (25 rounds)"
-    top = _largest(tail, m + 1)
+    top = _largest(np.asarray(tail, dtype=np.float64), m + 1)
     if top.shape[0] < m + 1 or top[m] < dropped:
         return None, (
             f"the {m + 1} largest of {n} ratios were not all kept (tail cap exceeded): k̂ not "
