@@ -18,10 +18,11 @@ done; exit 1
 endef
 export FIND_PYTHON
 
-# The numba cache is keyed by a hash of the package sources, so an edited helper kernel never
-# reuses a stale compiled caller (numba does not track cross-module dependencies).
-SRC_HASH := $(shell cat $$(find specreplay -name '*.py' | sort) 2>/dev/null | sha256sum | cut -c1-16)
-export NUMBA_CACHE_DIR := $(CURDIR)/.numba-cache/$(SRC_HASH)
+# Numba's cache: the package's own folder, the one a plain `specreplay …` uses too (so the first
+# command after `make demo` finds the kernels compiled), $XDG_CACHE_HOME/specreplay/numba/
+# VERSION-HASH, HASH from the kernel sources (specreplay/sim, stats, replay): an edited helper
+# kernel never reuses a stale compiled caller (numba does not track cross-module dependencies).
+# No NUMBA_CACHE_DIR here; one set by the caller is Numba's own setting and wins.
 
 .PHONY: demo test test-capture lint venv clean bench constraints
 

@@ -3,23 +3,56 @@
 Importing the package changes nothing in the caller's process: no environment variable, no
 Numba setting. Numba's cache directory for specreplay's kernels is set on ``numba.config`` by
 :func:`use_numba_cache`, which the subpackages holding compiled kernels (``sim``, ``replay``,
-``stats.tfast``) call before they define any: ``$NUMBA_CACHE_DIR`` when the caller set it (the
-Makefile sets its own, keyed by the sources), else ``$XDG_CACHE_HOME/specreplay/numba/VERSION``
-(else ``~/.cache/…``). One default for every way of running (the command line, a notebook, the
-tests, Dask workers), without ``os.environ``.
+``stats.tfast``) call before they define any: ``$NUMBA_CACHE_DIR`` when the caller set it, else
+``$XDG_CACHE_HOME/specreplay/numba/VERSION-HASH`` (else ``~/.cache/…``), HASH the first 16 hex
+digits of :func:`kernel_sources_hash`. One folder for every way of running (the command line, the
+Makefile's targets, a notebook, the tests, Dask workers), without ``os.environ``; keyed by the
+kernel sources because Numba does not track a cached kernel's calls into other modules, so a
+kernel whose helper changed must not load its old compiled code.
 """
 
+import functools as _functools
+import hashlib as _hashlib
 import os as _os
 import sys as _sys
+from pathlib import Path as _Path
 
 __version__ = "0.3.0"
 
-__all__ = ["__version__", "cache_root", "numba_cache_dir", "use_numba_cache"]
+__all__ = [
+    "__version__",
+    "cache_root",
+    "kernel_sources_hash",
+    "numba_cache_dir",
+    "use_numba_cache",
+]
+
+_KERNEL_DIRS = ("sim", "stats", "replay")
+"""The subpackages that hold every ``@njit`` kernel (``tests/test_small_things.py`` checks it)."""
+
+
+@_functools.cache
+def kernel_sources_hash() -> str:
+    """Return the SHA-256 of the kernel sources: every .py under specreplay/sim, stats and replay.
+
+    Read from the installed package (its path and bytes, in sorted order) once per process:
+    about 100 files, a few milliseconds. Keys Numba's cache folder
+    (:func:`numba_cache_dir`) and the shard cache's entries
+    (:mod:`specreplay.replay.shardcache`).
+    """
+    root = _Path(__file__).resolve().parent
+    h = _hashlib.sha256()
+    for sub in _KERNEL_DIRS:
+        for p in sorted((root / sub).rglob("*.py")):
+            h.update(p.relative_to(root).as_posix().encode() + b"\0")
+            h.update(p.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def _default_numba_cache_dir() -> str:
     base = _os.environ.get("XDG_CACHE_HOME") or _os.path.join(_os.path.expanduser("~"), ".cache")
-    return _os.path.join(base, "specreplay", "numba", __version__)
+    key = f"{__version__}-{kernel_sources_hash()[:16]}"
+    return _os.path.join(base, "specreplay", "numba", key)
 
 
 def numba_cache_dir() -> str:

@@ -266,3 +266,37 @@ def test_forest_limits_cut_an_unbounded_bar_and_count_it() -> None:
     assert left <= -1.0 and right >= 1.4 and left > -10.0
     assert _forest_clipped([*rows, wide], 0.5) == 1
     assert _forest_clipped(rows, 0.5) == 0
+
+
+@pytest.mark.parametrize("figure", ["forest", "context", "survival"])
+def test_a_plot_is_drawn_once_when_saved_and_its_png_is_unchanged(
+    tmp_path: Path, figure: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_save`` draws the figure once (``tight_layout``'s leftover placeholder engine made
+    ``savefig`` draw it twice), and writes the same PNG bytes as ``savefig`` with the engine
+    left in place: the time is saved without changing what is drawn."""
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    from specreplay.render import plots
+
+    cells = _cells()
+    result = _result(cells)
+
+    def make() -> object:
+        if figure == "forest":
+            return plots.forest_figure(cells, role=ROLE, relative=True, margin=0.005, title="t",
+                                       buckets=DEFAULT_BUCKETS)  # fmt: skip
+        return getattr(plots, f"{figure}_figure")(result)
+
+    reference = make()
+    assert reference.get_layout_engine() is not None  # the placeholder tight_layout leaves
+    reference.savefig(tmp_path / "reference.png", dpi=100, format="png")
+    plt.close(reference)
+    draws = []
+    inner = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda self, r: draws.append(1) or inner(self, r))
+    plots._save(make(), tmp_path / "saved.png", dpi=100)
+    assert len(draws) == 1
+    saved, ref = (tmp_path / "saved.png").read_bytes(), (tmp_path / "reference.png").read_bytes()
+    assert saved == ref

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from specreplay import __version__
+from specreplay import __version__, kernel_sources_hash
 from specreplay.cli import app
 
 MEDUSA = Path(__file__).parent / "data" / "medusa-mtbench"
@@ -182,7 +182,8 @@ def test_numba_cache_dir_is_set_without_touching_the_environment(
     compiled kernels' files land there."""
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME")}
     env["HOME"] = str(tmp_path / "home")
-    expected = tmp_path / "home" / ".cache" / "specreplay" / "numba" / __version__
+    key = f"{__version__}-{kernel_sources_hash()[:16]}"
+    expected = tmp_path / "home" / ".cache" / "specreplay" / "numba" / key
     if callers:
         expected = tmp_path / "callers-cache"
         env["NUMBA_CACHE_DIR"] = str(expected)

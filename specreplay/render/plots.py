@@ -368,9 +368,23 @@ def forest_figure(
 
 
 def _save(fig: Any, path: Path, *, dpi: int) -> None:
-    """Write ``fig`` to ``path`` as a PNG and close it."""
-    import matplotlib.pyplot as plt
+    """Write ``fig`` to ``path`` as a PNG and close it.
 
+    ``fig.tight_layout()`` leaves a placeholder layout engine on the figure, and ``savefig``
+    draws a figure that has any layout engine once more, without rendering, before it draws
+    it (matplotlib ≥ 3.6, ``FigureCanvasBase.print_figure``): the placeholder does nothing in
+    that pass, so it is removed first (a third of a plot's time; the PNG is the same).
+    """
+    import matplotlib
+    import matplotlib.pyplot as plt
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+
+    if isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):
+        # None means "no engine" under these two settings (else the rc file's engine)
+        with matplotlib.rc_context(
+            {"figure.autolayout": False, "figure.constrained_layout.use": False}
+        ):
+            fig.set_layout_engine(None)
     fig.savefig(path, dpi=dpi, format="png")
     plt.close(fig)
 

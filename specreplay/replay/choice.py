@@ -203,6 +203,18 @@ def _k(k: float | None) -> str:
     return "null" if k is None else f"{k:.2f}"
 
 
+_CHECKED_SUMS = (
+    "short",
+    "ratio_sum",
+    "ratio_sq",
+    "ratio_min",
+    "ratio_max",
+    "bound_max",
+    "moment_max",
+)
+"""The (k, D) sums of :class:`ArmSums` the tail rule reads, per depth."""
+
+
 def cell_checks(
     sums: ArmSums,
     tail: RatioTail,
@@ -227,23 +239,25 @@ def cell_checks(
     """
     out = []
     rounds = float(sums.n[mask].sum())
+    # the cell's rows once, one contiguous row per depth (the sums NumPy took per depth before)
+    col = {name: np.ascontiguousarray(getattr(sums, name)[mask].T) for name in _CHECKED_SUMS}
     for k in range(1, arm.depth + 1):
         values, dropped = tail.cell(fam_idx, bucket_idx, k)
-        n = int(rounds - sums.short[mask, k - 1].sum())  # rounds that recorded k positions
-        total = float(sums.ratio_sum[mask, k - 1].sum())
+        n = int(rounds - col["short"][k - 1].sum())  # rounds that recorded k positions
+        total = float(col["ratio_sum"][k - 1].sum())
         d = diagnose(
             n=n,
             ratio_sum=total,
-            ratio_sq=float(sums.ratio_sq[mask, k - 1].sum()),
-            ratio_min=float(sums.ratio_min[mask, k - 1].min(initial=np.inf)),
-            ratio_max=float(sums.ratio_max[mask, k - 1].max(initial=-np.inf)),
+            ratio_sq=float(col["ratio_sq"][k - 1].sum()),
+            ratio_min=float(col["ratio_min"][k - 1].min(initial=np.inf)),
+            ratio_max=float(col["ratio_max"][k - 1].max(initial=-np.inf)),
             tail=values,
             dropped=dropped,
         )
         mean = total / n if n > 0 else 0.0
-        top = float(sums.bound_max[mask, k - 1].max(initial=0.0))
+        top = float(col["bound_max"][k - 1].max(initial=0.0))
         bound = top / mean if mean > 0.0 else None
-        second = float(sums.moment_max[mask, k - 1].max(initial=0.0))
+        second = float(col["moment_max"][k - 1].max(initial=0.0))
         moment = second / (mean * mean) if mean > 0.0 else None
         fails = None
         if d.ess_share is None:

@@ -46,7 +46,6 @@ order; the misses go to the inner runner (local or Dask) as one list, in sorted 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import os
@@ -58,6 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specreplay import kernel_sources_hash
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.filehash import file_sha256
 from specreplay.replay.archive.reader import FileInfo
@@ -79,22 +79,17 @@ __all__ = [
 ]
 
 FORMAT = "specreplay-shard-cache/3"
-_KERNEL_DIRS = ("sim", "stats", "replay")
 # ShardSums fields keyed by arm (reordered to the run's arm order on a hit, as are the arms,
 # unlogged and tails of each estimator in ShardSums.replays)
 _BY_ARM = ("flagged", "no_support")
 
 
-@functools.cache
 def kernel_hash() -> str:
-    """SHA-256 of the kernel sources: every .py under specreplay/sim, stats and replay."""
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
-    for sub in _KERNEL_DIRS:
-        for p in sorted((root / sub).rglob("*.py")):
-            h.update(p.relative_to(root).as_posix().encode() + b"\0")
-            h.update(p.read_bytes() + b"\0")
-    return h.hexdigest()
+    """SHA-256 of the kernel sources: every .py under specreplay/sim, stats and replay.
+
+    :func:`specreplay.kernel_sources_hash`, which also keys Numba's cache folder.
+    """
+    return kernel_sources_hash()
 
 
 CACHE_MARKER = ".specreplay-cache"

@@ -217,18 +217,39 @@ class RatioTail:
         self, fam_idx: tuple[int, ...], bucket_idx: tuple[int, ...], depth: int
     ) -> tuple[NDArray[np.float64], float]:
         """Return a cell's kept r_depth (its finest cells' tails merged) and its dropped max."""
-        nb, d = self.dropped.shape[1], self.dropped.shape[2]
-        # entries are grouped by (family, bucket, depth): one contiguous run per finest cell
-        code = self._codes()
-        want = np.array([(f * nb + b) * d + depth - 1 for f in fam_idx for b in bucket_idx])
-        lo = np.searchsorted(code, want, side="left")
-        hi = np.searchsorted(code, want, side="right")
         values = np.concatenate(
-            [self.value[a:b] for a, b in zip(lo, hi, strict=True)] or [np.zeros(0)]
+            [self.value[a:b] for a, b in self._runs(fam_idx, bucket_idx, depth - 1)]
+            or [np.zeros(0)]
         )
         fams = [f for f in fam_idx if f < self.dropped.shape[0]]
         drop = self.dropped[np.ix_(fams, list(bucket_idx), [depth - 1])]
         return values.astype(np.float64), float(drop.max()) if drop.size else -np.inf
+
+    def _runs(
+        self, fam_idx: tuple[int, ...], bucket_idx: tuple[int, ...], depth: int
+    ) -> list[tuple[int, int]]:
+        """Return [lo, hi) of each finest cell's entries at column ``depth``, by binary search.
+
+        Entries are sorted by (family, bucket, depth), so each finest cell and depth is one
+        contiguous run: found by searching the families, then the buckets within a family's
+        run, then the depths within a bucket's, without a pass over all the entries (a cell's
+        checks ask for each of its depths, and a run checks every arm in every cell).
+        """
+        fams = np.asarray(fam_idx, np.int32)
+        f_lo = np.searchsorted(self.family, fams, side="left")
+        f_hi = np.searchsorted(self.family, fams, side="right")
+        buckets = np.asarray(bucket_idx, np.int32)
+        want = np.int32(depth)
+        out = []
+        for a, b in zip(f_lo.tolist(), f_hi.tolist(), strict=True):
+            bkt = self.bucket[a:b]
+            b_lo = np.searchsorted(bkt, buckets, side="left").tolist()
+            b_hi = np.searchsorted(bkt, buckets, side="right").tolist()
+            for c, e in zip(b_lo, b_hi, strict=True):
+                dep = self.depth[a + c : a + e]
+                lo = int(np.searchsorted(dep, want, side="left"))
+                out.append((a + c + lo, a + c + int(np.searchsorted(dep, want, side="right"))))
+        return out
 
 
 def _canonical_order(

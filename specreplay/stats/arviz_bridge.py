@@ -1,8 +1,11 @@
 """ArviZ views of bootstrap replicates: HDI/ETI beside percentile/BCa, and a DataTree.
 
-ArviZ 1.x (``arviz_stats``, ``arviz_base``) is imported inside the functions: it takes seconds to
-import, and only commands that report intervals need it. The replicate draws are stored with dims
-(chain = 1, draw = n_boot, cell), so ArviZ's functions treat them as one chain of draws.
+The HDI and ETI are ArviZ's (``arviz_stats`` 1.3 ``hdi``, method ``nearest``, and ``eti``,
+method ``linear``), computed here in NumPy with the same operations (:func:`hdi_nearest`,
+:func:`eti`; ``tests/test_lazy_imports.py`` checks them against ``arviz_stats`` bit for bit):
+ArviZ 1.x takes seconds to import, so it is imported only inside the functions that build a
+``DataTree`` (``Result.to_arviz()``). The replicate draws are stored with dims (chain = 1,
+draw = n_boot, cell), so ArviZ's functions treat them as one chain of draws.
 :func:`save_netcdf` writes that tree as netCDF4 with the optional extra ``specreplay[netcdf]``
 (h5netcdf and h5py).
 """
@@ -26,16 +29,56 @@ from specreplay.stats.compare import Comparison, CredibleInterval
 if TYPE_CHECKING:
     from xarray import DataTree
 
-__all__ = ["ComparisonReplicates", "DepthReplicates", "hdi_eti", "replicates_tree", "save_netcdf"]
+__all__ = [
+    "ComparisonReplicates",
+    "DepthReplicates",
+    "eti",
+    "hdi_eti",
+    "hdi_nearest",
+    "replicates_tree",
+    "save_netcdf",
+]
+
+
+def hdi_nearest(draws: NDArray[np.float64], prob: float) -> NDArray[np.float64]:
+    """Return the narrowest interval of sorted draws holding ⌊prob·n⌋ + 1 of them (ArviZ's HDI).
+
+    ``arviz_stats`` ``hdi(method="nearest")``: with the draws sorted, the interval from draw i to
+    draw i + ⌊prob·n⌋ (at most n − 1) of least width, the first such i on ties.
+
+    Raises
+    ------
+    ValueError
+        No draws (as ArviZ).
+    """
+    ary = np.sort(draws)
+    n = len(ary)
+    inc = min(int(np.floor(prob * n)), n - 1)
+    width = np.subtract(ary[inc:], ary[: n - inc], dtype=np.float64)
+    if len(width) == 0:
+        raise ValueError("Too few elements for interval calculation. ")
+    lo = int(np.argmin(width))
+    return ary[[lo, lo + inc]]
+
+
+def eti(draws: NDArray[np.float64], prob: float) -> NDArray[np.float64]:
+    """Return the equal-tailed interval: the (1 − prob)/2 and (1 + prob)/2 quantiles.
+
+    ``arviz_stats`` ``eti(method="linear")``: NumPy's linear quantile (Hyndman & Fan 1996,
+    type 7) at (1 − prob)/2 and 1 − (1 − prob)/2.
+    """
+    edge = (1 - prob) / 2
+    out: NDArray[np.float64] = np.quantile(draws, [edge, 1 - edge], method="linear")
+    return out
 
 
 def hdi_eti(comp: Comparison, prob: float = 0.95) -> Comparison:
     """Return ``comp`` with each cell's delta carrying the HDI and ETI of its replicates.
 
     The intervals (``hdi``, ``eti``: :class:`~specreplay.stats.compare.CredibleInterval`) are
-    of the cell's Δ and Δ/R_a replicates at ``prob``; a null delta gets neither.
+    of the cell's Δ and Δ/R_a replicates at ``prob`` (:func:`hdi_nearest`, :func:`eti`); a null
+    delta gets neither.
     """
-    from arviz_stats.base import array_stats  # type: ignore[attr-defined]
 
     def credible(fn: Any, reps: NDArray[np.float64], rel: NDArray[np.float64]) -> CredibleInterval:
         lo, hi = (float(x) for x in fn(reps, prob))
@@ -52,8 +95,8 @@ def hdi_eti(comp: Comparison, prob: float = 0.95) -> Comparison:
         ok = np.isfinite(reps) & np.isfinite(rel)
         delta = dataclasses.replace(
             cell.delta,
-            hdi=credible(array_stats.hdi, reps[ok], rel[ok]),
-            eti=credible(array_stats.eti, reps[ok], rel[ok]),
+            hdi=credible(hdi_nearest, reps[ok], rel[ok]),
+            eti=credible(eti, reps[ok], rel[ok]),
         )
         cells.append(dataclasses.replace(cell, delta=delta))
     return dataclasses.replace(comp, cells=tuple(cells))

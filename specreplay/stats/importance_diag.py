@@ -8,7 +8,8 @@ logging arm's is 1) has the **effective sample size** ESS = (Σ r)² / Σ r² (K
 *Monte Carlo theory, methods and examples*, ch. 9) and the **ESS share** ESS / S, and
 its right tail the **Pareto k̂**: the shape of the generalised Pareto law fitted to its M largest
 values (PSIS; Vehtari, Simpson, Gelman, Yao & Gabry 2024, "Pareto smoothed importance
-sampling", JMLR 25(72), computed by ArviZ's ``pareto_khat`` with r_eff = 1, right tail).
+sampling", JMLR 25(72); ArviZ's ``pareto_khat`` with r_eff = 1, right tail, computed by
+:mod:`specreplay.stats.pareto` without importing ArviZ).
 
 Thresholds
 ----------
@@ -40,12 +41,15 @@ reason :data:`CONSTANT_REASON`. "Constant" is a relative spread (max − min)/ma
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
+
+from specreplay.stats.pareto import gpd_fit
 
 __all__ = [
     "CONSTANT_REASON",
@@ -104,35 +108,48 @@ def khat_threshold(n: int) -> float | None:
     return min(1.0 - 1.0 / math.log10(n), KHAT_MAX) if n >= 2 else None
 
 
+@functools.lru_cache(maxsize=512)
+def _khat_of_excess(excess: bytes) -> float:
+    """k̂ of the ascending float64 excesses held in ``excess``, memoised by their bytes.
+
+    A run asks for the same fit several times (an arm's cell in its diagnostics, in auto's
+    choice and in each comparison it is a side of); at most 512 entries, each of ≤ 4,095
+    excesses from a run's tails (the tail cap), so ≤ 16 MiB.
+    """
+    return gpd_fit(np.frombuffer(excess, dtype=np.float64)).k
+
+
+def _largest(values: NDArray[np.float64], k: int) -> NDArray[np.float64]:
+    """Return the ``k`` largest of ``values`` (all when fewer), descending: partition, sort."""
+    cut = values.shape[0] - k
+    top = np.partition(values, cut)[cut:] if cut > 0 else values
+    return np.sort(top)[::-1]
+
+
 def pareto_khat_of_tail(
     tail: NDArray[np.float64], dropped: float, n: int
 ) -> tuple[float | None, str | None]:
     """Return k̂ of n ratios ≥ 0 from their kept largest values ``tail``, or None and why.
 
-    ``dropped`` is the largest ratio not kept (−inf when every ratio was kept). The tail is
-    padded with zeros to n values; k̂ is exact when the kept (M + 1)-th largest is ≥ every
-    dropped ratio (:mod:`specreplay.replay.tails`).
+    ``dropped`` is the largest ratio not kept (−inf when every ratio was kept). k̂ needs only
+    the M + 1 largest of the n ratios, so it is exact when the kept (M + 1)-th largest is ≥
+    every dropped ratio (:mod:`specreplay.replay.tails`); it is the generalised Pareto fit of
+    :func:`specreplay.stats.pareto.gpd_fit`, equal bit for bit to ArviZ's
+    ``pareto_khat(r, r_eff=1, tail="right")`` on all n ratios.
     """
-    from arviz_stats.base import array_stats  # type: ignore[attr-defined]
-
     m = psis_tail_length(n)
     if m < 5:
         return None, f"{n} rounds: Pareto k̂ needs at least 5 tail draws (25 rounds)"
-    top = np.sort(tail)[::-1]
+    top = _largest(np.asarray(tail, dtype=np.float64), m + 1)
     if top.shape[0] < m + 1 or top[m] < dropped:
         return None, (
             f"the {m + 1} largest of {n} ratios were not all kept (tail cap exceeded): k̂ not "
             "computed"
         )
-    padded = np.zeros(n)
-    padded[: top.shape[0]] = top
     if top[0] - top[m - 1] < np.finfo(float).tiny:
         return None, f"the {m} largest ratios are all equal: no tail to fit"
-    k = float(
-        array_stats.pareto_khat(  # type: ignore[no-untyped-call]
-            padded, chain_axis=None, draw_axis=-1, r_eff=1.0, tail="right"
-        )
-    )
+    # PSIS: the M largest less the (M + 1)-th largest, ascending (what ArviZ's _ps_tail fits)
+    k = _khat_of_excess((top[m - 1 :: -1] - top[m]).tobytes())
     if not math.isfinite(k):
         return None, f"the generalised Pareto fit to the {m} largest of {n} ratios failed (k̂ {k})"
     return k, None
