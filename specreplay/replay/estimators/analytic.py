@@ -45,6 +45,7 @@ from specreplay.replay.archive.batch import RoundBatch
 from specreplay.replay.estimators.base import Estimator, RoundValues
 from specreplay.sim.accept import ROUND_START, advance, alpha_row
 from specreplay.sim.arms import Arm, Quant
+from specreplay.sim.lanes import lane_sum
 from specreplay.sim.policy import (
     HIST_BINS,
     KIND_CODES,
@@ -139,27 +140,27 @@ def _nearest_threshold(frac: NDArray[np.float64], n: int, u: int, n_support: int
 
 @njit(inline="always", fastmath=_FM, cache=True)
 def _nearest_cut(
-    q: NDArray[np.float64], bits: int, frac: NDArray[np.float64]
+    q: NDArray[np.float64], bits: int, frac: NDArray[np.float64], fl: NDArray[np.float64]
 ) -> tuple[float, float, float, float]:
     """Return the dyadic-nearest cut of a row: (2^N, r, units, t); t < 0: fall back.
 
-    Writes each candidate's fractional part F_i of q_i·2^N into ``frac`` (−1 outside the
-    support: never a unit); r = 2^N − Σ⌊q_i·2^N⌋ units to hand out, ``units`` of them to the
-    candidates with F_i ≥ t (the support's size at most), the rest to the argmax.
+    Writes each candidate's floor ⌊q_i·2^N⌋ into ``fl`` and its fractional part F_i of q_i·2^N
+    into ``frac`` (−1 outside the support: never a unit); r = 2^N − Σ⌊q_i·2^N⌋ units to hand
+    out, ``units`` of them to the candidates with F_i ≥ t (the support's size at most), the rest
+    to the argmax.
     """
     n = q.shape[0]
     scale = float(np.int64(1) << bits)
-    sum_floor = 0.0
     n_support = 0
-    for i in range(n):
+    for i in range(n):  # element-wise: vectorises
         x = q[i]
         v = x * scale  # exact: a power-of-two scaling
-        fl = np.floor(v)
+        f = np.floor(v)
         pos = x > 0.0
-        frac[i] = (v - fl) if pos else -1.0  # candidates outside the support never get a unit
-        sum_floor += fl  # integers below 2^53: exact in any order
+        fl[i] = f
+        frac[i] = (v - f) if pos else -1.0  # candidates outside the support never get a unit
         n_support += pos
-    r = scale - sum_floor
+    r = scale - lane_sum(fl, n)  # integers below 2^53: exact in any order
     units = min(r, float(n_support)) if r > 0.0 else 0.0
     t = 2.0  # above every fractional part: no unit
     if units > 0.0:
@@ -174,28 +175,30 @@ def _alpha_dyadic_nearest(
     bits: int,
     dr: int,
     frac: NDArray[np.float64],
+    fl: NDArray[np.float64],
 ) -> tuple[float, float, float, bool]:
     """α, the drafted candidate's term and q^s there, of a matched dyadic-nearest row.
 
-    Returns (α, min(q^s, p) at ``dr``, q^s at ``dr``, ok); ok False → fall back.
+    Returns (α, min(q^s, p) at ``dr``, q^s at ``dr``, ok); ok False → fall back. ``frac`` and
+    ``fl`` are scratch of the row's length; α = Σ_i min(m_i·2^−N, p_i) is summed in lane order
+    (:mod:`specreplay.sim.lanes`), then the argmax's share of units beyond the support is added.
 
     ``q`` and ``p`` are the row's slices: indices from 0 let LLVM vectorise the loops (an offset
     index goes through Numba's negative-index wraparound, which blocks it).
     """
     n = q.shape[0]
-    scale, r, units, t = _nearest_cut(q, bits, frac)
+    scale, r, units, t = _nearest_cut(q, bits, frac, fl)
     if t < 0.0:
         return 0.0, 0.0, 0.0, False
     inv = 1.0 / scale
-    alpha = 0.0
     given = 0
-    for i in range(n):
+    for i in range(n):  # element-wise: the terms min(m_i·2^−N, p_i) replace the floors
         sel = frac[i] >= t
         given += sel
-        m = np.floor(q[i] * scale) + (1.0 if sel else 0.0)
-        alpha += min(m * inv, p[i])
+        fl[i] = min((fl[i] + (1.0 if sel else 0.0)) * inv, p[i])
     if given != units:  # tied fractional parts at the cut: the reference quantizer decides
         return 0.0, 0.0, 0.0, False
+    alpha = lane_sum(fl, n)
     rest = r - units  # units beyond the support's size, or a deficit: to the argmax
     extra_dr = 0.0
     if rest != 0.0:
@@ -224,9 +227,10 @@ def dyadic_nearest_at(
 
     The fast path of the analytic kernel (module docstring), for estimators that need the
     quantized law at one candidate only; ok False: fall back to
-    :func:`~specreplay.sim.policy.quantize_row`. ``frac`` is scratch of the row's length.
+    :func:`~specreplay.sim.policy.quantize_row`. ``frac`` is scratch of the row's length (the
+    floors' scratch is allocated here).
     """
-    _, _, q_dr, ok = _alpha_dyadic_nearest(q, p, bits, dr, frac)
+    _, _, q_dr, ok = _alpha_dyadic_nearest(q, p, bits, dr, frac, np.empty(q.shape[0]))
     return q_dr, ok
 
 
@@ -244,7 +248,7 @@ def dyadic_nearest_row(
     at least.
     """
     n = q.shape[0]
-    scale, r, units, t = _nearest_cut(q, bits, frac)
+    scale, r, units, t = _nearest_cut(q, bits, frac, out)  # out holds the floors
     if t < 0.0:
         return False
     inv = 1.0 / scale
@@ -253,7 +257,7 @@ def dyadic_nearest_row(
     for i in range(n):
         sel = frac[i] >= t
         given += sel
-        out[i] = np.floor(q[i] * scale) + (1.0 if sel else 0.0)
+        out[i] += 1.0 if sel else 0.0
         if q[i] > q[top]:
             top = i
     if given != units:
@@ -340,7 +344,9 @@ def _analytic_kernel(
                 alpha = 0.0
                 a_dr = 0.0
                 if fast:
-                    alpha, a_dr, _, ok = _alpha_dyadic_nearest(qrow, p[lo:hi], s_bits, dr, frac)
+                    alpha, a_dr, _, ok = _alpha_dyadic_nearest(
+                        qrow, p[lo:hi], s_bits, dr, frac, qs
+                    )
                 if not ok:
                     alpha, a_dr = _alpha_generic(
                         qrow,
