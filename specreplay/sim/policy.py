@@ -71,6 +71,7 @@ from numba.extending import intrinsic
 from numpy.typing import NDArray
 
 from specreplay.sim.arms import Arm, Policy, Quant
+from specreplay.sim.lanes import lane_sum
 
 __all__ = [
     "FLAG_K_EXCEEDS",
@@ -299,9 +300,7 @@ def policy_row(
         for r in range(k, n):  # top-k: the K largest scaled logits
             out_q[order[r]] = 0.0
         if top_p < 1.0:  # top-p on the top-k law: until the cumulative mass reaches P
-            s_k = 0.0
-            for j in range(n):
-                s_k += out_q[j]
+            s_k = lane_sum(out_q, n)
             cum = 0.0
             kept = 0
             while kept < k:
@@ -311,9 +310,7 @@ def policy_row(
                     break
             for r in range(kept, k):
                 out_q[order[r]] = 0.0
-    s = 0.0
-    for j in range(n):
-        s += out_q[j]
+    s = lane_sum(out_q, n)
     for j in range(n):
         out_q[j] = out_q[j] / s
     return flag
@@ -397,20 +394,21 @@ def quantize_row(
     if n == 0:
         return True
     if kind != KIND_DYADIC:
-        s = 0.0
-        for j in range(lo, hi):
-            out_m[j] = 0
-            x = q[j]
+        qq = q[lo:hi]  # slices indexed from 0: the loops vectorise (see policy_row)
+        oq = out_q[lo:hi]
+        out_m[lo:hi] = 0
+        for j in range(n):
+            x = qq[j]
             if kind == KIND_FLOAT32:
                 x = float(np.float32(x))
             elif kind == KIND_BFLOAT16:
                 x = _round_significand(float(np.float32(x)), _BF16_MANT, _BF16_EMIN)
             elif kind == KIND_FLOAT16:
                 x = _round_significand(x, _F16_MANT, _F16_EMIN)
-            out_q[j] = x  # a value cast to 0 leaves the support
-            s += x
-        for j in range(lo, hi):
-            out_q[j] = out_q[j] / s if s > 0.0 else 0.0
+            oq[j] = x  # a value cast to 0 leaves the support
+        s = lane_sum(oq, n)
+        for j in range(n):
+            oq[j] = oq[j] / s if s > 0.0 else 0.0
         return True
     # dyadicN: m_i = ⌊q_i·2^N⌋ (ldexp scales exactly, also for subnormal q_i), r = 2^N − Σ m_i
     total = np.int64(1) << bits

@@ -253,18 +253,19 @@ def dyadic_nearest_row(
         return False
     inv = 1.0 / scale
     given = 0
-    top = 0
-    for i in range(n):
+    for i in range(n):  # element-wise: vectorises
         sel = frac[i] >= t
         given += sel
-        out[i] += 1.0 if sel else 0.0
-        if q[i] > q[top]:
-            top = i
+        out[i] = (out[i] + (1.0 if sel else 0.0)) * inv  # exact: m_i·2^−N
     if given != units:
         return False
-    out[top] += r - units  # units beyond the support's size, or a deficit: to the argmax
-    for i in range(n):
-        out[i] *= inv
+    rest = r - units  # units beyond the support's size, or a deficit: to the argmax
+    if rest != 0.0:
+        top = 0
+        for i in range(1, n):
+            if q[i] > q[top]:
+                top = i
+        out[top] += rest * inv  # exact: (m_top + rest)·2^−N
     return True
 
 
@@ -292,7 +293,7 @@ def _alpha_generic(
     quantize_row(q, 0, n, s_kind, s_bits, s_round, qs, m, key, order, hist)
     if not matched:
         quantize_row(q, 0, n, v_kind, v_bits, v_round, qv, m, key, order, hist)
-    return alpha_row(qs[:n], (qs if matched else qv)[:n], p, dr)
+    return alpha_row(qs[:n], (qs if matched else qv)[:n], p, dr, key)  # key: free scratch now
 
 
 @njit(parallel=True, fastmath=_FM, cache=True)
@@ -344,9 +345,7 @@ def _analytic_kernel(
                 alpha = 0.0
                 a_dr = 0.0
                 if fast:
-                    alpha, a_dr, _, ok = _alpha_dyadic_nearest(
-                        qrow, p[lo:hi], s_bits, dr, frac, qs
-                    )
+                    alpha, a_dr, _, ok = _alpha_dyadic_nearest(qrow, p[lo:hi], s_bits, dr, frac, qs)
                 if not ok:
                     alpha, a_dr = _alpha_generic(
                         qrow,
