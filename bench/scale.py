@@ -1,32 +1,38 @@
-"""Scale: requalify of a 10 M-position archive from zstd Parquet, lz4 Parquet and Arrow IPC.
+"""Scale: issue 13's targets, every figure in one run, before and after a change.
 
-For each form of the same archive (written by ``specreplay synth`` as zstd Parquet, then
-``specreplay convert`` to the other two), in fresh processes, with the page cache, the Numba
-cache and the input-hash cache warm (one untimed run first):
+What it runs (fresh process each; page cache, Numba cache and input-hash cache warm: one untimed
+run first; best of ``--repeats``, default 2):
 
-- **requalify**: ``specreplay requalify ARCHIVE --baseline top32:t0.7@5 --candidate
-  top32:t0.7:dyadic24@5 --reference greedy@5 --estimator analytic`` (every other option at its
-  default), wall time and **peak private memory**: the largest resident anonymous memory
-  (``RssAnon`` of /proc/PID/status, sampled every 20 ms: resident memory less file-backed pages,
-  so a memory-mapped archive is not counted) of the process;
-- **polars alone**: the time polars takes to read the columns that run needs into memory
-  (``scan_parquet(files).select(cols).collect()``, ``scan_ipc`` for IPC), in a fresh process;
-- **mapped floor**: the time to touch every page of the form's files through ``mmap`` (one byte
-  per 4 KiB page): no reader of these bytes can be faster.
+- **requalify** of a 10,240,000-position archive (32,000 requests, 128 shards), 3 arms, every
+  option at its default: ``specreplay requalify ARCHIVE --baseline top32:t0.7@5 --candidate
+  top32:t0.7:dyadic24@5 --reference greedy@5``, from Arrow IPC, zstd Parquet and lz4 Parquet. Wall
+  time, **peak private memory** (the largest ``RssAnon`` of /proc/PID/status, sampled every 20 ms:
+  resident memory less file-backed pages, so a memory-mapped archive does not count) and the
+  **stages** the run reports (``SPECREPLAY_TIMINGS``, :mod:`specreplay.timing`);
+- **polars alone**: polars reading the columns that run needs into memory
+  (``scan_ipc``/``scan_parquet(files).select(cols).collect()``), in a fresh process;
+- the same requalify of a **2,000,000-position** archive from IPC against polars alone;
+- ``specreplay demo`` **warm** (what ``make demo`` runs once the venv exists).
 
-The three forms of a 10 M archive need about 8–11 GB each; the bench estimates the need from a
-small sample of each form first and stops with a message when the temporary folder has less
-free space (``--keep DIR`` reuses archives written by an earlier run). Best of ``--repeats``
-(default 2). Prints a table and the ratios the acceptance of issue 8 names: IPC ≤ 12 s, zstd
-Parquet ≤ 25 s and ≤ 1.4× polars alone, peak private memory ≤ 1.5 GiB.
+``--before REV`` runs every timed command also on git revision REV (a temporary worktree of this
+repository, its own Numba cache, warmed first), alternating the two, so each figure has its
+before and after from the same run. The archives are written once, by this checkout.
 
-Run: ``python bench/scale.py`` (``--positions 2000000`` for a quicker look).
+Disk: the forms are built one at a time from the zstd Parquet archive (``synth``), each converted
+form deleted after it is measured, so the run needs the zstd archive plus the largest other form:
+about 8 + 11 GB at 10.24 M positions (the bench estimates it from a 20-request sample and stops
+when the folder has less). ``--keep DIR`` keeps every form in DIR and reuses what is there.
+
+Targets (issue 13): IPC ≤ 12 s and ≤ 2× polars alone; zstd Parquet ≤ 25 s; lz4 Parquet ≤ 20 s;
+2 M positions from IPC ≤ 3× polars alone; peak private memory ≤ 1.5 GiB; demo warm ≤ 8 s.
+
+Run: ``python bench/scale.py [--before REV]`` (``--positions 2000000`` for a quicker look).
 """
 
 from __future__ import annotations
 
 import argparse
-import mmap
+import json
 import os
 import shutil
 import subprocess
@@ -34,26 +40,60 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ARMS = ["--baseline", "top32:t0.7@5", "--candidate", "top32:t0.7:dyadic24@5",
-        "--reference", "greedy@5", "--estimator", "analytic"]  # fmt: skip
+        "--reference", "greedy@5"]  # fmt: skip
 POSITIONS_PER_REQUEST = 64 * 5
-FORMS = {  # name: (synth/convert options, file suffix)
-    "zstd Parquet": (["--format", "parquet", "--compression", "zstd"], ".parquet"),
-    "lz4 Parquet": (["--format", "parquet", "--compression", "lz4"], ".parquet"),
-    "Arrow IPC": (["--format", "ipc"], ".arrow"),
+SHARD_REQUESTS = 250  # 32,000 requests → 128 shards
+SMALL_POSITIONS = 2_000_000
+FORMS = {  # name: (synth/convert options, file suffix, polars scan)
+    "Arrow IPC": (["--format", "ipc"], ".arrow", "scan_ipc"),
+    "zstd Parquet": (["--format", "parquet", "--compression", "zstd"], ".parquet", "scan_parquet"),
+    "lz4 Parquet": (["--format", "parquet", "--compression", "lz4"], ".parquet", "scan_parquet"),
 }
+TARGET_S = {"Arrow IPC": 12.0, "zstd Parquet": 25.0, "lz4 Parquet": 20.0}
+TARGET_VS_POLARS = {"Arrow IPC": 2.0, "small": 3.0}
+TARGET_PEAK = 1.5 * 2**30
+TARGET_DEMO = 8.0
 NEEDED = ["request_id", "family", "context_tokens", "round", "position", "cand_ids",
           "draft_logprobs", "target_probs", "drafted_id", "accepted", "logging_arm",
           "emitted_q"]  # fmt: skip
-CLI = [sys.executable, "-m", "specreplay.cli"]
+HERE = Path(__file__).resolve().parent.parent
 
 
-def run(cmd: list[str]) -> tuple[float, int]:
+@dataclass
+class Checkout:
+    """A source tree the timed commands run from (this one, or a worktree of ``--before``)."""
+
+    name: str
+    root: Path
+    cache: Path
+
+    def env(self, timings: Path | None = None) -> dict[str, str]:
+        env = dict(os.environ, PYTHONPATH=str(self.root), NUMBA_CACHE_DIR=str(self.cache))
+        if timings is not None:
+            env["SPECREPLAY_TIMINGS"] = str(timings)
+        return env
+
+    def cli(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "specreplay.cli", *args]
+
+
+@dataclass
+class Timed:
+    """Best wall time, largest peak private memory and the best run's stages."""
+
+    wall: float = float("inf")
+    peak: int = 0
+    stages: dict[str, float] = field(default_factory=dict)
+
+
+def run(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
     """Run ``cmd``; return (wall seconds, peak RssAnon in bytes)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     peak = 0
     done = threading.Event()
 
@@ -80,16 +120,22 @@ def run(cmd: list[str]) -> tuple[float, int]:
     return wall, peak
 
 
-def files_of(folder: Path, suffix: str) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.suffix == suffix)
+def timed(co: Checkout, args: list[str], best: Timed, scratch: Path) -> None:
+    """Run the command once more on ``co``; keep the best wall time and its stages."""
+    stages = scratch / f"timings-{co.name}.json"
+    stages.unlink(missing_ok=True)
+    wall, peak = run(co.cli(*args), co.env(stages))
+    best.peak = max(best.peak, peak)
+    if wall < best.wall:
+        best.wall = wall
+        best.stages = json.loads(stages.read_text().splitlines()[-1]) if stages.exists() else {}
 
 
-def polars_alone(folder: Path, suffix: str) -> float:
+def polars_alone(folder: Path, suffix: str, scan: str) -> float:
     """Seconds for polars to read the needed columns into memory, in a fresh process."""
-    scan = "scan_ipc" if suffix == ".arrow" else "scan_parquet"
     code = (
-        "import sys, time, polars as pl\n"
-        f"files = sorted(str(p) for p in __import__('pathlib').Path({str(folder)!r}).iterdir()"
+        "import sys, time, pathlib, polars as pl\n"
+        f"files = sorted(str(p) for p in pathlib.Path({str(folder)!r}).iterdir()"
         f" if p.suffix == {suffix!r})\n"
         "t = time.perf_counter()\n"
         f"df = pl.{scan}(files).select({NEEDED!r}).collect()\n"
@@ -99,18 +145,6 @@ def polars_alone(folder: Path, suffix: str) -> float:
     return float(out.stdout.split()[0])
 
 
-def mapped_floor(folder: Path, suffix: str) -> float:
-    """Seconds to touch every 4 KiB page of the form's files through mmap."""
-    import numpy as np
-
-    t0 = time.perf_counter()
-    total = 0
-    for p in files_of(folder, suffix):
-        with p.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            total += int(np.frombuffer(mm, np.uint8)[::4096].sum())
-    return time.perf_counter() - t0
-
-
 def warm_pages(folder: Path) -> None:
     for p in folder.iterdir():
         with p.open("rb") as fh:
@@ -118,36 +152,124 @@ def warm_pages(folder: Path) -> None:
                 pass
 
 
-def write_forms(root: Path, requests: int) -> dict[str, Path]:
-    """The archive in every form under ``root`` (reused when already there)."""
+def size_of(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+
+
+def build(here: Checkout, folder: Path, form: str, requests: int, source: Path | None) -> None:
+    """Write ``folder`` in ``form``: synth (``source`` None) or convert ``source`` (reused)."""
+    if (folder / "SYNTH.json").exists() or (folder / "CONVERT.json").exists():
+        return
+    opts = FORMS[form][0]
+    t0 = time.perf_counter()
+    if source is None:
+        cmd = here.cli("synth", str(folder), "--requests", str(requests),
+                       "--shard-requests", str(SHARD_REQUESTS), "-q", *opts)  # fmt: skip
+    else:
+        cmd = here.cli("convert", str(source), str(folder), "-q", *opts)
+    subprocess.run(cmd, check=True, env=here.env())
+    print(f"wrote {form} ({folder.name}): {size_of(folder) / 2**30:.2f} GiB in "
+          f"{time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
+
+
+def bytes_per_position(here: Checkout, root: Path) -> dict[str, float]:
+    """Bytes per position of each form, from a 20-request sample."""
+    sample = root / "sample"
     out = {}
-    first = None
-    for name, (opts, _) in FORMS.items():
-        folder = root / name.replace(" ", "-").lower()
-        out[name] = folder
-        if (folder / "SYNTH.json").exists() or (folder / "CONVERT.json").exists():
-            first = first or folder
-            continue
-        t0 = time.perf_counter()
-        if first is None:
-            cmd = [*CLI, "synth", str(folder), "--requests", str(requests), "-q", *opts]
-            first = folder
-        else:
-            cmd = [*CLI, "convert", str(first), str(folder), "-q", *opts]
-        subprocess.run(cmd, check=True)
-        size = sum(p.stat().st_size for p in folder.iterdir())
-        print(f"wrote {name}: {size / 2**30:.2f} GiB in {time.perf_counter() - t0:.1f} s",
-              flush=True)  # fmt: skip
+    zstd = sample / "zstd"
+    build(here, zstd, "zstd Parquet", 20, None)
+    for form in FORMS:
+        folder = zstd if form == "zstd Parquet" else sample / form.split()[0].lower()
+        build(here, folder, form, 20, None if folder is zstd else zstd)
+        out[form] = size_of(folder) / (20 * POSITIONS_PER_REQUEST)
+    shutil.rmtree(sample)
     return out
 
 
-def bytes_per_position(root: Path) -> float:
-    """The largest bytes per position of the forms, from a 20-request sample."""
-    sample = root / "sample"
-    forms = write_forms(sample, 20)
-    worst = max(sum(p.stat().st_size for p in f.iterdir()) for f in forms.values())
-    shutil.rmtree(sample)
-    return worst / (20 * POSITIONS_PER_REQUEST)
+def measure(checkouts: list[Checkout], folder: Path, form: str, repeats: int,
+            scratch: Path) -> tuple[dict[str, Timed], float]:  # fmt: skip
+    """Requalify ``folder`` on every checkout (alternating) and polars alone on it."""
+    suffix, scan = FORMS[form][1], FORMS[form][2]
+    warm_pages(folder)
+    args = ["requalify", str(folder), *ARMS, "--out", str(scratch / "out"), "--force", "-q"]
+    best = {co.name: Timed() for co in checkouts}
+    for co in checkouts:
+        run(co.cli(*args), co.env())  # untimed: fills the hash cache
+    for _ in range(repeats):
+        for co in checkouts:
+            timed(co, args, best[co.name], scratch)
+    alone = min(polars_alone(folder, suffix, scan) for _ in range(repeats))
+    for co in checkouts:
+        b = best[co.name]
+        print(f"  {co.name}: requalify {b.wall:.2f} s ({b.wall / alone:.2f}× polars alone "
+              f"{alone:.2f} s), peak private {b.peak / 2**30:.2f} GiB", flush=True)  # fmt: skip
+    return best, alone
+
+
+def demo_warm(checkouts: list[Checkout], repeats: int, scratch: Path) -> dict[str, Timed]:
+    args = ["demo", "--out", str(scratch / "demo"), "--force", "-q"]
+    best = {co.name: Timed() for co in checkouts}
+    for co in checkouts:
+        run(co.cli(*args), co.env())
+    for _ in range(repeats):
+        for co in checkouts:
+            timed(co, args, best[co.name], scratch)
+    return best
+
+
+def before_checkout(rev: str, scratch: Path) -> Checkout:
+    """A worktree of ``rev`` with its own Numba cache, its kernels compiled (untimed)."""
+    root = scratch / "before"
+    subprocess.run(["git", "-C", str(HERE), "worktree", "add", "--detach", "-q", str(root), rev],
+                   check=True)  # fmt: skip
+    co = Checkout(f"before ({rev})", root, scratch / "numba-before")
+    print(f"warming {co.name}'s kernels ...", flush=True)
+    subprocess.run(co.cli("warmup", "-q"), check=True, env=co.env())
+    return co
+
+
+def verdict(value: float, target: float) -> str:
+    return "met" if value <= target else "not met"
+
+
+def report(checkouts: list[Checkout], rows: dict[str, tuple[dict[str, Timed], float]],
+           demo: dict[str, Timed], positions: int, repeats: int) -> None:  # fmt: skip
+    """Print the targets table and the stages table (Markdown, for docs/scale.md)."""
+    names = [co.name for co in checkouts]
+    print(f"\n{positions:,} positions, 3 arms, default options, {os.cpu_count()} cores, "
+          f"best of {repeats}:\n")  # fmt: skip
+    print("| run | " + " | ".join(names) + " | polars alone | target |")
+    print("|---|" + "---|" * len(names) + "---|---|")
+    last = names[-1]
+    for form, (best, alone) in rows.items():
+        label = f"{form}" if form != "small" else f"{SMALL_POSITIONS:,} positions, Arrow IPC"
+        cells = " | ".join(f"{best[n].wall:.2f} s ({best[n].wall / alone:.2f}×)" for n in names)
+        aims = []
+        if form in TARGET_S:
+            aims.append(f"≤ {TARGET_S[form]:.0f} s: {verdict(best[last].wall, TARGET_S[form])}")
+        if form in TARGET_VS_POLARS:
+            ratio = best[last].wall / alone
+            aims.append(f"≤ {TARGET_VS_POLARS[form]:.0f}× polars: "
+                        f"{verdict(ratio, TARGET_VS_POLARS[form])}")  # fmt: skip
+        print(f"| {label} | {cells} | {alone:.2f} s | {'; '.join(aims)} |")
+    peak = {n: max(best[n].peak for best, _ in rows.values()) for n in names}
+    print("| peak private memory | " + " | ".join(f"{peak[n] / 2**30:.2f} GiB" for n in names)
+          + f" | | ≤ 1.5 GiB: {verdict(peak[last], TARGET_PEAK)} |")  # fmt: skip
+    if demo:
+        print("| `specreplay demo`, warm | " + " | ".join(f"{demo[n].wall:.2f} s" for n in names)
+              + f" | | ≤ 8 s: {verdict(demo[last].wall, TARGET_DEMO)} |")  # fmt: skip
+    for form, (best, _) in rows.items():
+        stages = sorted({s for n in names for s in best[n].stages})
+        if not stages:
+            continue
+        print(f"\nStages, {form} (seconds; SPECREPLAY_TIMINGS):\n")
+        print("| stage | " + " | ".join(names) + " |")
+        print("|---|" + "---|" * len(names))
+        for s in stages:
+            cells = " | ".join(
+                f"{best[n].stages[s]:.2f}" if s in best[n].stages else "–" for n in names
+            )
+            print(f"| {s} | {cells} |")
 
 
 def main() -> None:
@@ -155,57 +277,60 @@ def main() -> None:
     ap.add_argument("--positions", type=int, default=10_240_000)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--keep", type=Path, help="folder for the archives, kept (reused if there)")
+    ap.add_argument("--before", metavar="REV", help="also time git revision REV, alternating")
+    ap.add_argument("--forms", default=",".join(FORMS), help="comma-separated subset of the forms")
+    ap.add_argument("--no-demo", action="store_true", help="skip the warm demo")
     args = ap.parse_args()
+    forms = [f.strip() for f in args.forms.split(",")]
+    unknown = set(forms) - set(FORMS)
+    if unknown:
+        raise SystemExit(f"--forms: unknown {sorted(unknown)}; choose from {list(FORMS)}")
     requests = max(1, args.positions // POSITIONS_PER_REQUEST)
     positions = requests * POSITIONS_PER_REQUEST
-    root = args.keep or Path(tempfile.mkdtemp(prefix="specreplay-scale-"))
+    scratch = Path(tempfile.mkdtemp(prefix="specreplay-scale-"))
+    root = args.keep or scratch / "archives"
     root.mkdir(parents=True, exist_ok=True)
+    here = Checkout("after", HERE, Path(os.environ.get("NUMBA_CACHE_DIR", scratch / "numba")))
+    checkouts = [here]
     try:
-        per = bytes_per_position(root)
-        need = per * positions * len(FORMS)
+        per = bytes_per_position(here, root)
+        biggest = max(per[f] for f in forms if f != "zstd Parquet") if len(forms) > 1 else 0.0
+        need = positions * (per["zstd Parquet"] + biggest) + SMALL_POSITIONS * per["Arrow IPC"]
         have = shutil.disk_usage(root).free
-        print(
-            f"{positions:,} positions: about {per * positions / 1e9:.1f} GB per form, "
-            f"{need / 1e9:.1f} GB for {len(FORMS)}; {have / 1e9:.1f} GB free in {root}"
-        )
-        already = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
-        if need - already > have:
+        sizes = ", ".join(f"{f} {per[f] * positions / 1e9:.1f} GB" for f in FORMS)
+        print(f"{positions:,} positions: {sizes}; this run needs about {need / 1e9:.1f} GB at "
+              f"once, {have / 1e9:.1f} GB free")  # fmt: skip
+        if need > have and args.keep is None:
             raise SystemExit("not enough free disk: use --positions or --keep on a larger disk")
-        forms = write_forms(root, requests)
-        tiny = root / "tiny"
-        if not tiny.exists():
-            subprocess.run([*CLI, "synth", str(tiny), "--requests", "20", "-q"], check=True)
-        run([*CLI, "requalify", str(tiny), *ARMS, "--out", str(root / "out"), "--force", "-q"])
-        rows = []
-        for name, folder in forms.items():
-            suffix = FORMS[name][1]
-            warm_pages(folder)
-            cmd = [*CLI, "requalify", str(folder), *ARMS, "--out", str(root / "out"), "--force",
-                   "-q"]  # fmt: skip
-            run(cmd)  # untimed: fills the hash cache
-            timed = [run(cmd) for _ in range(args.repeats)]
-            wall = min(t for t, _ in timed)
-            peak = max(m for _, m in timed)
-            alone = min(polars_alone(folder, suffix) for _ in range(args.repeats))
-            floor = min(mapped_floor(folder, suffix) for _ in range(args.repeats))
-            rows.append((name, wall, peak, alone, floor))
-            print(
-                f"{name}: requalify {wall:.1f} s, peak private {peak / 2**30:.2f} GiB, "
-                f"polars alone {alone:.1f} s, mapped floor {floor:.2f} s",
-                flush=True,
-            )
-        print(f"\n{positions:,} positions, 3 arms, analytic, {os.cpu_count()} cores "
-              f"(best of {args.repeats}):\n")  # fmt: skip
-        print("| form | requalify | ÷ polars alone | ÷ mapped floor | peak private |")
-        print("|---|---|---|---|---|")
-        for name, wall, peak, alone, floor in rows:
-            print(
-                f"| {name} | {wall:.1f} s | {wall / alone:.2f}× ({alone:.1f} s) | "
-                f"{wall / floor:.0f}× ({floor:.2f} s) | {peak / 2**30:.2f} GiB |"
-            )
-    finally:
+        if args.before:
+            checkouts = [before_checkout(args.before, scratch), here]
+        subprocess.run(here.cli("warmup", "-q"), check=True, env=here.env())
+        rows: dict[str, tuple[dict[str, Timed], float]] = {}
+        small_src = root / "small-zstd"
+        small = root / "small-ipc"
+        build(here, small_src, "zstd Parquet", SMALL_POSITIONS // POSITIONS_PER_REQUEST, None)
+        build(here, small, "Arrow IPC", 0, small_src)
+        print(f"{SMALL_POSITIONS:,} positions, Arrow IPC:", flush=True)
+        rows["small"] = measure(checkouts, small, "Arrow IPC", args.repeats, scratch)
         if args.keep is None:
-            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(small_src)
+            shutil.rmtree(small)
+        zstd = root / "zstd"
+        build(here, zstd, "zstd Parquet", requests, None)
+        for form in forms:
+            folder = zstd if form == "zstd Parquet" else root / form.split()[0].lower()
+            build(here, folder, form, requests, None if folder is zstd else zstd)
+            print(f"{positions:,} positions, {form}:", flush=True)
+            rows[form] = measure(checkouts, folder, form, args.repeats, scratch)
+            if args.keep is None and folder is not zstd:
+                shutil.rmtree(folder)
+        demo = {} if args.no_demo else demo_warm(checkouts, args.repeats, scratch)
+        report(checkouts, rows, demo, positions, args.repeats)
+    finally:
+        if args.before:
+            subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force",
+                            str(scratch / "before")], check=False)  # fmt: skip
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -12,14 +12,13 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from specreplay.commands.cliparse import CheckedGroup
-from specreplay.commands.progress import progress_bar as _progress
+from specreplay.commands.progress import Phases
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.options import (
     CHOICE,
@@ -418,17 +417,18 @@ def synth(
     with _user_errors("synth"):
         from specreplay.commands.synth import DEFAULT_FORM, run_synth
 
-        summary = run_synth(
-            out,
-            n_requests=requests,
-            rounds=rounds,
-            shard_requests=shard_requests,
-            seed=seed,
-            force=force,
-            progress=partial(_progress, quiet),
-            form=form.value if form is not None else DEFAULT_FORM,
-            compression=compression.value if compression is not None else None,
-        )
+        with Phases(quiet) as phases:
+            summary = run_synth(
+                out,
+                n_requests=requests,
+                rounds=rounds,
+                shard_requests=shard_requests,
+                seed=seed,
+                force=force,
+                progress=phases,
+                form=form.value if form is not None else DEFAULT_FORM,
+                compression=compression.value if compression is not None else None,
+            )
         typer.echo(summary)
 
 
@@ -459,17 +459,17 @@ def convert(
     with _user_errors("convert"):
         from specreplay.commands.convert import run_convert
 
-        typer.echo(
-            run_convert(
+        with Phases(quiet) as phases:
+            summary = run_convert(
                 archive,
                 out,
                 form=form.value,
                 compression=compression.value if compression is not None else None,
                 force=force,
-                progress=partial(_progress, quiet),
+                progress=phases,
                 ignore=tuple(ignore or ()),
             )
-        )
+        typer.echo(summary)
 
 
 @app.command()
@@ -511,9 +511,8 @@ def validate(
             hash_ids=hash_ids,
             ignore=ignore,
         )
-        ok, text = run_validate(
-            path, opts, out=out, force=force, progress=partial(_progress, quiet)
-        )
+        with Phases(quiet) as phases:
+            ok, text = run_validate(path, opts, out=out, force=force, progress=phases)
         if not ok:
             typer.echo(text, err=True)
             raise typer.Exit(code=2)
@@ -547,15 +546,16 @@ def demo(
     with _user_errors("demo"):
         from specreplay.commands.demo import run_demo
 
-        text = run_demo(
-            out,
-            n_requests=requests,
-            n_boot=n_boot,
-            seed=seed,
-            estimator=estimator,
-            force=force,
-            progress=partial(_progress, quiet),
-        )
+        with Phases(quiet) as phases:
+            text = run_demo(
+                out,
+                n_requests=requests,
+                n_boot=n_boot,
+                seed=seed,
+                estimator=estimator,
+                force=force,
+                progress=phases,
+            )
         typer.echo(text)
 
 
@@ -628,9 +628,8 @@ def interval(
         from specreplay.pipelines.options import IntervalOptions
 
         opts = IntervalOptions.build(**options_of(params))
-        text, code = run_interval(
-            a, b, opts, out=out, force=force, progress=partial(_progress, quiet)
-        )
+        with Phases(quiet) as phases:
+            text, code = run_interval(a, b, opts, out=out, force=force, progress=phases)
         typer.echo(text)
         if code:
             raise typer.Exit(code=code)
@@ -777,9 +776,10 @@ def requalify(
 
         opts = RequalifyOptions.build(**options_of(params))
         backend = _backend(scheduler, workers, cache)
-        text, code, result = run_requalify(
-            archive, opts, out=out, force=force, progress=partial(_progress, quiet), backend=backend
-        )
+        with Phases(quiet) as phases:
+            text, code, result = run_requalify(
+                archive, opts, out=out, force=force, progress=phases, backend=backend
+            )
         _echo(text, result.extra)
         if code:
             raise typer.Exit(code=code)
@@ -860,9 +860,10 @@ def sweep(
 
         opts = SweepOptions.build(**options_of(params))
         backend = _backend(scheduler, workers, cache)
-        text, result = run_sweep(
-            archive, opts, out=out, force=force, progress=partial(_progress, quiet), backend=backend
-        )
+        with Phases(quiet) as phases:
+            text, result = run_sweep(
+                archive, opts, out=out, force=force, progress=phases, backend=backend
+            )
         _echo(text, result.extra)
 
 
@@ -880,14 +881,15 @@ def warmup(quiet: QuietOpt = False) -> None:
         t0 = time.perf_counter()
         tmp = Path(tempfile.mkdtemp(prefix="specreplay-warmup-"))
         try:
-            run_demo(
-                tmp / "demo",
-                n_requests=8,
-                seed=0,
-                force=True,
-                n_boot=200,
-                progress=partial(_progress, quiet),
-            )
+            with Phases(quiet) as phases:
+                run_demo(
+                    tmp / "demo",
+                    n_requests=8,
+                    seed=0,
+                    force=True,
+                    n_boot=200,
+                    progress=phases,
+                )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         seconds = time.perf_counter() - t0

@@ -1,0 +1,91 @@
+"""Stage timers (specreplay.timing): totals, nesting, an exit-time write that destroys nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specreplay import timing
+
+
+def test_stage_adds_each_entry_and_nests(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter([10.0, 10.5, 11.0, 13.0, 20.0, 20.25])  # outer 10→13 holds inner 10.5→11
+
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(timing, "_totals", {})
+    with timing.stage("outer"), timing.stage("inner"):
+        pass
+    with timing.stage("inner"):
+        pass
+    assert timing.totals() == {"inner": 0.5 + 0.25, "outer": 3.0}
+
+
+def test_stage_counts_a_block_that_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter([1.0, 3.5])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(timing, "_totals", {})
+    with pytest.raises(ValueError), timing.stage("failing"):
+        raise ValueError
+    assert timing.totals() == {"failing": 2.5}
+
+
+_CHILD = (
+    "from specreplay.timing import stage\n"
+    "with stage('replay'):\n"
+    "    pass\n"
+    "with stage('plots'):\n"
+    "    pass\n"
+)
+
+
+def _child(target: str | None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop(timing.ENV, None)
+    if target is not None:
+        env[timing.ENV] = target
+    return subprocess.run(
+        [sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_exit_appends_one_json_line_and_keeps_what_was_there(tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    out.write_text("kept\n")
+    assert _child(str(out)).returncode == 0
+    assert _child(str(out)).returncode == 0
+    lines = out.read_text().splitlines()
+    assert lines[0] == "kept" and len(lines) == 3
+    for line in lines[1:]:
+        got = json.loads(line)
+        assert set(got) == {"replay", "plots"} and all(v >= 0 for v in got.values())
+
+
+def test_unset_writes_nothing(tmp_path: Path) -> None:
+    proc = _child(None)
+    assert proc.returncode == 0 and proc.stderr == "" and list(tmp_path.iterdir()) == []
+
+
+def test_a_symlink_is_not_followed(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (tmp_path / "link").symlink_to(victim)
+    proc = _child(str(tmp_path / "link"))
+    assert proc.returncode == 0 and "not written" in proc.stderr
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_fifo_is_left_alone(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    proc = _child(str(fifo))  # no reader: the open fails at once instead of blocking
+    assert proc.returncode == 0 and "not written" in proc.stderr
+
+
+def test_a_device_is_not_written(tmp_path: Path) -> None:
+    proc = _child("/dev/null")  # a character device: opened, checked, closed unwritten
+    assert proc.returncode == 0 and "not a regular file" in proc.stderr
