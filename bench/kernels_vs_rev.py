@@ -92,7 +92,9 @@ for name, fn in stages.items():
         fn()
         best = min(best, tick() - t0)
     rates[name] = n / best
-print(json.dumps({"threads": numba.get_num_threads(), "rates": rates}))
+import specreplay
+print(json.dumps({"threads": numba.get_num_threads(), "rates": rates,
+                  "package": specreplay.__file__}))
 """
 
 CHILD_DRIFT = """
@@ -119,6 +121,8 @@ for batch in ArchiveReader(Path(sys.argv[1])):
             if x is not None:
                 parts.setdefault(f"{est} {arm} {f}", []).append(np.asarray(x).ravel())
 np.savez(sys.argv[2], **{k: np.concatenate(v) for k, v in parts.items()})
+import specreplay
+print(specreplay.__file__)
 """
 
 
@@ -133,13 +137,18 @@ def export(rev: str, dest: Path) -> Path:
 
 
 def child(tree: Path, cache: Path, threads: int, code: str, *argv: str) -> str:
-    """Run ``code`` in a fresh process on ``tree``'s package with its own Numba cache."""
+    """Run ``code`` in a fresh process on ``tree``'s package with its own Numba cache.
+
+    The process starts in ``tree``: ``python -c`` puts its working folder first on the path,
+    ahead of ``PYTHONPATH``, so started elsewhere it could import another tree's package.
+    """
     env = {**os.environ, "PYTHONPATH": str(tree), "NUMBA_CACHE_DIR": str(cache)}
     if threads:
         env["NUMBA_NUM_THREADS"] = str(threads)
     out = subprocess.run(
-        [sys.executable, "-c", code, *argv], env=env, check=True, capture_output=True, text=True
-    )
+        [sys.executable, "-c", code, *argv],
+        env=env, cwd=tree, check=True, capture_output=True, text=True,
+    )  # fmt: skip
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -153,6 +162,8 @@ def speed(trees: dict[str, Path], caches: dict[str, Path], args: argparse.Namesp
     for _ in range(args.rounds):
         for name in trees:
             res = json.loads(child(trees[name], caches[name], args.threads, CHILD_SPEED, *argv))
+            if not res["package"].startswith(str(trees[name])):
+                sys.exit(f"{name}: the child imported {res['package']}, not {trees[name]}")
             threads = res["threads"]
             for stage, rate in res["rates"].items():
                 best[name][stage] = max(best[name].get(stage, 0.0), rate)

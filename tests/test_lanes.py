@@ -25,7 +25,7 @@ from specreplay.replay.estimators.analytic import analytic_rounds, dyadic_neares
 from specreplay.replay.estimators.importance import importance_rounds
 from specreplay.sim.accept import accept_prob, accept_probs, alpha_row
 from specreplay.sim.arms import Policy, Quant
-from specreplay.sim.lanes import lane_sum, lane_sum_reference
+from specreplay.sim.lanes import lane_max, lane_sum, lane_sum_reference
 from specreplay.sim.policy import policy_law_of
 
 RNG_SEED = 20261213
@@ -71,6 +71,24 @@ def test_lane_sum_is_its_python_twin() -> None:
     # the check can see the order: a left-to-right sum differs from lane order on many rows
     # (planted sequential sum → caught)
     assert sum(g != _seq_sum(x.tolist()) for g, x in zip(got, rows, strict=True)) > len(rows) // 4
+
+
+@njit(cache=True)
+def _lane_max(x: NDArray[np.float64], init: float) -> float:
+    return lane_max(x, x.shape[0], init)
+
+
+def test_lane_max_is_the_maximum() -> None:
+    # a maximum is exact in any order: every lane and the last, partial round must be seen
+    rng = np.random.default_rng(RNG_SEED + 2)
+    for n in range(71):
+        x = np.where(rng.random(n) < 0.2, -np.inf, rng.standard_normal(n))
+        for k in range(n):  # the maximum at every position in turn (a lane left out shows)
+            y = x.copy()
+            y[k] = 10.0
+            assert _lane_max(y, -np.inf) == 10.0
+        assert _lane_max(x, -np.inf) == (x.max() if n else -np.inf)
+        assert _lane_max(x, 5.0) == 5.0  # the initial value takes part
 
 
 def test_lane_order_by_hand() -> None:

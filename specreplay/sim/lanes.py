@@ -1,13 +1,14 @@
 """Sums in a fixed order that the compiler can still vectorise: eight lanes, one fixed tree.
 
 Without fast-math reassociation LLVM must add a loop's terms one after the other, so a sum over
-a row's candidates runs at one add per four cycles and blocks vectorising the loop around it;
+a row's candidates waits one add latency per term and keeps the loop around it from vectorising;
 with reassociation it may reorder them however it likes, and a freshly compiled kernel summed in
 another order than the same kernel loaded from Numba's cache (``tests/test_jit_determinism.py``).
 Here the order is written out instead: the terms go round-robin into eight independent
-accumulators, which LLVM packs into SIMD registers without reassociating anything (the lanes are
-already independent), and the lanes are combined in one fixed tree. The result is a function of
-the terms alone, whatever the compiler, the vector width, the thread or the process.
+accumulators, eight dependency chains the core runs side by side (LLVM may also pack them into
+SIMD registers: nothing is reassociated, the lanes are independent already), and the lanes are
+combined in one fixed tree. The result is a function of the terms alone, whatever the compiler,
+the vector width, the thread or the process.
 
 Terms
 -----
@@ -30,7 +31,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
-__all__ = ["LANES", "lane_sum", "lane_sum_reference", "lane_tree"]
+__all__ = ["LANES", "lane_max", "lane_sum", "lane_sum_reference", "lane_tree"]
 
 LANES = 8
 
@@ -77,6 +78,29 @@ def lane_sum(x: NDArray[np.float64], n: int) -> float:
     if k > 6:
         s6 += x[n8 + 6]
     return lane_tree(s0, s1, s2, s3, s4, s5, s6, s7)
+
+
+@njit(inline="always", fastmath=_FM, cache=True)
+def lane_max(x: NDArray[np.float64], n: int, init: float) -> float:
+    """Return max(init, x[:n]) over eight lanes (exact in any order: the lanes are for speed).
+
+    LLVM does not vectorise a floating-point maximum over a loop even with no-NaN fast-math, so
+    a plain loop waits one compare per element; eight lanes run side by side. No NaN in ``x``.
+    """
+    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = init
+    n8 = n - n % LANES
+    for i in range(0, n8, LANES):
+        m0 = max(m0, x[i])
+        m1 = max(m1, x[i + 1])
+        m2 = max(m2, x[i + 2])
+        m3 = max(m3, x[i + 3])
+        m4 = max(m4, x[i + 4])
+        m5 = max(m5, x[i + 5])
+        m6 = max(m6, x[i + 6])
+        m7 = max(m7, x[i + 7])
+    for i in range(n8, n):
+        m0 = max(m0, x[i])
+    return max(max(max(m0, m4), max(m2, m6)), max(max(m1, m5), max(m3, m7)))
 
 
 def lane_sum_reference(x: Sequence[float] | NDArray[np.float64]) -> float:

@@ -30,8 +30,8 @@ Decisions
 - Order: candidates are ranked by decreasing scaled logit ``lp / T`` (= decreasing probability),
   ties to the lower index (a stable sort); top-k keeps the first K, top-p walks the same order over
   the top-k law, summing ``w_i / S_k`` until the cumulative mass reaches P (at least one kept).
-  Sums over kept candidates run in index order. The test file's reference repeats these steps in
-  pure Python, so kept sets agree exactly and values to the last few ulps.
+  Sums over a row run in lane order (:mod:`specreplay.sim.lanes`; dropped candidates add 0). The
+  test file's reference repeats these steps in pure Python, so kept sets and values agree exactly.
 - float16 is a direct round-to-nearest-even of the float64 value (numpy's ``np.float16(x)``);
   bfloat16 is float64 → float32 (nearest even) → bfloat16 (nearest even on the float32 bit pattern,
   the way PyTorch converts), which can differ from a direct rounding in rare double-rounding ties.
@@ -71,7 +71,7 @@ from numba.extending import intrinsic
 from numpy.typing import NDArray
 
 from specreplay.sim.arms import Arm, Policy, Quant
-from specreplay.sim.lanes import lane_sum
+from specreplay.sim.lanes import lane_max, lane_sum
 
 __all__ = [
     "FLAG_K_EXCEEDS",
@@ -134,7 +134,8 @@ _BF16_MANT, _BF16_EMIN = 7, -126
 
 # Fast-math flags of the policy kernel: no-NaN and no-signed-zero (log-probabilities are never
 # NaN; −inf is allowed, so no "ninf"). No reassociation: it made a freshly compiled kernel and a
-# cached one disagree in the last bits (specreplay/replay/estimators/analytic.py).
+# cached one disagree in the last bits (specreplay/replay/estimators/analytic.py); the sums run
+# in lane order instead (specreplay/sim/lanes.py).
 _FM = {"nsz", "nnan"}
 
 _LOG2E = 1.4426950408889634
@@ -270,9 +271,7 @@ def policy_row(
     flag = 0
     if not greedy and top_k > n:
         flag |= FLAG_K_EXCEEDS
-    mx = -np.inf
-    for j in range(n):
-        mx = max(mx, lp[j])
+    mx = lane_max(lp, n, -np.inf)
     if mx == -np.inf:
         out_q[:] = 0.0
         out_q[0] = 1.0

@@ -18,21 +18,27 @@ fractional parts straddling the cut) or where the search does not settle falls b
 :func:`~specreplay.sim.policy.quantize_row`, the reference quantizer, so the integers are always
 exactly those of :func:`~specreplay.sim.policy.quantize`. α is then Σ_i min(m_i·2^−N, p_i), which
 is q^s·a for a matched arm (q^s(x)·min(1, p/q^s) = min(q^s, p)). Every other arm (float kinds,
-floor-argmax, mismatched verifiers) quantizes the row with the reference quantizer into scratch.
+floor-argmax, mismatched verifiers) quantizes the row with the reference quantizer into scratch
+and forms α with :func:`~specreplay.sim.accept.alpha_row`.
 
 No ``fastmath`` reassociation: with it, a process that had just compiled the kernel summed α in
 another order than one that loaded it from the Numba cache (last-bit differences; see
-``tests/test_jit_determinism.py``). Each row's arithmetic depends on that row alone, so results are
-bit-identical whatever the thread count, batch size, process or machine.
+``tests/test_jit_determinism.py``). Every sum over a row's candidates runs in lane order instead
+(:mod:`specreplay.sim.lanes`: eight accumulators, one fixed tree): the floors and the terms are
+written into row scratch by element-wise loops, which LLVM vectorises, and summed eight chains
+wide in an order the compiler may not change. Each row's arithmetic depends on that row alone, so
+results are bit-identical whatever the thread count, batch size, process or machine.
 
-Speed (``bench/replay_speed.py``, 2 cores, rows of 32 candidates): about 21 M positions/s for
-``dyadic24``, against 57 M/s for a pass that only reads q and p. Per row and thread, in cache:
-the floors and the α pass take ~40 ns, the threshold search ~50 ns (one eight-threshold count
-settles 56% of rows, a second or a "largest below" pass most of the rest). Tried and measured
-slower or no better: bisection with a fixed number of steps, the search on int16 keys of the
-fractional parts (cheaper counts, same control flow), branch-free guesses verified afterwards,
-blocks of rows processed phase by phase, rows transposed across SIMD lanes, δ-corrections
-precomputed in the first pass, software prefetch.
+Speed (``bench/kernels_vs_rev.py``, rows of 32 candidates, 1M positions, one thread, CPU time on
+a loaded 2-core machine): 8.4 M positions/s for ``dyadic24`` against 2.5 M/s for the running
+sums before issue 13 (3.3×), 7.0 against 4.3 for a float64 arm (1.6×). The threshold search
+(one eight-threshold count settles 56% of rows, a second or a "largest below" pass most of the
+rest) is what separates the stage from a pass that only reads q and p. Tried and measured slower
+or no better: bisection with a fixed number of steps, the search on int16 keys of the fractional
+parts (cheaper counts, same control flow), branch-free guesses verified afterwards, blocks of rows
+processed phase by phase, rows transposed across SIMD lanes, δ-corrections precomputed in the
+first pass, software prefetch; for the sums, eight lanes unrolled by hand without scratch (LLVM
+does not pack them into SIMD registers, and the accept probability's selects then stay scalar).
 """
 
 from __future__ import annotations
