@@ -3,8 +3,9 @@
 The reference of every case is independent of the kernel under test: the quantized laws come from
 ``ref_dyadic`` (exact rational arithmetic) and ``ref_cast`` of tests/test_arms.py, α, the
 survival products and the off-path expectations are summed here in plain Python. Tolerances:
-the kernel may reassociate a row's sum of ≤ 41 terms in [0, 1], so values agree to a few ulps of
-sums ≤ 6 (rtol 1e-12 leaves a wide margin over the ~1e-15 reassociation error).
+the kernel sums a row's ≤ 41 terms in [0, 1] in lane order, the reference with ``math.fsum``
+(correctly rounded), so values agree to a few ulps of sums ≤ 6 (rtol 1e-12 leaves a wide margin
+over the ~1e-15 of a sum's order); tests/test_lanes.py checks the lane order itself to the bit.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
 from specreplay.sim.arms import Arm, Policy, Quant, canonical, parse_arm
+from specreplay.sim.lanes import lane_sum_reference
 from specreplay.sim.policy import (
     FLAG_K_EXCEEDS,
     FLAG_NO_SUPPORT,
@@ -44,10 +45,6 @@ from specreplay.sim.policy import (
     quantize_law,
 )
 
-# The kernel's sums are vectorised (another order than the reference's). A sum of n ≤ 41
-# non-negative terms in any order is within 40u of the exact sum (u = 2^-53), so the two orders
-# differ by ≤ 80u relative, and the law w/s (two correctly rounded divisions) by ≤ 82u.
-POLICY_RTOL = 82 * 2.0**-53
 SETTINGS = settings(deadline=None, derandomize=True, database=None, max_examples=150)
 NEG_INF = -math.inf
 
@@ -58,14 +55,6 @@ NEG_INF = -math.inf
 # ================================================================================================
 
 
-def seq_sum(xs: list[float]) -> float:
-    """Left-to-right float sum (the built-in ``sum`` is compensated since Python 3.12)."""
-    s = 0.0
-    for x in xs:
-        s += x
-    return s
-
-
 def ref_policy(
     lp: list[float], greedy: bool, top_k: int | None, t: float, p: float
 ) -> tuple[list[float], int]:
@@ -73,9 +62,10 @@ def ref_policy(
 
     Same order of operations as docs/methods.md#arms-policy-and-quantizers spells out: temperature,
     top-k, then top-p walking the candidates by decreasing ``lp / T`` (ties to the lower index) and
-    summing ``w_i / S_k``; sums over kept candidates in index order. The kernel's exp
-    (``exp_reference``, the same IEEE operations in Python; its accuracy against math.exp is tested
-    on its own below), so only the order of the kernel's vectorised sums differs from this one.
+    summing ``w_i / S_k``; sums over the row (dropped candidates as 0) in the kernels' lane order
+    (``lane_sum_reference``). The kernel's exp (``exp_reference``, the same IEEE operations in
+    Python; its accuracy against math.exp is tested on its own below): the same operations in the
+    same order, so the law is the kernel's to the bit.
     """
     n = len(lp)
     flag = FLAG_K_EXCEEDS if (not greedy and top_k is not None and top_k > n) else 0
@@ -90,7 +80,8 @@ def ref_policy(
     order = sorted(range(n), key=lambda i: (-x[i], i))
     kept = order[: n if top_k is None else min(top_k, n)]
     if p < 1.0:
-        s_k = seq_sum([w[i] for i in sorted(kept)])
+        top = set(kept)
+        s_k = lane_sum_reference([w[i] if i in top else 0.0 for i in range(n)])
         cum, chosen = 0.0, []
         for i in kept:
             cum += w[i] / s_k
@@ -99,7 +90,7 @@ def ref_policy(
                 break
         kept = chosen
     keep = set(kept)
-    s = seq_sum([w[i] for i in range(n) if i in keep])
+    s = lane_sum_reference([w[i] if i in keep else 0.0 for i in range(n)])
     return [w[i] / s if i in keep else 0.0 for i in range(n)], flag
 
 
@@ -115,7 +106,7 @@ def ref_cast(q: list[float], kind: str) -> list[float]:
         bits = a.astype(np.float32).view(np.uint32).astype(np.uint64)
         top = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
         a = top.astype(np.uint32).view(np.float32).astype(np.float64)
-    s = seq_sum(a.tolist())
+    s = lane_sum_reference(a.tolist())
     return [v / s if s > 0 else 0.0 for v in a.tolist()]
 
 
@@ -220,8 +211,7 @@ def test_policy_law_matches_reference_on_grid() -> None:
             where = f"{pol} row {i}"
             assert law.flag[i] == flag, where
             assert [v > 0 for v in got] == [v > 0 for v in want], where  # kept sets: exact
-            # same operations, the sums in another order: within POLICY_RTOL
-            np.testing.assert_allclose(got, want, rtol=POLICY_RTOL, atol=0, err_msg=where)
+            assert got == want, where  # same operations in the same order: exact
             assert abs(math.fsum(got) - 1.0) < 1e-14, where
 
 
@@ -344,7 +334,7 @@ def test_policy_law_matches_reference_hypothesis(
         want, want_flag = ref_policy(lp, pol.greedy, pol.top_k, pol.temperature, pol.top_p)
         assert flag == want_flag
         assert [v > 0 for v in q] == [v > 0 for v in want]
-        np.testing.assert_allclose(q, want, rtol=POLICY_RTOL, atol=0)
+        assert q == want  # same operations in the same order: exact
         assert all(v >= 0 for v in q) and abs(math.fsum(q) - 1.0) < 1e-14
         if top_k is not None and not greedy:
             assert sum(v > 0 for v in q) <= top_k

@@ -4,18 +4,29 @@ With ``fastmath`` reassociation the analytic kernel of a dyadic arm gave sums th
 the last bits between the run that compiled it and the runs that loaded it from the cache (1,697
 of the values below, by up to 1.8e-15): a user's first run would not reproduce. The kernels now
 compile without ``reassoc`` (``specreplay/replay/estimators/analytic.py``, ``sim/policy.py``,
-``stats/bootstrap.py``). Each side runs in a fresh process on a fresh cache folder: the first
-compiles, the second loads.
+``stats/bootstrap.py``) and sum rows in a fixed lane order (``specreplay/sim/lanes.py``) that the
+compiler may vectorise but not reorder. Each side runs in a fresh process on a fresh cache folder:
+the first compiles, the second loads.
+
+Whether reassociation shows as a cold/warm difference depends on LLVM's choices: on this machine
+in December 2026 (numba 0.68.1) the comparison below passed with ``reassoc`` put back, both on
+the code before lane order and after. So :func:`test_no_kernel_reassociates` checks the flags of
+every kernel directly, and ``tests/test_lanes.py`` checks each kernel's sums against their Python
+twin to the bit (a reassociating build fails it).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+from numba.core.dispatcher import Dispatcher
+
+import specreplay
 
 SCRIPT = """
 import sys
@@ -29,11 +40,18 @@ from specreplay.sim.policy import LawCache
 batch = next(iter(ArchiveReader(Path(sys.argv[1]))))
 out = []
 for arm in ("top32:t0.7:dyadic24@5", "top16:t1.3:dyadic8@5"):
+    cache = LawCache(batch.offsets, batch.draft_logprobs)
     v = get_estimator("analytic").rounds(
-        batch, parse_arm(arm), LawCache(batch.offsets, batch.draft_logprobs), seed=0,
-        replicates=1, max_depth=5, logging=None,
+        batch, parse_arm(arm), cache, seed=0, replicates=1, max_depth=5, logging=None,
     )
     out += [v.t.ravel(), v.var.ravel(), v.surv.ravel(), v.offpath.ravel()]
+    out.append(cache.policy(parse_arm(arm).policy).q)  # the policy law's lane-order sums
+# the importance kernel's lane-order second moments (the archive holds emitted_q)
+v = get_estimator("importance").rounds(
+    batch, parse_arm("top32:t0.7@5"), LawCache(batch.offsets, batch.draft_logprobs), seed=0,
+    replicates=1, max_depth=5, logging=None,
+)
+out += [v.t.ravel(), v.surv.ravel(), v.ratio.ravel(), v.bound.ravel(), v.moment.ravel()]
 np.save(sys.argv[2], np.concatenate(out))
 """
 
@@ -49,3 +67,29 @@ def test_compiled_and_cached_kernels_agree(small_archive: Path, tmp_path: Path) 
     assert any((tmp_path / "numba").rglob("*.nbi"))  # the second run had a cache to load
     assert runs[0].shape == runs[1].shape and runs[0].size > 1000
     np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def _kernel_modules() -> list[str]:
+    """Every module of the package whose source defines a Numba kernel."""
+    root = Path(specreplay.__file__).parent
+    names = []
+    for path in sorted(root.rglob("*.py")):
+        if "@njit" in path.read_text(encoding="utf-8"):
+            parts = path.relative_to(root).with_suffix("").parts
+            names.append(".".join(["specreplay", *(p for p in parts if p != "__init__")]))
+    return names
+
+
+def test_no_kernel_reassociates() -> None:
+    """No kernel compiles with fast-math reassociation (``fastmath=True`` includes it)."""
+    kernels, found = 0, []
+    for name in _kernel_modules():
+        for attr, obj in vars(importlib.import_module(name)).items():
+            if isinstance(obj, Dispatcher) and obj.__module__ == name:
+                kernels += 1
+                fm = obj.targetoptions.get("fastmath")
+                flags = {"fast"} if fm is True else set(fm or ())
+                if flags & {"fast", "reassoc"}:
+                    found.append(f"{name}.{attr}: fastmath={fm!r}")
+    assert kernels > 50  # the walk saw the kernels (a broken walk would pass vacuously)
+    assert found == []

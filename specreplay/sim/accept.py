@@ -8,7 +8,7 @@ when p(x) = 0); the position's acceptance is α = Σ_x q^s(x)·a(x). A round's a
 j positions is :data:`ROUND_START` advanced j times by :func:`advance`. These are the one
 implementation shared by the replay estimators and the law tests.
 
-This module depends on NumPy and Numba only.
+This module depends on NumPy, Numba and :mod:`specreplay.sim.lanes` only.
 """
 
 from __future__ import annotations
@@ -17,17 +17,22 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from specreplay.sim.lanes import lane_sum
+
 __all__ = ["ROUND_START", "accept_prob", "accept_probs", "advance", "alpha_row"]
 
 
 @njit(inline="always", cache=True)
 def accept_prob(qv: float, p: float) -> float:
-    """a(x) = P(v·q^v(x) < p(x)) for v ~ U[0, 1)."""
-    if p <= 0.0:
-        return 0.0
-    if qv <= p:
-        return 1.0
-    return p / qv
+    """a(x) = P(v·q^v(x) < p(x)) for v ~ U[0, 1): 0 where p = 0, 1 where q^v ≤ p, else p/q^v.
+
+    Written as selects, so that a loop over candidates vectorises: the quotient is formed first
+    (inf where q^v = 0) and clamped to 1; since rounding is monotone, p/q^v rounds to ≥ 1 exactly
+    when q^v ≤ p, so the value is the branchy definition's to the bit.
+    """
+    r = p / qv if qv > 0.0 else np.inf  # the guard lets the compiler drop Numba's zero check
+    a = r if r < 1.0 else 1.0
+    return a if p > 0.0 else 0.0
 
 
 @njit(cache=True)
@@ -41,17 +46,24 @@ def accept_probs(qv: NDArray[np.float64], p: NDArray[np.float64]) -> NDArray[np.
 
 @njit(inline="always", cache=True)
 def alpha_row(
-    qs: NDArray[np.float64], qv: NDArray[np.float64], p: NDArray[np.float64], dr: int
+    qs: NDArray[np.float64],
+    qv: NDArray[np.float64],
+    p: NDArray[np.float64],
+    dr: int,
+    terms: NDArray[np.float64],
 ) -> tuple[float, float]:
-    """α = Σ_x q^s(x)·a(x) over one row's slices, and the drafted candidate's term (0 if dr < 0)."""
-    alpha = 0.0
-    a_dr = 0.0
-    for i in range(qs.shape[0]):
-        ai = qs[i] * accept_prob(qv[i], p[i])
-        alpha += ai
-        if i == dr:
-            a_dr = ai
-    return alpha, a_dr
+    """α = Σ_x q^s(x)·a(x) over one row's slices, and the drafted candidate's term (0 if dr < 0).
+
+    ``terms`` is scratch of the row's length at least: the terms q^s(x)·a(x) are written there
+    (an element-wise loop, which vectorises) and summed in lane order
+    (:func:`~specreplay.sim.lanes.lane_sum`), so α is the same in every process while the
+    compiler still runs the sum eight lanes wide.
+    """
+    n = qs.shape[0]
+    for i in range(n):
+        terms[i] = qs[i] * accept_prob(qv[i], p[i])
+    a_dr = terms[dr] if 0 <= dr < n else 0.0
+    return lane_sum(terms, n), a_dr
 
 
 # Analytic state of a round after j positions: (P(A ≥ j), P(reach j + 1 on the archived path),

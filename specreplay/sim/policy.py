@@ -30,8 +30,8 @@ Decisions
 - Order: candidates are ranked by decreasing scaled logit ``lp / T`` (= decreasing probability),
   ties to the lower index (a stable sort); top-k keeps the first K, top-p walks the same order over
   the top-k law, summing ``w_i / S_k`` until the cumulative mass reaches P (at least one kept).
-  Sums over kept candidates run in index order. The test file's reference repeats these steps in
-  pure Python, so kept sets agree exactly and values to the last few ulps.
+  Sums over a row run in lane order (:mod:`specreplay.sim.lanes`; dropped candidates add 0). The
+  test file's reference repeats these steps in pure Python, so kept sets and values agree exactly.
 - float16 is a direct round-to-nearest-even of the float64 value (numpy's ``np.float16(x)``);
   bfloat16 is float64 → float32 (nearest even) → bfloat16 (nearest even on the float32 bit pattern,
   the way PyTorch converts), which can differ from a direct rounding in rare double-rounding ties.
@@ -71,6 +71,7 @@ from numba.extending import intrinsic
 from numpy.typing import NDArray
 
 from specreplay.sim.arms import Arm, Policy, Quant
+from specreplay.sim.lanes import lane_max, lane_sum
 
 __all__ = [
     "FLAG_K_EXCEEDS",
@@ -133,7 +134,8 @@ _BF16_MANT, _BF16_EMIN = 7, -126
 
 # Fast-math flags of the policy kernel: no-NaN and no-signed-zero (log-probabilities are never
 # NaN; −inf is allowed, so no "ninf"). No reassociation: it made a freshly compiled kernel and a
-# cached one disagree in the last bits (specreplay/replay/estimators/analytic.py).
+# cached one disagree in the last bits (specreplay/replay/estimators/analytic.py); the sums run
+# in lane order instead (specreplay/sim/lanes.py).
 _FM = {"nsz", "nnan"}
 
 _LOG2E = 1.4426950408889634
@@ -269,9 +271,7 @@ def policy_row(
     flag = 0
     if not greedy and top_k > n:
         flag |= FLAG_K_EXCEEDS
-    mx = -np.inf
-    for j in range(n):
-        mx = max(mx, lp[j])
+    mx = lane_max(lp, n, -np.inf)
     if mx == -np.inf:
         out_q[:] = 0.0
         out_q[0] = 1.0
@@ -299,9 +299,7 @@ def policy_row(
         for r in range(k, n):  # top-k: the K largest scaled logits
             out_q[order[r]] = 0.0
         if top_p < 1.0:  # top-p on the top-k law: until the cumulative mass reaches P
-            s_k = 0.0
-            for j in range(n):
-                s_k += out_q[j]
+            s_k = lane_sum(out_q, n)
             cum = 0.0
             kept = 0
             while kept < k:
@@ -311,9 +309,7 @@ def policy_row(
                     break
             for r in range(kept, k):
                 out_q[order[r]] = 0.0
-    s = 0.0
-    for j in range(n):
-        s += out_q[j]
+    s = lane_sum(out_q, n)
     for j in range(n):
         out_q[j] = out_q[j] / s
     return flag
@@ -397,20 +393,21 @@ def quantize_row(
     if n == 0:
         return True
     if kind != KIND_DYADIC:
-        s = 0.0
-        for j in range(lo, hi):
-            out_m[j] = 0
-            x = q[j]
+        qq = q[lo:hi]  # slices indexed from 0: the loops vectorise (see policy_row)
+        oq = out_q[lo:hi]
+        out_m[lo:hi] = 0
+        for j in range(n):
+            x = qq[j]
             if kind == KIND_FLOAT32:
                 x = float(np.float32(x))
             elif kind == KIND_BFLOAT16:
                 x = _round_significand(float(np.float32(x)), _BF16_MANT, _BF16_EMIN)
             elif kind == KIND_FLOAT16:
                 x = _round_significand(x, _F16_MANT, _F16_EMIN)
-            out_q[j] = x  # a value cast to 0 leaves the support
-            s += x
-        for j in range(lo, hi):
-            out_q[j] = out_q[j] / s if s > 0.0 else 0.0
+            oq[j] = x  # a value cast to 0 leaves the support
+        s = lane_sum(oq, n)
+        for j in range(n):
+            oq[j] = oq[j] / s if s > 0.0 else 0.0
         return True
     # dyadicN: m_i = ⌊q_i·2^N⌋ (ldexp scales exactly, also for subnormal q_i), r = 2^N − Σ m_i
     total = np.int64(1) << bits

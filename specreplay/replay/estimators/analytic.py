@@ -18,21 +18,27 @@ fractional parts straddling the cut) or where the search does not settle falls b
 :func:`~specreplay.sim.policy.quantize_row`, the reference quantizer, so the integers are always
 exactly those of :func:`~specreplay.sim.policy.quantize`. α is then Σ_i min(m_i·2^−N, p_i), which
 is q^s·a for a matched arm (q^s(x)·min(1, p/q^s) = min(q^s, p)). Every other arm (float kinds,
-floor-argmax, mismatched verifiers) quantizes the row with the reference quantizer into scratch.
+floor-argmax, mismatched verifiers) quantizes the row with the reference quantizer into scratch
+and forms α with :func:`~specreplay.sim.accept.alpha_row`.
 
 No ``fastmath`` reassociation: with it, a process that had just compiled the kernel summed α in
 another order than one that loaded it from the Numba cache (last-bit differences; see
-``tests/test_jit_determinism.py``). Each row's arithmetic depends on that row alone, so results are
-bit-identical whatever the thread count, batch size, process or machine.
+``tests/test_jit_determinism.py``). Every sum over a row's candidates runs in lane order instead
+(:mod:`specreplay.sim.lanes`: eight accumulators, one fixed tree): the floors and the terms are
+written into row scratch by element-wise loops, which LLVM vectorises, and summed eight chains
+wide in an order the compiler may not change. Each row's arithmetic depends on that row alone, so
+results are bit-identical whatever the thread count, batch size, process or machine.
 
-Speed (``bench/replay_speed.py``, 2 cores, rows of 32 candidates): about 21 M positions/s for
-``dyadic24``, against 57 M/s for a pass that only reads q and p. Per row and thread, in cache:
-the floors and the α pass take ~40 ns, the threshold search ~50 ns (one eight-threshold count
-settles 56% of rows, a second or a "largest below" pass most of the rest). Tried and measured
-slower or no better: bisection with a fixed number of steps, the search on int16 keys of the
-fractional parts (cheaper counts, same control flow), branch-free guesses verified afterwards,
-blocks of rows processed phase by phase, rows transposed across SIMD lanes, δ-corrections
-precomputed in the first pass, software prefetch.
+Speed (``bench/kernels_vs_rev.py``, rows of 32 candidates, 1M positions, one thread, CPU time on
+a loaded 2-core machine): 8.4 M positions/s for ``dyadic24`` against 2.5 M/s for the running
+sums before issue 13 (3.3×), 7.0 against 4.3 for a float64 arm (1.6×). The threshold search
+(one eight-threshold count settles 56% of rows, a second or a "largest below" pass most of the
+rest) is what separates the stage from a pass that only reads q and p. Tried and measured slower
+or no better: bisection with a fixed number of steps, the search on int16 keys of the fractional
+parts (cheaper counts, same control flow), branch-free guesses verified afterwards, blocks of rows
+processed phase by phase, rows transposed across SIMD lanes, δ-corrections precomputed in the
+first pass, software prefetch; for the sums, eight lanes unrolled by hand without scratch (LLVM
+does not pack them into SIMD registers, and the accept probability's selects then stay scalar).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from specreplay.replay.archive.batch import RoundBatch
 from specreplay.replay.estimators.base import Estimator, RoundValues
 from specreplay.sim.accept import ROUND_START, advance, alpha_row
 from specreplay.sim.arms import Arm, Quant
+from specreplay.sim.lanes import lane_sum
 from specreplay.sim.policy import (
     HIST_BINS,
     KIND_CODES,
@@ -139,27 +146,27 @@ def _nearest_threshold(frac: NDArray[np.float64], n: int, u: int, n_support: int
 
 @njit(inline="always", fastmath=_FM, cache=True)
 def _nearest_cut(
-    q: NDArray[np.float64], bits: int, frac: NDArray[np.float64]
+    q: NDArray[np.float64], bits: int, frac: NDArray[np.float64], fl: NDArray[np.float64]
 ) -> tuple[float, float, float, float]:
     """Return the dyadic-nearest cut of a row: (2^N, r, units, t); t < 0: fall back.
 
-    Writes each candidate's fractional part F_i of q_i·2^N into ``frac`` (−1 outside the
-    support: never a unit); r = 2^N − Σ⌊q_i·2^N⌋ units to hand out, ``units`` of them to the
-    candidates with F_i ≥ t (the support's size at most), the rest to the argmax.
+    Writes each candidate's floor ⌊q_i·2^N⌋ into ``fl`` and its fractional part F_i of q_i·2^N
+    into ``frac`` (−1 outside the support: never a unit); r = 2^N − Σ⌊q_i·2^N⌋ units to hand
+    out, ``units`` of them to the candidates with F_i ≥ t (the support's size at most), the rest
+    to the argmax.
     """
     n = q.shape[0]
     scale = float(np.int64(1) << bits)
-    sum_floor = 0.0
     n_support = 0
-    for i in range(n):
+    for i in range(n):  # element-wise: vectorises
         x = q[i]
         v = x * scale  # exact: a power-of-two scaling
-        fl = np.floor(v)
+        f = np.floor(v)
         pos = x > 0.0
-        frac[i] = (v - fl) if pos else -1.0  # candidates outside the support never get a unit
-        sum_floor += fl  # integers below 2^53: exact in any order
+        fl[i] = f
+        frac[i] = (v - f) if pos else -1.0  # candidates outside the support never get a unit
         n_support += pos
-    r = scale - sum_floor
+    r = scale - lane_sum(fl, n)  # integers below 2^53: exact in any order
     units = min(r, float(n_support)) if r > 0.0 else 0.0
     t = 2.0  # above every fractional part: no unit
     if units > 0.0:
@@ -174,28 +181,30 @@ def _alpha_dyadic_nearest(
     bits: int,
     dr: int,
     frac: NDArray[np.float64],
+    fl: NDArray[np.float64],
 ) -> tuple[float, float, float, bool]:
     """α, the drafted candidate's term and q^s there, of a matched dyadic-nearest row.
 
-    Returns (α, min(q^s, p) at ``dr``, q^s at ``dr``, ok); ok False → fall back.
+    Returns (α, min(q^s, p) at ``dr``, q^s at ``dr``, ok); ok False → fall back. ``frac`` and
+    ``fl`` are scratch of the row's length; α = Σ_i min(m_i·2^−N, p_i) is summed in lane order
+    (:mod:`specreplay.sim.lanes`), then the argmax's share of units beyond the support is added.
 
     ``q`` and ``p`` are the row's slices: indices from 0 let LLVM vectorise the loops (an offset
     index goes through Numba's negative-index wraparound, which blocks it).
     """
     n = q.shape[0]
-    scale, r, units, t = _nearest_cut(q, bits, frac)
+    scale, r, units, t = _nearest_cut(q, bits, frac, fl)
     if t < 0.0:
         return 0.0, 0.0, 0.0, False
     inv = 1.0 / scale
-    alpha = 0.0
     given = 0
-    for i in range(n):
+    for i in range(n):  # element-wise: the terms min(m_i·2^−N, p_i) replace the floors
         sel = frac[i] >= t
         given += sel
-        m = np.floor(q[i] * scale) + (1.0 if sel else 0.0)
-        alpha += min(m * inv, p[i])
+        fl[i] = min((fl[i] + (1.0 if sel else 0.0)) * inv, p[i])
     if given != units:  # tied fractional parts at the cut: the reference quantizer decides
         return 0.0, 0.0, 0.0, False
+    alpha = lane_sum(fl, n)
     rest = r - units  # units beyond the support's size, or a deficit: to the argmax
     extra_dr = 0.0
     if rest != 0.0:
@@ -224,9 +233,10 @@ def dyadic_nearest_at(
 
     The fast path of the analytic kernel (module docstring), for estimators that need the
     quantized law at one candidate only; ok False: fall back to
-    :func:`~specreplay.sim.policy.quantize_row`. ``frac`` is scratch of the row's length.
+    :func:`~specreplay.sim.policy.quantize_row`. ``frac`` is scratch of the row's length (the
+    floors' scratch is allocated here).
     """
-    _, _, q_dr, ok = _alpha_dyadic_nearest(q, p, bits, dr, frac)
+    _, _, q_dr, ok = _alpha_dyadic_nearest(q, p, bits, dr, frac, np.empty(q.shape[0]))
     return q_dr, ok
 
 
@@ -244,23 +254,24 @@ def dyadic_nearest_row(
     at least.
     """
     n = q.shape[0]
-    scale, r, units, t = _nearest_cut(q, bits, frac)
+    scale, r, units, t = _nearest_cut(q, bits, frac, out)  # out holds the floors
     if t < 0.0:
         return False
     inv = 1.0 / scale
     given = 0
-    top = 0
-    for i in range(n):
+    for i in range(n):  # element-wise: vectorises
         sel = frac[i] >= t
         given += sel
-        out[i] = np.floor(q[i] * scale) + (1.0 if sel else 0.0)
-        if q[i] > q[top]:
-            top = i
+        out[i] = (out[i] + (1.0 if sel else 0.0)) * inv  # exact: m_i·2^−N
     if given != units:
         return False
-    out[top] += r - units  # units beyond the support's size, or a deficit: to the argmax
-    for i in range(n):
-        out[i] *= inv
+    rest = r - units  # units beyond the support's size, or a deficit: to the argmax
+    if rest != 0.0:
+        top = 0
+        for i in range(1, n):
+            if q[i] > q[top]:
+                top = i
+        out[top] += rest * inv  # exact: (m_top + rest)·2^−N
     return True
 
 
@@ -288,7 +299,7 @@ def _alpha_generic(
     quantize_row(q, 0, n, s_kind, s_bits, s_round, qs, m, key, order, hist)
     if not matched:
         quantize_row(q, 0, n, v_kind, v_bits, v_round, qv, m, key, order, hist)
-    return alpha_row(qs[:n], (qs if matched else qv)[:n], p, dr)
+    return alpha_row(qs[:n], (qs if matched else qv)[:n], p, dr, key)  # key: free scratch now
 
 
 @njit(parallel=True, fastmath=_FM, cache=True)
@@ -340,7 +351,7 @@ def _analytic_kernel(
                 alpha = 0.0
                 a_dr = 0.0
                 if fast:
-                    alpha, a_dr, _, ok = _alpha_dyadic_nearest(qrow, p[lo:hi], s_bits, dr, frac)
+                    alpha, a_dr, _, ok = _alpha_dyadic_nearest(qrow, p[lo:hi], s_bits, dr, frac, qs)
                 if not ok:
                     alpha, a_dr = _alpha_generic(
                         qrow,

@@ -78,6 +78,7 @@ from specreplay.replay.estimators.analytic import dyadic_nearest_row
 from specreplay.replay.estimators.base import Estimator, RoundValues
 from specreplay.sim.accept import accept_prob
 from specreplay.sim.arms import Arm, Quant
+from specreplay.sim.lanes import lane_sum
 from specreplay.sim.policy import (
     FLAG_LOGGING_SUPPORT,
     HIST_BINS,
@@ -126,16 +127,19 @@ def _row_laws(
     if not matched:
         quantize_row(q, 0, n, codes[3], codes[4], codes[5], qv, m, key, order, hist)
     qver = qs if matched else qv
-    off = False
+    ratio = frac  # free scratch once the row is quantized
+    n_off = 0
+    for i in range(n):  # element-wise, branch-free: vectorises
+        logged = q_log[i] > 0.0
+        ratio[i] = qs[i] / q_log[i] if logged else 0.0
+        key[i] = qs[i] * ratio[i]  # the second moment's term, 0 where q^L = 0
+        # support: a_j(x) > 0 where q^L = 0; a_j(x) > 0 exactly when p_j(x) > 0 (q^v ≤ 1)
+        n_off += (not logged) & (qs[i] > 0.0) & (p[i] > 0.0)
     bound = 0.0
-    moment = 0.0
     for i in range(n):
-        if q_log[i] > 0.0:
-            bound = max(bound, qs[i] / q_log[i])
-            moment += qs[i] * (qs[i] / q_log[i])
-        elif qs[i] > 0.0 and accept_prob(qver[i], p[i]) > 0.0:  # support: a_j(x) > 0, q^L = 0
-            off = True
-    return qs[dr], qver[dr], off, bound, moment
+        bound = max(bound, ratio[i])
+    moment = lane_sum(key, n)  # lane order (specreplay.sim.lanes)
+    return qs[dr], qver[dr], n_off > 0, bound, moment
 
 
 @njit(parallel=True, cache=True)

@@ -93,80 +93,86 @@ def _replay_kernel(
         D: depths 1..D are evaluated.
     """
     n_rounds = round_offsets.shape[0] - 1
-    for r in prange(n_rounds):
-        a = round_offsets[r]
-        d_r = min(round_offsets[r + 1] - a, max_depth)
-        depth[r] = d_r
-        key = round_key[r]
-        rnd = round_index[r]
-        for d in range(max_depth):
-            t_an[r, d] = np.nan
-            s_an[r, d] = np.nan
-            t_mc[r, d] = np.nan
-            v_mc[r, d] = np.nan
-            s_mc[r, d] = np.nan
-        # analytic: products of acceptance probabilities, and off-path expectations
-        st = ROUND_START
-        for j in range(d_r):
-            lo = offsets[a + j]
-            hi = offsets[a + j + 1]
-            alpha, a_dr = alpha_row(qs[lo:hi], qv[lo:hi], p[lo:hi], drafted[a + j])
-            st = advance(st, alpha, a_dr)
-            s_an[r, j] = st[0]
-            t_an[r, j] = st[2]
-        if n_rep == 0:
-            for k in range(4):
-                offpath[r, k] = st[3 + k]
-            continue
-        # Monte Carlo with common random numbers
-        for d in range(d_r):
-            t_mc[r, d] = 0.0
-            v_mc[r, d] = 0.0
-            s_mc[r, d] = 0.0
-        n_acc = 0.0
-        n_acc_off = 0.0
-        n_eval = 0.0
-        n_eval_off = 0.0
-        for m in range(n_rep):
-            base = STREAMS_PER_REPLICATE * m
-            big_a = d_r
-            off = False
+    width = 1
+    for i in range(offsets.shape[0] - 1):
+        width = max(width, offsets[i + 1] - offsets[i])
+    n_chunks = min(n_rounds, 256)  # α's scratch allocated once per chunk of rounds
+    for c in prange(n_chunks):
+        terms = np.empty(width)
+        for r in range(c * n_rounds // n_chunks, (c + 1) * n_rounds // n_chunks):
+            a = round_offsets[r]
+            d_r = min(round_offsets[r + 1] - a, max_depth)
+            depth[r] = d_r
+            key = round_key[r]
+            rnd = round_index[r]
+            for d in range(max_depth):
+                t_an[r, d] = np.nan
+                s_an[r, d] = np.nan
+                t_mc[r, d] = np.nan
+                v_mc[r, d] = np.nan
+                s_mc[r, d] = np.nan
+            # analytic: products of acceptance probabilities, and off-path expectations
+            st = ROUND_START
             for j in range(d_r):
-                row = a + j
-                lo = offsets[row]
-                hi = offsets[row + 1]
-                u = uniform(seed, key, rnd, j + 1, base + STREAM_DRAFT)
-                x = draw_dyadic(ms, lo, hi, u, bits) if bits > 0 else draw_float(qs, lo, hi, u)
-                v = uniform(seed, key, rnd, j + 1, base + STREAM_ACCEPT)
-                n_eval += 1.0
-                if off:
-                    n_eval_off += 1.0
-                if x >= 0 and v * qv[x] < p[x]:
-                    n_acc += 1.0
-                    if x - lo != drafted[row]:
-                        n_acc_off += 1.0
-                        off = True
-                else:
-                    big_a = j
-                    break
+                lo = offsets[a + j]
+                hi = offsets[a + j + 1]
+                alpha, a_dr = alpha_row(qs[lo:hi], qv[lo:hi], p[lo:hi], drafted[a + j], terms)
+                st = advance(st, alpha, a_dr)
+                s_an[r, j] = st[0]
+                t_an[r, j] = st[2]
+            if n_rep == 0:
+                for k in range(4):
+                    offpath[r, k] = st[3 + k]
+                continue
+            # Monte Carlo with common random numbers
             for d in range(d_r):
-                kept = min(big_a, d + 1)
-                val = 1.0 + kept
-                t_mc[r, d] += val
-                v_mc[r, d] += val * val
-                if big_a >= d + 1:
-                    s_mc[r, d] += 1.0
-        inv = 1.0 / n_rep
-        for d in range(d_r):
-            mean = t_mc[r, d] * inv
-            var = (v_mc[r, d] - n_rep * mean * mean) / (n_rep - 1) if n_rep > 1 else 0.0
-            t_mc[r, d] = mean
-            v_mc[r, d] = max(var, 0.0) * inv
-            s_mc[r, d] *= inv
-        offpath[r, 0] = n_acc * inv
-        offpath[r, 1] = n_acc_off * inv
-        offpath[r, 2] = n_eval * inv
-        offpath[r, 3] = n_eval_off * inv
+                t_mc[r, d] = 0.0
+                v_mc[r, d] = 0.0
+                s_mc[r, d] = 0.0
+            n_acc = 0.0
+            n_acc_off = 0.0
+            n_eval = 0.0
+            n_eval_off = 0.0
+            for m in range(n_rep):
+                base = STREAMS_PER_REPLICATE * m
+                big_a = d_r
+                off = False
+                for j in range(d_r):
+                    row = a + j
+                    lo = offsets[row]
+                    hi = offsets[row + 1]
+                    u = uniform(seed, key, rnd, j + 1, base + STREAM_DRAFT)
+                    x = draw_dyadic(ms, lo, hi, u, bits) if bits > 0 else draw_float(qs, lo, hi, u)
+                    v = uniform(seed, key, rnd, j + 1, base + STREAM_ACCEPT)
+                    n_eval += 1.0
+                    if off:
+                        n_eval_off += 1.0
+                    if x >= 0 and v * qv[x] < p[x]:
+                        n_acc += 1.0
+                        if x - lo != drafted[row]:
+                            n_acc_off += 1.0
+                            off = True
+                    else:
+                        big_a = j
+                        break
+                for d in range(d_r):
+                    kept = min(big_a, d + 1)
+                    val = 1.0 + kept
+                    t_mc[r, d] += val
+                    v_mc[r, d] += val * val
+                    if big_a >= d + 1:
+                        s_mc[r, d] += 1.0
+            inv = 1.0 / n_rep
+            for d in range(d_r):
+                mean = t_mc[r, d] * inv
+                var = (v_mc[r, d] - n_rep * mean * mean) / (n_rep - 1) if n_rep > 1 else 0.0
+                t_mc[r, d] = mean
+                v_mc[r, d] = max(var, 0.0) * inv
+                s_mc[r, d] *= inv
+            offpath[r, 0] = n_acc * inv
+            offpath[r, 1] = n_acc_off * inv
+            offpath[r, 2] = n_eval * inv
+            offpath[r, 3] = n_eval_off * inv
 
 
 def replay_rounds(
