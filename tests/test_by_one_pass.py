@@ -6,6 +6,11 @@ request: its own value ``(null)``). The references are passes over the same rows
 ``family`` column rewritten to the grouping (the worker; family · worker): what a pass coded by
 those columns computes, independently of :meth:`ReplayResult.grouped`. Every comparison is exact
 (to the bit), bootstrap draws included.
+
+In a run, the groupings are resampled with the run's own comparisons in one pass (issue 13): the
+last tests check that their replicates are the run's multiplicities (whole-number sums of the
+groupings add up to the run's cells), that the run's own comparisons keep the replicates they
+drew alone, and that ``requalify``/``sweep --by`` build their cells from that one pass.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import polars as pl
 import pytest
 
 from specreplay.pipelines.grouping import BY_LEVELS
-from specreplay.pipelines.options import RequalifyOptions
+from specreplay.pipelines.options import RequalifyOptions, SweepOptions
 from specreplay.pipelines.requalify import (
     Planned,
     RequalifyArms,
@@ -30,6 +35,7 @@ from specreplay.pipelines.requalify import (
     requalify_run,
     resampled_plan,
 )
+from specreplay.pipelines.sweep import resampled_sweeps, sweep_plan, sweep_result, sweep_run
 from specreplay.replay.archive.reader import GROUP_SEP, NULL_VALUE
 from specreplay.replay.archive.synthetic import synth_frames
 from specreplay.replay.engine import OpenArchive, ReplayResult, replay_archive
@@ -370,3 +376,32 @@ def test_a_by_run_builds_its_cells_from_the_one_pass(
         _same(cells, [c.deltas for c in want.cells if c.level == keep])
         bca = [d.bca for c in alone.cells if c.level == keep for d in c.deltas]
         assert bca != [d.bca for c in want.cells if c.level == keep for d in c.deltas]
+
+
+def test_a_by_sweep_builds_its_cells_from_the_one_pass(
+    passes: dict[str, ReplayResult], archives: dict[str, Path]
+) -> None:
+    """``sweep --by worker`` with a cost model and a fewest-bits baseline: its ``by`` and
+    ``family×bucket×by`` cells (deltas, R(d), tokens/s and P(best) per depth) are those of the
+    groupings resampled with the run; a grouping resampled on its own gives other P(best)."""
+    opts = SweepOptions.build(arms=[ARMS[0].canonical, ARMS[1].canonical], depths="1..5",
+                              baseline=LOGGING, cost="linear:1:0.05", estimator="importance",
+                              n_boot=300, min_requests=3, by="worker")  # fmt: skip
+    got = sweep_run(archives["w"], opts)
+    arms, by_pass = list(opts.arms), passes["by_pass"]
+    runs = [by_pass, *(by_pass.grouped(level) for level in BY_LEVELS)]
+    plans = resampled_sweeps([sweep_plan(r, arms, opts, opts.baseline) for r in runs], opts,
+                             by_pass.seed)  # fmt: skip
+    moved = False
+    for i, (keep, mine) in enumerate(
+        ((Level.FAMILY, Level.BY), (Level.FAMILY_BUCKET, Level.FAMILY_BUCKET_BY))
+    ):
+        want = sweep_result(runs[i + 1], arms, opts, archives["w"], opts.baseline, plans[i + 1])
+        alone = sweep_result(runs[i + 1], arms, opts, archives["w"], opts.baseline)
+        cells = [(c.deltas, c.depths) for c in got.cells if c.level == mine]
+        assert len(cells) >= 4
+        _same(cells, [(c.deltas, c.depths) for c in want.cells if c.level == keep])
+        shares = [[d.p_best for d in c.depths] for c in want.cells if c.level == keep]
+        assert any(p is not None and 0 < p < 1 for s in shares for p in s)  # not all decided
+        moved |= shares != [[d.p_best for d in c.depths] for c in alone.cells if c.level == keep]
+    assert moved

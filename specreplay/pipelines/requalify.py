@@ -2,9 +2,12 @@
 
 See docs/methods.md#requalification.
 
-:func:`requalify_run` checks the options, opens the archive, replays every arm in one pass (and
-the ``--by`` passes), builds the result and hashes ids; :func:`requalify_replayed` builds a
-requalification from a replay already made (the demo's one pass serves every chapter).
+:func:`requalify_run` checks the options, opens the archive, replays every arm in one pass (the
+``--by`` cells come from the same pass), builds the result and hashes ids;
+:func:`requalify_replayed` builds a requalification from a replay already made (the demo's one
+pass serves every chapter). The comparisons are planned first (:func:`requalify_plan`), then
+resampled in one pass with those of the ``--by`` groupings (:func:`resampled_plan`: every figure
+of a run from the same joint replicates), then made.
 
 A requalification compares the candidate with the baseline (the verdict), with the reference (the
 gain a budget uses: no verdict) and the logging arm's SIMULATED R with its MEASURED R (the
@@ -604,7 +607,7 @@ def requalify_result(
 
 
 # -------------------------------------------------------------------------------------------------
-# The run: options checked, archive opened, one pass (plus the ``--by`` passes), ids hashed
+# The run: options checked, archive opened, one pass (and the ``--by`` cells), ids hashed
 
 Opened = tuple[OpenArchive, RequalifyArms]
 """A requalification's checked inputs: the archive opened (its first batch read) and its arms."""

@@ -3,7 +3,7 @@
 See docs/methods.md#the-sweep-cost-model-and-the-best-depth.
 
 :func:`sweep_run` checks the options, opens the archive, replays every arm at depths
-1..max(``--depths``, the arms' own depths) in one pass (and the ``--by`` passes), builds the
+1..max(``--depths``, the arms' own depths) in one pass (the ``--by`` cells too), builds the
 result (:func:`sweep_result`) and hashes ids; round traces (the inputs of ``interval``) give the
 survival truncation proxy instead (:func:`proxy_result`).
 
@@ -18,11 +18,12 @@ is null where a round is shorter than d or than the reference depth
 (docs/inputs.md#position-traces-schema-v1; ``--short-rounds exclude`` leaves rounds shorter than the
 deepest arm out instead, :mod:`specreplay.pipelines.shortrounds`).
 
-Every comparison of one sweep uses the same seed on the same requests, so replicate b resamples
-the same requests at every depth: with a **cost model** (milliseconds per round at each depth)
-tokens/s = 1000·R(d)/ms(d) per depth (ESTIMATED), the best depth per cell and arm, and
-``p_best``, the share of replicates in which each depth has the most tokens/s (rank stability),
-come from those joint replicates (:mod:`specreplay.stats.depth` computes them).
+Every comparison of one sweep (each depth, the fewest-bits sequence, the ``--by`` groupings) is
+planned first (:func:`sweep_plan`) and resampled in one pass (:func:`resampled_sweeps`), so
+replicate b resamples the same requests at every depth: with a **cost model** (milliseconds per
+round at each depth) tokens/s = 1000·R(d)/ms(d) per depth (ESTIMATED), the best depth per cell
+and arm, and ``p_best``, the share of replicates in which each depth has the most tokens/s (rank
+stability), come from those joint replicates (:mod:`specreplay.stats.depth` computes them).
 
 Decisions: the depth-vs-reference deltas carry no verdict (a sweep is a counterfactual check,
 not a requalification); cells keep one arm figure per arm (R at its reference depth). Under
@@ -491,7 +492,7 @@ def proxy_result(
 
 
 # -------------------------------------------------------------------------------------------------
-# The run: options checked, archive opened, one pass (plus the ``--by`` passes), ids hashed; round
+# The run: options checked, archive opened, one pass (and the ``--by`` cells), ids hashed; round
 # traces give the survival truncation proxy instead
 
 

@@ -1,0 +1,129 @@
+"""What one resample pass per run saves: the time after the replay pass, before and after issue 13.
+
+Until issue 13 every comparison of a run drew the bootstrap's request multiplicities again (the
+candidate, the reference, the path biases, and each ``--by`` grouping's comparisons); a run now
+draws them once and weights every comparison's pieces by them
+(:mod:`specreplay.pipelines.resample`). For each checkout given with ``--repo NAME=PATH`` (the
+first is the baseline), alternately and each in a fresh process, ``--repeats`` times after one
+untimed warm-up (kernels compiled into a Numba cache per checkout under ``--work``):
+
+    requalify ARCHIVE --baseline top32:t0.7@5 --candidate top32:t0.7:dyadic24@5
+                      --reference greedy@5 [--by COLUMN]
+
+at default options (``auto``: importance with the analytic companion, n_boot 10,000), through
+the pipeline's own ``_passes``. Timers inside the process give the replay pass (until
+``_replay`` returns), the **comparisons** (``comparands``: plan, resample, compare; without
+``--by`` only, since a ``--by`` run resamples its groupings before) and the **time after the
+pass** (everything the result needs once the pass is done: auto's resolution, comparisons, the
+replay figures, the tail rule, the law tests, the ``--by`` cells; not the files and plots, which
+issue 13 does not change). Prints every run, the best of each checkout and the ratios against the
+first checkout measured in the same run.
+
+    python bench/resample_pass.py ARCHIVE --repo before=/tmp/before --repo after=. \\
+        --repeats 3 --work /tmp/resample-bench [--by worker]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+ARMS = {"baseline": "top32:t0.7@5", "candidate": "top32:t0.7:dyadic24@5", "reference": "greedy@5"}
+
+
+def child(archive: Path, by: str | None) -> dict[str, float]:
+    """Run one requalification in this process; return its timers (seconds)."""
+    import specreplay.pipelines.requalify as rq
+    from specreplay.pipelines.options import RequalifyOptions
+    from specreplay.replay.backend import backend_runner
+
+    marks: dict[str, float] = {"comparisons": 0.0}
+    replay, comparands = rq._replay, rq.comparands
+
+    def timed_replay(*a: Any, **k: Any) -> Any:
+        out = replay(*a, **k)
+        marks["pass_end"] = time.perf_counter()
+        return out
+
+    def timed_comparands(*a: Any, **k: Any) -> Any:
+        t = time.perf_counter()
+        out = comparands(*a, **k)
+        marks["comparisons"] += time.perf_counter() - t
+        return out
+
+    rq._replay, rq.comparands = timed_replay, timed_comparands  # type: ignore[assignment]
+    opts = RequalifyOptions.build(**ARMS, by=by)
+    t0 = time.perf_counter()
+    opened = rq.requalify_open(archive, opts)
+    filters = {"families": None, "sample_requests": None}
+    with backend_runner(None, filters, inputs=[archive]) as run:
+        rq._passes(opened, archive, opts, None, run)
+    t1 = time.perf_counter()
+    return {
+        "pass": marks["pass_end"] - t0,
+        "after": t1 - marks["pass_end"],
+        "comparisons": marks["comparisons"],
+    }
+
+
+def _env(repo: Path, work: Path) -> dict[str, str]:
+    """The environment of a checkout's runs: its package first, its own Numba cache."""
+    tag = hashlib.sha256(str(repo.resolve()).encode()).hexdigest()[:12]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(repo.resolve())
+    env["NUMBA_CACHE_DIR"] = str(work / "numba" / tag)
+    return env
+
+
+def _run(repo: Path, work: Path, archive: Path, by: str | None) -> dict[str, float]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), str(archive), "--child"]
+    cmd += ["--by", by] if by else []
+    out = subprocess.run(cmd, env=_env(repo, work), capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise SystemExit(f"{repo}: {' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    """Parse the arguments; run the child, or alternate the checkouts and print the table."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("archive", type=Path)
+    p.add_argument("--repo", action="append", default=[], help="NAME=PATH (first: baseline)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--work", type=Path, default=Path("/tmp/resample-bench"))
+    p.add_argument("--by", default=None)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child:
+        print(json.dumps(child(a.archive, a.by)))
+        return
+    repos = [(r.split("=", 1)[0], Path(r.split("=", 1)[1])) for r in a.repo] or [("this", ROOT)]
+    for _, repo in repos:  # warm-up: compile into the checkout's cache, page cache warm
+        _run(repo, a.work, a.archive, a.by)
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in repos}
+    for i in range(a.repeats):
+        for name, repo in repos:
+            r = _run(repo, a.work, a.archive, a.by)
+            runs[name].append(r)
+            line = f"pass {r['pass']:6.2f} s, after the pass {r['after']:6.2f} s"
+            line += f", comparisons {r['comparisons']:6.2f} s"
+            print(f"run {i + 1} {name:>8}: {line}", flush=True)
+    print(f"\n{a.archive} {'--by ' + a.by if a.by else ''} best of {a.repeats} (seconds)")
+    best = {n: {k: min(r[k] for r in rs) for k in rs[0]} for n, rs in runs.items()}
+    first = repos[0][0]
+    for name, b in best.items():
+        ratio = {k: b[k] / best[first][k] if best[first][k] else float("nan") for k in b}
+        print(f"{name:>8}: pass {b['pass']:6.2f}  after {b['after']:6.2f} ({ratio['after']:.2f}×)"
+              f"  comparisons {b['comparisons']:6.2f} ({ratio['comparisons']:.2f}×)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
