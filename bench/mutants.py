@@ -316,6 +316,20 @@ MUTANTS = [
         ("tests/test_resample_pass.py",),
     ),
     Mutant(
+        "resample: columns merged by their sampled key alone",
+        "specreplay/stats/bootstrap.py",
+        "if np.array_equal(cols[i], values)), None",
+        "if True), None",
+        ("tests/test_resample_pass.py",),
+    ),
+    Mutant(
+        "resample: layouts merged by their sampled key alone",
+        "specreplay/stats/bootstrap.py",
+        "                and np.array_equal(out.layouts[i].piece_member, p.piece_member)\n",
+        "",
+        ("tests/test_resample_pass.py",),
+    ),
+    Mutant(
         "resample: a cell with one break read as a run of members",
         "specreplay/stats/bootstrap.py",
         "run = filled[breaks[hi[filled] - 1] == breaks[lo[filled]]]",

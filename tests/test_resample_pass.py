@@ -20,6 +20,8 @@ from specreplay.stats.bootstrap import (
     PairedSums,
     _count_draws,
     _member_order,
+    _shared,
+    _Table,
     bootstrap_sums,
     resample_sums,
     resampling,
@@ -90,10 +92,11 @@ def test_every_table_is_weighted_by_the_units_multiplicities(stratify: str) -> N
     value with the counts of the first table's units (drawing a table on its own strata, as
     before issue 13, gives the grouped table other counts and fails here)."""
     main, other, grouped = _tables(700, seed=1)
+    mixed = replace(main, t_b=other.t_b)  # one column of each: shared with both
     rs = resampling(main, n_boot=N_BOOT, seed=SEED, stratify=stratify)
-    got = resample_sums(rs, [main, other, grouped])
+    got = resample_sums(rs, [main, other, grouped, mixed])
     w = _multiplicities(main, N_BOOT, SEED, stratify)
-    for table, sums in zip((main, other, grouped), got, strict=True):
+    for table, sums in zip((main, other, grouped, mixed), got, strict=True):
         assert sums.shape == (N_BOOT, len(table.families), 4, 4)
         np.testing.assert_array_equal(sums, _recomputed(table, w))
     # the grouping's cells hold the same resampled requests as the main cells: equal totals
@@ -113,6 +116,26 @@ def test_a_table_alone_and_in_a_run_agree_to_the_bit() -> None:
     got = resample_sums(resampling(main, n_boot=N_BOOT, seed=SEED), [grouped, main, other])
     np.testing.assert_array_equal(got[1], bootstrap_sums(main, n_boot=N_BOOT, seed=SEED))
     np.testing.assert_array_equal(got[2], bootstrap_sums(other, n_boot=N_BOOT, seed=SEED))
+
+
+def test_columns_and_layouts_equal_only_in_their_sampled_entries_stay_apart() -> None:
+    """Tables are grouped by layout and their columns by value through a key of 64 sampled
+    entries; two arrays equal there but not everywhere (a value, a piece's member) are two."""
+    k = 1000  # the key samples every 15th entry: index 1 is never sampled
+    rng = np.random.default_rng(9)
+    vals = rng.integers(1, 50, (4, k)).astype(np.float64)
+    start, first = np.array([0, 600, k]), np.array([0, -1])
+    member = np.arange(k, dtype=np.uint64)
+    a = _Table(start, first, member, vals)
+    b = _Table(start, first, member, vals.copy())
+    b.piece_vals[1, 1] += 1.0
+    moved = member.copy()
+    moved[1] = k + 5
+    c = _Table(start, first, moved, vals)
+    got = _shared([a, b, c])
+    assert [g for g, _ in got.picks] == [0, 0, 1]
+    assert got.picks[0][1] == [0, 1, 2, 3] and got.picks[1][1] == [0, 4, 2, 3]
+    assert len(got.columns[0]) == 5
 
 
 def test_the_units_are_matched_by_request_not_by_position() -> None:
