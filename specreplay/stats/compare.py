@@ -537,8 +537,7 @@ def compare(
         Per cell, why an arm's figures there are unsupported (the others are computed as if
         it were not given; a null cell is left out of its level's adjustments).
     replicates : float64, (n_boot, n_families, n_buckets, 4), optional
-        The sums of ``ps`` from its run's one resample pass
-        (:func:`~specreplay.stats.bootstrap.resample_sums`); else drawn here.
+        Sums of ``ps`` from its run's one pass (:func:`~.bootstrap.resample_sums`); else drawn.
 
     Returns
     -------
