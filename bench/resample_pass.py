@@ -17,8 +17,9 @@ that pickled pass (``_replay`` returns it). Timers inside the process give the *
 (``comparands``: plan, resample, compare; without ``--by`` only, since a ``--by`` run resamples
 its groupings before) and the **time after the pass** (everything the result needs once the pass
 is done: auto's resolution, the comparisons, the replay figures, the tail rule, the law tests,
-the ``--by`` cells; not the files and plots, which issue 13 does not change). Prints every run,
-the best of each checkout and the ratios against the first checkout measured in the same run.
+the ``--by`` cells; not the files and plots, which issue 13 does not change), in wall and in CPU
+seconds (all threads; steadier than wall time on a loaded machine). Prints every run, the best of
+each checkout and the ratios against the first checkout measured in the same run.
 
     python bench/resample_pass.py ARCHIVE --repo before=/tmp/before --repo after=. \\
         --repeats 3 --work /tmp/resample-bench [--by worker]
@@ -50,7 +51,7 @@ def child(archive: Path, by: str | None, saved: Path, save: bool) -> dict[str, f
     from specreplay.pipelines.options import RequalifyOptions
     from specreplay.replay.backend import backend_runner
 
-    marks: dict[str, float] = {"comparisons": 0.0}
+    marks: dict[str, float] = {"comparisons": 0.0, "comparisons_cpu": 0.0}
     replay, comparands = rq._replay, rq.comparands
     loaded = None if save else pickle.loads(saved.read_bytes())
 
@@ -59,12 +60,14 @@ def child(archive: Path, by: str | None, saved: Path, save: bool) -> dict[str, f
         if save:
             saved.write_bytes(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
         marks["pass_end"] = time.perf_counter()
+        marks["pass_end_cpu"] = time.process_time()
         return out
 
     def timed_comparands(*a: Any, **k: Any) -> Any:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = comparands(*a, **k)
         marks["comparisons"] += time.perf_counter() - t
+        marks["comparisons_cpu"] += time.process_time() - c
         return out
 
     rq._replay, rq.comparands = timed_replay, timed_comparands  # type: ignore[assignment]
@@ -74,11 +77,13 @@ def child(archive: Path, by: str | None, saved: Path, save: bool) -> dict[str, f
     filters = {"families": None, "sample_requests": None}
     with backend_runner(None, filters, inputs=[archive]) as run:
         rq._passes(opened, archive, opts, None, run)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     return {
         "pass": marks["pass_end"] - t0,
         "after": t1 - marks["pass_end"],
+        "after_cpu": c1 - marks["pass_end_cpu"],
         "comparisons": marks["comparisons"],
+        "comparisons_cpu": marks["comparisons_cpu"],
     }
 
 
@@ -129,15 +134,19 @@ def main() -> None:
         for name, repo in repos:
             r = _run(repo, a.work, a.archive, a.by)
             runs[name].append(r)
-            line = f"after the pass {r['after']:6.2f} s, comparisons {r['comparisons']:6.2f} s"
+            line = f"after the pass {r['after']:6.2f} s ({r['after_cpu']:6.2f} s CPU), "
+            line += f"comparisons {r['comparisons']:6.2f} s ({r['comparisons_cpu']:6.2f} s CPU)"
             print(f"run {i + 1} {name:>8}: {line}", flush=True)
     print(f"\n{a.archive} {'--by ' + a.by if a.by else ''} best of {a.repeats} (seconds)")
     best = {n: {k: min(r[k] for r in rs) for k in rs[0]} for n, rs in runs.items()}
     first = repos[0][0]
     for name, b in best.items():
         ratio = {k: b[k] / best[first][k] if best[first][k] else float("nan") for k in b}
-        print(f"{name:>8}: after the pass {b['after']:6.2f} ({ratio['after']:.2f}×)"
-              f"  comparisons {b['comparisons']:6.2f} ({ratio['comparisons']:.2f}×)")  # fmt: skip
+        line = "  ".join(
+            f"{k} {b[k]:6.2f} ({ratio[k]:.2f}×)"
+            for k in ("after", "after_cpu", "comparisons", "comparisons_cpu")
+        )
+        print(f"{name:>8}: {line}")
 
 
 if __name__ == "__main__":
