@@ -118,6 +118,7 @@ def main() -> None:
     p.add_argument("--by", default=None)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--save", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--reuse", action="store_true", help="use the pass pickled by an earlier run")
     a = p.parse_args()
     saved = a.work / "pass.pickle"
     if a.child:
@@ -125,8 +126,9 @@ def main() -> None:
         return
     a.work.mkdir(parents=True, exist_ok=True)
     repos = [(r.split("=", 1)[0], Path(r.split("=", 1)[1])) for r in a.repo] or [("this", ROOT)]
-    r = _run(repos[0][1], a.work, a.archive, a.by, save=True)
-    print(f"the replay pass ({repos[0][0]}): {r['pass']:.2f} s, pickled", flush=True)
+    if not (a.reuse and saved.exists()):
+        r = _run(repos[0][1], a.work, a.archive, a.by, save=True)
+        print(f"the replay pass ({repos[0][0]}): {r['pass']:.2f} s, pickled", flush=True)
     for _, repo in repos:  # warm-up: compile into the checkout's cache
         _run(repo, a.work, a.archive, a.by)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name, _ in repos}
