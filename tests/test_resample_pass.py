@@ -138,6 +138,27 @@ def test_columns_and_layouts_equal_only_in_their_sampled_entries_stay_apart() ->
     assert len(got.columns[0]) == 5
 
 
+def test_a_cell_whose_members_jump_once_is_gathered() -> None:
+    """Requests 0–4 and 7–9 hold rounds in bucket b0 only, 5–6 in b0 and b1, 10–14 in b1 only
+    (keys in that order): members 0–9 start in b0, 10–14 in b1, so cell b1 holds members 5, 6,
+    10, …, 14, one run with one jump (read as one run it would weight 10–14's pieces by the
+    counts of 7–11)."""
+    n = 15
+    two = [5, 6]
+    req = np.array([*range(10), *two, *range(10, n)])
+    bucket = np.array([0] * 10 + [1] * (len(two) + 5), np.int32)
+    order = np.lexsort((bucket, req))
+    req, bucket = req[order], bucket[order]
+    rng = np.random.default_rng(10)
+    k = req.shape[0]
+    na = rng.integers(1, 9, k).astype(np.float64)
+    ps = PairedSums(tuple(f"q{i:02d}" for i in range(n)), np.arange(1, n + 1, dtype=np.uint64),
+                    np.zeros(n, np.int32), req, bucket, na, na + rng.integers(0, 30, k),
+                    na.copy(), na + rng.integers(0, 30, k), ("f",), ("b0", "b1"))  # fmt: skip
+    (got,) = resample_sums(resampling(ps, n_boot=N_BOOT, seed=SEED), [ps])
+    np.testing.assert_array_equal(got, _recomputed(ps, _multiplicities(ps, N_BOOT, SEED, "family")))
+
+
 def test_the_units_are_matched_by_request_not_by_position() -> None:
     """A table listing the same requests in another order (and its pieces reversed) gets the
     same replicates: members are found by request key, never by row."""
