@@ -284,6 +284,58 @@ MUTANTS = [
         "request_value=np.roll(to_value[code], 1).astype(np.int32),",
         ("tests/test_by_one_pass.py", "tests/test_privacy_grouping.py"),
     ),
+    # -- one resample pass per run (issue 13, item 1) --
+    Mutant(
+        "resample: every comparison drawn on its own again",
+        "specreplay/pipelines/resample.py",
+        "    sums = resample_sums(rs, [p.ps for p in pairings])\n",
+        "    from specreplay.stats.bootstrap import bootstrap_sums\n\n"
+        "    sums = [bootstrap_sums(p.ps, n_boot=boot.n_boot, seed=seed, stratify=boot.stratify)"
+        " for p in pairings]\n",
+        ("tests/test_by_one_pass.py",),
+    ),
+    Mutant(
+        "resample: requalify's --by cells resampled per grouping",
+        "specreplay/pipelines/requalify.py",
+        "requalify_result(runs[at[level]], arms, opts, archive, plans[at[level]])",
+        "requalify_result(runs[at[level]], arms, opts, archive)",
+        ("tests/test_by_one_pass.py",),
+    ),
+    Mutant(
+        "resample: sweep's --by cells resampled per grouping",
+        "specreplay/pipelines/sweep.py",
+        "runs[at[level]], prep.arms, opts, archive, prep.baseline, plans[at[level]]",
+        "runs[at[level]], prep.arms, opts, archive, prep.baseline",
+        ("tests/test_by_one_pass.py",),
+    ),
+    Mutant(
+        "resample: a table's requests matched to members by position",
+        "specreplay/stats/bootstrap.py",
+        "        at = order[pos] if keys.shape[0] else pos\n",
+        "        at = pos\n",
+        ("tests/test_resample_pass.py",),
+    ),
+    Mutant(
+        "resample: columns merged by their sampled key alone",
+        "specreplay/stats/bootstrap.py",
+        "if np.array_equal(cols[i], values)), None",
+        "if True), None",
+        ("tests/test_resample_pass.py",),
+    ),
+    Mutant(
+        "resample: layouts merged by their sampled key alone",
+        "specreplay/stats/bootstrap.py",
+        "                and np.array_equal(out.layouts[i].piece_member, p.piece_member)\n",
+        "",
+        ("tests/test_resample_pass.py",),
+    ),
+    Mutant(
+        "resample: a cell with one break read as a run of members",
+        "specreplay/stats/bootstrap.py",
+        "run = filled[breaks[hi[filled] - 1] == breaks[lo[filled]]]",
+        "run = filled[breaks[hi[filled] - 1] <= breaks[lo[filled]] + 1]",
+        ("tests/test_resample_pass.py",),
+    ),
 ]
 
 

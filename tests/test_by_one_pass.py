@@ -6,6 +6,11 @@ request: its own value ``(null)``). The references are passes over the same rows
 ``family`` column rewritten to the grouping (the worker; family · worker): what a pass coded by
 those columns computes, independently of :meth:`ReplayResult.grouped`. Every comparison is exact
 (to the bit), bootstrap draws included.
+
+In a run, the groupings are resampled with the run's own comparisons in one pass (issue 13): the
+last tests check that their replicates are the run's multiplicities (whole-number sums of the
+groupings add up to the run's cells), that the run's own comparisons keep the replicates they
+drew alone, and that ``requalify``/``sweep --by`` build their cells from that one pass.
 """
 
 from __future__ import annotations
@@ -19,15 +24,26 @@ import numpy as np
 import polars as pl
 import pytest
 
-from specreplay.pipelines.options import RequalifyOptions
-from specreplay.pipelines.requalify import RequalifyArms, requalify_result
+from specreplay.pipelines.grouping import BY_LEVELS
+from specreplay.pipelines.options import RequalifyOptions, SweepOptions
+from specreplay.pipelines.requalify import (
+    Planned,
+    RequalifyArms,
+    requalify_arms,
+    requalify_plan,
+    requalify_result,
+    requalify_run,
+    resampled_plan,
+)
+from specreplay.pipelines.sweep import resampled_sweeps, sweep_plan, sweep_result, sweep_run
 from specreplay.replay.archive.reader import GROUP_SEP, NULL_VALUE
 from specreplay.replay.archive.synthetic import synth_frames
 from specreplay.replay.engine import OpenArchive, ReplayResult, replay_archive
 from specreplay.replay.tails import RatioTail, TailAccumulator
-from specreplay.results.model import Level
+from specreplay.results.model import Level, Role
 from specreplay.sim.arms import parse_arm
 from specreplay.sim.synth import SynthConfig
+from specreplay.stats.bootstrap import bootstrap_sums
 from specreplay.stats.pairing import pair_arms
 
 LOGGING = "top32:t0.7@5"
@@ -267,3 +283,127 @@ def test_a_coarsened_tail_is_the_tail_accumulated_on_the_coarse_codes() -> None:
         x, y = getattr(got, f.name), getattr(want, f.name)
         assert x.dtype == y.dtype and np.array_equal(x, y), f.name
     assert np.isfinite(want.dropped).sum() > 6  # the cap cut many groups
+
+
+# -- one resample pass per run (issue 13, item 1) ---------------------------------------------
+
+
+def _shared_plans(by_pass: ReplayResult, n_boot: int = 300) -> list[list[Planned]]:
+    """The plans of the run and its two groupings, resampled in one pass (as ``_passes`` does)."""
+    base, cand = ARMS[0], ARMS[1]
+    arms = RequalifyArms(base, cand, None, base, {a.canonical: a for a in (base, cand)})
+    opts = RequalifyOptions.build(baseline=base.canonical, candidate=cand.canonical,
+                                  estimator="importance", n_boot=n_boot)  # fmt: skip
+    runs = [by_pass, *(by_pass.grouped(level) for level in BY_LEVELS)]
+    return resampled_plan([requalify_plan(r, arms) for r in runs], opts, by_pass.seed)
+
+
+def _pooled_over(sums: np.ndarray, names: tuple[str, ...], part: int, into: tuple[str, ...]) -> Any:
+    """Sum the family × worker cells (``names``: ``family·worker``) over the other part."""
+    out = np.zeros((sums.shape[0], len(into), *sums.shape[2:]))
+    for j, name in enumerate(names):
+        out[:, into.index(name.split(GROUP_SEP)[part])] += sums[:, j]
+    return out
+
+
+def test_the_groupings_are_resampled_with_the_runs_multiplicities(
+    passes: dict[str, ReplayResult],
+) -> None:
+    """Rounds and MEASURED retained tokens are whole numbers, so their resampled sums are exact:
+    the family × bucket × worker cells of every replicate add up, over the workers, to the run's
+    family × bucket cells and, over the families, to the worker cells, in every comparison. Each
+    level drawn on its own (within its own groups, as before issue 13) fails: its replicates
+    resample other requests."""
+    plans = _shared_plans(passes["by_pass"])
+    # candidate, path bias, 2 × path-bias-importance (the groupings: the run's estimator only)
+    assert [len(p) for p in plans] == [4, 2, 2]
+    for main, by, crossed in zip(plans[0][:2], *plans[1:], strict=True):
+        assert main.role == by.role == crossed.role
+        whole = [0, 2] + ([1] if main.role is Role.PATH_BIAS else [])  # MEASURED t: whole too
+        m, b, x = (p.pairing for p in (main, by, crossed))
+        assert m.replicates is not None and b.replicates is not None
+        assert x.replicates is not None
+        over_workers = _pooled_over(x.replicates, x.ps.families, 0, m.ps.families)
+        over_families = _pooled_over(x.replicates, x.ps.families, 1, b.ps.families)
+        np.testing.assert_array_equal(over_workers[..., whole], m.replicates[..., whole])
+        np.testing.assert_array_equal(over_families[..., whole], b.replicates[..., whole])
+        alone = bootstrap_sums(b.ps, n_boot=300, seed=passes["by_pass"].seed)
+        assert not np.array_equal(alone[..., whole], b.replicates[..., whole])
+
+
+def test_the_runs_own_comparisons_keep_their_replicates_and_share_each_arm(
+    passes: dict[str, ReplayResult],
+) -> None:
+    """Only the groupings move: each comparison of the run itself has, to the bit, the replicates
+    it drew on its own before issue 13 (same seed, same requests, same strata); and an arm in two
+    comparisons has, to the bit, the same resampled sums in both."""
+    run = _shared_plans(passes["by_pass"])[0]
+    for p in run:
+        alone = bootstrap_sums(p.pairing.ps, n_boot=300, seed=passes["by_pass"].seed)
+        np.testing.assert_array_equal(p.pairing.replicates, alone)
+    sums: dict[str, list[np.ndarray]] = {}
+    for p in run:
+        reps = p.pairing.replicates
+        assert reps is not None
+        sums.setdefault(p.pairing.arm_a, []).append(reps[..., :2])
+        sums.setdefault(p.pairing.arm_b, []).append(reps[..., 2:])
+    base, cand = ARMS[0].canonical, ARMS[1].canonical
+    assert len(sums[base]) == 3 and len(sums[cand]) == 2  # baseline = the logging arm
+    for name in (base, cand):
+        for other in sums[name][1:]:
+            np.testing.assert_array_equal(other, sums[name][0])
+
+
+def test_a_by_run_builds_its_cells_from_the_one_pass(
+    passes: dict[str, ReplayResult], archives: dict[str, Path]
+) -> None:
+    """``requalify --by worker`` end to end: the deltas of its ``by`` and ``family×bucket×by``
+    cells (BCa and resamples drawn included) are those of the groupings resampled with the run
+    (and not those of a grouping resampled on its own)."""
+    base, cand = ARMS[0], ARMS[1]
+    opts = RequalifyOptions.build(baseline=base.canonical, candidate=cand.canonical,
+                                  estimator="importance", n_boot=300, min_requests=3,
+                                  by="worker")  # fmt: skip
+    got = requalify_run(archives["w"], opts)
+    arms = requalify_arms(base, cand, None, base)
+    plans = _shared_plans(passes["by_pass"])
+    for i, (level, keep, mine) in enumerate(
+        (("by", Level.FAMILY, Level.BY), ("family×by", Level.FAMILY_BUCKET, Level.FAMILY_BUCKET_BY))
+    ):
+        grouped = passes["by_pass"].grouped(level)
+        want = requalify_result(grouped, arms, opts, archives["w"], plans[i + 1])
+        alone = requalify_result(grouped, arms, opts, archives["w"])
+        cells = [c.deltas for c in got.cells if c.level == mine]
+        assert len(cells) >= 4
+        _same(cells, [c.deltas for c in want.cells if c.level == keep])
+        bca = [d.bca for c in alone.cells if c.level == keep for d in c.deltas]
+        assert bca != [d.bca for c in want.cells if c.level == keep for d in c.deltas]
+
+
+def test_a_by_sweep_builds_its_cells_from_the_one_pass(
+    passes: dict[str, ReplayResult], archives: dict[str, Path]
+) -> None:
+    """``sweep --by worker`` with a cost model and a fewest-bits baseline: its ``by`` and
+    ``family×bucket×by`` cells (deltas, R(d), tokens/s and P(best) per depth) are those of the
+    groupings resampled with the run; a grouping resampled on its own gives other P(best)."""
+    opts = SweepOptions.build(arms=[ARMS[0].canonical, ARMS[1].canonical], depths="1..5",
+                              baseline=LOGGING, cost="linear:1:0.05", estimator="importance",
+                              n_boot=300, min_requests=3, by="worker")  # fmt: skip
+    got = sweep_run(archives["w"], opts)
+    arms, by_pass = list(opts.arms), passes["by_pass"]
+    runs = [by_pass, *(by_pass.grouped(level) for level in BY_LEVELS)]
+    plans = resampled_sweeps([sweep_plan(r, arms, opts, opts.baseline) for r in runs], opts,
+                             by_pass.seed)  # fmt: skip
+    moved = False
+    for i, (keep, mine) in enumerate(
+        ((Level.FAMILY, Level.BY), (Level.FAMILY_BUCKET, Level.FAMILY_BUCKET_BY))
+    ):
+        want = sweep_result(runs[i + 1], arms, opts, archives["w"], opts.baseline, plans[i + 1])
+        alone = sweep_result(runs[i + 1], arms, opts, archives["w"], opts.baseline)
+        cells = [(c.deltas, c.depths) for c in got.cells if c.level == mine]
+        assert len(cells) >= 4
+        _same(cells, [(c.deltas, c.depths) for c in want.cells if c.level == keep])
+        shares = [[d.p_best for d in c.depths] for c in want.cells if c.level == keep]
+        assert any(p is not None and 0 < p < 1 for s in shares for p in s)  # not all decided
+        moved |= shares != [[d.p_best for d in c.depths] for c in alone.cells if c.level == keep]
+    assert moved

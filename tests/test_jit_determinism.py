@@ -4,9 +4,9 @@ With ``fastmath`` reassociation the analytic kernel of a dyadic arm gave sums th
 the last bits between the run that compiled it and the runs that loaded it from the cache (1,697
 of the values below, by up to 1.8e-15): a user's first run would not reproduce. The kernels now
 compile without ``reassoc`` (``specreplay/replay/estimators/analytic.py``, ``sim/policy.py``,
-``stats/bootstrap.py``) and sum rows in a fixed lane order (``specreplay/sim/lanes.py``) that the
-compiler may vectorise but not reorder. Each side runs in a fresh process on a fresh cache folder:
-the first compiles, the second loads.
+``stats/bootstrap.py``, whose one resample pass is compared here too) and sum rows in a fixed
+lane order (``specreplay/sim/lanes.py``) that the compiler may vectorise but not reorder. Each
+side runs in a fresh process on a fresh cache folder: the first compiles, the second loads.
 
 Whether reassociation shows as a cold/warm difference depends on LLVM's choices: on this machine
 in December 2026 (numba 0.68.1) the comparison below passed with ``reassoc`` put back, both on
@@ -52,6 +52,20 @@ v = get_estimator("importance").rounds(
     replicates=1, max_depth=5, logging=None,
 )
 out += [v.t.ravel(), v.surv.ravel(), v.ratio.ravel(), v.bound.ravel(), v.moment.ravel()]
+# the bootstrap's one pass: three tables, two sharing a layout (eight columns at a time)
+from specreplay.stats.bootstrap import PairedSums, resample_sums, resampling
+rng = np.random.default_rng(7)
+n = 300
+piece = np.concatenate([np.arange(n), np.arange(0, n, 3)])
+bucket = np.concatenate([np.zeros(n, np.int32), np.ones(n // 3, np.int32)])
+def table(family):
+    k = piece.shape[0]
+    return PairedSums(tuple(f"r{i}" for i in range(n)), np.arange(n, dtype=np.uint64) * 7919,
+                      family, piece, bucket, *(rng.random(k) * 9 for _ in range(4)),
+                      tuple(f"f{i}" for i in range(family.max() + 1)), ("b0", "b1"))
+a = table((np.arange(n) % 3).astype(np.int32))
+tables = [a, table(a.family), table((np.arange(n) % 5).astype(np.int32))]
+out += [s.ravel() for s in resample_sums(resampling(a, n_boot=50, seed=3), tables)]
 np.save(sys.argv[2], np.concatenate(out))
 """
 

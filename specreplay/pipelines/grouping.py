@@ -30,11 +30,15 @@ Design decisions
   Until issue 11 the cells came from two more full replay passes over the archive; they cost a
   pass each (``bench/by_passes.py`` measures what one pass saves). The pooled, family and
   bucket cells are those of the main pass, untouched.
-- The bootstrap strata (``--stratify family``) of those cells are the groups of their level: a
-  ``by`` cell is resampled within its value, a ``family×bucket×by`` cell within its family ×
-  value (strata numbered in the order of the sorted group names, requests ordered by id: the
-  same draws as a pass coded by those columns); the Holm and Bonferroni families of a verdict
-  are the cells of the same level. The cells use the run's own estimator only (no
+- The bootstrap replicates of those cells come from the run's one resample pass
+  (:mod:`specreplay.pipelines.resample`): the comparisons of both groupings are planned with
+  the run's own and weighted by the same multiplicities, drawn within the run's strata (the
+  families under ``--stratify family``), so a ``by`` cell is a domain estimate of the run's
+  resamples, as a bucket cell is (until issue 13 each grouping was resampled within its own
+  groups). A grouping's result built on its own (``requalify_result`` of
+  :meth:`~specreplay.replay.engine.ReplayResult.grouped` without a plan) still draws within its
+  groups: the draws of a pass coded by those columns. The Holm and Bonferroni families of a
+  verdict are the cells of the same level. The cells use the run's own estimator only (no
   ``path-bias-importance`` diagnostic, whose other estimator the family cells carry).
 - The column may not be a schema-v1 column (they are the archive's own fields; ``family`` is a
   level already), and must exist: the error lists the carried columns.

@@ -2,9 +2,12 @@
 
 See docs/methods.md#requalification.
 
-:func:`requalify_run` checks the options, opens the archive, replays every arm in one pass (and
-the ``--by`` passes), builds the result and hashes ids; :func:`requalify_replayed` builds a
-requalification from a replay already made (the demo's one pass serves every chapter).
+:func:`requalify_run` checks the options, opens the archive, replays every arm in one pass (the
+``--by`` cells come from the same pass), builds the result and hashes ids;
+:func:`requalify_replayed` builds a requalification from a replay already made (the demo's one
+pass serves every chapter). The comparisons are planned first (:func:`requalify_plan`), then
+resampled in one pass with those of the ``--by`` groupings (:func:`resampled_plan`: every figure
+of a run from the same joint replicates), then made.
 
 A requalification compares the candidate with the baseline (the verdict), with the reference (the
 gain a budget uses: no verdict) and the logging arm's SIMULATED R with its MEASURED R (the
@@ -33,7 +36,7 @@ from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
-from specreplay.pipelines.grouping import with_by_cells
+from specreplay.pipelines.grouping import BY_LEVELS, with_by_cells
 from specreplay.pipelines.importance import (
     auto_summary,
     cell_specs,
@@ -43,6 +46,7 @@ from specreplay.pipelines.importance import (
     with_estimators,
 )
 from specreplay.pipelines.options import RequalifyOptions
+from specreplay.pipelines.resample import Pairing, compared, resampled
 from specreplay.pipelines.shortrounds import (
     exclude_below,
     short_rounds_assumptions,
@@ -73,13 +77,14 @@ from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.sim.arms import Arm
 from specreplay.stats.arviz_bridge import ComparisonReplicates
 from specreplay.stats.cells import Cell as CellSpec
-from specreplay.stats.compare import Comparison, compare
+from specreplay.stats.compare import Comparison
 
 __all__ = [
     "ASSUMPTIONS",
     "NO_IMPORTANCE_PATH_BIAS",
     "Comparand",
     "Opened",
+    "Planned",
     "RequalifyArms",
     "RequalifyOptions",
     "check_replayable",
@@ -90,9 +95,11 @@ __all__ = [
     "requalify_assumptions",
     "requalify_open",
     "requalify_opened",
+    "requalify_plan",
     "requalify_replayed",
     "requalify_result",
     "requalify_run",
+    "resampled_plan",
     "sample_requests",
     "with_replay_figures",
     "with_requalification",
@@ -398,37 +405,50 @@ def check_replayable(res: ReplayResult, arms: RequalifyArms) -> None:
             )
 
 
-def comparands(res: ReplayResult, arms: RequalifyArms, opts: RequalifyOptions) -> list[Comparand]:
-    """Return the comparisons of a requalification: verdict, reference gain, path bias."""
-    data = {k: res.side(a) for k, a in arms.all.items()}
-    common: dict[str, Any] = {
-        "n_boot": opts.boot.n_boot,
-        "seed": res.seed,
-        "stratify": opts.boot.stratify,
-        "level": opts.boot.level,
-        "margin": opts.boot.margin,
-        "min_requests": opts.boot.min_requests,
-        "label": "SIMULATED",
-    }
+@dataclass(frozen=True)
+class Planned:
+    """One comparison of a requalification before it is made (its :class:`Comparand` to be).
 
-    def comp(a: ArmSide, b: ArmSide, arm_a: Arm | None, arm_b: Arm) -> Comparison:
-        ps = res.paired(a, b)
+    Attributes
+    ----------
+    pairing : Pairing
+        The paired sums of its two arms (with the run's replicates once :func:`resampled_plan`
+        drew them).
+    role, no_verdict, labels
+        As :class:`Comparand`'s.
+    """
+
+    pairing: Pairing
+    role: Role
+    no_verdict: str | None = None
+    labels: dict[str, Label] = dataclasses.field(default_factory=dict)
+
+
+def requalify_plan(res: ReplayResult, arms: RequalifyArms) -> list[Planned]:
+    """Return the comparisons of a requalification: verdict, reference gain, path bias.
+
+    The candidate against the baseline comes first: its requests and families are the units and
+    strata of the run's one resample pass (:func:`resampled_plan`).
+    """
+    data = {k: res.side(a) for k, a in arms.all.items()}
+
+    def pair(a: ArmSide, b: ArmSide, arm_a: Arm | None, arm_b: Arm) -> Pairing:
         side_a = (arm_a, arm_a.depth) if arm_a is not None else None
         support = res.support(side_a, (arm_b, arm_b.depth))
-        return compare(ps, arm_a=a.name, arm_b=b.name, support=support, **common)
+        return Pairing(res.paired(a, b), a.name, b.name, support)
 
     c = arms.cand
-    parts = [
-        Comparand(
-            comp(data[arms.base.canonical], data[c.canonical], arms.base, c),
+    plan = [
+        Planned(
+            pair(data[arms.base.canonical], data[c.canonical], arms.base, c),
             Role.CANDIDATE_VS_BASELINE,
         )
     ]
     if arms.ref is not None:
         why = "reference comparison (the gain a budget uses): no verdict"
-        parts.append(
-            Comparand(
-                comp(data[arms.ref.canonical], data[c.canonical], arms.ref, c),
+        plan.append(
+            Planned(
+                pair(data[arms.ref.canonical], data[c.canonical], arms.ref, c),
                 Role.CANDIDATE_VS_REFERENCE,
                 why,
             )
@@ -436,15 +456,55 @@ def comparands(res: ReplayResult, arms: RequalifyArms, opts: RequalifyOptions) -
     if arms.log is not None and "accepted" in res.columns:
         meas = res.measured_side(f"{arms.log.canonical} (MEASURED)")
         why = "diagnostic: SIMULATED − MEASURED R of the logging arm"
-        parts.append(
-            Comparand(
-                comp(meas, data[arms.log.canonical], None, arms.log),
+        plan.append(
+            Planned(
+                pair(meas, data[arms.log.canonical], None, arms.log),
                 Role.PATH_BIAS,
                 why,
                 {meas.name: Label.MEASURED},
             )
         )
-    return parts + _importance_path_bias(res, arms, comp)
+    return plan + _importance_path_bias(res, arms, pair)
+
+
+def resampled_plan(
+    plans: Sequence[Sequence[Planned]], opts: RequalifyOptions, seed: int
+) -> list[list[Planned]]:
+    """Return ``plans`` with their replicates from one resample pass over all of them.
+
+    ``plans[0][0]`` (the candidate against the baseline of the run itself, before any ``--by``
+    grouping) gives the units and strata (:mod:`specreplay.pipelines.resample`).
+    """
+    flat = resampled([p.pairing for plan in plans for p in plan], opts.boot, seed)
+    out: list[list[Planned]] = []
+    at = 0
+    for plan in plans:
+        out.append([dataclasses.replace(p, pairing=flat[at + i]) for i, p in enumerate(plan)])
+        at += len(plan)
+    return out
+
+
+def comparands(
+    res: ReplayResult,
+    arms: RequalifyArms,
+    opts: RequalifyOptions,
+    plan: Sequence[Planned] | None = None,
+) -> list[Comparand]:
+    """Return the comparisons of a requalification, made (``plan``: planned and resampled).
+
+    Without ``plan`` they are planned and resampled here, in one pass of their own.
+    """
+    if plan is None:
+        (plan,) = resampled_plan([requalify_plan(res, arms)], opts, res.seed)
+    return [
+        Comparand(
+            compared(p.pairing, opts.boot, res.seed, label="SIMULATED"),
+            p.role,
+            p.no_verdict,
+            p.labels,
+        )
+        for p in plan
+    ]
 
 
 NO_IMPORTANCE_PATH_BIAS = (
@@ -453,7 +513,7 @@ NO_IMPORTANCE_PATH_BIAS = (
 )
 
 
-def _importance_path_bias(res: ReplayResult, arms: RequalifyArms, comp: Any) -> list[Comparand]:
+def _importance_path_bias(res: ReplayResult, arms: RequalifyArms, pair: Any) -> list[Planned]:
     """Per arm, Δ = path-assumption R − importance R (role path-bias-importance, no verdict).
 
     The importance replay is named ``ARM (importance)`` unless it is the run's own estimator
@@ -466,14 +526,14 @@ def _importance_path_bias(res: ReplayResult, arms: RequalifyArms, comp: Any) -> 
     imp = "importance"
     why = f"diagnostic: {path} − importance R of the arm"
     unlogged = res.replays[imp].unlogged
-    parts = []
+    plan = []
     for c, arm in arms.all.items():
         if int(unlogged[c][res.selected].sum()):
             continue
         a = res.side(arm, estimator=imp, name=None if res.estimator == imp else f"{c} ({imp})")
         b = res.side(arm, estimator=path, name=None if res.estimator == path else f"{c} ({path})")
-        parts.append(Comparand(comp(a, b, arm, arm), Role.PATH_BIAS_IMPORTANCE, why))
-    return parts
+        plan.append(Planned(pair(a, b, arm, arm), Role.PATH_BIAS_IMPORTANCE, why))
+    return plan
 
 
 def estimator_used(res: ReplayResult, cells: Sequence[Cell] = ()) -> dict[str, str]:
@@ -494,16 +554,22 @@ def requalify_assumptions(res: ReplayResult) -> list[str]:
 
 
 def requalify_result(
-    res: ReplayResult, arms: RequalifyArms, opts: RequalifyOptions, archive: Path
+    res: ReplayResult,
+    arms: RequalifyArms,
+    opts: RequalifyOptions,
+    archive: Path,
+    plan: Sequence[Planned] | None = None,
 ) -> Result:
     """Return the typed result of a requalification from one replay of its arms.
 
     The law tests run on the archive positions the replay pass sampled by hash
-    (``replay_archive(..., law_positions=k)``), so they need no second read.
+    (``replay_archive(..., law_positions=k)``), so they need no second read. ``plan``: the
+    comparisons planned and resampled with the rest of the run (:func:`resampled_plan`); else
+    resampled here.
     """
     from specreplay.replay.lawcases import run_cases, sample_cases
 
-    parts = comparands(res, arms, opts)
+    parts = comparands(res, arms, opts, plan)
     cells = merge_comparisons(parts)
     cells = with_replay_figures(cells, res, list(arms.all.values()))
     cells = with_support_nulls(cells, res)
@@ -541,7 +607,7 @@ def requalify_result(
 
 
 # -------------------------------------------------------------------------------------------------
-# The run: options checked, archive opened, one pass (plus the ``--by`` passes), ids hashed
+# The run: options checked, archive opened, one pass (and the ``--by`` cells), ids hashed
 
 Opened = tuple[OpenArchive, RequalifyArms]
 """A requalification's checked inputs: the archive opened (its first batch read) and its arms."""
@@ -659,11 +725,17 @@ def _passes(
         res = _replay(reader, arms, opts, estimator, companion, advance, run)
     if opts.replay.estimator == AUTO:
         res, _ = resolve_auto(res, list(arms.all.values()))
-    result = requalify_result(res, arms, opts, archive)
-    if opts.replay.by is not None:
-        by = opts.replay.by
+    by = opts.replay.by
+    # one resample pass for the run: its comparisons and those of its --by groupings
+    runs = [res, *([res.grouped(level) for level in BY_LEVELS] if by is not None else [])]
+    plans = resampled_plan([requalify_plan(r, arms) for r in runs], opts, res.seed)
+    result = requalify_result(res, arms, opts, archive, plans[0])
+    if by is not None:
+        at = {level: i + 1 for i, level in enumerate(BY_LEVELS)}
         result = with_by_cells(
-            result, by, lambda level: requalify_result(res.grouped(level), arms, opts, archive)
+            result,
+            by,
+            lambda level: requalify_result(runs[at[level]], arms, opts, archive, plans[at[level]]),
         )
     return result, res
 

@@ -3,7 +3,7 @@
 See docs/methods.md#the-sweep-cost-model-and-the-best-depth.
 
 :func:`sweep_run` checks the options, opens the archive, replays every arm at depths
-1..max(``--depths``, the arms' own depths) in one pass (and the ``--by`` passes), builds the
+1..max(``--depths``, the arms' own depths) in one pass (the ``--by`` cells too), builds the
 result (:func:`sweep_result`) and hashes ids; round traces (the inputs of ``interval``) give the
 survival truncation proxy instead (:func:`proxy_result`).
 
@@ -18,11 +18,12 @@ is null where a round is shorter than d or than the reference depth
 (docs/inputs.md#position-traces-schema-v1; ``--short-rounds exclude`` leaves rounds shorter than the
 deepest arm out instead, :mod:`specreplay.pipelines.shortrounds`).
 
-Every comparison of one sweep uses the same seed on the same requests, so replicate b resamples
-the same requests at every depth: with a **cost model** (milliseconds per round at each depth)
-tokens/s = 1000·R(d)/ms(d) per depth (ESTIMATED), the best depth per cell and arm, and
-``p_best``, the share of replicates in which each depth has the most tokens/s (rank stability),
-come from those joint replicates (:mod:`specreplay.stats.depth` computes them).
+Every comparison of one sweep (each depth, the fewest-bits sequence, the ``--by`` groupings) is
+planned first (:func:`sweep_plan`) and resampled in one pass (:func:`resampled_sweeps`), so
+replicate b resamples the same requests at every depth: with a **cost model** (milliseconds per
+round at each depth) tokens/s = 1000·R(d)/ms(d) per depth (ESTIMATED), the best depth per cell
+and arm, and ``p_best``, the share of replicates in which each depth has the most tokens/s (rank
+stability), come from those joint replicates (:mod:`specreplay.stats.depth` computes them).
 
 Decisions: the depth-vs-reference deltas carry no verdict (a sweep is a counterfactual check,
 not a requalification); cells keep one arm figure per arm (R at its reference depth). Under
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +46,7 @@ import numpy as np
 
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
-from specreplay.pipelines.grouping import with_by_cells
+from specreplay.pipelines.grouping import BY_LEVELS, with_by_cells
 from specreplay.pipelines.importance import (
     comparison_failure,
     with_auto_diagnostics,
@@ -52,6 +54,7 @@ from specreplay.pipelines.importance import (
 )
 from specreplay.pipelines.options import MARGIN_DEFAULT, SweepOptions, parse_margin
 from specreplay.pipelines.requalify import Comparand, estimator_used, merge_comparisons
+from specreplay.pipelines.resample import Pairing, compared, resampled
 from specreplay.pipelines.shortrounds import (
     exclude_below,
     short_rounds_assumptions,
@@ -70,16 +73,19 @@ from specreplay.sim.arms import Arm
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.arviz_bridge import DepthReplicates
 from specreplay.stats.cells import Cell as CellSpec
-from specreplay.stats.compare import Comparison, compare
+from specreplay.stats.compare import Comparison
 from specreplay.stats.depth import CostModel, best_depth, p_best, tokens_per_s
 from specreplay.stats.pairing import pair_arms
 
 __all__ = [
     "ProxyDepths",
     "SweepOptions",
+    "SweepPlan",
     "SweepPrepared",
     "expand_arms",
     "proxy_result",
+    "resampled_sweeps",
+    "sweep_plan",
     "sweep_prepare",
     "sweep_prepared",
     "sweep_result",
@@ -95,10 +101,10 @@ def _depth_name(arm: Arm, depth: int) -> str:
     return f"{arm.canonical.rsplit('@', 1)[0]}@{depth}"
 
 
-def _comparisons(res: ReplayResult, arm: Arm, opts: SweepOptions) -> dict[int, Comparison | str]:
-    """Per depth, the paired comparison with the reference depth, or why it is UNSUPPORTED."""
+def _depth_pairings(res: ReplayResult, arm: Arm, opts: SweepOptions) -> dict[int, Pairing | str]:
+    """Per depth, the pairing with the reference depth, or why the depth is UNSUPPORTED."""
     ref = res.side(arm)
-    out: dict[int, Comparison | str] = {}
+    out: dict[int, Pairing | str] = {}
     for d in opts.depths:
         why = res.depth_problem(arm, d)
         if why is not None:
@@ -106,21 +112,100 @@ def _comparisons(res: ReplayResult, arm: Arm, opts: SweepOptions) -> dict[int, C
             continue
         name = _depth_name(arm, d) + (" (reference depth)" if d == arm.depth else "")
         other = res.side(arm, depth=d, name=name)
-        ps = res.paired(ref, other)
-        out[d] = compare(
-            ps,
-            arm_a=ref.name,
-            arm_b=other.name,
-            n_boot=opts.boot.n_boot,
-            seed=res.seed,
-            stratify=opts.boot.stratify,
-            level=opts.boot.level,
-            margin=DEPTH_MARGIN,
-            min_requests=opts.boot.min_requests,
-            label="SIMULATED",
-            support=res.support((arm, arm.depth), (arm, d)),
-        )
+        support = res.support((arm, arm.depth), (arm, d))
+        out[d] = Pairing(res.paired(ref, other), ref.name, other.name, support)
     return out
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A sweep's comparisons before they are made, in the order of its one resample pass.
+
+    Attributes
+    ----------
+    depths : dict of str to dict of int to Pairing or str
+        Per arm and depth of ``--depths``, the pairing with the reference depth, or why the
+        depth is UNSUPPORTED.
+    bits : tuple of (Arm, Pairing)
+        The fewest-bits sequence (most bits first), each arm paired with the baseline.
+    """
+
+    depths: dict[str, dict[int, Pairing | str]]
+    bits: tuple[tuple[Arm, Pairing], ...] = ()
+
+    def pairings(self) -> list[Pairing]:
+        """Every pairing: the depths (arm by arm), then the sequence."""
+        out = [p for per in self.depths.values() for p in per.values() if isinstance(p, Pairing)]
+        return out + [p for _, p in self.bits]
+
+    def with_pairings(self, new: Sequence[Pairing]) -> SweepPlan:
+        """Return the plan with :meth:`pairings` replaced by ``new`` (same order)."""
+        it = iter(new)
+        depths = {
+            name: {d: next(it) if isinstance(p, Pairing) else p for d, p in per.items()}
+            for name, per in self.depths.items()
+        }
+        bits = tuple((a, next(it)) for a, _ in self.bits)
+        return SweepPlan(depths, bits)
+
+
+def sweep_plan(
+    res: ReplayResult, arms: list[Arm], opts: SweepOptions, baseline: Arm | None = None
+) -> SweepPlan:
+    """Return the comparisons of a sweep: every arm at every depth, then the fewest-bits walk.
+
+    Every dyadic arm of the walk is paired with the baseline, though the walk may stop before
+    it: the pairings are resampled together before the first comparison is made.
+    """
+    depths = {a.canonical: _depth_pairings(res, a, opts) for a in arms}
+    if baseline is None:
+        return SweepPlan(depths)
+    seq = sorted(
+        (a for a in arms if a.sampler.kind == "dyadic" and a != baseline),
+        key=lambda a: -a.sampler.bits,
+    )
+    base = res.side(baseline)
+    bits = tuple(
+        (
+            a,
+            Pairing(
+                res.paired(base, res.side(a)),
+                base.name,
+                a.canonical,
+                res.support((baseline, baseline.depth), (a, a.depth)),
+            ),
+        )
+        for a in seq
+    )
+    return SweepPlan(depths, bits)
+
+
+def resampled_sweeps(plans: Sequence[SweepPlan], opts: SweepOptions, seed: int) -> list[SweepPlan]:
+    """Return ``plans`` with their replicates from one resample pass over all of them.
+
+    The first pairing of ``plans[0]`` (the run itself, before any ``--by`` grouping) gives the
+    units and strata (:mod:`specreplay.pipelines.resample`).
+    """
+    flat = resampled([p for plan in plans for p in plan.pairings()], opts.boot, seed)
+    out = []
+    at = 0
+    for plan in plans:
+        n = len(plan.pairings())
+        out.append(plan.with_pairings(flat[at : at + n]))
+        at += n
+    return out
+
+
+def _comparisons(
+    plan: dict[int, Pairing | str], opts: SweepOptions, seed: int, label: str = "SIMULATED"
+) -> dict[int, Comparison | str]:
+    """Per depth, the paired comparison with the reference depth, or why it is UNSUPPORTED."""
+    return {
+        d: p
+        if isinstance(p, str)
+        else compared(p, opts.boot, seed, label=label, margin=DEPTH_MARGIN)
+        for d, p in plan.items()
+    }
 
 
 def _depth_figures(
@@ -174,40 +259,23 @@ def _depth_figures(
 
 
 def fewest_bits(
-    res: ReplayResult, arms: list[Arm], baseline: Arm, opts: SweepOptions
+    res: ReplayResult, bits: Sequence[tuple[Arm, Pairing]], baseline: Arm, opts: SweepOptions
 ) -> tuple[list[Comparand], dict[str, Any]]:
     """Fixed-sequence test of the dyadic arms against ``baseline``, most bits first.
 
-    Each arm (at its own depth) is compared with the baseline (at its own); the walk stops at
+    ``bits``: the arms in that order, each paired with the baseline (:func:`sweep_plan`). Each
+    arm (at its own depth) is compared with the baseline (at its own); the walk stops at
     the first arm whose pooled verdict is not EQUIVALENT, and the fewest bits that stay
     EQUIVALENT is the last arm before it. Testing in a fixed order and stopping at the first
     failure keeps the family-wise false-EQUIVALENT rate at α with no adjustment (Maurer, Hothorn
     & Lehmacher 1995), where picking the fewest EQUIVALENT arm from separate tests inflates it.
     """
-    seq = sorted(
-        (a for a in arms if a.sampler.kind == "dyadic" and a != baseline),
-        key=lambda a: -a.sampler.bits,
-    )
-    base = res.side(baseline)
     parts: list[Comparand] = []
     walk: list[dict[str, Any]] = []
     fewest: str | None = None
     stopped: str | None = None
-    for a in seq:
-        ps = res.paired(base, res.side(a))
-        comp = compare(
-            ps,
-            arm_a=base.name,
-            arm_b=a.canonical,
-            n_boot=opts.boot.n_boot,
-            seed=res.seed,
-            stratify=opts.boot.stratify,
-            level=opts.boot.level,
-            margin=opts.boot.margin,
-            min_requests=opts.boot.min_requests,
-            label="SIMULATED",
-            support=res.support((baseline, baseline.depth), (a, a.depth)),
-        )
+    for a, pairing in bits:
+        comp = compared(pairing, opts.boot, res.seed, label="SIMULATED")
         parts.append(Comparand(comp, Role.CANDIDATE_VS_BASELINE))
         verdict = comp.pooled.delta.verdict
         if verdict is not None and opts.replay.estimator == AUTO and res.estimator == "importance":
@@ -230,7 +298,7 @@ def fewest_bits(
         if fewest
         else (
             "no dyadic arm to test"
-            if not seq
+            if not bits
             else f"{walk[0]['arm']} is not EQUIVALENT to the baseline"
         )
     )
@@ -252,10 +320,17 @@ def sweep_result(
     opts: SweepOptions,
     archive: Path,
     baseline: Arm | None = None,
+    plan: SweepPlan | None = None,
 ) -> Result:
-    """Return the typed result of a sweep of ``arms`` over ``opts.depths`` (module docstring)."""
+    """Return the typed result of a sweep of ``arms`` over ``opts.depths`` (module docstring).
+
+    ``plan``: its comparisons planned and resampled with the rest of the run
+    (:func:`resampled_sweeps`); else resampled here.
+    """
     cost = opts.cost
-    per_arm = {a.canonical: _comparisons(res, a, opts) for a in arms}
+    if plan is None:
+        (plan,) = resampled_sweeps([sweep_plan(res, arms, opts, baseline)], opts, res.seed)
+    per_arm = {a.canonical: _comparisons(plan.depths[a.canonical], opts, res.seed) for a in arms}
     parts = []
     for a in arms:
         for d, comp in per_arm[a.canonical].items():
@@ -268,7 +343,7 @@ def sweep_result(
         )
     extra: dict[str, Any] = {}
     if baseline is not None:
-        bits_parts, extra["fewest_bits"] = fewest_bits(res, arms, baseline, opts)
+        bits_parts, extra["fewest_bits"] = fewest_bits(res, plan.bits, baseline, opts)
         parts += bits_parts
     names = [a.canonical for a in arms]
     cells = _with_depths(merge_comparisons(parts), names, per_arm, cost, opts.boot.level)
@@ -363,10 +438,10 @@ def proxy_result(
     ref = by_depth[reference]
     name = ref.name
     lowest, unknown = valid
-    comps: dict[int, Comparison | str] = {}
+    pairings: dict[int, Pairing | str] = {}
     for d in opts.depths:
         if d not in by_depth:
-            comps[d] = (
+            pairings[d] = (
                 f"{unknown} rounds record no drafted depth: the proxy is valid only up to the "
                 "depth every round drafted"
                 if unknown
@@ -376,18 +451,10 @@ def proxy_result(
             continue
         other = dataclasses.replace(by_depth[d], name=f"{name}@{d}")
         ps, _ = pair_arms(ref, other, buckets=opts.replay.buckets)
-        comps[d] = compare(
-            ps,
-            arm_a=name,
-            arm_b=other.name,
-            n_boot=opts.boot.n_boot,
-            seed=opts.replay.seed,
-            stratify=opts.boot.stratify,
-            level=opts.boot.level,
-            margin=DEPTH_MARGIN,
-            min_requests=opts.boot.min_requests,
-            label="ESTIMATED",
-        )
+        pairings[d] = Pairing(ps, name, other.name)
+    # one resample pass: every depth's replicates from the same draws
+    (plan,) = resampled_sweeps([SweepPlan({name: pairings})], opts, opts.replay.seed)
+    comps = _comparisons(plan.depths[name], opts, opts.replay.seed, label="ESTIMATED")
     parts = [
         Comparand(c, Role.DEPTH_VS_REFERENCE, NO_VERDICT, depth=d)
         for d, c in comps.items()
@@ -425,7 +492,7 @@ def proxy_result(
 
 
 # -------------------------------------------------------------------------------------------------
-# The run: options checked, archive opened, one pass (plus the ``--by`` passes), ids hashed; round
+# The run: options checked, archive opened, one pass (and the ``--by`` cells), ids hashed; round
 # traces give the survival truncation proxy instead
 
 
@@ -559,12 +626,20 @@ def _swept_passes(
         )
     if ro.estimator == AUTO:
         res, _ = resolve_auto(res, prep.replayed)
-    result = sweep_result(res, prep.arms, opts, archive, prep.baseline)
+    # one resample pass for the run: its comparisons and those of its --by groupings
+    runs = [res, *([res.grouped(level) for level in BY_LEVELS] if ro.by is not None else [])]
+    plans = resampled_sweeps(
+        [sweep_plan(r, prep.arms, opts, prep.baseline) for r in runs], opts, res.seed
+    )
+    result = sweep_result(res, prep.arms, opts, archive, prep.baseline, plans[0])
     if ro.by is not None:
+        at = {level: i + 1 for i, level in enumerate(BY_LEVELS)}
         result = with_by_cells(
             result,
             ro.by,
-            lambda level: sweep_result(res.grouped(level), prep.arms, opts, archive, prep.baseline),
+            lambda level: sweep_result(
+                runs[at[level]], prep.arms, opts, archive, prep.baseline, plans[at[level]]
+            ),
         )
     return result, res.requests
 

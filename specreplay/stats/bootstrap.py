@@ -8,19 +8,30 @@ b draws, within each stratum (family, or one stratum for ``--stratify none``), a
 the stratum has, with replacement; every cell (pooled, family, bucket, family × bucket) is a domain
 estimate from the same resampled requests: R^arm = Σ t^arm / Σ n^arm over the cell's pieces.
 
+One draw per run. The scheme (which requests, which strata, which replicates: a
+:class:`Resampling`) is kept apart from what is resampled (tables of pieces): :func:`resample_sums`
+draws each replicate's multiplicities once and weights every table by them, so the comparisons of
+a run (candidate, reference, path bias, every depth) and its ``--by`` groupings, passed together,
+come from the same joint replicates, and the draws are made once instead of once per comparison.
+:func:`bootstrap_sums` is one table resampled on its own.
+
 Randomness is counter-based (:mod:`specreplay.sim.rng`): the d-th draw of stratum s in replicate
 b depends only on (seed, b, s, d), and requests are ordered within their stratum by their first
 cell and their stable request key, so replicates are identical whatever the thread count and
 whatever the input row order.
 
-The kernel accumulates, per replicate, the four sums (n_a, t_a, n_b, t_b) of every finest cell
-(family × bucket code, ``unbucketed`` included); coarser cells are sums of finest cells. Sums are
-taken in a fixed order (by cell, then member), so they are bit-identical whatever the threads.
-This module depends on numpy and numba only.
+The kernel accumulates, per replicate, the sums (n_a, t_a, n_b, t_b) of every finest cell
+(family × bucket code, ``unbucketed`` included) of every table; coarser cells are sums of finest
+cells. Tables with the same pieces in the same cells (the comparisons of a run) share one layout,
+whose distinct columns (the rounds, and each arm side's retained tokens) are summed once, eight at
+a time. Sums are taken in a fixed order (by cell, then member), so they are bit-identical whatever
+the threads and whichever tables are resampled together. This module depends on numpy and numba
+only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,9 +44,12 @@ __all__ = [
     "N_MOMENTS",
     "Moments",
     "PairedSums",
+    "Resampling",
     "bootstrap_moments",
     "bootstrap_sums",
     "point_sums",
+    "resample_sums",
+    "resampling",
 ]
 
 
@@ -126,37 +140,158 @@ def _count_draws(
 
 
 @njit(inline="always", cache=True, fastmath={"contract"})
-def _weighted_sums(
+def _block(
+    first: int,
+    mem: NDArray[np.uint64],
+    cnt: NDArray[np.uint8] | NDArray[np.int32],
+    vals: NDArray[np.float64],
+    lo: int,
+    hi: int,
+    v: int,
+    out: NDArray[np.float64],
+) -> None:
+    """Write Σ count·vals[v + j, k], j = 0..3, over one cell's pieces k = lo..hi − 1 into ``out``.
+
+    ``first`` ≥ 0: the cell's pieces are the consecutive members first, first + 1, … (their
+    counts read as one run, no gather), else ``cnt[mem[k - lo]]`` is gathered. Four register
+    accumulators, each adding its products in piece order (not reassociated: the same order in
+    every process, freshly compiled or cached).
+    """
+    x0 = vals[v + 0, lo:hi]  # views indexed from 0: no negative-index checks
+    x1 = vals[v + 1, lo:hi]
+    x2 = vals[v + 2, lo:hi]
+    x3 = vals[v + 3, lo:hi]
+    a0 = 0.0
+    a1 = 0.0
+    a2 = 0.0
+    a3 = 0.0
+    if first >= 0:
+        run = cnt[first : first + (hi - lo)]
+        for k in range(hi - lo):
+            w = float(run[k])
+            a0 += w * x0[k]
+            a1 += w * x1[k]
+            a2 += w * x2[k]
+            a3 += w * x3[k]
+    else:
+        for k in range(hi - lo):
+            w = float(cnt[mem[k]])  # unsigned indices: no negative-index checks
+            a0 += w * x0[k]
+            a1 += w * x1[k]
+            a2 += w * x2[k]
+            a3 += w * x3[k]
+    out[v + 0] = a0
+    out[v + 1] = a1
+    out[v + 2] = a2
+    out[v + 3] = a3
+
+
+@njit(inline="always", cache=True, fastmath={"contract"})
+def _block8(
+    first: int,
+    mem: NDArray[np.uint64],
+    cnt: NDArray[np.uint8] | NDArray[np.int32],
+    vals: NDArray[np.float64],
+    lo: int,
+    hi: int,
+    v: int,
+    out: NDArray[np.float64],
+) -> None:
+    """:func:`_block` over columns v..v + 7 at once: eight accumulators per count read.
+
+    The additions into one accumulator wait for each other; eight independent chains keep the
+    core busier than four (each still adds its products in piece order, so the sums are those of
+    two :func:`_block` calls, to the bit).
+    """
+    x0 = vals[v + 0, lo:hi]  # views indexed from 0: no negative-index checks
+    x1 = vals[v + 1, lo:hi]
+    x2 = vals[v + 2, lo:hi]
+    x3 = vals[v + 3, lo:hi]
+    x4 = vals[v + 4, lo:hi]
+    x5 = vals[v + 5, lo:hi]
+    x6 = vals[v + 6, lo:hi]
+    x7 = vals[v + 7, lo:hi]
+    a0 = 0.0
+    a1 = 0.0
+    a2 = 0.0
+    a3 = 0.0
+    a4 = 0.0
+    a5 = 0.0
+    a6 = 0.0
+    a7 = 0.0
+    if first >= 0:
+        run = cnt[first : first + (hi - lo)]
+        for k in range(hi - lo):
+            w = float(run[k])
+            a0 += w * x0[k]
+            a1 += w * x1[k]
+            a2 += w * x2[k]
+            a3 += w * x3[k]
+            a4 += w * x4[k]
+            a5 += w * x5[k]
+            a6 += w * x6[k]
+            a7 += w * x7[k]
+    else:
+        for k in range(hi - lo):
+            w = float(cnt[mem[k]])
+            a0 += w * x0[k]
+            a1 += w * x1[k]
+            a2 += w * x2[k]
+            a3 += w * x3[k]
+            a4 += w * x4[k]
+            a5 += w * x5[k]
+            a6 += w * x6[k]
+            a7 += w * x7[k]
+    out[v + 0] = a0
+    out[v + 1] = a1
+    out[v + 2] = a2
+    out[v + 3] = a3
+    out[v + 4] = a4
+    out[v + 5] = a5
+    out[v + 6] = a6
+    out[v + 7] = a7
+
+
+@njit(inline="always", cache=True, fastmath={"contract"})
+def _cell_columns(
+    first: int,
+    mem: NDArray[np.uint64],
+    cnt: NDArray[np.uint8] | NDArray[np.int32],
+    vals: NDArray[np.float64],
+    lo: int,
+    hi: int,
+    ncol: int,
+    out: NDArray[np.float64],
+) -> None:
+    """Write one cell's first ``ncol`` count-weighted column sums (a multiple of 4) into ``out``.
+
+    Eight columns at a time (:func:`_block8`), then four (:func:`_block`).
+    """
+    v = 0
+    while v + 8 <= ncol:
+        _block8(first, mem, cnt, vals, lo, hi, v, out)
+        v += 8
+    if v < ncol:
+        _block(first, mem, cnt, vals, lo, hi, v, out)
+
+
+@njit(inline="always", cache=True, fastmath={"contract"})
+def _cell_sums(
     b: int,
     cell_start: NDArray[np.int64],
+    cell_first: NDArray[np.int64],
+    cell_cols: NDArray[np.int64],
     piece_member: NDArray[np.uint64],
     piece_vals: NDArray[np.float64],
     cnt: NDArray[np.uint8] | NDArray[np.int32],
     out: NDArray[np.float64],
 ) -> None:
-    """Write each cell's count-weighted sums of replicate b into ``out[b]``."""
+    """Write every cell's count-weighted column sums of replicate b into ``out[b]``."""
     for c in range(cell_start.shape[0] - 1):
         lo = cell_start[c]
         hi = cell_start[c + 1]
         mem = piece_member[lo:hi]
-        v0 = piece_vals[0, lo:hi]
-        v1 = piece_vals[1, lo:hi]
-        v2 = piece_vals[2, lo:hi]
-        v3 = piece_vals[3, lo:hi]
-        a0 = 0.0
-        a1 = 0.0
-        a2 = 0.0
-        a3 = 0.0
-        for k in range(hi - lo):
-            w = float(cnt[mem[k]])
-            a0 += w * v0[k]
-            a1 += w * v1[k]
-            a2 += w * v2[k]
-            a3 += w * v3[k]
-        out[b, c, 0] = a0
-        out[b, c, 1] = a1
-        out[b, c, 2] = a2
-        out[b, c, 3] = a3
+        _cell_columns(cell_first[c], mem, cnt, piece_vals, lo, hi, cell_cols[c], out[b, c])
 
 
 @njit(parallel=True, cache=True, fastmath={"contract"})
@@ -165,12 +300,13 @@ def _boot_kernel(
     n_boot: int,
     strat_start: NDArray[np.int64],
     cell_start: NDArray[np.int64],
+    cell_first: NDArray[np.int64],
+    cell_cols: NDArray[np.int64],
     piece_member: NDArray[np.uint64],
     piece_vals: NDArray[np.float64],
-    identity: bool,
     out: NDArray[np.float64],
 ) -> None:
-    """Fill ``out[b, c, :]`` with the resampled sums of finest cell c in replicate b.
+    """Fill ``out[b, c, v]`` with the resampled sum of column v over cell c in replicate b.
 
     Parameters
     ----------
@@ -178,27 +314,30 @@ def _boot_kernel(
     n_boot : int
         Number of replicates B.
     strat_start : int64, (S + 1,)
-        Stratum s holds members ``strat_start[s] .. strat_start[s + 1] - 1`` (requests in
-        request-key order within the stratum).
+        Stratum s holds members ``strat_start[s] .. strat_start[s + 1] - 1``.
     cell_start : int64, (C + 1,)
-        Finest cell c holds pieces ``cell_start[c] .. cell_start[c + 1] - 1``.
+        Cell c holds pieces ``cell_start[c] .. cell_start[c + 1] - 1`` (the cells of every
+        layout of one :func:`resample_sums`, one layout after the other).
+    cell_first : int64, (C,)
+        The first member of a cell whose pieces are consecutive members, else −1.
+    cell_cols : int64, (C,)
+        The columns of ``piece_vals`` cell c sums (its layout's, a multiple of 4).
     piece_member : uint64, (k,)
-        Member (resampling unit) of each piece; pieces are sorted by (cell, member).
-    piece_vals : float64, (4, k)
-        n_a, t_a, n_b, t_b of each piece.
-    identity : bool
-        ``piece_member[k] == k`` for every piece (one piece per request).
-    out : float64, (B, C, 4)
-        Output sums.
+        Member (resampling unit) of each piece; the pieces of a cell are in member order.
+    piece_vals : float64, (V, k)
+        The values of each piece: the distinct columns of the tables sharing its layout
+        (n and t of each arm side), zero-padded.
+    out : float64, (B, C, V)
+        Output sums (columns past ``cell_cols[c]`` are left unwritten).
 
     Notes
     -----
-    Replicate b first counts how often each member is drawn (the multiplicities live in a uint8
+    Replicate b counts how often each member is drawn once (the multiplicities live in a uint8
     array that stays in L2 cache; a replicate in which a count passes 255, possible only in
-    strata of more members than that and then astronomically rare, is redone with int32 counts),
-    then sums each cell's pieces weighted by their member's count in four register accumulators
-    (not reassociated: the same order in every process, freshly compiled or cached). Draws 2i and
-    2i + 1 of stratum s use the high and low halves of
+    strata of more members than that and then astronomically rare, is redone with int32
+    counts), then sums every cell's columns weighted by their member's count
+    (:func:`_cell_sums`): every cell of every table comes from the same multiplicities. Draws
+    2i and 2i + 1 of stratum s use the high and low halves of
     ``stream_bits(uniform_bits(seed, b, s, 0, STREAM_BOOTSTRAP), i)``, each mapped to a member by
     the multiply-shift ``(half · m) >> 32`` (Lemire 2019; relative bias below m / 2³²).
     """
@@ -209,52 +348,25 @@ def _boot_kernel(
         cnt32 = np.empty(0, np.int32)
         for b in range(ch, n_boot, n_chunks):
             if _count_draws(seed, b, strat_start, cnt8):
-                if identity:  # piece k is member k: no gather, so this loop vectorises
-                    for c in range(cell_start.shape[0] - 1):
-                        lo = cell_start[c]
-                        hi = cell_start[c + 1]
-                        w8 = cnt8[lo:hi]  # views indexed from 0: no negative-index checks
-                        v0 = piece_vals[0, lo:hi]
-                        v1 = piece_vals[1, lo:hi]
-                        v2 = piece_vals[2, lo:hi]
-                        v3 = piece_vals[3, lo:hi]
-                        a0 = 0.0
-                        a1 = 0.0
-                        a2 = 0.0
-                        a3 = 0.0
-                        for k in range(hi - lo):
-                            w = float(w8[k])
-                            a0 += w * v0[k]
-                            a1 += w * v1[k]
-                            a2 += w * v2[k]
-                            a3 += w * v3[k]
-                        out[b, c, 0] = a0
-                        out[b, c, 1] = a1
-                        out[b, c, 2] = a2
-                        out[b, c, 3] = a3
-                else:
-                    _weighted_sums(b, cell_start, piece_member, piece_vals, cnt8, out)
+                _cell_sums(
+                    b, cell_start, cell_first, cell_cols, piece_member, piece_vals, cnt8, out
+                )
             else:  # a member drawn 256 times or more: redo with 32-bit counts
                 if cnt32.shape[0] == 0:
                     cnt32 = np.empty(n_members, np.int32)
                 _count_draws(seed, b, strat_start, cnt32)
-                _weighted_sums(b, cell_start, piece_member, piece_vals, cnt32, out)
+                _cell_sums(
+                    b, cell_start, cell_first, cell_cols, piece_member, piece_vals, cnt32, out
+                )
 
 
-@dataclass(frozen=True)
-class _Layout:
-    member_request: NDArray[np.int64]  # request index of each member (stratum-major, key order)
-    strat_start: NDArray[np.int64]
-    cell_start: NDArray[np.int64]
-    piece_member: NDArray[np.uint64]
-    piece_vals: NDArray[np.float64]
-    identity: bool
-    n_cells: int
-    member_family: NDArray[np.int64]  # family code of each member
-    member_vals: NDArray[np.float64]  # (4, n): each member's totals over its pieces
+def _member_order(ps: PairedSums, stratify: str) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Return the request of each member (draw order) and the strata's starts.
 
-
-def _layout(ps: PairedSums, stratify: str) -> _Layout:
+    Members are ordered by stratum, then the request's first cell, then request key (never input
+    order); with one piece per request the (cell, member) piece order is then the member order
+    itself.
+    """
     n = ps.n_requests
     nb = len(ps.buckets)
     if stratify == "family":
@@ -267,30 +379,252 @@ def _layout(ps: PairedSums, stratify: str) -> _Layout:
     cell = ps.family[ps.piece_request].astype(np.int64) * nb + ps.piece_bucket
     first_cell = np.full(n, n_cells, dtype=np.int64)
     np.minimum.at(first_cell, ps.piece_request, cell)
-    # members: by stratum, then the request's first cell, then request key (never input order);
-    # with one piece per request the (cell, member) piece order is then the member order itself
     member_request = np.lexsort((ps.request_keys, first_cell, strata)).astype(np.int64)
-    member_of = np.empty(n, dtype=np.int64)
-    member_of[member_request] = np.arange(n)
     n_strata = int(strata.max()) + 1 if n else 0
     strat_start = np.zeros(n_strata + 1, dtype=np.int64)
     np.cumsum(np.bincount(strata, minlength=n_strata), out=strat_start[1:])
+    return member_request, strat_start
+
+
+@dataclass(frozen=True)
+class Resampling:
+    """The resampling units of a run in draw order, and its replicates: the one draw it shares.
+
+    Replicate b draws, within each stratum, as many members as the stratum holds, with
+    replacement; the d-th draw of stratum s depends only on (seed, b, s, d). Every table
+    resampled with it (:func:`resample_sums`) weights its pieces by those multiplicities, so
+    every comparison, cell and grouping of a run comes from the same joint replicates.
+
+    Attributes
+    ----------
+    member_keys : uint64, (n,)
+        Stable request key of each member (resampling unit), in draw order.
+    member_ids : tuple of str, (n,)
+        Request id of each member (it tells two requests apart should their keys collide).
+    strat_start : int64, (S + 1,)
+        Stratum s holds members ``strat_start[s] .. strat_start[s + 1] - 1``.
+    n_boot : int
+        Number of replicates B.
+    seed : int
+    """
+
+    member_keys: NDArray[np.uint64]
+    member_ids: tuple[str, ...]
+    strat_start: NDArray[np.int64]
+    n_boot: int
+    seed: int
+
+
+def resampling(ps: PairedSums, *, n_boot: int, seed: int, stratify: str = "family") -> Resampling:
+    """Return the resampling of the requests of ``ps``, stratified by its families or not.
+
+    The strata and the members' order are those of ``ps`` (its family codes, its first cells);
+    a table on the same requests coded otherwise (``--by`` groups) is resampled with them.
+    """
+    member_request, strat_start = _member_order(ps, stratify)
+    return Resampling(
+        member_keys=ps.request_keys[member_request],
+        member_ids=tuple(ps.request_ids[int(i)] for i in member_request),
+        strat_start=strat_start,
+        n_boot=n_boot,
+        seed=seed,
+    )
+
+
+def _member_of(rs: Resampling, ps: PairedSums) -> NDArray[np.int64]:
+    """Return the member of each request of ``ps`` (by key; by id should two keys collide).
+
+    Raises
+    ------
+    ValueError
+        A request of ``ps`` that is not among the members.
+    """
+    order = np.argsort(rs.member_keys, kind="stable")
+    keys = rs.member_keys[order]
+    if np.any(keys[1:] == keys[:-1]):
+        index = {r: i for i, r in enumerate(rs.member_ids)}
+        missing = [r for r in ps.request_ids if r not in index]
+        at = np.array([index.get(r, 0) for r in ps.request_ids], np.int64)
+    else:
+        pos = np.minimum(np.searchsorted(keys, ps.request_keys), max(keys.shape[0] - 1, 0))
+        hit = keys[pos] == ps.request_keys if keys.shape[0] else np.zeros(ps.n_requests, bool)
+        missing = [ps.request_ids[int(i)] for i in np.flatnonzero(~hit)]
+        at = order[pos] if keys.shape[0] else pos
+    if missing:
+        raise ValueError(f"request {missing[0]!r} is not among the resampled requests")
+    return at.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class _Table:
+    """One table's pieces laid out for :func:`_boot_kernel` (see its parameters)."""
+
+    cell_start: NDArray[np.int64]
+    cell_first: NDArray[np.int64]
+    piece_member: NDArray[np.uint64]
+    piece_vals: NDArray[np.float64]
+
+
+def _table(ps: PairedSums, member_of: NDArray[np.int64]) -> _Table:
+    """Lay out the pieces of ``ps`` by (finest cell, member); ``member_of``: each request's."""
+    nb = len(ps.buckets)
+    n_cells = len(ps.families) * nb
+    cell = ps.family[ps.piece_request].astype(np.int64) * nb + ps.piece_bucket
     pm = member_of[ps.piece_request]
     porder = np.lexsort((pm, cell))
+    pm = pm[porder]
     cell_start = np.zeros(n_cells + 1, dtype=np.int64)
     np.cumsum(np.bincount(cell, minlength=n_cells), out=cell_start[1:])
+    # a cell is one run of members when no piece inside it breaks the +1 step
+    breaks = np.zeros(pm.shape[0], np.int64)
+    np.cumsum(pm[1:] != pm[:-1] + 1, out=breaks[1:])
+    lo, hi = cell_start[:-1], cell_start[1:]
+    filled = np.flatnonzero(hi > lo)
+    run = filled[breaks[hi[filled] - 1] == breaks[lo[filled]]]
+    cell_first = np.full(n_cells, -1, np.int64)
+    cell_first[run] = pm[lo[run]]
     vals = np.stack([ps.n_a, ps.t_a, ps.n_b, ps.t_b])[:, porder].astype(np.float64)
+    return _Table(cell_start, cell_first, pm.astype(np.uint64), vals)
+
+
+def _fingerprint(a: NDArray[np.generic]) -> bytes:
+    """Return a cheap key of an array: its length and 64 evenly spaced entries."""
+    step = max(1, a.shape[0] // 64)
+    sample: bytes = np.ascontiguousarray(a[::step]).tobytes()
+    return int(a.shape[0]).to_bytes(8, "little") + sample
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """The tables of one :func:`resample_sums` by layout, each layout with its distinct columns.
+
+    Attributes
+    ----------
+    layouts : list of _Table
+        One per layout (the same pieces in the same cells, in the same order): the first table
+        of that layout.
+    columns : list of list of float64 (k,)
+        Per layout, its tables' distinct value columns, in layout order: an arm side in two
+        comparisons (and the rounds, shared by every replayed arm) is summed once.
+    picks : list of (int, list of int)
+        Per table, its layout and the columns of its n_a, t_a, n_b, t_b.
+    """
+
+    layouts: list[_Table]
+    columns: list[list[NDArray[np.float64]]]
+    picks: list[tuple[int, list[int]]]
+
+
+def _shared(parts: Sequence[_Table]) -> _Shared:
+    """Group the tables by layout and their columns by value (see :class:`_Shared`)."""
+    out = _Shared([], [], [])
+    layout_at: dict[bytes, list[int]] = {}
+    column_at: list[dict[bytes, list[int]]] = []
+    for p in parts:
+        key = _fingerprint(p.cell_start) + _fingerprint(p.piece_member)
+        g = next(
+            (
+                i
+                for i in layout_at.get(key, [])
+                if np.array_equal(out.layouts[i].cell_start, p.cell_start)
+                and np.array_equal(out.layouts[i].piece_member, p.piece_member)
+            ),
+            None,
+        )
+        if g is None:
+            g = len(out.layouts)
+            layout_at.setdefault(key, []).append(g)
+            out.layouts.append(p)
+            out.columns.append([])
+            column_at.append({})
+        cols, picks = out.columns[g], []
+        for values in p.piece_vals:
+            vkey = _fingerprint(values)
+            j = next(
+                (i for i in column_at[g].get(vkey, []) if np.array_equal(cols[i], values)), None
+            )
+            if j is None:
+                j = len(cols)
+                column_at[g].setdefault(vkey, []).append(j)
+                cols.append(values)
+            picks.append(j)
+        out.picks.append((g, picks))
+    return out
+
+
+def resample_sums(rs: Resampling, tables: Sequence[PairedSums]) -> list[NDArray[np.float64]]:
+    """Return each table's resampled sums, shape (n_boot, n_families, n_buckets, 4), in one draw.
+
+    Every table is weighted by the same multiplicities of ``rs`` (drawn once per replicate):
+    tables on the same requests (the comparisons of a run, a ``--by`` grouping of them) share
+    their replicates. A table's own families and buckets give its cells; its requests must be
+    among the members of ``rs``. Tables with the same pieces in the same cells share one layout,
+    whose distinct columns are each summed once (:class:`_Shared`): a table's sums are those it
+    has resampled alone, to the bit.
+    """
+    sh = _shared([_table(ps, _member_of(rs, ps)) for ps in tables])
+    width = [-(-len(cols) // 4) * 4 for cols in sh.columns]  # columns, rounded up to 4
+    piece_off = np.cumsum([0] + [t.piece_member.shape[0] for t in sh.layouts])
+    cell_off = np.cumsum([0] + [t.cell_first.shape[0] for t in sh.layouts])
+    vals = np.zeros((max(width, default=4), int(piece_off[-1])))
+    for g, cols in enumerate(sh.columns):
+        vals[: len(cols), piece_off[g] : piece_off[g + 1]] = np.stack(cols)
+    out = np.empty((rs.n_boot, int(cell_off[-1]), vals.shape[0]), dtype=np.float64)
+    _boot_kernel(
+        np.uint64(rs.seed),
+        rs.n_boot,
+        rs.strat_start,
+        np.concatenate(
+            [t.cell_start[:-1] + piece_off[g] for g, t in enumerate(sh.layouts)] + [piece_off[-1:]]
+        ).astype(np.int64),
+        np.concatenate([t.cell_first for t in sh.layouts] + [np.empty(0, np.int64)]),
+        np.concatenate(
+            [
+                np.full(t.cell_first.shape[0], w, np.int64)
+                for t, w in zip(sh.layouts, width, strict=True)
+            ]
+            + [np.empty(0, np.int64)]
+        ),
+        np.concatenate([t.piece_member for t in sh.layouts] + [np.empty(0, np.uint64)]),
+        vals,
+        out,
+    )
+    shape = [(rs.n_boot, len(ps.families), len(ps.buckets), 4) for ps in tables]
+    return [
+        out[:, cell_off[g] : cell_off[g + 1]][:, :, cols].reshape(shape[i])
+        for i, (g, cols) in enumerate(sh.picks)
+    ]
+
+
+@dataclass(frozen=True)
+class _Layout:
+    member_request: NDArray[np.int64]  # request index of each member (stratum-major, key order)
+    strat_start: NDArray[np.int64]
+    cell_start: NDArray[np.int64]
+    piece_member: NDArray[np.uint64]
+    piece_vals: NDArray[np.float64]
+    n_cells: int
+    member_family: NDArray[np.int64]  # family code of each member
+    member_vals: NDArray[np.float64]  # (4, n): each member's totals over its pieces
+
+
+def _layout(ps: PairedSums, stratify: str) -> _Layout:
+    n = ps.n_requests
+    member_request, strat_start = _member_order(ps, stratify)
+    member_of = np.empty(n, dtype=np.int64)
+    member_of[member_request] = np.arange(n)
+    table = _table(ps, member_of)
+    pm = member_of[ps.piece_request]
     totals = np.zeros((4, n))
     for v, arr in enumerate((ps.n_a, ps.t_a, ps.n_b, ps.t_b)):
         totals[v] = np.bincount(pm, weights=arr, minlength=n)
     return _Layout(
         member_request=member_request,
         strat_start=strat_start,
-        cell_start=cell_start,
-        piece_member=np.ascontiguousarray(pm[porder]).astype(np.uint64),
-        piece_vals=np.ascontiguousarray(vals),
-        identity=bool(np.array_equal(pm[porder], np.arange(pm.shape[0]))),
-        n_cells=n_cells,
+        cell_start=table.cell_start,
+        piece_member=table.piece_member,
+        piece_vals=np.ascontiguousarray(table.piece_vals),
+        n_cells=len(ps.families) * len(ps.buckets),
         member_family=ps.family[member_request].astype(np.int64),
         member_vals=np.ascontiguousarray(totals),
     )
@@ -300,6 +634,8 @@ def bootstrap_sums(
     ps: PairedSums, *, n_boot: int, seed: int, stratify: str = "family"
 ) -> NDArray[np.float64]:
     """Return resampled sums, shape (n_boot, n_families, n_buckets, 4): n_a, t_a, n_b, t_b.
+
+    One table resampled on its own (:func:`resample_sums` of :func:`resampling` of ``ps``).
 
     Examples
     --------
@@ -311,19 +647,8 @@ def bootstrap_sums(
     >>> s.shape, bool((s[:, 0, 0, 0] == 4.0).all())
     ((3, 1, 1, 4), True)
     """
-    lay = _layout(ps, stratify)
-    out = np.empty((n_boot, lay.n_cells, 4), dtype=np.float64)
-    _boot_kernel(
-        np.uint64(seed),
-        n_boot,
-        lay.strat_start,
-        lay.cell_start,
-        lay.piece_member,
-        lay.piece_vals,
-        lay.identity,
-        out,
-    )
-    return out.reshape(n_boot, len(ps.families), len(ps.buckets), 4)
+    rs = resampling(ps, n_boot=n_boot, seed=seed, stratify=stratify)
+    return resample_sums(rs, [ps])[0]
 
 
 N_MOMENTS = 14

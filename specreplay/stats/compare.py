@@ -26,11 +26,11 @@ SE = 0: every request of the whole comparison is identical in both arms ("identi
 A cell smaller than :data:`~specreplay.stats.studied.NOMINAL_REQUESTS` carries
 ``small_sample: true`` with the study's lowest coverage at its size (``coverage_at_size``).
 
-The bootstrap replicates (one joint resampling of requests per comparison and seed) still give
-BCa, the sweep's P(best) and tokens/s replicates and ``to_arviz``; the intervals behind the
-verdicts do not use them. Verdicts use the Holm-adjusted p-values; the intervals printed beside
-them stay unadjusted (their ``adjusted`` field says so) and the Bonferroni ones are given
-separately.
+The bootstrap replicates (one joint resampling of requests per run and seed, shared by every
+comparison of the run: ``replicates``) still give BCa, ``n_boot_valid``, the sweep's P(best) and
+tokens/s replicates and ``to_arviz``; the intervals behind the verdicts do not use them.
+Verdicts use the Holm-adjusted p-values; the intervals printed beside them stay unadjusted
+(their ``adjusted`` field says so) and the Bonferroni ones are given separately.
 
 The result is typed: a :class:`Comparison` holds one :class:`ComparedCell` per cell, with both
 arms' :class:`~specreplay.stats.cells.ArmEstimate` and exactly one :class:`DeltaEstimate` (its
@@ -511,6 +511,7 @@ def compare(
     label: str = "MEASURED",
     role: str = "b-vs-a",
     support: CellSupport | None = None,
+    replicates: NDArray[np.float64] | None = None,
 ) -> Comparison:
     """Compare arm b with arm a in every cell (see the module docstring).
 
@@ -535,6 +536,8 @@ def compare(
     support : CellSupport, optional
         Per cell, why an arm's figures there are unsupported (the others are computed as if
         it were not given; a null cell is left out of its level's adjustments).
+    replicates : float64, (n_boot, n_families, n_buckets, 4), optional
+        Sums of ``ps`` from its run's one pass (:func:`~.bootstrap.resample_sums`); else drawn.
 
     Returns
     -------
@@ -542,7 +545,7 @@ def compare(
         One :class:`ComparedCell` per cell, each with exactly one delta.
     """
     margin = margin or parse_margin("0.5%")
-    reps_sums = bootstrap_sums(ps, n_boot=n_boot, seed=seed, stratify=stratify)
+    reps_sums = _replicates(ps, replicates, n_boot, seed, stratify)
     point = point_sums(ps)
     identical = bool(np.array_equal(ps.n_a, ps.n_b) and np.array_equal(ps.t_a, ps.t_b))
     present = {int(b) for b in np.unique(ps.piece_bucket)}
@@ -573,6 +576,22 @@ def compare(
         rb_reps=np.stack([r.rb_reps for r in raw], axis=1) if raw else None,
         rb_tests=[r.rb_test for r in raw],
     )
+
+
+def _replicates(
+    ps: PairedSums,
+    given: NDArray[np.float64] | None,
+    n_boot: int,
+    seed: int,
+    stratify: str,
+) -> NDArray[np.float64]:
+    """Return the resampled sums of ``ps``: ``given`` (the run's one pass, checked), else drawn."""
+    if given is None:
+        return bootstrap_sums(ps, n_boot=n_boot, seed=seed, stratify=stratify)
+    want = (n_boot, len(ps.families), len(ps.buckets), 4)
+    if given.shape != want:
+        raise ValueError(f"replicates of shape {given.shape} for a comparison of shape {want}")
+    return given
 
 
 def _null_unsupported(cell: ComparedCell, why: tuple[str | None, str | None]) -> ComparedCell:
