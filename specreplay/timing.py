@@ -22,10 +22,10 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["ENV", "stage", "totals"]
+__all__ = ["ENV", "stage", "timed", "totals"]
 
 ENV = "SPECREPLAY_TIMINGS"
 
@@ -43,6 +43,22 @@ def stage(name: str) -> Iterator[None]:
         dt = time.perf_counter() - t0
         with _lock:
             _totals[name] = _totals.get(name, 0.0) + dt
+
+
+def timed[T](name: str, items: Iterable[T]) -> Iterator[T]:
+    """Yield ``items``, adding the time each one takes to produce to stage ``name``.
+
+    The consumer's time between items is not counted: only the producer's (a reader's
+    decoding, say), so a stage timed this way and the stages of the loop body add up.
+    """
+    it = iter(items)
+    while True:
+        with stage(name):
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+        yield item
 
 
 def totals() -> dict[str, float]:

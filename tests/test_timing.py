@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,75 @@ def test_a_fifo_is_left_alone(tmp_path: Path) -> None:
 def test_a_device_is_not_written(tmp_path: Path) -> None:
     proc = _child("/dev/null")  # a character device: opened, checked, closed unwritten
     assert proc.returncode == 0 and "not a regular file" in proc.stderr
+
+
+def test_timed_counts_the_producer_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # each next() of the producer is one stage entry: 0→1, 5→7 (items), 20→20.5 (the end);
+    # the consumer's time between them (1→5, 7→20) is not the producer's
+    clock = iter([0.0, 1.0, 5.0, 7.0, 20.0, 20.5])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(timing, "_totals", {})
+    assert list(timing.timed("reading", iter("ab"))) == ["a", "b"]
+    assert timing.totals() == {"reading": 1.0 + 2.0 + 0.5}
+
+
+def test_timed_counts_a_producer_that_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken() -> Iterator[int]:
+        yield 1
+        raise ValueError("bad row")
+
+    clock = iter([0.0, 1.0, 2.0, 4.0])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(timing, "_totals", {})
+    got = []
+    with pytest.raises(ValueError, match="bad row"):
+        for x in timing.timed("reading", broken()):
+            got.append(x)
+    assert got == [1]
+    assert timing.totals() == {"reading": 1.0 + 2.0}
+
+
+def test_a_requalify_run_reports_its_phases_and_stages(
+    small_archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The glue: every phase reaches the display and the timers, the pass's stages nest in it."""
+    from contextlib import contextmanager
+
+    from specreplay.commands.requalify import run_requalify
+    from specreplay.pipelines.options import RequalifyOptions
+
+    monkeypatch.setattr(timing, "_totals", {})
+    seen: list[tuple[str, int | None, int]] = []
+
+    @contextmanager
+    def progress(what: str, total: int | None) -> Iterator[Callable[[int], None]]:
+        done = [0]
+
+        def advance(n: int) -> None:
+            done[0] += n
+
+        yield advance
+        seen.append((what, total, done[0]))
+
+    opts = RequalifyOptions.build(
+        baseline="top32:t0.7@5", candidate="top32:t0.7:dyadic24@5", n_boot=200
+    )
+    run_requalify(small_archive, opts, out=tmp_path / "o", force=False, progress=progress)
+    phases = [what for what, _, _ in seen]
+    assert phases == [
+        "replaying",
+        "tail check (auto)",
+        "resampling",
+        "comparisons and law tests",
+        "plots and files",
+    ]
+    rows = 64 * 8 * 5
+    assert seen[0][1:] == (rows, rows)  # the replay phase counts every position once
+    t = timing.totals()
+    assert set(phases) <= set(t)
+    inner = ["arms (analytic)", "accumulating", "shard totals (tails cut)", "fold"]
+    assert all(t[s] > 0 for s in inner), t
+    # stages inside the pass add up to no more than the pass (plus the first batch, read
+    # and validated when the archive is opened, before the pass)
+    assert sum(t[s] for s in inner) <= t["replaying"]
+    assert t["plots: drawing and saving"] <= t["plots and files"]

@@ -19,7 +19,7 @@ from specreplay.pipelines.demo import demo_results
 from specreplay.pipelines.options import N_BOOT, Estimator
 from specreplay.render.demo_story import DemoRuns, terminal_text
 from specreplay.render.files import write_all
-from specreplay.replay.scan import Progress, no_progress
+from specreplay.replay.scan import Progress, no_progress, phase
 from specreplay.results.output import output_dir
 
 __all__ = ["run_demo"]
@@ -57,8 +57,9 @@ def run_demo(
             progress=progress,
         )
         outputs: dict[str, list[str]] = {}
-        for name, result in results.items():
-            (tmp / name).mkdir()
-            outputs[name] = write_all(result, tmp / name)
-        write_all(measured, tmp)  # last: its REPORT.md reads the sub-runs written above
+        with phase(progress, "plots and files"):
+            for name, result in results.items():
+                (tmp / name).mkdir()
+                outputs[name] = write_all(result, tmp / name)
+            write_all(measured, tmp)  # last: its REPORT.md reads the sub-runs written above
     return terminal_text(DemoRuns(measured, results), out, outputs)

@@ -31,7 +31,7 @@ from specreplay.pipelines.requalify import (
 from specreplay.render.files import outputs_line, write_all
 from specreplay.render.tables import requalify_tables
 from specreplay.replay.backend import Backend
-from specreplay.replay.scan import Progress
+from specreplay.replay.scan import Progress, phase
 from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
 
@@ -54,7 +54,8 @@ def run_requalify(
     opened = requalify_open(archive, opts)
     with output_dir(out, force=force, inputs=[archive]) as tmp:
         result = requalify_opened(opened, archive, opts, progress=progress, backend=backend)
-        files = write_all(result, tmp)
+        with phase(progress, "plots and files"):
+            files = write_all(result, tmp)
     text = requalify_tables(result)
     text += "\n" + outputs_line(out, files)
     rq = result.requalification

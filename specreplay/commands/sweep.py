@@ -18,7 +18,7 @@ from specreplay.pipelines.sweep import SweepOptions, sweep_prepare, sweep_prepar
 from specreplay.render.files import outputs_line, write_all
 from specreplay.render.tables import sweep_tables
 from specreplay.replay.backend import Backend
-from specreplay.replay.scan import Progress
+from specreplay.replay.scan import Progress, phase
 from specreplay.results.model import Result
 from specreplay.results.output import check_out, output_dir
 
@@ -44,6 +44,7 @@ def run_sweep(
     prepared = sweep_prepare(archive, opts, backend)
     with output_dir(out, force=force, inputs=[archive]) as tmp:
         result = sweep_prepared(prepared, archive, opts, progress=progress, backend=backend)
-        files = write_all(result, tmp)
+        with phase(progress, "plots and files"):
+            files = write_all(result, tmp)
     text = sweep_tables(result) + "\n" + outputs_line(out, files)
     return text, result

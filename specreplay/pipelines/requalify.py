@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,7 +57,7 @@ from specreplay.replay.backend import Backend, BackendRun, backend_runner
 from specreplay.replay.choice import AUTO, auto_passes, pass_columns, resolve_auto
 from specreplay.replay.engine import OpenArchive, ReplayResult
 from specreplay.replay.paired import ArmSide
-from specreplay.replay.scan import Progress
+from specreplay.replay.scan import Progress, phase
 from specreplay.results.from_stats import comparison_cell, law_tests
 from specreplay.results.model import (
     ArmFigure,
@@ -719,24 +718,26 @@ def _passes(
     """Run the one pass (shards replayed by ``run``); build the result and its ``--by`` cells."""
     reader, arms = opened
     rows = archive_rows(archive, opts.replay.ignore)
-    ctx = progress("replaying", rows) if progress else nullcontext(None)
     estimator, companion = auto_passes(opts.replay.estimator)
-    with ctx as advance:
+    with phase(progress, "replaying", rows) as advance:
         res = _replay(reader, arms, opts, estimator, companion, advance, run)
     if opts.replay.estimator == AUTO:
-        res, _ = resolve_auto(res, list(arms.all.values()))
+        with phase(progress, "tail check (auto)"):
+            res, _ = resolve_auto(res, list(arms.all.values()))
     by = opts.replay.by
     # one resample pass for the run: its comparisons and those of its --by groupings
     runs = [res, *([res.grouped(level) for level in BY_LEVELS] if by is not None else [])]
-    plans = resampled_plan([requalify_plan(r, arms) for r in runs], opts, res.seed)
-    result = requalify_result(res, arms, opts, archive, plans[0])
-    if by is not None:
-        at = {level: i + 1 for i, level in enumerate(BY_LEVELS)}
-        result = with_by_cells(
-            result,
-            by,
-            lambda level: requalify_result(runs[at[level]], arms, opts, archive, plans[at[level]]),
-        )
+    with phase(progress, "resampling"):
+        plans = resampled_plan([requalify_plan(r, arms) for r in runs], opts, res.seed)
+    with phase(progress, "comparisons and law tests"):
+        result = requalify_result(res, arms, opts, archive, plans[0])
+        if by is not None:
+            at = {level: i + 1 for i, level in enumerate(BY_LEVELS)}
+            result = with_by_cells(
+                result,
+                by,
+                lambda lv: requalify_result(runs[at[lv]], arms, opts, archive, plans[at[lv]]),
+            )
     return result, res
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,7 +65,7 @@ from specreplay.replay.archive.sources import archive_listing, archive_rows
 from specreplay.replay.backend import Backend, BackendRun, backend_runner
 from specreplay.replay.choice import AUTO, auto_passes, pass_columns, resolve_auto
 from specreplay.replay.engine import OpenArchive, ReplayResult
-from specreplay.replay.scan import Progress
+from specreplay.replay.scan import Progress, phase
 from specreplay.results.model import Cell, DepthFigure, Label, Result, Role
 from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.sim.arms import Arm
@@ -611,8 +610,7 @@ def _swept_passes(
     depth = max([*opts.depths, *(a.depth for a in prep.replayed)])
     below = exclude_below(ro.short_rounds, prep.replayed)
     rows = archive_rows(archive, ro.ignore)
-    ctx = progress("replaying", rows) if progress else nullcontext(None)
-    with ctx as advance:
+    with phase(progress, "replaying", rows) as advance:
         res = prep.opened.replay(
             prep.replayed,
             estimator=estimator,
@@ -625,22 +623,25 @@ def _swept_passes(
             exclude_below=below,
         )
     if ro.estimator == AUTO:
-        res, _ = resolve_auto(res, prep.replayed)
+        with phase(progress, "tail check (auto)"):
+            res, _ = resolve_auto(res, prep.replayed)
     # one resample pass for the run: its comparisons and those of its --by groupings
     runs = [res, *([res.grouped(level) for level in BY_LEVELS] if ro.by is not None else [])]
-    plans = resampled_sweeps(
-        [sweep_plan(r, prep.arms, opts, prep.baseline) for r in runs], opts, res.seed
-    )
-    result = sweep_result(res, prep.arms, opts, archive, prep.baseline, plans[0])
-    if ro.by is not None:
-        at = {level: i + 1 for i, level in enumerate(BY_LEVELS)}
-        result = with_by_cells(
-            result,
-            ro.by,
-            lambda level: sweep_result(
-                runs[at[level]], prep.arms, opts, archive, prep.baseline, plans[at[level]]
-            ),
+    with phase(progress, "resampling"):
+        plans = resampled_sweeps(
+            [sweep_plan(r, prep.arms, opts, prep.baseline) for r in runs], opts, res.seed
         )
+    with phase(progress, "comparisons and law tests"):
+        result = sweep_result(res, prep.arms, opts, archive, prep.baseline, plans[0])
+        if ro.by is not None:
+            at = {level: i + 1 for i, level in enumerate(BY_LEVELS)}
+            result = with_by_cells(
+                result,
+                ro.by,
+                lambda level: sweep_result(
+                    runs[at[level]], prep.arms, opts, archive, prep.baseline, plans[at[level]]
+                ),
+            )
     return result, res.requests
 
 

@@ -41,6 +41,7 @@ from typing import Any, Final
 
 from specreplay.render.interval_text import NOMINAL
 from specreplay.results.model import Cell, DepthFigure, Label, Level, Result, Role
+from specreplay.timing import stage
 
 __all__ = [
     "FOREST_MAX_ROWS",
@@ -385,7 +386,8 @@ def _save(fig: Any, path: Path, *, dpi: int) -> None:
             {"figure.autolayout": False, "figure.constrained_layout.use": False}
         ):
             fig.set_layout_engine(None)
-    fig.savefig(path, dpi=dpi, format="png")
+    with stage("plots: drawing and saving"):
+        fig.savefig(path, dpi=dpi, format="png")
     plt.close(fig)
 
 

@@ -5,8 +5,8 @@ See docs/inputs.md#position-traces-schema-v1.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,8 +21,9 @@ from specreplay.sim.arms import Arm
 from specreplay.stats.buckets import Buckets
 from specreplay.stats.cells import MeasuredCell, measured_cells
 from specreplay.stats.measured import MeasuredArchive
+from specreplay.timing import stage
 
-__all__ = ["ArchiveScan", "Progress", "no_progress", "scan_archive"]
+__all__ = ["ArchiveScan", "Progress", "no_progress", "phase", "scan_archive"]
 
 Progress = Callable[[str, int | None], AbstractContextManager[Callable[[int], None]]]
 """``progress(what, total)``: a context manager yielding ``advance(n)`` (the CLI's progress bar)."""
@@ -31,6 +32,19 @@ Progress = Callable[[str, int | None], AbstractContextManager[Callable[[int], No
 def no_progress(what: str, total: int | None) -> AbstractContextManager[Callable[[int], None]]:
     """Return a progress context that does nothing."""
     return nullcontext(lambda n: None)
+
+
+@contextmanager
+def phase(
+    progress: Progress | None, what: str, total: int | None = None
+) -> Iterator[Callable[[int], None]]:
+    """Run a phase: its line on the progress display (if any) and its stage timer.
+
+    Yields ``advance(n)``; the stage ``what`` (:mod:`specreplay.timing`) gets the block's time.
+    """
+    ctx = progress(what, total) if progress is not None else no_progress(what, total)
+    with stage(what), ctx as advance:
+        yield advance
 
 
 @dataclass(frozen=True)

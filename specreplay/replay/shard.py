@@ -58,6 +58,7 @@ from specreplay.sim.policy import (
 )
 from specreplay.stats.buckets import Buckets
 from specreplay.stats.measured import MeasuredArchive
+from specreplay.timing import stage
 
 __all__ = [
     "PASS_COLUMNS",
@@ -351,24 +352,27 @@ class _EstimatorRun:
         """Replay ``arm`` on ``batch`` and add its rounds; return the per-round values."""
         c = arm.canonical
         opts = ctx.options
-        v = self.est.rounds(
-            batch,
-            arm,
-            ctx.cache,
-            seed=opts.seed,
-            replicates=self.reps,
-            max_depth=opts.max_depth,
-            logging=ctx.logging,
-        )
-        keys, row_request = ctx.keys, ctx.row_request
-        if v.flag.any():
-            hit = ((v.flag & FLAG_LOGGING_SUPPORT) != 0).astype(np.int64)
-            self.unlogged[c] = _per_request(self.unlogged[c], row_request, hit)
-        self.accs[c].add(keys, v, batch.round_at)
-        if v.ratio is not None:
-            self.tails[c].add(
-                batch.round_family, batch.round_bucket, batch.round_key, v.depth, v.ratio
+        with stage(f"arms ({self.name})"):
+            v = self.est.rounds(
+                batch,
+                arm,
+                ctx.cache,
+                seed=opts.seed,
+                replicates=self.reps,
+                max_depth=opts.max_depth,
+                logging=ctx.logging,
             )
+        keys, row_request = ctx.keys, ctx.row_request
+        with stage("accumulating"):
+            if v.flag.any():
+                hit = ((v.flag & FLAG_LOGGING_SUPPORT) != 0).astype(np.int64)
+                self.unlogged[c] = _per_request(self.unlogged[c], row_request, hit)
+            self.accs[c].add(keys, v, batch.round_at)
+        if v.ratio is not None:
+            with stage("ratio tails"):
+                self.tails[c].add(
+                    batch.round_family, batch.round_bucket, batch.round_key, v.depth, v.ratio
+                )
         return v
 
 
@@ -498,7 +502,8 @@ def replay_reader(
                     run.add(batch, arm, ctx)
         if progress is not None:
             progress(batch.n_positions - done)
-    return _finish(reader, runs, counts, rows, measured, sample, options)
+    with stage("shard totals (tails cut)"):
+        return _finish(reader, runs, counts, rows, measured, sample, options)
 
 
 def _no_draft(reader: ArchiveReader, batch: RoundBatch, flag: NDArray[np.int8]) -> None:
@@ -620,12 +625,14 @@ def fold_shards(shards: Iterator[ShardSums]) -> ShardSums:
         runs.append((1, s))
         while len(runs) > 1 and runs[-2][0] == runs[-1][0]:
             (n, a), (_, b) = runs[-2], runs[-1]
-            runs[-2:] = [(2 * n, merge_shards(a, b))]
+            with stage("fold"):
+                runs[-2:] = [(2 * n, merge_shards(a, b))]
     if not runs:
         raise SpecReplayError("no shard to merge")
     while len(runs) > 1:
         (n, a), (m, b) = runs[-2], runs[-1]
-        runs[-2:] = [(n + m, merge_shards(a, b))]
+        with stage("fold"):
+            runs[-2:] = [(n + m, merge_shards(a, b))]
     return runs[0][1]
 
 
@@ -836,6 +843,17 @@ def _merge_tails(
     n_families: int,
 ) -> dict[str, RatioTail]:
     """Per arm, the merged tails of two shards on the merged family table."""
+    with stage("fold: tails"):
+        return _merged_tails(a, b, fam_a, fam_b, n_families)
+
+
+def _merged_tails(
+    a: dict[str, RatioTail],
+    b: dict[str, RatioTail],
+    fam_a: NDArray[np.int64],
+    fam_b: NDArray[np.int64],
+    n_families: int,
+) -> dict[str, RatioTail]:
     return {
         c: RatioTail.merge(
             a[c].with_families(fam_a, n_families), b[c].with_families(fam_b, n_families)

@@ -52,6 +52,7 @@ from specreplay.replay.archive.sources import (
 from specreplay.sim.arms import Arm, parse_arm
 from specreplay.sim.rng import request_key
 from specreplay.stats.buckets import Buckets
+from specreplay.timing import stage, timed
 
 __all__ = ["GROUP_SEP", "NULL_VALUE", "ArchiveReader", "FileInfo", "changed_part", "group_label"]
 
@@ -297,9 +298,11 @@ class ArchiveReader:
             rows_in_file = 0
             if self.read_columns is not None:
                 self.unread.update(set(file_columns(file)) - self.read_columns - set(REQUIRED))
-            for chunk in read_chunks(file, self.chunk_rows, self.read_columns):
+            chunks = read_chunks(file, self.chunk_rows, self.read_columns)
+            for chunk in timed("reading", chunks):
                 rows_in_file += chunk.frame.height + len(chunk.issues)
-                rows = self._check_chunk(chunk)
+                with stage("validating rows"):
+                    rows = self._check_chunk(chunk)
                 if self.errors or self.truncated:
                     continue
                 if rows is None or rows.n == 0:
@@ -741,6 +744,10 @@ class ArchiveReader:
     # -- batches ---------------------------------------------------------------------------
 
     def _to_batch(self, rows: _Rows) -> RoundBatch:
+        with stage("building batches"):
+            return self._batch_of(rows)
+
+    def _batch_of(self, rows: _Rows) -> RoundBatch:
         n = rows.n
         new = np.ones(n, dtype=bool)
         new[1:] = (rows.req[1:] != rows.req[:-1]) | (rows.rnd[1:] != rows.rnd[:-1])
