@@ -90,10 +90,16 @@ class Timed:
     stages: dict[str, float] = field(default_factory=dict)
 
 
-def run(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
-    """Run ``cmd``; return (wall seconds, peak RssAnon in bytes)."""
+def run(cmd: list[str], env: dict[str, str], cwd: Path = HERE) -> tuple[float, int]:
+    """Run ``cmd`` in ``cwd``; return (wall seconds, peak RssAnon in bytes).
+
+    ``cwd`` is the checkout's root: ``python -m`` puts the working folder first on the module
+    path, ahead of PYTHONPATH, so a child started elsewhere would import that folder's package.
+    """
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd
+    )
     peak = 0
     done = threading.Event()
 
@@ -124,7 +130,7 @@ def timed(co: Checkout, args: list[str], best: Timed, scratch: Path) -> None:
     """Run the command once more on ``co``; keep the best wall time and its stages."""
     stages = scratch / f"timings-{co.name}.json"
     stages.unlink(missing_ok=True)
-    wall, peak = run(co.cli(*args), co.env(stages))
+    wall, peak = run(co.cli(*args), co.env(stages), co.root)
     best.peak = max(best.peak, peak)
     if wall < best.wall:
         best.wall = wall
@@ -167,7 +173,7 @@ def build(here: Checkout, folder: Path, form: str, requests: int, source: Path |
                        "--shard-requests", str(SHARD_REQUESTS), "-q", *opts)  # fmt: skip
     else:
         cmd = here.cli("convert", str(source), str(folder), "-q", *opts)
-    subprocess.run(cmd, check=True, env=here.env())
+    subprocess.run(cmd, check=True, env=here.env(), cwd=here.root)
     print(f"wrote {form} ({folder.name}): {size_of(folder) / 2**30:.2f} GiB in "
           f"{time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
 
@@ -194,7 +200,7 @@ def measure(checkouts: list[Checkout], folder: Path, form: str, repeats: int,
     args = ["requalify", str(folder), *ARMS, "--out", str(scratch / "out"), "--force", "-q"]
     best = {co.name: Timed() for co in checkouts}
     for co in checkouts:
-        run(co.cli(*args), co.env())  # untimed: fills the hash cache
+        run(co.cli(*args), co.env(), co.root)  # untimed: fills the hash cache
     for _ in range(repeats):
         for co in checkouts:
             timed(co, args, best[co.name], scratch)
@@ -210,7 +216,7 @@ def demo_warm(checkouts: list[Checkout], repeats: int, scratch: Path) -> dict[st
     args = ["demo", "--out", str(scratch / "demo"), "--force", "-q"]
     best = {co.name: Timed() for co in checkouts}
     for co in checkouts:
-        run(co.cli(*args), co.env())
+        run(co.cli(*args), co.env(), co.root)
     for _ in range(repeats):
         for co in checkouts:
             timed(co, args, best[co.name], scratch)
@@ -224,8 +230,18 @@ def before_checkout(rev: str, scratch: Path) -> Checkout:
                    check=True)  # fmt: skip
     co = Checkout(f"before ({rev})", root, scratch / "numba-before")
     print(f"warming {co.name}'s kernels ...", flush=True)
-    subprocess.run(co.cli("warmup", "-q"), check=True, env=co.env())
+    subprocess.run(co.cli("warmup", "-q"), check=True, env=co.env(), cwd=root)
     return co
+
+
+def check_imports(co: Checkout) -> None:
+    """Stop unless a child started for ``co`` imports ``co``'s own package."""
+    code = "import specreplay; print(specreplay.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], env=co.env(), cwd=co.root,
+                         capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    if not Path(out).resolve().is_relative_to(co.root.resolve()):
+        raise SystemExit(f"{co.name} imports {out}, not its own tree {co.root}")
+    print(f"{co.name}: {out}", flush=True)
 
 
 def verdict(value: float, target: float) -> str:
@@ -304,7 +320,9 @@ def main() -> None:
             raise SystemExit("not enough free disk: use --positions or --keep on a larger disk")
         if args.before:
             checkouts = [before_checkout(args.before, scratch), here]
-        subprocess.run(here.cli("warmup", "-q"), check=True, env=here.env())
+        subprocess.run(here.cli("warmup", "-q"), check=True, env=here.env(), cwd=here.root)
+        for co in checkouts:
+            check_imports(co)
         rows: dict[str, tuple[dict[str, Timed], float]] = {}
         small_src = root / "small-zstd"
         small = root / "small-ipc"
