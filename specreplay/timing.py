@@ -1,9 +1,10 @@
 """Stage timers: where a run's time goes (``bench/scale.py``, docs/scale.md "Benchmarks").
 
 ``with stage("validating rows"):`` adds the block's wall time to this process's total for that
-stage; stages may nest (an inner stage's time is inside its outer stage's too) and may be entered
-from several threads (each entry counts its own wall time). A timer costs two
-``time.perf_counter`` calls and a lock: cheap beside a batch, too dear inside a kernel loop.
+stage, and ``@stage("fold")`` on a function times each of its calls; stages may nest (an inner
+stage's time is inside its outer stage's too) and may be entered from several threads (each
+entry counts its own wall time). A timer costs two ``time.perf_counter`` calls and a lock: cheap
+beside a batch, too dear inside a kernel loop.
 
 When the environment variable ``SPECREPLAY_TIMINGS`` names a file, the totals are **appended** to
 it as one JSON line (``{"stage": seconds, ...}``) when the process exits. Appending never

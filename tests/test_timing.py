@@ -162,3 +162,16 @@ def test_a_requalify_run_reports_its_phases_and_stages(
     # and validated when the archive is opened, before the pass)
     assert sum(t[s] for s in inner) <= t["replaying"]
     assert t["plots: drawing and saving"] <= t["plots and files"]
+
+
+def test_stage_as_a_decorator_times_each_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter([0.0, 2.0, 10.0, 10.5])
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(timing, "_totals", {})
+
+    @timing.stage("fold")
+    def merge(a: int, b: int) -> int:
+        return a + b
+
+    assert merge(1, 2) == 3 and merge(3, 4) == 7
+    assert timing.totals() == {"fold": 2.0 + 0.5}

@@ -502,8 +502,7 @@ def replay_reader(
                     run.add(batch, arm, ctx)
         if progress is not None:
             progress(batch.n_positions - done)
-    with stage("shard totals (tails cut)"):
-        return _finish(reader, runs, counts, rows, measured, sample, options)
+    return _finish(reader, runs, counts, rows, measured, sample, options)
 
 
 def _no_draft(reader: ArchiveReader, batch: RoundBatch, flag: NDArray[np.int8]) -> None:
@@ -524,6 +523,7 @@ def _no_draft(reader: ArchiveReader, batch: RoundBatch, flag: NDArray[np.int8]) 
     raise SpecReplayError(f"{format_location(reader.archive_files[index], loc)}: {what}")
 
 
+@stage("shard totals (tails cut)")
 def _finish(
     reader: ArchiveReader,
     runs: list[_EstimatorRun],
@@ -625,14 +625,12 @@ def fold_shards(shards: Iterator[ShardSums]) -> ShardSums:
         runs.append((1, s))
         while len(runs) > 1 and runs[-2][0] == runs[-1][0]:
             (n, a), (_, b) = runs[-2], runs[-1]
-            with stage("fold"):
-                runs[-2:] = [(2 * n, merge_shards(a, b))]
+            runs[-2:] = [(2 * n, merge_shards(a, b))]
     if not runs:
         raise SpecReplayError("no shard to merge")
     while len(runs) > 1:
         (n, a), (m, b) = runs[-2], runs[-1]
-        with stage("fold"):
-            runs[-2:] = [(n + m, merge_shards(a, b))]
+        runs[-2:] = [(n + m, merge_shards(a, b))]
     return runs[0][1]
 
 
@@ -770,6 +768,7 @@ def _merge_counts(
     return {c: _remap(a[c], to_a, n) + _remap(b[c], to_b, n) for c in a}
 
 
+@stage("fold")
 def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
     """Merge the partial sums of consecutive shards, ``a`` before ``b`` (module docstring).
 
@@ -835,6 +834,7 @@ def merge_shards(a: ShardSums, b: ShardSums) -> ShardSums:
     )
 
 
+@stage("fold: tails")
 def _merge_tails(
     a: dict[str, RatioTail],
     b: dict[str, RatioTail],
@@ -843,17 +843,6 @@ def _merge_tails(
     n_families: int,
 ) -> dict[str, RatioTail]:
     """Per arm, the merged tails of two shards on the merged family table."""
-    with stage("fold: tails"):
-        return _merged_tails(a, b, fam_a, fam_b, n_families)
-
-
-def _merged_tails(
-    a: dict[str, RatioTail],
-    b: dict[str, RatioTail],
-    fam_a: NDArray[np.int64],
-    fam_b: NDArray[np.int64],
-    n_families: int,
-) -> dict[str, RatioTail]:
     return {
         c: RatioTail.merge(
             a[c].with_families(fam_a, n_families), b[c].with_families(fam_b, n_families)

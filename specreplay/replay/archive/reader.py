@@ -743,11 +743,8 @@ class ArchiveReader:
 
     # -- batches ---------------------------------------------------------------------------
 
+    @stage("building batches")
     def _to_batch(self, rows: _Rows) -> RoundBatch:
-        with stage("building batches"):
-            return self._batch_of(rows)
-
-    def _batch_of(self, rows: _Rows) -> RoundBatch:
         n = rows.n
         new = np.ones(n, dtype=bool)
         new[1:] = (rows.req[1:] != rows.req[:-1]) | (rows.rnd[1:] != rows.rnd[:-1])
