@@ -93,13 +93,22 @@ def test_a_device_is_not_written(tmp_path: Path) -> None:
 
 
 def test_timed_counts_the_producer_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    # each next() of the producer is one stage entry: 0→1, 5→7 (items), 20→20.5 (the end);
-    # the consumer's time between them (1→5, 7→20) is not the producer's
-    clock = iter([0.0, 1.0, 5.0, 7.0, 20.0, 20.5])
-    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
+    # a clock both sides move: producing an item takes 1 s, the consumer's work on it 10 s
+    now = [0.0]
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: now[0])
     monkeypatch.setattr(timing, "_totals", {})
-    assert list(timing.timed("reading", iter("ab"))) == ["a", "b"]
-    assert timing.totals() == {"reading": 1.0 + 2.0 + 0.5}
+
+    def produce() -> Iterator[str]:
+        for x in "ab":
+            now[0] += 1.0
+            yield x
+
+    got = []
+    for x in timing.timed("reading", produce()):
+        got.append(x)
+        now[0] += 10.0
+    assert got == ["a", "b"]
+    assert timing.totals() == {"reading": 2.0}  # 22.0 if the consumer's time were counted
 
 
 def test_timed_counts_a_producer_that_raises(monkeypatch: pytest.MonkeyPatch) -> None:
