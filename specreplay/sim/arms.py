@@ -43,7 +43,8 @@ Decisions beyond docs/commands.md#arms
   arm are equal, so arms can key dictionaries by meaning.
 
 Every problem raises :class:`~specreplay.errors.SpecReplayError` with a one-line message that quotes
-the arm text and says what was expected. This module depends only on the standard library.
+the arm text and says what was expected. This module depends only on the standard library and
+:mod:`specreplay.sim.drafting` (an arm may draft by a policy, ``sweep --policy``).
 
 Examples
 --------
@@ -61,6 +62,7 @@ import re
 from dataclasses import dataclass, field
 
 from specreplay.errors import SpecReplayError
+from specreplay.sim.drafting import DraftRule
 
 __all__ = [
     "DYADIC_BITS_RANGE",
@@ -208,9 +210,16 @@ class Arm:
     verifier : Quant
         The law the verifier accepts with and forms the residual from.
     depth : int
-        Drafted positions per round, 1..:data:`MAX_DEPTH`.
+        Drafted positions per round, 1..:data:`MAX_DEPTH`; with a ``rule``, its most positions.
     spelled : str
         The user's text (echoed in ``options``); defaults to the canonical form. Not compared.
+    rule : StopRule or DepthByBucket, optional
+        A drafting policy (``sweep --policy``, :mod:`specreplay.sim.drafting`) in place of the
+        fixed depth: the replay's per-round values are the policy's. Set by :meth:`with_rule`.
+    length : bool
+        With a rule: the replay's per-round values are the positions the policy drafts
+        (``t[:, d − 1]`` = E[min(L, d)], ``surv[:, k − 1]`` = P(L ≥ k)) instead of the tokens
+        it keeps (docs/methods.md#policies-adaptive-drafting).
     """
 
     policy: Policy
@@ -218,6 +227,8 @@ class Arm:
     verifier: Quant = Quant()
     depth: int = 1
     spelled: str = field(default="", compare=False)
+    rule: DraftRule | None = None
+    length: bool = False
 
     def __post_init__(self) -> None:
         if not (_is_int(self.depth) and 1 <= self.depth <= MAX_DEPTH):
@@ -225,6 +236,10 @@ class Arm:
         object.__setattr__(self, "depth", int(self.depth))
         if self.policy.greedy and (self.sampler != Quant() or self.verifier != Quant()):
             raise SpecReplayError("greedy takes no quantizer (its q is a point mass)")
+        if self.rule is not None and self.depth != self.rule.max_depth:
+            raise SpecReplayError(f"{self.canonical}: depth must be the policy's own")
+        if self.length and self.rule is None:
+            raise SpecReplayError("a length arm needs a drafting policy")
         if not self.spelled:
             object.__setattr__(self, "spelled", self.canonical)
 
@@ -239,7 +254,22 @@ class Arm:
             head += f":{self.sampler.spelling}"
         if self.verifier != self.sampler:
             head += f"/{self.verifier.spelling}"
+        if self.rule is not None:
+            return f"{head} {self.rule.canonical}" + (" [L]" if self.length else "")
         return f"{head}@{self.depth}"
+
+    @property
+    def sampler_spelling(self) -> str:
+        """The canonical form without its depth (policy and quantizers): ``top32:dyadic8``."""
+        return Arm(self.policy, self.sampler, self.verifier, 1).canonical[: -len("@1")]
+
+    def with_rule(self, rule: DraftRule, *, length: bool = False) -> Arm:
+        """Return this arm's sampler drafting by ``rule`` (its depth the rule's most positions)."""
+        return Arm(self.policy, self.sampler, self.verifier, rule.max_depth, "", rule, length)
+
+    def at_depth(self, depth: int) -> Arm:
+        """Return this arm's sampler at the fixed ``depth`` (no rule)."""
+        return Arm(self.policy, self.sampler, self.verifier, depth)
 
     @property
     def matched(self) -> bool:

@@ -18,7 +18,6 @@ Examples
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -26,28 +25,22 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from specreplay.errors import SpecReplayError
+from specreplay.sim.ranges import INF_TOKENS, RangeError, parse_range
 
 __all__ = ["DEFAULT_BUCKETS", "UNBUCKETED", "UNKNOWN", "Buckets"]
 
 DEFAULT_BUCKETS: Final[str] = "<4K:<4K,4K-16K:4K-16K,16K-32K:16K-32K,32K-64K:32K-64K,>=64K:>=64K"
 UNBUCKETED: Final[str] = "unbucketed"
 UNKNOWN: Final[str] = "unknown"
-_INF: Final[int] = np.iinfo(np.int64).max
-_NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kK]?)\s*$")
+_INF: Final[int] = INF_TOKENS
 
 
-def _number(text: str, item: str) -> int:
-    m = _NUMBER.match(text)
-    if m is None:
-        raise SpecReplayError(
-            f"--buckets: cannot read {text!r} in {item!r} as a token count (e.g. 4096 or 4K)"
-        )
-    value = float(m.group(1)) * (1024 if m.group(2) else 1)
-    if not value <= _INF:  # also inf, from a number of more than 308 digits
-        raise SpecReplayError(f"--buckets: {text!r} in {item!r} is more tokens than an int64 holds")
-    if value != int(value):
-        raise SpecReplayError(f"--buckets: {text!r} in {item!r} is not a whole number of tokens")
-    return int(value)
+def _range(rng: str, item: str) -> tuple[int, int]:
+    """[lo, hi) of one item's range (:func:`specreplay.sim.ranges.parse_range`, errors named)."""
+    try:
+        return parse_range(rng, item)
+    except RangeError as e:
+        raise SpecReplayError(f"--buckets: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -102,18 +95,7 @@ class Buckets:
                 )
             if name in (UNBUCKETED, UNKNOWN) or name in names:
                 raise SpecReplayError(f"--buckets: bucket name {name!r} is reserved or repeated")
-            rng = rng.strip()
-            if rng.startswith(">="):
-                lo, hi = _number(rng[2:], item), _INF
-            elif rng.startswith("<"):
-                lo, hi = 0, _number(rng[1:], item)
-            elif "-" in rng:
-                a, _, b = rng.partition("-")
-                lo, hi = _number(a, item), _number(b, item)
-            else:
-                raise SpecReplayError(
-                    f"--buckets: range {rng!r} in {item!r} should be LO-HI, <HI or >=LO"
-                )
+            lo, hi = _range(rng, item)
             if lo >= hi:
                 raise SpecReplayError(f"--buckets: range of {name!r} is empty ({lo} >= {hi})")
             names.append(name)
