@@ -137,10 +137,6 @@ class DepthByBucket:
                 return d
         return 0
 
-    def depths(self) -> tuple[tuple[int, int, int], ...]:
-        """The table as (lo, hi, depth) rows (what the replay's kernels read)."""
-        return self.entries
-
 
 DraftRule = StopRule | DepthByBucket
 """A drafting policy other than a fixed depth."""
