@@ -9,7 +9,6 @@ sequence (analytic) and over the archived tokens (importance) on the built-in wo
 
 from __future__ import annotations
 
-import itertools
 import math
 from pathlib import Path
 
@@ -83,7 +82,10 @@ def _policy(arm: str, policy: str, length: bool = False) -> Arm:
 
 @pytest.mark.parametrize("tau", [0.1000001, 0.3, 0.5, 0.9])
 def test_issue_closed_form_stop_below(tmp_path: Path, tau: float) -> None:
-    """q = (0.9, 0.1), p = (0.7, 0.3), 0.1 < τ ≤ 0.9: P(A ≥ k) = 0.8·0.7^(k−1), P(L ≥ k) = 0.9^(k−1)."""
+    """q = (0.9, 0.1), p = (0.7, 0.3), 0.1 < τ ≤ 0.9.
+
+    P(A ≥ k) = 0.8·0.7^(k−1) and P(L ≥ k) = 0.9^(k−1).
+    """
     b = _batch(_constant_archive(tmp_path / "c.parquet", [0.9, 0.1], [0.7, 0.3], 5))
     ret = _run(b, _policy("t1@5", f"stop-below:{tau}@5"))
     length = _run(b, _policy("t1@5", f"stop-below:{tau}@5", length=True))
