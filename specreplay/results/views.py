@@ -70,9 +70,9 @@ from specreplay.results.model import (
     Cell,
     Delta,
     DepthFigure,
-    PolicyFigure,
     Label,
     LawTest,
+    PolicyFigure,
     Result,
     Survival,
 )
