@@ -152,3 +152,70 @@ def test_no_cost_model_no_choice_and_bad_policies_are_one_line_errors(tmp_path: 
         assert res.exit_code == 2 and words in res.stderr and "Traceback" not in res.output
         assert "--policy" in res.stderr
         assert not (tmp_path / "x").exists()
+
+
+def _round_traces(tmp_path: Path, drafted: int = 5) -> tuple[Path, list[tuple[int, int]]]:
+    """12 requests × 4 rounds: context 1,000 (even requests) or 6,000 (odd), A = (r + k) % 6."""
+    import polars as pl
+
+    rows, seen = [], []
+    for r in range(12):
+        for k in range(4):
+            ctx, a = (1000, 6000)[r % 2], min((r + k) % 6, drafted)
+            rows.append(
+                {
+                    "request_id": f"q{r}",
+                    "family": "chat",
+                    "context_tokens": ctx,
+                    "round": k,
+                    "accepted": a,
+                    "drafted": drafted,
+                }
+            )
+            seen.append((ctx, a))
+    path = tmp_path / "rounds.parquet"
+    pl.DataFrame(rows).write_parquet(path)
+    return path, seen
+
+
+def test_round_traces_replay_a_table_by_the_survival_proxy(tmp_path: Path) -> None:
+    """Each round keeps 1 + min(A, d(c)) and drafts d(c): R, E[L] and ms by hand; a stop rule
+    is null with the reason (round traces hold no draft probabilities)."""
+    path, seen = _round_traces(tmp_path)
+    out = tmp_path / "o"
+    res = CliRunner().invoke(
+        app,
+        [
+            *("sweep", str(path), "--depths", "1..5", "--cost", "linear:1:0.25", "-q"),
+            *("--policy", "depth-by-bucket:<4K=4/>=4K=2", "--policy", "stop-below:0.1@5"),
+            *("--out", str(out), "--n-boot", "200", "--min-requests", "5"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "results.json").read_text())
+    pol = {p["policy"]: p for p in _pooled(doc)["policies"]}
+    d_of = {1000: 4, 6000: 2}
+    r_hand = np.mean([1 + min(a, d_of[c]) for c, a in seen])
+    l_hand = np.mean([d_of[c] for c, _ in seen])
+    table = pol["depth-by-bucket:<4K=4/>=4K=2"]
+    assert table["label"] == "ESTIMATED" and table["supported"]
+    assert table["R"] == pytest.approx(r_hand, rel=1e-12)
+    assert table["E_L"] == pytest.approx(l_hand, rel=1e-12)
+    assert table["round_ms"] == pytest.approx(1 + 0.25 * l_hand, rel=1e-12)
+    stop = pol["stop-below:0.1@5"]
+    assert stop["R"] is None and "need position traces" in stop["null_reason"]
+
+
+def test_round_traces_that_drafted_too_few_leave_the_table_unsupported(tmp_path: Path) -> None:
+    path, _ = _round_traces(tmp_path, drafted=3)
+    out = tmp_path / "o"
+    res = CliRunner().invoke(
+        app,
+        [
+            *("sweep", str(path), "--depths", "1..3", "-q", "--out", str(out), "--n-boot", "200"),
+            *("--policy", "depth-by-bucket:<4K=4/>=4K=2", "--min-requests", "5"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    (table,) = _pooled(json.loads((out / "results.json").read_text()))["policies"]
+    assert table["R"] is None and "drafted fewer positions than the table" in table["null_reason"]

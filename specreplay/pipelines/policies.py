@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,20 +41,25 @@ from numpy.typing import NDArray
 
 from specreplay.pipelines.options import SweepOptions
 from specreplay.pipelines.resample import Pairing, compared, resampled
+from specreplay.replay.archive.importers import read_arm, table_proxy_problem
 from specreplay.replay.engine import ReplayResult
 from specreplay.replay.paired import ArmSide
 from specreplay.results.model import DepthFigure, Label, PolicyFigure
 from specreplay.sim.arms import Arm
 from specreplay.sim.drafting import DepthByBucket, DraftRule
+from specreplay.stats.armdata import ArmData
 from specreplay.stats.compare import CellSupport, Comparison, parse_margin
 from specreplay.stats.depth import CostModel
+from specreplay.stats.pairing import pair_arms
 
 __all__ = [
     "PolicyPlan",
+    "compare_policies",
     "p_best_joint",
     "policy_choice",
     "policy_figures",
     "policy_plan",
+    "proxy_policy_plan",
 ]
 
 _MARGIN = parse_margin("0.5%")
@@ -211,6 +217,53 @@ def policy_plan(res: ReplayResult, arms: Sequence[Arm], opts: SweepOptions) -> P
     )
 
 
+STOP_ON_ROUND_TRACES = (
+    "stop rules need position traces: round traces hold no draft probabilities to stop on "
+    "(docs/methods.md#policies-adaptive-drafting)"
+)
+
+
+def _proxy_policy(
+    path: Path, ref: ArmData, rule: DraftRule, opts: SweepOptions
+) -> PolicySides | str:
+    """Plan a table by the survival proxy on round traces (each round cut at its depth)."""
+    if not isinstance(rule, DepthByBucket):
+        return STOP_ON_ROUND_TRACES
+    ro = opts.replay
+    why = table_proxy_problem(path, rule, ro.ignore)
+    if why is not None:
+        return why
+    depths = sorted({d for _, _, d in rule.entries})
+
+    def arm(name: str, per_round: dict[int, float] | None) -> Pairing:
+        other = read_arm(
+            path, buckets=ro.buckets, truncate=rule, ignore=ro.ignore, per_round=per_round
+        )
+        other = dataclasses.replace(other, name=name)
+        ps, _ = pair_arms(ref, other, buckets=ro.buckets)
+        return Pairing(ps, ref.name, name)
+
+    name = f"{ref.name} {rule.canonical}"
+    cost: Pairing | str | None = None
+    if opts.cost is not None:
+        ms = {d: opts.cost.ms(d) for d in depths}
+        missing = [d for d, v in ms.items() if v is None]
+        cost = (
+            f"--cost {opts.cost.text} has no ms per round at depth {missing[0]}, which the "
+            "policy drafts"
+            if missing
+            else arm(f"{name} (ms)", {d: float(v or 0.0) for d, v in ms.items()})
+        )
+    return PolicySides(arm(name, None), arm(f"{name} (L)", {d: float(d) for d in depths}), cost)
+
+
+def proxy_policy_plan(path: Path, ref: ArmData, opts: SweepOptions) -> PolicyPlan:
+    """Return the policies of a round-trace sweep planned (tables only: the proxy)."""
+    return PolicyPlan(
+        {ref.name: {r.canonical: _proxy_policy(path, ref, r, opts) for r in opts.policies}}
+    )
+
+
 @dataclass(frozen=True)
 class _Compared:
     """One policy's comparisons (retained, length, cost)."""
@@ -221,12 +274,12 @@ class _Compared:
 
 
 def compare_policies(
-    plan: PolicyPlan, opts: SweepOptions, seed: int
+    plan: PolicyPlan, opts: SweepOptions, seed: int, label: Label = Label.SIMULATED
 ) -> dict[str, dict[str, _Compared | str]]:
     """Compare each planned policy (its replicates from the run's one pass)."""
 
     def one(p: Pairing) -> Comparison:
-        return compared(p, opts.boot, seed, label="SIMULATED", margin=_MARGIN)
+        return compared(p, opts.boot, seed, label=label.value, margin=_MARGIN)
 
     out: dict[str, dict[str, _Compared | str]] = {}
     for a, per in plan.per_arm.items():
@@ -249,11 +302,11 @@ def _percentile(reps: NDArray[np.float64], level: float) -> tuple[float | None, 
 
 
 def _figure(
-    arm: str, policy: str, comp: _Compared | str, i: int, level: float
+    arm: str, policy: str, comp: _Compared | str, i: int, level: float, label: Label
 ) -> tuple[PolicyFigure, NDArray[np.float64] | None]:
     """Return the policy's figure in cell i and its tokens/s replicates (None without)."""
     if isinstance(comp, str):
-        return PolicyFigure(arm, policy, None, None, None, None, Label.SIMULATED, False, comp), None
+        return PolicyFigure(arm, policy, None, None, None, None, label, False, comp), None
     fig_b = comp.retained.cells[i].arm_b
     test = comp.retained.rb_tests[i] if comp.retained.rb_tests else None
     if test is None or fig_b.R is None:
@@ -266,7 +319,7 @@ def _figure(
                 None,
                 None,
                 None,
-                Label.SIMULATED,
+                label,
                 why == "no rounds in this cell",
                 why,
             ),
@@ -274,7 +327,7 @@ def _figure(
         )
     lo, hi = test.interval(level)
     e_l = comp.length.cells[i].arm_b.R
-    fig = PolicyFigure(arm, policy, e_l, float(fig_b.R), lo, hi, Label.SIMULATED, True, None)
+    fig = PolicyFigure(arm, policy, e_l, float(fig_b.R), lo, hi, label, True, None)
     if isinstance(comp.cost, str):
         return dataclasses.replace(fig, tokens_per_s_null_reason=comp.cost), None
     if comp.cost is None:
@@ -302,6 +355,7 @@ def policy_figures(
     depth_reps: dict[int, NDArray[np.float64]],
     i: int,
     level: float,
+    label: Label = Label.SIMULATED,
 ) -> tuple[list[DepthFigure], list[PolicyFigure]]:
     """Return the arm's depth figures (``p_best`` joint) and its policy figures in cell i."""
     figs: list[PolicyFigure] = []
@@ -309,7 +363,7 @@ def policy_figures(
         ("depth", d): r for d, r in depth_reps.items()
     }
     for k, comp in comps.items():
-        fig, r = _figure(name, k, comp, i, level)
+        fig, r = _figure(name, k, comp, i, level, label)
         figs.append(fig)
         if r is not None:
             reps[("policy", k)] = r

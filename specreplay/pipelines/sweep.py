@@ -58,6 +58,7 @@ from specreplay.pipelines.policies import (
     policy_choice,
     policy_figures,
     policy_plan,
+    proxy_policy_plan,
 )
 from specreplay.pipelines.requalify import Comparand, estimator_used, merge_comparisons
 from specreplay.pipelines.resample import Pairing, compared, resampled
@@ -401,7 +402,7 @@ def _with_depths(
         for name in names:
             figs, b, reps = _depth_figures(name, per_arm[name], i, cost, level, label)
             if pols is not None:
-                figs, pfigs = policy_figures(name, pols[name], figs, reps, i, level)
+                figs, pfigs = policy_figures(name, pols[name], figs, reps, i, level, label)
                 policies += pfigs
             depths += figs
             if b is not None:
@@ -475,9 +476,15 @@ def proxy_result(
         other = dataclasses.replace(by_depth[d], name=f"{name}@{d}")
         ps, _ = pair_arms(ref, other, buckets=opts.replay.buckets)
         pairings[d] = Pairing(ps, name, other.name)
-    # one resample pass: every depth's replicates from the same draws
-    (plan,) = resampled_sweeps([SweepPlan({name: pairings})], opts, opts.replay.seed)
+    # one resample pass: every depth's (and policy's) replicates from the same draws
+    pol = proxy_policy_plan(path, ref, opts) if opts.policies else None
+    (plan,) = resampled_sweeps([SweepPlan({name: pairings}, policies=pol)], opts, opts.replay.seed)
     comps = _comparisons(plan.depths[name], opts, opts.replay.seed, label="ESTIMATED")
+    pols = (
+        compare_policies(plan.policies, opts, opts.replay.seed, Label.ESTIMATED)
+        if plan.policies is not None
+        else None
+    )
     parts = [
         Comparand(c, Role.DEPTH_VS_REFERENCE, NO_VERDICT, depth=d)
         for d, c in comps.items()
@@ -488,7 +495,13 @@ def proxy_result(
             f"{path}: no depth of {list(opts.depths)} is within the proxy's range"
         )
     cells = _with_depths(
-        merge_comparisons(parts), [name], {name: comps}, cost, opts.boot.level, Label.ESTIMATED
+        merge_comparisons(parts),
+        [name],
+        {name: comps},
+        cost,
+        opts.boot.level,
+        Label.ESTIMATED,
+        pols=pols,
     )
     cells = tuple(
         dataclasses.replace(
