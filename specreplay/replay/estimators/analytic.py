@@ -474,7 +474,7 @@ class AnalyticEstimator(Estimator):
     ) -> RoundValues:
         """Analytic values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
         if arm.rule is not None:  # a drafting policy (sweep --policy)
-            return policy_rounds(self.name, batch, arm, cache, max_depth=max_depth, logging=logging)
+            return policy_rounds(self, batch, arm, cache, max_depth=max_depth, logging=logging)
         law = cache.policy(arm.policy)
         return analytic_rounds(
             offsets=batch.offsets,

@@ -400,7 +400,7 @@ class ImportanceEstimator(Estimator):
     ) -> RoundValues:
         """Return the importance values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
         if arm.rule is not None:  # a drafting policy (sweep --policy)
-            return policy_rounds(self.name, batch, arm, cache, max_depth=max_depth, logging=logging)
+            return policy_rounds(self, batch, arm, cache, max_depth=max_depth, logging=logging)
         q_log = logging_law(batch, cache, logging)
         law = cache.policy(arm.policy)
         return importance_rounds(

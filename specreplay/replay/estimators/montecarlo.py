@@ -265,7 +265,7 @@ class MonteCarloEstimator(Estimator):
     ) -> RoundValues:
         """Monte Carlo values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
         if arm.rule is not None:  # a drafting policy (sweep --policy)
-            return policy_rounds(self.name, batch, arm, cache, max_depth=max_depth, logging=logging)
+            return policy_rounds(self, batch, arm, cache, max_depth=max_depth, logging=logging)
         laws = cache.laws(arm)
         return replay_rounds(
             offsets=batch.offsets,

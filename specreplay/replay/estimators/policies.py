@@ -55,7 +55,7 @@ from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.batch import RoundBatch
-from specreplay.replay.estimators.base import RoundValues
+from specreplay.replay.estimators.base import Estimator, RoundValues
 from specreplay.sim.accept import accept_prob, alpha_row
 from specreplay.sim.arms import Arm
 from specreplay.sim.drafting import DepthByBucket, StopRule
@@ -351,19 +351,15 @@ def _values(n: int, width: int, base: RoundValues) -> tuple[RoundValues, RoundVa
 
 
 def _fixed(
-    batch: RoundBatch, arm: Arm, cache: LawCache, estimator: str, width: int, logging: Arm | None
+    batch: RoundBatch, arm: Arm, cache: LawCache, est: Estimator, width: int, logging: Arm | None
 ) -> RoundValues:
     """Return the arm's sampler at the fixed depth ``width`` (memoized for all its rules)."""
-    from specreplay.replay.estimators import get_estimator
-
     base = arm.at_depth(width)
-    key = ("fixed", estimator, base, logging)
+    key = ("fixed", est.name, base, logging)
     got = cache.memo.get(key)
     if isinstance(got, RoundValues):
         return got
-    v = get_estimator(estimator).rounds(
-        batch, base, cache, seed=0, replicates=0, max_depth=width, logging=logging
-    )
+    v = est.rounds(batch, base, cache, seed=0, replicates=0, max_depth=width, logging=logging)
     cache.memo[key] = v
     return v
 
@@ -439,7 +435,7 @@ def _stop(
 
 
 def policy_rounds(
-    estimator: str,
+    est: Estimator,
     batch: RoundBatch,
     arm: Arm,
     cache: LawCache,
@@ -447,7 +443,7 @@ def policy_rounds(
     max_depth: int,
     logging: Arm | None = None,
 ) -> RoundValues:
-    """Return the per-round values of ``arm`` (which drafts by its rule) under ``estimator``.
+    """Return the per-round values of ``arm`` (which drafts by its rule) under ``est``.
 
     ``max_depth``: the pass's width (columns past the rule's D stay NaN, as past a fixed
     depth). The retained and length values of one rule are computed together and memoized on
@@ -456,6 +452,7 @@ def policy_rounds(
     rule = arm.rule
     if rule is None:
         raise ValueError(f"{arm.canonical}: no drafting policy")
+    estimator = est.name
     if estimator not in ("analytic", "importance"):
         raise SpecReplayError(
             f"--policy {rule.canonical}: policies are replayed by the analytic and importance "
@@ -465,7 +462,7 @@ def policy_rounds(
     got = cache.memo.get(key)
     if not isinstance(got, tuple):
         width = max(max_depth, rule.max_depth)
-        base = _fixed(batch, arm, cache, estimator, rule.max_depth, logging)
+        base = _fixed(batch, arm, cache, est, rule.max_depth, logging)
         base = _resized(base, width)
         if isinstance(rule, DepthByBucket):
             got = _table(batch, rule, base, width)
