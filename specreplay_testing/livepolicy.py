@@ -50,13 +50,14 @@ NumPy and Numba.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
+from specreplay.replay.archive.batch import RoundBatch
 from specreplay.sim.arms import Arm, parse_arm
 from specreplay.sim.drafting import DraftRule, StopRule, parse_policy
 from specreplay.sim.live import LiveStarts, arm_codes
@@ -88,6 +89,7 @@ Scratch = tuple[
 ]  # fmt: skip
 
 __all__ = [
+    "ArmPolicies",
     "LivePaths",
     "PolicyRounds",
     "PolicyTruth",
@@ -368,29 +370,21 @@ class PolicyTruth:
 
 
 @dataclass(frozen=True)
-class PolicyTruthTable:
-    """The result of :func:`policy_truth`.
+class ArmPolicies:
+    """One arm's policies against their live truth.
 
     Attributes
     ----------
     arm : str
-        The sampler arm's canonical form (at the paths' depth).
+        The arm's canonical form as given (its sampler and verifier; its depth is not used).
     policies : tuple of PolicyTruth
     paths : LivePaths
-        The live paths every policy's rounds were cut from.
-    sampled : SampledStarts
-        The starts (``sampled.request`` clusters the SE).
-    n_live, seed : int
-    logging_arm : str
+        The live paths every policy's rounds were cut from (D = the policies' largest depth).
     """
 
     arm: str
     policies: tuple[PolicyTruth, ...]
     paths: LivePaths
-    sampled: SampledStarts
-    n_live: int
-    seed: int
-    logging_arm: str
 
     def policy(self, text: str | DraftRule) -> PolicyTruth:
         """Return the :class:`PolicyTruth` of a policy (any spelling)."""
@@ -398,7 +392,36 @@ class PolicyTruthTable:
         for p in self.policies:
             if p.policy == canon:
                 return p
-        raise KeyError(f"policy {canon!r} is not in the table")
+        raise KeyError(f"policy {canon!r} is not in the table of {self.arm}")
+
+
+@dataclass(frozen=True)
+class PolicyTruthTable:
+    """The result of :func:`policy_truth`.
+
+    Attributes
+    ----------
+    arms : tuple of ArmPolicies
+    sampled : SampledStarts
+        The starts, common to every arm (``sampled.request`` clusters the SE).
+    n_live, seed : int
+        Live rounds per start; the archive's seed.
+    logging_arm : str
+    """
+
+    arms: tuple[ArmPolicies, ...]
+    sampled: SampledStarts
+    n_live: int
+    seed: int
+    logging_arm: str
+
+    def arm(self, name: str | Arm) -> ArmPolicies:
+        """Return the :class:`ArmPolicies` of arm ``name`` (any spelling)."""
+        canon = (parse_arm(name) if isinstance(name, str) else name).canonical
+        for a in self.arms:
+            if a.arm == canon:
+                return a
+        raise KeyError(f"arm {canon!r} is not in the table")
 
 
 def _cum(x: NDArray[np.float64], plus: float) -> NDArray[np.float64]:
@@ -428,11 +451,37 @@ def _policy_truth(
     )
 
 
+def _arm_policies(
+    cfg: SynthConfig,
+    sampled: SampledStarts,
+    batch: RoundBatch,
+    arm: Arm,
+    rules: Sequence[DraftRule],
+    *,
+    seed: int,
+    n_live: int,
+    estimators: Sequence[str],
+) -> ArmPolicies:
+    """Run ``arm`` by each rule, live and in the replay (validated by :func:`policy_truth`)."""
+    depth = max(r.max_depth for r in rules)
+    paths = live_paths(
+        cfg.pair, sampled.live, arm, n_live=n_live, depth=depth, n_candidates=cfg.top_k
+    )
+    logging = parse_arm(logging_arm_name(cfg))
+    out = []
+    for rule in rules:
+        est, est_len = (
+            estimates(batch, a, estimators, seed=seed, replicates=0, logging=logging)
+            for a in (arm.with_rule(rule), arm.with_rule(rule, length=True))
+        )
+        out.append(_policy_truth(rule, draft_by(rule, paths), est, est_len, sampled.request))
+    return ArmPolicies(arm.canonical, tuple(out), paths)
+
+
 def policy_truth(
     cfg: SynthConfig,
     seed: int,
-    arm: str | Arm,
-    policies: Sequence[str | DraftRule],
+    cases: Mapping[str | Arm, Sequence[str | DraftRule]],
     *,
     n_starts: int,
     n_live: int,
@@ -448,42 +497,41 @@ def policy_truth(
         policy's largest depth.
     seed : int
         The archive's seed.
-    arm : str or Arm
-        The drafter's sampler and verifier (its depth is ignored).
-    policies : sequence of str or DraftRule
+    cases : mapping of arm to sequence of policies
+        Per arm (str or Arm: its sampler and verifier; its depth is not used), the drafting
+        policies to run it by (str or DraftRule).
     n_starts, n_live, rounds_per_request : int
-        As :func:`specreplay_testing.livetruth.live_truth`.
+        As :func:`specreplay_testing.livetruth.live_truth`; the starts are common to every arm.
     estimators : sequence of str
-        Registry names; each runs on the rule arm and on its length arm.
+        Registry names; each runs on every rule arm and its length arm.
 
     Returns
     -------
     PolicyTruthTable
     """
-    base = arm if isinstance(arm, Arm) else parse_arm(arm)
-    rules = [parse_policy(p) if isinstance(p, str) else p for p in policies]
-    depth = max(r.max_depth for r in rules)
-    if depth > cfg.depth:
-        raise ValueError(f"policies draft up to {depth} positions, the archive records {cfg.depth}")
+    parsed = {
+        (a if isinstance(a, Arm) else parse_arm(a)): [
+            parse_policy(p) if isinstance(p, str) else p for p in ps
+        ]
+        for a, ps in cases.items()
+    }
+    for arm, rules in parsed.items():
+        depth = max((r.max_depth for r in rules), default=0)
+        if not 1 <= depth <= cfg.depth:
+            raise ValueError(
+                f"{arm.canonical}: policies draft up to {depth} positions, the archive records "
+                f"1..{cfg.depth}"
+            )
     sampled = sample_starts(cfg, seed, n_starts=n_starts, rounds_per_request=rounds_per_request)
     batch = round_batch(sampled, cfg)
-    logging = parse_arm(logging_arm_name(cfg))
-    paths = live_paths(
-        cfg.pair, sampled.live, base, n_live=n_live, depth=depth, n_candidates=cfg.top_k
-    )
-    out = []
-    for rule in rules:
-        est, est_len = (
-            estimates(batch, a, estimators, seed=seed, replicates=0, logging=logging)
-            for a in (base.with_rule(rule), base.with_rule(rule, length=True))
-        )
-        out.append(_policy_truth(rule, draft_by(rule, paths), est, est_len, sampled.request))
+    arms = [
+        _arm_policies(cfg, sampled, batch, a, rs, seed=seed, n_live=n_live, estimators=estimators)
+        for a, rs in parsed.items()
+    ]
     return PolicyTruthTable(
-        arm=base.at_depth(depth).canonical,
-        policies=tuple(out),
-        paths=paths,
+        arms=tuple(arms),
         sampled=sampled,
         n_live=n_live,
         seed=seed,
-        logging_arm=logging.canonical,
+        logging_arm=parse_arm(logging_arm_name(cfg)).canonical,
     )

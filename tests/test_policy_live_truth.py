@@ -98,8 +98,12 @@ def test_draft_by_errors() -> None:
         live_paths(cfg.pair, s.live, parse_arm("greedy@3"), n_live=0, depth=3)
     with pytest.raises(ValueError, match="n_candidates must be in"):
         live_paths(cfg.pair, s.live, parse_arm("greedy@3"), n_live=1, depth=3, n_candidates=0)
-    with pytest.raises(ValueError, match="the archive records 3"):
-        policy_truth(cfg, 0, "greedy@1", ["stop-below:0.5@5"], n_starts=2, n_live=1)
+    with pytest.raises(
+        ValueError, match=r"greedy@1: policies draft up to 5 positions, the archive"
+    ):
+        policy_truth(cfg, 0, {"greedy@1": ["stop-below:0.5@5"]}, n_starts=2, n_live=1)
+    with pytest.raises(ValueError, match="up to 0 positions"):
+        policy_truth(cfg, 0, {"greedy@1": []}, n_starts=2, n_live=1)
 
 
 SMALL = SynthConfig(n_requests=8, rounds=4)
