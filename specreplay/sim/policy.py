@@ -722,6 +722,9 @@ class LawCache:
     _quants: dict[tuple[Policy, Quant], QuantLaw] = field(
         default_factory=dict, init=False, repr=False
     )
+    memo: dict[object, object] = field(default_factory=dict, init=False, repr=False)
+    """What later stages derive once per batch from its laws (the drafting policies' sorted
+    rows and their arms' fixed-depth values), keyed by what it depends on."""
 
     def __post_init__(self) -> None:
         self.offsets, self.draft_logprobs = _as_csr(self.offsets, self.draft_logprobs)

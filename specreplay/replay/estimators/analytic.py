@@ -49,6 +49,7 @@ from numpy.typing import NDArray
 
 from specreplay.replay.archive.batch import RoundBatch
 from specreplay.replay.estimators.base import Estimator, RoundValues
+from specreplay.replay.estimators.policies import policy_rounds
 from specreplay.sim.accept import ROUND_START, advance, alpha_row
 from specreplay.sim.arms import Arm, Quant
 from specreplay.sim.lanes import lane_sum
@@ -472,6 +473,8 @@ class AnalyticEstimator(Estimator):
         logging: Arm | None = None,
     ) -> RoundValues:
         """Analytic values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
+        if arm.rule is not None:  # a drafting policy (sweep --policy)
+            return policy_rounds(self.name, batch, arm, cache, max_depth=max_depth, logging=logging)
         law = cache.policy(arm.policy)
         return analytic_rounds(
             offsets=batch.offsets,

@@ -76,6 +76,7 @@ from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.batch import RoundBatch
 from specreplay.replay.estimators.analytic import dyadic_nearest_row
 from specreplay.replay.estimators.base import Estimator, RoundValues
+from specreplay.replay.estimators.policies import policy_rounds
 from specreplay.sim.accept import accept_prob
 from specreplay.sim.arms import Arm, Quant
 from specreplay.sim.lanes import lane_sum
@@ -398,6 +399,8 @@ class ImportanceEstimator(Estimator):
         logging: Arm | None = None,
     ) -> RoundValues:
         """Return the importance values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
+        if arm.rule is not None:  # a drafting policy (sweep --policy)
+            return policy_rounds(self.name, batch, arm, cache, max_depth=max_depth, logging=logging)
         q_log = logging_law(batch, cache, logging)
         law = cache.policy(arm.policy)
         return importance_rounds(

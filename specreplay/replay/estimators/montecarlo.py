@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.batch import RoundBatch
 from specreplay.replay.estimators.base import Estimator, RoundValues
+from specreplay.replay.estimators.policies import policy_rounds
 from specreplay.sim.accept import ROUND_START, advance, alpha_row
 from specreplay.sim.arms import Arm
 from specreplay.sim.policy import LawCache
@@ -263,6 +264,8 @@ class MonteCarloEstimator(Estimator):
         logging: Arm | None = None,
     ) -> RoundValues:
         """Monte Carlo values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
+        if arm.rule is not None:  # a drafting policy (sweep --policy)
+            return policy_rounds(self.name, batch, arm, cache, max_depth=max_depth, logging=logging)
         laws = cache.laws(arm)
         return replay_rounds(
             offsets=batch.offsets,
