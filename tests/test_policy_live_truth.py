@@ -5,26 +5,51 @@ paths with exact dyadic ties (the rules' boundaries, no toy pair), exact equalit
 fixed-depth live kernel (:func:`specreplay.sim.live.live_accepts`) when the rule never stops, and
 exact equality with rounds drafted one at a time by :func:`specreplay.sim.toy.live_round`, the
 stop decided after each drafted token by a loop written here.
+
+Then the replay: 32,000 archived round starts (2,000 i.i.d. requests × 16 rounds, the SE
+clustered by request) of the default toy archive (depth 5), 4 live rounds per start, common to
+every policy of an arm. Two arms: ``top32:t0.7:dyadic8`` (its q^s sit on a 1/256 grid, so a τ on
+the grid meets exact ties) and ``top32`` (t1: a flatter law than the logging arm's, every round
+reweighted), each by stop-below and stop-cum over a grid of ≥ 6 τ and by a two-depth table. For
+the importance estimator, R = 1 + Σ_k P(A ≥ k) and E[L] are within 3.5 SE of live for every
+policy, and P(A ≥ k), P(L ≥ k) within 4.2 SE at every k. Few live rounds per start cost little:
+one archived round per start dominates d_s = est − truth (its variance is var(L | start)·(1 +
+1/n_live) for E[L] on the dyadic arm), so 4 rounds give within 6% of the SE of 16 at a quarter
+of the live cost. Largest |z| of R or E[L] over the 28 policies (measured, seeds 0–4): 2.32,
+2.05, 1.62, 1.88, 1.61; of P(A ≥ k) or P(L ≥ k): 2.71, 2.65, 2.51, 3.24, 2.08.
+
+A planted ``>`` for ``≥`` in the replay's stop (tried on the replay kernel, not committed) fails
+the R/E[L] test at 6 policies of the dyadic arm (E[L] z = −3.96, −20.7, −35.6 at τ = 0.875,
+0.9375, 0.96875 of stop-below; −6.5, −24.3 at 0.9375, 0.96875 of stop-cum), as
+:func:`test_the_agreement_test_would_catch_planted_stop_rule_bugs` predicts from the live side.
+
+Runtime on the 2-core machine with a warm Numba cache (measured): 31 s for the module, 26 s of
+it the table's fixture (sampling the starts 4 s, the live paths 2 × 2 s, 56 replay calls).
 """
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
-from specreplay.sim.arms import parse_arm
-from specreplay.sim.drafting import StopRule, parse_policy
+from specreplay.sim.arms import Arm, parse_arm
+from specreplay.sim.drafting import DepthByBucket, StopRule, parse_policy
 from specreplay.sim.live import arm_round_laws, live_accepts
 from specreplay.sim.synth import SynthConfig
 from specreplay.sim.toy import LiveRound, live_round
 from specreplay_testing.livepolicy import (
     LivePaths,
+    PolicyRounds,
+    PolicyTruth,
+    PolicyTruthTable,
     draft_by,
     live_paths,
     policy_truth,
     survival_by_start,
 )
-from specreplay_testing.livetruth import SampledStarts, sample_starts
+from specreplay_testing.livetruth import Paired, SampledStarts, sample_starts
 
 # ------------------------------------------------------------------------------------------------
 # the live runner on its own
@@ -202,3 +227,150 @@ def test_paths_do_not_depend_on_which_starts_run_together(small_starts: SampledS
     np.testing.assert_array_equal(part.q_sampler, full.q_sampler[3:5])
     np.testing.assert_array_equal(part.accepted, full.accepted[3:5])
     np.testing.assert_array_equal(part.accept_prob, full.accept_prob[3:5])
+
+
+# ------------------------------------------------------------------------------------------------
+# the replay's importance estimator against the live truth
+# ------------------------------------------------------------------------------------------------
+
+CFG = SynthConfig(depth=5)  # the archive records 5 positions per round: every policy's D ≤ 5
+SEED = 0  # the synthetic archive's seed; every other key is derived from it
+N_STARTS, ROUNDS_PER_REQUEST, N_LIVE = 32_000, 16, 4
+DYADIC, FLOAT = "top32:t0.7:dyadic8@5", "top32@5"  # canonical forms (t1 is the default)
+TABLE = "depth-by-bucket:<4K=2/>=4K=5"
+# The dyadic arm's q^s are multiples of 1/256 and cluster near 1 (a drafted token's q^s is
+# 255/256 for 13% of positions, 248/256 for 3%): a grid reaching 0.96875 = 248/256 puts τ on
+# exact ties, where "continue while q ≥ τ" and "while q > τ" differ. The float arm (a flatter
+# law than the logging arm's t0.7) reweights every round, so its stop decisions read q^s, not
+# the logging law; its grid is where its rounds stop.
+GRID_DYADIC = (0.05, 0.25, 0.5, 0.75, 0.875, 0.9375, 0.96875)
+GRID_FLOAT = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5)
+
+
+def _policies(grid: tuple[float, ...]) -> list[str]:
+    return [f"{k}:{t!r}@5" for k in ("stop-below", "stop-cum") for t in grid] + [TABLE]
+
+
+CASES: dict[str | Arm, list[str]] = {DYADIC: _policies(GRID_DYADIC), FLOAT: _policies(GRID_FLOAT)}
+N_POLICIES = sum(len(v) for v in CASES.values())  # 15 + 13 = 28
+# R_D and E[L] of 28 policies = 56 two-sided tests at 3.5 SE (the issue's bar): P(|Z| > 3.5) =
+# 4.65e-4 each, family-wise ≤ 56 · 4.65e-4 = 2.6% (Bonferroni; the tests are strongly positively
+# correlated: every τ of an arm reads the same archived rounds and live paths, neighbouring τ
+# differ in few rounds, so the real rate is well below that bound).
+K_R = 3.5
+# P(A ≥ k) and P(L ≥ k), k = 1..5: 280 tests at 4.2 SE, P(|Z| > 4.2) = 2.7e-5 each, family-wise
+# ≤ 280 · 2.7e-5 = 0.75%. P(L ≥ 1) = 1 and a table's P(L ≥ k) are exact on both sides (SE 0).
+K_K = 4.2
+EXACT = 1e-12  # the slack for a difference of 0 with an SE of 0 (sums of equal floats)
+
+
+@pytest.fixture(scope="module")
+def table() -> PolicyTruthTable:
+    return policy_truth(
+        CFG, SEED, CASES, n_starts=N_STARTS, n_live=N_LIVE, rounds_per_request=ROUNDS_PER_REQUEST
+    )
+
+
+def _within(p: Paired, k: float, at: slice = slice(None)) -> bool:
+    return bool(np.all(np.abs(p.bias[at]) <= k * p.bias_se[at] + EXACT))
+
+
+def _z(p: Paired) -> list[float]:
+    """bias / SE per depth, for failure messages (an exact 0 over an SE of 0 is nan)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return [round(float(z), 2) for z in p.bias / p.bias_se]
+
+
+def test_importance_matches_live_r_and_mean_length_for_every_policy(
+    table: PolicyTruthTable,
+) -> None:
+    bad = []
+    for arm in table.arms:
+        assert len(arm.policies) == len(CASES[arm.arm])
+        for p in arm.policies:
+            r, el = p.retained["importance"], p.mean_length["importance"]
+            if not (_within(r, K_R, slice(-1, None)) and _within(el, K_R, slice(-1, None))):
+                bad.append((arm.arm, p.policy, _z(r)[-1], _z(el)[-1]))
+    assert not bad, bad
+
+
+def test_importance_matches_live_survival_and_length_at_every_position(
+    table: PolicyTruthTable,
+) -> None:
+    bad = []
+    for arm in table.arms:
+        for p in arm.policies:
+            s, n = p.survival["importance"], p.length["importance"]
+            if not (_within(s, K_K) and _within(n, K_K)):
+                bad.append((arm.arm, p.policy, _z(s), _z(n)))
+    assert not bad, bad
+
+
+def test_the_grids_and_the_table_exercise_the_policies(table: PolicyTruthTable) -> None:
+    # ≥ 6 τ per rule and arm; along each grid every path's L is non-increasing (common random
+    # numbers: a larger τ stops each path no later) and E[L] falls; the table's two depths both
+    # occur among the sampled starts.
+    for arm in table.arms:
+        grid = GRID_DYADIC if arm.arm == DYADIC else GRID_FLOAT
+        assert len(grid) >= 6
+        for kind in ("stop-below", "stop-cum"):
+            rules = [parse_policy(f"{kind}:{t!r}@5") for t in grid]
+            lengths = [draft_by(r, arm.paths).drafted for r in rules]
+            assert all(np.all(a >= b) for a, b in itertools.pairwise(lengths))
+            means = [arm.policy(r).length_truth_by_start.sum(axis=1).mean() for r in rules]
+            assert means[0] - means[-1] > 0.15, (arm.arm, kind, means)  # SE of each ≈ 0.005
+        bucket = parse_policy(TABLE)
+        assert isinstance(bucket, DepthByBucket)
+        assert {bucket.depth_at(int(c)) for c in arm.paths.context} == {2, 5}
+
+
+def _planted(rule: StopRule, paths: LivePaths, bug: str) -> PolicyRounds:
+    """The rounds of ``rule`` as a replay with a planted bug would see them.
+
+    ``"strict"``: continue only while q^s > τ (``>`` for ``≥``); ``"acceptance"``: the stop reads
+    q^s·min(1, p/q^v), the weight's factor, instead of q^s.
+    """
+    q = paths.q_sampler[:, :, : rule.depth]
+    if bug == "acceptance":
+        q = q * paths.accept_prob[:, :, : rule.depth]
+    running = np.cumprod(q, axis=-1) if rule.cumulative else q
+    stop = running <= rule.tau if bug == "strict" else running < rule.tau
+    length = np.where(stop.any(axis=-1), np.argmax(stop, axis=-1) + 1, rule.depth)
+    leading = np.cumprod(paths.accepted, axis=-1).sum(axis=-1)
+    return PolicyRounds(drafted=length, accepted=np.minimum(leading, length))
+
+
+def _shift(p: PolicyTruth, bugged: PolicyRounds) -> tuple[float, float]:
+    """(R_D, E[L]) of the bugged policy minus the policy's live truth, in the importance SE."""
+    d = p.truth_by_start.shape[1]
+    r = survival_by_start(bugged.accepted, d).sum(axis=1).mean()
+    r -= p.truth_by_start.sum(axis=1).mean()
+    el = survival_by_start(bugged.drafted, d).sum(axis=1).mean()
+    el -= p.length_truth_by_start.sum(axis=1).mean()
+    return (
+        float(r / p.retained["importance"].bias_se[-1]),
+        float(el / p.mean_length["importance"].bias_se[-1]),
+    )
+
+
+# A replay with a planted bug estimates the bugged policy without bias, so its z against the
+# live truth is about shift + N(0, 1): with |shift| ≥ 2 · 3.5 the 3.5-SE test fails with
+# probability ≥ 1 − P(Z > 3.5) = 0.9998. Measured (seed 0): ">" for "≥" moves the dyadic arm's
+# E[L] by −28 and −74 SE at τ = 0.9375 and 0.96875 (stop-below), −9 and −37 (stop-cum); it cannot
+# show on the float arm (a float q^s equals τ with probability 0). The acceptance factor moves
+# E[L] by −229 to −635 SE at every τ of both arms (at least 223 SE over seeds 0–4).
+POWER = 2 * K_R
+
+
+def test_the_agreement_test_would_catch_planted_stop_rule_bugs(table: PolicyTruthTable) -> None:
+    for arm in table.arms:
+        strict: dict[bool, list[float]] = {False: [], True: []}
+        for p in arm.policies:
+            rule = parse_policy(p.policy)
+            if not isinstance(rule, StopRule):
+                continue
+            strict[rule.cumulative].append(abs(_shift(p, _planted(rule, arm.paths, "strict"))[1]))
+            _, el = _shift(p, _planted(rule, arm.paths, "acceptance"))
+            assert abs(el) >= POWER, (arm.arm, p.policy, el)
+        if arm.arm == DYADIC:  # ties only exist on a dyadic law
+            assert min(max(v) for v in strict.values()) >= POWER, strict
