@@ -375,6 +375,7 @@ def sweep(
     *,
     arms: ArmLike | Sequence[ArmLike] = (),
     depths: str | int | Sequence[int] = DEPTHS_DEFAULT,
+    policies: str | Sequence[str] = (),
     baseline: ArmLike | None = None,
     margin: MarginLike = MARGIN_DEFAULT,
     estimator: Estimator | str = Estimator.AUTO,
@@ -407,7 +408,9 @@ def sweep(
     Each cell's ``depths`` hold R per arm and depth (``to_polars("depths")``); round traces give
     the survival truncation proxy. ``scheduler``, ``workers``, ``cache``: as ``--scheduler``,
     ``--workers``, ``--cache`` (:func:`_backend`). ``ignore``: as ``--ignore``.
-    ``short_rounds``: as ``--short-rounds``.
+    ``short_rounds``: as ``--short-rounds``. ``policies``: the ``--policy`` values (one string or
+    a sequence; brace lists expand); each cell's ``policies`` then hold them
+    (docs/methods.md#policies-adaptive-drafting).
     """
     params = dict(locals())  # the parameters, before any other name is bound
     params["arms"] = (arms,) if isinstance(arms, str | Arm) else arms

@@ -807,6 +807,16 @@ def sweep(
     depths: Annotated[
         str, typer.Option("--depths", help="Depths: 1..8, or 1,2,4 (1..3,6).")
     ] = DEPTHS_DEFAULT,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--policy",
+            metavar="POLICY",
+            help="Drafting policy for every --arm (repeatable; a quoted brace list expands): "
+            "stop-below:TAU@D, stop-cum:TAU@D, depth-by-bucket:<4K=5/>=4K=3. With --cost: "
+            "tokens/s and the held-out verdict against the best fixed depth.",
+        ),
+    ] = None,
     baseline: Annotated[
         str | None,
         typer.Option(
@@ -855,6 +865,7 @@ def sweep(
     """
     params = dict(locals())  # the parameters, before any other name is bound
     params["arms"] = params.pop("arm") or ()
+    params["policies"] = params.pop("policy") or ()
     with _user_errors("sweep"):
         from specreplay.commands.sweep import run_sweep
         from specreplay.pipelines.options import SweepOptions

@@ -40,6 +40,7 @@ from specreplay.stats.support import ShortRounds, parse_short_rounds
 
 if TYPE_CHECKING:
     from specreplay.sim.arms import Arm
+    from specreplay.sim.drafting import DraftRule
     from specreplay.stats.buckets import Buckets
     from specreplay.stats.compare import Margin
     from specreplay.stats.depth import CostModel
@@ -96,6 +97,7 @@ __all__ = [
     "parse_depths",
     "parse_logging_arm",
     "parse_margin",
+    "parse_policies",
     "show_bound",
     "verdict_set",
 ]
@@ -367,8 +369,8 @@ def parse_logging_arm(value: Any) -> Arm | None:
         raise SpecReplayError(f"--logging-arm {value!r}: {err.message}") from None
 
 
-def expand_braces(text: str) -> list[str]:
-    """Expand ``{a,b,…}`` groups of an ``--arm`` (cartesian product, left to right).
+def expand_braces(text: str, flag: str = "--arm") -> list[str]:
+    """Expand ``{a,b,…}`` groups of an ``--arm`` or ``--policy`` (cartesian product, in order).
 
     Examples
     --------
@@ -378,15 +380,34 @@ def expand_braces(text: str) -> list[str]:
     m = re.search(r"\{([^{}]*)\}", text)
     if m is None:
         if "{" in text or "}" in text:
-            raise SpecReplayError(f"--arm {text!r}: unbalanced brace")
+            raise SpecReplayError(f"{flag} {text!r}: unbalanced brace")
         return [text]
     parts = m.group(1).split(",")
     if any(not p for p in parts):
-        raise SpecReplayError(f"--arm {text!r}: empty alternative in {{{m.group(1)}}}")
+        raise SpecReplayError(f"{flag} {text!r}: empty alternative in {{{m.group(1)}}}")
     out: list[str] = []
     for p in parts:
-        out += expand_braces(text[: m.start()] + p + text[m.end() :])
+        out += expand_braces(text[: m.start()] + p + text[m.end() :], flag)
     return out
+
+
+def parse_policies(values: str | Sequence[Any]) -> tuple[DraftRule, ...]:
+    """Return the ``--policy`` values (text or parsed) brace-expanded, distinct by canonical."""
+    from specreplay.sim.drafting import DepthByBucket, StopRule, parse_policy
+
+    texts = (values,) if isinstance(values, str) else tuple(values)
+    out: dict[str, DraftRule] = {}
+    for text in texts:
+        if isinstance(text, StopRule | DepthByBucket):
+            out.setdefault(text.canonical, text)
+            continue
+        for one in expand_braces(text, "--policy"):
+            try:
+                rule = parse_policy(one)
+            except SpecReplayError as err:
+                raise SpecReplayError(f"--policy: {err.message}") from None
+            out.setdefault(rule.canonical, rule)
+    return tuple(out.values())
 
 
 def _small_int(digits: str) -> int:
@@ -687,7 +708,9 @@ class SweepOptions:
 
     ``arms`` the ``--arm`` values brace-expanded, distinct by canonical form, in order
     (``arms_spelled`` as given, for results.json); ``depths``; ``baseline`` the arm the dyadic
-    arms are requalified against; ``cost`` the cost model (ms per round by depth).
+    arms are requalified against; ``cost`` the cost model (ms per round by depth); ``policies``
+    the ``--policy`` values brace-expanded, distinct by canonical form
+    (docs/methods.md#policies-adaptive-drafting).
     """
 
     arms: tuple[Arm, ...]
@@ -697,6 +720,7 @@ class SweepOptions:
     cost: CostModel | None
     replay: ReplayOptions
     boot: BootstrapOptions
+    policies: tuple[DraftRule, ...] = ()
 
     @classmethod
     def build(
@@ -706,10 +730,12 @@ class SweepOptions:
         depths: Any = DEPTHS_DEFAULT,
         baseline: Any = None,
         cost: str | None = None,
+        policies: str | Sequence[str] = (),
         **options: Any,
     ) -> Self:
         """Parse every option; ``options`` are the fields of the two groups, by name."""
         options.setdefault("n_boot", SWEEP_N_BOOT)
+        rules = parse_policies(policies)
         replay, boot = _split(options, ReplayOptions, BootstrapOptions)
         texts = (arms,) if isinstance(arms, str) else tuple(arms)
         parsed: dict[str, Arm] = {}
@@ -725,6 +751,7 @@ class SweepOptions:
             cost=parse_cost(cost),
             replay=ReplayOptions.build(**replay),
             boot=BootstrapOptions.build(**boot),
+            policies=rules,
         )
 
     def to_json(self, archive: Path) -> dict[str, Any]:
@@ -740,6 +767,7 @@ class SweepOptions:
             "estimator": r["estimator"],
             "replicates": r["replicates"],
             "cost": self.cost.text if self.cost is not None else None,
+            "policies": [p.canonical for p in self.policies],
             "n_boot": b["n_boot"],
             "stratify": b["stratify"],
             "level": b["level"],

@@ -52,6 +52,14 @@ from specreplay.pipelines.importance import (
     with_estimators,
 )
 from specreplay.pipelines.options import MARGIN_DEFAULT, SweepOptions, parse_margin
+from specreplay.pipelines.policies import (
+    PolicyPlan,
+    compare_policies,
+    policy_choice,
+    policy_figures,
+    policy_plan,
+    proxy_policy_plan,
+)
 from specreplay.pipelines.requalify import Comparand, estimator_used, merge_comparisons
 from specreplay.pipelines.resample import Pairing, compared, resampled
 from specreplay.pipelines.shortrounds import (
@@ -66,7 +74,7 @@ from specreplay.replay.backend import Backend, BackendRun, backend_runner
 from specreplay.replay.choice import AUTO, auto_passes, pass_columns, resolve_auto
 from specreplay.replay.engine import OpenArchive, ReplayResult
 from specreplay.replay.scan import Progress, phase
-from specreplay.results.model import Cell, DepthFigure, Label, Result, Role
+from specreplay.results.model import Cell, DepthFigure, Label, PolicyFigure, Result, Role
 from specreplay.results.privacy import IdHasher, hash_result
 from specreplay.sim.arms import Arm
 from specreplay.stats.armdata import ArmData
@@ -131,11 +139,13 @@ class SweepPlan:
 
     depths: dict[str, dict[int, Pairing | str]]
     bits: tuple[tuple[Arm, Pairing], ...] = ()
+    policies: PolicyPlan | None = None
 
     def pairings(self) -> list[Pairing]:
-        """Every pairing: the depths (arm by arm), then the sequence."""
+        """Every pairing: the depths (arm by arm), the sequence, then the policies."""
         out = [p for per in self.depths.values() for p in per.values() if isinstance(p, Pairing)]
-        return out + [p for _, p in self.bits]
+        pol = self.policies.pairings() if self.policies is not None else []
+        return out + [p for _, p in self.bits] + pol
 
     def with_pairings(self, new: Sequence[Pairing]) -> SweepPlan:
         """Return the plan with :meth:`pairings` replaced by ``new`` (same order)."""
@@ -145,7 +155,8 @@ class SweepPlan:
             for name, per in self.depths.items()
         }
         bits = tuple((a, next(it)) for a, _ in self.bits)
-        return SweepPlan(depths, bits)
+        pol = self.policies.with_pairings(it) if self.policies is not None else None
+        return SweepPlan(depths, bits, pol)
 
 
 def sweep_plan(
@@ -157,8 +168,9 @@ def sweep_plan(
     it: the pairings are resampled together before the first comparison is made.
     """
     depths = {a.canonical: _depth_pairings(res, a, opts) for a in arms}
+    pol = policy_plan(res, arms, opts) if opts.policies else None
     if baseline is None:
-        return SweepPlan(depths)
+        return SweepPlan(depths, policies=pol)
     seq = sorted(
         (a for a in arms if a.sampler.kind == "dyadic" and a != baseline),
         key=lambda a: -a.sampler.bits,
@@ -176,7 +188,7 @@ def sweep_plan(
         )
         for a in seq
     )
-    return SweepPlan(depths, bits)
+    return SweepPlan(depths, bits, pol)
 
 
 def resampled_sweeps(plans: Sequence[SweepPlan], opts: SweepOptions, seed: int) -> list[SweepPlan]:
@@ -214,8 +226,8 @@ def _depth_figures(
     cost: CostModel | None,
     level: float,
     label: Label = Label.SIMULATED,
-) -> tuple[list[DepthFigure], int | None]:
-    """Return the ``depths[]`` entries of one arm in cell i and its best depth (cost model)."""
+) -> tuple[list[DepthFigure], int | None, dict[int, np.ndarray]]:
+    """Return one arm's ``depths[]`` entries in cell i, its best depth and tokens/s replicates."""
     figs: list[DepthFigure] = []
     tps_reps: dict[int, np.ndarray] = {}
     for d, comp in comps.items():
@@ -249,12 +261,13 @@ def _depth_figures(
             tps_reps[d] = tokens_per_s(comp.rb_reps[:, i], ms)
         figs.append(fig)
     if not tps_reps:
-        return figs, None
+        return figs, None, tps_reps
     shares = p_best(tps_reps)
     figs = [
         dataclasses.replace(f, p_best=shares[f.depth]) if f.depth in shares else f for f in figs
     ]
-    return figs, best_depth({f.depth: f.tokens_per_s for f in figs if f.depth in tps_reps})
+    best = best_depth({f.depth: f.tokens_per_s for f in figs if f.depth in tps_reps})
+    return figs, best, tps_reps
 
 
 def fewest_bits(
@@ -345,7 +358,8 @@ def sweep_result(
         bits_parts, extra["fewest_bits"] = fewest_bits(res, plan.bits, baseline, opts)
         parts += bits_parts
     names = [a.canonical for a in arms]
-    cells = _with_depths(merge_comparisons(parts), names, per_arm, cost, opts.boot.level)
+    pols = compare_policies(plan.policies, opts, res.seed) if plan.policies is not None else None
+    cells = _with_depths(merge_comparisons(parts), names, per_arm, cost, opts.boot.level, pols=pols)
     if opts.replay.estimator == AUTO:
         cells = with_auto_diagnostics(cells, res, res.arms)
     cells = with_estimators(with_excluded_rounds(cells, res), res)
@@ -377,21 +391,32 @@ def _with_depths(
     cost: CostModel | None,
     level: float,
     label: Label = Label.SIMULATED,
+    pols: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Cell, ...]:
-    """Add every arm's depth figures and best depth; keep one arm figure per arm; set depths."""
+    """Add every arm's depth (and policy) figures and best depth; one arm figure per arm."""
     out = []
     for i, c in enumerate(cells):
         depths: list[DepthFigure] = []
+        policies: list[PolicyFigure] = []
         best: dict[str, int] = {}
         for name in names:
-            figs, b = _depth_figures(name, per_arm[name], i, cost, level, label)
+            figs, b, reps = _depth_figures(name, per_arm[name], i, cost, level, label)
+            if pols is not None:
+                figs, pfigs = policy_figures(name, pols[name], figs, reps, i, level, label)
+                policies += pfigs
             depths += figs
             if b is not None:
                 best[name] = b
         keep = set(names) | {d.a for d in c.deltas if d.role is not Role.DEPTH_VS_REFERENCE}
         arms_fig = {k: v for k, v in c.arms.items() if k in keep}
         out.append(
-            dataclasses.replace(c, arms=arms_fig, depths=tuple(depths), best_depth=best or None)
+            dataclasses.replace(
+                c,
+                arms=arms_fig,
+                depths=tuple(depths),
+                policies=tuple(policies),
+                best_depth=best or None,
+            )
         )
     return tuple(out)
 
@@ -451,9 +476,15 @@ def proxy_result(
         other = dataclasses.replace(by_depth[d], name=f"{name}@{d}")
         ps, _ = pair_arms(ref, other, buckets=opts.replay.buckets)
         pairings[d] = Pairing(ps, name, other.name)
-    # one resample pass: every depth's replicates from the same draws
-    (plan,) = resampled_sweeps([SweepPlan({name: pairings})], opts, opts.replay.seed)
+    # one resample pass: every depth's (and policy's) replicates from the same draws
+    pol = proxy_policy_plan(path, ref, opts) if opts.policies else None
+    (plan,) = resampled_sweeps([SweepPlan({name: pairings}, policies=pol)], opts, opts.replay.seed)
     comps = _comparisons(plan.depths[name], opts, opts.replay.seed, label="ESTIMATED")
+    pols = (
+        compare_policies(plan.policies, opts, opts.replay.seed, Label.ESTIMATED)
+        if plan.policies is not None
+        else None
+    )
     parts = [
         Comparand(c, Role.DEPTH_VS_REFERENCE, NO_VERDICT, depth=d)
         for d, c in comps.items()
@@ -464,7 +495,13 @@ def proxy_result(
             f"{path}: no depth of {list(opts.depths)} is within the proxy's range"
         )
     cells = _with_depths(
-        merge_comparisons(parts), [name], {name: comps}, cost, opts.boot.level, Label.ESTIMATED
+        merge_comparisons(parts),
+        [name],
+        {name: comps},
+        cost,
+        opts.boot.level,
+        Label.ESTIMATED,
+        pols=pols,
     )
     cells = tuple(
         dataclasses.replace(
@@ -569,7 +606,19 @@ def _prepare(archive: Path, opts: SweepOptions) -> SweepPrepared:
     """Check the arms and the cost model and open the archive: errors before any work."""
     arms = expand_arms(opts.arms)
     baseline = opts.baseline
-    replayed = list({a.canonical: a for a in [*arms, *([baseline] if baseline else [])]}.values())
+    if opts.policies and opts.replay.estimator == "montecarlo":
+        raise SpecReplayError(
+            "--policy: policies are replayed by the analytic and importance estimators "
+            "(--estimator analytic, importance or auto)"
+        )
+    ruled = [
+        a.with_rule(r, length=length)
+        for a in arms
+        for r in opts.policies
+        for length in (False, True)
+    ]
+    every = [*arms, *([baseline] if baseline else []), *ruled]
+    replayed = list({a.canonical: a for a in every}.values())
     opened = OpenArchive(
         archive,
         buckets=opts.replay.buckets,
@@ -642,6 +691,10 @@ def _swept_passes(
                     runs[at[level]], prep.arms, opts, archive, prep.baseline, plans[at[level]]
                 ),
             )
+    if opts.policies:
+        with phase(progress, "policies: the held-out choice"):
+            choice = policy_choice(res, prep.arms, opts)
+        result = dataclasses.replace(result, extra={**result.extra, "policy_choice": choice})
     return result, res.requests
 
 

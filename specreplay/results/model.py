@@ -65,6 +65,7 @@ __all__ = [
     "LawTest",
     "Level",
     "Offpath",
+    "PolicyFigure",
     "Replicates",
     "Requalification",
     "Result",
@@ -380,6 +381,33 @@ class DepthFigure:
 
 
 @dataclass(frozen=True)
+class PolicyFigure:
+    """R, E[L] and tokens/s of one arm's sampler drafting by one policy (``sweep --policy``).
+
+    See docs/methods.md#policies-adaptive-drafting, docs/outputs.md#resultsjson. ``policy`` is
+    the canonical spelling; ``E_L`` the positions drafted per round; ``round_ms`` the expected
+    cost of a round under ``--cost``; ``tokens_per_s_null_reason`` why a cost table cannot price
+    it; the rest as a :class:`DepthFigure`'s (``p_best`` over the arm's depths and policies).
+    """
+
+    arm: str
+    policy: str
+    E_L: float | None
+    R: float | None
+    lo: float | None
+    hi: float | None
+    label: Label
+    supported: bool
+    null_reason: str | None
+    tokens_per_s: float | None = None
+    tokens_per_s_lo: float | None = None
+    tokens_per_s_hi: float | None = None
+    p_best: float | None = None
+    round_ms: float | None = None
+    tokens_per_s_null_reason: str | None = None
+
+
+@dataclass(frozen=True)
 class ScreenFigures:
     """The per-cell inputs of the depth screen, in ms; T_B MEASURED, the rest config.
 
@@ -542,6 +570,7 @@ class Cell:
     arms: dict[str, ArmFigure]
     deltas: tuple[Delta, ...] = ()
     depths: tuple[DepthFigure, ...] = ()
+    policies: tuple[PolicyFigure, ...] = ()
     survival: tuple[Survival, ...] = ()
     offpath: tuple[Offpath, ...] = ()
     requalification: Requalification | None = None

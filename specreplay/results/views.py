@@ -30,6 +30,10 @@ Views (``VIEWS``):
     One row per cell × arm × depth (``sweep``, ``screen``): ``arm``, ``depth``, ``R``,
     ``lo``/``hi``, ``label``, ``supported``, ``null_reason``, ``tokens_per_s`` (``_lo``/``_hi``),
     ``p_best``, ``round_ms``, ``rank``, ``gain`` (``_lo``/``_hi``).
+``policies``
+    One row per cell × arm × policy (``sweep --policy``): ``arm``, ``policy``, ``E_L``, ``R``,
+    ``lo``/``hi``, ``label``, ``supported``, ``null_reason``, ``tokens_per_s`` (``_lo``/``_hi``),
+    ``p_best``, ``round_ms``, ``tokens_per_s_null_reason``.
 ``survival``
     One row per cell × arm × position: ``arm``, ``position``, ``value`` = P(A ≥ j), ``label``,
     ``null_reason``, ``rounds``.
@@ -68,6 +72,7 @@ from specreplay.results.model import (
     DepthFigure,
     Label,
     LawTest,
+    PolicyFigure,
     Result,
     Survival,
 )
@@ -208,6 +213,7 @@ VIEWS.update(
             Delta, lambda c, split: ((_sides(d, split), d) for d in c.deltas), {}, _SIDES
         ),
         "depths": _per_cell(DepthFigure, lambda c, _: (({}, d) for d in c.depths), {}),
+        "policies": _per_cell(PolicyFigure, lambda c, _: (({}, p) for p in c.policies), {}),
         "survival": _per_cell(Survival, lambda c, _: (({}, s) for s in c.survival), {}),
         "law_tests": _law_tests,
     }

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -82,6 +82,7 @@ from specreplay.replay.archive.sources import (
     parse_json_line,
     text_lines,
 )
+from specreplay.sim.drafting import DepthByBucket
 from specreplay.stats.armdata import ARM_SCHEMA, ArmData
 from specreplay.stats.buckets import Buckets
 
@@ -149,8 +150,9 @@ def read_arm(
     choice: int = 0,
     drafted: int | None = None,
     name: str | None = None,
-    truncate: int | None = None,
+    truncate: int | DepthByBucket | None = None,
     ignore: Sequence[str] = (),
+    per_round: Mapping[int, float] | None = None,
 ) -> ArmData:
     """Read one observed arm as per-(request, bucket) rounds and retained tokens.
 
@@ -171,7 +173,11 @@ def read_arm(
         Arm label; default the file stem or directory name.
     truncate : int, optional
         Round traces only: retained tokens 1 + min(A, truncate) per round (the survival
-        truncation proxy of a fixed depth, docs/methods.md#the-survival-truncation-proxy).
+        truncation proxy of a fixed depth, docs/methods.md#the-survival-truncation-proxy); a
+        ``depth-by-bucket`` table truncates each round at the depth of its context.
+    per_round : mapping of int to float, optional
+        With a table: each round counts ``per_round[its depth]`` instead of its retained tokens
+        (its positions drafted, or its ms per round: docs/methods.md#policies-adaptive-drafting).
     ignore : sequence of str
         ``--ignore`` globs: entries of a directory to skip (``ArmData.ignored`` lists them).
 
@@ -198,7 +204,9 @@ def read_arm(
     _check_kind_options(
         kind, files[0].path, first_line, path, question_file, choice, drafted, truncate
     )
-    opts = _Options(buckets, question_file, choice, drafted, counts=[], truncate=truncate)
+    opts = _Options(
+        buckets, question_file, choice, drafted, counts=[], truncate=truncate, per_round=per_round
+    )
     sums, notes = _READERS[kind](files, opts)
     if sums.height == 0:
         raise SpecReplayError(f"{path}: no rows: an arm needs at least one round")
@@ -222,7 +230,7 @@ def _check_kind_options(
     question_file: Path | None,
     choice: int,
     drafted: int | None,
-    truncate: int | None,
+    truncate: int | DepthByBucket | None,
 ) -> None:
     """Raise when an option does not apply to the detected format (or one it needs is missing)."""
     files0 = first
@@ -262,8 +270,9 @@ class _Options:
     choice: int
     drafted: int | None
     counts: list[tuple[Path, int]]
-    truncate: int | None = None
+    truncate: int | DepthByBucket | None = None
     depths: list[int] = field(default_factory=list)  # the arm's depth, when the reader knows it
+    per_round: Mapping[int, float] | None = None  # a table's round: this value at its depth
 
 
 def _list_files(
@@ -689,9 +698,61 @@ def _finish(sums: pl.DataFrame, buckets: Buckets) -> pl.DataFrame:
 _Reader = Callable[[list[ArchiveFile], _Options], tuple[pl.DataFrame, list[str]]]
 
 
-def _truncated(accepted: pl.Expr, depth: int | None) -> pl.Expr:
-    """Return A of a round (a round retains 1 + A, §1), or min(A, depth) for the proxy."""
-    return accepted if depth is None else pl.min_horizontal(accepted, pl.lit(depth))
+def _table_depth(rule: DepthByBucket) -> pl.Expr:
+    """Return the depth ``rule`` gives each round by its ``context_tokens`` (null without one)."""
+    ctx = pl.col("context_tokens")
+    expr: Any = pl
+    for lo, hi, d in rule.entries:
+        expr = expr.when((ctx >= lo) & (ctx < hi)).then(pl.lit(d))
+    out: pl.Expr = expr.otherwise(pl.lit(None)).cast(pl.Int64())
+    return out
+
+
+def _truncated(accepted: pl.Expr, depth: int | DepthByBucket | None) -> pl.Expr:
+    """Return A of a round (a round retains 1 + A, §1), or min(A, depth) for the proxy.
+
+    A ``depth-by-bucket`` table truncates each round at its own depth
+    (docs/methods.md#policies-adaptive-drafting).
+    """
+    if depth is None:
+        return accepted
+    if isinstance(depth, DepthByBucket):
+        return pl.min_horizontal(accepted, _table_depth(depth))
+    return pl.min_horizontal(accepted, pl.lit(depth))
+
+
+def _round_value(opts: _Options) -> pl.Expr:
+    """Per round: retained 1 + A (truncated), or a table's ``per_round`` value at its depth."""
+    if opts.per_round is not None and isinstance(opts.truncate, DepthByBucket):
+        table = {int(k): float(v) for k, v in opts.per_round.items()}
+        return _table_depth(opts.truncate).replace_strict(table, return_dtype=pl.Float64())
+    return (1 + _truncated(pl.col("accepted"), opts.truncate)).cast(pl.Float64())
+
+
+def table_proxy_problem(path: Path, rule: DepthByBucket, ignore: Sequence[str] = ()) -> str | None:
+    """Why the survival proxy cannot replay ``rule`` on round traces at ``path``, or None.
+
+    Each round must record its context and have drafted at least the depth the table gives it.
+    """
+    files = _list_files(path, skip=None, ignore=ignore)[0]
+    rows, stop = _read_table(files, _ROUND_COLUMNS, [])
+    _validate(rows, stop, files, _ROUND_RULES)
+    d = rows.select(_table_depth(rule).alias("d"), pl.col("drafted")).get_column("d")
+    no_ctx = int(d.null_count())
+    short = int(
+        rows.select((pl.col("drafted") < _table_depth(rule)).fill_null(True).alias("x"))
+        .get_column("x")
+        .sum()
+    )
+    if no_ctx:
+        return f"{no_ctx} rounds record no context_tokens: the table gives them no depth"
+    if short:
+        return (
+            f"UNSUPPORTED: {short} rounds drafted fewer positions than the table gives their "
+            "context, or record no drafted depth (the proxy is valid only up to the depth a "
+            "round drafted, never extrapolated)"
+        )
+    return None
 
 
 def drafted_depths(path: Path, ignore: Sequence[str] = ()) -> tuple[int | None, int]:
@@ -720,7 +781,7 @@ def _read_round_traces(files: list[ArchiveFile], opts: _Options) -> tuple[pl.Dat
         .agg(
             pl.col("family").first(),
             n=pl.len().cast(pl.Int64()),
-            t=(1 + _truncated(pl.col("accepted"), opts.truncate)).sum().cast(pl.Float64()),
+            t=_round_value(opts).sum(),
         )
     )
     notes = [f"round traces: a round retains 1 + accepted tokens; buckets {b.spec!r}"]

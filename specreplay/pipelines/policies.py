@@ -1,0 +1,562 @@
+"""Policies in a sweep: R, E[L] and tokens/s of each drafting policy, and the honest choice.
+
+See docs/methods.md#policies-adaptive-drafting.
+
+Every ``--policy`` is replayed for every ``--arm``'s sampler in the sweep's one pass, as two arms
+(:meth:`~specreplay.sim.arms.Arm.with_rule`): the policy's retained tokens and its **length arm**
+(the positions it drafts, :mod:`specreplay.replay.estimators.policies`). Each is paired with the
+arm's reference depth and resampled in the run's one pass with the depths, so replicate b of a
+policy and of every fixed depth resamples the same requests:
+
+- R of the policy with its studentized interval (as a fixed depth's), E[L] per round;
+- with ``--cost``, the cost of a round is random for a policy (it depends on L): a third side sums
+  each round's expected cost (``linear:T0:C``: T0 + C·E[L]; a table: Σ_l P(L = l)·T(l), written
+  T(1) + Σ_{k≥2} (T(k) − T(k−1))·P(L ≥ k), linear in the length arm's sums), and tokens/s =
+  1000·Σ retained / Σ cost with the percentile interval of its joint replicates (ESTIMATED);
+- ``p_best`` over the arm's depths and policies together (so a depth's ``p_best`` changes when
+  ``--policy`` is given).
+
+**Choosing honestly** (:func:`policy_choice`). Requests are split in two by a hash of their key.
+On the selection half, the policy and the fixed depth with the most tokens/s are chosen; the
+held-out half gives the interval of Δ tokens/s = policy − depth from its own resample, and the
+verdict at margin m (relative: m = margin × the depth's held-out tokens/s; absolute: the
+margin's tokens/round at the depth's ms per round):
+**PAYS** when Δ_lo > +m, **DOES NOT PAY** when Δ_hi < +m, else INCONCLUSIVE (ESTIMATED). The
+in-sample figure (both chosen and measured on every request) is reported beside it, labelled so:
+their gap is the winner's curse.
+
+No policy is MEASURED: archives record fixed-depth logging arms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from specreplay.pipelines.options import SweepOptions
+from specreplay.pipelines.resample import Pairing, compared, resampled
+from specreplay.replay.archive.importers import read_arm, table_proxy_problem
+from specreplay.replay.engine import ReplayResult
+from specreplay.replay.paired import ArmSide
+from specreplay.results.model import DepthFigure, Label, PolicyFigure
+from specreplay.sim.arms import Arm
+from specreplay.sim.drafting import DepthByBucket, DraftRule
+from specreplay.stats.armdata import ArmData
+from specreplay.stats.compare import CellSupport, Comparison, parse_margin
+from specreplay.stats.depth import CostModel
+from specreplay.stats.pairing import pair_arms
+
+__all__ = [
+    "PolicyPlan",
+    "compare_policies",
+    "p_best_joint",
+    "policy_choice",
+    "policy_figures",
+    "policy_plan",
+    "proxy_policy_plan",
+]
+
+_MARGIN = parse_margin("0.5%")
+
+
+def p_best_joint[K: Hashable](replicates: Mapping[K, NDArray[np.float64]]) -> dict[K, float]:
+    """Return each key's share of the joint replicates in which it has the most tokens/s.
+
+    Keys in the given order (ties go to the first); a replicate not finite for some key is
+    left out of every share.
+    """
+    keys = list(replicates)
+    mat = np.stack([replicates[k] for k in keys], axis=1)
+    ok = np.all(np.isfinite(mat), axis=1)
+    wins = np.bincount(np.argmax(mat[ok], axis=1), minlength=len(keys)) / max(int(ok.sum()), 1)
+    return dict(zip(keys, wins.tolist(), strict=True))
+
+
+@dataclass(frozen=True)
+class PolicySides:
+    """One policy of one arm, planned: its pairings with the reference depth.
+
+    ``retained``, ``length``: the policy's R and E[L] sides; ``cost``: its ms per round (with
+    ``--cost``; None without, or with the reason the table cannot price it).
+    """
+
+    retained: Pairing
+    length: Pairing
+    cost: Pairing | str | None
+
+    def pairings(self) -> list[Pairing]:
+        """Return the pairings in resample order."""
+        return [
+            self.retained,
+            self.length,
+            *([self.cost] if isinstance(self.cost, Pairing) else []),
+        ]
+
+    def with_pairings(self, it: Any) -> PolicySides:
+        """Return the sides with the next pairings of ``it`` (same order as :meth:`pairings`)."""
+        ret, length = next(it), next(it)
+        cost = next(it) if isinstance(self.cost, Pairing) else self.cost
+        return PolicySides(ret, length, cost)
+
+
+@dataclass(frozen=True)
+class PolicyPlan:
+    """Per arm (canonical) and policy (canonical): its sides, or why it is UNSUPPORTED."""
+
+    per_arm: dict[str, dict[str, PolicySides | str]]
+
+    def pairings(self) -> list[Pairing]:
+        """Every pairing, arm by arm and policy by policy."""
+        return [
+            p
+            for per in self.per_arm.values()
+            for s in per.values()
+            if isinstance(s, PolicySides)
+            for p in s.pairings()
+        ]
+
+    def with_pairings(self, it: Any) -> PolicyPlan:
+        """Return the plan with its pairings taken from the iterator ``it`` (same order)."""
+        return PolicyPlan(
+            {
+                a: {
+                    k: s.with_pairings(it) if isinstance(s, PolicySides) else s
+                    for k, s in per.items()
+                }
+                for a, per in self.per_arm.items()
+            }
+        )
+
+
+def _cost_side(res: ReplayResult, length_arm: Arm, cost: CostModel, name: str) -> ArmSide | str:
+    """Sum each round's expected cost in ms (module docstring), or why the cost model cannot."""
+    rule = length_arm.rule
+    assert rule is not None
+    d_max = rule.max_depth
+    ms = [cost.ms(k) for k in range(1, d_max + 1)]
+    if isinstance(rule, DepthByBucket):
+        used = sorted({d for _, _, d in rule.entries})
+        ms = [cost.ms(k) if k in used or k == 1 else 0.0 for k in range(1, d_max + 1)]
+    missing = [k + 1 for k, m in enumerate(ms) if m is None]
+    if missing:
+        return (
+            f"--cost {cost.text} has no ms per round at depth {missing[0]}, which the policy drafts"
+        )
+    s = res.replays[res.estimator].arms[length_arm.canonical]
+    s = s.take(s.n > 0)
+    # t[:, k − 1] sums E[min(L, k)]; P(L ≥ k) sums are its first differences
+    if cost.table is None:
+        assert cost.t0 is not None and cost.slope is not None
+        t = cost.t0 * s.n + cost.slope * s.t[:, d_max - 1]
+    else:
+        surv = np.diff(np.concatenate([np.zeros((s.t.shape[0], 1)), s.t[:, :d_max]], axis=1))
+        t = float(ms[0] or 0.0) * s.n
+        for k in range(2, d_max + 1):
+            t = t + (float(ms[k - 1] or 0.0) - float(ms[k - 2] or 0.0)) * surv[:, k - 1]
+    return ArmSide(name, s.request, s.bucket, s.n, np.ascontiguousarray(t), d_max)
+
+
+def _table_support(support: CellSupport, rule: DraftRule) -> CellSupport:
+    """Reword a table's short-round reasons: its rounds need their own depth, not D."""
+    if not isinstance(rule, DepthByBucket):
+        return support
+    d = rule.max_depth
+
+    def reasons(cell: Any) -> tuple[str | None, str | None]:
+        a, b = support(cell)
+        if b is not None:
+            b = b.replace(
+                f"depth {d} is UNSUPPORTED in this cell",
+                "UNSUPPORTED in this cell",
+            ).replace(
+                f"fewer than {d} positions",
+                "fewer positions than the policy drafts at their context (or no context)",
+            )
+        return a, b
+
+    return reasons
+
+
+def _one_policy(
+    res: ReplayResult, arm: Arm, rule: DraftRule, opts: SweepOptions
+) -> PolicySides | str:
+    pa, la = arm.with_rule(rule), arm.with_rule(rule, length=True)
+    why = res.depth_problem(pa, rule.max_depth)
+    if why is not None:
+        return why.replace(f"depth {rule.max_depth} is UNSUPPORTED", "UNSUPPORTED")
+    ref = res.side(arm)
+    name = pa.canonical
+    support = _table_support(res.support((arm, arm.depth), (pa, rule.max_depth)), rule)
+    ret = Pairing(res.paired(ref, res.side(pa, name=name)), ref.name, name, support)
+    lside = res.side(la, name=f"{name} (L)")
+    length = Pairing(res.paired(ref, lside), ref.name, lside.name, support)
+    cost: Pairing | str | None = None
+    if opts.cost is not None:
+        cside = _cost_side(res, la, opts.cost, f"{name} (ms)")
+        cost = (
+            cside
+            if isinstance(cside, str)
+            else Pairing(res.paired(ref, cside), ref.name, cside.name, support)
+        )
+    return PolicySides(ret, length, cost)
+
+
+def policy_plan(res: ReplayResult, arms: Sequence[Arm], opts: SweepOptions) -> PolicyPlan:
+    """Return every arm's policies planned (nothing resampled yet)."""
+    return PolicyPlan(
+        {
+            a.canonical: {r.canonical: _one_policy(res, a, r, opts) for r in opts.policies}
+            for a in arms
+        }
+    )
+
+
+STOP_ON_ROUND_TRACES = (
+    "stop rules need position traces: round traces hold no draft probabilities to stop on "
+    "(docs/methods.md#policies-adaptive-drafting)"
+)
+
+
+def _proxy_policy(
+    path: Path, ref: ArmData, rule: DraftRule, opts: SweepOptions
+) -> PolicySides | str:
+    """Plan a table by the survival proxy on round traces (each round cut at its depth)."""
+    if not isinstance(rule, DepthByBucket):
+        return STOP_ON_ROUND_TRACES
+    ro = opts.replay
+    why = table_proxy_problem(path, rule, ro.ignore)
+    if why is not None:
+        return why
+    depths = sorted({d for _, _, d in rule.entries})
+
+    def arm(name: str, per_round: dict[int, float] | None) -> Pairing:
+        other = read_arm(
+            path, buckets=ro.buckets, truncate=rule, ignore=ro.ignore, per_round=per_round
+        )
+        other = dataclasses.replace(other, name=name)
+        ps, _ = pair_arms(ref, other, buckets=ro.buckets)
+        return Pairing(ps, ref.name, name)
+
+    name = f"{ref.name} {rule.canonical}"
+    cost: Pairing | str | None = None
+    if opts.cost is not None:
+        ms = {d: opts.cost.ms(d) for d in depths}
+        missing = [d for d, v in ms.items() if v is None]
+        cost = (
+            f"--cost {opts.cost.text} has no ms per round at depth {missing[0]}, which the "
+            "policy drafts"
+            if missing
+            else arm(f"{name} (ms)", {d: float(v or 0.0) for d, v in ms.items()})
+        )
+    return PolicySides(arm(name, None), arm(f"{name} (L)", {d: float(d) for d in depths}), cost)
+
+
+def proxy_policy_plan(path: Path, ref: ArmData, opts: SweepOptions) -> PolicyPlan:
+    """Return the policies of a round-trace sweep planned (tables only: the proxy)."""
+    return PolicyPlan(
+        {ref.name: {r.canonical: _proxy_policy(path, ref, r, opts) for r in opts.policies}}
+    )
+
+
+@dataclass(frozen=True)
+class _Compared:
+    """One policy's comparisons (retained, length, cost)."""
+
+    retained: Comparison
+    length: Comparison
+    cost: Comparison | str | None
+
+
+def compare_policies(
+    plan: PolicyPlan, opts: SweepOptions, seed: int, label: Label = Label.SIMULATED
+) -> dict[str, dict[str, _Compared | str]]:
+    """Compare each planned policy (its replicates from the run's one pass)."""
+
+    def one(p: Pairing) -> Comparison:
+        return compared(p, opts.boot, seed, label=label.value, margin=_MARGIN)
+
+    out: dict[str, dict[str, _Compared | str]] = {}
+    for a, per in plan.per_arm.items():
+        out[a] = {}
+        for k, s in per.items():
+            if isinstance(s, str):
+                out[a][k] = s
+                continue
+            cost = one(s.cost) if isinstance(s.cost, Pairing) else s.cost
+            out[a][k] = _Compared(one(s.retained), one(s.length), cost)
+    return out
+
+
+def _percentile(reps: NDArray[np.float64], level: float) -> tuple[float | None, float | None]:
+    ok = reps[np.isfinite(reps)]
+    if ok.shape[0] < 2:
+        return None, None
+    lo, hi = np.quantile(ok, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def _figure(
+    arm: str, policy: str, comp: _Compared | str, i: int, level: float, label: Label
+) -> tuple[PolicyFigure, NDArray[np.float64] | None]:
+    """Return the policy's figure in cell i and its tokens/s replicates (None without)."""
+    if isinstance(comp, str):
+        return PolicyFigure(arm, policy, None, None, None, None, label, False, comp), None
+    fig_b = comp.retained.cells[i].arm_b
+    test = comp.retained.rb_tests[i] if comp.retained.rb_tests else None
+    if test is None or fig_b.R is None:
+        why = fig_b.null_reason or "no rounds in this cell"
+        return (
+            PolicyFigure(
+                arm,
+                policy,
+                None,
+                None,
+                None,
+                None,
+                label,
+                why == "no rounds in this cell",
+                why,
+            ),
+            None,
+        )
+    lo, hi = test.interval(level)
+    e_l = comp.length.cells[i].arm_b.R
+    fig = PolicyFigure(arm, policy, e_l, float(fig_b.R), lo, hi, label, True, None)
+    if isinstance(comp.cost, str):
+        return dataclasses.replace(fig, tokens_per_s_null_reason=comp.cost), None
+    if comp.cost is None:
+        return fig, None
+    ms = comp.cost.cells[i].arm_b.R
+    assert comp.retained.rb_reps is not None and comp.cost.rb_reps is not None
+    if ms is None or ms <= 0:
+        return fig, None
+    reps = 1000.0 * comp.retained.rb_reps[:, i] / comp.cost.rb_reps[:, i]
+    t_lo, t_hi = _percentile(reps, level)
+    fig = dataclasses.replace(
+        fig,
+        round_ms=float(ms),
+        tokens_per_s=1000.0 * float(fig_b.R) / float(ms),
+        tokens_per_s_lo=t_lo,
+        tokens_per_s_hi=t_hi,
+    )
+    return fig, reps
+
+
+def policy_figures(
+    name: str,
+    comps: dict[str, _Compared | str],
+    depth_figs: list[DepthFigure],
+    depth_reps: dict[int, NDArray[np.float64]],
+    i: int,
+    level: float,
+    label: Label = Label.SIMULATED,
+) -> tuple[list[DepthFigure], list[PolicyFigure]]:
+    """Return the arm's depth figures (``p_best`` joint) and its policy figures in cell i."""
+    figs: list[PolicyFigure] = []
+    reps: dict[tuple[str, object], NDArray[np.float64]] = {
+        ("depth", d): r for d, r in depth_reps.items()
+    }
+    for k, comp in comps.items():
+        fig, r = _figure(name, k, comp, i, level, label)
+        figs.append(fig)
+        if r is not None:
+            reps[("policy", k)] = r
+    if not reps or not any(key[0] == "policy" for key in reps):
+        return depth_figs, figs
+    shares = p_best_joint(reps)
+    depth_figs = [
+        dataclasses.replace(f, p_best=shares[("depth", f.depth)])
+        if ("depth", f.depth) in shares
+        else f
+        for f in depth_figs
+    ]
+    figs = [
+        dataclasses.replace(f, p_best=shares[("policy", f.policy)])
+        if ("policy", f.policy) in shares
+        else f
+        for f in figs
+    ]
+    return depth_figs, figs
+
+
+# -------------------------------------------------------------------------------------------------
+# The honest choice: selection half, held-out half
+
+
+def _half(keys: NDArray[np.uint64]) -> NDArray[np.bool_]:
+    """Return True for the held-out half's requests: a bit of a mixed hash of each key."""
+    z = keys.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z & np.uint64(1)).astype(bool)
+
+
+def _restricted(side: ArmSide, keep: NDArray[np.bool_]) -> ArmSide:
+    m = keep[side.request]
+    return ArmSide(side.name, side.request[m], side.bucket[m], side.n[m], side.t[m], side.depth)
+
+
+def _rate(side: ArmSide, cost: ArmSide | float) -> float | None:
+    n, t = float(side.n.sum()), float(side.t.sum())
+    if n <= 0:
+        return None
+    ms = cost if isinstance(cost, float) else float(cost.t.sum()) / float(cost.n.sum())
+    return 1000.0 * t / n / ms
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """An arm's supported depths and policies, as sides (retained; cost ms or a cost side)."""
+
+    depths: dict[int, tuple[ArmSide, float]]
+    policies: dict[str, tuple[ArmSide, ArmSide]]
+
+
+def _candidates(res: ReplayResult, arm: Arm, opts: SweepOptions) -> _Candidates:
+    cost = opts.cost
+    assert cost is not None
+    depths: dict[int, tuple[ArmSide, float]] = {}
+    for d in opts.depths:
+        ms = cost.ms(d)
+        if ms is None or res.depth_problem(arm, d) is not None or res.short_reason(arm, d):
+            continue
+        depths[d] = (res.side(arm, d, name=f"{arm.sampler_spelling}@{d}"), ms)
+    policies: dict[str, tuple[ArmSide, ArmSide]] = {}
+    for rule in opts.policies:
+        pa, la = arm.with_rule(rule), arm.with_rule(rule, length=True)
+        if res.depth_problem(pa, rule.max_depth) is not None or res.short_reason(
+            pa, rule.max_depth
+        ):
+            continue
+        c = _cost_side(res, la, cost, f"{pa.canonical} (ms)")
+        if isinstance(c, str):
+            continue
+        policies[rule.canonical] = (res.side(pa, name=pa.canonical), c)
+    return _Candidates(depths, policies)
+
+
+def _best(cand: _Candidates, keep: NDArray[np.bool_] | None) -> tuple[int | None, str | None]:
+    """Return the depth and the policy of most tokens/s on the requests ``keep`` (None: all)."""
+
+    def on(s: ArmSide) -> ArmSide:
+        return s if keep is None else _restricted(s, keep)
+
+    def best_of(rates: dict[Any, float | None]) -> Any:
+        ok = {k: v for k, v in rates.items() if v is not None}
+        return max(ok, key=lambda k: ok[k]) if ok else None
+
+    d = best_of({d: _rate(on(s), ms) for d, (s, ms) in cand.depths.items()})
+    p = best_of({k: _rate(on(s), on(c)) for k, (s, c) in cand.policies.items()})
+    return d, p
+
+
+def _delta(
+    res: ReplayResult,
+    cand: _Candidates,
+    choice: tuple[int, str],
+    keep: NDArray[np.bool_] | None,
+    opts: SweepOptions,
+    seed: int,
+) -> dict[str, Any]:
+    """Δ tokens/s (policy − depth) on the requests ``keep`` with its percentile interval."""
+    d, k = choice
+    dside, ms = cand.depths[d]
+    pside, cside = cand.policies[k]
+    if keep is not None:
+        dside, pside, cside = (_restricted(s, keep) for s in (dside, pside, cside))
+    pairs = [
+        Pairing(res.paired(dside, pside), dside.name, pside.name),
+        Pairing(res.paired(dside, cside), dside.name, cside.name),
+    ]
+    ret, cost = resampled(pairs, opts.boot, seed)
+    assert ret.replicates is not None and cost.replicates is not None
+    rr = ret.replicates.sum(axis=(1, 2))  # pooled: (n_boot, 4) = n_a, t_a, n_b, t_b
+    cr = cost.replicates.sum(axis=(1, 2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tps_d = 1000.0 * rr[:, 1] / rr[:, 0] / ms
+        tps_p = 1000.0 * (rr[:, 3] / rr[:, 2]) / (cr[:, 3] / cr[:, 2])
+    point_d = _rate(dside, ms)
+    point_p = _rate(pside, cside)
+    assert point_d is not None and point_p is not None
+    lo, hi = _percentile(tps_p - tps_d, opts.boot.level)
+    return {
+        "policy": k,
+        "depth": d,
+        "tokens_per_s_policy": point_p,
+        "tokens_per_s_depth": point_d,
+        "delta_tokens_per_s": point_p - point_d,
+        "lo": lo,
+        "hi": hi,
+        "n_requests": int(np.unique(dside.request).shape[0]),
+    }
+
+
+def _verdict(delta: dict[str, Any], ms: float, opts: SweepOptions) -> tuple[float, str]:
+    """Return the margin in tokens/s and the verdict (module docstring).
+
+    A relative margin is a share of the depth's held-out tokens/s; an absolute one is in
+    tokens/round, as everywhere, priced at the depth's ms per round.
+    """
+    margin = opts.boot.margin
+    m = (
+        margin.value * delta["tokens_per_s_depth"]
+        if margin.relative
+        else 1000.0 * margin.value / ms
+    )
+    lo, hi = delta["lo"], delta["hi"]
+    if lo is None or hi is None:
+        return m, "INCONCLUSIVE"
+    if lo > m:
+        return m, "PAYS"
+    if hi < m:
+        return m, "DOES NOT PAY"
+    return m, "INCONCLUSIVE"
+
+
+def policy_choice(
+    res: ReplayResult, arms: Sequence[Arm], opts: SweepOptions
+) -> list[dict[str, Any]]:
+    """Per arm, the held-out verdict of the best policy against the best fixed depth."""
+    out: list[dict[str, Any]] = []
+    held = _half(res.request_keys)
+    for arm in arms:
+        entry: dict[str, Any] = {"arm": arm.canonical, "label": "ESTIMATED", "null_reason": None}
+        if opts.cost is None:
+            out.append({**entry, "null_reason": "the choice needs a cost model (--cost)"})
+            continue
+        cand = _candidates(res, arm, opts)
+        d_sel, p_sel = _best(cand, ~held)
+        if d_sel is None or p_sel is None:
+            why = "no supported fixed depth" if d_sel is None else "no supported policy"
+            out.append({**entry, "null_reason": f"{why} on the selection half"})
+            continue
+        n_held = int(held[np.unique(res.side(arm).request)].sum())
+        if n_held < 2:
+            out.append({**entry, "null_reason": f"{n_held} requests in the held-out half"})
+            continue
+        held_out = _delta(res, cand, (d_sel, p_sel), held, opts, res.seed + 1)
+        m, verdict = _verdict(held_out, cand.depths[d_sel][1], opts)
+        d_all, p_all = _best(cand, None)
+        assert d_all is not None and p_all is not None
+        in_sample = _delta(res, cand, (d_all, p_all), None, opts, res.seed + 2)
+        out.append(
+            {
+                **entry,
+                "selected_policy": p_sel,
+                "selected_depth": d_sel,
+                "held_out": {**held_out, "margin_tokens_per_s": m, "verdict": verdict},
+                "in_sample": {
+                    **in_sample,
+                    "label": "ESTIMATED (in-sample: chosen and measured on the same requests)",
+                },
+            }
+        )
+    return out

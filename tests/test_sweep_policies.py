@@ -1,0 +1,221 @@
+"""``sweep --policy`` end to end (docs/methods.md#policies-adaptive-drafting).
+
+A constant-law archive (issue 14's q = (0.9, 0.1), p = (0.7, 0.3) at every position, recorded to
+depth 5) has closed forms for every figure: ``stop-below:τ@5`` with 0.1 < τ ≤ 0.9 keeps
+R = 1 + Σ_{k≤5} 0.8·0.7^(k−1) tokens and drafts E[L] = Σ_{k≤5} 0.9^(k−1) positions per round,
+so under ``linear:T0:C`` a round costs T0 + C·E[L] (not T0 + C·5: the policy's cost is charged
+for L, not D) and a table costs Σ_l P(L = l)·T(l).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from archive_factory import write_parquet
+from typer.testing import CliRunner
+
+from specreplay.cli import app
+
+K = np.arange(1, 6)
+R_STOP = 1 + float((0.8 * 0.7 ** (K - 1)).sum())
+L_STOP = float((0.9 ** (K - 1)).sum())
+
+
+def _rows(n_requests: int = 16, n_rounds: int = 3) -> list[dict[str, Any]]:
+    rows = []
+    for r in range(n_requests):
+        for rnd in range(n_rounds):
+            for pos in range(1, 6):
+                rows.append(
+                    {
+                        "request_id": f"q{r}",
+                        "family": ("chat", "code")[r % 2],
+                        "context_tokens": 100 + 50 * rnd + 5000 * (r % 3 == 0),
+                        "round": rnd,
+                        "position": pos,
+                        "cand_ids": [2 * pos, 2 * pos + 1],
+                        "draft_logprobs": [math.log(0.9), math.log(0.1)],
+                        "target_probs": [0.7, 0.3],
+                    }
+                )
+    return rows
+
+
+def _sweep(tmp_path: Path, *args: str) -> dict[str, Any]:
+    path = write_parquet(tmp_path / "a.parquet", _rows())
+    out = tmp_path / "o"
+    res = CliRunner().invoke(
+        app,
+        [
+            *("sweep", str(path), "--arm", "t1@5", "--depths", "1..5", "--estimator", "analytic"),
+            *("--out", str(out), "-q", "--n-boot", "200", *args),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    doc: dict[str, Any] = json.loads((out / "results.json").read_text())
+    return doc
+
+
+def _pooled(doc: dict[str, Any]) -> dict[str, Any]:
+    cell: dict[str, Any] = doc["cells"][0]
+    assert cell["level"] == "pooled"
+    return cell
+
+
+def test_linear_cost_is_charged_for_the_positions_drafted(tmp_path: Path) -> None:
+    doc = _sweep(
+        tmp_path,
+        "--cost",
+        "linear:1:0.25",
+        "--policy",
+        "stop-below:{0.5,0}@5",
+        "--policy",
+        "depth-by-bucket:>=0=3",
+    )
+    cell = _pooled(doc)
+    pol = {p["policy"]: p for p in cell["policies"]}
+    depth = {d["depth"]: d for d in cell["depths"]}
+    stop = pol["stop-below:0.5@5"]
+    assert stop["R"] == pytest.approx(R_STOP, rel=1e-12)
+    assert stop["E_L"] == pytest.approx(L_STOP, rel=1e-12)
+    assert stop["round_ms"] == pytest.approx(1 + 0.25 * L_STOP, rel=1e-12)
+    assert stop["tokens_per_s"] == pytest.approx(1000 * R_STOP / (1 + 0.25 * L_STOP), rel=1e-12)
+    assert stop["label"] == "SIMULATED" and stop["supported"] and stop["arm"] == "t1@5"
+    # τ = 0 never stops: the fixed depth 5; one depth everywhere: that fixed depth
+    never = pol["stop-below:0@5"]
+    assert never["R"] == pytest.approx(depth[5]["R"], rel=1e-12)
+    assert never["E_L"] == 5.0
+    assert never["tokens_per_s"] == pytest.approx(depth[5]["tokens_per_s"], rel=1e-12)
+    table = pol["depth-by-bucket:>=0=3"]
+    assert table["R"] == pytest.approx(depth[3]["R"], rel=1e-12)
+    assert table["E_L"] == 3.0 and table["round_ms"] == pytest.approx(1.75)
+    shares = [d["p_best"] for d in cell["depths"]] + [p["p_best"] for p in cell["policies"]]
+    assert sum(shares) == pytest.approx(1.0)
+    assert doc["options"]["policies"] == [
+        "stop-below:0.5@5",
+        "stop-below:0@5",
+        "depth-by-bucket:>=0=3",
+    ]
+
+
+def test_a_cost_table_prices_each_length(tmp_path: Path) -> None:
+    """P(L = l) = 0.9^(l−1)·0.1 for l < 5 and 0.9^4 at 5: E[T(L)] = Σ_l P(L = l)·T(l)."""
+    ms = {1: 1.0, 2: 1.5, 3: 2.2, 4: 2.4, 5: 3.0}
+    toml = tmp_path / "cost.toml"
+    toml.write_text("[ms_per_round]\n" + "".join(f"{k} = {v}\n" for k, v in ms.items()))
+    doc = _sweep(tmp_path, "--cost", str(toml), "--policy", "stop-below:0.5@5")
+    (stop,) = _pooled(doc)["policies"]
+    p_len = [0.9 ** (k - 1) * 0.1 for k in range(1, 5)] + [0.9**4]
+    want = sum(p * ms[k] for k, p in zip(range(1, 6), p_len, strict=True))
+    assert stop["round_ms"] == pytest.approx(want, rel=1e-12)
+
+
+def test_a_table_policy_needs_its_own_depth_where_its_rounds_are(tmp_path: Path) -> None:
+    """Rounds at 5,000+ tokens drafting 6 > 5 recorded: null there with the reason, not 0."""
+    doc = _sweep(tmp_path, "--policy", "depth-by-bucket:<4K=2/>=4K=6")
+    (pooled,) = _pooled(doc)["policies"]
+    assert pooled["R"] is None and not pooled["supported"]
+    assert "fewer positions than the policy drafts" in pooled["null_reason"]
+
+
+def test_the_held_out_choice_is_reported_beside_the_in_sample_figure(tmp_path: Path) -> None:
+    doc = _sweep(tmp_path, "--cost", "linear:1:0.25", "--policy", "stop-below:{0.5,0.05}@5")
+    (choice,) = doc["policy_choice"]
+    held, ins = choice["held_out"], choice["in_sample"]
+    assert choice["label"] == "ESTIMATED" and "in-sample" in ins["label"]
+    assert held["n_requests"] + 0 < 16 and ins["n_requests"] == 16
+    m, lo, hi = held["margin_tokens_per_s"], held["lo"], held["hi"]
+    want = "PAYS" if lo > m else "DOES NOT PAY" if hi < m else "INCONCLUSIVE"
+    assert held["verdict"] == want
+    # every round is identical: the held-out Δ is the in-sample one
+    assert held["delta_tokens_per_s"] == pytest.approx(ins["delta_tokens_per_s"], rel=1e-9)
+
+
+def test_no_cost_model_no_choice_and_bad_policies_are_one_line_errors(tmp_path: Path) -> None:
+    doc = _sweep(tmp_path, "--policy", "stop-cum:0.2@5")
+    assert doc["policy_choice"][0]["null_reason"].endswith("(--cost)")
+    path = write_parquet(tmp_path / "b.parquet", _rows(2, 1))
+    for bad, words in (
+        ("stop-below:2@5", "must be in [0, 1]"),
+        ("depth-by-bucket:<4K=5/8K-16K=3", "no range holds contexts 4K-8K"),
+        ("stop-below:{0.1@5", "unbalanced brace"),
+    ):
+        res = CliRunner().invoke(
+            app,
+            ["sweep", str(path), "--arm", "t1@5", "--policy", bad, "--out", str(tmp_path / "x")],
+        )
+        assert res.exit_code == 2 and words in res.stderr and "Traceback" not in res.output
+        assert "--policy" in res.stderr
+        assert not (tmp_path / "x").exists()
+
+
+def _round_traces(tmp_path: Path, drafted: int = 5) -> tuple[Path, list[tuple[int, int]]]:
+    """12 requests × 4 rounds: context 1,000 (even requests) or 6,000 (odd), A = (r + k) % 6."""
+    import polars as pl
+
+    rows, seen = [], []
+    for r in range(12):
+        for k in range(4):
+            ctx, a = (1000, 6000)[r % 2], min((r + k) % 6, drafted)
+            rows.append(
+                {
+                    "request_id": f"q{r}",
+                    "family": "chat",
+                    "context_tokens": ctx,
+                    "round": k,
+                    "accepted": a,
+                    "drafted": drafted,
+                }
+            )
+            seen.append((ctx, a))
+    path = tmp_path / "rounds.parquet"
+    pl.DataFrame(rows).write_parquet(path)
+    return path, seen
+
+
+def test_round_traces_replay_a_table_by_the_survival_proxy(tmp_path: Path) -> None:
+    """Each round keeps 1 + min(A, d(c)) and drafts d(c): R, E[L] and ms by hand; a stop rule
+    is null with the reason (round traces hold no draft probabilities)."""
+    path, seen = _round_traces(tmp_path)
+    out = tmp_path / "o"
+    res = CliRunner().invoke(
+        app,
+        [
+            *("sweep", str(path), "--depths", "1..5", "--cost", "linear:1:0.25", "-q"),
+            *("--policy", "depth-by-bucket:<4K=4/>=4K=2", "--policy", "stop-below:0.1@5"),
+            *("--out", str(out), "--n-boot", "200", "--min-requests", "5"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "results.json").read_text())
+    pol = {p["policy"]: p for p in _pooled(doc)["policies"]}
+    d_of = {1000: 4, 6000: 2}
+    r_hand = np.mean([1 + min(a, d_of[c]) for c, a in seen])
+    l_hand = np.mean([d_of[c] for c, _ in seen])
+    table = pol["depth-by-bucket:<4K=4/>=4K=2"]
+    assert table["label"] == "ESTIMATED" and table["supported"]
+    assert table["R"] == pytest.approx(r_hand, rel=1e-12)
+    assert table["E_L"] == pytest.approx(l_hand, rel=1e-12)
+    assert table["round_ms"] == pytest.approx(1 + 0.25 * l_hand, rel=1e-12)
+    stop = pol["stop-below:0.1@5"]
+    assert stop["R"] is None and "need position traces" in stop["null_reason"]
+
+
+def test_round_traces_that_drafted_too_few_leave_the_table_unsupported(tmp_path: Path) -> None:
+    path, _ = _round_traces(tmp_path, drafted=3)
+    out = tmp_path / "o"
+    res = CliRunner().invoke(
+        app,
+        [
+            *("sweep", str(path), "--depths", "1..3", "-q", "--out", str(out), "--n-boot", "200"),
+            *("--policy", "depth-by-bucket:<4K=4/>=4K=2", "--min-requests", "5"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    (table,) = _pooled(json.loads((out / "results.json").read_text()))["policies"]
+    assert table["R"] is None and "drafted fewer positions than the table" in table["null_reason"]
