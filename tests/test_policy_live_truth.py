@@ -19,7 +19,7 @@ of the live cost. Largest |z| of R or E[L] over the 28 policies (measured, seeds
 2.05, 1.62, 1.88, 1.61; of P(A ≥ k) or P(L ≥ k): 2.71, 2.65, 2.51, 3.24, 2.08.
 
 A planted ``>`` for ``≥`` in the replay's stop (tried on the replay kernel, not committed) fails
-the R/E[L] test at 6 policies of the dyadic arm (E[L] z = −3.96, −20.7, −35.6 at τ = 0.875,
+the R/E[L] test at 5 policies of the dyadic arm (E[L] z = −3.96, −20.7, −35.6 at τ = 0.875,
 0.9375, 0.96875 of stop-below; −6.5, −24.3 at 0.9375, 0.96875 of stop-cum), as
 :func:`test_the_agreement_test_would_catch_planted_stop_rule_bugs` predicts from the live side.
 
