@@ -88,7 +88,9 @@ __all__ = [
     "LiveTruthTable",
     "Paired",
     "SampledStarts",
+    "estimates",
     "live_truth",
+    "paired",
     "round_batch",
     "sample_starts",
 ]
@@ -314,9 +316,10 @@ def _cluster_mean_se(
     return means.mean(axis=0), se
 
 
-def _paired(
+def paired(
     name: str, est: NDArray[np.float64], truth: NDArray[np.float64], request: NDArray[np.int64]
 ) -> Paired:
+    """Pair an estimator's per-start values with the live truth's, both float64 (S, D)."""
     mean, se = _cluster_mean_se(est, request)
     bias, bias_se = _cluster_mean_se(est - truth, request)
     return Paired(name, mean, se, bias, bias_se, est)
@@ -328,7 +331,7 @@ def _retained(s: NDArray[np.float64]) -> NDArray[np.float64]:
     return out
 
 
-def _estimates(
+def estimates(
     batch: RoundBatch,
     arm: Arm,
     estimators: Sequence[str],
@@ -337,7 +340,10 @@ def _estimates(
     replicates: int,
     logging: Arm,
 ) -> dict[str, NDArray[np.float64]]:
-    """Per estimator, ``surv`` (S, arm.depth) on the batch; ValueError on any flagged row."""
+    """Per estimator, ``surv`` (S, arm.depth) on the batch; ValueError on any flagged row.
+
+    The replay seed (Monte Carlo) is derived from the archive's ``seed`` (module docstring).
+    """
     replay_seed = int(
         uniform_bits(
             np.uint64(seed), np.uint64(0), np.int64(0), np.int64(START_POSITION),
@@ -374,12 +380,10 @@ def _arm_truth(
         truth=truth,
         truth_se=truth_se,
         truth_by_start=truth_s,
-        survival={n: _paired(n, s, truth_s, request) for n, s in surv.items()},
+        survival={n: paired(n, s, truth_s, request) for n, s in surv.items()},
         retained_truth=r_truth,
         retained_truth_se=r_truth_se,
-        retained={
-            n: _paired(n, _retained(s), _retained(truth_s), request) for n, s in surv.items()
-        },
+        retained={n: paired(n, _retained(s), _retained(truth_s), request) for n, s in surv.items()},
     )
 
 
@@ -428,7 +432,7 @@ def live_truth(
     logging = parse_arm(logging_arm_name(cfg))
     out = []
     for arm in parsed:
-        surv = _estimates(batch, arm, estimators, seed=seed, replicates=replicates, logging=logging)
+        surv = estimates(batch, arm, estimators, seed=seed, replicates=replicates, logging=logging)
         acc = live_accepts(cfg.pair, sampled.live, arm, n_live=n_live, n_candidates=cfg.top_k)
         out.append(_arm_truth(arm, acc, surv, sampled.request))
     return LiveTruthTable(
