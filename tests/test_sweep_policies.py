@@ -47,6 +47,7 @@ def _rows(n_requests: int = 16, n_rounds: int = 3) -> list[dict[str, Any]]:
 
 
 def _sweep(tmp_path: Path, *args: str) -> dict[str, Any]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = write_parquet(tmp_path / "a.parquet", _rows())
     out = tmp_path / "o"
     res = CliRunner().invoke(
@@ -219,3 +220,34 @@ def test_round_traces_that_drafted_too_few_leave_the_table_unsupported(tmp_path:
     assert res.exit_code == 0, res.output
     (table,) = _pooled(json.loads((out / "results.json").read_text()))["policies"]
     assert table["R"] is None and "drafted fewer positions than the table" in table["null_reason"]
+
+
+def test_the_shard_cache_keys_by_the_policy(tmp_path: Path) -> None:
+    """A cached pass of one τ never serves another τ's figures (the arms' canonical forms,
+    policy included, are in the key), and the same τ again is served from the cache."""
+    path = write_parquet(tmp_path / "a.parquet", _rows())
+    cache = tmp_path / "cache"
+
+    def run(out: str, policy: str, *extra: str) -> dict[str, Any]:
+        res = CliRunner().invoke(
+            app,
+            [
+                *("sweep", str(path), "--arm", "t1@5", "--depths", "1..5", "-q"),
+                *("--estimator", "analytic", "--n-boot", "200", "--policy", policy),
+                *("--out", str(tmp_path / out), *extra),
+            ],
+        )
+        assert res.exit_code == 0, res.output
+        doc: dict[str, Any] = json.loads((tmp_path / out / "results.json").read_text())
+        return doc
+
+    first = run("a", "stop-below:0.5@5", "--cache", str(cache))
+    second = run("b", "stop-below:0.95@5", "--cache", str(cache))
+    again = run("c", "stop-below:0.5@5", "--cache", str(cache))
+    fresh = run("d", "stop-below:0.95@5")
+    (p1,), (p2,), (p3,), (p4,) = (_pooled(d)["policies"] for d in (first, second, again, fresh))
+    assert p1["R"] == p3["R"] == pytest.approx(R_STOP, rel=1e-12)
+    assert p2["R"] == p4["R"] == pytest.approx(1.8, rel=1e-12)  # 0.9 < 0.95: depth 1's R
+    assert p2["E_L"] == p4["E_L"] == 1.0
+    reports = [d["replay_backend"]["cache"] for d in (first, second, again)]
+    assert [r["reused"] for r in reports] == [0, 0, 1], reports
