@@ -18,10 +18,12 @@ from specreplay.render.plots import (
     context_series,
     depth_plot,
     forest_plot,
+    policy_plot,
     screen_plot,
     survival_plot,
     survival_series,
 )
+from specreplay.render.policy_plot import policy_series
 from specreplay.render.report import REPORT_NAME, report_text
 from specreplay.render.screen import screen_tables
 from specreplay.render.tables import TABLES
@@ -80,6 +82,11 @@ def render(result: Result, folder: Path) -> list[str]:
         depth_plot(result, tmp)
         os.replace(tmp, folder / "depths.png")
         written.append("depths.png")
+    if policy_series(result):  # a sweep with a policy priced in tokens/s (--policy, --cost)
+        tmp = folder / f".policies.png.tmp-{os.getpid()}"
+        policy_plot(result, tmp)
+        os.replace(tmp, folder / "policies.png")
+        written.append("policies.png")
     if result.command in FOREST_ROLE and context_series(result):
         tmp = folder / f".context.png.tmp-{os.getpid()}"
         context_plot(result, tmp)

@@ -143,6 +143,8 @@ def figure_label(result: Result, name: str) -> str:
         return "ESTIMATED rates from MEASURED counters"
     if name in ("context.png", "survival.png") and (drawn := drawn_labels(result, name)):
         return " and ".join(drawn)
+    if name == "policies.png":
+        return "tokens/s ESTIMATED"
     if name == "depths.png" and result.cells and result.pooled.depths:
         cost = "; tokens/s ESTIMATED" if result.options.get("cost") else ""
         return f"R {result.pooled.depths[0].label.value}{cost}"

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from specreplay.render.interval_text import NOMINAL
+from specreplay.render.policy_plot import policy_caption, policy_figure
 from specreplay.results.model import Cell, DepthFigure, Label, Level, Result, Role
 from specreplay.timing import stage
 
@@ -61,6 +62,7 @@ __all__ = [
     "forest_plot",
     "forest_rows",
     "plot_caption",
+    "policy_plot",
     "screen_figure",
     "screen_plot",
     "survival_figure",
@@ -82,6 +84,9 @@ PLOT_CAPTIONS: dict[str, str] = {
     " no delta.",
     "depths.png": "R (and, with a cost model, tokens/s) by fixed depth per arm, with 95%"
     " intervals; ring: the arm's own depth.",
+    "policies.png": "Adaptive drafting per arm, pooled: tokens/s (ESTIMATED) against the"
+    " threshold τ of each stop rule drawn, with its 95% percentile interval as a band; dashed: the"
+    " best fixed depth's tokens/s; dash-dot: each depth-by-bucket policy's.",
     "screen.png": "Screened tokens/s by draft depth per batch x context cell; band: the assumption"
     " envelope.",
     "context.png": "R by context bucket per arm (solid: MEASURED, dashed: SIMULATED) with 95%"
@@ -824,9 +829,12 @@ def drawn_labels(result: Result, name: str) -> list[str]:
 def plot_caption(name: str, result: Result | None = None) -> str:
     """Return the one-line caption of the plot ``name`` (of ``result``: naming what it draws).
 
-    ``context.png``'s line styles are named for the labels drawn only; every other caption is
+    ``context.png``'s line styles are named for the labels drawn only, ``policies.png``'s series
+    likewise (:func:`~specreplay.render.policy_plot.policy_caption`); every other caption is
     :data:`PLOT_CAPTIONS`'.
     """
+    if name == "policies.png" and result is not None:
+        return policy_caption(result)
     caption = PLOT_CAPTIONS.get(name, f"Figure {name} of this run (no caption recorded for it).")
     if name == "context.png" and result is not None:
         key = _style_key(context_series(result)).replace(" = ", ": ")
@@ -972,6 +980,11 @@ def _series(
         lo.append(float(y) - float(getattr(f, low) if getattr(f, low) is not None else y))
         hi.append(float(getattr(f, high) if getattr(f, high) is not None else y) - float(y))
     return xs, ys, lo, hi
+
+
+def policy_plot(result: Result, path: Path) -> None:
+    """Draw :func:`~specreplay.render.policy_plot.policy_figure` into ``path``."""
+    _save(policy_figure(result), path, dpi=100)
 
 
 def screen_plot(result: Result, path: Path) -> None:

@@ -15,6 +15,8 @@ from specreplay.render.interval_text import (
     small_sample_text,
     verdict_text,
 )
+from specreplay.render.policy_tables import policy_plot_note, policy_sections
+from specreplay.render.table_text import fmt, markdown_table
 from specreplay.results.model import (
     ArchiveSummary,
     ArmFigure,
@@ -45,11 +47,6 @@ __all__ = [
 ]
 
 
-def fmt(value: float | None, digits: int = 4) -> str:
-    """Format a figure for a table: ``—`` for null."""
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100.0 * x:+.2f}%"
 
@@ -75,20 +72,6 @@ class _Notes:
 
     def lines(self) -> list[str]:
         return ["", *[f"[{k}] {r}" for r, k in self.reasons.items()]] if self.reasons else []
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    """Render a Markdown table (first column left-aligned, the others right-aligned)."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        padded = (c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(cells))
-        return "| " + " | ".join(padded) + " |"
-
-    sep = "|" + "|".join(
-        ("-" * (w + 2)) if i == 0 else ("-" * (w + 1) + ":") for i, w in enumerate(widths)
-    )
-    return "\n".join([line(header), sep + "|", *[line(r) for r in rows]])
 
 
 def _index(cells: Sequence[Cell]) -> dict[tuple[str | None, str | None], Cell]:
@@ -666,7 +649,9 @@ def lawtest_table(result: Result) -> str:
 def sweep_tables(result: Result) -> str:
     """Return the sweep's tables: per arm, R by depth (pooled); the best depth per cell.
 
-    With a cost model the depth rows carry tokens/s and P(best).
+    With a cost model the depth rows carry tokens/s and P(best). With ``--policy`` each arm's
+    depth table is followed by its policies and the held-out choice
+    (:mod:`specreplay.render.policy_tables`).
     """
     used = result.options.get("estimator_used")
     cost = result.options.get("cost")
@@ -681,6 +666,8 @@ def sweep_tables(result: Result) -> str:
     lines += [method] if method else []
     for arm in result.arms:
         lines += _sweep_arm_table(result, arm)
+        lines += policy_sections(result, arm)
+    lines += policy_plot_note(result)
     best_rows = [
         [c.name, *[str((c.best_depth or {}).get(a, "—")) for a in result.arms]]
         for c in result.cells

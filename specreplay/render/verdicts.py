@@ -20,6 +20,7 @@ from specreplay.render.interval_text import (
     verdict_text,
 )
 from specreplay.render.markdown import num, pct
+from specreplay.render.policy_tables import choice_verdict
 from specreplay.results.model import Cell, Delta, LawTest, Level, Result, Role
 
 __all__ = ["HOW_TO_READ", "QUESTIONS", "VERDICTS", "delta_text", "interval_note", "law_summary"]
@@ -175,8 +176,13 @@ def _sweep_arm(result: Result, c: Cell, arm: str) -> str:
 
 
 def sweep_verdicts(result: Result) -> list[str]:
-    """Per arm the pooled best depth (with a cost model) or highest R; per family the best depth."""
+    """Per arm the pooled best depth (with a cost model) or highest R; per family the best depth.
+
+    With ``--policy``, per arm the held-out verdict of the best policy against the best fixed
+    depth, the in-sample Δ beside it (:func:`~specreplay.render.policy_tables.choice_verdict`).
+    """
     lines = [f"pooled, {_sweep_arm(result, result.pooled, arm)}" for arm in result.arms]
+    lines += [line for arm in result.arms if (line := choice_verdict(result, arm)) is not None]
     for c in _families(result):
         best = c.best_depth or {}
         if best and len(result.arms) == 1:
@@ -355,11 +361,18 @@ def _sweep_q(r: Result) -> tuple[str, str]:
     depths = o.get("depths") or []
     span = f"{min(depths)}..{max(depths)}" if depths else "the recorded depths"
     cost = f", and the most tokens/s under the cost model `{o['cost']}`" if o.get("cost") else ""
+    n = len(o.get("policies") or [])
+    policies = (
+        f" And does any of the {n} drafting {'policy' if n == 1 else 'policies'} (`--policy`) "
+        "beat the best fixed depth on requests it was not chosen on?"
+        if n
+        else ""
+    )
     return (
         f"Depth sweep of {', '.join(r.arms)}",
         f"At which fixed depth in {span} does each arm ({', '.join(f'`{a}`' for a in r.arms)}"
         f") retain the most tokens per round{cost}, on the archive {_name(o.get('archive'))} "
-        f"({_n(r)})?",
+        f"({_n(r)})?{policies}",
     )
 
 
