@@ -117,6 +117,8 @@ def main() -> None:
                 str(ROUNDS),
                 "--shard-requests",
                 str(REQUESTS_PER_SHARD),
+                "--depth",  # 5 positions per round, as measured in docs/ (synth's default is 8)
+                "5",
                 "-q",
             ),
             env=dict(os.environ, PYTHONPATH=str(HERE)),

@@ -93,10 +93,13 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="specreplay-dask-bench-"))
     try:
         t0 = time.perf_counter()
-        arch = api.synth(tmp / "archive", requests=requests, shard_requests=-(-requests // SHARDS))
+        # 5 positions per round, as measured in docs/scale.md (synth's default is 8)
+        arch = api.synth(
+            tmp / "archive", requests=requests, shard_requests=-(-requests // SHARDS), depth=5
+        )
         print(f"archive: {arch.rows:,} positions in {len(arch.shards)} shards "
               f"(synth {time.perf_counter() - t0:.1f} s)")  # fmt: skip
-        tiny = api.synth(tmp / "tiny", requests=40, rounds=8)
+        tiny = api.synth(tmp / "tiny", requests=40, rounds=8, depth=5)
         _requalify(tiny.path)  # kernels compiled or loaded
         local = _best(lambda: _requalify(arch.path), args.repeats)
         dask = _best(lambda: _requalify(arch.path, workers=2), args.repeats)

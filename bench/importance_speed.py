@@ -84,7 +84,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="imp-bench-"))
     try:
         archive = tmp / "archive"
-        write_synth_archive(archive, args.requests, 64, 250, 0, no_progress)
+        write_synth_archive(archive, args.requests, 64, 250, 0, no_progress, depth=5)
         batches = [b for f in list_archive(archive) for b in ArchiveReader(f.path, shard=True)]
         positions = sum(b.n_positions for b in batches)
         print(f"archive: {args.requests:,} requests, {positions:,} positions, arms {ARMS}")

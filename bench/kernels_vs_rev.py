@@ -41,7 +41,7 @@ import numpy as np
 
 BENCH = Path(__file__).resolve().parent
 TREE = BENCH.parent
-POSITIONS_PER_REQUEST = 320  # specreplay synth: 64 rounds of 5 positions
+POSITIONS_PER_REQUEST = 320  # specreplay synth --depth 5: 64 rounds of 5 positions
 
 CHILD_SPEED = """
 import json, sys, time
@@ -194,7 +194,7 @@ def drift(trees: dict[str, Path], caches: dict[str, Path], args: argparse.Namesp
         requests = max(1, args.drift_positions // POSITIONS_PER_REQUEST)
         subprocess.run(
             [sys.executable, "-m", "specreplay.cli", "synth", str(work / "archive"), "--requests",
-             str(requests), "--shard-requests", "1000", "-q"],
+             str(requests), "--shard-requests", "1000", "--depth", "5", "-q"],
             check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(TREE)},
         )  # fmt: skip
         outs = {}

@@ -12,6 +12,10 @@ The bias SE clusters by request (``specreplay_testing.livetruth``). ``--surprise
 the toy's prefix dependence off: the path assumption then holds and every estimator should agree
 with the truth within its interval.
 
+``--depth 8`` (with arms ``@8``) samples the starts of the 8-position built-in archive that
+``specreplay synth`` and ``demo`` write; the default, 5, is ``SynthConfig``'s (the table of
+docs/calibration.md).
+
 Usage: ``NUMBA_CACHE_DIR=/tmp/numba .venv/bin/python bench/live_truth.py [--surprise-growth 0]``
 """
 
@@ -75,8 +79,9 @@ def main() -> None:
     ap.add_argument("--arms", default=ARMS, help="comma-separated arms")
     ap.add_argument("--seed", type=int, default=0, help="the synthetic archive's seed")
     ap.add_argument("--replicates", type=int, default=16)
+    ap.add_argument("--depth", type=int, default=5, help="the synthetic archive's depth")
     args = ap.parse_args()
-    cfg = SynthConfig(pair=ToyPair(surprise_growth=args.surprise_growth))
+    cfg = SynthConfig(pair=ToyPair(surprise_growth=args.surprise_growth), depth=args.depth)
     t0 = time.perf_counter()
     tab = live_truth(
         cfg, args.seed, [a.strip() for a in args.arms.split(",") if a.strip()],

@@ -56,7 +56,7 @@ BITS = 24  # dyadic24
 T = 0.7  # policy temperature
 ARM = "top32:t0.7:dyadic24@5"
 MIB_PER_M_POSITIONS = 800  # synth archive size, measured here (0.77 GiB per 1M positions)
-POSITIONS_PER_REQUEST = 64 * D  # specreplay synth: 64 rounds of 5 positions
+POSITIONS_PER_REQUEST = 64 * D  # specreplay synth --depth 5: 64 rounds of 5 positions
 
 CHILD_E2E = """
 import sys, time
@@ -373,7 +373,7 @@ def synth(folder: Path, requests: int) -> float:
     t0 = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "specreplay.cli", "synth", str(folder), "--requests",
-         str(requests), "--shard-requests", "1000", "-q"],
+         str(requests), "--shard-requests", "1000", "--depth", str(D), "-q"],
         check=True, capture_output=True,
     )  # fmt: skip
     return time.perf_counter() - t0

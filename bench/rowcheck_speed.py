@@ -35,7 +35,7 @@ def main() -> None:
         out = Path(tmp) / "a"
         n_req = str(args.requests)
         cmd = [sys.executable, "-m", "specreplay.cli", "synth", str(out), "-q",
-               "--requests", n_req, "--shard-requests", n_req]  # fmt: skip
+               "--requests", n_req, "--shard-requests", n_req, "--depth", "5"]  # fmt: skip
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         frame = pl.read_parquet(sorted(out.glob("*.parquet")))
     n = frame.height

@@ -68,7 +68,7 @@ def main() -> None:
         for name, n in sizes.items():
             subprocess.run(
                 [sys.executable, "-m", "specreplay.cli", "synth", str(root / name), "--requests",
-                 str(n), "--shard-requests", "50", "-q"],
+                 str(n), "--shard-requests", "50", "--depth", "5", "-q"],
                 check=True, capture_output=True,
             )  # fmt: skip
         print(f"{'archive':>8} {'positions':>10} {'MiB':>7} | {'stream peak MiB':>15} "

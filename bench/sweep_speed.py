@@ -33,7 +33,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="sweep-bench-"))
     try:
         archive = tmp / "archive"
-        write_synth_archive(archive, args.requests, 64, 250, 0, no_progress)
+        write_synth_archive(archive, args.requests, 64, 250, 0, no_progress, depth=5)
         sweep = SweepOptions.build(arms="top32:t0.7:dyadic{8,10,12,16,24}@5", depths=range(1, 9))
         rq = RequalifyOptions.build(
             baseline="top32:t0.7@5", candidate="top32:t0.7:dyadic24@5", reference="greedy@5"

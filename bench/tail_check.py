@@ -95,7 +95,8 @@ def main() -> None:
         tmp = Path(tempfile.mkdtemp(prefix="tail-check-"))
         archive = tmp / "archive"
         subprocess.run([sys.executable, "-m", "specreplay.cli", "synth", str(archive),
-                        "--requests", str(args.requests), "--format", "ipc", "-q"],
+                        "--requests", str(args.requests), "--format", "ipc", "--depth", "5",
+                        "-q"],
                        check=True)  # fmt: skip
     versions = {"this": HERE} | ({"old": args.old.resolve()} if args.old else {})
     try:

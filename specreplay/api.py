@@ -56,26 +56,26 @@ A small end-to-end session (60 requests: a few seconds once the kernels are comp
 >>> tmp = Path(tempfile.mkdtemp())
 >>> archive = api.synth(tmp / "archive", requests=60, rounds=16)
 >>> archive.rows, archive.logging_arm
-(4800, 'top32:t0.7@5')
->>> rq = api.requalify(archive.path, baseline="top32:t0.7@5",
-...                    candidate="top32:t0.7:dyadic24@5", n_boot=200)
+(7680, 'top32:t0.7@8')
+>>> rq = api.requalify(archive.path, baseline="top32:t0.7@8",
+...                    candidate="top32:t0.7:dyadic24@8", n_boot=200)
 >>> rq.requalification.verdict, rq.requalification.label.value
 ('QUALIFIED', 'SIMULATED')
->>> round(rq.pooled.arms["top32:t0.7@5"].R, 4)
-2.96
+>>> round(rq.pooled.arms["top32:t0.7@8"].R, 4)
+3.2627
 >>> cells = rq.to_polars()  # the rows of cells.parquet
 >>> cells.shape
-(1320, 28)
+(1860, 28)
 >>> cells.columns[:6]
 ['level', 'family', 'bucket', 'n_requests', 'kind', 'arm']
 >>> deltas = rq.to_polars("deltas")
 >>> deltas.filter(level="pooled").select("role", "verdict", "label").rows()[0]
 ('candidate-vs-baseline', 'EQUIVALENT', 'SIMULATED')
->>> sw = api.sweep(archive.path, arms=["top32:t0.7@5"], depths="2,4", n_boot=200)
+>>> sw = api.sweep(archive.path, arms=["top32:t0.7@8"], depths="2,4", n_boot=200)
 >>> pooled = sw.to_polars("depths").filter(level="pooled").sort("depth")
 >>> [(d, round(r, 4), label) for d, r, label in pooled.select("depth", "R", "label").rows()]
-[(2, 2.2271, 'SIMULATED'), (4, 2.8075, 'SIMULATED')]
->>> _ = api.requalify(tmp / "nowhere", baseline="top32:t0.7@5", candidate="greedy@5")
+[(2, 2.2746, 'SIMULATED'), (4, 2.8928, 'SIMULATED')]
+>>> _ = api.requalify(tmp / "nowhere", baseline="top32:t0.7@8", candidate="greedy@8")
 Traceback (most recent call last):
 ...
 specreplay.errors.SpecReplayError: .../nowhere: no such file or directory
@@ -115,6 +115,7 @@ from specreplay.pipelines.options import (
     SEED,
     SHARD_REQUESTS,
     SWEEP_N_BOOT,
+    SYNTH_DEPTH,
     WORKERS,
     Compression,
     Estimator,
@@ -217,14 +218,16 @@ def synth(
     progress: bool = False,
     format: str | Form = DEFAULT_FORM,
     compression: str | Compression | None = None,
+    depth: int = SYNTH_DEPTH.default,
 ) -> SynthArchive:
     """Log a synthetic position-trace archive from the toy model pair into ``out``.
 
-    As ``specreplay synth OUT``: the logging arm top32:t0.7@5 drafts, the target verifies by
-    rejection sampling; shards of ``shard_requests`` requests and a SYNTH.json manifest.
-    ``format``: parquet, ipc (Arrow IPC) or jsonl; ``compression``: the form's codec (None: lz4
-    for Parquet, uncompressed Arrow IPC). Always writes (the archive is the output); ``force``
-    replaces an archive folder specreplay wrote (its SYNTH.json or CONVERT.json says so).
+    As ``specreplay synth OUT``: the logging arm top32:t0.7@8 (``@depth``: 8 is the built-in
+    archive's) drafts, the target verifies by rejection sampling; shards of ``shard_requests``
+    requests and a SYNTH.json manifest. ``format``: parquet, ipc (Arrow IPC) or jsonl;
+    ``compression``: the form's codec (None: lz4 for Parquet, uncompressed Arrow IPC). Always
+    writes (the archive is the output); ``force`` replaces an archive folder specreplay wrote (its
+    SYNTH.json or CONVERT.json says so).
 
     Returns
     -------
@@ -241,6 +244,7 @@ def synth(
         progress=_bar(progress),
         form=parse_choice(Form, format).value,
         compression=_codec(compression),
+        depth=SYNTH_DEPTH.check(depth),
     )
 
 

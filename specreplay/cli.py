@@ -38,6 +38,7 @@ from specreplay.pipelines.options import (
     SEED,
     SHARD_REQUESTS,
     SWEEP_N_BOOT,
+    SYNTH_DEPTH,
     WORKERS,
     Compression,
     Estimator,
@@ -407,6 +408,15 @@ def synth(
             max=SHARD_REQUESTS.hi,
         ),
     ] = SHARD_REQUESTS.default,
+    depth: Annotated[
+        int,
+        typer.Option(
+            "--depth",
+            help="Positions the logging arm drafts per round (8: the built-in archive's).",
+            min=SYNTH_DEPTH.lo,
+            max=SYNTH_DEPTH.hi,
+        ),
+    ] = SYNTH_DEPTH.default,
     form: Annotated[
         Form | None, typer.Option("--format", help="Form of the shards (default: parquet).")
     ] = None,
@@ -417,8 +427,9 @@ def synth(
 ) -> None:
     """Log a synthetic position-trace archive from the built-in toy draft/target model pair.
 
-    The logging arm top32:t0.7@5 drafts autoregressively and the target verifies by rejection
-    sampling, as a serving engine would; every position's laws and decisions are recorded.
+    The logging arm top32:t0.7@8 (top32:t0.7@D with --depth D) drafts autoregressively and the
+    target verifies by rejection sampling, as a serving engine would; every position's laws and
+    decisions are recorded.
     """
     with _user_errors("synth"):
         from specreplay.commands.synth import DEFAULT_FORM, run_synth
@@ -434,6 +445,7 @@ def synth(
                 progress=phases,
                 form=form.value if form is not None else DEFAULT_FORM,
                 compression=compression.value if compression is not None else None,
+                depth=depth,
             )
         typer.echo(summary)
 

@@ -26,7 +26,7 @@ from specreplay.cli import app
 from specreplay.errors import InvalidArchive, SpecReplayError
 from specreplay.results.model import Role
 
-BASE, CAND = "top32:t0.7@5", "top32:t0.7:dyadic24@5"
+BASE, CAND = "top32:t0.7@8", "top32:t0.7:dyadic24@8"  # the archive's logging arm is BASE
 DATA = Path(__file__).parent / "data"
 STEM = "temperature-0.0-posterior_threshold-0.09-posterior_alpha-0.3.jsonl"
 MEDUSA_A = DATA / "medusa-mtbench" / f"medusa-vicuna-7b-v1.3-{STEM}"
@@ -69,7 +69,7 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The doctest's archive, through the API: 60 requests × 16 rounds, seed 0."""
     folder = tmp_path_factory.mktemp("api") / "archive"
     made = api.synth(folder, requests=60, rounds=16)
-    assert made.path == folder and made.rows == 60 * 16 * 5 == 4800
+    assert made.path == folder and made.rows == 60 * 16 * 8 == 7680
     return folder
 
 
@@ -191,7 +191,7 @@ def test_interval_equals_cli(tmp_path: Path) -> None:
 
 
 def test_lawtest_equals_cli(archive: Path, tmp_path: Path) -> None:
-    arm = "top32:t0.7:dyadic8/float64@5"
+    arm = "top32:t0.7:dyadic8/float64@8"
     result = api.lawtest(archive, arms=arm, positions=2, max_draws=200_000)
     _cli("lawtest", str(archive), "--arm", arm, "--positions", "2", "--max-draws", "200000",
          "--out", str(tmp_path / "cli"))  # fmt: skip
@@ -209,7 +209,7 @@ def test_budget_equals_cli(archive: Path, tmp_path: Path) -> None:
     assert result.pooled.budget.break_even_ms == pytest.approx(1.25 * 0.1 / 2.5, rel=1e-12)
     rq = tmp_path / "rq"
     _cli("requalify", str(archive), "--baseline", BASE, "--candidate", CAND,
-         "--reference", "greedy@5", "--n-boot", "200", "--out", str(rq))  # fmt: skip
+         "--reference", "greedy@8", "--n-boot", "200", "--out", str(rq))  # fmt: skip
     # a folder: its results.json (regression: the CLI crashed hashing the folder)
     from_rq = api.budget(price_ms=1.25, source=rq)
     _cli("budget", "--price-ms", "1.25", "--from", str(rq), "--out", str(tmp_path / "cli2"))

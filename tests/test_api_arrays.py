@@ -234,7 +234,7 @@ def test_to_arviz_on_a_result_read_from_disk_raises(
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("api5") / "archive"
-    api.synth(folder, requests=60, rounds=16)
+    api.synth(folder, requests=60, rounds=16, depth=5)  # logged by BASE: depth 5, not the 8 default
     return folder
 
 

@@ -272,7 +272,7 @@ def test_demo_outputs_follow_the_contract(tmp_path: Path) -> None:
     args = ["demo", "--requests", "24", "--n-boot", "500", "--out", str(out), "-q"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
-    assert "MEASURED R" in res.stdout and "top32:t0.7@5" in res.stdout
+    assert "MEASURED R" in res.stdout and "top32:t0.7@8" in res.stdout
     doc = json.loads((out / "results.json").read_text())
     assert validate_json(doc, load_results_schema()) == []
     assert doc["command"] == "demo" and doc["seed"] == 0

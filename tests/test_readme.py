@@ -169,7 +169,7 @@ def test_model_name_example_runs(tmp_path: Path) -> None:
 def test_short_rounds_example_runs(requalify_example: tuple[Path, list[Any]]) -> None:
     """``requalify … --short-rounds exclude`` (issue 9, item 6) on the documented demo archive.
 
-    The synthetic archive records every round at full depth 5, so nothing is excluded and every
+    The synthetic archive records every round at full depth 8, so nothing is excluded and every
     figure equals the default run's (the documented requalify example, ``--short-rounds null``).
     """
     block = re.search(
@@ -189,7 +189,7 @@ def test_short_rounds_example_runs(requalify_example: tuple[Path, list[Any]]) ->
     for cell in doc["cells"]:
         assert cell["excluded"] == 0, cell
         other = ref_cells[tuple(cell[k] for k in key)]
-        for arm in ("top32:t0.7@5", "top32:t0.7:dyadic24@5"):
+        for arm in ("top32:t0.7@8", "top32:t0.7:dyadic24@8"):
             assert cell["arms"][arm]["R"] == other["arms"][arm]["R"], (cell, arm)
             assert cell["arms"][arm]["n_rounds"] == other["arms"][arm]["n_rounds"]
 

@@ -248,9 +248,9 @@ def test_demo_report_states_the_terminal_verdicts(demo_run: tuple[Path, str]) ->
     said = block.split("\n\n")[0].split("\n")
     assert said and _bullets(text, "Verdicts") == said
     rq = _doc(out / "requalify")
-    assert f"vs top32:t0.7@5: {rq['requalification']['verdict']} (" in text
+    assert f"vs top32:t0.7@8: {rq['requalification']['verdict']} (" in text
     for title in ("1. The archive (MEASURED)", "2. Requalification of", "3. Mismatched verifier",
-                  "4. Depth sweep of top32:t0.7@5", "5. Budget of the gain"):  # fmt: skip
+                  "4. Depth sweep of top32:t0.7@8", "5. Budget of the gain"):  # fmt: skip
         assert f"\n## {title}" in text, title
     assert "![" in text and "](requalify/forest.png)" in text and "](sweep/depths.png)" in text
     assert "(requalify/REPORT.md)" in text
@@ -259,7 +259,7 @@ def test_demo_report_states_the_terminal_verdicts(demo_run: tuple[Path, str]) ->
 def test_demo_lawtest_report_counts_the_failures(demo_run: tuple[Path, str]) -> None:
     out, _ = demo_run
     doc = _doc(out / "lawtest")
-    arm = "top32:t0.7:dyadic8/float64@5"
+    arm = "top32:t0.7:dyadic8/float64@8"
     ran = [t for t in doc["law_tests"] if t["arm"] == arm and t["passed"] is not None]
     failed = sum(1 for t in ran if not t["passed"])
     line = next(ln for ln in _bullets((out / "lawtest" / "REPORT.md").read_text(), "Verdicts")

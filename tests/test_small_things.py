@@ -43,6 +43,40 @@ def test_synth_says_request_and_shard_in_the_singular_when_there_is_one(tmp_path
     assert "wrote 1 request × 2 rounds" in res.stdout and "in 1 shard to" in res.stdout
 
 
+def test_synth_depth_sets_the_logging_arm_and_the_positions(tmp_path: Path) -> None:
+    """The built-in archive drafts 8 positions (issue 14); ``--depth``/``depth=`` another D."""
+    import polars as pl
+
+    from specreplay import api
+
+    res = CliRunner().invoke(app, ["synth", str(tmp_path / "a"), "--requests", "2", "--rounds",
+                                   "3", "--depth", "3", "-q"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "× 3 positions (18 rows)" in res.stdout and "logging arm top32:t0.7@3" in res.stdout
+    frame = pl.read_parquet(sorted((tmp_path / "a").glob("*.parquet")))
+    assert frame.height == 18 and frame["position"].max() == 3
+    default = api.synth(tmp_path / "b", requests=2, rounds=3)
+    assert (default.positions, default.rows, default.logging_arm) == (8, 48, "top32:t0.7@8")
+    manifest = json.loads((tmp_path / "b" / "SYNTH.json").read_text())
+    assert manifest["options"]["depth"] == 8 and manifest["arms"] == ["top32:t0.7@8"]
+
+
+def test_the_demo_is_at_the_built_in_depth_and_prices_a_round_there() -> None:
+    """The demo's arms are at the archive's depth 8 (the logging arm is the baseline), its sweep
+    runs 1..8, and its budget price is the cost model's ms per round at depth 8."""
+    from specreplay.pipelines import demo
+    from specreplay.pipelines.options import SYNTH_DEPTH
+    from specreplay.sim.arms import parse_arm
+    from specreplay.stats.depth import CostModel
+
+    assert demo.DEMO_DEPTH == SYNTH_DEPTH.default == 8
+    for arm in (demo.DEMO_BASELINE, demo.DEMO_CANDIDATE, demo.DEMO_REFERENCE, demo.DEMO_MISMATCHED):
+        assert parse_arm(arm).depth == 8, arm
+    assert CostModel.parse(demo.DEMO_COST).ms(demo.DEMO_DEPTH) == pytest.approx(
+        demo.DEMO_PRICE_MS, rel=1e-12
+    )
+
+
 def test_every_command_accepts_quiet() -> None:
     from specreplay.cli import app as cli
 
@@ -355,7 +389,7 @@ def test_one_shard_moves_the_progress_bar_before_it_ends(tmp_path: Path) -> None
     calls: list[int] = []
     arms = [parse_arm(a) for a in ("top32:t0.7@5", "greedy@5", "top32:t0.7:dyadic8@5")]
     replay_archive(arch, arms, progress=calls.append)
-    assert sum(calls) == rows == 6 * 3 * 5
+    assert sum(calls) == rows == 6 * 3 * 8  # synth's default depth 8
     assert len(calls) == 4 and calls[0] == rows // 4  # three arms, then the companion's share
 
 

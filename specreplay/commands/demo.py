@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specreplay.pipelines.builders import write_synth_archive
-from specreplay.pipelines.demo import demo_results
+from specreplay.pipelines.demo import DEMO_DEPTH, demo_results
 from specreplay.pipelines.options import N_BOOT, Estimator
 from specreplay.render.demo_story import DemoRuns, terminal_text
 from specreplay.render.files import write_all
@@ -37,15 +37,18 @@ def run_demo(
 ) -> str:
     """Generate the built-in archive into ``out/archive`` and tell its story, verdicts first.
 
-    1. the archive (MEASURED acceptance by family × bucket, per-position survival);
+    1. the archive (MEASURED acceptance by family × bucket, per-position survival; its logging
+       arm drafts 8 positions per round);
     2. requalification of dyadic24 against float64 sampling, greedy as reference, with the law
        test and the path-bias diagnostic (``out/requalify``);
     3. a bits sweep (dyadic 8, 12, 16, 24: ``out/bits-dyadicN``) and the mismatched verifier
-       ``dyadic8/float64`` failing the law test (``out/lawtest``).
+       ``dyadic8/float64`` failing the law test (``out/lawtest``);
+    4. a depth sweep of the logging arm over depths 1..8 under a linear cost model
+       (``out/sweep``) and the budget of the gain over greedy (``out/budget``).
     """
     with output_dir(out, force=force) as tmp:
         archive = tmp / "archive"
-        write_synth_archive(archive, n_requests, 64, 250, seed, progress)
+        write_synth_archive(archive, n_requests, 64, 250, seed, progress, depth=DEMO_DEPTH)
         measured, results = demo_results(
             archive,
             tmp=tmp,

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.builders import write_synth_archive
+from specreplay.pipelines.options import SYNTH_DEPTH
 from specreplay.replay.archive.sources import FORM_NAMES
 from specreplay.replay.archive.writer import check_compression
 from specreplay.replay.scan import Progress, no_progress
@@ -85,11 +86,13 @@ def synth_archive(
     progress: Progress = no_progress,
     form: str = DEFAULT_FORM,
     compression: str | None = None,
+    depth: int = SYNTH_DEPTH.default,
 ) -> SynthArchive:
     """Generate the synthetic archive into ``out`` (shards + SYNTH.json manifest).
 
     ``form``: parquet, ipc or jsonl (default :data:`DEFAULT_FORM`); ``compression``: the form's
-    codec (None: its default; see :data:`~specreplay.replay.archive.writer.COMPRESSIONS`).
+    codec (None: its default; see :data:`~specreplay.replay.archive.writer.COMPRESSIONS`);
+    ``depth``: positions the logging arm drafts per round (default 8, the built-in archive's).
     """
     t0 = time.perf_counter()
     if form not in SYNTH_FORMS:
@@ -98,7 +101,7 @@ def synth_archive(
     # an archive: no report marker; its SYNTH.json says it is ours (``--force`` replaces it)
     with output_dir(out, force=force, marker=False) as tmp:
         cfg, files = write_synth_archive(
-            tmp, n_requests, rounds, shard_requests, seed, progress, form, codec
+            tmp, n_requests, rounds, shard_requests, seed, progress, form, codec, depth
         )
     return SynthArchive(
         path=Path(out),
@@ -126,6 +129,7 @@ def run_synth(
     progress: Progress = no_progress,
     form: str = DEFAULT_FORM,
     compression: str | None = None,
+    depth: int = SYNTH_DEPTH.default,
 ) -> str:
     """Generate the synthetic archive into ``out``; return the terminal line."""
     a = synth_archive(
@@ -138,6 +142,7 @@ def run_synth(
         progress=progress,
         form=form,
         compression=compression,
+        depth=depth,
     )
     n = len(a.shards)
     return (

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
+from specreplay.pipelines.options import SYNTH_DEPTH
 from specreplay.replay.scan import ArchiveScan, Progress
 from specreplay.results.from_stats import comparison_cell, measured_cell
 from specreplay.results.io import write_result
@@ -52,12 +53,14 @@ def write_synth_archive(
     progress: Progress,
     form: str = "parquet",
     compression: str | None = None,
+    depth: int = SYNTH_DEPTH.default,
 ) -> tuple[SynthConfig, list[Path]]:
     """Write the synthetic archive (shards of ``form`` and its SYNTH.json manifest) into ``folder``.
 
     ``form``: parquet, ipc or jsonl; ``compression`` as the writer takes it (None: the form's
     default, lz4 for Parquet: see :data:`~specreplay.replay.archive.writer.COMPRESSIONS`). The
-    manifest records both.
+    manifest records both. ``depth``: positions the logging arm drafts per round (the built-in
+    archive's 8 by default: :mod:`specreplay.sim.synth` says why).
 
     ``outputs`` of the manifest name the shards by their file names (the folder may still be a
     temporary one when this runs).
@@ -65,7 +68,9 @@ def write_synth_archive(
     from specreplay.replay.archive.synthetic import for_form, synth_frames
     from specreplay.replay.archive.writer import TraceWriter
 
-    cfg = SynthConfig(n_requests=n_requests, rounds=rounds, requests_per_shard=shard_requests)
+    cfg = SynthConfig(
+        n_requests=n_requests, rounds=rounds, requests_per_shard=shard_requests, depth=depth
+    )
     arm = logging_arm_name(cfg)
     with (
         progress("synthesising requests", n_requests) as advance,

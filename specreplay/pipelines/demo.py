@@ -7,6 +7,24 @@ from it; the archive is read once after it is written (and once more to hash it 
 Each requalification chapter is built by :func:`~specreplay.pipelines.requalify.requalify_replayed`
 with the arms :func:`~specreplay.pipelines.requalify.requalify_arms` sets up, as
 ``specreplay requalify`` does (the archive's logging arm is the baseline).
+
+The built-in archive records 8 positions: its logging arm ``top32:t0.7@8`` drafts 8 and the
+target verifies all of them (:mod:`specreplay.sim.synth` says why), so every arm of the story is
+at depth 8 too. The baseline must be the logging arm: the path-bias diagnostic sets the baseline's
+SIMULATED R beside the archive's MEASURED R, which only means something at the depth the archive
+was drafted; the candidate, the reference and the bits sweep are compared with it at that depth.
+
+The depth chapter sweeps the logging arm over depths 1..8 under :data:`DEMO_COST`, 1 + 0.05·d ms
+per round: the target's forward pass is the unit (1 ms), and each drafted position adds 0.05 ms, a
+draft step (about 0.03 ms: a draft about 30 times cheaper per token than its target) and the growth
+of the verification pass with the d + 1 tokens it scores (about 0.02 ms per token, memory-bound at
+small batch). Were the verification pass not to grow, 0.05 would be the cost coefficient c of
+Leviathan et al. 2023 (Theorem 3.8). On the archive of 5 positions this model could only say that
+5, the deepest recorded, was best. With 8 recorded, the same model finds an interior optimum: the
+5th position adds 6.2% to R for 4.2% more time per round, the 6th 3.9% for 4.0%, so the best depth
+is 5 (2510 tokens/s), 6 a close second (2507) and 7 and 8 slower; the cells' best depths run from 4
+(translation) to 7 (code), the question a stop rule or a depth per cell can answer.
+:data:`DEMO_PRICE_MS` prices a round at the logging arm's depth 8 for the budget chapter.
 """
 
 from __future__ import annotations
@@ -19,6 +37,7 @@ from specreplay.pipelines.builders import measured_result
 from specreplay.pipelines.lawtest import lawtest_result
 from specreplay.pipelines.options import (
     POSITIONS,
+    SYNTH_DEPTH,
     Estimator,
     LawtestOptions,
     RequalifyOptions,
@@ -40,19 +59,21 @@ __all__ = [
     "DEMO_BITS",
     "DEMO_CANDIDATE",
     "DEMO_COST",
+    "DEMO_DEPTH",
     "DEMO_MISMATCHED",
     "DEMO_PRICE_MS",
     "DEMO_REFERENCE",
     "demo_results",
 ]
 
-DEMO_BASELINE = "top32:t0.7@5"
-DEMO_CANDIDATE = "top32:t0.7:dyadic24@5"
-DEMO_REFERENCE = "greedy@5"
+DEMO_DEPTH = SYNTH_DEPTH.default  # the built-in archive's logging arm drafts 8 positions
+DEMO_BASELINE = f"top32:t0.7@{DEMO_DEPTH}"  # the archive's logging arm
+DEMO_CANDIDATE = f"top32:t0.7:dyadic24@{DEMO_DEPTH}"
+DEMO_REFERENCE = f"greedy@{DEMO_DEPTH}"
 DEMO_BITS = (8, 12, 16)
-DEMO_MISMATCHED = "top32:t0.7:dyadic8/float64@5"
-DEMO_COST = "linear:1:0.05"  # ms per round: 1 + 0.05·d
-DEMO_PRICE_MS = 1.25  # that cost model's ms per round at the production depth 5
+DEMO_MISMATCHED = f"top32:t0.7:dyadic8/float64@{DEMO_DEPTH}"
+DEMO_COST = "linear:1:0.05"  # ms per round: 1 + 0.05·d (module docstring)
+DEMO_PRICE_MS = 1.4  # that cost model's ms per round at the logging arm's depth 8
 
 
 def _relocated(result: Result, tmp: Path, out: Path) -> Result:
@@ -80,7 +101,7 @@ def _replay(archive: Path, seed: int, estimator: Estimator, progress: Progress) 
         DEMO_CANDIDATE,
         DEMO_REFERENCE,
         DEMO_MISMATCHED,
-        *[f"top32:t0.7:dyadic{b}@5" for b in DEMO_BITS],
+        *[f"top32:t0.7:dyadic{b}@{DEMO_DEPTH}" for b in DEMO_BITS],
     ):
         arm = parse_arm(text)
         arms.setdefault(arm.canonical, arm)
@@ -147,12 +168,16 @@ def demo_results(
         )
     }
     for bits in DEMO_BITS:
-        cand = f"top32:t0.7:dyadic{bits}@5"
+        cand = f"top32:t0.7:dyadic{bits}@{DEMO_DEPTH}"
         results[f"{BITS_PREFIX}{bits}"] = _requalification(
             res, archive, cand, None, n_boot, estimator
         )
     sweep = SweepOptions.build(
-        arms=DEMO_BASELINE, depths=range(1, 6), cost=DEMO_COST, seed=res.seed, estimator=estimator
+        arms=DEMO_BASELINE,
+        depths=range(1, DEMO_DEPTH + 1),
+        cost=DEMO_COST,
+        seed=res.seed,
+        estimator=estimator,
     )
     results["sweep"] = sweep_result(res, list(sweep.arms), sweep, archive)
     results["budget"] = budget_result(

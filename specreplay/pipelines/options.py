@@ -70,6 +70,7 @@ __all__ = [
     "SEED",
     "SHARD_REQUESTS",
     "SWEEP_N_BOOT",
+    "SYNTH_DEPTH",
     "WORKERS",
     "BootstrapOptions",
     "BudgetOptions",
@@ -217,6 +218,8 @@ WORKERS = Num("--workers", 1, 256)
 REQUESTS = Num("--requests", 1, 10**8, 2000)
 ROUNDS = Num("--rounds", 1, 10**6, 64)
 SHARD_REQUESTS = Num("--shard-requests", 1, 10**8, 250)
+SYNTH_DEPTH = Num("--depth", 1, 127, 8)
+"""Drafted positions per round of the built-in archive (synth, demo); why 8: sim/synth.py."""
 POSITIONS = Num("--positions", 1, 10**6, 8)
 MAX_DRAWS = Num("--max-draws", 1000, 10**12)
 FAMILY_ALPHA = Num("--family-alpha", *FLOAT_BOUNDS, 1e-5, integer=False)

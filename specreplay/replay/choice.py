@@ -38,12 +38,13 @@ off the laws, not the sampled ratios; both laws are known on every candidate
   reported as ``bound_ratio`` = max over the cell's rounds of b_k / the mean r_k. It bounds
   E[r²]/r̄² too, but far too loosely for quantizers: a dyadic grid rounds a few tiny logging
   probabilities up by large factors (2^−N over q^L), so on the built-in demo archive
-  dyadic8..24's bound/mean reaches 19 to 22,000 at depth 5 although those candidates are almost
-  never drafted (their ESS shares are ≥ 0.91);
+  dyadic8..24's bound/mean reaches 90 to 1.4 million at depth 8 although those candidates are
+  almost never drafted (their ESS shares are ≥ 0.88);
 - the **second-moment bound** m_k = Π_{j≤k} Σ_x q^s_j(x)²/q^L_j(x), each factor the exact
   E_L[(q^s_j/q^L_j)²] at the archived prefix, so rare candidates weigh what they are drafted;
   ``moment_ratio`` = max over the cell's rounds of m_k / r̄_k² is B of the argument above
-  (dyadic8..24: ≤ 1.3 at depth 5 on the demo archive; greedy 90; temperature 2: 10^23).
+  (dyadic8..24: ≤ 1.5 at depth 8 on the demo archive; greedy 311; at depth 5 of the
+  5-position archive before issue 14, temperature 2: 10^23).
 
 The rule reads ``moment_ratio``. Like ``bound_ratio``, it is exact per position at the archived
 prefixes (a later position's laws at a prefix the archive did not draft are unknown to both).

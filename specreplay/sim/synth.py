@@ -3,10 +3,23 @@
 See docs/inputs.md#position-traces-schema-v1.
 
 The generator logs an archive the way a serving engine would: per request, rounds of the logging
-arm (by default ``top32:t0.7@5``: the draft's top-32 candidates, q = softmax(logprob / 0.7) over
-them, depth 5) verified by standard rejection sampling against the toy target
-(:mod:`specreplay.sim.toy`). Every (request, round, position) is a row; positions after the first
-rejection are recorded (the target scored all of them in one pass) with ``accepted = False``.
+arm (``top32:t0.7@D``: the draft's top-32 candidates, q = softmax(logprob / 0.7) over them, depth
+D) verified by standard rejection sampling against the toy target (:mod:`specreplay.sim.toy`).
+Every (request, round, position) is a row; positions after the first rejection are recorded (the
+target scored all of them in one pass) with ``accepted = False``.
+
+The **built-in archive** (``specreplay synth`` and ``specreplay demo``) is drafted at depth 8
+(``SYNTH_DEPTH`` of :mod:`specreplay.pipelines.options`, ``synth --depth``); :class:`SynthConfig`
+keeps depth 5 as its own default (the small archives of the tests and benchmarks, whose expected
+figures were worked out at depth 5). Why 8, and why the logging arm drafts 8 rather than drafting 5
+and recording 8 (issue 14): a replay can only answer depths and stop rules up to the positions the
+archive records, so an archive drafted at 5 can only say that 5, the deepest recorded, is best, and
+a stop rule can only stop earlier. Here the target verifies every drafted position, so a logging
+arm that drafts 8 gives MEASURED acceptance (``accepted``), the logged law (``emitted_q``) and so
+importance weights at every recorded position. Recording 8 positions of an arm that drafts 5 would
+mean drafting positions 6..8 without verifying them: no verifier decision there, so MEASURED
+acceptance and the path-bias diagnostic would stop at 5, and ``accepted`` would need a meaning the
+schema does not give it.
 
 Requests are independent and every draw is counter-based (:mod:`specreplay.sim.rng`), keyed by
 (seed, request key, round, position, stream), so the kernel runs requests in parallel and the
@@ -70,7 +83,8 @@ class SynthConfig:
     Attributes
     ----------
     n_requests, rounds, depth : int
-        Requests, rounds per request and drafted positions per round.
+        Requests, rounds per request and drafted positions per round (default 5; the built-in
+        archive drafts 8: module docstring).
     temperature, top_k : float, int
         Logging policy: ``top_k`` candidates (≤ ``pair.n_explicit``), q = softmax(logprob / T).
     greedy : bool
