@@ -182,6 +182,20 @@ CostOpt = Annotated[
         "ms_per_round = {1 = 2.1, …}; gives tokens/s, best depth, P(best).",
     ),
 ]
+SweepArchiveArg = Annotated[
+    Path,
+    typer.Argument(metavar="ARCHIVE", help="Position-trace archive, or round traces (the proxy)."),
+]
+PolicyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--policy",
+        metavar="POLICY",
+        help="Drafting policy for every --arm (repeatable; a quoted brace list expands): "
+        "stop-below:TAU@D, stop-cum:TAU@D, depth-by-bucket:<4K=5/>=4K=3. With --cost: "
+        "tokens/s and the held-out verdict against the best fixed depth.",
+    ),
+]
 ReplicatesOpt = Annotated[
     int,
     typer.Option(
@@ -800,12 +814,7 @@ def requalify(
 
 @app.command()
 def sweep(
-    archive: Annotated[
-        Path,
-        typer.Argument(
-            metavar="ARCHIVE", help="Position-trace archive, or round traces (the proxy)."
-        ),
-    ],
+    archive: SweepArchiveArg,
     arm: Annotated[
         list[str] | None,
         typer.Option(
@@ -819,16 +828,7 @@ def sweep(
     depths: Annotated[
         str, typer.Option("--depths", help="Depths: 1..8, or 1,2,4 (1..3,6).")
     ] = DEPTHS_DEFAULT,
-    policy: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--policy",
-            metavar="POLICY",
-            help="Drafting policy for every --arm (repeatable; a quoted brace list expands): "
-            "stop-below:TAU@D, stop-cum:TAU@D, depth-by-bucket:<4K=5/>=4K=3. With --cost: "
-            "tokens/s and the held-out verdict against the best fixed depth.",
-        ),
-    ] = None,
+    policy: PolicyOpt = None,
     baseline: Annotated[
         str | None,
         typer.Option(

@@ -43,7 +43,9 @@ from specreplay.pipelines.options import (
     RequalifyOptions,
     SweepOptions,
     parse_buckets,
+    parse_policies,
 )
+from specreplay.pipelines.policies import policy_choice
 from specreplay.pipelines.requalify import requalify_arms, requalify_replayed
 from specreplay.pipelines.sweep import sweep_result
 from specreplay.render.demo_story import BITS_PREFIX
@@ -61,6 +63,7 @@ __all__ = [
     "DEMO_COST",
     "DEMO_DEPTH",
     "DEMO_MISMATCHED",
+    "DEMO_POLICIES",
     "DEMO_PRICE_MS",
     "DEMO_REFERENCE",
     "demo_results",
@@ -73,6 +76,13 @@ DEMO_REFERENCE = f"greedy@{DEMO_DEPTH}"
 DEMO_BITS = (8, 12, 16)
 DEMO_MISMATCHED = f"top32:t0.7:dyadic8/float64@{DEMO_DEPTH}"
 DEMO_COST = "linear:1:0.05"  # ms per round: 1 + 0.05·d (module docstring)
+DEMO_POLICIES = (
+    f"stop-below:{{0.05,0.1,0.2,0.3,0.4,0.5}}@{DEMO_DEPTH}",
+    f"stop-cum:{{0.05,0.1,0.2,0.3,0.4,0.5}}@{DEMO_DEPTH}",
+    "depth-by-bucket:<16K=7/16K-64K=6/>=64K=5",
+)
+"""The policy chapter's grid (docs/commands.md#demo): each stop rule up to the 8 recorded
+positions at six thresholds, and a depth by context length."""
 DEMO_PRICE_MS = 1.4  # that cost model's ms per round at the logging arm's depth 8
 
 
@@ -105,6 +115,11 @@ def _replay(archive: Path, seed: int, estimator: Estimator, progress: Progress) 
     ):
         arm = parse_arm(text)
         arms.setdefault(arm.canonical, arm)
+    base = parse_arm(DEMO_BASELINE)
+    for rule in parse_policies(DEMO_POLICIES):
+        for length in (False, True):
+            ruled = base.with_rule(rule, length=length)
+            arms.setdefault(ruled.canonical, ruled)
     est, companion = auto_passes(estimator)
     with progress("replaying", archive_rows(archive)) as advance:
         res = replay_archive(
@@ -140,6 +155,22 @@ def _requalification(
     return requalify_replayed(res, arms, opts, archive)
 
 
+def _policies(res: ReplayResult, archive: Path, estimator: Estimator) -> Result:
+    """Return the policy chapter: the depth sweep with :data:`DEMO_POLICIES`, held-out choice."""
+    opts = SweepOptions.build(
+        arms=DEMO_BASELINE,
+        depths=range(1, DEMO_DEPTH + 1),
+        cost=DEMO_COST,
+        seed=res.seed,
+        estimator=estimator,
+        policies=DEMO_POLICIES,
+    )
+    arms = list(opts.arms)
+    result = sweep_result(res, arms, opts, archive)
+    choice = policy_choice(res, arms, opts)
+    return dataclasses.replace(result, extra={**result.extra, "policy_choice": choice})
+
+
 def demo_results(
     archive: Path,
     *,
@@ -156,7 +187,8 @@ def demo_results(
     ``archive`` is the generated archive inside the temporary output folder ``tmp``, which
     becomes ``out``: every path a result records is named by its final place. The chapters:
     ``requalify`` (dyadic24 against float64 sampling, greedy as reference), ``bits-dyadicN``,
-    ``sweep``, ``budget`` and ``lawtest`` (the mismatched verifier ``dyadic8/float64``).
+    ``sweep``, ``policies`` (would adaptive drafting pay?), ``budget`` and ``lawtest`` (the
+    mismatched verifier ``dyadic8/float64``).
     """
     res = _replay(archive, seed, estimator, progress)
     scan = ArchiveScan.of_replay(archive, res)
@@ -180,6 +212,7 @@ def demo_results(
         estimator=estimator,
     )
     results["sweep"] = sweep_result(res, list(sweep.arms), sweep, archive)
+    results["policies"] = _policies(res, archive, estimator)
     results["budget"] = budget_result(
         cells_from_requalify(results["requalify"], "requalify", DEMO_PRICE_MS, ()),
         None,

@@ -21,6 +21,7 @@ from pathlib import Path
 from specreplay.errors import SpecReplayError
 from specreplay.render.markdown import demote, figure_block, figure_label, md_blocks, pct
 from specreplay.render.plots import PLOT_CAPTIONS
+from specreplay.render.policy_tables import choice_verdict, policy_sections
 from specreplay.render.tables import (
     archive_summary,
     budget_tables,
@@ -43,6 +44,17 @@ __all__ = [
     "terminal_text",
     "verdict_lines",
 ]
+
+POLICY_CAVEATS = (
+    "Each policy drafts with the logging arm's sampler up to the archive's 8 recorded positions "
+    'and is replayed on the archived rounds (docs/methods.md, "Policies (adaptive drafting)"). '
+    "Two caveats bound what it can say: the path assumption (the analytic estimator's laws at a "
+    "position do not depend on the tokens drafted before; importance weights do without it), "
+    "and that a policy which changes how far a round drafts also changes where later rounds "
+    "start, which no replay of these archives can see. The verdict is held out: the policy and "
+    "the depth are chosen on one half of the requests and compared on the other; the in-sample "
+    "figure beside it is chosen and measured on the same requests (the winner's curse)."
+)
 
 BITS_PREFIX = "bits-dyadic"
 """Sub-run folders of the bits sweep are ``bits-dyadicN``."""
@@ -162,6 +174,14 @@ def _depth_line(sweep: Result | None) -> list[str]:
     ]
 
 
+def _policy_line(policies: Result | None) -> list[str]:
+    """Return the policy chapter's verdict: the held-out choice beside the in-sample figure."""
+    if policies is None or not policies.arms:
+        return []
+    line = choice_verdict(policies, policies.arms[0])
+    return [f"- adaptive drafting: {line}"] if line else []
+
+
 def _budget_line(budget: Result | None, main: Result) -> list[str]:
     """Return the budget chapter's verdict: the break-even added cost of the gain."""
     b = budget.pooled.budget if budget is not None and budget.cells else None
@@ -187,6 +207,7 @@ def verdict_lines(runs: DemoRuns) -> list[str]:
         *_law_line(runs.runs.get("lawtest"), str(main.options.get("candidate"))),
         *_diagnostic_lines(main),
         *_depth_line(runs.runs.get("sweep")),
+        *_policy_line(runs.runs.get("policies")),
         *_budget_line(runs.runs.get("budget"), main),
     ]
 
@@ -235,6 +256,10 @@ def chapters(runs: DemoRuns, archive: str) -> list[Chapter]:
                 sweep_tables(s),
             )
         )
+    if "policies" in r:
+        p = r["policies"]
+        body = "\n".join([POLICY_CAVEATS, *[x for a in p.arms for x in policy_sections(p, a)]])
+        out.append(Chapter("Would adaptive drafting pay?", "policies", body))
     if "budget" in r and "requalify" in r:
         ref = r["requalify"].options.get("reference")
         price = r["budget"].options.get("price_ms")
