@@ -48,6 +48,7 @@ from specreplay.results.model import DepthFigure, Label, PolicyFigure
 from specreplay.sim.arms import Arm
 from specreplay.sim.drafting import DepthByBucket, DraftRule
 from specreplay.stats.armdata import ArmData
+from specreplay.stats.bootstrap import point_sums
 from specreplay.stats.compare import CellSupport, Comparison, parse_margin
 from specreplay.stats.depth import CostModel
 from specreplay.stats.pairing import pair_arms
@@ -265,12 +266,42 @@ def proxy_policy_plan(path: Path, ref: ArmData, opts: SweepOptions) -> PolicyPla
 
 
 @dataclass(frozen=True)
+class _Side:
+    """A side's R per cell and its replicates (n_boot, n_cells): the length or cost side.
+
+    Only R_b of those pairings is read (E[L], ms per round), so no Δ, test or interval is
+    computed for them: the same sums :func:`~specreplay.stats.compare.compare` forms for R_b.
+    """
+
+    R: list[float | None]
+    reps: NDArray[np.float64]
+
+
+def _side(p: Pairing, layout: Sequence[Any]) -> _Side:
+    """Return side b's R and replicates in each cell of ``layout`` (the retained comparison's)."""
+    point = point_sums(p.ps)
+    reps = p.replicates
+    assert reps is not None
+    n_boot = reps.shape[0]
+    out_r: list[float | None] = []
+    out_reps = np.full((n_boot, len(layout)), np.nan)
+    for ci, cell in enumerate(layout):
+        fi, bi = np.asarray(cell.fam_idx), np.asarray(cell.bucket_idx)
+        n, t = point[np.ix_(fi, bi)].reshape(-1, 4).sum(axis=0)[2:]
+        out_r.append(float(t / n) if n > 0 else None)
+        s = reps[:, fi][:, :, bi].reshape(n_boot, -1, 4).sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out_reps[:, ci] = np.where(s[:, 2] > 0, s[:, 3] / s[:, 2], np.nan)
+    return _Side(out_r, out_reps)
+
+
+@dataclass(frozen=True)
 class _Compared:
-    """One policy's comparisons (retained, length, cost)."""
+    """One policy's figures: its retained comparison, its length and cost sides."""
 
     retained: Comparison
-    length: Comparison
-    cost: Comparison | str | None
+    length: _Side
+    cost: _Side | str | None
 
 
 def compare_policies(
@@ -288,8 +319,10 @@ def compare_policies(
             if isinstance(s, str):
                 out[a][k] = s
                 continue
-            cost = one(s.cost) if isinstance(s.cost, Pairing) else s.cost
-            out[a][k] = _Compared(one(s.retained), one(s.length), cost)
+            ret = one(s.retained)
+            layout = ret.layout
+            cost = _side(s.cost, layout) if isinstance(s.cost, Pairing) else s.cost
+            out[a][k] = _Compared(ret, _side(s.length, layout), cost)
     return out
 
 
@@ -326,17 +359,17 @@ def _figure(
             None,
         )
     lo, hi = test.interval(level)
-    e_l = comp.length.cells[i].arm_b.R
+    e_l = comp.length.R[i]
     fig = PolicyFigure(arm, policy, e_l, float(fig_b.R), lo, hi, label, True, None)
     if isinstance(comp.cost, str):
         return dataclasses.replace(fig, tokens_per_s_null_reason=comp.cost), None
     if comp.cost is None:
         return fig, None
-    ms = comp.cost.cells[i].arm_b.R
-    assert comp.retained.rb_reps is not None and comp.cost.rb_reps is not None
+    ms = comp.cost.R[i]
+    assert comp.retained.rb_reps is not None
     if ms is None or ms <= 0:
         return fig, None
-    reps = 1000.0 * comp.retained.rb_reps[:, i] / comp.cost.rb_reps[:, i]
+    reps = 1000.0 * comp.retained.rb_reps[:, i] / comp.cost.reps[:, i]
     t_lo, t_hi = _percentile(reps, level)
     fig = dataclasses.replace(
         fig,
