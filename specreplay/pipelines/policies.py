@@ -40,7 +40,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from specreplay.pipelines.options import SweepOptions
-from specreplay.pipelines.resample import Pairing, compared, resampled
+from specreplay.pipelines.resample import Pairing, resampled
 from specreplay.replay.archive.importers import read_arm, table_proxy_problem
 from specreplay.replay.engine import ReplayResult
 from specreplay.replay.paired import ArmSide
@@ -49,7 +49,10 @@ from specreplay.sim.arms import Arm
 from specreplay.sim.drafting import DepthByBucket, DraftRule
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.bootstrap import point_sums
-from specreplay.stats.compare import CellSupport, Comparison, parse_margin
+from specreplay.stats.cells import Cell as StatsCell
+from specreplay.stats.cells import cell_layout
+from specreplay.stats.compare import CellSupport
+from specreplay.stats.cr2 import TTest, ratio_test
 from specreplay.stats.depth import CostModel
 from specreplay.stats.pairing import pair_arms
 
@@ -62,8 +65,6 @@ __all__ = [
     "policy_plan",
     "proxy_policy_plan",
 ]
-
-_MARGIN = parse_margin("0.5%")
 
 
 def p_best_joint[K: Hashable](replicates: Mapping[K, NDArray[np.float64]]) -> dict[K, float]:
@@ -296,10 +297,49 @@ def _side(p: Pairing, layout: Sequence[Any]) -> _Side:
 
 
 @dataclass(frozen=True)
-class _Compared:
-    """One policy's figures: its retained comparison, its length and cost sides."""
+class _Retained:
+    """The policy's R per cell: point, studentized test, why null, replicates (n_boot, cells).
 
-    retained: Comparison
+    Side b of the pairing with the reference depth, as :func:`~specreplay.stats.compare.compare`
+    forms its R_b figure and test (the same cells, sums and
+    :func:`~specreplay.stats.cr2.ratio_test`), without the Δ nobody reads.
+    """
+
+    layout: list[StatsCell]
+    R: list[float | None]
+    tests: list[TTest | None]
+    why: list[str | None]
+    reps: NDArray[np.float64]
+
+
+def _retained(p: Pairing) -> _Retained:
+    ps = p.ps
+    present = {int(b) for b in np.unique(ps.piece_bucket)}
+    user_b = [b for b in range(len(ps.buckets)) if b != ps.unbucketed and b in present]
+    layout = cell_layout(
+        ps.families, ps.buckets, bucket_cells=user_b, pooled_buckets=range(len(ps.buckets))
+    )
+    side = _side(p, layout)
+    fam_of_piece = ps.family[ps.piece_request].astype(np.int64)
+    depth = ps.depths[1] if ps.depths is not None else None
+    tests: list[TTest | None] = []
+    why: list[str | None] = []
+    for cell in layout:
+        in_cell = np.isin(fam_of_piece, cell.fam_idx) & np.isin(ps.piece_bucket, cell.bucket_idx)
+        req = ps.piece_request[in_cell]
+        n = np.bincount(req, weights=ps.n_b[in_cell], minlength=ps.n_requests)
+        t = np.bincount(req, weights=ps.t_b[in_cell], minlength=ps.n_requests)
+        has = n > 0
+        tests.append(ratio_test(n[has], t[has], depth=depth) if has.any() else None)
+        why.append(p.support(cell)[1] if p.support is not None else None)
+    return _Retained(layout, side.R, tests, why, side.reps)
+
+
+@dataclass(frozen=True)
+class _Compared:
+    """One policy's figures: its R, its length and cost sides."""
+
+    retained: _Retained
     length: _Side
     cost: _Side | str | None
 
@@ -308,10 +348,6 @@ def compare_policies(
     plan: PolicyPlan, opts: SweepOptions, seed: int, label: Label = Label.SIMULATED
 ) -> dict[str, dict[str, _Compared | str]]:
     """Compare each planned policy (its replicates from the run's one pass)."""
-
-    def one(p: Pairing) -> Comparison:
-        return compared(p, opts.boot, seed, label=label.value, margin=_MARGIN)
-
     out: dict[str, dict[str, _Compared | str]] = {}
     for a, per in plan.per_arm.items():
         out[a] = {}
@@ -319,7 +355,7 @@ def compare_policies(
             if isinstance(s, str):
                 out[a][k] = s
                 continue
-            ret = one(s.retained)
+            ret = _retained(s.retained)
             layout = ret.layout
             cost = _side(s.cost, layout) if isinstance(s.cost, Pairing) else s.cost
             out[a][k] = _Compared(ret, _side(s.length, layout), cost)
@@ -340,41 +376,28 @@ def _figure(
     """Return the policy's figure in cell i and its tokens/s replicates (None without)."""
     if isinstance(comp, str):
         return PolicyFigure(arm, policy, None, None, None, None, label, False, comp), None
-    fig_b = comp.retained.cells[i].arm_b
-    test = comp.retained.rb_tests[i] if comp.retained.rb_tests else None
-    if test is None or fig_b.R is None:
-        why = fig_b.null_reason or "no rounds in this cell"
-        return (
-            PolicyFigure(
-                arm,
-                policy,
-                None,
-                None,
-                None,
-                None,
-                label,
-                why == "no rounds in this cell",
-                why,
-            ),
-            None,
-        )
+    r = comp.retained
+    test, rb, why = r.tests[i], r.R[i], r.why[i]
+    if why is not None or test is None or rb is None:
+        reason = why or "no rounds in this cell"
+        fig = PolicyFigure(arm, policy, None, None, None, None, label, why is None, reason)
+        return fig, None
     lo, hi = test.interval(level)
     e_l = comp.length.R[i]
-    fig = PolicyFigure(arm, policy, e_l, float(fig_b.R), lo, hi, label, True, None)
+    fig = PolicyFigure(arm, policy, e_l, float(rb), lo, hi, label, True, None)
     if isinstance(comp.cost, str):
         return dataclasses.replace(fig, tokens_per_s_null_reason=comp.cost), None
     if comp.cost is None:
         return fig, None
     ms = comp.cost.R[i]
-    assert comp.retained.rb_reps is not None
     if ms is None or ms <= 0:
         return fig, None
-    reps = 1000.0 * comp.retained.rb_reps[:, i] / comp.cost.reps[:, i]
+    reps = 1000.0 * r.reps[:, i] / comp.cost.reps[:, i]
     t_lo, t_hi = _percentile(reps, level)
     fig = dataclasses.replace(
         fig,
         round_ms=float(ms),
-        tokens_per_s=1000.0 * float(fig_b.R) / float(ms),
+        tokens_per_s=1000.0 * float(rb) / float(ms),
         tokens_per_s_lo=t_lo,
         tokens_per_s_hi=t_hi,
     )
