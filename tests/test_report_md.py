@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from specreplay.cli import app
 from specreplay.render.markdown import demote, figure_block, md_blocks, split_assumptions
-from specreplay.render.plots import PLOT_CAPTIONS
+from specreplay.render.plots import PLOT_CAPTIONS, plot_caption
+from specreplay.results.io import read_result
 
 RUNNER = CliRunner()
 ENV = {"COLUMNS": "300"}
@@ -211,8 +212,9 @@ def test_every_png_is_embedded_and_every_link_exists(
         embedded = re.findall(r"!\[[^\]]+\]\(([^)]+)\)", text)
         for png in sorted(p.name for p in folder.glob("*.png")):
             assert png in embedded, (folder, png)
-            caption = PLOT_CAPTIONS.get(png, "no caption recorded")
-            assert f"*{png}* (" in text and caption in text
+            result = read_result(folder / "results.json")
+            caption = plot_caption(png, result)  # policies.png's names the series it draws
+            assert f"*{png}* (" in text and caption in text, (folder, png)
         for link in re.findall(r"\]\(([^)]+)\)", text):
             assert not Path(link).is_absolute(), link  # relative: the folder can be moved
             assert (folder / link).exists(), (folder, link)
@@ -250,7 +252,8 @@ def test_demo_report_states_the_terminal_verdicts(demo_run: tuple[Path, str]) ->
     rq = _doc(out / "requalify")
     assert f"vs top32:t0.7@8: {rq['requalification']['verdict']} (" in text
     for title in ("1. The archive (MEASURED)", "2. Requalification of", "3. Mismatched verifier",
-                  "4. Depth sweep of top32:t0.7@8", "5. Budget of the gain"):  # fmt: skip
+                  "4. Depth sweep of top32:t0.7@8", "5. Would adaptive drafting pay?",
+                  "6. Budget of the gain"):  # fmt: skip
         assert f"\n## {title}" in text, title
     assert "![" in text and "](requalify/forest.png)" in text and "](sweep/depths.png)" in text
     assert "(requalify/REPORT.md)" in text
