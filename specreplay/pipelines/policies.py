@@ -47,6 +47,7 @@ from specreplay.replay.paired import ArmSide
 from specreplay.results.model import DepthFigure, Label, PolicyFigure
 from specreplay.sim.arms import Arm
 from specreplay.sim.drafting import DepthByBucket, DraftRule
+from specreplay.sim.rng import mix64
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.bootstrap import point_sums
 from specreplay.stats.cells import Cell as StatsCell
@@ -446,13 +447,10 @@ def policy_figures(
 
 
 def _half(keys: NDArray[np.uint64]) -> NDArray[np.bool_]:
-    """Return True for the held-out half's requests: a bit of a mixed hash of each key."""
-    z = keys.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    with np.errstate(over="ignore"):
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z & np.uint64(1)).astype(bool)
+    """Return True for the held-out half's requests: the low bit of each key's splitmix64."""
+    golden, mask = 0x9E3779B97F4A7C15, (1 << 64) - 1
+    bits = [int(mix64(np.uint64((int(k) + golden) & mask))) & 1 for k in keys]
+    return np.array(bits, dtype=bool)
 
 
 def _restricted(side: ArmSide, keep: NDArray[np.bool_]) -> ArmSide:
