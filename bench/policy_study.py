@@ -469,7 +469,7 @@ def percentile_held_out(
     As 0.4.0's ``_delta`` did it (the policy's retained and cost sides paired with the chosen
     depth, resampled in one pass, Δ = 1000·(Σt_p/Σn)/(Σc_p/Σn) − 1000·Σt_d/Σn/ms(d), percentile
     interval), and the same Δ against every other depth from the same replicates (its lower
-    bound), for 0.4.1's rules on 0.4.0's interval.
+    bound), for today's rules on 0.4.0's interval.
     """
     keep = _half(ds.codes.keys)
     pol = int(h["policy"].removeprefix("policy"))
@@ -579,13 +579,14 @@ def study_cells(
 # ------------------------------------------------------------------------------------------------
 # (b, c) the verdict rules, each recomputed from the held-out figures sweep reports
 
-RULES = ("0.4.0", "percentile + rules", "default interval alone", "now")
+RULES = ("0.4.0", "percentile + rules", "default interval alone", "now but < 50", "now")
 """``0.4.0``: its percentile interval against the chosen depth, PAYS when lo > m, DOES NOT PAY
-when hi < m; ``percentile + rules``: that interval with 0.4.1's rules (PAYS only when lo > m
+when hi < m; ``percentile + rules``: that interval with today's rules (PAYS only when lo > m
 against every depth; INCONCLUSIVE with < 50 held-out requests, < 3 of them differing or no
-width); ``default interval alone``: 0.4.1's interval (CR2-eff-Hall of Δ/tokens/s_depth) against
-the chosen depth without the rules; ``now``: sweep's verdict (0.4.1: that interval and the rules;
-recomputed here from its fields and checked equal)."""
+width); ``default interval alone``: today's interval (CR2-eff-Hall of Δ/tokens/s_depth) against
+the chosen depth without the rules; ``now but < 50``: sweep's rule without its minimum of 50
+held-out requests; ``now``: sweep's verdict (that interval and the rules; recomputed here from
+its fields and checked equal)."""
 
 
 def verdicts(h: dict[str, Any], old: dict[str, Any]) -> dict[str, str]:
@@ -606,10 +607,18 @@ def verdicts(h: dict[str, Any], old: dict[str, Any]) -> dict[str, str]:
     v2 = rule(rlo is not None and rlo > MARGIN, rhi is not None and rhi < MARGIN)
     every = all(a["rel_lo"] is not None and a["rel_lo"] > MARGIN for a in h["against"])
     no_width = h["lo"] is None or h["hi"] - h["lo"] <= 1e-9 * abs(h["tokens_per_s_depth"])
-    now = rule(every, rhi is not None and rhi < MARGIN)
-    now = "INCONCLUSIVE" if by_rule or no_width else now
+    few = h["differing_requests"] < MIN_DIFFERING
+    v3 = rule(every, rhi is not None and rhi < MARGIN)
+    v3 = "INCONCLUSIVE" if few or no_width else v3
+    now = "INCONCLUSIVE" if h["n_requests"] < MIN_REQUESTS else v3
     assert now == h["verdict"], (now, h)
-    return {"0.4.0": v0, "percentile + rules": v1, "default interval alone": v2, "now": now}
+    return {
+        "0.4.0": v0,
+        "percentile + rules": v1,
+        "default interval alone": v2,
+        "now but < 50": v3,
+        "now": now,
+    }
 
 
 def _above(delta: float, m: float) -> bool:
@@ -778,20 +787,15 @@ def print_curse(results: Results) -> None:
 
 
 def print_power(results: Results, sizes: tuple[int, ...]) -> None:
-    """(c)."""
-    print("## (c) power: P(PAYS), 0.4.0 → now (percentile + rules) (± MC SE)\n")
-
-    def cell(t: Tally) -> str:
-        return (
-            f"{_sh(t, 'PAYS/0.4.0')} → {_sh(t, 'PAYS/now')} ({_sh(t, 'PAYS/percentile + rules')})"
-        )
-
+    """(c): P(PAYS) under each rule."""
+    print("## (c) power: P(PAYS) (± MC SE), under each rule\n")
     body = [
-        [lab, r, *(cell(results[(g, lab, r, m)]) for m in sizes)]
+        [lab, r, rule, *(_sh(results[(g, lab, r, m)], f"PAYS/{rule}") for m in sizes)]
         for g, lab, r, n in results
         if g == "power" and n == sizes[0]
+        for rule in RULES
     ]
-    _table(["setting", "rounds", *(f"n = {n}" for n in sizes)], body)
+    _table(["setting", "rounds", "rule", *(f"n = {n}" for n in sizes)], body)
 
 
 def main() -> None:
