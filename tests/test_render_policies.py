@@ -153,7 +153,9 @@ def test_held_out_choice_and_the_in_sample_figure_beside_it(run: Path) -> None:
         ]  # fmt: skip
 
     assert held_row[1:7] == expect(held) and ins_row[1:7] == expect(ins)
-    assert held_row[7:] == [f"{held['margin_tokens_per_s']:.1f}", held["verdict"], "ESTIMATED"]
+    why = held["verdict_reason"]
+    verdict = f"{held['verdict']} ({why})" if why else held["verdict"]
+    assert held_row[7:] == [f"{held['margin_tokens_per_s']:.1f}", verdict, "ESTIMATED"]
     assert ins_row[8].startswith("—") and ins_row[9] == ins["label"] and "in-sample" in ins_row[9]
     assert f"policy {choice['selected_policy']} against fixed depth {choice['selected_depth']}" in (
         text
@@ -163,7 +165,7 @@ def test_held_out_choice_and_the_in_sample_figure_beside_it(run: Path) -> None:
     report = (run / "REPORT.md").read_text()
     verdicts = report.split("\n## Verdicts\n")[1].split("\n## ")[0]
     line = next(ln for ln in verdicts.split("\n") if "held-out requests" in ln)
-    assert f"**{held['verdict']}**" in line and "(ESTIMATED)" in line
+    assert f"**{verdict}**" in line and "(ESTIMATED)" in line
     delta = f"{held['delta_tokens_per_s']:+.1f} tokens/s [{held['lo']:+.1f}, {held['hi']:+.1f}]"
     assert f"Δ {delta}" in line
     assert f"in-sample Δ {ins['delta_tokens_per_s']:+.1f}" in line and ins["label"] in line
@@ -302,7 +304,7 @@ def test_the_caption_names_only_the_series_drawn(run: Path, prefix: str) -> None
                           ("depth-by-bucket", "depth-by-bucket policy")):  # fmt: skip
         is_drawn = any(x.startswith(series) for x in legend)
         assert (words in caption) == is_drawn, (series, caption)
-    assert ("percentile interval as a band" in caption) == any("stop-" in x for x in legend)
+    assert ("95% interval as a band" in caption) == any("stop-" in x for x in legend)
     assert ("not drawn" in caption) == (prefix in ("", "stop-below"))  # the @6 rule, unpriced
 
 

@@ -20,6 +20,12 @@ from archive_factory import write_parquet
 from typer.testing import CliRunner
 
 from specreplay.cli import app
+from specreplay.pipelines.options import BootstrapOptions
+from specreplay.pipelines.policies import Candidates, _half, held_out_choice, rate_tests
+from specreplay.replay.paired import ArmSide, RequestCodes, pair_sides
+from specreplay.stats.buckets import Buckets
+from specreplay.stats.cells import cell_layout
+from specreplay.stats.cr2 import ratio_test
 
 K = np.arange(1, 6)
 R_STOP = 1 + float((0.8 * 0.7 ** (K - 1)).sum())
@@ -87,6 +93,8 @@ def test_linear_cost_is_charged_for_the_positions_drafted(tmp_path: Path) -> Non
     assert stop["round_ms"] == pytest.approx(1 + 0.25 * L_STOP, rel=1e-12)
     assert stop["tokens_per_s"] == pytest.approx(1000 * R_STOP / (1 + 0.25 * L_STOP), rel=1e-12)
     assert stop["label"] == "SIMULATED" and stop["supported"] and stop["arm"] == "t1@5"
+    # every request is the same: no interval (fewer than 3 requests off the ratio), not [x, x]
+    assert stop["tokens_per_s_lo"] is None and stop["tokens_per_s_hi"] is None
     # τ = 0 never stops: the fixed depth 5; one depth everywhere: that fixed depth
     never = pol["stop-below:0@5"]
     assert never["R"] == pytest.approx(depth[5]["R"], rel=1e-12)
@@ -130,11 +138,131 @@ def test_the_held_out_choice_is_reported_beside_the_in_sample_figure(tmp_path: P
     held, ins = choice["held_out"], choice["in_sample"]
     assert choice["label"] == "ESTIMATED" and "in-sample" in ins["label"]
     assert held["n_requests"] + 0 < 16 and ins["n_requests"] == 16
-    m, lo, hi = held["margin_tokens_per_s"], held["lo"], held["hi"]
-    want = "PAYS" if lo > m else "DOES NOT PAY" if hi < m else "INCONCLUSIVE"
-    assert held["verdict"] == want
+    assert held["against"][0]["depth"] == held["depth"]
+    assert sorted(a["depth"] for a in held["against"]) == [1, 2, 3, 4, 5]
+    # 16 requests: the held-out half is below the fewest the policy study allows
+    assert held["verdict"] == "INCONCLUSIVE"
+    assert held["verdict_reason"] == f"{held['n_requests']} held-out requests < 50"
+    assert held["interval_method"] == "cr2-eff-hall" and ins["interval_method"] == "cr2-eff-hall"
     # every round is identical: the held-out Δ is the in-sample one
     assert held["delta_tokens_per_s"] == pytest.approx(ins["delta_tokens_per_s"], rel=1e-9)
+
+
+def test_a_policys_tokens_per_s_takes_rs_interval_of_retained_over_cost() -> None:
+    """Per cell, ratio_test(Σ cost, Σ retained) over the cell's requests, pieces summed."""
+    rng = np.random.default_rng(11)
+    n, buckets = 30, Buckets.parse("short:<4K,long:>=4K")
+    family = (np.arange(n) % 2).astype(np.int32)
+    codes = RequestCodes(
+        [f"r{i:03d}" for i in range(n)],
+        np.arange(n, dtype=np.uint64) + 1,
+        family,
+        ["chat", "code"],
+        np.arange(n, dtype=np.int64),
+    )
+    req = np.repeat(np.arange(n), 2)
+    bucket = np.tile(np.array([0, 1], np.int32), n)
+    rounds = rng.integers(1, 40, 2 * n).astype(np.float64)
+    t = rounds * rng.uniform(1.5, 4.0, 2 * n)
+    c = rounds * rng.uniform(12.0, 15.0, 2 * n)
+    ref = ArmSide("d", req, bucket, rounds, rounds * 2.0, 5)
+    ret = pair_sides(ref, ArmSide("p", req, bucket, rounds, t, 5), codes, buckets)
+    cost = pair_sides(ref, ArmSide("p (ms)", req, bucket, rounds, c, 5), codes, buckets)
+    cells = cell_layout(ret.families, ret.buckets, bucket_cells=[0, 1], pooled_buckets=range(4))
+    got = rate_tests(ret, cost, cells)
+    for cell, test in zip(cells, got, strict=True):
+        inside = np.isin(family[req], cell.fam_idx) & np.isin(bucket, cell.bucket_idx)
+        t_i = np.bincount(req[inside], weights=t[inside], minlength=n)
+        c_i = np.bincount(req[inside], weights=c[inside], minlength=n)
+        keep = c_i > 0
+        want = ratio_test(c_i[keep], t_i[keep], depth=None).interval(0.95)
+        assert test is not None and test.interval(0.95) == pytest.approx(want, rel=1e-12)
+        assert test.theta == pytest.approx(t_i.sum() / c_i.sum(), rel=1e-12)
+
+
+def _codes(n: int) -> RequestCodes:
+    return RequestCodes(
+        [f"r{i:04d}" for i in range(n)],
+        np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15),
+        np.zeros(n, np.int32),
+        ["all"],
+        np.arange(n, dtype=np.int64),
+    )
+
+
+def _choice(
+    n: int,
+    depth_t: dict[int, np.ndarray],
+    policy_t: np.ndarray,
+    policy_ms: np.ndarray,
+    margin: str = "0.5%",
+) -> dict[str, Any]:
+    """The held-out choice of hand-made sides: one round per request, ms(d) = 10 + d."""
+    req, bucket, rounds = np.arange(n), np.zeros(n, np.int32), np.ones(n)
+
+    def side(name: str, t: np.ndarray) -> ArmSide:
+        return ArmSide(name, req, bucket, rounds, t.astype(np.float64), 5)
+
+    cand = Candidates(
+        {d: (side(f"d{d}", t), 10.0 + d) for d, t in depth_t.items()},
+        {"p": (side("p", policy_t), side("p (ms)", policy_ms))},
+    )
+    return held_out_choice(cand, _half(_codes(n).keys), BootstrapOptions.build(margin=margin))
+
+
+def test_a_policy_pays_only_over_every_depth() -> None:
+    """The chosen depth is beaten, another is not: PAYS would be a depth chosen by chance."""
+    n = 240
+    held = _half(_codes(n).keys)
+    rng = np.random.default_rng(3)
+    base = 3.0 + rng.uniform(-0.3, 0.3, n)
+    # depth 1 looks best on the selection half, depth 2 is best on the held-out half
+    d1 = (np.where(held, base - 0.5, base + 0.5) + rng.uniform(-0.2, 0.2, n)) * 11 / 15
+    d2 = base * 12 / 15
+    # at 15 ms the policy beats depth 1 on the held-out half by 33 tokens/s, depth 2 by 0.33 (m ≈ 1)
+    policy = base + 0.005
+    got = _choice(n, {1: d1, 2: d2}, policy, np.full(n, 15.0))
+    h = got["held_out"]
+    assert got["selected_depth"] == 1 and h["depth"] == 1
+    assert h["lo"] > h["margin_tokens_per_s"]  # 0.4.0's rule said PAYS
+    two = next(a for a in h["against"] if a["depth"] == 2)
+    assert two["lo"] <= two["margin_tokens_per_s"]
+    assert h["verdict"] == "INCONCLUSIVE" and h["verdict_reason"] is None
+    clear = _choice(n, {1: d1, 2: d2}, base + 3.0, np.full(n, 15.0))["held_out"]
+    assert clear["verdict"] == "PAYS"
+    # an absolute margin (tokens/round at each depth's ms) reads Δ itself: 0.02 → m ≈ 1.7
+    absolute = _choice(n, {1: d1, 2: d2}, policy, np.full(n, 15.0), margin="0.02")["held_out"]
+    two = next(a for a in absolute["against"] if a["depth"] == 2)
+    assert two["margin_tokens_per_s"] == pytest.approx(1000 * 0.02 / 12)
+    assert absolute["verdict"] == "INCONCLUSIVE"
+    assert (
+        _choice(n, {1: d1, 2: d2}, base + 3.0, np.full(n, 15.0), "0.02")["held_out"]["verdict"]
+        == "PAYS"
+    )
+
+
+def test_few_differing_or_alike_held_out_requests_are_inconclusive() -> None:
+    n = 240
+    rng = np.random.default_rng(5)
+    t = 3.0 + rng.uniform(-0.3, 0.3, n)
+    # the policy is depth 2 on every request: Δ ≡ 0 < m, yet no request says so
+    same = _choice(n, {1: t * 0.7, 2: t}, t.copy(), np.full(n, 12.0))["held_out"]
+    assert same["differing_requests"] == 0 and same["verdict"] == "INCONCLUSIVE"
+    assert same["verdict_reason"].startswith("0 held-out requests differ")
+    # two held-out requests differ (a large gain on them): still too few
+    held = _half(_codes(n).keys)
+    two = t.copy()
+    two[np.flatnonzero(held)[:2]] += 5.0
+    got = _choice(n, {1: t * 0.7, 2: t}, two, np.full(n, 12.0))["held_out"]
+    assert got["differing_requests"] == 2 and got["verdict"] == "INCONCLUSIVE"
+    # every request alike (zero variance): rounding leaves residuals of 1e-16, an interval of
+    # no width; the verdict must not come from the last bits
+    flat = np.full(n, 3.0)
+    alike = _choice(n, {1: flat * 0.7, 2: flat}, flat * 0.9, np.full(n, 10.0))["held_out"]
+    assert alike["differing_requests"] > 3
+    assert alike["lo"] == pytest.approx(alike["hi"], rel=1e-12)
+    assert alike["verdict"] == "INCONCLUSIVE"
+    assert alike["verdict_reason"] == "every held-out request alike: no interval"
 
 
 def test_no_cost_model_no_choice_and_bad_policies_are_one_line_errors(tmp_path: Path) -> None:

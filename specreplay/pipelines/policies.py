@@ -12,18 +12,24 @@ policy and of every fixed depth resamples the same requests:
 - with ``--cost``, the cost of a round is random for a policy (it depends on L): a third side sums
   each round's expected cost (``linear:T0:C``: T0 + C·E[L]; a table: Σ_l P(L = l)·T(l), written
   T(1) + Σ_{k≥2} (T(k) − T(k−1))·P(L ≥ k), linear in the length arm's sums), and tokens/s =
-  1000·Σ retained / Σ cost with the percentile interval of its joint replicates (ESTIMATED);
-- ``p_best`` over the arm's depths and policies together (so a depth's ``p_best`` changes when
-  ``--policy`` is given).
+  1000·Σ retained / Σ cost with R's interval, each request's cost in the place of its rounds
+  (:func:`rate_tests`; ESTIMATED);
+- ``p_best`` over the arm's depths and policies together, from the joint replicates of
+  1000·Σ retained / Σ cost (so a depth's ``p_best`` changes when ``--policy`` is given).
 
-**Choosing honestly** (:func:`policy_choice`). Requests are split in two by a hash of their key.
-On the selection half, the policy and the fixed depth with the most tokens/s are chosen; the
-held-out half gives the interval of Δ tokens/s = policy − depth from its own resample, and the
-verdict at margin m (relative: m = margin × the depth's held-out tokens/s; absolute: the
-margin's tokens/round at the depth's ms per round):
-**PAYS** when Δ_lo > +m, **DOES NOT PAY** when Δ_hi < +m, else INCONCLUSIVE (ESTIMATED). The
-in-sample figure (both chosen and measured on every request) is reported beside it, labelled so:
-their gap is the winner's curse.
+**Choosing honestly** (:func:`policy_choice`, :func:`held_out_choice`). Requests are split in two
+by a hash of their key. On the selection half, the policy and the fixed depth with the most
+tokens/s are chosen; the held-out half gives Δ tokens/s = policy − depth and Δ/tokens/s_depth,
+each request one unit, with the default interval of a paired ratio of sums (CR2, effective df,
+Hall: each request's cost in ms in the place of its rounds), against the chosen depth and
+against every other supported depth, and the verdict at margin m (relative: on Δ/tokens/s_depth;
+absolute: the margin's tokens/round at that depth's ms per round): **PAYS** when the lower bound
+clears +m against every depth, **DOES NOT PAY** when the upper bound against the chosen depth is
+below +m, else INCONCLUSIVE (ESTIMATED); INCONCLUSIVE by rule with fewer than 50 held-out
+requests, fewer than 3 of them differing between the policy and the chosen depth, or no
+variation among them (:func:`_verdict`). The in-sample figure (both chosen and measured on every
+request) is reported beside it, labelled so: their gap is the winner's curse. The policy study
+measured these rules (docs/calibration.md#policies-the-tokenss-interval-and-the-held-out-verdict).
 
 No policy is MEASURED: archives record fixed-depth logging arms.
 """
@@ -31,6 +37,7 @@ No policy is MEASURED: archives record fixed-depth logging arms.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +46,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from specreplay.pipelines.options import SweepOptions
-from specreplay.pipelines.resample import Pairing, resampled
+from specreplay.pipelines.options import BootstrapOptions, SweepOptions
+from specreplay.pipelines.resample import Pairing
 from specreplay.replay.archive.importers import read_arm, table_proxy_problem
 from specreplay.replay.engine import ReplayResult
 from specreplay.replay.paired import ArmSide
@@ -49,22 +56,32 @@ from specreplay.sim.arms import Arm
 from specreplay.sim.drafting import DepthByBucket, DraftRule
 from specreplay.sim.rng import mix64
 from specreplay.stats.armdata import ArmData
-from specreplay.stats.bootstrap import point_sums
+from specreplay.stats.bootstrap import PairedSums, point_sums
 from specreplay.stats.cells import Cell as StatsCell
 from specreplay.stats.cells import cell_layout
-from specreplay.stats.compare import CellSupport
-from specreplay.stats.cr2 import TTest, ratio_test
+from specreplay.stats.compare import CellSupport, Margin
+from specreplay.stats.cr2 import (
+    METHOD,
+    MIN_DIFFERING,
+    MIN_REQUESTS,
+    TTest,
+    paired_tests,
+    ratio_test,
+)
 from specreplay.stats.depth import CostModel
 from specreplay.stats.pairing import pair_arms
 
 __all__ = [
+    "Candidates",
     "PolicyPlan",
     "compare_policies",
+    "held_out_choice",
     "p_best_joint",
     "policy_choice",
     "policy_figures",
     "policy_plan",
     "proxy_policy_plan",
+    "rate_tests",
 ]
 
 
@@ -338,11 +355,47 @@ def _retained(p: Pairing) -> _Retained:
 
 @dataclass(frozen=True)
 class _Compared:
-    """One policy's figures: its R, its length and cost sides."""
+    """One policy's figures: its R, its length and cost sides, and with a cost its rate.
+
+    ``rate``: per cell of ``retained``, the test of Σ retained / Σ cost (tokens per ms) over
+    the cell's requests (None without rounds).
+    """
 
     retained: _Retained
     length: _Side
     cost: _Side | str | None
+    rate: list[TTest | None] | None = None
+
+
+def _per_request(
+    ps: PairedSums, values: NDArray[np.float64], cell: StatsCell
+) -> NDArray[np.float64]:
+    """Return each request's sum of ``values`` (one per piece) over its pieces in ``cell``."""
+    fam = ps.family[ps.piece_request]
+    inside = np.isin(fam, cell.fam_idx) & np.isin(ps.piece_bucket, cell.bucket_idx)
+    return np.bincount(ps.piece_request[inside], weights=values[inside], minlength=ps.n_requests)
+
+
+def rate_tests(
+    retained: PairedSums, cost: PairedSums, cells: Sequence[StatsCell]
+) -> list[TTest | None]:
+    """Per cell, the default interval's test of a policy's Σ retained / Σ cost (tokens per ms).
+
+    Arm b of ``retained`` and of ``cost`` (the same requests, paired with the same reference)
+    give each request's retained tokens t_i and cost c_i in the cell; tokens/s = 1000·Σt/Σc is a
+    ratio of sums like R = Σt/Σn, so it takes R's interval (:func:`~specreplay.stats.cr2.ratio_test`
+    with c_i for the rounds: CR2, effective df, Hall), as a fixed depth's tokens/s does, and its
+    rule for fewer than 3 requests off the ratio (no bound: no depth limits tokens/s). The policy
+    study (docs/calibration.md#policies-the-tokenss-interval-and-the-held-out-verdict) measured
+    the percentile interval of the joint replicates it replaces at 0.89-0.91 coverage with 20
+    requests.
+    """
+    out: list[TTest | None] = []
+    for cell in cells:
+        t, c = _per_request(retained, retained.t_b, cell), _per_request(cost, cost.t_b, cell)
+        keep = c > 0
+        out.append(ratio_test(c[keep], t[keep], depth=None) if keep.any() else None)
+    return out
 
 
 def compare_policies(
@@ -358,17 +411,13 @@ def compare_policies(
                 continue
             ret = _retained(s.retained)
             layout = ret.layout
-            cost = _side(s.cost, layout) if isinstance(s.cost, Pairing) else s.cost
-            out[a][k] = _Compared(ret, _side(s.length, layout), cost)
+            length = _side(s.length, layout)
+            if not isinstance(s.cost, Pairing):
+                out[a][k] = _Compared(ret, length, s.cost)
+                continue
+            rate = rate_tests(s.retained.ps, s.cost.ps, layout)
+            out[a][k] = _Compared(ret, length, _side(s.cost, layout), rate)
     return out
-
-
-def _percentile(reps: NDArray[np.float64], level: float) -> tuple[float | None, float | None]:
-    ok = reps[np.isfinite(reps)]
-    if ok.shape[0] < 2:
-        return None, None
-    lo, hi = np.quantile(ok, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
 
 
 def _figure(
@@ -394,7 +443,10 @@ def _figure(
     if ms is None or ms <= 0:
         return fig, None
     reps = 1000.0 * r.reps[:, i] / comp.cost.reps[:, i]
-    t_lo, t_hi = _percentile(reps, level)
+    rate = comp.rate[i] if comp.rate is not None else None
+    lo_ms, hi_ms = rate.interval(level) if rate is not None else (math.nan, math.nan)
+    t_lo = 1000.0 * lo_ms if math.isfinite(lo_ms) else None
+    t_hi = 1000.0 * hi_ms if math.isfinite(hi_ms) else None
     fig = dataclasses.replace(
         fig,
         round_ms=float(ms),
@@ -467,14 +519,18 @@ def _rate(side: ArmSide, cost: ArmSide | float) -> float | None:
 
 
 @dataclass(frozen=True)
-class _Candidates:
-    """An arm's supported depths and policies, as sides (retained; cost ms or a cost side)."""
+class Candidates:
+    """An arm's supported depths and policies, as sides.
+
+    ``depths``: per depth, its retained side and ms per round; ``policies``: per policy
+    (canonical), its retained side and its cost side (ms summed per (request, bucket)).
+    """
 
     depths: dict[int, tuple[ArmSide, float]]
     policies: dict[str, tuple[ArmSide, ArmSide]]
 
 
-def _candidates(res: ReplayResult, arm: Arm, opts: SweepOptions) -> _Candidates:
+def _candidates(res: ReplayResult, arm: Arm, opts: SweepOptions) -> Candidates:
     cost = opts.cost
     assert cost is not None
     depths: dict[int, tuple[ArmSide, float]] = {}
@@ -494,10 +550,10 @@ def _candidates(res: ReplayResult, arm: Arm, opts: SweepOptions) -> _Candidates:
         if isinstance(c, str):
             continue
         policies[rule.canonical] = (res.side(pa, name=pa.canonical), c)
-    return _Candidates(depths, policies)
+    return Candidates(depths, policies)
 
 
-def _best(cand: _Candidates, keep: NDArray[np.bool_] | None) -> tuple[int | None, str | None]:
+def _best(cand: Candidates, keep: NDArray[np.bool_] | None) -> tuple[int | None, str | None]:
     """Return the depth and the policy of most tokens/s on the requests ``keep`` (None: all)."""
 
     def on(s: ArmSide) -> ArmSide:
@@ -512,67 +568,192 @@ def _best(cand: _Candidates, keep: NDArray[np.bool_] | None) -> tuple[int | None
     return d, p
 
 
+def _margin(boot: BootstrapOptions, tokens_per_s: float, ms: float) -> float:
+    """Return the margin in tokens/s against a depth of ``tokens_per_s`` at ``ms`` per round.
+
+    A relative margin is a share of the depth's tokens/s; an absolute one is in tokens/round,
+    as everywhere, priced at the depth's ms per round.
+    """
+    margin = boot.margin
+    return margin.value * tokens_per_s if margin.relative else 1000.0 * margin.value / ms
+
+
+def _rows(dside: ArmSide, ms: float, pside: ArmSide, cside: ArmSide) -> NDArray[np.float64]:
+    """Return per request (ms·n, t_d, c_p, t_p): the depth's and the policy's (cost, retained).
+
+    A request's pieces (buckets) are summed: the request is the unit. Requests without rounds at
+    the depth are left out. Shape (r, 4), the (n_a, t_a, n_b, t_b) of
+    :func:`~specreplay.stats.cr2.paired_tests` with cost in ms in the place of rounds.
+    """
+    size = 1 + max(
+        (int(s.request.max()) for s in (dside, pside, cside) if s.request.size), default=-1
+    )
+
+    def per(s: ArmSide, v: NDArray[np.float64]) -> NDArray[np.float64]:
+        return np.bincount(s.request, weights=v, minlength=size)
+
+    n = per(dside, dside.n)
+    rows = np.stack([ms * n, per(dside, dside.t), per(cside, cside.t), per(pside, pside.t)], axis=1)
+    return np.ascontiguousarray(rows[n > 0])
+
+
+def _differing(rows: NDArray[np.float64]) -> int:
+    """Return how many requests differ between the policy and the depth (cost or retained).
+
+    Two figures differ when they are more than 1e-9 of themselves apart: rounding (a cost
+    summed as T0·n + C·Σ E[L] against ms(d)·n) is not a difference.
+    """
+    cost = np.abs(rows[:, 2] - rows[:, 0]) > 1e-9 * np.abs(rows[:, 0])
+    kept = np.abs(rows[:, 3] - rows[:, 1]) > 1e-9 * np.maximum(np.abs(rows[:, 1]), 1.0)
+    return int(np.count_nonzero(cost | kept))
+
+
+def _bounds(rows: NDArray[np.float64], level: float) -> tuple[float | None, ...]:
+    """Return Δ tokens/s's interval and Δ/tokens/s_depth's (lo, hi, rel_lo, rel_hi); None: NaN.
+
+    The default interval of a paired ratio of sums (:func:`~specreplay.stats.cr2.paired_tests`:
+    CR2, effective df, Hall) on the rows of :func:`_rows`: R_b − R_a is tokens per ms, and
+    R_b/R_a − 1 the relative gain. With fewer than 3 requests differing (or none off the
+    ratios) it has no bound to give (no depth limits tokens/s): NaN, so None.
+    """
+    d, rel = paired_tests(rows)
+    lo, hi = d.interval(level)
+    rlo, rhi = rel.interval(level)
+    out = (1000.0 * lo, 1000.0 * hi, rlo, rhi)
+    return tuple(float(x) if math.isfinite(x) else None for x in out)
+
+
 def _delta(
-    res: ReplayResult,
-    cand: _Candidates,
+    cand: Candidates,
     choice: tuple[int, str],
     keep: NDArray[np.bool_] | None,
-    opts: SweepOptions,
-    seed: int,
+    boot: BootstrapOptions,
+    *,
+    every_depth: bool = False,
 ) -> dict[str, Any]:
-    """Δ tokens/s (policy − depth) on the requests ``keep`` with its percentile interval."""
+    """Δ tokens/s (policy − depth) on the requests ``keep`` with its interval (:func:`_bounds`).
+
+    ``every_depth``: also the policy's Δ against every other depth of ``cand``, each with its
+    lower bounds and margin (``against``, the chosen depth first), and the requests that differ
+    between the policy and the chosen depth (``differing_requests``).
+    """
     d, k = choice
-    dside, ms = cand.depths[d]
     pside, cside = cand.policies[k]
     if keep is not None:
-        dside, pside, cside = (_restricted(s, keep) for s in (dside, pside, cside))
-    pairs = [
-        Pairing(res.paired(dside, pside), dside.name, pside.name),
-        Pairing(res.paired(dside, cside), dside.name, cside.name),
-    ]
-    ret, cost = resampled(pairs, opts.boot, seed)
-    assert ret.replicates is not None and cost.replicates is not None
-    rr = ret.replicates.sum(axis=(1, 2))  # pooled: (n_boot, 4) = n_a, t_a, n_b, t_b
-    cr = cost.replicates.sum(axis=(1, 2))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tps_d = 1000.0 * rr[:, 1] / rr[:, 0] / ms
-        tps_p = 1000.0 * (rr[:, 3] / rr[:, 2]) / (cr[:, 3] / cr[:, 2])
-    point_d = _rate(dside, ms)
+        pside, cside = _restricted(pside, keep), _restricted(cside, keep)
+    depths = [d, *(e for e in cand.depths if e != d)] if every_depth else [d]
+    against = []
+    for e in depths:
+        side, ms = cand.depths[e]
+        side = _restricted(side, keep) if keep is not None else side
+        rows = _rows(side, ms, pside, cside)
+        point = _rate(side, ms)
+        assert point is not None
+        lo, hi, rlo, rhi = _bounds(rows, boot.level)
+        m = _margin(boot, point, ms)
+        against.append(
+            {"depth": e, "lo": lo, "hi": hi, "rel_lo": rlo, "rel_hi": rhi, "margin_tokens_per_s": m}
+        )
+        if e == d:
+            point_d, n_req, k_diff = point, rows.shape[0], _differing(rows)
     point_p = _rate(pside, cside)
-    assert point_d is not None and point_p is not None
-    lo, hi = _percentile(tps_p - tps_d, opts.boot.level)
-    return {
+    assert point_p is not None
+    first = against[0]
+    out: dict[str, Any] = {
         "policy": k,
         "depth": d,
         "tokens_per_s_policy": point_p,
         "tokens_per_s_depth": point_d,
         "delta_tokens_per_s": point_p - point_d,
-        "lo": lo,
-        "hi": hi,
-        "n_requests": int(np.unique(dside.request).shape[0]),
+        "lo": first["lo"],
+        "hi": first["hi"],
+        "rel_lo": first["rel_lo"],
+        "rel_hi": first["rel_hi"],
+        "n_requests": n_req,
+        "interval_method": METHOD,
     }
+    if every_depth:
+        out["against"] = [
+            {x: a[x] for x in ("depth", "lo", "rel_lo", "margin_tokens_per_s")} for a in against
+        ]
+        out["differing_requests"] = k_diff
+    return out
 
 
-def _verdict(delta: dict[str, Any], ms: float, opts: SweepOptions) -> tuple[float, str]:
-    """Return the margin in tokens/s and the verdict (module docstring).
+def _clears(a: dict[str, Any], margin: Margin, side: str) -> bool:
+    """Whether the ``side`` (``lo`` or ``hi``) bound of ``a`` is beyond the margin (above/below)."""
+    x = a[f"rel_{side}"] if margin.relative else a[side]
+    if x is None:
+        return False
+    m = margin.value if margin.relative else a["margin_tokens_per_s"]
+    return bool(x > m) if side == "lo" else bool(x < m)
 
-    A relative margin is a share of the depth's held-out tokens/s; an absolute one is in
-    tokens/round, as everywhere, priced at the depth's ms per round.
+
+def _verdict(held: dict[str, Any], margin: Margin) -> tuple[float, str, str | None]:
+    """Return the margin in tokens/s, the verdict and why it is INCONCLUSIVE by rule (or None).
+
+    **PAYS** when the lower bound of Δ against *every* supported depth exceeds that depth's
+    margin (an intersection–union test: each at the interval's level, no adjustment; Berger
+    1982), so a depth chosen by chance on the selection half cannot make a policy pay;
+    **DOES NOT PAY** when the upper bound against the chosen depth is below its margin (the best
+    depth has at least its tokens/s). A relative margin is read on Δ/tokens/s_depth, an absolute
+    one on Δ. INCONCLUSIVE by rule, whatever the intervals, when the held-out half has fewer than
+    :data:`~specreplay.stats.cr2.MIN_REQUESTS` requests, when fewer than
+    :data:`~specreplay.stats.cr2.MIN_DIFFERING` of them differ between the policy and the
+    chosen depth, or when they do not vary (every held-out request alike).
     """
-    margin = opts.boot.margin
-    m = (
-        margin.value * delta["tokens_per_s_depth"]
-        if margin.relative
-        else 1000.0 * margin.value / ms
-    )
-    lo, hi = delta["lo"], delta["hi"]
-    if lo is None or hi is None:
-        return m, "INCONCLUSIVE"
-    if lo > m:
-        return m, "PAYS"
-    if hi < m:
-        return m, "DOES NOT PAY"
-    return m, "INCONCLUSIVE"
+    first = held["against"][0]
+    m = first["margin_tokens_per_s"]
+    n, k = held["n_requests"], held["differing_requests"]
+    if n < MIN_REQUESTS:
+        return m, "INCONCLUSIVE", f"{n} held-out requests < {MIN_REQUESTS}"
+    if k < MIN_DIFFERING:
+        why = f"{k} held-out requests differ between the policy and the depth < {MIN_DIFFERING}"
+        return m, "INCONCLUSIVE", why
+    lo, hi = held["lo"], held["hi"]
+    if lo is None or hi is None or hi - lo <= 1e-9 * abs(held["tokens_per_s_depth"]):
+        return m, "INCONCLUSIVE", "every held-out request alike: no interval"
+    if all(_clears(a, margin, "lo") for a in held["against"]):
+        return m, "PAYS", None
+    if _clears({**first, "hi": hi, "rel_hi": held["rel_hi"]}, margin, "hi"):
+        return m, "DOES NOT PAY", None
+    return m, "INCONCLUSIVE", None
+
+
+def held_out_choice(
+    cand: Candidates, held: NDArray[np.bool_], boot: BootstrapOptions
+) -> dict[str, Any]:
+    """Return one arm's held-out verdict and in-sample figure (module docstring).
+
+    ``held``: per request code, whether it is in the held-out half. Without a choice, the one
+    key ``null_reason`` says why.
+    """
+    d_sel, p_sel = _best(cand, ~held)
+    if d_sel is None or p_sel is None:
+        why = "no supported fixed depth" if d_sel is None else "no supported policy"
+        return {"null_reason": f"{why} on the selection half"}
+    n_held = int(held[np.unique(cand.depths[d_sel][0].request)].sum())
+    if n_held < 2:
+        return {"null_reason": f"{n_held} requests in the held-out half"}
+    held_out = _delta(cand, (d_sel, p_sel), held, boot, every_depth=True)
+    m, verdict, reason = _verdict(held_out, boot.margin)
+    d_all, p_all = _best(cand, None)
+    assert d_all is not None and p_all is not None
+    in_sample = _delta(cand, (d_all, p_all), None, boot)
+    return {
+        "selected_policy": p_sel,
+        "selected_depth": d_sel,
+        "held_out": {
+            **held_out,
+            "margin_tokens_per_s": m,
+            "verdict": verdict,
+            "verdict_reason": reason,
+        },
+        "in_sample": {
+            **in_sample,
+            "label": "ESTIMATED (in-sample: chosen and measured on the same requests)",
+        },
+    }
 
 
 def policy_choice(
@@ -587,30 +768,5 @@ def policy_choice(
             out.append({**entry, "null_reason": "the choice needs a cost model (--cost)"})
             continue
         cand = _candidates(res, arm, opts)
-        d_sel, p_sel = _best(cand, ~held)
-        if d_sel is None or p_sel is None:
-            why = "no supported fixed depth" if d_sel is None else "no supported policy"
-            out.append({**entry, "null_reason": f"{why} on the selection half"})
-            continue
-        n_held = int(held[np.unique(res.side(arm).request)].sum())
-        if n_held < 2:
-            out.append({**entry, "null_reason": f"{n_held} requests in the held-out half"})
-            continue
-        held_out = _delta(res, cand, (d_sel, p_sel), held, opts, res.seed + 1)
-        m, verdict = _verdict(held_out, cand.depths[d_sel][1], opts)
-        d_all, p_all = _best(cand, None)
-        assert d_all is not None and p_all is not None
-        in_sample = _delta(res, cand, (d_all, p_all), None, opts, res.seed + 2)
-        out.append(
-            {
-                **entry,
-                "selected_policy": p_sel,
-                "selected_depth": d_sel,
-                "held_out": {**held_out, "margin_tokens_per_s": m, "verdict": verdict},
-                "in_sample": {
-                    **in_sample,
-                    "label": "ESTIMATED (in-sample: chosen and measured on the same requests)",
-                },
-            }
-        )
+        out.append({**entry, **held_out_choice(cand, held, opts.boot)})
     return out

@@ -85,7 +85,7 @@ PLOT_CAPTIONS: dict[str, str] = {
     "depths.png": "R (and, with a cost model, tokens/s) by fixed depth per arm, with 95%"
     " intervals; ring: the arm's own depth.",
     "policies.png": "Adaptive drafting per arm, pooled: tokens/s (ESTIMATED) against the"
-    " threshold τ of each stop rule drawn, with its 95% percentile interval as a band; dashed: the"
+    " threshold τ of each stop rule drawn, with its 95% interval as a band; dashed: the"
     " best fixed depth's tokens/s; dash-dot: each depth-by-bucket policy's.",
     "screen.png": "Screened tokens/s by draft depth per batch x context cell; band: the assumption"
     " envelope.",

@@ -6,7 +6,7 @@ Two functions, as every plot: :func:`policy_series` picks the figures drawn from
 (what the tests check), :func:`policy_figure` draws them. One panel per arm, pooled cell:
 
 - each stop rule family at each maximum depth D (``stop-below:τ@D``, ``stop-cum:τ@D``) is one
-  line of tokens/s (ESTIMATED) against τ, with its 95% percentile interval as a band;
+  line of tokens/s (ESTIMATED) against τ, with its 95% interval as a band;
 - the arm's best fixed depth (``Cell.best_depth``, the most tokens/s) is a dashed horizontal
   reference line, its interval a light grey band: a policy pays only above it;
 - each ``depth-by-bucket`` policy (no τ) is a dash-dot horizontal line with its interval as an
@@ -164,7 +164,7 @@ def policy_caption(result: Result) -> str:
     if curves:
         parts.append(
             f"tokens/s (ESTIMATED) against the threshold τ of {', '.join(curves)}, one line each "
-            "with its 95% percentile interval as a band"
+            "with its 95% interval as a band"
         )
     if any(p.depth is not None for p in panels):
         parts.append("dashed: the best fixed depth's tokens/s, its interval a grey band")
@@ -265,7 +265,7 @@ def policy_figure(result: Result) -> Any:
         _panel(ax, panel)
     used = result.options.get("estimator_used")
     fig.suptitle(
-        f"Adaptive drafting: tokens/s (ESTIMATED, 95% percentile intervals) against τ ({used})\n"
+        f"Adaptive drafting: tokens/s (ESTIMATED, 95% intervals) against τ ({used})\n"
         "a policy pays only above the best fixed depth (its held-out verdict: TABLES.md)",
         fontsize=9,
     )

@@ -6,14 +6,15 @@ Per arm, two sections follow its depth table:
 
 - **policies, pooled**: one row per policy (``Cell.policies``, in ``--policy`` order) with E[L]
   (positions drafted per round) and R (retained tokens per round), both SIMULATED, R's interval as
-  the depths' (studentized, requests as clusters); with ``--cost``, tokens/s (ESTIMATED) with the
-  percentile interval of its joint replicates, and P(best) over the arm's depths and policies
-  together. A last row repeats the best fixed depth, the line a policy has to beat. A policy that
-  cannot be computed reads ``UNSUPPORTED`` or ``—`` with its reason in the note column, as a depth
-  does.
+  the depths' (studentized, requests as clusters); with ``--cost``, tokens/s (ESTIMATED) with R's
+  default interval (cr2-eff-hall, each request's cost in the place of its rounds), and P(best)
+  over the arm's depths and policies together. A last row repeats the best fixed depth, the line
+  a policy has to beat. A policy that cannot be computed reads ``UNSUPPORTED`` or ``—`` with its
+  reason in the note column, as a depth does.
 - **held-out choice** (``extra["policy_choice"]``, ESTIMATED): the policy and the fixed depth
-  chosen on the selection half, Δ tokens/s = policy − depth on the held-out half with its interval,
-  the margin in tokens/s and the verdict (PAYS / DOES NOT PAY / INCONCLUSIVE); beside it the
+  chosen on the selection half, Δ tokens/s = policy − depth on the held-out half with its default
+  interval, the margin in tokens/s and the verdict (PAYS / DOES NOT PAY / INCONCLUSIVE, with the
+  rule that forced an INCONCLUSIVE); beside it the
   in-sample row (chosen and measured on every request), labelled in-sample, with no verdict.
 
 Per-cell policy figures are in results.json (``cells[].policies``) and
@@ -122,7 +123,7 @@ def _policy_table(result: Result, arm: str) -> list[str]:
     if (ref := _best_depth_row(pooled, arm)) is not None:
         rows.append(ref)
     how = (
-        "R and E[L] SIMULATED; tokens/s ESTIMATED (percentile interval of the joint replicates); "
+        "R and E[L] SIMULATED; tokens/s ESTIMATED (default interval, cost in the place of rounds); "
         "P(best) over depths and policies together"
         if cost
         else "R and E[L] SIMULATED; no tokens/s without a cost model (--cost)"
@@ -164,6 +165,12 @@ def _choice_row(name: str, fig: dict[str, Any], verdict: str, label: str) -> lis
     ]
 
 
+def _verdict_text(held: dict[str, Any]) -> str:
+    """Return the held-out verdict, with the rule that forced an INCONCLUSIVE in brackets."""
+    verdict, why = str(held.get("verdict", "—")), held.get("verdict_reason")
+    return f"{verdict} ({why})" if why else verdict
+
+
 def _choice_table(result: Result, arm: str) -> list[str]:
     entry = choice_entry(result, arm)
     if entry is None:
@@ -174,7 +181,7 @@ def _choice_table(result: Result, arm: str) -> list[str]:
         return ["", head, "", f"— ({entry.get('null_reason') or 'no held-out figure'})"]
     label = str(entry.get("label", "ESTIMATED"))
     rows = [
-        _choice_row("held-out", held, str(held.get("verdict", "—")), label),
+        _choice_row("held-out", held, _verdict_text(held), label),
         _choice_row("in-sample", ins, "— (no verdict in-sample)", str(ins.get("label", "—"))),
     ]
     return [
@@ -184,8 +191,10 @@ def _choice_table(result: Result, arm: str) -> list[str]:
         f"Chosen on the selection half of the requests (split by a hash of the request key): "
         f"policy {entry.get('selected_policy')} against fixed depth {entry.get('selected_depth')}, "
         "the most tokens/s of each kind there; the held-out half measures Δ tokens/s = policy − "
-        "depth with its 95% percentile interval. Verdict at margin m (tokens/s): PAYS when "
-        "Δ_lo > +m, DOES NOT PAY when Δ_hi < +m, else INCONCLUSIVE.",
+        "depth with its 95% default interval (cr2-eff-hall, requests as clusters). Verdict at "
+        "margin m (tokens/s): PAYS when Δ_lo > +m against every supported fixed depth, DOES NOT "
+        "PAY when Δ_hi < +m against the chosen one, else INCONCLUSIVE; INCONCLUSIVE by rule "
+        "under 50 held-out requests or 3 requests where the policy and the depth differ.",
         "",
         markdown_table(CHOICE_HEADER, rows),
         "",
@@ -204,7 +213,7 @@ def choice_verdict(result: Result, arm: str) -> str | None:
         return f"pooled, {arm}, best policy against best fixed depth: — ({why})"
     return (
         f"pooled, {arm}, best policy against best fixed depth on {held['n_requests']:,} held-out "
-        f"requests: **{held['verdict']}** ({held['policy']} against depth {held['depth']}), Δ "
+        f"requests: **{_verdict_text(held)}** ({held['policy']} against depth {held['depth']}), Δ "
         f"{_signed(held['delta_tokens_per_s'])} tokens/s [{_signed(held['lo'])}, "
         f"{_signed(held['hi'])}] at margin {fmt(held['margin_tokens_per_s'], 1)} tokens/s "
         f"({entry.get('label', 'ESTIMATED')}); in-sample Δ {_signed(ins['delta_tokens_per_s'])} "
