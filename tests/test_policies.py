@@ -23,6 +23,7 @@ from specreplay.replay.archive.reader import ArchiveReader
 from specreplay.replay.archive.synthetic import synth_frames
 from specreplay.replay.estimators import get_estimator
 from specreplay.replay.estimators.base import RoundValues
+from specreplay.replay.estimators.policies import remember_fixed
 from specreplay.sim.arms import Arm, parse_arm
 from specreplay.sim.drafting import parse_policy
 from specreplay.sim.policy import LawCache, arm_laws
@@ -292,3 +293,36 @@ def test_montecarlo_and_tiny_cumulative_tau_are_refused(synth_batch: RoundBatch)
         _run(synth_batch, _policy("top32:t0.7@5", "stop-below:0.1@5"), "montecarlo")
     with pytest.raises(SpecReplayError, match="needs --estimator importance"):
         _run(synth_batch, _policy("top32:t0.7@5", "stop-cum:1e-7@5"))
+
+
+@pytest.mark.parametrize("estimator", ["analytic", "importance"])
+@pytest.mark.parametrize("policy", ["stop-below:0.3@4", "stop-cum:0.2@4", "depth-by-bucket:>=0=3"])
+def test_the_pass_fixed_arm_serves_the_policy_to_the_bit(
+    synth_batch: RoundBatch, estimator: str, policy: str
+) -> None:
+    """A policy started from the pass's own replay of its base arm (wider, another seed) equals
+    one that replays the base arm itself: the engine's values are reused, not recomputed."""
+    arm = parse_arm("top32:t0.7@5")
+    rule = parse_policy(policy)
+    logging = parse_arm(LOGGING) if estimator == "importance" else None
+    est = get_estimator(estimator)
+
+    def replay(cache: LawCache, a: Arm, seed: int = 0) -> RoundValues:
+        return est.rounds(synth_batch, a, cache, seed=seed, replicates=0, max_depth=5,
+                          logging=logging)  # fmt: skip
+
+    fresh = LawCache(synth_batch.offsets, synth_batch.draft_logprobs)
+    served = LawCache(synth_batch.offsets, synth_batch.draft_logprobs)
+    base = arm.at_depth(rule.max_depth)
+    remember_fixed(served, estimator, base, logging, replay(served, base, seed=7))
+    assert ("fixed", estimator, base, logging) in served.memo
+    for length in (False, True):
+        pa = arm.with_rule(rule, length=length)
+        a, b = replay(fresh, pa), replay(served, pa)
+        for x, y in ((a.t, b.t), (a.surv, b.surv), (a.depth, b.depth)):
+            assert x.tobytes() == y.tobytes()
+    # a ruled arm and Monte Carlo are never kept
+    remember_fixed(served, "montecarlo", base, logging, replay(served, base))
+    remember_fixed(served, estimator, arm.with_rule(rule), logging, replay(served, base))
+    assert not any(k[1] == "montecarlo" or k[2].rule is not None for k in served.memo
+                   if isinstance(k, tuple) and k[0] == "fixed")  # fmt: skip

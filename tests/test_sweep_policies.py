@@ -20,9 +20,11 @@ from archive_factory import write_parquet
 from typer.testing import CliRunner
 
 from specreplay.cli import app
+from specreplay.pipelines.builders import write_synth_archive
 from specreplay.pipelines.options import BootstrapOptions
 from specreplay.pipelines.policies import Candidates, _half, held_out_choice, rate_tests
 from specreplay.replay.paired import ArmSide, RequestCodes, pair_sides
+from specreplay.replay.scan import no_progress
 from specreplay.stats.buckets import Buckets
 from specreplay.stats.cells import cell_layout
 from specreplay.stats.cr2 import ratio_test
@@ -379,3 +381,44 @@ def test_the_shard_cache_keys_by_the_policy(tmp_path: Path) -> None:
     assert p2["E_L"] == p4["E_L"] == 1.0
     reports = [d["replay_backend"]["cache"] for d in (first, second, again)]
     assert [r["reused"] for r in reports] == [0, 0, 1], reports
+
+
+def test_a_never_stopping_policy_is_the_fixed_depth_in_every_cell(tmp_path: Path) -> None:
+    """τ = 0 drafts D every round: in every cell (pooled, family, bucket, family × bucket) its R,
+    R's interval, tokens/s and tokens/s's interval are depth D's, which compare() computes on
+    its own path; a policy's cell sums taken from the wrong (family, bucket) blocks fail."""
+    archive = tmp_path / "synth"
+    write_synth_archive(archive, 60, 6, 60, 3, no_progress, depth=5)
+    out = tmp_path / "o"
+    res = CliRunner().invoke(
+        app,
+        [
+            *("sweep", str(archive), "--arm", "top32:t0.7@5", "--depths", "1..5"),
+            *("--estimator", "analytic", "--cost", "linear:1:0.05", "--out", str(out), "-q"),
+            *("--n-boot", "300", "--policy", "stop-below:0@5", "--policy", "stop-cum:0@5"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "results.json").read_text())
+    levels = {c["level"] for c in doc["cells"]}
+    assert {"pooled", "family", "bucket", "family×bucket"} <= levels
+    checked = 0
+    for cell in doc["cells"]:
+        d5 = next(d for d in cell["depths"] if d["depth"] == 5)
+        if d5["R"] is None:
+            continue
+        # a depth's R interval is clipped to [1, D + 1] (then its tokens/s's is too); a policy's
+        # tokens/s interval is not (its cost is random) and is null under 3 requests off the ratio
+        clipped = d5["lo"] <= 1.0 or d5["hi"] >= 6.0
+        keys = ("R", "lo", "hi", "tokens_per_s") + (
+            () if clipped else ("tokens_per_s_lo", "tokens_per_s_hi")
+        )
+        for p in cell["policies"]:
+            for key in keys:
+                if d5[key] is None:
+                    assert p[key] is None, (cell["level"], key)
+                else:
+                    assert p[key] == pytest.approx(d5[key], rel=1e-9), (cell["level"], key)
+            assert p["E_L"] == pytest.approx(5.0, rel=1e-12)
+            checked += 1
+    assert checked >= 2 * 12

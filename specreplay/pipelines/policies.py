@@ -296,21 +296,37 @@ class _Side:
     reps: NDArray[np.float64]
 
 
+def _membership(ps: PairedSums, layout: Sequence[Any]) -> NDArray[np.float64]:
+    """Return (families × buckets, cells): 1 where the (family, bucket) block is in the cell."""
+    n_b = len(ps.buckets)
+    m = np.zeros((len(ps.families), n_b, len(layout)))
+    for ci, cell in enumerate(layout):
+        m[np.ix_(np.asarray(cell.fam_idx), np.asarray(cell.bucket_idx), [ci])] = 1.0
+    return m.reshape(-1, len(layout))
+
+
+def _piece_cells(ps: PairedSums, layout: Sequence[Any]) -> NDArray[np.bool_]:
+    """Return (cells, pieces): whether each piece (request × bucket) lies in each cell."""
+    m = _membership(ps, layout).reshape(len(ps.families), len(ps.buckets), len(layout))
+    fam = ps.family[ps.piece_request].astype(np.int64)
+    return np.ascontiguousarray(m[fam, ps.piece_bucket].T > 0)
+
+
 def _side(p: Pairing, layout: Sequence[Any]) -> _Side:
-    """Return side b's R and replicates in each cell of ``layout`` (the retained comparison's)."""
-    point = point_sums(p.ps)
+    """Return side b's R and replicates in each cell of ``layout`` (the retained comparison's).
+
+    Each cell's sums are one product with the membership of its (family, bucket) blocks: one
+    matrix product for every cell and replicate.
+    """
     reps = p.replicates
     assert reps is not None
+    m = _membership(p.ps, layout)
+    n, t = point_sums(p.ps)[..., 2:].reshape(-1, 2).T @ m
+    out_r = [float(ti / ni) if ni > 0 else None for ni, ti in zip(n, t, strict=True)]
     n_boot = reps.shape[0]
-    out_r: list[float | None] = []
-    out_reps = np.full((n_boot, len(layout)), np.nan)
-    for ci, cell in enumerate(layout):
-        fi, bi = np.asarray(cell.fam_idx), np.asarray(cell.bucket_idx)
-        n, t = point[np.ix_(fi, bi)].reshape(-1, 4).sum(axis=0)[2:]
-        out_r.append(float(t / n) if n > 0 else None)
-        s = reps[:, fi][:, :, bi].reshape(n_boot, -1, 4).sum(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out_reps[:, ci] = np.where(s[:, 2] > 0, s[:, 3] / s[:, 2], np.nan)
+    s = np.einsum("nkc,kj->cnj", reps[..., 2:].reshape(n_boot, -1, 2), m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out_reps = np.where(s[0] > 0, s[1] / s[0], np.nan)
     return _Side(out_r, out_reps)
 
 
@@ -338,12 +354,10 @@ def _retained(p: Pairing) -> _Retained:
         ps.families, ps.buckets, bucket_cells=user_b, pooled_buckets=range(len(ps.buckets))
     )
     side = _side(p, layout)
-    fam_of_piece = ps.family[ps.piece_request].astype(np.int64)
     depth = ps.depths[1] if ps.depths is not None else None
     tests: list[TTest | None] = []
     why: list[str | None] = []
-    for cell in layout:
-        in_cell = np.isin(fam_of_piece, cell.fam_idx) & np.isin(ps.piece_bucket, cell.bucket_idx)
+    for cell, in_cell in zip(layout, _piece_cells(ps, layout), strict=True):
         req = ps.piece_request[in_cell]
         n = np.bincount(req, weights=ps.n_b[in_cell], minlength=ps.n_requests)
         t = np.bincount(req, weights=ps.t_b[in_cell], minlength=ps.n_requests)
@@ -368,11 +382,9 @@ class _Compared:
 
 
 def _per_request(
-    ps: PairedSums, values: NDArray[np.float64], cell: StatsCell
+    ps: PairedSums, values: NDArray[np.float64], inside: NDArray[np.bool_]
 ) -> NDArray[np.float64]:
-    """Return each request's sum of ``values`` (one per piece) over its pieces in ``cell``."""
-    fam = ps.family[ps.piece_request]
-    inside = np.isin(fam, cell.fam_idx) & np.isin(ps.piece_bucket, cell.bucket_idx)
+    """Return each request's sum of ``values`` (one per piece) over its pieces ``inside``."""
     return np.bincount(ps.piece_request[inside], weights=values[inside], minlength=ps.n_requests)
 
 
@@ -391,8 +403,10 @@ def rate_tests(
     requests.
     """
     out: list[TTest | None] = []
-    for cell in cells:
-        t, c = _per_request(retained, retained.t_b, cell), _per_request(cost, cost.t_b, cell)
+    in_t, in_c = _piece_cells(retained, cells), _piece_cells(cost, cells)
+    for i in range(len(cells)):
+        t = _per_request(retained, retained.t_b, in_t[i])
+        c = _per_request(cost, cost.t_b, in_c[i])
         keep = c > 0
         out.append(ratio_test(c[keep], t[keep], depth=None) if keep.any() else None)
     return out

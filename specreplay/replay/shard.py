@@ -45,6 +45,7 @@ from specreplay.replay.archive.reader import ArchiveReader, FileInfo, changed_pa
 from specreplay.replay.archive.sources import ArchiveFile, format_location
 from specreplay.replay.estimators import get_estimator
 from specreplay.replay.estimators.base import RoundValues
+from specreplay.replay.estimators.policies import remember_fixed
 from specreplay.replay.lawsample import LawSample
 from specreplay.replay.measured import MeasuredAccumulator, merge_measured, reindex_measured
 from specreplay.replay.tails import RatioTail, TailAccumulator
@@ -362,6 +363,7 @@ class _EstimatorRun:
                 max_depth=opts.max_depth,
                 logging=ctx.logging,
             )
+        remember_fixed(ctx.cache, self.name, arm, ctx.logging, v)
         keys, row_request = ctx.keys, ctx.row_request
         with stage("accumulating"):
             if v.flag.any():

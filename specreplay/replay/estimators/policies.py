@@ -61,7 +61,7 @@ from specreplay.sim.arms import Arm
 from specreplay.sim.drafting import DepthByBucket, StopRule
 from specreplay.sim.policy import LawCache
 
-__all__ = ["MIN_CUM_TAU", "SortedRows", "policy_rounds", "sorted_rows"]
+__all__ = ["MIN_CUM_TAU", "SortedRows", "policy_rounds", "remember_fixed", "sorted_rows"]
 
 MIN_CUM_TAU = 1e-6
 """The smallest ``stop-cum`` τ the analytic enumeration takes (up to 1/τ atoms per position)."""
@@ -350,15 +350,34 @@ def _values(n: int, width: int, base: RoundValues) -> tuple[RoundValues, RoundVa
     return one(), one()
 
 
+def remember_fixed(
+    cache: LawCache, estimator: str, arm: Arm, logging: Arm | None, v: RoundValues
+) -> None:
+    """Keep a fixed-depth arm's values, replayed by the pass, for the policies drafting with it.
+
+    A policy with maximum depth D starts from its sampler at the fixed depth D
+    (:func:`policy_rounds`); the sweep's pass replays that arm anyway, so the engine hands its
+    values here and the policy does not replay it again. Only the estimators policies use
+    (exact given the laws: no seed, no replicates) and arms without a rule are kept; the
+    values may be wider than D (the pass's width): :func:`policy_rounds` resizes them.
+    """
+    if arm.rule is None and estimator in ("analytic", "importance"):
+        cache.memo.setdefault(("fixed", estimator, arm, logging), v)
+
+
 def _fixed(
     batch: RoundBatch, arm: Arm, cache: LawCache, est: Estimator, width: int, logging: Arm | None
 ) -> RoundValues:
-    """Return the arm's sampler at the fixed depth ``width`` (memoized for all its rules)."""
+    """Return the arm's sampler at the fixed depth ``width`` (memoized for all its rules).
+
+    Its values may come wider from the pass (:func:`remember_fixed`): cut to ``width`` (an
+    estimator may count the positions a round records up to the pass's width, past D).
+    """
     base = arm.at_depth(width)
     key = ("fixed", est.name, base, logging)
     got = cache.memo.get(key)
     if isinstance(got, RoundValues):
-        return got
+        return _resized(got, width)
     v = est.rounds(batch, base, cache, seed=0, replicates=0, max_depth=width, logging=logging)
     cache.memo[key] = v
     return v
