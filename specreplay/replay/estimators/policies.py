@@ -171,6 +171,32 @@ def _cut(q: NDArray[np.float64], lo: int, hi: int, tau: float) -> int:
     return a
 
 
+@njit(inline="always", cache=True)
+def _put(
+    r: int,
+    j: int,
+    s: float,
+    lk: float,
+    acc: float,
+    tl: float,
+    t: NDArray[np.float64],
+    surv: NDArray[np.float64],
+    lt: NDArray[np.float64],
+    ls: NDArray[np.float64],
+) -> tuple[float, float]:
+    """Write position j of round r: P(A ≥ j+1) = s and P(L ≥ j+1) = lk with their running sums.
+
+    ``t`` and ``lt`` are the running sums 1 + Σ P(A ≥ k) and Σ P(L ≥ k); returns them updated.
+    """
+    acc += s
+    surv[r, j] = s
+    t[r, j] = acc
+    tl += lk
+    ls[r, j] = lk
+    lt[r, j] = tl
+    return acc, tl
+
+
 @njit(parallel=True, cache=True)
 def _stop_below_analytic(
     offsets: NDArray[np.int64],
@@ -201,13 +227,7 @@ def _stop_below_analytic(
             row = a0 + j
             lo = offsets[row]
             hi = offsets[row + 1]
-            nxt = c_prod * alpha[row]
-            acc += nxt
-            surv[r, j] = nxt
-            t[r, j] = acc
-            ls[r, j] = m_prod
-            tl += m_prod
-            lt[r, j] = tl
+            acc, tl = _put(r, j, c_prod * alpha[row], m_prod, acc, tl, t, surv, lt, ls)
             k = _cut(sq, lo, hi, tau)
             if k == hi - lo:  # every candidate continues: c = α, m = 1
                 c_prod = c_prod * alpha[row]
@@ -259,13 +279,7 @@ def _stop_cum_analytic(
                 for i in range(n_atoms):
                     reach_a += buf[cur, 1, i]
                     reach_q += buf[cur, 2, i]
-                nxt = reach_a * alpha[row]
-                acc += nxt
-                surv[r, j] = nxt
-                t[r, j] = acc
-                tl += reach_q
-                ls[r, j] = reach_q
-                lt[r, j] = tl
+                acc, tl = _put(r, j, reach_a * alpha[row], reach_q, acc, tl, t, surv, lt, ls)
                 new = 1 - cur
                 m = 0
                 for i in range(n_atoms):
@@ -325,13 +339,8 @@ def _weighted(
         tl = 0.0
         for j in range(depth[r]):
             s = base_surv[r, j] * cont[r, j]
-            acc += s
-            surv[r, j] = s
-            t[r, j] = acc
             lk = cont[r, j] * (base_ratio[r, j - 1] if j > 0 else 1.0)
-            tl += lk
-            ls[r, j] = lk
-            lt[r, j] = tl
+            acc, tl = _put(r, j, s, lk, acc, tl, t, surv, lt, ls)
 
 
 def _values(n: int, width: int, base: RoundValues) -> tuple[RoundValues, RoundValues]:
