@@ -215,3 +215,29 @@ def test_the_readme_example_is_the_requalify_example(
     flat = " ".join(printed.replace("|", " ").split())  # table cells quoted as one figure
     for q in quoted:
         assert " ".join(q.split()) in flat, q
+
+
+def test_policy_example_runs(requalify_example: tuple[Path, list[Any]]) -> None:
+    """``sweep --policy`` (issue 14) on the documented demo archive prints what the text quotes."""
+    section = COMMANDS[COMMANDS.index("### Policies") :]
+    block = re.search(r"```bash\n(specreplay sweep demo-archive.*?)```", section, re.S)
+    assert block is not None
+    folder, _ = requalify_example
+    res = _run_in(folder, block.group(1).replace("\\\n", " ").strip())
+    assert res.exit_code == 0, res.output
+    prose = section[block.end() : section.index("\n\n", block.end() + 2)]
+    quoted = re.findall(r"`([^`]+)`", prose)
+    assert quoted[0] == "DOES NOT PAY" and len(quoted) == 4, quoted
+    held = next(ln for ln in res.stdout.splitlines() if ln.startswith("| held-out"))
+    ins = next(ln for ln in res.stdout.splitlines() if ln.startswith("| in-sample"))
+    cells = [c.strip() for c in held.split("|")[1:-1]]
+    assert cells[1] == "stop-below:0.5@5" and cells[2] == "5"
+    assert cells[3] == quoted[1] and cells[6] == quoted[2] and cells[8] == quoted[0]
+    assert ins.split("|")[7].strip() == quoted[3]
+    doc = json.loads((folder / "specreplay-out" / "sweep" / "results.json").read_text())
+    assert doc["options"]["policies"] == [
+        *(f"stop-below:{t}@5" for t in ("0.05", "0.1", "0.2", "0.3", "0.4", "0.5")),
+        "depth-by-bucket:<4K=5/>=4K=3",
+    ]
+    (choice,) = doc["policy_choice"]
+    assert choice["held_out"]["verdict"] == "DOES NOT PAY" and choice["selected_depth"] == 5
