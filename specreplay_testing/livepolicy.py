@@ -60,17 +60,11 @@ from numpy.typing import NDArray
 from specreplay.replay.archive.batch import RoundBatch
 from specreplay.sim.arms import Arm, parse_arm
 from specreplay.sim.drafting import DraftRule, StopRule, parse_policy
-from specreplay.sim.live import LiveStarts, arm_codes
-from specreplay.sim.policy import HIST_BINS, policy_row, quantize_row
-from specreplay.sim.rng import uniform
+from specreplay.sim.live import LiveStarts, arm_codes, live_position
+from specreplay.sim.policy import HIST_BINS
 from specreplay.sim.synth import SynthConfig, logging_arm_name
 from specreplay.sim.toy import (
-    STREAM_ACCEPT_I64,
-    STREAM_DRAFT_I64,
     ToyPair,
-    draw_cdf,
-    position_laws,
-    state_key_kernel,
     surprise_step,
 )
 from specreplay_testing.livetruth import (
@@ -107,32 +101,6 @@ __all__ = [
 
 
 @njit(cache=True)
-def _law(
-    lp: NDArray[np.float64],
-    policy: NDArray[np.float64],
-    quant: NDArray[np.int64],
-    verifier: bool,
-    scratch_q: NDArray[np.float64],
-    out_q: NDArray[np.float64],
-    out_m: NDArray[np.int64],
-    key: NDArray[np.float64],
-    order: NDArray[np.int64],
-    hist: NDArray[np.int64],
-) -> None:
-    """Write the arm's sampler (``verifier`` False) or verifier law of one position into out_q.
-
-    ``lp`` float64 (n,): the candidates' draft log-probabilities; ``policy`` float64 (4,) and
-    ``quant`` int64 (7,) as :class:`~specreplay.sim.live.ArmCodes`; the rest is scratch.
-    """
-    policy_row(lp, policy[0] != 0.0, np.int64(policy[1]), policy[2], policy[3], scratch_q, 0)
-    o = 3 if verifier else 0
-    n = lp.shape[0]
-    quantize_row(
-        scratch_q, 0, n, quant[o], quant[o + 1], quant[o + 2], out_q, out_m, key, order, hist
-    )
-
-
-@njit(cache=True)
 def _one_path(
     start: NDArray[np.int64],
     seed: np.uint64,
@@ -158,19 +126,10 @@ def _one_path(
     fam, ctx0, a, b = start[0], start[1], start[2], start[3]
     surprise = 0.0
     for j in range(1, q_out.shape[0] + 1):
-        ctx = ctx0 + j - 1
-        skey = state_key_kernel(fam, ctx, a, b)
-        position_laws(skey, fam, ctx, np.int64(j), surprise, fp, gp, ids, p, logq1, cand)
-        for c in range(cand.shape[0]):
-            lp[c] = logq1[cand[c]]
-        _law(lp, policy, quant, False, work, qs, ms, key, order, hist)
-        if quant[6] == 0:
-            _law(lp, policy, quant, True, work, qv, ms, key, order, hist)
-        else:
-            qv[:] = qs
-        x = draw_cdf(qs, uniform(seed, rkey, m, np.int64(j), STREAM_DRAFT_I64))
-        px = p[cand[x]]
-        v = uniform(seed, rkey, m, np.int64(j), STREAM_ACCEPT_I64)
+        x, px, v = live_position(
+            fam, ctx0, np.int64(j), a, b, surprise, seed, rkey, m, fp, gp, policy, quant,
+            ids, p, logq1, cand, lp, work, qs, qv, ms, key, order, hist, 0,
+        )  # fmt: skip
         q_out[j - 1] = qs[x]
         a_out[j - 1] = 1.0 if not qv[x] > px else px / qv[x]
         acc_out[j - 1] = v * qv[x] < px  # docs/methods.md#rounds-retained-tokens-and-r

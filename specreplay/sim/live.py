@@ -64,7 +64,14 @@ from specreplay.sim.toy import (
     surprise_step,
 )
 
-__all__ = ["ArmCodes", "LiveStarts", "arm_codes", "arm_round_laws", "live_accepts"]
+__all__ = [
+    "ArmCodes",
+    "LiveStarts",
+    "arm_codes",
+    "arm_round_laws",
+    "live_accepts",
+    "live_position",
+]
 
 Law = Callable[[NDArray[np.float64]], NDArray[np.float64]]
 
@@ -196,6 +203,61 @@ class LiveStarts:
 
 
 @njit(cache=True)
+def live_position(
+    fam: np.int64,
+    ctx0: np.int64,
+    j: np.int64,
+    t1: np.int64,
+    t2: np.int64,
+    surprise: float,
+    seed: np.uint64,
+    rkey: np.uint64,
+    m: np.int64,
+    fp: NDArray[np.float64],
+    gp: NDArray[np.float64],
+    policy: NDArray[np.float64],
+    quant: NDArray[np.int64],
+    ids: NDArray[np.int64],
+    p: NDArray[np.float64],
+    logq1: NDArray[np.float64],
+    cand: NDArray[np.int64],
+    lp: NDArray[np.float64],
+    q: NDArray[np.float64],
+    qs: NDArray[np.float64],
+    qv: NDArray[np.float64],
+    ms: NDArray[np.int64],
+    key: NDArray[np.float64],
+    order: NDArray[np.int64],
+    hist: NDArray[np.int64],
+    zero: int,
+) -> tuple[np.int64, float, float]:
+    """Draft position j of a live round after the tokens (t1, t2): return (x, p(x), v).
+
+    Writes the position's laws (``p`` over the explicit tokens, ``lp`` the candidates' draft
+    log-probabilities, ``qs``/``qv`` the arm's sampler and verifier laws); x is the drafted
+    candidate (drawn from q^s with the draft stream), v the verifier's uniform (the accept
+    stream): the verifier accepts when v·q^v(x) < p(x). What happens next (stop at a rejection,
+    or draft on whatever the verifier says) is the caller's: :func:`_one_round` stops,
+    ``specreplay_testing.livepolicy`` drafts every position. The arrays after ``quant`` are
+    scratch, as in :func:`_one_round`.
+    """
+    ctx = ctx0 + j - 1
+    skey = state_key_kernel(fam, ctx, t1, t2)
+    position_laws(skey, fam, ctx, j, surprise, fp, gp, ids, p, logq1, cand)
+    for c in range(cand.shape[0]):
+        lp[c] = logq1[cand[c]]
+    _arm_row(lp, policy, quant, False, q, qs, ms, key, order, hist, zero)
+    if quant[6] == 0:
+        _arm_row(lp, policy, quant, True, q, qv, ms, key, order, hist, zero)
+    else:
+        qv[:] = qs
+    x = draw_cdf(qs, uniform(seed, rkey, m, j, STREAM_DRAFT_I64))
+    px = p[cand[x]]
+    v = uniform(seed, rkey, m, j, STREAM_ACCEPT_I64)
+    return x, px, v
+
+
+@njit(cache=True)
 def _one_round(
     fam: np.int64,
     ctx0: np.int64,
@@ -224,23 +286,13 @@ def _one_round(
     zero: int,
 ) -> np.int64:
     """Return A of one live round (module docstring); the arrays after ``quant`` are scratch."""
-    n_cand = cand.shape[0]
     a, b = t1, t2
     surprise = 0.0
     for j in range(1, depth + 1):
-        ctx = ctx0 + j - 1
-        skey = state_key_kernel(fam, ctx, a, b)
-        position_laws(skey, fam, ctx, np.int64(j), surprise, fp, gp, ids, p, logq1, cand)
-        for c in range(n_cand):
-            lp[c] = logq1[cand[c]]
-        _arm_row(lp, policy, quant, False, q, qs, ms, key, order, hist, zero)
-        if quant[6] == 0:
-            _arm_row(lp, policy, quant, True, q, qv, ms, key, order, hist, zero)
-        else:
-            qv[:] = qs
-        x = draw_cdf(qs, uniform(seed, rkey, m, np.int64(j), STREAM_DRAFT_I64))
-        px = p[cand[x]]
-        v = uniform(seed, rkey, m, np.int64(j), STREAM_ACCEPT_I64)
+        x, px, v = live_position(
+            fam, ctx0, np.int64(j), a, b, surprise, seed, rkey, m, fp, gp, policy, quant,
+            ids, p, logq1, cand, lp, q, qs, qv, ms, key, order, hist, zero,
+        )  # fmt: skip
         # docs/methods.md#rounds-retained-tokens-and-r: accept when v·q^v(x) < p(x)
         if not v * qv[x] < px:
             return np.int64(j - 1)
