@@ -60,8 +60,7 @@ from numpy.typing import NDArray
 from specreplay.replay.archive.batch import RoundBatch
 from specreplay.sim.arms import Arm, parse_arm
 from specreplay.sim.drafting import DraftRule, StopRule, parse_policy
-from specreplay.sim.live import LiveStarts, arm_codes, live_position
-from specreplay.sim.policy import HIST_BINS
+from specreplay.sim.live import LiveScratch, LiveStarts, arm_codes, live_position, live_scratch
 from specreplay.sim.synth import SynthConfig, logging_arm_name
 from specreplay.sim.toy import (
     ToyPair,
@@ -75,12 +74,6 @@ from specreplay_testing.livetruth import (
     round_batch,
     sample_starts,
 )
-
-Scratch = tuple[
-    NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64],
-    NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64],
-    NDArray[np.float64], NDArray[np.float64], NDArray[np.float64],
-]  # fmt: skip
 
 __all__ = [
     "ArmPolicies",
@@ -110,7 +103,7 @@ def _one_path(
     gp: NDArray[np.float64],
     policy: NDArray[np.float64],
     quant: NDArray[np.int64],
-    scratch: Scratch,
+    scratch: LiveScratch,
     q_out: NDArray[np.float64],
     a_out: NDArray[np.float64],
     acc_out: NDArray[np.bool_],
@@ -120,36 +113,21 @@ def _one_path(
     ``start`` int64 (4,): family index, context, last two tokens. ``q_out`` float64 (D,):
     q^s_j(x_j); ``a_out`` float64 (D,): min(1, p_j(x_j)/q^v_j(x_j)); ``acc_out`` bool (D,): the
     verifier's decision at j (``v·q^v_j(x_j) < p_j(x_j)``), computed at every position whatever
-    happened before. ``scratch``: :func:`_scratch`.
+    happened before. ``scratch``: :func:`~specreplay.sim.live.live_scratch`.
     """
-    ids, cand, ms, order, hist, p, logq1, lp, work, qs, qv, key = scratch
+    ids, _, _, cand, lp, _, qs, qv, _, _, _, _ = scratch
     fam, ctx0, a, b = start[0], start[1], start[2], start[3]
     surprise = 0.0
     for j in range(1, q_out.shape[0] + 1):
         x, px, v = live_position(
             fam, ctx0, np.int64(j), a, b, surprise, seed, rkey, m, fp, gp, policy, quant,
-            ids, p, logq1, cand, lp, work, qs, qv, ms, key, order, hist, 0,
+            scratch, 0,
         )  # fmt: skip
         q_out[j - 1] = qs[x]
         a_out[j - 1] = 1.0 if not qv[x] > px else px / qv[x]
         acc_out[j - 1] = v * qv[x] < px  # docs/methods.md#rounds-retained-tokens-and-r
         surprise = surprise_step(surprise, lp[x], px)
         a, b = b, ids[cand[x]]
-
-
-@njit(cache=True)
-def _scratch(n_explicit: np.int64, n_cand: np.int64) -> Scratch:
-    """Return the scratch arrays of :func:`_one_path`.
-
-    int64 ids (K,), cand, ms, order (n,), hist (HIST_BINS,); float64 p, logq1 (K,), lp, work, qs,
-    qv, key (n,), with K = ``n_explicit`` and n = ``n_cand``.
-    """
-    return (
-        np.empty(n_explicit, np.int64), np.empty(n_cand, np.int64), np.empty(n_cand, np.int64),
-        np.empty(n_cand, np.int64), np.empty(HIST_BINS, np.int64), np.empty(n_explicit),
-        np.empty(n_explicit), np.empty(n_cand), np.empty(n_cand), np.empty(n_cand),
-        np.empty(n_cand), np.empty(n_cand),
-    )  # fmt: skip
 
 
 @njit(parallel=True, cache=True)
@@ -176,7 +154,7 @@ def _paths_kernel(
     n_starts, n_live = q_out.shape[0], q_out.shape[1]
     n_chunks = min(n_starts, 256)  # scratch allocated once per chunk of starts
     for c in prange(n_chunks):
-        scratch = _scratch(n_explicit, n_cand)
+        scratch = live_scratch(n_explicit, n_cand)
         for s in range(c * n_starts // n_chunks, (c + 1) * n_starts // n_chunks):
             for m in range(n_live):
                 _one_path(

@@ -66,11 +66,13 @@ from specreplay.sim.toy import (
 
 __all__ = [
     "ArmCodes",
+    "LiveScratch",
     "LiveStarts",
     "arm_codes",
     "arm_round_laws",
     "live_accepts",
     "live_position",
+    "live_scratch",
 ]
 
 Law = Callable[[NDArray[np.float64]], NDArray[np.float64]]
@@ -202,6 +204,29 @@ class LiveStarts:
         )
 
 
+LiveScratch = tuple[
+    NDArray[np.int64], NDArray[np.float64], NDArray[np.float64], NDArray[np.int64],
+    NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64],
+    NDArray[np.int64], NDArray[np.float64], NDArray[np.int64], NDArray[np.int64],
+]  # fmt: skip
+"""The scratch of :func:`live_position`: ids, p, logq1 (K,); cand, lp, q, qs, qv, ms, key,
+order (n,); hist (HIST_BINS,) (:func:`live_scratch`)."""
+
+
+@njit(cache=True)
+def live_scratch(n_explicit: np.int64, n_cand: np.int64) -> LiveScratch:
+    """Return the scratch of :func:`live_position` for K = ``n_explicit``, n = ``n_cand``.
+
+    One per thread: a kernel allocates it once per chunk of starts and reuses it.
+    """
+    return (
+        np.empty(n_explicit, np.int64), np.empty(n_explicit), np.empty(n_explicit),
+        np.empty(n_cand, np.int64), np.empty(n_cand), np.empty(n_cand), np.empty(n_cand),
+        np.empty(n_cand), np.empty(n_cand, np.int64), np.empty(n_cand),
+        np.empty(n_cand, np.int64), np.empty(HIST_BINS, np.int64),
+    )  # fmt: skip
+
+
 @njit(cache=True)
 def live_position(
     fam: np.int64,
@@ -217,30 +242,20 @@ def live_position(
     gp: NDArray[np.float64],
     policy: NDArray[np.float64],
     quant: NDArray[np.int64],
-    ids: NDArray[np.int64],
-    p: NDArray[np.float64],
-    logq1: NDArray[np.float64],
-    cand: NDArray[np.int64],
-    lp: NDArray[np.float64],
-    q: NDArray[np.float64],
-    qs: NDArray[np.float64],
-    qv: NDArray[np.float64],
-    ms: NDArray[np.int64],
-    key: NDArray[np.float64],
-    order: NDArray[np.int64],
-    hist: NDArray[np.int64],
+    scratch: LiveScratch,
     zero: int,
 ) -> tuple[np.int64, float, float]:
     """Draft position j of a live round after the tokens (t1, t2): return (x, p(x), v).
 
-    Writes the position's laws (``p`` over the explicit tokens, ``lp`` the candidates' draft
-    log-probabilities, ``qs``/``qv`` the arm's sampler and verifier laws); x is the drafted
-    candidate (drawn from q^s with the draft stream), v the verifier's uniform (the accept
-    stream): the verifier accepts when v·q^v(x) < p(x). What happens next (stop at a rejection,
-    or draft on whatever the verifier says) is the caller's: :func:`_one_round` stops,
-    ``specreplay_testing.livepolicy`` drafts every position. The arrays after ``quant`` are
-    scratch, as in :func:`_one_round`.
+    Writes the position's laws into ``scratch`` (:data:`LiveScratch`: ``p`` over the explicit
+    tokens, ``lp`` the candidates' draft log-probabilities, ``qs``/``qv`` the arm's sampler and
+    verifier laws); x is the drafted candidate (drawn from q^s with the draft stream), v the
+    verifier's uniform (the accept stream): the verifier accepts when v·q^v(x) < p(x). What
+    happens next (stop at a rejection, or draft on whatever the verifier says) is the caller's:
+    :func:`_one_round` stops, ``specreplay_testing.livepolicy`` drafts every position. ``zero``
+    is the run-time 0 of :func:`policy_row`.
     """
+    ids, p, logq1, cand, lp, q, qs, qv, ms, key, order, hist = scratch
     ctx = ctx0 + j - 1
     skey = state_key_kernel(fam, ctx, t1, t2)
     position_laws(skey, fam, ctx, j, surprise, fp, gp, ids, p, logq1, cand)
@@ -271,27 +286,17 @@ def _one_round(
     gp: NDArray[np.float64],
     policy: NDArray[np.float64],
     quant: NDArray[np.int64],
-    ids: NDArray[np.int64],
-    p: NDArray[np.float64],
-    logq1: NDArray[np.float64],
-    cand: NDArray[np.int64],
-    lp: NDArray[np.float64],
-    q: NDArray[np.float64],
-    qs: NDArray[np.float64],
-    qv: NDArray[np.float64],
-    ms: NDArray[np.int64],
-    key: NDArray[np.float64],
-    order: NDArray[np.int64],
-    hist: NDArray[np.int64],
+    scratch: LiveScratch,
     zero: int,
 ) -> np.int64:
-    """Return A of one live round (module docstring); the arrays after ``quant`` are scratch."""
+    """Return A of one live round (module docstring); ``scratch``: :func:`live_scratch`."""
+    ids, _, _, cand, lp, _, _, qv, _, _, _, _ = scratch
     a, b = t1, t2
     surprise = 0.0
     for j in range(1, depth + 1):
         x, px, v = live_position(
             fam, ctx0, np.int64(j), a, b, surprise, seed, rkey, m, fp, gp, policy, quant,
-            ids, p, logq1, cand, lp, q, qs, qv, ms, key, order, hist, zero,
+            scratch, zero,
         )  # fmt: skip
         # docs/methods.md#rounds-retained-tokens-and-r: accept when v·q^v(x) < p(x)
         if not v * qv[x] < px:
@@ -326,47 +331,13 @@ def _live_kernel(
     n_starts = family.shape[0]
     n_chunks = min(n_starts, 256)  # scratch allocated once per chunk of starts
     for c in prange(n_chunks):
-        ids = np.empty(n_explicit, np.int64)
-        p = np.empty(n_explicit)
-        logq1 = np.empty(n_explicit)
-        cand = np.empty(n_cand, np.int64)
-        lp = np.empty(n_cand)
-        q = np.empty(n_cand)
-        qs = np.empty(n_cand)
-        qv = np.empty(n_cand)
-        ms = np.empty(n_cand, np.int64)
-        key = np.empty(n_cand)
-        order = np.empty(n_cand, np.int64)
-        hist = np.empty(HIST_BINS, np.int64)
+        scratch = live_scratch(n_explicit, n_cand)
         for s in range(c * n_starts // n_chunks, (c + 1) * n_starts // n_chunks):
             for m in range(n_live):
                 out[s, m] = _one_round(
-                    family[s],
-                    context[s],
-                    history[s, 0],
-                    history[s, 1],
-                    seed[s],
-                    rkey[s],
-                    np.int64(m),
-                    depth,
-                    fp,
-                    gp,
-                    policy,
-                    quant,
-                    ids,
-                    p,
-                    logq1,
-                    cand,
-                    lp,
-                    q,
-                    qs,
-                    qv,
-                    ms,
-                    key,
-                    order,
-                    hist,
-                    zero,
-                )
+                    family[s], context[s], history[s, 0], history[s, 1], seed[s], rkey[s],
+                    np.int64(m), depth, fp, gp, policy, quant, scratch, zero,
+                )  # fmt: skip
 
 
 def live_accepts(
