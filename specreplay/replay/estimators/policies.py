@@ -359,6 +359,11 @@ def _values(n: int, width: int, base: RoundValues) -> tuple[RoundValues, RoundVa
     return one(), one()
 
 
+def _fixed_key(estimator: str, arm: Arm, logging: Arm | None) -> tuple[object, ...]:
+    """Return the memo key of a fixed-depth arm's values (read by :func:`_fixed`)."""
+    return ("fixed", estimator, arm, logging)
+
+
 def remember_fixed(
     cache: LawCache, estimator: str, arm: Arm, logging: Arm | None, v: RoundValues
 ) -> None:
@@ -371,7 +376,7 @@ def remember_fixed(
     values may be wider than D (the pass's width): :func:`policy_rounds` resizes them.
     """
     if arm.rule is None and estimator in ("analytic", "importance"):
-        cache.memo.setdefault(("fixed", estimator, arm, logging), v)
+        cache.memo.setdefault(_fixed_key(estimator, arm, logging), v)
 
 
 def _fixed(
@@ -383,7 +388,7 @@ def _fixed(
     estimator may count the positions a round records up to the pass's width, past D).
     """
     base = arm.at_depth(width)
-    key = ("fixed", est.name, base, logging)
+    key = _fixed_key(est.name, base, logging)
     got = cache.memo.get(key)
     if isinstance(got, RoundValues):
         return _resized(got, width)
