@@ -408,7 +408,7 @@ def cell_interval(
     """
     plan = PolicyPlan({"arm": {"policy0": PolicySides(*_cell_pairings(ds))}})
     plan = plan.with_pairings(iter(resampled(plan.pairings(), opts.boot, seed)))
-    comps = compare_policies(plan, opts, seed)
+    comps = compare_policies(plan)
     fig, reps = _figure(
         "arm", "policy0", comps["arm"]["policy0"], 0, opts.boot.level, Label.SIMULATED
     )

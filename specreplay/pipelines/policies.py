@@ -54,7 +54,7 @@ from specreplay.replay.paired import ArmSide
 from specreplay.results.model import DepthFigure, Label, PolicyFigure
 from specreplay.sim.arms import Arm
 from specreplay.sim.drafting import DepthByBucket, DraftRule
-from specreplay.sim.rng import mix64
+from specreplay.sim.rng import stream_bits_each
 from specreplay.stats.armdata import ArmData
 from specreplay.stats.bootstrap import PairedSums, point_sums
 from specreplay.stats.cells import Cell as StatsCell
@@ -312,6 +312,13 @@ def _piece_cells(ps: PairedSums, layout: Sequence[Any]) -> NDArray[np.bool_]:
     return np.ascontiguousarray(m[fam, ps.piece_bucket].T > 0)
 
 
+def _per_request(
+    ps: PairedSums, values: NDArray[np.float64], inside: NDArray[np.bool_]
+) -> NDArray[np.float64]:
+    """Return each request's sum of ``values`` (one per piece) over its pieces ``inside``."""
+    return np.bincount(ps.piece_request[inside], weights=values[inside], minlength=ps.n_requests)
+
+
 def _side(p: Pairing, layout: Sequence[Any]) -> _Side:
     """Return side b's R and replicates in each cell of ``layout`` (the retained comparison's).
 
@@ -358,9 +365,8 @@ def _retained(p: Pairing) -> _Retained:
     tests: list[TTest | None] = []
     why: list[str | None] = []
     for cell, in_cell in zip(layout, _piece_cells(ps, layout), strict=True):
-        req = ps.piece_request[in_cell]
-        n = np.bincount(req, weights=ps.n_b[in_cell], minlength=ps.n_requests)
-        t = np.bincount(req, weights=ps.t_b[in_cell], minlength=ps.n_requests)
+        n = _per_request(ps, ps.n_b, in_cell)
+        t = _per_request(ps, ps.t_b, in_cell)
         has = n > 0
         tests.append(ratio_test(n[has], t[has], depth=depth) if has.any() else None)
         why.append(p.support(cell)[1] if p.support is not None else None)
@@ -379,13 +385,6 @@ class _Compared:
     length: _Side
     cost: _Side | str | None
     rate: list[TTest | None] | None = None
-
-
-def _per_request(
-    ps: PairedSums, values: NDArray[np.float64], inside: NDArray[np.bool_]
-) -> NDArray[np.float64]:
-    """Return each request's sum of ``values`` (one per piece) over its pieces ``inside``."""
-    return np.bincount(ps.piece_request[inside], weights=values[inside], minlength=ps.n_requests)
 
 
 def rate_tests(
@@ -412,10 +411,11 @@ def rate_tests(
     return out
 
 
-def compare_policies(
-    plan: PolicyPlan, opts: SweepOptions, seed: int, label: Label = Label.SIMULATED
-) -> dict[str, dict[str, _Compared | str]]:
-    """Compare each planned policy (its replicates from the run's one pass)."""
+def compare_policies(plan: PolicyPlan) -> dict[str, dict[str, _Compared | str]]:
+    """Compare each planned policy (its replicates from the run's one pass).
+
+    The label is given where the figures are made (:func:`policy_figures`).
+    """
     out: dict[str, dict[str, _Compared | str]] = {}
     for a, per in plan.per_arm.items():
         out[a] = {}
@@ -513,10 +513,12 @@ def policy_figures(
 
 
 def _half(keys: NDArray[np.uint64]) -> NDArray[np.bool_]:
-    """Return True for the held-out half's requests: the low bit of each key's splitmix64."""
-    golden, mask = 0x9E3779B97F4A7C15, (1 << 64) - 1
-    bits = [int(mix64(np.uint64((int(k) + golden) & mask))) & 1 for k in keys]
-    return np.array(bits, dtype=bool)
+    """Return True for the held-out half's requests: the low bit of each key's splitmix64.
+
+    splitmix64's first output seeded with the key (:func:`~specreplay.sim.rng.stream_bits`).
+    """
+    bits = stream_bits_each(np.ascontiguousarray(keys, dtype=np.uint64), 0)
+    return (bits & np.uint64(1)).astype(bool)
 
 
 def _restricted(side: ArmSide, keep: NDArray[np.bool_]) -> ArmSide:

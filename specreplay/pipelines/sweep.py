@@ -358,7 +358,7 @@ def sweep_result(
         bits_parts, extra["fewest_bits"] = fewest_bits(res, plan.bits, baseline, opts)
         parts += bits_parts
     names = [a.canonical for a in arms]
-    pols = compare_policies(plan.policies, opts, res.seed) if plan.policies is not None else None
+    pols = compare_policies(plan.policies) if plan.policies is not None else None
     cells = _with_depths(merge_comparisons(parts), names, per_arm, cost, opts.boot.level, pols=pols)
     if opts.replay.estimator == AUTO:
         cells = with_auto_diagnostics(cells, res, res.arms)
@@ -480,11 +480,7 @@ def proxy_result(
     pol = proxy_policy_plan(path, ref, opts) if opts.policies else None
     (plan,) = resampled_sweeps([SweepPlan({name: pairings}, policies=pol)], opts, opts.replay.seed)
     comps = _comparisons(plan.depths[name], opts, opts.replay.seed, label="ESTIMATED")
-    pols = (
-        compare_policies(plan.policies, opts, opts.replay.seed, Label.ESTIMATED)
-        if plan.policies is not None
-        else None
-    )
+    pols = compare_policies(plan.policies) if plan.policies is not None else None
     parts = [
         Comparand(c, Role.DEPTH_VS_REFERENCE, NO_VERDICT, depth=d)
         for d, c in comps.items()

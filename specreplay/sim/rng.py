@@ -23,6 +23,7 @@ import hashlib
 
 import numpy as np
 from numba import njit, uint64
+from numpy.typing import NDArray
 
 __all__ = [
     "START_POSITION",
@@ -46,6 +47,7 @@ __all__ = [
     "mix64",
     "request_key",
     "stream_bits",
+    "stream_bits_each",
     "uniform",
     "uniform_bits",
     "uniform_py",
@@ -162,6 +164,15 @@ def stream_bits(base: np.uint64, counter: int | np.int64) -> np.uint64:
     one multiply-add and one mix per draw, for loops that draw many numbers under one key.
     """
     return mix64(base + (uint64(counter) + uint64(1)) * _GOLDEN)
+
+
+@njit(cache=True)
+def stream_bits_each(bases: NDArray[np.uint64], counter: int) -> NDArray[np.uint64]:
+    """Return :func:`stream_bits` of every base in ``bases`` at ``counter``: uint64 (n,)."""
+    out = np.empty(bases.shape[0], np.uint64)
+    for i in range(bases.shape[0]):
+        out[i] = stream_bits(bases[i], counter)
+    return out
 
 
 @njit(inline="always", cache=True)
