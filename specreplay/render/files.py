@@ -10,7 +10,7 @@ are written under a temporary name and renamed, so a killed run never leaves a h
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from specreplay.render.plots import (
@@ -38,70 +38,60 @@ FOREST_ROLE: dict[str, Role] = {"interval": Role.B_VS_A, "requalify": Role.CANDI
 """The delta each command's forest plot draws."""
 
 
-def _replace(path: Path, text: str) -> None:
+def _swap(path: Path, write: Callable[[Path], object]) -> None:
+    """Write ``path`` whole: ``write`` fills a temporary name beside it, then it is renamed in."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
+    write(tmp)
     os.replace(tmp, path)
+
+
+def _replace(path: Path, text: str) -> None:
+    _swap(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def render(result: Result, folder: Path) -> list[str]:
     """Write the rendered files of ``result`` into ``folder``; return their names."""
     written: list[str] = []
+
+    def put(name: str, write: Callable[[Path], object]) -> None:
+        _swap(folder / name, write)
+        written.append(name)
+
     tables = {**TABLES, "screen": screen_tables}.get(result.command)
     if tables is not None:
-        _replace(folder / "TABLES.md", tables(result))
-        written.append("TABLES.md")
+        put("TABLES.md", lambda tmp: tmp.write_text(tables(result), encoding="utf-8"))
     if result.cells:
-        tmp = folder / f".cells.parquet.tmp-{os.getpid()}"
-        cells_frame(result).write_parquet(tmp)
-        os.replace(tmp, folder / "cells.parquet")
-        written.append("cells.parquet")
+        put("cells.parquet", lambda tmp: cells_frame(result).write_parquet(tmp))
     role = FOREST_ROLE.get(result.command)
     main = result.pooled.delta(role) if role is not None and result.cells else None
     if role is not None and main is not None:
         margin = result.options["margin"]
-        tmp = folder / f".forest.png.tmp-{os.getpid()}"
-        forest_plot(
-            result.cells,
-            tmp,
-            role=role,
-            relative=margin["kind"] == "relative",
-            margin=float(margin["margin"]),
-            title=f"{main.b} vs {main.a} ({main.label.value})",
-            buckets=result.options.get("buckets"),
+        put(
+            "forest.png",
+            lambda tmp: forest_plot(
+                result.cells,
+                tmp,
+                role=role,
+                relative=margin["kind"] == "relative",
+                margin=float(margin["margin"]),
+                title=f"{main.b} vs {main.a} ({main.label.value})",
+                buckets=result.options.get("buckets"),
+            ),
         )
-        os.replace(tmp, folder / "forest.png")
-        written.append("forest.png")
     if result.command == "screen" and any(c.screen is not None for c in result.cells):
-        tmp = folder / f".screen.png.tmp-{os.getpid()}"
-        screen_plot(result, tmp)
-        os.replace(tmp, folder / "screen.png")
-        written.append("screen.png")
+        put("screen.png", lambda tmp: screen_plot(result, tmp))
     if result.command == "sweep" and result.cells and result.pooled.depths:
-        tmp = folder / f".depths.png.tmp-{os.getpid()}"
-        depth_plot(result, tmp)
-        os.replace(tmp, folder / "depths.png")
-        written.append("depths.png")
+        put("depths.png", lambda tmp: depth_plot(result, tmp))
     if policy_series(result):  # a sweep with a policy priced in tokens/s (--policy, --cost)
-        tmp = folder / f".policies.png.tmp-{os.getpid()}"
-        policy_plot(result, tmp)
-        os.replace(tmp, folder / "policies.png")
-        written.append("policies.png")
+        put("policies.png", lambda tmp: policy_plot(result, tmp))
     if result.command in FOREST_ROLE and context_series(result):
-        tmp = folder / f".context.png.tmp-{os.getpid()}"
-        context_plot(result, tmp)
-        os.replace(tmp, folder / "context.png")
-        written.append("context.png")
+        put("context.png", lambda tmp: context_plot(result, tmp))
     if result.command in FOREST_ROLE and survival_series(result):
-        tmp = folder / f".survival.png.tmp-{os.getpid()}"
-        survival_plot(result, tmp)
-        os.replace(tmp, folder / "survival.png")
-        written.append("survival.png")
+        put("survival.png", lambda tmp: survival_plot(result, tmp))
     # REPORT.md last: it embeds every PNG written above (a demo's also reads its sub-runs)
     report = report_text(result, folder, [n for n in written if n.endswith(".png")])
     if report is not None:
-        _replace(folder / REPORT_NAME, report)
-        written.append(REPORT_NAME)
+        put(REPORT_NAME, lambda tmp: tmp.write_text(report, encoding="utf-8"))
     return written
 
 
