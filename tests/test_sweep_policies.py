@@ -352,6 +352,31 @@ def test_round_traces_that_drafted_too_few_leave_the_table_unsupported(tmp_path:
     assert table["R"] is None and "drafted fewer positions than the table" in table["null_reason"]
 
 
+def test_round_traces_without_context_leave_the_table_unsupported(tmp_path: Path) -> None:
+    """Two of the 48 rounds record no context: the table gives them no depth, so it is null with
+    that count (never a depth guessed for them); the fixed depths are still replayed."""
+    import polars as pl
+
+    path, _ = _round_traces(tmp_path)
+    frame = pl.read_parquet(path)
+    ctx = frame.get_column("context_tokens").to_list()
+    ctx[5] = ctx[17] = None
+    frame.with_columns(pl.Series("context_tokens", ctx, dtype=pl.Int64)).write_parquet(path)
+    out = tmp_path / "o"
+    res = CliRunner().invoke(
+        app,
+        [
+            *("sweep", str(path), "--depths", "1..3", "-q", "--out", str(out), "--n-boot", "200"),
+            *("--policy", "depth-by-bucket:<4K=4/>=4K=2", "--min-requests", "5"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    cell = _pooled(json.loads((out / "results.json").read_text()))
+    (table,) = cell["policies"]
+    assert table["R"] is None and table["null_reason"].startswith("2 rounds record no context")
+    assert all(d["R"] is not None for d in cell["depths"])
+
+
 def test_the_shard_cache_keys_by_the_policy(tmp_path: Path) -> None:
     """A cached pass of one τ never serves another τ's figures (the arms' canonical forms,
     policy included, are in the key), and the same τ again is served from the cache."""

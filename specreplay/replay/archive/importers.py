@@ -737,13 +737,9 @@ def table_proxy_problem(path: Path, rule: DepthByBucket, ignore: Sequence[str] =
     files = _list_files(path, skip=None, ignore=ignore)[0]
     rows, stop = _read_table(files, _ROUND_COLUMNS, [])
     _validate(rows, stop, files, _ROUND_RULES)
-    d = rows.select(_table_depth(rule).alias("d"), pl.col("drafted")).get_column("d")
+    d = rows.select(_table_depth(rule)).to_series()
     no_ctx = int(d.null_count())
-    short = int(
-        rows.select((pl.col("drafted") < _table_depth(rule)).fill_null(True).alias("x"))
-        .get_column("x")
-        .sum()
-    )
+    short = int((rows.get_column("drafted") < d).fill_null(True).sum())
     if no_ctx:
         return f"{no_ctx} rounds record no context_tokens: the table gives them no depth"
     if short:
