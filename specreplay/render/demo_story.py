@@ -162,15 +162,14 @@ def _depth_line(sweep: Result | None) -> list[str]:
     if sweep is None or not sweep.arms:
         return []
     arm = sweep.arms[0]
-    best = (sweep.pooled.best_depth or {}).get(arm)
-    fig = next((f for f in sweep.pooled.depths if f.arm == arm and f.depth == best), None)
-    if best is None or fig is None or fig.tokens_per_s is None:
+    fig = sweep.pooled.best_depth_figure(arm)
+    if fig is None or fig.tokens_per_s is None:
         return []
-    depths = sweep.options.get("depths") or [best]
+    depths = sweep.options.get("depths") or [fig.depth]
     return [
-        f"- depth sweep of {arm} at {sweep.options.get('cost')} ms per round: best depth {best} "
-        f"of {min(depths)}..{max(depths)}, {fig.tokens_per_s:.0f} tokens/s (ESTIMATED), "
-        f"P(best) {fig.p_best or 0.0:.2f}"
+        f"- depth sweep of {arm} at {sweep.options.get('cost')} ms per round: best depth "
+        f"{fig.depth} of {min(depths)}..{max(depths)}, {fig.tokens_per_s:.0f} tokens/s "
+        f"(ESTIMATED), P(best) {fig.p_best or 0.0:.2f}"
     ]
 
 

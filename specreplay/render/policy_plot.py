@@ -123,9 +123,7 @@ def _curves(figs: list[PolicyFigure]) -> tuple[PolicyCurve, ...]:
 
 
 def _best_depth(result: Result, arm: str) -> PolicyLevel | None:
-    pooled = result.pooled
-    best = (pooled.best_depth or {}).get(arm)
-    f = next((d for d in pooled.depths if d.arm == arm and d.depth == best), None)
+    f = result.pooled.best_depth_figure(arm)
     if f is None or f.tokens_per_s is None:
         return None
     return PolicyLevel(

@@ -27,7 +27,7 @@ from typing import Any
 
 from specreplay.render.policy_plot import policy_series
 from specreplay.render.table_text import fmt, markdown_table
-from specreplay.results.model import Cell, DepthFigure, PolicyFigure, Result
+from specreplay.results.model import Cell, PolicyFigure, Result
 
 __all__ = [
     "CHOICE_HEADER",
@@ -96,11 +96,8 @@ def _policy_row(f: PolicyFigure, cost: bool) -> list[str]:
 
 def _best_depth_row(cell: Cell, arm: str) -> list[str] | None:
     """Return the arm's best fixed depth as a last row of its policy table (None without one)."""
-    best = (cell.best_depth or {}).get(arm)
-    f: DepthFigure | None = next(
-        (d for d in cell.depths if d.arm == arm and d.depth == best and d.R is not None), None
-    )
-    if f is None or f.tokens_per_s is None:
+    f = cell.best_depth_figure(arm)
+    if f is None or f.R is None or f.tokens_per_s is None:
         return None
     return [
         f"fixed depth {f.depth} (the best depth)",

@@ -589,6 +589,11 @@ class Cell:
         """Return the cell's delta of ``role`` (None when it has none)."""
         return next((d for d in self.deltas if d.role == role), None)
 
+    def best_depth_figure(self, arm: str) -> DepthFigure | None:
+        """Return ``arm``'s figure at its best depth (``best_depth``; None without one)."""
+        best = (self.best_depth or {}).get(arm)
+        return next((d for d in self.depths if d.arm == arm and d.depth == best), None)
+
     @property
     def name(self) -> str:
         """The cell as a person names it: pooled, a family, ``bucket B`` or ``F × B``."""
