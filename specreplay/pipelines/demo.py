@@ -45,7 +45,7 @@ from specreplay.pipelines.options import (
     parse_buckets,
     parse_policies,
 )
-from specreplay.pipelines.policies import policy_choice
+from specreplay.pipelines.policies import policy_arms, policy_choice
 from specreplay.pipelines.requalify import requalify_arms, requalify_replayed
 from specreplay.pipelines.sweep import sweep_result
 from specreplay.render.demo_story import BITS_PREFIX
@@ -115,11 +115,8 @@ def _replay(archive: Path, seed: int, estimator: Estimator, progress: Progress) 
     ):
         arm = parse_arm(text)
         arms.setdefault(arm.canonical, arm)
-    base = parse_arm(DEMO_BASELINE)
-    for rule in parse_policies(DEMO_POLICIES):
-        for length in (False, True):
-            ruled = base.with_rule(rule, length=length)
-            arms.setdefault(ruled.canonical, ruled)
+    for ruled in policy_arms([parse_arm(DEMO_BASELINE)], parse_policies(DEMO_POLICIES)):
+        arms.setdefault(ruled.canonical, ruled)
     est, companion = auto_passes(estimator)
     with progress("replaying", archive_rows(archive)) as advance:
         res = replay_archive(

@@ -77,6 +77,7 @@ __all__ = [
     "compare_policies",
     "held_out_choice",
     "p_best_joint",
+    "policy_arms",
     "policy_choice",
     "policy_figures",
     "policy_plan",
@@ -225,6 +226,14 @@ def _one_policy(
             else Pairing(res.paired(ref, cside), ref.name, cside.name, support)
         )
     return PolicySides(ret, length, cost)
+
+
+def policy_arms(arms: Sequence[Arm], rules: Sequence[DraftRule]) -> list[Arm]:
+    """Return the arms a pass replays for ``rules``: per arm and rule, retained and length.
+
+    Each is :meth:`~specreplay.sim.arms.Arm.with_rule` of the arm (module docstring).
+    """
+    return [a.with_rule(r, length=length) for a in arms for r in rules for length in (False, True)]
 
 
 def policy_plan(res: ReplayResult, arms: Sequence[Arm], opts: SweepOptions) -> PolicyPlan:

@@ -55,6 +55,7 @@ from specreplay.pipelines.options import MARGIN_DEFAULT, SweepOptions, parse_mar
 from specreplay.pipelines.policies import (
     PolicyPlan,
     compare_policies,
+    policy_arms,
     policy_choice,
     policy_figures,
     policy_plan,
@@ -607,13 +608,7 @@ def _prepare(archive: Path, opts: SweepOptions) -> SweepPrepared:
             "--policy: policies are replayed by the analytic and importance estimators "
             "(--estimator analytic, importance or auto)"
         )
-    ruled = [
-        a.with_rule(r, length=length)
-        for a in arms
-        for r in opts.policies
-        for length in (False, True)
-    ]
-    every = [*arms, *([baseline] if baseline else []), *ruled]
+    every = [*arms, *([baseline] if baseline else []), *policy_arms(arms, opts.policies)]
     replayed = list({a.canonical: a for a in every}.values())
     opened = OpenArchive(
         archive,
