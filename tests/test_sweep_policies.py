@@ -411,16 +411,21 @@ def test_the_shard_cache_keys_by_the_policy(tmp_path: Path) -> None:
 def test_a_never_stopping_policy_is_the_fixed_depth_in_every_cell(tmp_path: Path) -> None:
     """τ = 0 drafts D every round: in every cell (pooled, family, bucket, family × bucket) its R,
     R's interval, tokens/s and tokens/s's interval are depth D's, which compare() computes on
-    its own path; a policy's cell sums taken from the wrong (family, bucket) blocks fail."""
+    its own path. D = 5 is the arm's own depth (the reference of the pairing), D = 4 is not: a
+    policy's cell sums taken from the wrong (family, bucket) blocks, or from the reference's side
+    of its pairing, fail."""
     archive = tmp_path / "synth"
     write_synth_archive(archive, 60, 6, 60, 3, no_progress, depth=5)
     out = tmp_path / "o"
+    policies = {"stop-below:0@5": 5, "stop-cum:0@5": 5, "stop-below:0@4": 4}
     res = CliRunner().invoke(
         app,
         [
             *("sweep", str(archive), "--arm", "top32:t0.7@5", "--depths", "1..5"),
             *("--estimator", "analytic", "--cost", "linear:1:0.05", "--out", str(out), "-q"),
-            *("--n-boot", "300", "--policy", "stop-below:0@5", "--policy", "stop-cum:0@5"),
+            "--n-boot",
+            "300",
+            *(x for p in policies for x in ("--policy", p)),
         ],
     )
     assert res.exit_code == 0, res.output
@@ -429,21 +434,24 @@ def test_a_never_stopping_policy_is_the_fixed_depth_in_every_cell(tmp_path: Path
     assert {"pooled", "family", "bucket", "family×bucket"} <= levels
     checked = 0
     for cell in doc["cells"]:
-        d5 = next(d for d in cell["depths"] if d["depth"] == 5)
-        if d5["R"] is None:
-            continue
-        # a depth's R interval is clipped to [1, D + 1] (then its tokens/s's is too); a policy's
-        # tokens/s interval is not (its cost is random) and is null under 3 requests off the ratio
-        clipped = d5["lo"] <= 1.0 or d5["hi"] >= 6.0
-        keys = ("R", "lo", "hi", "tokens_per_s") + (
-            () if clipped else ("tokens_per_s_lo", "tokens_per_s_hi")
-        )
         for p in cell["policies"]:
+            d = policies[p["policy"]]
+            fixed = next(x for x in cell["depths"] if x["depth"] == d)
+            if fixed["R"] is None:
+                continue
+            # a depth's R interval is clipped to [1, d + 1] (then its tokens/s's is too); a
+            # policy's tokens/s interval is not (its cost is random) and is null under 3
+            # requests off the ratio
+            clipped = fixed["lo"] <= 1.0 or fixed["hi"] >= d + 1.0
+            keys = ("R", "lo", "hi", "tokens_per_s") + (
+                () if clipped else ("tokens_per_s_lo", "tokens_per_s_hi")
+            )
             for key in keys:
-                if d5[key] is None:
-                    assert p[key] is None, (cell["level"], key)
+                if fixed[key] is None:
+                    assert p[key] is None, (cell["level"], p["policy"], key)
                 else:
-                    assert p[key] == pytest.approx(d5[key], rel=1e-9), (cell["level"], key)
-            assert p["E_L"] == pytest.approx(5.0, rel=1e-12)
+                    got, want = p[key], pytest.approx(fixed[key], rel=1e-9)
+                    assert got == want, (cell["level"], p["policy"], key)
+            assert p["E_L"] == pytest.approx(float(d), rel=1e-12)
             checked += 1
-    assert checked >= 2 * 12
+    assert checked >= 3 * 12
