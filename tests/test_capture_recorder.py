@@ -483,7 +483,7 @@ def test_logits_mode_runs_numba_on_one_core_and_exact_q_leaves_numba_alone(
         seen.append(numba.get_num_threads())  # on the background thread
         return out
 
-    monkeypatch.setattr(recorder_module.numba, "set_num_threads", counting)
+    monkeypatch.setattr(numba, "set_num_threads", counting)
     monkeypatch.setattr(recorder_module.Recorder, "_frame", spy)
     with Recorder(tmp_path / "a", logging_arm="greedy@2") as rec:
         _point_mass(rec, "r", 0, [1, 2], 2)
@@ -503,7 +503,7 @@ def test_a_failing_numba_thread_count_stops_recording(
     def refuse(n: int) -> None:
         raise ValueError("no threading layer")
 
-    monkeypatch.setattr(recorder_module.numba, "set_num_threads", refuse)
+    monkeypatch.setattr(numba, "set_num_threads", refuse)
     logits = np.log(np.full((1, 5), 0.2))
     rec = Recorder(tmp_path / "a", logging_arm="t1@2", top_k=2)
     rec.round("r", 0, [3], np.full((1, 5), 0.2), 0, draft_logits=logits)

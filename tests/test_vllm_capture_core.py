@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from specreplay.capture import vllm_v1
+from specreplay.capture import vllm_rounds, vllm_v1
 from specreplay.errors import SpecReplayError
 
 FAKE_NAMES = (
@@ -205,8 +205,8 @@ def test_settings_read_every_variable() -> None:
 
 
 def test_point_mass_drafter_names() -> None:
-    assert vllm_v1._point_mass_drafter("ngram") == "point-mass (ngram)"
-    assert vllm_v1._point_mass_drafter("ngram_gpu") == "point-mass (ngram)"
+    assert vllm_rounds._point_mass_drafter("ngram") == "point-mass (ngram)"
+    assert vllm_rounds._point_mass_drafter("ngram_gpu") == "point-mass (ngram)"
     for method in ("eagle", "eagle3", "mtp", "deepseek_mtp"):
-        assert vllm_v1._point_mass_drafter(method) == "point-mass (eagle-argmax)"
-    assert vllm_v1._point_mass_drafter("draft_model") == "point-mass (draft_model-argmax)"
+        assert vllm_rounds._point_mass_drafter(method) == "point-mass (eagle-argmax)"
+    assert vllm_rounds._point_mass_drafter("draft_model") == "point-mass (draft_model-argmax)"

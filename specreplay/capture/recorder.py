@@ -76,7 +76,10 @@ Decisions (where issue 12 is silent)
   own Recorder (``mode="append"``, one ``writer_id`` per process).
 
 This module depends on NumPy, polars, pyarrow, :mod:`specreplay.replay.archive.writer` and
-:mod:`specreplay.sim`.
+:mod:`specreplay.sim.arms`; Numba and :mod:`specreplay.sim.policy` (the sampler's law) are
+imported on the background thread at the first logits-mode batch, never in exact-q mode: the vLLM
+plugin records in exact-q mode, so a capture never loads Numba (or llvmlite) into vLLM's
+processes (docs/record-vllm.md).
 
 Examples
 --------
@@ -106,7 +109,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple
 
-import numba
 import numpy as np
 import polars as pl
 from numpy.typing import NDArray
@@ -114,7 +116,6 @@ from numpy.typing import NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.writer import FORMATS, TraceWriter
 from specreplay.sim.arms import Arm, parse_arm
-from specreplay.sim.policy import LawCache
 
 __all__ = [
     "INCOMPLETE_IDS_LISTED",
@@ -652,6 +653,8 @@ class Recorder:
             rows = [_exact_rows(batch)]
         else:
             if not self._one_numba_thread:  # this thread's count only (module docstring)
+                import numba  # logits mode only, on this thread (module docstring)
+
                 numba.set_num_threads(1)
                 self._one_numba_thread = True
             rows = [
@@ -796,6 +799,8 @@ def _emitted(
         return np.concatenate([r.emitted_q for r in rows if r.emitted_q is not None])
     # the replay's own law of the logging arm (docs/methods.md#arms-policy-and-quantizers):
     # policy_row per row, then the sampler's quantizer, so the archive's q^L is the replay's
+    from specreplay.sim.policy import LawCache  # Numba: logits mode only, on this thread
+
     law = LawCache(offsets, lp).laws(arm).q_sampler.copy()
     start = 0
     for r in rows:

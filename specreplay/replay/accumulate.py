@@ -17,9 +17,12 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
 from specreplay.replay.estimators.base import RoundValues
 
 __all__ = ["NO_ROUND", "ArmSums", "ReplayAccumulator", "canonical_order"]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 NO_ROUND = np.iinfo(np.int64).max
 """``ArmSums.short_at`` where no round is short (larger than every round's place)."""

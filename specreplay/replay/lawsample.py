@@ -19,10 +19,13 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
 from specreplay.replay.archive.batch import RoundBatch
 from specreplay.sim.rng import STREAM_LAW_POSITIONS, uniform_bits
 
 __all__ = ["LawSample", "position_hashes"]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 
 @njit(cache=True)

@@ -42,9 +42,12 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
 from specreplay.replay.topk import admit, merge_top, select_top
 
 __all__ = ["TAIL_CAP", "RatioTail", "TailAccumulator"]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 TAIL_CAP = 4096
 """K: ratios kept per finest cell and depth (exact k̂ up to 1.86 million rounds per cell)."""

@@ -25,7 +25,11 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
+
 __all__ = ["admit", "kth_smallest", "merge_top", "select_top"]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 _NO_GROUP = np.iinfo(np.int64).max  # the group code past the end of a tail
 

@@ -17,9 +17,12 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
 from specreplay.sim.lanes import lane_sum
 
 __all__ = ["ROUND_START", "accept_prob", "accept_probs", "advance", "alpha_row"]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 
 @njit(inline="always", cache=True)

@@ -31,7 +31,11 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
+
 __all__ = ["LANES", "lane_max", "lane_sum", "lane_sum_reference", "lane_tree"]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 LANES = 8
 

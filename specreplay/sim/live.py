@@ -43,6 +43,7 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
 from specreplay.sim.arms import Arm
 from specreplay.sim.policy import (
     HIST_BINS,
@@ -74,6 +75,8 @@ __all__ = [
     "live_position",
     "live_scratch",
 ]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 Law = Callable[[NDArray[np.float64]], NDArray[np.float64]]
 

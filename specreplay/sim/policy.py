@@ -70,6 +70,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
 from specreplay.sim.arms import Arm, Policy, Quant
 from specreplay.sim.lanes import lane_max, lane_sum
 
@@ -100,6 +101,8 @@ __all__ = [
     "quantize_law",
     "quantize_row",
 ]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 KIND_FLOAT64 = 0
 KIND_FLOAT32 = 1

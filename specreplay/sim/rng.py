@@ -25,6 +25,8 @@ import numpy as np
 from numba import njit, uint64
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
+
 __all__ = [
     "START_POSITION",
     "START_STREAMS",
@@ -52,6 +54,8 @@ __all__ = [
     "uniform_bits",
     "uniform_py",
 ]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 STREAM_DRAFT = 0
 """Draft draw u of a position (CDF inversion): sim.synth, sim.toy.live_round, the Monte Carlo

@@ -15,7 +15,11 @@ import numpy as np
 from numba import njit, uint64
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
+
 __all__ = ["draw_dyadic", "draw_float"]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 _TWO53 = 9007199254740992.0
 

@@ -40,6 +40,7 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
 from specreplay.sim.policy import policy_row
 from specreplay.sim.rng import (
     START_POSITION,
@@ -74,6 +75,8 @@ __all__ = [
     "request_start",
     "simulate_shard",
 ]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 
 @dataclass(frozen=True)

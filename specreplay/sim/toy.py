@@ -63,6 +63,7 @@ import numpy as np
 from numba import njit, uint64
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
 from specreplay.sim.policy import policy_row
 from specreplay.sim.rng import (
     STREAM_ACCEPT,
@@ -103,6 +104,8 @@ __all__ = [
     "target_law",
     "target_law_alloc",
 ]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 VOCAB_SIZE = 129_280
 FAMILIES: tuple[str, ...] = ("code", "chat", "math", "translation")

@@ -38,6 +38,7 @@ import numpy as np
 from numba import njit, prange, uint64
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
 from specreplay.sim.rng import STREAM_BOOTSTRAP, stream_bits, uniform_bits
 
 __all__ = [
@@ -51,6 +52,8 @@ __all__ = [
     "resample_sums",
     "resampling",
 ]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,11 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
+
 __all__ = ["MAX_POSITION", "ORDER_RULES", "Carry", "check_order"]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 MAX_POSITION: Final[int] = 1024
 """Largest draft position accepted (arms go to depth 127)."""

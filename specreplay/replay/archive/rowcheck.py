@@ -15,7 +15,11 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
+
 __all__ = ["LP_ZERO", "NONFINITE", "NO_DRAFT", "ROW_RULES", "TOL", "check_rows"]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 TOL: Final[float] = 1e-6
 """Tolerance on Σ target_probs ≤ 1 and Σ exp(draft_logprobs) ≤ 1.

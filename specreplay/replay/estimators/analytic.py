@@ -47,6 +47,7 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
 from specreplay.replay.archive.batch import RoundBatch
 from specreplay.replay.estimators.base import Estimator, RoundValues
 from specreplay.replay.estimators.policies import policy_rounds
@@ -64,6 +65,8 @@ from specreplay.sim.policy import (
 )
 
 __all__ = ["AnalyticEstimator", "analytic_rounds", "dyadic_nearest_at", "dyadic_nearest_row"]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 # no-NaN and no-signed-zero only: reassociation would let LLVM vectorise the per-row sums, but a
 # freshly compiled kernel then summed in another order than the cached one (module docstring);

@@ -72,6 +72,7 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.batch import RoundBatch
 from specreplay.replay.estimators.analytic import dyadic_nearest_row
@@ -92,6 +93,8 @@ from specreplay.sim.policy import (
 )
 
 __all__ = ["ImportanceEstimator", "importance_rounds"]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 
 _F = NDArray[np.float64]

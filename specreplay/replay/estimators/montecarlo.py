@@ -29,6 +29,7 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.batch import RoundBatch
 from specreplay.replay.estimators.base import Estimator, RoundValues
@@ -40,6 +41,8 @@ from specreplay.sim.rng import STREAM_ACCEPT, STREAM_DRAFT, STREAMS_PER_REPLICAT
 from specreplay.sim.sampling import draw_dyadic, draw_float
 
 __all__ = ["MonteCarloEstimator", "replay_rounds"]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 
 @njit(parallel=True, cache=True)

@@ -53,6 +53,7 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import NDArray
 
+from specreplay import use_numba_cache
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.batch import RoundBatch
 from specreplay.replay.estimators.base import Estimator, RoundValues
@@ -62,6 +63,8 @@ from specreplay.sim.drafting import DepthByBucket, StopRule
 from specreplay.sim.policy import LawCache
 
 __all__ = ["MIN_CUM_TAU", "SortedRows", "policy_rounds", "remember_fixed", "sorted_rows"]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 MIN_CUM_TAU = 1e-6
 """The smallest ``stop-cum`` τ the analytic enumeration takes (up to 1/τ atoms per position)."""

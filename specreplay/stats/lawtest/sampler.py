@@ -15,12 +15,15 @@ import numpy as np
 from numba import njit, prange
 from numpy.typing import ArrayLike, NDArray
 
+from specreplay import use_numba_cache
 from specreplay.errors import SpecReplayError
 from specreplay.sim.rng import STREAM_ACCEPT, STREAM_DRAFT, STREAM_RESIDUAL, uniform
 from specreplay.sim.sampling import draw_float
 from specreplay.stats.lawtest.exact import check_dyadic, check_laws, residual_weights
 
 __all__ = ["counts_of_checked", "sample_counts"]
+
+use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
 _CHUNKS = 64  # fixed work split of the sampler: independent of the thread count
 _TWO_53 = 9007199254740992.0
