@@ -531,6 +531,19 @@ class VllmCapture:
             "specreplay capture stopped in this process (vLLM continues): %s", self.failed
         )
 
+    def summary(self) -> dict[str, Any]:
+        """Return what this process's capture saw and wrote so far (plain JSON types).
+
+        The adapter's counts (rounds skipped by reason, batches), whether it failed, and the
+        recorder's counts and commits when it is open: what ``collective_rpc`` hands back.
+        """
+        out: dict[str, Any] = {"adapter": dict(vars(self.counts)), "failed": self.failed}
+        rec = self.recorder
+        if rec is not None:
+            out["recorder"] = rec.counts.as_json()
+            out["commits"] = int(getattr(rec, "commits", 0))
+        return out
+
     def close(self) -> Any:
         """Close the recorder (commit this process's writer); log what was skipped. Idempotent."""
         with self._lock:

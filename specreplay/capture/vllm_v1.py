@@ -140,6 +140,7 @@ __all__ = [
     "CaptureSettings",
     "VllmCapture",
     "active",
+    "close",
     "install",
     "register",
     "settings_from_env",
@@ -323,6 +324,21 @@ def install(
             VLLM_VERSION,
         )
     return cap
+
+
+def close(worker: object = None) -> dict[str, Any] | None:
+    """Commit this process's capture now and return its summary; None when capture is off.
+
+    For ``llm.collective_rpc(vllm_v1.close)``, which runs it in every worker (vLLM passes the
+    worker as the argument; sending a function needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``):
+    a capture then survives however the engine ends later. Idempotent; a closed capture
+    records nothing more.
+    """
+    cap = _ACTIVE
+    if cap is None:
+        return None
+    cap.close()
+    return cap.summary()
 
 
 def _uninstall_for_tests() -> None:
