@@ -83,8 +83,12 @@ def main() -> None:
         n = rng.randint(cfg["min_tokens"], cfg["max_tokens"])
         params.append(
             SamplingParams(
-                temperature=cfg["temperature"], max_tokens=n, min_tokens=n, seed=cfg["seed"] + i,
-                ignore_eos=True, detokenize=False,
+                temperature=cfg["temperature"],
+                max_tokens=n,
+                min_tokens=n,
+                seed=cfg["seed"] + i,
+                ignore_eos=True,
+                detokenize=False,
             )
         )
     outs = llm.generate(prompts, params, use_tqdm=False)

@@ -27,8 +27,14 @@ import sys
 _TARGET = "vllm.utils.cpu_triton_utils"
 
 
-def _expand_kernel_impl(output, input_val, cu_num_tokens, replace_from, replace_to,  # type: ignore[no-untyped-def]
-                        MAX_NUM_TOKENS=None):  # noqa: N803 (vLLM's name)
+def _expand_kernel_impl(
+    output,
+    input_val,
+    cu_num_tokens,
+    replace_from,
+    replace_to,  # type: ignore[no-untyped-def]
+    MAX_NUM_TOKENS=None,
+):
     import torch
 
     cu = cu_num_tokens.to(torch.int64)
