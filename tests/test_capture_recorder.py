@@ -436,6 +436,98 @@ def test_a_killed_process_leaves_path_alone_and_its_staged_shards(tmp_path: Path
     assert res.exit_code == 2 and f"{stage.name}: a sub-folder" in res.stderr
 
 
+_KILLED_AFTER_COMMITS = """
+import json, os, signal, sys, time
+import numpy as np
+from specreplay.capture import Recorder
+rec = Recorder(sys.argv[1], logging_arm="greedy@2", commit_rounds=3, commit_seconds=None,
+               mode="append", writer_id="w")
+for t in range(8):
+    d = np.array([t + 1, t + 2])
+    rec.round("r", t, d, np.full((2, 1), 0.5), 1, cand_ids=d[:, None], emitted_q=np.ones((2, 1)))
+    while rec.counts.rounds_recorded < t + 1:  # one round per batch: commits fall after 3 and 6
+        time.sleep(0.005)
+print(json.dumps({"commits": rec.commits}), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_periodic_commits_survive_a_sigkill(tmp_path: Path) -> None:
+    """Every round up to the last commit is in ``path``, readable, the writer marked open."""
+    out = tmp_path / "cap"
+    root = Path(__file__).parent.parent
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_AFTER_COMMITS, str(out)],
+        cwd=root,
+        timeout=300,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == -9, proc.stderr  # SIGKILL: no close, no atexit
+    assert json.loads(proc.stdout)["commits"] == 2
+    rows = _rows(out)
+    assert rows["round"].unique().sort().to_list() == list(range(6))  # rounds 0-5: 2 commits
+    (writer,) = json.loads((out / "CAPTURE.json").read_text())["writers"]
+    assert writer["state"] == "open" and writer["capture"]["counts"]["rounds_recorded"] == 6
+    assert writer["shards"] == ["part-w-00000.parquet", "part-w-00001.parquet"]
+    assert "requests 1 · rounds 6 · positions 12" in _valid(out)
+    assert "1 writer is not closed" in invoke(["validate", str(out)]).stdout
+
+
+def test_a_timed_commit_puts_an_idle_engines_rounds_in_place(tmp_path: Path) -> None:
+    out = tmp_path / "cap"
+    rec = Recorder(out, logging_arm="greedy@2", commit_rounds=None, commit_seconds=0.2)
+    _point_mass(rec, "r", 0, [1, 2], 1)
+    deadline = time.monotonic() + 30
+    while rec.commits == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert rec.commits == 1 and _rows(out)["round"].to_list() == [0, 0]
+    (writer,) = json.loads((out / "CAPTURE.json").read_text())["writers"]
+    assert writer["state"] == "open"
+    _point_mass(rec, "r", 1, [3, 4], 2)
+    rec.close()
+    assert _rows(out)["round"].to_list() == [0, 0, 1, 1]
+    (writer,) = json.loads((out / "CAPTURE.json").read_text())["writers"]
+    assert writer["state"] == "closed" and len(writer["shards"]) == 2
+    assert leftovers(tmp_path) == []
+
+
+def test_no_commit_before_its_time(tmp_path: Path) -> None:
+    # the defaults (10,000 rounds, 60 s) do not commit a short run: path appears at close only
+    rec = Recorder(tmp_path / "cap", logging_arm="greedy@2")
+    for t in range(20):
+        _point_mass(rec, "r", t, [1, 2], 1)
+    time.sleep(0.3)
+    assert rec.commits == 0 and not (tmp_path / "cap").exists()
+    rec.close()
+    assert rec.commits == 0 and _rows(tmp_path / "cap").height == 40  # new: one rename
+
+
+def test_a_failure_after_commits_keeps_them_and_marks_the_writer_failed(tmp_path: Path) -> None:
+    out = tmp_path / "cap"
+    rec = Recorder(out, logging_arm="greedy@1", commit_rounds=1, commit_seconds=None)
+    _point_mass(rec, "r", 0, [1], 1)
+    deadline = time.monotonic() + 30
+    while rec.commits == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    big = np.array([2**63 + 5], dtype=np.uint64)
+    rec.round(
+        "r", 1, big, np.full((1, 1), 0.5), 0, cand_ids=big[:, None], emitted_q=np.ones((1, 1))
+    )
+    with pytest.raises(SpecReplayError, match=r"kept only its 1 earlier commits.*does not fit"):
+        rec.close()
+    (writer,) = json.loads((out / "CAPTURE.json").read_text())["writers"]
+    assert writer["state"].startswith("failed: SpecReplayError: token id")
+    assert _rows(out)["round"].to_list() == [0]
+    assert leftovers(tmp_path) == []
+
+
+def test_commit_settings_are_checked() -> None:
+    for bad in ({"commit_rounds": 0}, {"commit_seconds": 0.0}, {"commit_seconds": float("nan")}):
+        with pytest.raises(SpecReplayError, match="commit_"):
+            Recorder("/nonexistent/never", logging_arm="greedy@1", **bad)
+
+
 def test_an_exception_inside_with_commits_and_propagates(tmp_path: Path) -> None:
     with (
         pytest.raises(RuntimeError, match="engine crashed"),
@@ -556,6 +648,8 @@ def test_two_writers_append_to_one_folder(tmp_path: Path) -> None:
     assert api.read_result(tmp_path / "v").extra["capture"] == capture  # results.json round trip
     assert capture == {
         "writers": 2,
+        "writers_open": 0,
+        "writers_failed": 0,
         "sample": [1.0],
         "requests_seen": 2,
         "requests_sampled": 2,

@@ -210,3 +210,23 @@ def test_point_mass_drafter_names() -> None:
     for method in ("eagle", "eagle3", "mtp", "deepseek_mtp"):
         assert vllm_rounds._point_mass_drafter(method) == "point-mass (eagle-argmax)"
     assert vllm_rounds._point_mass_drafter("draft_model") == "point-mass (draft_model-argmax)"
+
+
+def test_commit_settings_from_env_and_their_defaults_match_the_recorder() -> None:
+    from specreplay.capture import recorder
+
+    s = vllm_v1.settings_from_env({"SPECREPLAY_CAPTURE": "/c"})
+    assert s is not None
+    # the plugin repeats the recorder's defaults (it may not import it): they must agree
+    assert (s.commit_rounds, s.commit_seconds) == (recorder.COMMIT_ROUNDS, recorder.COMMIT_SECONDS)
+    s = vllm_v1.settings_from_env(
+        {
+            "SPECREPLAY_CAPTURE": "/c",
+            vllm_v1.ENV_COMMIT_ROUNDS: "7",
+            vllm_v1.ENV_COMMIT_SECONDS: "0.5",
+        }
+    )
+    assert s is not None and (s.commit_rounds, s.commit_seconds) == (7, 0.5)
+    for name, bad in ((vllm_v1.ENV_COMMIT_ROUNDS, "0"), (vllm_v1.ENV_COMMIT_SECONDS, "-1")):
+        with pytest.raises(SpecReplayError, match=name):
+            vllm_v1.settings_from_env({"SPECREPLAY_CAPTURE": "/c", name: bad})

@@ -61,13 +61,22 @@ Decisions (where issue 12 is silent)
 - **Failures**: a bad call (shapes, a drafted id outside ``cand_ids``, rounds out of order) raises
   a one-line :class:`~specreplay.errors.SpecReplayError` on the calling thread and records
   nothing of that round. A failure on the background thread stops recording; ``close`` then
-  removes the staged run (nothing reaches ``path``: a run that lost rows must not pass for a
-  whole one) and raises a SpecReplayError naming the failure.
+  removes the staged run and raises a SpecReplayError naming the failure. Nothing more reaches
+  ``path``: what earlier periodic commits put there stays (whole rounds), and ``CAPTURE.json``
+  marks this writer ``"state": "failed: …"`` (a run that lost rows must not pass for a whole one;
+  ``validate`` says so).
+- **Periodic commits** (issue 15): the background thread commits the rounds written so far,
+  with the manifest, every ``commit_rounds`` rounds (:data:`COMMIT_ROUNDS`, 10,000) or
+  ``commit_seconds`` seconds (:data:`COMMIT_SECONDS`, 60), whichever comes first
+  (:meth:`~specreplay.replay.archive.writer.TraceWriter.commit`: whole shards renamed in and
+  ``CAPTURE.json`` rewritten under the folder's lock; the writer's record says ``"state":
+  "open"`` until ``close``). A reader sees the committed rounds only.
 - **Exit**: ``close`` is registered with :mod:`atexit`, so a process that exits normally commits
   what it recorded; ``with Recorder(...)`` closes on exit, also when an exception leaves the
   block (what was recorded is committed, and the exception propagates). A killed process
-  (SIGKILL) leaves ``path`` untouched and the TraceWriter's staged ``.NAME.tmp-PID`` folder
-  beside it, holding the complete shards written so far and no manifest.
+  (SIGKILL, out of memory) leaves ``path`` as its last periodic commit left it (every round up
+  to that commit, the writer's state ``"open"``), and the TraceWriter's staged
+  ``.NAME.tmp-PID`` folder beside it (shards written since, no manifest; readers refuse it).
 - ``round`` is meant to be called from one thread (the engine's step loop); counters are plain
   integers updated without a lock.
 - **fork**: in a child forked from a process holding a recorder, that recorder is closed:
@@ -103,6 +112,7 @@ import math
 import os
 import queue
 import threading
+import time
 import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -118,6 +128,8 @@ from specreplay.replay.archive.writer import FORMATS, TraceWriter
 from specreplay.sim.arms import Arm, parse_arm
 
 __all__ = [
+    "COMMIT_ROUNDS",
+    "COMMIT_SECONDS",
     "INCOMPLETE_IDS_LISTED",
     "CaptureCounts",
     "Recorder",
@@ -131,6 +143,10 @@ INCOMPLETE_IDS_LISTED = 1000
 _BATCH_ROUNDS = 512  # rounds the background thread turns into one frame at most
 _SHARD_ROWS = 50_000  # rows per shard: bounds the memory a long capture buffers (~60 MB at K=32)
 _STOP = object()
+COMMIT_ROUNDS = 10_000
+"""Default ``commit_rounds``: rounds between periodic commits (about 40,000 rows at depth 4)."""
+COMMIT_SECONDS = 60.0
+"""Default ``commit_seconds``: seconds between periodic commits."""
 _LIVE: weakref.WeakSet[Recorder] = weakref.WeakSet()  # recorders of this process (fork hook)
 _FORK_HOOK: list[bool] = []  # the at-fork hook is registered on the first Recorder, not at import
 
@@ -272,6 +288,12 @@ class Recorder:
         TraceWriter compression (Parquet: lz4 by default).
     shard_rows : int
         Rows per shard (cut at a round boundary); the background thread buffers up to one shard.
+    commit_rounds, commit_seconds : int or None, float or None
+        Periodic commits: the background thread puts the rounds written so far in place, with
+        the manifest, every ``commit_rounds`` rounds or ``commit_seconds`` seconds, whichever
+        comes first (defaults :data:`COMMIT_ROUNDS`, :data:`COMMIT_SECONDS`; None turns that
+        trigger off, both None commits at close only). A killed process loses at most the
+        rounds since the last commit. Not with ``mode="replace"`` (it commits at close).
 
     Attributes
     ----------
@@ -302,12 +324,27 @@ class Recorder:
         engine: str | None = None,
         compression: str | None = None,
         shard_rows: int = _SHARD_ROWS,
+        commit_rounds: int | None = COMMIT_ROUNDS,
+        commit_seconds: float | None = COMMIT_SECONDS,
     ) -> None:
         self.arm: Arm = parse_arm(logging_arm)
         _check_int("top_k", top_k, 1)
         _check_int("queue_rounds", queue_rounds, 1)
         _check_int("queue_bytes", queue_bytes, 1)
         _check_int("shard_rows", shard_rows, 1)
+        if commit_rounds is not None:
+            _check_int("commit_rounds", commit_rounds, 1)
+        if commit_seconds is not None and not (
+            isinstance(commit_seconds, (int, float))
+            and not isinstance(commit_seconds, bool)
+            and math.isfinite(commit_seconds)
+            and commit_seconds > 0
+        ):
+            raise SpecReplayError(
+                f"Recorder: commit_seconds={commit_seconds!r} should be a number > 0 (or None)"
+            )
+        self.commit_rounds = commit_rounds
+        self.commit_seconds = None if commit_seconds is None else float(commit_seconds)
         if isinstance(sample, bool) or not isinstance(sample, (int, float)):
             raise SpecReplayError(f"Recorder: sample={sample!r} should be a number in (0, 1]")
         if not (math.isfinite(sample) and 0.0 < sample <= 1.0):
@@ -356,6 +393,8 @@ class Recorder:
         self._closed = False
         self._close_lock = threading.Lock()
         self._one_numba_thread = False  # set_num_threads(1) called on the background thread
+        self._since_commit = 0  # rounds written since the last commit (background thread)
+        self._last_commit = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="specreplay-recorder", daemon=True)
         self._thread.start()
         atexit.register(self.close)
@@ -589,10 +628,16 @@ class Recorder:
                     except Exception as exc:  # reported as the recorder's error
                         self._error = exc
                 else:
-                    self._writer.abort()
+                    self._writer.abort(f"{type(self._error).__name__}: {_one_line(self._error)}")
         if self._error is not None:
+            kept = (
+                "wrote nothing"
+                if self.commits == 0
+                else f"kept only its {self.commits} earlier commits (CAPTURE.json marks the "
+                "writer failed)"
+            )
             raise SpecReplayError(
-                f"{self.path}: the recorder failed on its background thread and wrote nothing: "
+                f"{self.path}: the recorder failed on its background thread and {kept}: "
                 f"{type(self._error).__name__}: {_one_line(self._error)}"
             ) from self._error
         return self.counts
@@ -617,11 +662,19 @@ class Recorder:
     # -- the background thread -------------------------------------------------------------
 
     def _run(self) -> None:
-        """Turn queued rounds into frames and hand them to the TraceWriter until ``_STOP``."""
+        """Turn queued rounds into frames and hand them to the TraceWriter until ``_STOP``.
+
+        Commits periodically (``commit_rounds``, ``commit_seconds``): a wait for the queue
+        ends at the next commit time, so an idle engine's rounds are committed too.
+        """
         q = self._queue
         while True:
             batch: list[_Round] = []
-            item = q.get()
+            try:
+                item = q.get(timeout=self._until_commit())
+            except queue.Empty:
+                self._maybe_commit()
+                continue
             stop = item is _STOP
             if not stop:
                 batch.append(item)
@@ -640,12 +693,44 @@ class Recorder:
                     self._writer.append_frame(frame)
                     self._recorded += len(batch)
                     self._rows += frame.height
+                    self._since_commit += len(batch)
                 except BaseException as exc:  # reported by close()
                     self._error = exc
             # the copies are freed with the batch; only this thread writes _bytes_out
             self._bytes_out += sum(r.nbytes for r in batch)
             if stop:
                 return
+            self._maybe_commit()
+
+    def _until_commit(self) -> float | None:
+        """Seconds until the next timed commit (None: no timed commit is due)."""
+        if self.commit_seconds is None or self._since_commit == 0 or self._error is not None:
+            return None if self.commit_seconds is None else self.commit_seconds
+        return max(0.0, self._last_commit + self.commit_seconds - time.monotonic())
+
+    def _maybe_commit(self) -> None:
+        """Commit when ``commit_rounds`` rounds or ``commit_seconds`` seconds have passed."""
+        if self._since_commit == 0 or self._error is not None:
+            return
+        due_rounds = self.commit_rounds is not None and self._since_commit >= self.commit_rounds
+        due_time = (
+            self.commit_seconds is not None
+            and time.monotonic() - self._last_commit >= self.commit_seconds
+        )
+        if not (due_rounds or due_time):
+            return
+        try:
+            self._writer.capture = self.manifest()
+            self._writer.commit()
+        except BaseException as exc:  # reported by close()
+            self._error = exc
+        self._since_commit = 0
+        self._last_commit = time.monotonic()
+
+    @property
+    def commits(self) -> int:
+        """Commits made so far (periodic ones, and the final one once closed)."""
+        return self._writer.commits
 
     def _frame(self, batch: list[_Round]) -> pl.DataFrame:
         """Build the rows of a batch of rounds as one columnar frame."""

@@ -330,6 +330,8 @@ class VllmCapture:
             top_k=s.top_k,
             sample=s.sample,
             queue_rounds=s.queue_rounds,
+            commit_rounds=s.commit_rounds,
+            commit_seconds=s.commit_seconds,
             mode="append",
             writer_id=_writer_id(),
             format="parquet-dir",

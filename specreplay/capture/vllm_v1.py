@@ -129,6 +129,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENV_ARM",
+    "ENV_COMMIT_ROUNDS",
+    "ENV_COMMIT_SECONDS",
     "ENV_FAMILY",
     "ENV_FOLDER",
     "ENV_QUEUE",
@@ -157,6 +159,10 @@ ENV_TOP_K = "SPECREPLAY_CAPTURE_TOP_K"
 ENV_ARM = "SPECREPLAY_CAPTURE_ARM"
 ENV_FAMILY = "SPECREPLAY_CAPTURE_FAMILY"
 ENV_QUEUE = "SPECREPLAY_CAPTURE_QUEUE_ROUNDS"
+ENV_COMMIT_ROUNDS = "SPECREPLAY_CAPTURE_COMMIT_ROUNDS"
+ENV_COMMIT_SECONDS = "SPECREPLAY_CAPTURE_COMMIT_SECONDS"
+COMMIT_ROUNDS = 10_000  # the recorder's defaults (capture/recorder.py), repeated: no import here
+COMMIT_SECONDS = 60.0
 
 # a child of vLLM's "vllm" logger: the plugin's lines go through vLLM's handler and format
 # (vllm/logger.py, DEFAULT_LOGGING_CONFIG), at vLLM's level, to vLLM's stream
@@ -187,6 +193,10 @@ class CaptureSettings:
         The ``family`` of every row (``SPECREPLAY_CAPTURE_FAMILY``, ``vllm``).
     queue_rounds : int
         The recorder's queue, in rounds (``SPECREPLAY_CAPTURE_QUEUE_ROUNDS``, 4096).
+    commit_rounds, commit_seconds : int, float
+        Periodic commits (``SPECREPLAY_CAPTURE_COMMIT_ROUNDS``, 10,000;
+        ``SPECREPLAY_CAPTURE_COMMIT_SECONDS``, 60): a killed engine loses at most the rounds
+        since the last commit (docs/record-vllm.md).
     """
 
     folder: str
@@ -195,6 +205,8 @@ class CaptureSettings:
     logging_arm: str | None = None
     family: str = "vllm"
     queue_rounds: int = 4096
+    commit_rounds: int = COMMIT_ROUNDS
+    commit_seconds: float = COMMIT_SECONDS
 
 
 def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
@@ -207,6 +219,19 @@ def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
         value = 0
     if value < 1:
         raise SpecReplayError(f"{name}={text!r}: expected an integer ≥ 1")
+    return value
+
+
+def _seconds_env(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise SpecReplayError(f"{name}={text!r}: expected a number of seconds > 0")
     return value
 
 
@@ -267,6 +292,8 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> CaptureSettings |
         logging_arm=arm,
         family=env.get(ENV_FAMILY, "vllm"),
         queue_rounds=_int_env(env, ENV_QUEUE, 4096),
+        commit_rounds=_int_env(env, ENV_COMMIT_ROUNDS, COMMIT_ROUNDS),
+        commit_seconds=_seconds_env(env, ENV_COMMIT_SECONDS, COMMIT_SECONDS),
     )
 
 

@@ -77,8 +77,11 @@ def capture_summary(path: Path) -> dict[str, Any] | None:
     Returns
     -------
     dict or None
-        ``writers`` (with a capture object), ``sample`` (the distinct fractions), and each of
-        the counts (requests_seen … rows) summed.
+        ``writers`` (with a capture object), ``sample`` (the distinct fractions),
+        ``writers_open`` (still recording, or ended without closing: killed; their rows are
+        those of their last periodic commit), ``writers_failed`` (stopped on an error after
+        committing), and each of the counts (requests_seen … rows) summed, as of each writer's
+        last commit.
     """
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
@@ -93,9 +96,18 @@ def capture_summary(path: Path) -> dict[str, Any] | None:
     counts = [c.get("counts") for c in captures]
     if not captures or not all(isinstance(c, dict) for c in counts):
         return None
+    states = [
+        str(w.get("state", "closed"))  # before issue 15 a manifest listed closed writers only
+        for w in (writers if isinstance(writers, list) else [])
+        if isinstance(w, dict) and isinstance(w.get("capture"), dict)
+    ]
     out: dict[str, Any] = {
         "writers": len(captures),
         "sample": sorted({float(c.get("sample", 1.0)) for c in captures}),
+        # a writer still recording, or whose process ended without closing (killed): its rows
+        # are those up to its last periodic commit; a failed one stopped on an error
+        "writers_open": sum(st == "open" for st in states),
+        "writers_failed": sum(st.startswith("failed") for st in states),
     }
     for key in _COUNTS:
         out[key] = sum(int(c.get(key, 0)) for c in counts if isinstance(c, dict))

@@ -187,18 +187,35 @@ def capture_line(capture: dict[str, Any] | None) -> str:
     ...     "requests_sampled": 4, "requests_incomplete": 1, "rounds_offered": 9,
     ...     "rounds_recorded": 8, "rounds_dropped_queue_full": 1, "rows": 30}).strip())
     recorded 4 of 4 requests (sample 1, 2 writers) · 1 incomplete · 8 of 9 rounds · 30 rows
+    >>> print(capture_line({"writers": 1, "sample": [1.0], "requests_seen": 4,
+    ...     "requests_sampled": 4, "requests_incomplete": 0, "rounds_offered": 9,
+    ...     "rounds_recorded": 9, "rounds_dropped_queue_full": 0, "rows": 30,
+    ...     "writers_open": 1}).splitlines()[-1][:47])
+    1 writer is not closed (still recording, or its
     """
     if not capture:
         return ""
     sample = ", ".join(f"{x:g}" for x in capture["sample"])
     writers = capture["writers"]
-    return (
+    line = (
         f"\nrecorded {capture['requests_sampled']:,} of {capture['requests_seen']:,} requests "
         f"(sample {sample}, {writers} writer{'s' if writers != 1 else ''}) · "
         f"{capture['requests_incomplete']:,} incomplete · "
         f"{capture['rounds_recorded']:,} of {capture['rounds_offered']:,} rounds · "
         f"{capture['rows']:,} rows"
     )
+    n_open, n_failed = capture.get("writers_open", 0), capture.get("writers_failed", 0)
+    if n_open:
+        line += (
+            f"\n{n_open} writer{'s are' if n_open != 1 else ' is'} not closed (still recording, "
+            "or its process ended without closing): its rounds up to its last commit are read"
+        )
+    if n_failed:
+        line += (
+            f"\n{n_failed} writer{'s' if n_failed != 1 else ''} failed after committing "
+            "(CAPTURE.json says why): its committed rounds are read, the rest was lost"
+        )
+    return line
 
 
 def ignored_summary(ignored: Sequence[InputIgnored]) -> str:

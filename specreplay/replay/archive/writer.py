@@ -29,6 +29,13 @@ already be at the path:
   sorted path order, so the archive order rule holds), then renames its shards in and rewrites
   ``CAPTURE.json`` atomically. Several processes may append to one folder at once.
 
+**Periodic commits** (issue 15): :meth:`TraceWriter.commit` puts a ``"new"`` or ``"append"``
+run's complete shards in place before close, under the folder's lock, with ``CAPTURE.json``
+rewritten to list them (the writer's record says ``"state": "open"``; ``"closed"`` once closed,
+``"failed: REASON"`` when the run was aborted after a commit: its committed shards stay). A
+recorder commits every N rounds or T seconds, so a killed process leaves every round up to its
+last commit readable. ``"replace"`` commits at close only.
+
 A TraceWriter folder holds only ``CAPTURE.json``, ``part-NNNNN.SUFFIX`` (new, replace),
 ``part-<writer>-NNNNN.SUFFIX`` (append) and, for the instant of a manifest update,
 ``.CAPTURE.json.tmp-PID``.
@@ -189,6 +196,10 @@ class TraceWriter:
         self._n_rows = 0
         self.writer_id = _writer_id(writer_id) if mode == "append" else None
         self.capture: dict[str, Any] | None = None
+        self.commits = 0
+        self._committed: list[str] = []  # shard names already put in place (commit)
+        self._seen_elsewhere: dict[str, set[str]] = {}  # other writers' shards -> request ids
+        self._state = "open"
         self._stage: Path | None = None
         if not self._sharded:
             self._open_file()
@@ -257,11 +268,20 @@ class TraceWriter:
         else:
             self.abort()
 
-    def abort(self) -> None:
-        """Drop the run: remove the temporary folder; nothing reaches ``path``."""
+    def abort(self, reason: str = "aborted") -> None:
+        """Drop the run: remove the temporary folder; nothing more reaches ``path``.
+
+        Before any :meth:`commit`, nothing of the run reaches ``path``. After one, the shards
+        already committed stay (whole rounds), and this writer's record in ``CAPTURE.json`` says
+        ``"state": "failed"`` with ``reason``, so the run cannot pass for a whole one.
+        """
         self._frames, self._rows = [], []
         if self._stage is not None and not self._closed:
             shutil.rmtree(self._stage, ignore_errors=True)
+            if self._committed:
+                self._state = f"failed: {reason}"
+                with contextlib.suppress(Exception):  # the failure being reported comes first
+                    self._put_in_place([])
         self._closed = True
 
     def append(self, row: Mapping[str, Any]) -> None:
@@ -291,6 +311,37 @@ class TraceWriter:
             if frame.height:
                 self._write_shard(frame)
 
+    def commit(self) -> bool:
+        """Put what is buffered in place now, as complete shards, with the manifest.
+
+        A periodic commit (``"new"`` and ``"append"`` folders; the caller calls it at a round
+        boundary): the buffered rows become one shard, and this writer's shards not yet in
+        ``path`` are renamed in and ``CAPTURE.json`` rewritten, under the folder's lock, so a
+        reader sees whole shards listed by the manifest (this writer's record says ``"state":
+        "open"`` until :meth:`close`). A process killed later leaves ``path`` a readable archive of
+        every round committed. ``"replace"`` commits only at close (a reader sees the old run
+        until the new one is whole), and single files commit only at close: both return False.
+
+        Returns
+        -------
+        bool
+            True when shards were committed.
+
+        Raises
+        ------
+        SpecReplayError
+            When ``path`` no longer accepts this run (it was filled by another run, or its
+            manifest clashes: the checks of ``"append"``), naming it.
+        """
+        if self._closed or self._stage is None or self.mode == "replace":
+            return False
+        self.end_shard()
+        new = sorted(n for n in os.listdir(self._stage) if n not in self._committed)
+        if not new:
+            return False
+        self._put_in_place(new)
+        return True
+
     def close(self) -> list[Path]:
         """Write what is buffered, put the run in place, and return the files written."""
         if self._closed:
@@ -302,7 +353,13 @@ class TraceWriter:
             if self._sharded:
                 if frame is not None and frame.height:
                     self._write_shard(frame)
-                if self._stage is not None:
+                self._state = "closed"
+                if self._stage is not None and (self._committed or self.mode == "append"):
+                    new = sorted(n for n in os.listdir(self._stage) if n not in self._committed)
+                    self._put_in_place(new)
+                    self._stage.rmdir()
+                    self.written = [self.path / n for n in self._committed]
+                elif self._stage is not None:
                     self.written = self._commit(self._stage)
             else:
                 write_frame(frame if frame is not None else _empty(), self.path, self.compression)
@@ -372,16 +429,15 @@ class TraceWriter:
             "pid": os.getpid(),
             "shards": shards,
             "rows": self._n_rows,
+            "state": self._state,
         }
         if self.capture is not None:
             record["capture"] = self.capture
         return record
 
     def _commit(self, stage: Path) -> list[Path]:
-        """Put the staged run in place (new: rename; replace: swap; append: add shards)."""
+        """Put the staged, never committed run in place (new: rename; replace: swap)."""
         shards = sorted(p.name for p in stage.iterdir())
-        if self.mode == "append":
-            return self._commit_append(stage, shards)
         _write_manifest(stage, self._new_manifest([self._writer_record(shards)]))
         target = Path(os.path.abspath(self.path))
         if self.mode == "new" or not _entries(target):  # absent or empty: a rename suffices
@@ -411,32 +467,83 @@ class TraceWriter:
             "writers": writers,
         }
 
-    def _commit_append(self, stage: Path, shards: list[str]) -> list[Path]:
+    def _is_mine(self, record: Any) -> bool:
+        return (
+            isinstance(record, dict)
+            and record.get("writer") == self.writer_id
+            and record.get("pid") == os.getpid()
+        )
+
+    def _put_in_place(self, new: list[str]) -> None:
+        """Rename this writer's ``new`` staged shards into ``path``; rewrite the manifest.
+
+        Under the folder's lock. The first time: ``"new"`` needs the folder absent or empty,
+        ``"append"`` checks the folder's columns, logging arms and request ids (:meth:
+        `_check_append`); every time, this commit's request ids are checked against the other
+        writers' shards. The manifest lists every shard of this writer committed so far, with
+        the rows written so far (``rows`` counts the staged shards too; ``shards`` lists the
+        committed ones) and this writer's ``state``.
+        """
+        assert self._stage is not None
+        stage = self._stage
         target = Path(os.path.abspath(self.path))
         target.mkdir(parents=True, exist_ok=True)
         with _locked(target):
-            if _entries(target):
+            entries = _entries(target)
+            first = not self._committed
+            if first and self.mode == "new" and entries:
+                raise SpecReplayError(
+                    f"{target}: cannot put the run in place: the folder was filled while this "
+                    'writer ran (it holds {entries[0]})? Pass mode="replace" or mode="append"'
+                )
+            if entries:
                 found = check_capture_folder(target)
-                self._check_append(target, found)
-                manifest = {
-                    **found,
-                    "writers": [*found.get("writers", []), self._writer_record(shards)],
-                }
+                if first:
+                    self._check_append(target, found)
+                else:
+                    self._check_requests(target, self._requests_of(stage, new))
+                writers = [w for w in found.get("writers", []) if not self._is_mine(w)]
+                manifest = {**found, "writers": writers}
                 if not found.get("columns"):
                     manifest["columns"] = self._columns or {}
                 manifest["logging_arms"] = sorted(set(found.get("logging_arms", [])) | self._arms)
             else:
-                manifest = self._new_manifest([self._writer_record(shards)])
-            for name in shards:
+                manifest = self._new_manifest([])
+            for name in new:
                 if os.path.lexists(target / name):
                     raise SpecReplayError(
                         f"{self.path}: already holds {name}: writer id {self.writer_id!r} is in use"
                     )
-            for name in shards:
+            shards = [*self._committed, *new]
+            manifest["writers"] = [*manifest["writers"], self._writer_record(shards)]
+            for name in new:
                 os.replace(stage / name, target / name)
+            self._committed = shards
             _write_manifest(target, manifest)
-        stage.rmdir()
-        return [self.path / n for n in shards]
+        if new:
+            self.commits += 1  # shards put in place (a state-only rewrite is not a commit)
+
+    def _requests_of(self, stage: Path, names: list[str]) -> set[str]:
+        out: set[str] = set()
+        for name in names:
+            out |= _request_ids(stage / name)
+        return out
+
+    def _check_requests(self, target: Path, requests: set[str]) -> None:
+        """Refuse request ids already in another writer's shards (read once per shard)."""
+        mine = set(self._committed)
+        for shard in sorted(p for p in target.iterdir() if _SHARD.fullmatch(p.name)):
+            if shard.name in mine:
+                continue
+            ids = self._seen_elsewhere.get(shard.name)
+            if ids is None:
+                ids = self._seen_elsewhere[shard.name] = _request_ids(shard)
+            clash = sorted(requests & ids)
+            if clash:
+                raise SpecReplayError(
+                    f"{self.path}: request id {clash[0]!r} of this writer is already in "
+                    f"{shard.name} (append: each request's rows come from one writer)"
+                )
 
     def _check_append(self, target: Path, found: dict[str, Any]) -> None:
         """Refuse an append whose schema, logging arm or request ids clash with the folder's."""
@@ -453,13 +560,7 @@ class TraceWriter:
                 f"{self.path}: this writer logs arm(s) {sorted(self._arms)}, the folder "
                 f"{sorted(arms)} ({MANIFEST}): one archive has one logging arm"
             )
-        for shard in sorted(p for p in target.iterdir() if _SHARD.fullmatch(p.name)):
-            clash = sorted(self._requests & _request_ids(shard))
-            if clash:
-                raise SpecReplayError(
-                    f"{self.path}: request id {clash[0]!r} of this writer is already in "
-                    f"{shard.name} (append: each request's rows come from one writer)"
-                )
+        self._check_requests(target, self._requests)
 
 
 def check_capture_folder(path: Path) -> dict[str, Any]:
