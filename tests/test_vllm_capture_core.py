@@ -224,7 +224,11 @@ def test_commit_settings_from_env_and_their_defaults_match_the_recorder() -> Non
     s = vllm_v1.settings_from_env({"SPECREPLAY_CAPTURE": "/c"})
     assert s is not None
     # the plugin repeats the recorder's defaults (it may not import it): they must agree
-    assert (s.commit_rounds, s.commit_seconds) == (recorder.COMMIT_ROUNDS, recorder.COMMIT_SECONDS)
+    assert (s.commit_rounds, s.commit_seconds, s.commit_idle_seconds) == (
+        recorder.COMMIT_ROUNDS,
+        recorder.COMMIT_SECONDS,
+        recorder.COMMIT_IDLE_SECONDS,
+    )
     s = vllm_v1.settings_from_env(
         {
             "SPECREPLAY_CAPTURE": "/c",

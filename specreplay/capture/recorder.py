@@ -128,6 +128,7 @@ from specreplay.replay.archive.writer import FORMATS, TraceWriter
 from specreplay.sim.arms import Arm, parse_arm
 
 __all__ = [
+    "COMMIT_IDLE_SECONDS",
     "COMMIT_ROUNDS",
     "COMMIT_SECONDS",
     "INCOMPLETE_IDS_LISTED",
@@ -147,6 +148,9 @@ COMMIT_ROUNDS = 10_000
 """Default ``commit_rounds``: rounds between periodic commits (about 40,000 rows at depth 4)."""
 COMMIT_SECONDS = 60.0
 """Default ``commit_seconds``: seconds between periodic commits."""
+COMMIT_IDLE_SECONDS = 2.0
+"""Default ``commit_idle_seconds``: an engine idle this long has its rounds committed."""
+_SHARD_BYTES = 64 * 2**20  # a shard is cut at 64 MiB of buffered rows, whatever their width
 _LIVE: weakref.WeakSet[Recorder] = weakref.WeakSet()  # recorders of this process (fork hook)
 _FORK_HOOK: list[bool] = []  # the at-fork hook is registered on the first Recorder, not at import
 
@@ -288,12 +292,14 @@ class Recorder:
         TraceWriter compression (Parquet: lz4 by default).
     shard_rows : int
         Rows per shard (cut at a round boundary); the background thread buffers up to one shard.
-    commit_rounds, commit_seconds : int or None, float or None
+    commit_rounds, commit_seconds, commit_idle_seconds : int or None, float or None
         Periodic commits: the background thread puts the rounds written so far in place, with
-        the manifest, every ``commit_rounds`` rounds or ``commit_seconds`` seconds, whichever
-        comes first (defaults :data:`COMMIT_ROUNDS`, :data:`COMMIT_SECONDS`; None turns that
-        trigger off, both None commits at close only). A killed process loses at most the
-        rounds since the last commit. Not with ``mode="replace"`` (it commits at close).
+        the manifest, every ``commit_rounds`` rounds or ``commit_seconds`` seconds, or once no
+        round has come for ``commit_idle_seconds``, whichever comes first (defaults
+        :data:`COMMIT_ROUNDS`, :data:`COMMIT_SECONDS`, :data:`COMMIT_IDLE_SECONDS`; None turns
+        that trigger off, all None commits at close only). A killed process loses at most the
+        rounds since the last commit; an engine that finished its work and idles has committed
+        everything before it is stopped. Not with ``mode="replace"`` (it commits at close).
 
     Attributes
     ----------
@@ -326,6 +332,7 @@ class Recorder:
         shard_rows: int = _SHARD_ROWS,
         commit_rounds: int | None = COMMIT_ROUNDS,
         commit_seconds: float | None = COMMIT_SECONDS,
+        commit_idle_seconds: float | None = COMMIT_IDLE_SECONDS,
     ) -> None:
         self.arm: Arm = parse_arm(logging_arm)
         _check_int("top_k", top_k, 1)
@@ -334,17 +341,24 @@ class Recorder:
         _check_int("shard_rows", shard_rows, 1)
         if commit_rounds is not None:
             _check_int("commit_rounds", commit_rounds, 1)
-        if commit_seconds is not None and not (
-            isinstance(commit_seconds, (int, float))
-            and not isinstance(commit_seconds, bool)
-            and math.isfinite(commit_seconds)
-            and commit_seconds > 0
+        for name, value in (
+            ("commit_seconds", commit_seconds),
+            ("commit_idle_seconds", commit_idle_seconds),
         ):
-            raise SpecReplayError(
-                f"Recorder: commit_seconds={commit_seconds!r} should be a number > 0 (or None)"
-            )
+            if value is not None and not (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+                and value > 0
+            ):
+                raise SpecReplayError(
+                    f"Recorder: {name}={value!r} should be a number > 0 (or None)"
+                )
         self.commit_rounds = commit_rounds
         self.commit_seconds = None if commit_seconds is None else float(commit_seconds)
+        self.commit_idle_seconds = (
+            None if commit_idle_seconds is None else float(commit_idle_seconds)
+        )
         if isinstance(sample, bool) or not isinstance(sample, (int, float)):
             raise SpecReplayError(f"Recorder: sample={sample!r} should be a number in (0, 1]")
         if not (math.isfinite(sample) and 0.0 < sample <= 1.0):
@@ -373,6 +387,7 @@ class Recorder:
             writer_id=writer_id,
             compression=compression,
             shard_rows=shard_rows,
+            shard_bytes=_SHARD_BYTES,
         )
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_rounds)
         self._queue_bytes = int(queue_bytes)
@@ -395,6 +410,7 @@ class Recorder:
         self._one_numba_thread = False  # set_num_threads(1) called on the background thread
         self._since_commit = 0  # rounds written since the last commit (background thread)
         self._last_commit = time.monotonic()
+        self._last_write = self._last_commit  # when the last batch was written
         self._thread = threading.Thread(target=self._run, name="specreplay-recorder", daemon=True)
         self._thread.start()
         atexit.register(self.close)
@@ -694,6 +710,7 @@ class Recorder:
                     self._recorded += len(batch)
                     self._rows += frame.height
                     self._since_commit += len(batch)
+                    self._last_write = time.monotonic()
                 except BaseException as exc:  # reported by close()
                     self._error = exc
             # the copies are freed with the batch; only this thread writes _bytes_out
@@ -703,21 +720,33 @@ class Recorder:
             self._maybe_commit()
 
     def _until_commit(self) -> float | None:
-        """Seconds until the next timed commit (None: no timed commit is due)."""
-        if self.commit_seconds is None or self._since_commit == 0 or self._error is not None:
-            return None if self.commit_seconds is None else self.commit_seconds
-        return max(0.0, self._last_commit + self.commit_seconds - time.monotonic())
+        """Seconds until the next timed or idle commit (None: wait for the next round)."""
+        if self._since_commit == 0 or self._error is not None:
+            return None
+        due = [
+            start + wait
+            for start, wait in (
+                (self._last_commit, self.commit_seconds),
+                (self._last_write, self.commit_idle_seconds),
+            )
+            if wait is not None
+        ]
+        return max(0.0, min(due) - time.monotonic()) if due else None
 
     def _maybe_commit(self) -> None:
         """Commit when ``commit_rounds`` rounds or ``commit_seconds`` seconds have passed."""
         if self._since_commit == 0 or self._error is not None:
             return
         due_rounds = self.commit_rounds is not None and self._since_commit >= self.commit_rounds
+        now = time.monotonic()
         due_time = (
-            self.commit_seconds is not None
-            and time.monotonic() - self._last_commit >= self.commit_seconds
+            self.commit_seconds is not None and now - self._last_commit >= self.commit_seconds
         )
-        if not (due_rounds or due_time):
+        due_idle = (
+            self.commit_idle_seconds is not None
+            and now - self._last_write >= self.commit_idle_seconds
+        )
+        if not (due_rounds or due_time or due_idle):
             return
         try:
             self._writer.capture = self.manifest()

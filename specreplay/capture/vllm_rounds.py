@@ -185,9 +185,10 @@ class VllmCapture:
 
         A module without the class (another vLLM layout) is left alone: the engine first.
         """
-        cls = getattr(module, "GPUModelRunner", None)
-        if not isinstance(cls, type):
+        found = getattr(module, "GPUModelRunner", None)
+        if not isinstance(found, type):
             return
+        cls: Any = found
         original = cls.__init__
         if getattr(original, "__specreplay_capture__", False):
             return
@@ -366,6 +367,7 @@ class VllmCapture:
             queue_rounds=s.queue_rounds,
             commit_rounds=s.commit_rounds,
             commit_seconds=s.commit_seconds,
+            commit_idle_seconds=s.commit_idle_seconds,
             mode="append",
             writer_id=_writer_id(),
             format="parquet-dir",

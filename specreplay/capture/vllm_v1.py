@@ -134,6 +134,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENV_ARM",
+    "ENV_COMMIT_IDLE",
     "ENV_COMMIT_ROUNDS",
     "ENV_COMMIT_SECONDS",
     "ENV_FAMILY",
@@ -174,8 +175,10 @@ ENV_FAMILY = "SPECREPLAY_CAPTURE_FAMILY"
 ENV_QUEUE = "SPECREPLAY_CAPTURE_QUEUE_ROUNDS"
 ENV_COMMIT_ROUNDS = "SPECREPLAY_CAPTURE_COMMIT_ROUNDS"
 ENV_COMMIT_SECONDS = "SPECREPLAY_CAPTURE_COMMIT_SECONDS"
+ENV_COMMIT_IDLE = "SPECREPLAY_CAPTURE_COMMIT_IDLE_SECONDS"
 COMMIT_ROUNDS = 10_000  # the recorder's defaults (capture/recorder.py), repeated: no import here
 COMMIT_SECONDS = 60.0
+COMMIT_IDLE_SECONDS = 2.0
 
 # a child of vLLM's "vllm" logger: the plugin's lines go through vLLM's handler and format
 # (vllm/logger.py, DEFAULT_LOGGING_CONFIG), at vLLM's level, to vLLM's stream
@@ -206,10 +209,11 @@ class CaptureSettings:
         The ``family`` of every row (``SPECREPLAY_CAPTURE_FAMILY``, ``vllm``).
     queue_rounds : int
         The recorder's queue, in rounds (``SPECREPLAY_CAPTURE_QUEUE_ROUNDS``, 4096).
-    commit_rounds, commit_seconds : int, float
+    commit_rounds, commit_seconds, commit_idle_seconds : int, float, float
         Periodic commits (``SPECREPLAY_CAPTURE_COMMIT_ROUNDS``, 10,000;
-        ``SPECREPLAY_CAPTURE_COMMIT_SECONDS``, 60): a killed engine loses at most the rounds
-        since the last commit (docs/record-vllm.md).
+        ``SPECREPLAY_CAPTURE_COMMIT_SECONDS``, 60; ``SPECREPLAY_CAPTURE_COMMIT_IDLE_SECONDS``,
+        2: an engine idle that long has committed every round): a killed engine loses at most
+        the rounds since the last commit (docs/record-vllm.md).
     """
 
     folder: str
@@ -220,6 +224,7 @@ class CaptureSettings:
     queue_rounds: int = 4096
     commit_rounds: int = COMMIT_ROUNDS
     commit_seconds: float = COMMIT_SECONDS
+    commit_idle_seconds: float = COMMIT_IDLE_SECONDS
 
 
 def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
@@ -307,6 +312,7 @@ def settings_from_env(env: Mapping[str, str] | None = None) -> CaptureSettings |
         queue_rounds=_int_env(env, ENV_QUEUE, 4096),
         commit_rounds=_int_env(env, ENV_COMMIT_ROUNDS, COMMIT_ROUNDS),
         commit_seconds=_seconds_env(env, ENV_COMMIT_SECONDS, COMMIT_SECONDS),
+        commit_idle_seconds=_seconds_env(env, ENV_COMMIT_IDLE, COMMIT_IDLE_SECONDS),
     )
 
 

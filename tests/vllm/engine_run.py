@@ -16,6 +16,7 @@ and, for ``kill``, the rounds committed before the kill.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -35,6 +36,12 @@ def _counters(llm) -> dict[str, object]:  # type: ignore[no-untyped-def]
 
 def _pid(worker: object) -> int:
     return os.getpid()
+
+
+def _modules(worker: object) -> dict[str, bool]:
+    import sys
+
+    return {name: name in sys.modules for name in ("numba", "llvmlite", "polars", "pyarrow")}
 
 
 def _capture_state(worker: object) -> object:
@@ -93,9 +100,12 @@ def main() -> None:
         )
     outs = llm.generate(prompts, params, use_tqdm=False)
     t_gen = time.monotonic()
+    tokens = [list(o.outputs[0].token_ids) for o in outs]
     result: dict[str, object] = {
         "counters": _counters(llm),
-        "generated": sum(len(o.outputs[0].token_ids) for o in outs),
+        "generated": sum(len(t) for t in tokens),
+        "tokens_sha": hashlib.sha256(json.dumps(tokens).encode()).hexdigest(),
+        "worker_modules": llm.collective_rpc(_modules),
         "seconds": {"start": t_start - t0, "generate": t_gen - t_start},
         "pid": os.getpid(),
     }

@@ -130,6 +130,10 @@ class TraceWriter:
         Inferred from the suffix when omitted.
     shard_rows : int
         Target rows per shard of a directory (cut at the next round boundary).
+    shard_bytes : int, optional
+        Also cut a shard once the buffered rows hold this many bytes in memory (polars'
+        ``estimated_size``): bounds the memory of wide rows (a capture keeping the whole
+        vocabulary) and keeps a close from having to write much at once.
     compression : str, optional
         Parquet: lz4 (default), zstd, snappy, uncompressed. IPC: uncompressed (default), lz4,
         zstd. JSON Lines: none.
@@ -166,6 +170,7 @@ class TraceWriter:
         mode: str | None = None,
         writer_id: str | None = None,
         manifest: bool = True,
+        shard_bytes: int | None = None,
     ) -> None:
         self.path = Path(path)
         if format is None:
@@ -183,6 +188,8 @@ class TraceWriter:
         self.mode = mode
         self.compression = check_compression(format.removesuffix("-dir"), compression)
         self.shard_rows = max(1, shard_rows)
+        self.shard_bytes = shard_bytes
+        self._bytes: float = 0  # the buffered frames' in-memory size (polars' estimate)
         self.written: list[Path] = []
         self._frames: list[pl.DataFrame] = []
         self._rows: list[dict[str, Any]] = []
@@ -297,6 +304,8 @@ class TraceWriter:
         self._flush_rows()
         self._frames.append(_canonical(frame))
         self._n += frame.height
+        if self.shard_bytes is not None:
+            self._bytes += frame.estimated_size()
         self._maybe_flush()
 
     def end_shard(self) -> None:
@@ -308,6 +317,7 @@ class TraceWriter:
             frame = pl.concat(self._frames, how="vertical")
             self._frames = []
             self._n = 0
+            self._bytes = 0
             if frame.height:
                 self._write_shard(frame)
 
@@ -384,7 +394,8 @@ class TraceWriter:
             self._frames.append(self._rows_frame())
 
     def _maybe_flush(self) -> None:
-        if not self._sharded or self._n < self.shard_rows:
+        big = self.shard_bytes is not None and self._bytes >= self.shard_bytes
+        if not self._sharded or (self._n < self.shard_rows and not big):
             return
         self._flush_rows()
         frame = pl.concat(self._frames, how="vertical")
@@ -396,6 +407,7 @@ class TraceWriter:
         rest = frame.slice(cut)
         self._frames = [rest]
         self._n = rest.height
+        self._bytes = rest.estimated_size() if self.shard_bytes is not None else 0
 
     def _write_shard(self, frame: pl.DataFrame) -> None:
         suffix = SHARD_SUFFIX[self.format.removesuffix("-dir")]
