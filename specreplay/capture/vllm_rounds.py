@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,7 @@ class _Columns:
     present: NDArray[np.bool_]  # (rows,) the drafted id is among its position's top k
     k: int  # top_k (capped at the vocabulary); 1 for a greedy arm
     valid: NDArray[np.int64]  # (chosen,) sampler output entries ≠ -1 per chosen request
+    finite: NDArray[np.bool_]  # (rows,) the target law of the row is finite
 
 
 @dataclass
@@ -72,6 +74,10 @@ class AdapterCounts:
     skipped_rule: int = 0
     skipped_no_batch: int = 0
     skipped_padded: int = 0
+    skipped_nonfinite: int = 0  # rounds whose target law (vLLM's target logits) was not finite
+    rounds: int = 0  # rounds offered to the recorder
+    hook_seconds: float = 0.0  # wall time in the hooks on the engine's thread (first call too)
+    first_seconds: float = 0.0  # the call that recorded the first round (opens the recorder)
     positions_q: int = 0  # positions recorded from draft_probs
     outside_mass_sum: float = 0.0  # Σ of the draft mass outside the candidates
     outside_mass_max: float = 0.0
@@ -317,6 +323,8 @@ class VllmCapture:
         """
         if self.failed is not None:
             return
+        t0 = time.perf_counter()
+        first = self.counts.rounds == 0
         batch: _Batch | None = getattr(self._local, "batch", None)
         try:
             if batch is None:
@@ -337,6 +345,11 @@ class VllmCapture:
             )
         except Exception as e:  # the engine first: never raise into vLLM
             self._fail(e)
+        finally:
+            spent = time.perf_counter() - t0
+            self.counts.hook_seconds += spent
+            if first and self.counts.rounds:
+                self.counts.first_seconds = spent
 
     def _arm_of(self, batch: _Batch, i: int, all_greedy: bool, point_mass: bool) -> str:
         greedy = all_greedy or batch.temperature[i] == 0.0
@@ -501,10 +514,13 @@ class VllmCapture:
         dlp_np = dlp.cpu().numpy().astype(np.float64)
         tp_np = tp.cpu().numpy().astype(np.float64)
         valid = (out.cpu().numpy() != PLACEHOLDER_TOKEN_ID).sum(axis=1)
+        finite = torch.isfinite(tp).all(dim=-1).cpu().numpy()
         if greedy_arm:
             present_np = np.ones(len(drafted_np), dtype=bool)
             k = 1
-        return _Columns(drafted_np, cand_np, emitted_np, dlp_np, tp_np, present_np, k, valid)
+        return _Columns(
+            drafted_np, cand_np, emitted_np, dlp_np, tp_np, present_np, k, valid, finite
+        )
 
     def _record(
         self,
@@ -533,6 +549,10 @@ class VllmCapture:
             if m == 0 or not 0 <= accepted <= m:
                 self.counts.skipped_padded += 1
                 continue
+            if not cols.finite[sl.start : sl.start + m].all():  # validate would refuse the rows
+                self.counts.skipped_nonfinite += 1
+                continue
+            self.counts.rounds += 1
             rid = batch.req_ids[i]
             r = self._rounds.get(rid, 0)
             self._rounds[rid] = r + 1
@@ -621,6 +641,20 @@ class VllmCapture:
                     c.skipped_other_arm,
                     c.skipped_rule,
                     c.skipped_padded,
+                )
+            if c.skipped_nonfinite:
+                log.warning(
+                    "specreplay capture: vLLM's target logits were not finite in %d rounds "
+                    "(not recorded)",
+                    c.skipped_nonfinite,
+                )
+            if c.rounds:
+                log.info(
+                    "specreplay capture: %d rounds recorded; %.3g ms per round in the hooks on "
+                    "the engine's thread (the first round %.3g ms, opening the recorder)",
+                    c.rounds,
+                    1e3 * c.hook_seconds / c.rounds,
+                    1e3 * c.first_seconds,
                 )
             if c.positions_q:
                 log.info(

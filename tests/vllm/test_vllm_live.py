@@ -341,10 +341,11 @@ def test_no_numba_in_the_engines_processes(prob4: Engine) -> None:
 
 
 def _check_logging_arm(path: Path, arm: str, short_rounds: str = "null") -> None:
+    # the path-bias row of any requalify of the logging arm: SIMULATED (importance) - MEASURED
     res = api.requalify(
         path,
         baseline=arm,
-        candidate=arm,
+        candidate=arm.replace("@4", "@3"),
         n_boot=1000,
         short_rounds=short_rounds,
         estimator="importance",
@@ -459,3 +460,22 @@ def test_default_exit_commits(prob3: Engine) -> None:
     manifest = json.loads((prob3.capture / "CAPTURE.json").read_text())
     assert [w["state"] for w in manifest["writers"]] == ["closed"]
     assert _rounds(prob3.capture).height == prob3.counters["vllm:spec_decode_num_drafts"]
+
+
+def test_costs_are_measured(prob4: Engine, greedy4: Engine) -> None:
+    """Printed for docs/record-vllm.md: the hooks' time per round on the engine's thread, the
+    first round's (it opens the recorder: polars, pyarrow, the writer), bytes per position."""
+    for engine in (prob4, greedy4):
+        assert engine.capture is not None
+        (summary,) = engine.result["capture"]
+        c = summary["adapter"]
+        positions = engine.counters["vllm:spec_decode_num_draft_tokens"]
+        size = sum(p.stat().st_size for p in engine.capture.iterdir())
+        print(
+            f"\n{engine.name}: {c['rounds']} rounds, {1e3 * c['hook_seconds'] / c['rounds']:.3f} "
+            f"ms per round in the hooks, first round {1e3 * c['first_seconds']:.1f} ms; "
+            f"{size / positions:.0f} bytes per position on disk (lz4 Parquet)"
+        )
+        assert c["rounds"] == engine.counters["vllm:spec_decode_num_drafts"]
+        assert 0 < c["first_seconds"] <= c["hook_seconds"]
+        assert c["skipped_nonfinite"] == 0  # the temperature fix is in place
