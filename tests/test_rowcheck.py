@@ -7,6 +7,8 @@ import pytest
 
 from specreplay.replay.archive import rowcheck
 
+V1 = np.zeros((2, 0))  # no tail columns (schema v1)
+
 
 def _reference(ids: list[int]) -> int:
     if len(set(ids)) < len(ids):
@@ -36,7 +38,7 @@ def test_duplicates_and_negatives_match_a_set(width: int) -> None:
     detail = np.empty(len(rows))
     didx = np.empty(len(rows), np.int32)
     rowcheck.check_rows(offsets, cand, lp, tp, np.zeros(0), np.zeros(0, np.int64), False, False,
-                        code, detail, didx)  # fmt: skip
+                        code, detail, didx, V1)  # fmt: skip
     want = np.array([_reference(r.tolist()) for r in rows], np.int8)
     assert want.tolist() == code.tolist()
     if width > 1:  # the case is not vacuous

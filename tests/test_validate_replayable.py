@@ -63,6 +63,8 @@ from specreplay.replay.engine import OpenArchive, ReplayResult
 from specreplay.replay.shard import needed_columns
 from specreplay.sim.arms import parse_arm
 
+V1 = np.zeros((2, 0))  # no tail columns (schema v1)
+
 Row = dict[str, Any]
 
 
@@ -355,7 +357,7 @@ def _kernel(lps: list[list[float]]) -> list[int]:
     detail = np.empty(len(lps))
     didx = np.empty(len(lps), np.int32)
     rowcheck.check_rows(offsets, cand, lp, tp, np.zeros(0), np.zeros(0, np.int64), False, False,
-                        code, detail, didx)  # fmt: skip
+                        code, detail, didx, V1)  # fmt: skip
     return code.tolist()
 
 
@@ -382,12 +384,12 @@ def test_rule_drafted_at_minus_inf_without_emitted_q() -> None:
     detail = np.empty(3)
     didx = np.empty(3, np.int32)
     rowcheck.check_rows(offsets, cand, lp, tp, np.zeros(0), drafted, False, True, code, detail,
-                        didx)  # fmt: skip
+                        didx, V1)  # fmt: skip
     assert code.tolist() == [rowcheck.LP_ZERO, rowcheck.OK, rowcheck.OK]
     assert didx.tolist() == [1, 0, 0]
     # with emitted_q the logging law is emitted_q: positive there, the row is usable
     eq = np.array([0.5, 0.5, 1.0, 0.0, 1.0, 0.0])
-    rowcheck.check_rows(offsets, cand, lp, tp, eq, drafted, True, True, code, detail, didx)
+    rowcheck.check_rows(offsets, cand, lp, tp, eq, drafted, True, True, code, detail, didx, V1)
     assert code.tolist() == [rowcheck.OK, rowcheck.OK, rowcheck.OK]
     assert rowcheck.ROW_RULES[rowcheck.LP_ZERO] == (
         "draft log-probability −inf at drafted_id and no emitted_q (the logged draft had "

@@ -16,10 +16,10 @@ import numpy as np
 
 from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
 from specreplay.pipelines.options import SYNTH_DEPTH
-from specreplay.replay.scan import ArchiveScan, Progress
+from specreplay.replay.scan import ArchiveScan, MassStats, Progress
 from specreplay.results.from_stats import comparison_cell, measured_cell
 from specreplay.results.io import write_result
-from specreplay.results.model import ArchiveSummary, Cell, Result
+from specreplay.results.model import ArchiveSummary, Cell, KeptMass, KeptMasses, Result
 from specreplay.results.output import WRITTEN_BY
 from specreplay.sim.synth import SynthConfig, logging_arm_name
 from specreplay.stats.cells import excluded_unbucketed
@@ -134,7 +134,22 @@ def archive_summary_of(scan: ArchiveScan) -> ArchiveSummary:
         logging_arm=r.logging_arm,
         optional_columns=tuple(sorted(r.columns)),
         carried_columns=r.carried,
+        kept_mass=_kept_masses(scan),
     )
+
+
+def _kept_masses(scan: ArchiveScan) -> KeptMasses | None:
+    """Return the scan's kept-mass statistics (a scan from a replay pass has none)."""
+
+    def one(m: MassStats | None) -> KeptMass | None:
+        if m is None:
+            return None
+        share = m.below_099 / m.positions if m.positions else 0.0
+        return KeptMass(m.positions, m.min, m.p01, m.p10, m.median, share)
+
+    if scan.kept_draft is None and scan.kept_target is None:
+        return None
+    return KeptMasses(one(scan.kept_draft), one(scan.kept_target), scan.tails_recorded)
 
 
 def measured_result(

@@ -24,6 +24,7 @@ from specreplay.results.model import (
     Delta,
     DepthFigure,
     InputIgnored,
+    KeptMasses,
     LawTest,
     Level,
     Result,
@@ -172,10 +173,48 @@ def archive_summary(summary: ArchiveSummary, path: str, pooled: ArmFigure) -> st
         f"logging arm: {summary.logging_arm or '— (none recorded)'} · optional columns: "
         f"{optional} · carried: {carried}",
         f"depth coverage: {depth}",
+        *kept_mass_lines(summary.kept_mass),
         f"MEASURED R pooled: {fmt(pooled.R)} retained tokens/round"
         + (f" ({pooled.null_reason})" if pooled.R is None else ""),
     ]
     return "\n".join(lines)
+
+
+def kept_mass_lines(kept: KeptMasses | None) -> list[str]:
+    """Return validate's lines on the laws' kept mass (none without statistics).
+
+    >>> from specreplay.results.model import KeptMass, KeptMasses
+    >>> m = KeptMass(100, 0.5, 0.61, 0.9, 0.995, 0.25)
+    >>> lines = kept_mass_lines(KeptMasses(m, None, True))
+    >>> print(lines[0][:72])
+    kept mass (Σ on the candidates) of the draft: min 0.5000 · 1% 0.6100 · 1
+    >>> print(lines[0][72:])
+    0% 0.9000 · median 0.9950 · 25.0% of positions below 0.99
+    >>> print(lines[1][:52])
+    tails recorded (schema v2: draft_tail, target_tail):
+    """
+    if kept is None:
+        return []
+    out = []
+    for name, m in (("draft", kept.draft), ("target", kept.target)):
+        if m is None:
+            continue
+        out.append(
+            f"kept mass (Σ on the candidates) of the {name}: min {m.min:.4f} · 1% {m.p01:.4f} "
+            f"· 10% {m.p10:.4f} · median {m.median:.4f} · {100 * m.below_099:.1f}% of positions "
+            "below 0.99"
+        )
+    if kept.tails_recorded:
+        out.append(
+            "tails recorded (schema v2: draft_tail, target_tail): the replay knows the mass it "
+            "does not see"
+        )
+    else:
+        out.append(
+            "tails not recorded (schema v1): emitted_q is taken as the whole logging law; a "
+            "capture that kept fewer candidates than the vocabulary left out an unknown mass"
+        )
+    return out
 
 
 def capture_line(capture: dict[str, Any] | None) -> str:

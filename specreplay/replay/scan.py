@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from specreplay.replay.archive.batch import RoundBatch
 from specreplay.replay.archive.reader import ArchiveReader, FileInfo
 from specreplay.replay.archive.sources import IgnoredEntry, archive_rows
 from specreplay.replay.engine import ReplayResult
@@ -23,7 +24,15 @@ from specreplay.stats.cells import MeasuredCell, measured_cells
 from specreplay.stats.measured import MeasuredArchive
 from specreplay.timing import stage
 
-__all__ = ["ArchiveScan", "Progress", "no_progress", "phase", "scan_archive"]
+__all__ = [
+    "ArchiveScan",
+    "KeptMassAccumulator",
+    "MassStats",
+    "Progress",
+    "no_progress",
+    "phase",
+    "scan_archive",
+]
 
 Progress = Callable[[str, int | None], AbstractContextManager[Callable[[int], None]]]
 """``progress(what, total)``: a context manager yielding ``advance(n)`` (the CLI's progress bar)."""
@@ -45,6 +54,75 @@ def phase(
     ctx = progress(what, total) if progress is not None else no_progress(what, total)
     with stage(what), ctx as advance:
         yield advance
+
+
+_MASS_BINS = 10_000  # kept-mass quantiles to 1e-4
+
+
+@dataclass(frozen=True)
+class MassStats:
+    """The kept mass of one law over an archive's positions: Σ over each row's candidates."""
+
+    positions: int
+    min: float
+    p01: float  # the 1% quantile (to 1e-4: a histogram of 10,000 bins)
+    p10: float
+    median: float
+    below_099: int  # positions whose kept mass is below 0.99
+
+
+class KeptMassAccumulator:
+    """Accumulate the draft's and the target's kept mass per position over batches.
+
+    The draft's is Σ ``emitted_q`` (the logging law; 1 by rule in schema v1, where the tail is not
+    recorded), the target's Σ ``target_probs``. ``tails``: whether the archive records them
+    (schema v2's ``draft_tail``/``target_tail``).
+    """
+
+    def __init__(self) -> None:
+        self._hist = np.zeros((2, _MASS_BINS + 1), np.int64)
+        self._min = np.full(2, np.inf)
+        self._below = np.zeros(2, np.int64)
+        self._n = np.zeros(2, np.int64)
+        self.tails = False
+
+    def add(self, batch: RoundBatch) -> None:
+        """Add a batch's positions."""
+        if batch.n_positions == 0:
+            return
+        self.tails = self.tails or batch.draft_tail.shape[0] > 0
+        starts = batch.offsets[:-1]
+        nonempty = np.diff(batch.offsets) > 0
+        for i, flat in enumerate((batch.emitted_q, batch.target_probs)):
+            if flat.shape[0] != batch.target_probs.shape[0] or not nonempty.any():
+                continue
+            kept = np.add.reduceat(flat, starts[nonempty])
+            kept = np.clip(kept, 0.0, 1.0)
+            self._hist[i] += np.bincount(
+                np.floor(kept * _MASS_BINS).astype(np.int64), minlength=_MASS_BINS + 1
+            )
+            self._min[i] = min(self._min[i], float(kept.min()))
+            self._below[i] += int((kept < 0.99).sum())
+            self._n[i] += kept.shape[0]
+
+    def result(self) -> tuple[MassStats | None, MassStats | None]:
+        """Return (draft, target) statistics; None for a law the archive does not hold."""
+        out: list[MassStats | None] = []
+        for i in range(2):
+            n = int(self._n[i])
+            if n == 0:
+                out.append(None)
+                continue
+            cum = np.cumsum(self._hist[i])
+
+            def q(f: float, i: int = i, cum: NDArray[np.int64] = cum, n: int = n) -> float:
+                k = int(np.searchsorted(cum, f * n, side="left"))
+                return max(float(self._min[i]), min(1.0, k / _MASS_BINS))
+
+            out.append(
+                MassStats(n, float(self._min[i]), q(0.01), q(0.10), q(0.5), int(self._below[i]))
+            )
+        return out[0], out[1]
 
 
 @dataclass(frozen=True)
@@ -91,9 +169,17 @@ class ArchiveScan:
     errors: list[str] = field(default_factory=list)
     truncated: bool = False
     ignored: tuple[IgnoredEntry, ...] = ()
+    kept_draft: MassStats | None = None
+    kept_target: MassStats | None = None
+    tails_recorded: bool = False
 
     @classmethod
-    def of_reader(cls, reader: ArchiveReader, measured: MeasuredArchive) -> ArchiveScan:
+    def of_reader(
+        cls,
+        reader: ArchiveReader,
+        measured: MeasuredArchive,
+        kept: KeptMassAccumulator | None = None,
+    ) -> ArchiveScan:
         """Return the scan of an archive the reader has read to the end."""
         return cls(
             path=reader.path,
@@ -108,6 +194,9 @@ class ArchiveScan:
             errors=list(reader.errors),
             truncated=reader.truncated,
             ignored=reader.ignored,
+            kept_draft=kept.result()[0] if kept is not None else None,
+            kept_target=kept.result()[1] if kept is not None else None,
+            tails_recorded=kept.tails if kept is not None else False,
         )
 
     @classmethod
@@ -174,8 +263,10 @@ def scan_archive(
         ignore=ignore,
     )
     acc = MeasuredAccumulator(len(reader.buckets.names))
+    kept = KeptMassAccumulator()
     with progress(f"reading {path.name}", archive_rows(path, ignore)) as advance:
         for batch in reader:
             acc.add(batch)
+            kept.add(batch)
             advance(batch.n_positions)
-    return ArchiveScan.of_reader(reader, acc.result())
+    return ArchiveScan.of_reader(reader, acc.result(), kept)

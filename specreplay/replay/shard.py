@@ -147,9 +147,11 @@ class ReplayOptions:
         return self.estimators[0]
 
 
-PASS_COLUMNS: frozenset[str] = frozenset({"drafted_id", "accepted", "logging_arm"})
+PASS_COLUMNS: frozenset[str] = frozenset(
+    {"drafted_id", "accepted", "logging_arm", "draft_tail", "target_tail"}
+)
 """Optional columns every replay pass reads: the drafted index, the MEASURED figures, the
-logging arm."""
+logging arm, and schema v2's tails (a replay must know what mass its laws leave out)."""
 
 
 def needed_columns(
@@ -418,6 +420,32 @@ def _per_request(
     return acc + add
 
 
+def _refuse_tails(reader: ArchiveReader, batch: RoundBatch) -> None:
+    """Refuse laws that leave mass outside their candidates (schema v2 tails > 0).
+
+    Every estimator here reads a row's candidates as the whole of both laws (it renormalises
+    the draft's); with a positive ``draft_tail`` or ``target_tail`` that would bend every figure
+    (issue 15: a capture keeping 1.6% of a broad draft law replayed R 1.03 against MEASURED 3.91).
+    Until the replay bounds what it does not see, it refuses, naming the first such row.
+    """
+    for name, tail in (("draft_tail", batch.draft_tail), ("target_tail", batch.target_tail)):
+        if not tail.shape[0]:
+            continue
+        positive = np.flatnonzero(tail > 0.0)  # NaN (unknown) compares False: as in schema v1
+        if positive.size == 0:
+            continue
+        where = str(reader.path)
+        if batch.row_at.shape[0]:
+            file_i, loc = at_parts(int(batch.row_at[positive[0]]))
+            where = format_location(reader.archive_files[file_i], loc)
+        raise SpecReplayError(
+            f"{where}: {name} = {float(tail[positive[0]]):.3g}: this archive records "
+            "mass outside its candidates (schema v2), which the replay cannot bound yet; "
+            "validate reports it; re-capture keeping the whole vocabulary "
+            "(SPECREPLAY_CAPTURE_TOP_K, the recorder's top_k)"
+        )
+
+
 def _drop_short(
     batch: RoundBatch, below: int, n_buckets: int, accs: list[ReplayAccumulator]
 ) -> RoundBatch:
@@ -467,6 +495,7 @@ def replay_reader(
     for batch in batches:
         if batch.n_rounds == 0:
             continue
+        _refuse_tails(reader, batch)
         rows = _per_request(rows, batch.round_request, batch.round_depth.astype(np.int64))
         if options.law_positions > 0:
             here = LawSample.from_batch(batch, options.law_positions, options.seed)

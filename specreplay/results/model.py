@@ -61,6 +61,8 @@ __all__ = [
     "InputFile",
     "InputIgnored",
     "IntervalMethod",
+    "KeptMass",
+    "KeptMasses",
     "Label",
     "LawTest",
     "Level",
@@ -642,6 +644,42 @@ class LawTest:
     draws_rule: str | None = None
 
 
+OMIT_NONE = "omit_none"
+"""Metadata key of a field left out of results.json while it is None (a key only one command has:
+``screen``'s ``scrapes`` and ``scrape_delta``), so no other command's results.json changes."""
+
+
+@dataclass(frozen=True)
+class KeptMass:
+    """One law's mass on the kept candidates over an archive's positions (``validate``).
+
+    ``min``, ``p01``, ``p10``, ``median``: the smallest kept mass and its 1%, 10% and 50%
+    quantiles (to 1e-4); ``below_099``: the share of positions whose kept mass is below 0.99.
+    """
+
+    positions: int
+    min: float
+    p01: float
+    p10: float
+    median: float
+    below_099: float
+
+
+@dataclass(frozen=True)
+class KeptMasses:
+    """The draft's (Σ ``emitted_q``) and the target's (Σ ``target_probs``) kept mass.
+
+    ``tails_recorded``: the archive records the mass outside the candidates (schema v2's
+    ``draft_tail``, ``target_tail``), so the replay knows what it does not see; False (schema
+    v1): ``emitted_q`` holds the logging law renormalised on the candidates, and whatever a
+    truncating capture left out is unknown. ``draft`` is None without ``emitted_q``.
+    """
+
+    draft: KeptMass | None
+    target: KeptMass | None
+    tails_recorded: bool
+
+
 @dataclass(frozen=True)
 class ArchiveSummary:
     """The shape of a position-trace archive, as ``validate`` and ``demo`` describe it."""
@@ -658,6 +696,7 @@ class ArchiveSummary:
     logging_arm: str | None
     optional_columns: tuple[str, ...]
     carried_columns: tuple[str, ...]
+    kept_mass: KeptMasses | None = field(default=None, metadata={OMIT_NONE: True})
 
 
 class Replicates(Protocol):
@@ -674,10 +713,6 @@ class Replicates(Protocol):
         """Return the replicates as an ArviZ ``DataTree`` (group ``posterior``)."""
         ...
 
-
-OMIT_NONE = "omit_none"
-"""Metadata key of a field left out of results.json while it is None (a key only one command has:
-``screen``'s ``scrapes`` and ``scrape_delta``), so no other command's results.json changes."""
 
 IN_MEMORY = "in_memory"
 """Metadata key of a dataclass field that is never written to results.json (nor read from it)."""

@@ -41,6 +41,9 @@ class RoundBatch:
         Full-vocabulary draft log-probabilities (−inf allowed).
     target_probs : float64, (nnz,)
     emitted_q : float64, (nnz,) or (0,) when the archive has no emitted_q.
+    draft_tail, target_tail : float64, (n_pos,) or (0,)
+        Schema v2: the draft's (the logging law's) and the target's mass outside the row's
+        candidates, NaN where unknown; (0,) when the archive has neither column (v1).
     position : int64, (n_pos,)
         Draft position 1..d.
     drafted_idx : int32, (n_pos,)
@@ -97,6 +100,8 @@ class RoundBatch:
     extras: pl.DataFrame
     row_at: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     round_at: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    draft_tail: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, np.float64))
+    target_tail: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, np.float64))
 
     @property
     def n_positions(self) -> int:
@@ -158,7 +163,7 @@ def take_rounds(batch: RoundBatch, keep: NDArray[np.bool_]) -> RoundBatch:
             out[f.name] = v[nnz]
         elif f.name == "emitted_q":
             out[f.name] = v[nnz] if v.shape[0] else v
-        elif f.name == "row_at":
+        elif f.name in ("row_at", "draft_tail", "target_tail"):
             out[f.name] = v[rows] if v.shape[0] else v
         elif f.name == "extras":
             out[f.name] = v.filter(pl.Series(rows)) if v.width else v

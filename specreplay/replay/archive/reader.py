@@ -38,7 +38,13 @@ from numpy.typing import NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive import ordercheck, rowcheck
 from specreplay.replay.archive.batch import AT_FILE_SHIFT, RoundBatch
-from specreplay.replay.archive.schema import LIST_COLUMNS, OPTIONAL, REQUIRED, SCHEMA_V1
+from specreplay.replay.archive.schema import (
+    LIST_COLUMNS,
+    OPTIONAL,
+    REQUIRED,
+    SCHEMA_V1,
+    TAIL_COLUMNS,
+)
 from specreplay.replay.archive.sources import (
     ArchiveFile,
     IgnoredEntry,
@@ -99,6 +105,7 @@ class _Rows:
     lp: NDArray[np.float64]
     tp: NDArray[np.float64]
     eq: NDArray[np.float64]
+    tails: NDArray[np.float64]  # (2, n) draft_tail, target_tail (NaN: unknown); (2, 0) in v1
     pos: NDArray[np.int64]
     didx: NDArray[np.int32]
     acc: NDArray[np.int8]
@@ -125,6 +132,8 @@ class _Rows:
                 head[f.name], tail[f.name] = v[:nnz], v[nnz:]
             elif f.name == "eq":
                 head[f.name], tail[f.name] = v, v
+            elif f.name == "tails":
+                head[f.name], tail[f.name] = v[:, :k], v[:, k:]
             elif f.name == "extras":
                 head[f.name], tail[f.name] = v.slice(0, k), v.slice(k)
             else:
@@ -140,9 +149,25 @@ class _Rows:
             vals = [getattr(p, f.name) for p in parts]
             if f.name == "extras":
                 out[f.name] = pl.concat(vals, how="vertical")
+            elif f.name == "tails":
+                out[f.name] = np.concatenate(vals, axis=1)
             else:
                 out[f.name] = np.concatenate(vals)
         return _Rows(**out)  # type: ignore[arg-type]
+
+
+def _tails(frame: pl.DataFrame, columns: Collection[str]) -> NDArray[np.float64]:
+    """Return (2, n) draft_tail and target_tail (NaN: null or a column the file lacks).
+
+    (2, 0) when the archive has neither column (schema v1): nothing to carry.
+    """
+    if not any(c in columns for c in TAIL_COLUMNS):
+        return np.zeros((2, 0), dtype=np.float64)
+    out = np.full((2, frame.height), np.nan, dtype=np.float64)
+    for i, name in enumerate(TAIL_COLUMNS):
+        if name in frame.columns:
+            out[i] = frame.get_column(name).cast(pl.Float64).fill_null(np.nan).to_numpy()
+    return out
 
 
 def _flat_int(col: pl.Series) -> NDArray[np.int64]:
@@ -422,7 +447,8 @@ class ArchiveReader:
         issues = list(chunk.issues)
         frame, locs = chunk.frame, chunk.locs
         reported = {i.loc for i in issues}
-        present = [c for c in frame.columns if c in SCHEMA_V1]
+        # a null tail is an unknown tail (schema v2), not a missing value
+        present = [c for c in frame.columns if c in SCHEMA_V1 and c not in TAIL_COLUMNS]
         bad = np.zeros(frame.height, dtype=bool)
         if frame.height:
             # nulls (and nulls inside lists) drop the row
@@ -501,8 +527,9 @@ class ArchiveReader:
         code = np.empty(n, dtype=np.int8)
         detail = np.empty(n, dtype=np.float64)
         didx = np.empty(n, dtype=np.int32)
+        tails = _tails(frame, self.columns)
         rowcheck.check_rows(
-            offsets, cand, lp, tp, eq, drafted, has_eq, has_drafted, code, detail, didx
+            offsets, cand, lp, tp, eq, drafted, has_eq, has_drafted, code, detail, didx, tails
         )
         if not has_eq and "emitted_q" in self.unread:  # emitted_q is the logging law, unread
             code[code == rowcheck.LP_ZERO] = rowcheck.OK  # here: the rule does not apply
@@ -531,7 +558,9 @@ class ArchiveReader:
         issues.extend(self._check_logging_k(lens0, code, locs))
         extras = frame.select([c for c in frame.columns if c not in SCHEMA_V1])
         place = (np.int64(file.index) << np.int64(AT_FILE_SHIFT)) | locs.astype(np.int64)
-        rows = _Rows(lens0, cand, lp, tp, eq, pos, didx, acc, req, rnd, ctx, fam, place, extras)
+        rows = _Rows(
+            lens0, cand, lp, tp, eq, tails, pos, didx, acc, req, rnd, ctx, fam, place, extras
+        )
         return rows, issues
 
     def _order_issues(
@@ -765,6 +794,8 @@ class ArchiveReader:
             draft_logprobs=rows.lp,
             target_probs=rows.tp,
             emitted_q=rows.eq,
+            draft_tail=rows.tails[0],
+            target_tail=rows.tails[1],
             position=rows.pos,
             drafted_idx=rows.didx,
             accepted=rows.acc,

@@ -39,6 +39,7 @@ NONFINITE_TP, TP_RANGE, TP_SUM, NOT_IN_CANDS, NONFINITE_EQ, EQ_RANGE, EQ_SUM, EQ
     14,
 )
 NO_DRAFT, LP_ZERO = 15, 16
+TAIL_RANGE, EQ_TAIL_SUM, TP_TAIL_SUM = 17, 18, 19
 
 NONFINITE: Final[frozenset[int]] = frozenset({NONFINITE_LP, NONFINITE_TP, NONFINITE_EQ})
 
@@ -62,6 +63,9 @@ ROW_RULES: Final[dict[int, str]] = {
     EQ_RANGE: "emitted_q value < 0 or > 1",
     EQ_SUM: "emitted_q does not sum to 1 within 1e-6",
     EQ_ZERO: "emitted_q is 0 at drafted_id (the logged draft had probability 0)",
+    TAIL_RANGE: "draft_tail or target_tail is not a number in [0, 1]",
+    EQ_TAIL_SUM: "Σ emitted_q + draft_tail is not 1 within 1e-6 (kept mass + tail = 1)",
+    TP_TAIL_SUM: "Σ target_probs + target_tail is not 1 within 1e-6 (kept mass + tail = 1)",
 }
 
 
@@ -78,6 +82,7 @@ def check_rows(
     code: NDArray[np.int8],
     detail: NDArray[np.float64],
     drafted_idx: NDArray[np.int32],
+    tails: NDArray[np.float64],
 ) -> None:
     """Check each row's lists; write the first failing rule's code per row.
 
@@ -97,11 +102,17 @@ def check_rows(
         Output: the offending sum or value where the rule has one, else NaN.
     drafted_idx : int32, shape (n,)
         Output: index of drafted_id within the row's candidates, −1 if absent.
+    tails : float64, shape (2, n) or (2, 0)
+        Schema v2: row 0 draft_tail, row 1 target_tail, NaN where unknown; (2, 0) when the
+        archive has neither column (v1). A known draft tail turns "Σ emitted_q = 1" into
+        "Σ emitted_q + draft_tail = 1" (an unknown one into "Σ emitted_q ≤ 1"); a known target
+        tail adds "Σ target_probs + target_tail = 1".
     """
     for i in prange(offsets.shape[0] - 1):
         _check_row(
-            i, offsets, cand, lp, tp, eq, drafted, has_eq, has_drafted, code, detail, drafted_idx
-        )
+            i, offsets, cand, lp, tp, eq, drafted, has_eq, has_drafted, code, detail, drafted_idx,
+            tails,
+        )  # fmt: skip
 
 
 @njit(cache=True, inline="always")
@@ -150,8 +161,12 @@ def _check_row(
     code: NDArray[np.int8],
     detail: NDArray[np.float64],
     drafted_idx: NDArray[np.int32],
+    tails: NDArray[np.float64],
 ) -> None:
     """Check row ``i`` (see :func:`check_rows`)."""
+    has_tails = tails.shape[1] > 0
+    dtail = tails[0, i] if has_tails else np.nan
+    ttail = tails[1, i] if has_tails else np.nan
     a = offsets[i]
     b = offsets[i + 1]
     code[i] = OK
@@ -206,6 +221,15 @@ def _check_row(
     if bad == OK and s > 1.0 + TOL:
         bad = TP_SUM
         detail[i] = s
+    if bad == OK and has_tails:
+        for t in (dtail, ttail):
+            if not np.isnan(t) and not (0.0 <= t <= 1.0):
+                bad = TAIL_RANGE
+                detail[i] = t
+                break
+    if bad == OK and not np.isnan(ttail) and abs(s + ttail - 1.0) > TOL:
+        bad = TP_TAIL_SUM
+        detail[i] = s + ttail
     if bad != OK:
         code[i] = bad
         return
@@ -236,8 +260,14 @@ def _check_row(
                 detail[i] = v
                 break
             s += v
-        if bad == OK and abs(s - 1.0) > TOL:
-            bad = EQ_SUM
+        if bad == OK and not has_tails and abs(s - 1.0) > TOL:
+            bad = EQ_SUM  # v1: the logging law on the candidates is the whole law
+            detail[i] = s
+        if bad == OK and has_tails and not np.isnan(dtail) and abs(s + dtail - 1.0) > TOL:
+            bad = EQ_TAIL_SUM  # v2: kept mass + tail = 1
+            detail[i] = s + dtail
+        if bad == OK and has_tails and np.isnan(dtail) and s > 1.0 + TOL:
+            bad = EQ_SUM  # v2 with an unknown tail: at most 1
             detail[i] = s
         if bad == OK and has_drafted and eq[a + drafted_idx[i]] == 0.0:
             bad = EQ_ZERO

@@ -1,6 +1,14 @@
-"""Position-trace archive, schema v1: column names, roles and canonical dtypes.
+"""Position-trace archive, schemas v1 and v2: column names, roles and canonical dtypes.
 
 See docs/inputs.md#position-traces-schema-v1.
+
+Schema v2 (issue 15) is v1 plus optional columns; a v1 archive is a v2 archive without them.
+``draft_tail`` and ``target_tail`` record, per position, the draft and target mass outside the
+kept candidates (the engine's laws over its whole vocabulary; null: unknown). With them,
+``emitted_q`` is the engine's law on the kept candidates, never renormalised: Σ emitted_q +
+draft_tail = 1 and Σ target_probs + target_tail = 1. Without them (v1, or a null), ``emitted_q``
+sums to 1 on the candidates and the target's missing mass is unknown. Issues 16 and 19 add their
+marks to the same version. ``SCHEMA_V1`` holds every known column of either version.
 
 A **position trace** has one row per (request, round, position). Required columns describe what the
 drafter proposed and what the target scored; optional columns record what the archived run did. Any
@@ -20,6 +28,7 @@ __all__ = [
     "OPTIONAL",
     "REQUIRED",
     "SCHEMA_V1",
+    "TAIL_COLUMNS",
 ]
 
 SCHEMA_V1: Final[dict[str, pl.DataType]] = {
@@ -35,8 +44,10 @@ SCHEMA_V1: Final[dict[str, pl.DataType]] = {
     "accepted": pl.Boolean(),
     "logging_arm": pl.String(),
     "emitted_q": pl.List(pl.Float64()),
+    "draft_tail": pl.Float64(),
+    "target_tail": pl.Float64(),
 }
-"""Canonical dtype of every schema-v1 column, in canonical order."""
+"""Canonical dtype of every known column (schema v1, then v2's), in canonical order."""
 
 REQUIRED: Final[tuple[str, ...]] = (
     "request_id",
@@ -48,7 +59,16 @@ REQUIRED: Final[tuple[str, ...]] = (
     "draft_logprobs",
     "target_probs",
 )
-OPTIONAL: Final[tuple[str, ...]] = ("drafted_id", "accepted", "logging_arm", "emitted_q")
+OPTIONAL: Final[tuple[str, ...]] = (
+    "drafted_id",
+    "accepted",
+    "logging_arm",
+    "emitted_q",
+    "draft_tail",
+    "target_tail",
+)
+TAIL_COLUMNS: Final[tuple[str, ...]] = ("draft_tail", "target_tail")
+"""Schema v2: the draft and target mass outside the kept candidates, per position."""
 INT_COLUMNS: Final[tuple[str, ...]] = ("context_tokens", "round", "position", "drafted_id")
 FLOAT_LIST_COLUMNS: Final[tuple[str, ...]] = ("draft_logprobs", "target_probs", "emitted_q")
 LIST_COLUMNS: Final[tuple[str, ...]] = ("cand_ids", *FLOAT_LIST_COLUMNS)

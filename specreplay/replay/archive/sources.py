@@ -101,6 +101,7 @@ from specreplay.replay.archive.schema import (
     LIST_COLUMNS,
     REQUIRED,
     SCHEMA_V1,
+    TAIL_COLUMNS,
 )
 
 __all__ = [
@@ -501,6 +502,8 @@ def _dtype_ok(name: str, dtype: pl.DataType) -> bool:
         return dtype.is_integer()
     if name == "accepted":
         return isinstance(dtype, pl.Boolean)
+    if name in TAIL_COLUMNS:  # a float, or an all-null column (a writer that knew no tail)
+        return dtype.is_float() or dtype.is_integer() or isinstance(dtype, pl.Null)
     if name in LIST_COLUMNS:
         if not isinstance(dtype, pl.List | pl.Array):
             return False
@@ -522,6 +525,8 @@ _EXPECTED: Final[dict[str, str]] = {
     "draft_logprobs": "list of floats",
     "target_probs": "list of floats",
     "emitted_q": "list of floats",
+    "draft_tail": "float",
+    "target_tail": "float",
 }
 
 
@@ -861,8 +866,12 @@ def _parse_line(
 def _check_value(name: str, value: Any) -> str | None:
     exp = _EXPECTED[name]
     if value is None:
+        if name in TAIL_COLUMNS:
+            return None  # null: the tail is unknown
         return f"missing value in column {name!r}"
-    if exp == "string":
+    if exp == "float":
+        ok = type(value) in (float, int)
+    elif exp == "string":
         ok = isinstance(value, str)
     elif exp == "integer":
         ok = type(value) is int
