@@ -816,3 +816,23 @@ def test_top_candidates_match_a_stable_sort_with_ties() -> None:
         x = rng.integers(0, 5, size=v).astype(np.float64)
         expect = np.argsort(-x, kind="stable")[:k]
         assert recorder_module.top_candidates(x, k).tolist() == expect.tolist(), (x, k)
+
+
+def test_a_renormalising_adapter_is_said_by_validate(tmp_path: Path) -> None:
+    """An adapter's manifest note on the draft mass it renormalised away (the vLLM plugin's,
+    schema v1) is summed over writers, weighted by positions, and printed by validate."""
+    notes = {"a": (10, 0.5, 0.9), "b": (30, 0.1, 0.3)}
+    for w, (n, mean, mx) in notes.items():
+        extra = {"draft_mass_outside": {"positions": n, "mean": mean, "max": mx}}
+        with Recorder(tmp_path / "cap", logging_arm="greedy@2", mode="append", writer_id=w,
+                      manifest_extra=lambda e=extra: e) as rec:  # fmt: skip
+            _point_mass(rec, f"{w}-r", 0, [1, 2], 1)
+    capture = api.validate(tmp_path / "cap").extra["capture"]
+    assert capture["draft_mass_outside"] == {
+        "positions": 40,
+        "mean": pytest.approx((10 * 0.5 + 30 * 0.1) / 40, rel=1e-12),
+        "max": 0.9,
+    }
+    out = _valid(tmp_path / "cap")
+    assert "the capture renormalised emitted_q on its candidates: the engine's draft mass " in out
+    assert "outside them was 0.2 on average, 0.9 at most, over 40 positions" in out

@@ -114,6 +114,7 @@ import queue
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -288,6 +289,10 @@ class Recorder:
         TraceWriter format (``"parquet-dir"`` by default).
     drafter, engine : str, optional
         Notes for the manifest, e.g. ``"point-mass (ngram)"``, ``"transformers 5.24.0"``.
+    manifest_extra : callable, optional
+        Returns more keys for the manifest's ``capture`` object, called at each commit (on the
+        background thread): an adapter's own counts (the vLLM plugin's draft mass outside the
+        candidates).
     compression : str, optional
         TraceWriter compression (Parquet: lz4 by default).
     shard_rows : int
@@ -333,6 +338,7 @@ class Recorder:
         commit_rounds: int | None = COMMIT_ROUNDS,
         commit_seconds: float | None = COMMIT_SECONDS,
         commit_idle_seconds: float | None = COMMIT_IDLE_SECONDS,
+        manifest_extra: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.arm: Arm = parse_arm(logging_arm)
         _check_int("top_k", top_k, 1)
@@ -354,6 +360,7 @@ class Recorder:
                 raise SpecReplayError(
                     f"Recorder: {name}={value!r} should be a number > 0 (or None)"
                 )
+        self.manifest_extra = manifest_extra
         self.commit_rounds = commit_rounds
         self.commit_seconds = None if commit_seconds is None else float(commit_seconds)
         self.commit_idle_seconds = (
@@ -619,6 +626,7 @@ class Recorder:
             "drafter": self.drafter,
             "engine": self.engine,
             "counts": self.counts.as_json(),
+            **(self.manifest_extra() if self.manifest_extra is not None else {}),
         }
 
     def close(self) -> CaptureCounts:

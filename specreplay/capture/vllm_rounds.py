@@ -381,6 +381,7 @@ class VllmCapture:
             commit_rounds=s.commit_rounds,
             commit_seconds=s.commit_seconds,
             commit_idle_seconds=s.commit_idle_seconds,
+            manifest_extra=self._manifest_extra,
             mode="append",
             writer_id=_writer_id(),
             format="parquet-dir",
@@ -606,6 +607,20 @@ class VllmCapture:
             writer.close()
         except Exception as e:
             log.error("specreplay capture: writing the manifest failed: %s", e)
+
+    def _manifest_extra(self) -> dict[str, Any]:
+        """Return the manifest's note on the draft mass renormalised away (schema v1)."""
+        c = self.counts
+        if not c.positions_q:
+            return {}
+        return {
+            "draft_mass_outside": {
+                "positions": c.positions_q,
+                "mean": c.outside_mass_sum / c.positions_q,
+                "max": c.outside_mass_max,
+                "renormalised": True,
+            }
+        }
 
     def summary(self) -> dict[str, Any]:
         """Return what this process's capture saw and wrote so far (plain JSON types).

@@ -111,4 +111,14 @@ def capture_summary(path: Path) -> dict[str, Any] | None:
     }
     for key in _COUNTS:
         out[key] = sum(int(c.get(key, 0)) for c in counts if isinstance(c, dict))
+    outside = [c["draft_mass_outside"] for c in captures if isinstance(c.get("draft_mass_outside"),
+                                                                       dict)]  # fmt: skip
+    if outside:  # a capture that renormalised emitted_q on its candidates (the vLLM plugin, v1)
+        n = sum(int(o.get("positions", 0)) for o in outside)
+        out["draft_mass_outside"] = {
+            "positions": n,
+            "mean": sum(float(o.get("mean", 0.0)) * int(o.get("positions", 0)) for o in outside)
+            / max(n, 1),
+            "max": max(float(o.get("max", 0.0)) for o in outside),
+        }
     return out

@@ -243,6 +243,14 @@ def capture_line(capture: dict[str, Any] | None) -> str:
         f"{capture['rounds_recorded']:,} of {capture['rounds_offered']:,} rounds · "
         f"{capture['rows']:,} rows"
     )
+    outside = capture.get("draft_mass_outside")
+    if isinstance(outside, dict) and outside.get("positions"):
+        line += (
+            f"\nthe capture renormalised emitted_q on its candidates: the engine's draft mass "
+            f"outside them was {outside['mean']:.3g} on average, {outside['max']:.3g} at most, "
+            f"over {outside['positions']:,} positions; the replay takes the candidates as the "
+            "whole law (raise SPECREPLAY_CAPTURE_TOP_K if this is not small)"
+        )
     n_open, n_failed = capture.get("writers_open", 0), capture.get("writers_failed", 0)
     if n_open:
         line += (
