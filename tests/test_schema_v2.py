@@ -1,8 +1,10 @@
 """Schema v2's tails: read, validated, reported, and never replayed as if they were not there.
 
-Issue 15, item 4 (first part): ``draft_tail`` and ``target_tail`` record the mass outside a
-row's candidates. ``validate`` checks "kept mass + tail = 1" and prints the kept-mass quantiles;
-a replay refuses positive tails with one line (the tail-aware replay is the rest of item 4), and
+Issue 15, item 4: ``draft_tail`` and ``target_tail`` record the mass outside a row's candidates.
+``validate`` checks "kept mass + tail = 1" and prints the kept-mass quantiles. The replay is exact
+where the kept candidates determine the figure (the logging arm's sampler under importance; greedy
+and top-k arms), which the truncated built-in archive checks against the whole one to 1e-12, and
+refuses the rest with one line (the interval that holds whatever the tail does is not built yet);
 an archive whose tails are all 0 or unknown replays exactly as the same archive without them.
 """
 
@@ -106,7 +108,9 @@ def test_a_replay_refuses_positive_tails_in_one_line(tmp_path: Path, verb: str) 
     res = invoke([verb, str(path), *args, "--out", str(out)])
     assert res.exit_code == 2
     (line,) = res.stderr.strip().splitlines()
-    assert line.startswith(f"error: {path}:line 1: draft_tail = 0.0625: this archive records")
+    # t1 is not the logging arm's sampler (top4:t1): its law on the 4 candidates is unknown
+    assert line.startswith(f"error: {path}:line 1: draft_tail 0.0625, target_tail 0.125: arm t1@")
+    assert "re-capture keeping the whole vocabulary" in line
     assert "Traceback" not in res.output and not out.exists()
 
 
@@ -133,3 +137,96 @@ def test_a_v1_archive_says_its_tails_are_not_recorded(small_archive: Path) -> No
     assert "tails not recorded (schema v1)" in out
     res = api.validate(small_archive)
     assert res.archive.kept_mass.tails_recorded is False
+
+
+# ------------------------------------------------------------------------------------------------
+# the replay of truncated laws: exact where the law on the candidates is known, refused elsewhere
+# ------------------------------------------------------------------------------------------------
+
+KEEP = 8  # candidates kept of the built-in archive's 32
+
+
+@pytest.fixture(scope="module")
+def truncated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The built-in archive (whole laws on 32 candidates) and the same capture as a v2 recorder
+    keeping the 8 most probable candidates (plus the drafted one where it is not among them)
+    would write it: emitted_q unrenormalised, the tails recorded."""
+    root = tmp_path_factory.mktemp("trunc")
+    full = root / "full"
+    assert invoke(["synth", str(full), "--requests", "60", "--rounds", "16", "-q"]).exit_code == 0
+    df = pl.read_parquet(sorted(full.glob("*.parquet")))
+    keep_rows = []
+    for r in df.iter_rows(named=True):
+        order = sorted(range(len(r["cand_ids"])), key=lambda j: -r["emitted_q"][j])[:KEEP]
+        d = r["cand_ids"].index(r["drafted_id"])
+        if d not in order:
+            order.append(d)
+        out = dict(r)
+        for c in ("cand_ids", "draft_logprobs", "target_probs", "emitted_q"):
+            out[c] = [r[c][j] for j in order]
+        out["draft_tail"] = max(0.0, 1.0 - math.fsum(out["emitted_q"]))
+        out["target_tail"] = max(0.0, 1.0 - math.fsum(out["target_probs"]))
+        keep_rows.append(out)
+    cut = root / "cut.parquet"
+    pl.DataFrame(keep_rows, schema=df.schema | {"draft_tail": pl.Float64, "target_tail":
+                                                pl.Float64}).write_parquet(cut)  # fmt: skip
+    plain = root / "plain.parquet"  # the full archive as one file (same row order)
+    df.write_parquet(plain)
+    return plain, cut
+
+
+def _depth_rs(path: Path, arm: str) -> dict[int, float]:
+    res = api.sweep(path, arms=f"{arm}@8", depths="1..8", estimator="importance", n_boot=100)
+    d = res.to_polars("depths").filter(pl.col("level") == "pooled")
+    return dict(zip(d["depth"].to_list(), d["R"].to_list(), strict=True))
+
+
+@pytest.mark.parametrize("arm", ["top32:t0.7", "top4:t0.7", "greedy", "top4:t1.5:dyadic8"])
+def test_importance_on_truncated_laws_equals_the_whole_laws(
+    truncated: tuple[Path, Path], arm: str
+) -> None:
+    """The logging arm's sampler (at every depth) and the truncated arms replay the 8-candidate
+    capture exactly as the 32-candidate one: their weights read only kept candidates."""
+    plain, cut = truncated
+    kept = api.validate(cut).archive.kept_mass
+    assert kept.tails_recorded and kept.draft.below_099 > 0.3  # truncation that matters
+    whole, part = _depth_rs(plain, arm), _depth_rs(cut, arm)
+    assert sorted(whole) == list(range(1, 9))
+    for depth, r in whole.items():
+        assert part[depth] == pytest.approx(r, rel=1e-12, abs=1e-12), (arm, depth)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--arm", "top32:t1.0@8", "--estimator", "importance"], "arm top32@8: its law"),
+        (["--arm", "top32:t0.7@8", "--estimator", "analytic"], "under the analytic estimator"),
+    ],
+)
+def test_what_depends_on_the_unseen_mass_is_refused(
+    truncated: tuple[Path, Path], tmp_path: Path, args: list[str], says: str
+) -> None:
+    _, cut = truncated
+    res = invoke(["sweep", str(cut), *args, "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and not (tmp_path / "o").exists()
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"error: {cut}: row ") and says in line
+    assert "re-capture keeping the whole vocabulary" in line
+
+
+def test_requalify_on_a_truncated_capture_drops_the_analytic_diagnostic(
+    truncated: tuple[Path, Path],
+) -> None:
+    plain, cut = truncated
+    a = api.requalify(plain, baseline="top32:t0.7@8", candidate="top32:t0.7@4", n_boot=200)
+    b = api.requalify(cut, baseline="top32:t0.7@8", candidate="top32:t0.7@4", n_boot=200)
+
+    def r(res: Any, role: str | None) -> float:
+        arms = res.to_polars("arms").filter(pl.col("level") == "pooled")
+        arms = arms.filter(pl.col("role").is_null() if role is None else pl.col("role") == role)
+        return float(arms.filter(pl.col("arm") == "top32:t0.7@4")["R"][0])
+
+    assert r(b, None) == pytest.approx(r(a, None), rel=1e-12)  # importance, exact
+    roles_a = set(a.to_polars("arms")["role"].drop_nulls().to_list())
+    roles_b = set(b.to_polars("arms")["role"].drop_nulls().to_list())
+    assert "path-bias-importance" in roles_a and "path-bias-importance" not in roles_b

@@ -128,6 +128,7 @@ def _replay(archive: Path, seed: int, estimator: Estimator, progress: Progress) 
             law_positions=POSITIONS.default,
             progress=advance,
             companion=companion,
+            auto=estimator == AUTO,
         )
     return resolve_auto(res, list(arms.values()))[0] if estimator == AUTO else res
 

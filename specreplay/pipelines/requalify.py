@@ -761,6 +761,7 @@ def _replay(
         companion=companion,
         runner=run.runner,
         exclude_below=exclude_below(opts.replay.short_rounds, arms.all.values()),
+        auto=opts.replay.estimator == AUTO,
     )
     n = opts.sample_requests
     wanted = sample_requests(res.requests, n, opts.replay.seed) if n else None

@@ -661,6 +661,7 @@ def _swept_passes(
             companion=companion,
             runner=run.runner,
             exclude_below=below,
+            auto=ro.estimator == AUTO,
         )
     if ro.estimator == AUTO:
         with phase(progress, "tail check (auto)"):

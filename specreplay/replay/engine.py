@@ -662,13 +662,18 @@ class OpenArchive:
         companion: str | None = None,
         runner: Runner | None = None,
         exclude_below: int = 0,
+        auto: bool = False,
     ) -> ReplayResult:
-        """Replay ``arms`` over every file, once; see :func:`replay_archive`."""
+        """Replay ``arms`` over every file, once; see :func:`replay_archive`.
+
+        ``auto``: the caller settles the estimator after the pass (``--estimator auto``).
+        """
         if self._reader is None:
             raise SpecReplayError("archive already replayed")
         get_estimator(estimator).replicates_used(replicates)
         opts = ReplayOptions(
             estimators=(estimator,) if companion is None else (estimator, companion),
+            auto=auto,
             replicates=replicates,
             seed=seed,
             buckets=self.buckets,
@@ -805,6 +810,7 @@ def replay_archive(
     runner: Runner | None = None,
     exclude_below: int = 0,
     ignore: Sequence[str] = (),
+    auto: bool = False,
 ) -> ReplayResult:
     """Replay ``arms`` over the archive at ``path`` in one streaming pass.
 
@@ -862,6 +868,7 @@ def replay_archive(
         companion=companion,
         runner=runner,
         exclude_below=exclude_below,
+        auto=auto,
     )
     if families is None and requests is None:
         return res

@@ -49,6 +49,7 @@ from specreplay.replay.estimators.policies import remember_fixed
 from specreplay.replay.lawsample import LawSample
 from specreplay.replay.measured import MeasuredAccumulator, merge_measured, reindex_measured
 from specreplay.replay.tails import RatioTail, TailAccumulator
+from specreplay.replay.truncation import tail_problem, tail_rows
 from specreplay.sim.arms import Arm
 from specreplay.sim.policy import (
     FLAG_K_EXCEEDS,
@@ -130,6 +131,7 @@ class ReplayOptions:
     """
 
     estimators: tuple[str, ...] = ("analytic",)
+    auto: bool = False  # --estimator auto: the pass settles its estimator after it (choice.py)
     replicates: int = 16
     seed: int = 0
     buckets: Buckets | None = None
@@ -420,30 +422,58 @@ def _per_request(
     return acc + add
 
 
-def _refuse_tails(reader: ArchiveReader, batch: RoundBatch) -> None:
-    """Refuse laws that leave mass outside their candidates (schema v2 tails > 0).
+def _check_tails(
+    reader: ArchiveReader,
+    batch: RoundBatch,
+    arms: Sequence[Arm],
+    runs: list[_EstimatorRun],
+    logging: Arm | None,
+    options: ReplayOptions,
+) -> None:
+    """Refuse what a batch's tails (schema v2) make unknowable; drop a companion that cannot.
 
-    Every estimator here reads a row's candidates as the whole of both laws (it renormalises
-    the draft's); with a positive ``draft_tail`` or ``target_tail`` that would bend every figure
-    (issue 15: a capture keeping 1.6% of a broad draft law replayed R 1.03 against MEASURED 3.91).
-    Until the replay bounds what it does not see, it refuses, naming the first such row.
+    The run's own estimator must compute every arm exactly (:func:`tail_problem`): else one
+    line naming the row, the arm and why. A companion estimator (the path-bias diagnostics) that
+    cannot stops for the rest of the pass, as when a batch lacks what it needs.
     """
-    for name, tail in (("draft_tail", batch.draft_tail), ("target_tail", batch.target_tail)):
-        if not tail.shape[0]:
+    rows = tail_rows(batch)
+    if rows.size == 0:
+        return
+    width = int(np.diff(batch.offsets)[rows].min())
+    problems = {
+        run.name: next(
+            (p for a in arms if (p := tail_problem(a, run.name, logging, width, batch))), None
+        )
+        for run in runs
+        if run.ok
+    }
+    own = runs[0]
+    # the auto pass (own analytic, importance beside it: specreplay.replay.choice) settles on
+    # importance wherever the archive has a logging law: its analytic run is a diagnostic, and
+    # it stops like a companion when the importance run can replay every arm exactly
+    auto = options.auto and problems.get("importance", "absent") is None
+    for run in runs:
+        problem = problems.get(run.name)
+        if problem is None:
             continue
-        positive = np.flatnonzero(tail > 0.0)  # NaN (unknown) compares False: as in schema v1
-        if positive.size == 0:
+        if run is not own or auto:
+            run.ok = False
             continue
+        i = int(rows[0])
         where = str(reader.path)
         if batch.row_at.shape[0]:
-            file_i, loc = at_parts(int(batch.row_at[positive[0]]))
+            file_i, loc = at_parts(int(batch.row_at[i]))
             where = format_location(reader.archive_files[file_i], loc)
+        dt, tt = _tail_at(batch.draft_tail, i), _tail_at(batch.target_tail, i)
         raise SpecReplayError(
-            f"{where}: {name} = {float(tail[positive[0]]):.3g}: this archive records "
-            "mass outside its candidates (schema v2), which the replay cannot bound yet; "
-            "validate reports it; re-capture keeping the whole vocabulary "
-            "(SPECREPLAY_CAPTURE_TOP_K, the recorder's top_k)"
+            f"{where}: draft_tail {dt}, target_tail {tt}: {problem}; the replay cannot "
+            "bound the mass outside the candidates yet (schema v2): re-capture keeping the "
+            "whole vocabulary (SPECREPLAY_CAPTURE_TOP_K, the recorder's top_k) to replay it"
         )
+
+
+def _tail_at(tail: NDArray[np.float64], i: int) -> str:
+    return f"{float(tail[i]):.3g}" if tail.shape[0] else "—"
 
 
 def _drop_short(
@@ -495,7 +525,7 @@ def replay_reader(
     for batch in batches:
         if batch.n_rounds == 0:
             continue
-        _refuse_tails(reader, batch)
+        _check_tails(reader, batch, arms, runs, reader.parsed_logging_arm, options)
         rows = _per_request(rows, batch.round_request, batch.round_depth.astype(np.int64))
         if options.law_positions > 0:
             here = LawSample.from_batch(batch, options.law_positions, options.seed)
@@ -515,13 +545,18 @@ def replay_reader(
             row_request=np.repeat(batch.round_request, batch.round_depth.astype(np.int64)),
         )
         done = 0  # positions reported: a share after each arm, so one batch moves the bar too
+        cut = tail_rows(batch)  # schema v2: a top-K above a row's kept candidates is expected
         for i, arm in enumerate(arms):
             c = arm.canonical
             v = own.add(batch, arm, ctx)
-            if v.flag.any():
-                _no_draft(reader, batch, v.flag)
+            flag = v.flag
+            if cut.size and flag.any():
+                flag = flag.copy()
+                flag[cut] &= np.int8(~FLAG_K_EXCEEDS)
+            if flag.any():
+                _no_draft(reader, batch, flag)
                 for bit, per_arm in counts.items():
-                    hit = ((v.flag & bit) != 0).astype(np.int64)
+                    hit = ((flag & bit) != 0).astype(np.int64)
                     per_arm[c] = _per_request(per_arm[c], ctx.row_request, hit)
             if progress is not None:
                 share = batch.n_positions * (i + 1) // (len(arms) + 1) - done

@@ -555,7 +555,7 @@ class ArchiveReader:
         )
         if "logging_arm" in self.columns:
             issues.extend(self._check_logging_arm(file, frame.get_column("logging_arm"), locs))
-        issues.extend(self._check_logging_k(lens0, code, locs))
+        issues.extend(self._check_logging_k(lens0, code, locs, tails))
         extras = frame.select([c for c in frame.columns if c not in SCHEMA_V1])
         place = (np.int64(file.index) << np.int64(AT_FILE_SHIFT)) | locs.astype(np.int64)
         rows = _Rows(
@@ -634,13 +634,20 @@ class ArchiveReader:
         return issues
 
     def _check_logging_k(
-        self, lens: NDArray[np.int64], code: NDArray[np.int8], locs: NDArray[np.int64]
+        self,
+        lens: NDArray[np.int64],
+        code: NDArray[np.int8],
+        locs: NDArray[np.int64],
+        tails: NDArray[np.float64],
     ) -> list[Issue]:
         """Rows with fewer candidates than the logging arm's top-K (rows passing the row check).
 
         The logging arm drafted from its K candidates, so each row archives at least K; on a
         row with fewer, its law (the importance estimator's logging law, the path-bias arm)
-        could only be formed by clamping K, which docs/commands.md#arms forbids.
+        could only be formed by clamping K, which docs/commands.md#arms forbids. A schema-v2 row
+        that records its draft tail kept fewer on purpose: the rest of the law is in the tail,
+        and the replay computes only what the kept candidates determine
+        (:mod:`specreplay.replay.truncation`).
         """
         arm = self.parsed_logging_arm
         if arm is None:
@@ -648,7 +655,8 @@ class ArchiveReader:
         k = arm.policy.top_k
         if arm.policy.greedy or k is None:
             return []
-        few = np.flatnonzero((lens < k) & (code == rowcheck.OK))
+        recorded = ~np.isnan(tails[0]) if tails.shape[1] else np.zeros(lens.shape[0], dtype=bool)
+        few = np.flatnonzero((lens < k) & (code == rowcheck.OK) & ~recorded)
         return [
             Issue(
                 int(locs[i]),

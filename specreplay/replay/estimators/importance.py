@@ -78,6 +78,7 @@ from specreplay.replay.archive.batch import RoundBatch
 from specreplay.replay.estimators.analytic import dyadic_nearest_row
 from specreplay.replay.estimators.base import Estimator, RoundValues
 from specreplay.replay.estimators.policies import policy_rounds
+from specreplay.replay.truncation import same_sampler, tail_rows, with_rest
 from specreplay.sim.accept import accept_prob
 from specreplay.sim.arms import Arm, Quant
 from specreplay.sim.lanes import lane_sum
@@ -405,6 +406,21 @@ class ImportanceEstimator(Estimator):
         if arm.rule is not None:  # a drafting policy (sweep --policy)
             return policy_rounds(self, batch, arm, cache, max_depth=max_depth, logging=logging)
         q_log = logging_law(batch, cache, logging)
+        if same_sampler(arm, logging) and tail_rows(batch).size:
+            # a truncated logging law (schema v2): the arm drafts from emitted_q itself
+            # (specreplay.replay.truncation): its rest appended, the quantizers see the whole law
+            offsets, target, q = with_rest(batch)
+            return importance_rounds(
+                offsets=offsets,
+                target_probs=target,
+                q_policy=q,
+                sampler=arm.sampler,
+                verifier=arm.verifier,
+                q_logging=q,
+                drafted_idx=batch.drafted_idx,
+                round_offsets=batch.round_offsets,
+                max_depth=max_depth,
+            )
         law = cache.policy(arm.policy)
         return importance_rounds(
             offsets=batch.offsets,

@@ -1,0 +1,124 @@
+"""Truncated laws (schema v2's tails): which replays stay exact, and the logging law's rest.
+
+See docs/inputs.md#position-traces-schema-v1. A v2 archive records, per position, the mass its
+candidates leave out: ``draft_tail`` (of the logging law; ``emitted_q`` is then the engine's law on
+the candidates, never renormalised) and ``target_tail``. Every estimator reads a row's candidates;
+with a tail, what it computes on them is exact in three cases and unknown otherwise:
+
+- **a truncated arm**: greedy, or top-k with k below the candidates of every row with a tail.
+  Its law lives on the k most probable candidates, which a capture keeps (it keeps each
+  position's most probable ids), so its law, its acceptance and the target's probabilities it
+  meets are all in the row: every estimator is exact.
+- **the logging arm's own sampler, under importance**: an arm whose policy and quantizers are the
+  logging arm's drafts from ``emitted_q`` itself, and the importance weight reads only the
+  drafted token's q and p. :func:`with_rest` appends each row's rest (1 − Σ ``emitted_q``) as one
+  more candidate that is never drafted, so a renormalising quantizer (float64, dyadic) sees the
+  whole law and leaves ``emitted_q`` unchanged: the weights are min(1, p/q) exactly, at any depth.
+- otherwise (another temperature or quantizer on an untruncated law; the analytic and Monte
+  Carlo estimators on an untruncated arm, whose acceptance sums over the unseen candidates; an
+  adaptive policy): the figure depends on the unseen mass. :func:`tail_problem` names it and the
+  replay refuses (the interval that holds whatever the tail does is the rest of issue 15).
+
+A tail at most :data:`TAIL_NEGLIGIBLE` counts as none: float32 softmax rounding leaves about
+1e-7 outside a capture that keeps the whole vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from specreplay.replay.archive.batch import RoundBatch
+from specreplay.sim.arms import Arm
+
+__all__ = ["TAIL_NEGLIGIBLE", "same_sampler", "tail_problem", "tail_rows", "with_rest"]
+
+TAIL_NEGLIGIBLE: Final[float] = 1e-6
+"""A tail at most this is rounding, not truncation (the validation tolerance of a law's sum)."""
+
+
+def tail_rows(batch: RoundBatch) -> NDArray[np.int64]:
+    """Return the position rows whose draft or target tail exceeds :data:`TAIL_NEGLIGIBLE`."""
+    hit = np.zeros(batch.n_positions, dtype=bool)
+    for tail in (batch.draft_tail, batch.target_tail):
+        if tail.shape[0]:
+            hit |= tail > TAIL_NEGLIGIBLE  # NaN (unknown) compares False
+    return np.flatnonzero(hit)
+
+
+def same_sampler(arm: Arm, logging: Arm | None) -> bool:
+    """Whether ``arm`` drafts and verifies with the logging arm's law (depth aside)."""
+    return (
+        logging is not None
+        and arm.rule is None
+        and (arm.policy, arm.sampler, arm.verifier)
+        == (logging.policy, logging.sampler, logging.verifier)
+    )
+
+
+def tail_problem(
+    arm: Arm, estimator: str, logging: Arm | None, width: int, batch: RoundBatch
+) -> str | None:
+    """Return why ``estimator`` cannot replay ``arm`` exactly on rows with tails (None: it can).
+
+    ``width``: the fewest candidates of a row with a tail.
+    """
+    if arm.rule is not None:
+        return f"the policy {arm.canonical} is not replayed on truncated laws yet"
+    policy = arm.policy
+    truncated = policy.greedy or (policy.top_k is not None and policy.top_k < width)
+    has_law = batch.emitted_q.shape[0] == batch.target_probs.shape[0]
+    if estimator == "importance":
+        if not has_law and not (logging is not None and _truncated(logging, width)):
+            return (
+                "the logging law on the candidates is not archived (no emitted_q) and the "
+                "logging arm's is not truncated"
+            )
+        if truncated or same_sampler(arm, logging):
+            return None
+        return (
+            f"arm {arm.canonical}: its law on the candidates depends on the mass outside them "
+            f"(only the logging arm's sampler {logging.canonical.split('@')[0] if logging else ''}"
+            ", greedy and top-k arms are exact under importance)"
+        )
+    if truncated:
+        return None
+    return (
+        f"arm {arm.canonical} under the {estimator} estimator: its acceptance sums over the "
+        "candidates it does not see (use --estimator importance for the logging arm's sampler)"
+    )
+
+
+def _truncated(arm: Arm, width: int) -> bool:
+    p = arm.policy
+    return p.greedy or (p.top_k is not None and p.top_k < width)
+
+
+def with_rest(
+    batch: RoundBatch,
+) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.float64]]:
+    """Return (offsets, target_probs, emitted_q) with each row's rest appended as a candidate.
+
+    The rest is 1 − Σ ``emitted_q`` (≥ 0): the logging law's mass outside the candidates, whether
+    ``draft_tail`` recorded it or not (validation ties the two). Its target probability is 0 and
+    it is never drafted (``drafted_idx`` is unchanged: the rest comes last), so importance weights
+    are those of the candidates; what it changes is the quantizers' renormalisation, which now
+    sees the whole law.
+    """
+    lens = np.diff(batch.offsets)
+    starts = batch.offsets[:-1]
+    kept = np.add.reduceat(batch.emitted_q, starts) if batch.n_positions else np.zeros(0)
+    rest = np.clip(1.0 - kept, 0.0, 1.0)
+    offsets = np.zeros(batch.n_positions + 1, np.int64)
+    np.cumsum(lens + 1, out=offsets[1:])
+    at = offsets[1:] - 1  # each row's last slot: the rest
+    mask = np.ones(int(offsets[-1]), dtype=bool)
+    mask[at] = False
+    q = np.empty(int(offsets[-1]), np.float64)
+    q[mask] = batch.emitted_q
+    q[at] = rest
+    p = np.zeros(int(offsets[-1]), np.float64)
+    p[mask] = batch.target_probs
+    return offsets, p, q
