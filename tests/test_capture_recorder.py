@@ -832,7 +832,35 @@ def test_a_renormalising_adapter_is_said_by_validate(tmp_path: Path) -> None:
         "positions": 40,
         "mean": pytest.approx((10 * 0.5 + 30 * 0.1) / 40, rel=1e-12),
         "max": 0.9,
+        "renormalised": True,  # a note without the key is from a schema-v1 capture
     }
     out = _valid(tmp_path / "cap")
     assert "the capture renormalised emitted_q on its candidates: the engine's draft mass " in out
     assert "outside them was 0.2 on average, 0.9 at most, over 40 positions" in out
+
+
+def test_tails_are_written_as_schema_v2(tmp_path: Path) -> None:
+    out = tmp_path / "cap"
+    with Recorder(out, logging_arm="t1@2", tails=True) as rec:
+        rec.round("r", 0, [5, 6], np.array([[0.3, 0.2], [0.5, 0.1]]), 1,
+                  cand_ids=[[5, 6], [6, 5]], emitted_q=np.array([[0.6, 0.3], [0.7, 0.2]]),
+                  draft_tail=[0.1, 0.1], target_tail=[0.5, 0.4])  # fmt: skip
+        rec.round("r", 1, [5], np.array([[1.0]]), 0, cand_ids=[[5]], emitted_q=[[1.0]])
+    rows = _rows(out)
+    assert rows["draft_tail"].to_list() == [0.1, 0.1, None]  # a round without: null (unknown)
+    assert rows["target_tail"].to_list() == [0.5, 0.4, None]
+    res = api.validate(out)
+    assert res.archive.kept_mass.tails_recorded
+    assert res.archive.kept_mass.draft.min == pytest.approx(0.9)
+    with (
+        Recorder(tmp_path / "v1", logging_arm="t1@2") as rec,  # schema v1: no tails
+        pytest.raises(SpecReplayError, match="made without tails=True"),
+    ):
+        rec.round("r", 0, [5], np.array([[1.0]]), 0, cand_ids=[[5]], emitted_q=[[1.0]],
+                      draft_tail=[0.0])  # fmt: skip
+    with (
+        Recorder(tmp_path / "bad", logging_arm="t1@2", tails=True) as rec,
+        pytest.raises(SpecReplayError, match=r"draft_tail should be 1 numbers in \[0, 1\]"),
+    ):
+        rec.round("r", 0, [5], np.array([[1.0]]), 0, cand_ids=[[5]], emitted_q=[[1.0]],
+                      draft_tail=[1.5])  # fmt: skip

@@ -71,8 +71,10 @@ Decisions (where issue 12 is silent)
   (:meth:`~specreplay.replay.archive.writer.TraceWriter.commit`: whole shards renamed in and
   ``CAPTURE.json`` rewritten under the folder's lock; the writer's record says ``"state":
   "open"`` until ``close``). A reader sees the committed rounds only.
-- **Exit**: ``close`` is registered with :mod:`atexit`, so a process that exits normally commits
-  what it recorded; ``with Recorder(...)`` closes on exit, also when an exception leaves the
+- **Exit**: ``close`` is registered with :mod:`atexit` and as a :mod:`multiprocessing`
+  finalizer (a child started by fork ends in ``os._exit``, and Python 3.12 runs only
+  multiprocessing's finalizers there), so a process that exits normally commits what it
+  recorded; ``with Recorder(...)`` closes on exit, also when an exception leaves the
   block (what was recorded is committed, and the exception propagates). A killed process
   (SIGKILL, out of memory) leaves ``path`` as its last periodic commit left it (every round up
   to that commit, the writer's state ``"open"``), and the TraceWriter's staged
@@ -106,9 +108,11 @@ True
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import importlib
 import math
+import multiprocessing.util
 import os
 import queue
 import threading
@@ -244,6 +248,7 @@ class _Round(NamedTuple):
     emitted_q: NDArray[Any] | None  # (n, K) float (exact-q mode)
     draft_logprobs: NDArray[Any] | None  # (n, K) float (exact-q mode, optional)
     nbytes: int  # the copies' bytes (the queue's memory bound)
+    tails: NDArray[np.float64] | None = None  # (2, n) draft_tail, target_tail (NaN: unknown)
 
 
 _Head = tuple[str, int, str, int, NDArray[Any], NDArray[Any], int]
@@ -289,6 +294,11 @@ class Recorder:
         TraceWriter format (``"parquet-dir"`` by default).
     drafter, engine : str, optional
         Notes for the manifest, e.g. ``"point-mass (ngram)"``, ``"transformers 5.24.0"``.
+    tails : bool
+        Write schema v2's ``draft_tail`` and ``target_tail`` columns (docs/inputs.md): the
+        engine's mass outside each position's candidates, given per round in exact-q mode
+        (``round(..., draft_tail=, target_tail=)``: ``emitted_q`` is then the engine's law on the
+        candidates, not renormalised), null where not given. False (the default) writes schema v1.
     manifest_extra : callable, optional
         Returns more keys for the manifest's ``capture`` object, called at each commit (on the
         background thread): an adapter's own counts (the vLLM plugin's draft mass outside the
@@ -339,6 +349,7 @@ class Recorder:
         commit_seconds: float | None = COMMIT_SECONDS,
         commit_idle_seconds: float | None = COMMIT_IDLE_SECONDS,
         manifest_extra: Callable[[], dict[str, Any]] | None = None,
+        tails: bool = False,
     ) -> None:
         self.arm: Arm = parse_arm(logging_arm)
         _check_int("top_k", top_k, 1)
@@ -361,6 +372,7 @@ class Recorder:
                     f"Recorder: {name}={value!r} should be a number > 0 (or None)"
                 )
         self.manifest_extra = manifest_extra
+        self.tails = bool(tails)
         self.commit_rounds = commit_rounds
         self.commit_seconds = None if commit_seconds is None else float(commit_seconds)
         self.commit_idle_seconds = (
@@ -421,10 +433,18 @@ class Recorder:
         self._thread = threading.Thread(target=self._run, name="specreplay-recorder", daemon=True)
         self._thread.start()
         atexit.register(self.close)
+        # a child that multiprocessing started by fork ends in os._exit: Python 3.12 runs no
+        # atexit handler there, only multiprocessing's finalizers (util._exit_function)
+        multiprocessing.util.Finalize(self, self._close_quietly, exitpriority=10)
         _LIVE.add(self)
         if not _FORK_HOOK:
             os.register_at_fork(after_in_child=_after_fork_in_child)
             _FORK_HOOK.append(True)
+
+    def _close_quietly(self) -> None:
+        """Close at a process's end (a failure was already reported by the thread's error)."""
+        with contextlib.suppress(Exception):
+            self.close()
 
     def _disown(self) -> None:
         """Close without writing (in a forked child: the thread and staged run are the parent's)."""
@@ -470,6 +490,8 @@ class Recorder:
         cand_ids: Any = None,
         emitted_q: Any = None,
         draft_logprobs: Any = None,
+        draft_tail: Any = None,
+        target_tail: Any = None,
     ) -> bool:
         """Queue one verification round; return False when it is not recorded.
 
@@ -531,10 +553,31 @@ class Recorder:
                 item = _logits_round(where, head, draft_logits, cand_ids, emitted_q, draft_logprobs)
             else:
                 item = _exact_round(where, head, cand_ids, emitted_q, draft_logprobs)
+            if draft_tail is not None or target_tail is not None:
+                item = item._replace(tails=self._tails(where, head, draft_tail, target_tail))
         except SpecReplayError:
             self._offered -= 1
             raise
         return self._enqueue(item)
+
+    def _tails(self, where: str, head: _Head, draft_tail: Any, target_tail: Any) -> Any:
+        """Check and copy a round's tails: (2, n) floats in [0, 1], NaN where not given."""
+        if not self.tails:
+            raise SpecReplayError(
+                f"{where}: draft_tail/target_tail given to a recorder made without tails=True "
+                "(schema v1)"
+            )
+        n = head[4].shape[0]
+        out = np.full((2, n), np.nan)
+        given = (("draft_tail", draft_tail), ("target_tail", target_tail))
+        for i, (name, value) in enumerate(given):
+            if value is None:
+                continue
+            t = _copy(value, name, where).astype(np.float64, copy=False)
+            if t.shape != (n,) or not (np.isfinite(t).all() and (t >= 0).all() and (t <= 1).all()):
+                raise SpecReplayError(f"{where}: {name} should be {n} numbers in [0, 1]")
+            out[i] = t
+        return out
 
     def _head(
         self,
@@ -810,6 +853,7 @@ class Recorder:
                     np.zeros(lengths.shape[0], dtype=np.int64)
                 ),
                 "emitted_q": _list_series(q, offsets),
+                **(_tail_columns(batch) if self.tails else {}),
             }
         )
 
@@ -931,6 +975,18 @@ def _emitted(
             law[start : start + m] = r.emitted_q
         start += m
     return law
+
+
+def _tail_columns(batch: list[_Round]) -> dict[str, pl.Series]:
+    """Return the batch's draft_tail and target_tail columns (null where a round gave none)."""
+    parts = [
+        r.tails if r.tails is not None else np.full((2, r.drafted.shape[0]), np.nan) for r in batch
+    ]
+    both = np.concatenate(parts, axis=1)
+    return {
+        name: pl.Series(name, both[i], dtype=pl.Float64).fill_nan(None)
+        for i, name in enumerate(("draft_tail", "target_tail"))
+    }
 
 
 def _repeat_idx(ns: NDArray[np.int64]) -> NDArray[np.int64]:

@@ -382,6 +382,7 @@ class VllmCapture:
             commit_seconds=s.commit_seconds,
             commit_idle_seconds=s.commit_idle_seconds,
             manifest_extra=self._manifest_extra,
+            tails=True,
             mode="append",
             writer_id=_writer_id(),
             format="parquet-dir",
@@ -561,25 +562,30 @@ class VllmCapture:
             # a round whose drafted ids are all in their top k keeps k columns, else k + 1
             w = k if cols.present[sm].all() else k + 1
             q_cand = cols.emitted_q[sm, :w]
-            mass = q_cand.sum(axis=1)  # the engine's draft mass on the candidates
+            tp = cols.target_probs[sm, :w]
+            # schema v2: the engine's laws on the candidates as they are, and what they leave out
+            # (float32 laws summed in float64; a sum a rounding above 1 leaves 0)
+            draft_tail = np.clip(1.0 - q_cand.sum(axis=1), 0.0, 1.0)
+            target_tail = np.clip(1.0 - tp.sum(axis=1), 0.0, 1.0)
             if not greedy_arm:
-                outside = 1.0 - mass
                 self.counts.positions_q += m
-                self.counts.outside_mass_sum += float(outside.sum())
+                self.counts.outside_mass_sum += float(draft_tail.sum())
                 self.counts.outside_mass_max = max(
-                    self.counts.outside_mass_max, float(outside.max())
+                    self.counts.outside_mass_max, float(draft_tail.max())
                 )
             rec.round(
                 rid,
                 r,
                 drafted_ids=d[:m],
-                target_probs=cols.target_probs[sm, :w],
+                target_probs=tp,
                 accepted=accepted,
                 family=self.settings.family,
                 context_tokens=int(batch.context_tokens[i]),
                 cand_ids=cols.cand_ids[sm, :w],
-                emitted_q=q_cand / mass[:, None],
+                emitted_q=q_cand,
                 draft_logprobs=cols.draft_logprobs[sm, :w],
+                draft_tail=draft_tail,
+                target_tail=target_tail,
             )
 
     # -- ending ---------------------------------------------------------------------------
@@ -609,7 +615,7 @@ class VllmCapture:
             log.error("specreplay capture: writing the manifest failed: %s", e)
 
     def _manifest_extra(self) -> dict[str, Any]:
-        """Return the manifest's note on the draft mass renormalised away (schema v1)."""
+        """Return the manifest's note on the draft mass outside the candidates (in the rows too)."""
         c = self.counts
         if not c.positions_q:
             return {}
@@ -618,7 +624,7 @@ class VllmCapture:
                 "positions": c.positions_q,
                 "mean": c.outside_mass_sum / c.positions_q,
                 "max": c.outside_mass_max,
-                "renormalised": True,
+                "renormalised": False,  # schema v2: the rows record it (draft_tail)
             }
         }
 
@@ -673,8 +679,8 @@ class VllmCapture:
                 )
             if c.positions_q:
                 log.info(
-                    "specreplay capture: draft_probs mass outside the candidates (renormalised "
-                    "away): mean %.3g, max %.3g over %d positions",
+                    "specreplay capture: draft_probs mass outside the candidates (recorded as "
+                    "draft_tail): mean %.3g, max %.3g over %d positions",
                     c.outside_mass_sum / c.positions_q,
                     c.outside_mass_max,
                     c.positions_q,

@@ -38,8 +38,8 @@ padded drafts
     A draft id of -1 is a padded draft that the sampler always rejects
     (``_rejection_random_sample_kernel``); a round is recorded up to its first padded draft.
 
-What one round records (one row per drafted position 1..n, schema v1)
----------------------------------------------------------------------
+What one round records (one row per drafted position 1..n, schema v2)
+--------------------------------------------------------------------
 - **A sampled request with ``draft_probs``** (a draft model or EAGLE with
   ``draft_sample_method="probabilistic"``: ``vllm/v1/spec_decode/llm_base_proposer.py``,
   ``compute_probs_and_sample_next_token``, where ``draft_probs = softmax(logits / T)`` at the
@@ -47,20 +47,20 @@ What one round records (one row per drafted position 1..n, schema v1)
   ``draft_probs`` (``torch.topk``), widened by one column in a round where some drafted id lies
   outside its position's top-k (that column holds the drafted id, or the next-best id where the
   drafted id is already in); ``emitted_q`` is ``draft_probs`` there (the float32 values the
-  sampler read) divided by their sum S, since schema v1 holds the logging law on the candidates
-  (validate requires Σ emitted_q = 1, and the recorder's logits mode renormalises the same way):
-  the mass 1 − S that the engine put outside the candidates is not in the archive, and the
-  adapter logs its mean and maximum at close (raise ``SPECREPLAY_CAPTURE_TOP_K`` to shrink it);
-  ``draft_logprobs`` is the temperature-1 log-softmax recovered from it,
-  ``log_softmax(T · log draft_probs)`` over the full vocabulary (exact: ``log draft_probs`` is
-  ``logits / T`` up to a constant); the logging arm is ``tT@K`` (T to 6 significant digits).
+  sampler read), **never renormalised**, and ``draft_tail`` the mass outside them, 1 − Σ
+  ``emitted_q`` (schema v2; the replay computes what the kept candidates determine and refuses
+  the rest: :mod:`specreplay.replay.truncation`); ``draft_logprobs`` is the temperature-1
+  log-softmax recovered from it, ``log_softmax(T · log draft_probs)`` over the full vocabulary
+  (exact: ``log draft_probs`` is ``logits / T`` up to a constant); the logging arm is ``tT@K``
+  (T to 6 significant digits).
 - **A point-mass drafter** (``draft_probs`` None: n-gram, EAGLE argmax, any
   ``draft_sample_method="greedy"``): ``cand_ids = [drafted_id]``, ``draft_logprobs = [0.0]``,
   ``emitted_q = [1.0]``, logging arm ``greedy@K``; the manifest's drafter is
   ``"point-mass (ngram)"`` (ngram, ngram_gpu), ``"point-mass (eagle-argmax)"`` (eagle, eagle3,
   mtp and the ``*_mtp`` methods) or ``"point-mass (METHOD-argmax)"`` (draft_model, suffix, …).
 - **target_probs** are the target's probabilities as the sampler verified them: the float32
-  softmax of the constrained ``target_logits``, gathered at the candidates.
+  softmax of the constrained ``target_logits``, gathered at the candidates; ``target_tail`` the
+  mass outside them (for a point-mass row, 1 − p at the drafted token).
 - **Greedy requests** (temperature 0): vLLM accepts a draft iff it equals the target's argmax
   (``_rejection_greedy_sample_kernel``) and drafts by argmax, so both laws are point masses: the
   row is the point-mass row above, with ``target_probs`` = 1.0 if the drafted id is the argmax

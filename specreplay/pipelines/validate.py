@@ -120,5 +120,6 @@ def capture_summary(path: Path) -> dict[str, Any] | None:
             "mean": sum(float(o.get("mean", 0.0)) * int(o.get("positions", 0)) for o in outside)
             / max(n, 1),
             "max": max(float(o.get("max", 0.0)) for o in outside),
+            "renormalised": any(bool(o.get("renormalised", True)) for o in outside),
         }
     return out

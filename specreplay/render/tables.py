@@ -244,7 +244,7 @@ def capture_line(capture: dict[str, Any] | None) -> str:
         f"{capture['rows']:,} rows"
     )
     outside = capture.get("draft_mass_outside")
-    if isinstance(outside, dict) and outside.get("positions"):
+    if isinstance(outside, dict) and outside.get("positions") and outside.get("renormalised"):
         line += (
             f"\nthe capture renormalised emitted_q on its candidates: the engine's draft mass "
             f"outside them was {outside['mean']:.3g} on average, {outside['max']:.3g} at most, "

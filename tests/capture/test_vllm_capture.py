@@ -302,17 +302,20 @@ def test_sampled_drafter_rows_equal_the_hand_computation(
         ]
         assert got.get_column("cand_ids").to_list() == [[int(x) for x in c] for c in cands]
         for p, c in enumerate(cands):
-            # the engine's float32 q at the candidates, renormalised over them (schema v1)
-            want_q = q32[p, c] / q32[p, c].sum()
+            # the engine's float32 q at the candidates as they are, its rest in draft_tail
+            # (schema v2: never renormalised)
+            want_q = q32[p, c]
             np.testing.assert_allclose(got["emitted_q"][p].to_numpy(), want_q, rtol=1e-15)
             outside.append(1.0 - q32[p, c].sum())
+            assert got["draft_tail"][p] == pytest.approx(outside[-1], abs=1e-15)
             want_lp = log_softmax(T * np.log(q32[p]))[c]  # the temperature-1 draft law
             np.testing.assert_allclose(got["draft_logprobs"][p].to_numpy(), want_lp, rtol=1e-12)
             # float32 softmax of logits / T as the sampler verified it: float32 rounding only
             want_p = softmax(tl[p].astype(np.float32).astype(np.float64) / T)[c]
             np.testing.assert_allclose(got["target_probs"][p].to_numpy(), want_p, rtol=2e-6)
+            assert got["target_tail"][p] == pytest.approx(1.0 - want_p.sum(), abs=2e-6)
     assert [len(c) for c in rows.get_column("cand_ids").to_list()] == [3, 3, 3, 2, 2]
-    # the mass renormalised away: a's positions keep 0.85, 0.82, 0.85 of q; c's 0.79, 0.75
+    # the mass outside the candidates: a's positions keep 0.85, 0.82, 0.85 of q; c's 0.79, 0.75
     assert outside == pytest.approx([0.15, 0.18, 0.15, 0.21, 0.25], abs=1e-6)
     assert cap.counts.positions_q == 5
     assert cap.counts.outside_mass_sum == pytest.approx(sum(outside), abs=1e-12)

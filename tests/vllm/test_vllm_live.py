@@ -500,26 +500,20 @@ def test_costs_are_measured(prob4: Engine, greedy4: Engine) -> None:
         assert c["skipped_nonfinite"] == 0  # the temperature fix is in place
 
 
-def test_truncation_is_said_by_validate(broad32: Engine) -> None:
-    """At the default K = 32 on a broad draft law, the capture (schema v1, renormalised on the
-    candidates) says how much draft mass it left out, and validate prints it; the bias it
-    causes is measured and printed (the replay of such a capture is biased: docs/record-vllm.md).
-    """
+def test_truncation_is_recorded_said_and_replayed_exactly(broad32: Engine) -> None:
+    """At the default K = 32 on a broad draft law the capture (schema v2) records the mass it
+    leaves out, validate prints how much was kept, and the logging arm's importance R, which
+    reads only the drafted token's unrenormalised q, lies within 3.5 SE of MEASURED (before
+    schema v2 the renormalised capture replayed 1.03 against 3.91: docs/record-vllm.md)."""
     assert broad32.capture is not None
     (summary,) = broad32.result["capture"]
     mean_out = summary["adapter"]["outside_mass_sum"] / summary["adapter"]["positions_q"]
     res = api.validate(broad32.capture)
-    outside = res.extra["capture"]["draft_mass_outside"]
-    assert outside["mean"] == pytest.approx(mean_out, rel=1e-9) and outside["mean"] > 0.5
+    kept = res.archive.kept_mass
+    assert kept.tails_recorded and kept.draft.median < 0.5 and mean_out > 0.5
     from tests.corpus import invoke
 
     text = invoke(["validate", str(broad32.capture)]).stdout
-    assert "the capture renormalised emitted_q on its candidates" in text
-    rq = api.requalify(broad32.capture, baseline="t0.7@4", candidate="t0.7@3", n_boot=200)
-    sim = _pooled_arm(rq, "t0.7@4")
-    meas = _pooled_arm(rq, "t0.7@4", role="path-bias")
-    kept = 100 * (1 - outside["mean"])
-    print(
-        f"\nK = 32 on a broad law: {kept:.1f}% of the draft mass kept on average; logging arm "
-        f"SIMULATED {sim['R']:.3f} against MEASURED {meas['R']:.3f}"
-    )
+    assert "kept mass (Σ on the candidates) of the draft" in text and "tails recorded" in text
+    print(f"\nK = 32 on a broad law: {100 * (1 - mean_out):.1f}% of the draft mass kept")
+    _check_logging_arm(broad32.capture, "t0.7@4")
