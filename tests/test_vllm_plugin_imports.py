@@ -20,6 +20,7 @@ HEAVY = ("numba", "llvmlite", "polars", "pyarrow", "matplotlib", "arviz", "numpy
 PLUGIN_MODULES = {
     "specreplay",
     "specreplay.capture",
+    "specreplay.capture.vllm_settings",
     "specreplay.capture.vllm_v1",
     "specreplay.errors",
 }

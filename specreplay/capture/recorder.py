@@ -356,38 +356,13 @@ class Recorder:
         _check_int("queue_rounds", queue_rounds, 1)
         _check_int("queue_bytes", queue_bytes, 1)
         _check_int("shard_rows", shard_rows, 1)
-        if commit_rounds is not None:
-            _check_int("commit_rounds", commit_rounds, 1)
-        for name, value in (
-            ("commit_seconds", commit_seconds),
-            ("commit_idle_seconds", commit_idle_seconds),
-        ):
-            if value is not None and not (
-                isinstance(value, (int, float))
-                and not isinstance(value, bool)
-                and math.isfinite(value)
-                and value > 0
-            ):
-                raise SpecReplayError(
-                    f"Recorder: {name}={value!r} should be a number > 0 (or None)"
-                )
+        self.commit_rounds, self.commit_seconds, self.commit_idle_seconds = _commit_settings(
+            commit_rounds, commit_seconds, commit_idle_seconds
+        )
         self.manifest_extra = manifest_extra
         self.tails = bool(tails)
-        self.commit_rounds = commit_rounds
-        self.commit_seconds = None if commit_seconds is None else float(commit_seconds)
-        self.commit_idle_seconds = (
-            None if commit_idle_seconds is None else float(commit_idle_seconds)
-        )
-        if isinstance(sample, bool) or not isinstance(sample, (int, float)):
-            raise SpecReplayError(f"Recorder: sample={sample!r} should be a number in (0, 1]")
-        if not (math.isfinite(sample) and 0.0 < sample <= 1.0):
-            raise SpecReplayError(f"Recorder: sample={sample!r} should be in (0, 1]")
-        policy_k = self.arm.policy.top_k
-        if policy_k is not None and policy_k > top_k:
-            raise SpecReplayError(
-                f"Recorder: logging arm {self.arm.canonical} keeps {policy_k} candidates, more "
-                f"than top_k={top_k}: its law could not be written (raise top_k)"
-            )
+        _check_sample(sample)
+        _check_top_k(self.arm, top_k)
         if format in FORMATS and not format.endswith("-dir"):
             raise SpecReplayError(
                 f"Recorder: format={format!r} is a single file; a recorder writes a folder "
@@ -430,6 +405,10 @@ class Recorder:
         self._since_commit = 0  # rounds written since the last commit (background thread)
         self._last_commit = time.monotonic()
         self._last_write = self._last_commit  # when the last batch was written
+        self._start()
+
+    def _start(self) -> None:
+        """Start the background thread; close at the process's end; disown in a fork child."""
         self._thread = threading.Thread(target=self._run, name="specreplay-recorder", daemon=True)
         self._thread.start()
         atexit.register(self.close)
@@ -522,19 +501,38 @@ class Recorder:
         draft_logprobs : float array-like, (n, K), optional
             Exact-q mode: full-vocabulary log-probabilities at temperature 1 of ``cand_ids``;
             ``log(emitted_q)`` when omitted.
+        draft_tail, target_tail : float array-like, (n,), optional
+            Schema v2 (``tails=True``): the laws' mass outside ``cand_ids``.
 
         Returns
         -------
         bool
-            True: queued. False: the request is not sampled, was stopped by a full queue (this
-            round may be the one that found it full), the recorder is closed, or recording
-            stopped on a background failure.
+            True: queued. False: not sampled, stopped by a full queue (this round may be the
+            one that found it full), closed, or stopped on a background failure.
 
         Raises
         ------
         SpecReplayError
             On a bad call (one line; nothing of the round is recorded).
         """
+        if not self._offer(request_id):
+            return False
+        try:  # a bad call is not offered: nothing of it is recorded
+            where, head = self._head(
+                request_id, round, drafted_ids, target_probs, accepted, family, context_tokens
+            )
+            if draft_logits is not None:
+                item = _logits_round(where, head, draft_logits, cand_ids, emitted_q, draft_logprobs)
+            else:
+                item = _exact_round(where, head, cand_ids, emitted_q, draft_logprobs)
+            item = self._with_tails(item, where, draft_tail, target_tail)
+        except SpecReplayError:
+            self._offered -= 1
+            raise
+        return self._enqueue(item)
+
+    def _offer(self, request_id: str) -> bool:
+        """Count a round of a sampled, open request as offered; False: not recorded."""
         try:
             keep = self._keep[request_id]
         except (KeyError, TypeError):  # a new id (or an unhashable one: refused by _decide)
@@ -545,29 +543,18 @@ class Recorder:
         if request_id in self._stopped:
             self._dropped += 1
             return False
-        try:  # a bad call is not offered: nothing of it is recorded
-            where, head = self._head(
-                request_id, round, drafted_ids, target_probs, accepted, family, context_tokens
-            )
-            if draft_logits is not None:
-                item = _logits_round(where, head, draft_logits, cand_ids, emitted_q, draft_logprobs)
-            else:
-                item = _exact_round(where, head, cand_ids, emitted_q, draft_logprobs)
-            if draft_tail is not None or target_tail is not None:
-                item = item._replace(tails=self._tails(where, head, draft_tail, target_tail))
-        except SpecReplayError:
-            self._offered -= 1
-            raise
-        return self._enqueue(item)
+        return True
 
-    def _tails(self, where: str, head: _Head, draft_tail: Any, target_tail: Any) -> Any:
-        """Check and copy a round's tails: (2, n) floats in [0, 1], NaN where not given."""
+    def _with_tails(self, item: _Round, where: str, draft_tail: Any, target_tail: Any) -> _Round:
+        """Return ``item`` with its tails checked and copied: (2, n) in [0, 1], NaN: not given."""
+        if draft_tail is None and target_tail is None:
+            return item
         if not self.tails:
             raise SpecReplayError(
                 f"{where}: draft_tail/target_tail given to a recorder made without tails=True "
                 "(schema v1)"
             )
-        n = head[4].shape[0]
+        n = item.drafted.shape[0]
         out = np.full((2, n), np.nan)
         given = (("draft_tail", draft_tail), ("target_tail", target_tail))
         for i, (name, value) in enumerate(given):
@@ -577,7 +564,7 @@ class Recorder:
             if t.shape != (n,) or not (np.isfinite(t).all() and (t >= 0).all() and (t <= 1).all()):
                 raise SpecReplayError(f"{where}: {name} should be {n} numbers in [0, 1]")
             out[i] = t
-        return out
+        return item._replace(tails=out)
 
     def _head(
         self,
@@ -1142,6 +1129,43 @@ def _copy(value: Any, name: str, where: str) -> NDArray[Any]:
             f"{where}: {name} cannot be read as a numpy array ({_one_line(exc)}); move it to the "
             "CPU as float32/float64 (ids as integers) first"
         ) from None
+
+
+def _check_top_k(arm: Arm, top_k: int) -> None:
+    policy_k = arm.policy.top_k
+    if policy_k is not None and policy_k > top_k:
+        raise SpecReplayError(
+            f"Recorder: logging arm {arm.canonical} keeps {policy_k} candidates, more than "
+            f"top_k={top_k}: its law could not be written (raise top_k)"
+        )
+
+
+def _check_sample(sample: Any) -> None:
+    if isinstance(sample, bool) or not isinstance(sample, (int, float)):
+        raise SpecReplayError(f"Recorder: sample={sample!r} should be a number in (0, 1]")
+    if not (math.isfinite(sample) and 0.0 < sample <= 1.0):
+        raise SpecReplayError(f"Recorder: sample={sample!r} should be in (0, 1]")
+
+
+def _commit_settings(
+    rounds: int | None, seconds: float | None, idle: float | None
+) -> tuple[int | None, float | None, float | None]:
+    """Check the periodic-commit settings; return them (floats as float)."""
+    if rounds is not None:
+        _check_int("commit_rounds", rounds, 1)
+    for name, value in (("commit_seconds", seconds), ("commit_idle_seconds", idle)):
+        if value is not None and not (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value > 0
+        ):
+            raise SpecReplayError(f"Recorder: {name}={value!r} should be a number > 0 (or None)")
+    return (
+        rounds,
+        None if seconds is None else float(seconds),
+        None if idle is None else float(idle),
+    )
 
 
 def _check_int(name: str, value: Any, lo: int) -> None:

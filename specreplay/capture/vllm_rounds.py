@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from specreplay.capture.vllm_v1 import V2_MESSAGE, CaptureSettings, log
+from specreplay.capture.vllm_settings import V2_MESSAGE, CaptureSettings, log
 from specreplay.errors import SpecReplayError
 from specreplay.sim.arms import parse_arm
 

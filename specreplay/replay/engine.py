@@ -821,8 +821,7 @@ def replay_archive(
     arms : sequence of Arm
         Distinct arms (by canonical form); any number share the one pass.
     estimator : str
-        A key of :data:`~specreplay.replay.estimators.ESTIMATORS` ("analytic", "montecarlo",
-        "importance").
+        A key of :data:`~specreplay.replay.estimators.ESTIMATORS` (analytic, importance, …).
     replicates : int
         Monte Carlo replicates M per round.
     seed : int
@@ -834,8 +833,7 @@ def replay_archive(
     batch_rows : int
         Position rows per batch.
     families, requests : set of str, optional
-        Keep only these families / request ids (:meth:`ReplayResult.select`; the rest is
-        counted in ``excluded``).
+        Keep only these families / request ids (:meth:`ReplayResult.select`).
     logging_arm : Arm or str, optional
         ``--logging-arm`` for archives without a logging_arm column (:class:`OpenArchive`).
     law_positions : int
@@ -843,15 +841,15 @@ def replay_archive(
     progress : callable, optional
         Called with the number of positions of each batch.
     companion : str, optional
-        A second estimator replayed in the same pass when the archive allows it (a second entry
-        of ``ReplayResult.replays``; :func:`specreplay.replay.choice.auto_passes`).
+        A second estimator in the same pass (:func:`specreplay.replay.choice.auto_passes`).
     runner : Runner, optional
-        Who replays the shards (a Dask cluster, the per-shard cache); default: this process.
-        The fold runs here in sorted path order either way.
+        Who replays the shards (a Dask cluster, the shard cache); default: this process.
     exclude_below : int
         ``--short-rounds exclude``: rounds recording fewer positions are left out; 0: none.
     ignore : sequence of str
         ``--ignore`` globs: entries of a folder archive to skip (``ReplayResult.ignored``).
+    auto : bool
+        ``--estimator auto``: the caller settles the estimator after the pass.
     """
     get_estimator(estimator).replicates_used(replicates)  # bad options fail before any read
     opened = OpenArchive(

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
-from specreplay.replay.archive.schema import SCHEMA_V1
+from specreplay.replay.archive.schema import SCHEMA_V1, TAIL_COLUMNS
 from specreplay.sim.synth import (
     SynthConfig,
     SynthShard,
@@ -26,7 +26,10 @@ from specreplay.sim.toy import FAMILIES
 
 __all__ = ["FRAME_SCHEMA", "for_form", "shard_frame", "synth_frames"]
 
-FRAME_SCHEMA: dict[str, pl.DataType] = {**SCHEMA_V1, "toy_state": pl.UInt64()}
+FRAME_SCHEMA: dict[str, pl.DataType] = {
+    **{c: t for c, t in SCHEMA_V1.items() if c not in TAIL_COLUMNS},  # whole laws: no tail
+    "toy_state": pl.UInt64(),
+}
 
 
 def _list_column(name: str, values: NDArray[np.generic], inner: pl.DataType) -> pl.Series:
