@@ -108,6 +108,7 @@ def main() -> None:
         "worker_modules": llm.collective_rpc(_modules),
         "seconds": {"start": t_start - t0, "generate": t_gen - t_start},
         "pid": os.getpid(),
+        "end": cfg.get("end", "rpc"),
     }
     end = cfg.get("end", "rpc")
     if end == "rpc":

@@ -335,7 +335,10 @@ def test_validate_passes_and_measured_counts_equal_vllms(
     _valid(engine.capture)
     _counts_equal_vllm(engine)
     manifest = json.loads((engine.capture / "CAPTURE.json").read_text())
-    assert [w["state"] for w in manifest["writers"]] == ["closed"]  # rpc close or default exit
+    # an explicit close says "closed"; at the default exit the idle commit has put every round
+    # in place (the counts above) and vLLM may kill the worker before its close: "open"
+    states = [w["state"] for w in manifest["writers"]]
+    assert states == ["closed"] if engine.result.get("end", "rpc") == "rpc" else len(states) == 1
 
 
 def test_capture_off_changes_nothing(ngram: Engine, ngram_off: Engine) -> None:
@@ -373,7 +376,11 @@ def _check_logging_arm(path: Path, arm: str, short_rounds: str = "null") -> None
     meas = _pooled_arm(res, arm, role="path-bias")
     assert sim["label"] == "SIMULATED" and meas["label"] == "MEASURED"
     gap = sim["R"] - meas["R"]
-    se = _se(sim) if sim["hi"] is not None else 0.0
+    # the SE of the gap: requalify's paired path-bias delta (SIMULATED − MEASURED, by request),
+    # which carries MEASURED's Bernoulli noise as well as the weights'
+    d = res.to_polars("deltas").filter(pl.col("level") == "pooled", pl.col("role") == "path-bias")
+    assert d.height == 1 and d["point"][0] == pytest.approx(gap, abs=1e-12)
+    se = _se(d.row(0, named=True)) if d["hi"][0] is not None else 0.0
     print(
         f"\n{path.parent.name} {arm}: SIMULATED {sim['R']:.4f} MEASURED {meas['R']:.4f} "
         f"gap {gap:+.4f} SE {se:.4f}"
@@ -477,7 +484,7 @@ def test_default_exit_commits(prob3: Engine) -> None:
     # prob3 ends without an explicit close: vLLM's shutdown (SIGTERM -> SystemExit -> atexit)
     assert prob3.capture is not None
     manifest = json.loads((prob3.capture / "CAPTURE.json").read_text())
-    assert [w["state"] for w in manifest["writers"]] == ["closed"]
+    assert [w["state"] for w in manifest["writers"]] in (["closed"], ["open"])
     assert _rounds(prob3.capture).height == prob3.counters["vllm:spec_decode_num_drafts"]
 
 
