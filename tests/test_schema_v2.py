@@ -230,3 +230,15 @@ def test_requalify_on_a_truncated_capture_drops_the_analytic_diagnostic(
     roles_a = set(a.to_polars("arms")["role"].drop_nulls().to_list())
     roles_b = set(b.to_polars("arms")["role"].drop_nulls().to_list())
     assert "path-bias-importance" in roles_a and "path-bias-importance" not in roles_b
+
+
+def test_auto_names_the_arm_no_estimator_can_replay(
+    truncated: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # auto answers by importance on a truncated capture: an arm importance cannot replay (another
+    # temperature on the untruncated law) is the one named, not the analytic diagnostic's
+    _, cut = truncated
+    res = invoke(["requalify", str(cut), "--baseline", "top32:t0.7@8", "--candidate",
+                  "top32:t1.0@8", "--out", str(tmp_path / "o")])  # fmt: skip
+    assert res.exit_code == 2 and not (tmp_path / "o").exists()
+    assert "arm top32@8: its law on the candidates depends on the mass outside them" in res.stderr

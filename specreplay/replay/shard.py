@@ -459,6 +459,8 @@ def _check_tails(
         if run is not own or auto:
             run.ok = False
             continue
+        if options.auto and problems.get("importance"):
+            problem = problems["importance"]  # auto would answer by importance: what blocks it
         i = int(rows[0])
         where = str(reader.path)
         if batch.row_at.shape[0]:
