@@ -864,3 +864,34 @@ def test_tails_are_written_as_schema_v2(tmp_path: Path) -> None:
     ):
         rec.round("r", 0, [5], np.array([[1.0]]), 0, cand_ids=[[5]], emitted_q=[[1.0]],
                       draft_tail=[1.5])  # fmt: skip
+
+
+@pytest.mark.parametrize("arm", ["t1@2", "t0.7:dyadic8@2", "top3:t1@2", "greedy@2"])
+def test_logits_mode_tails_are_the_whole_vocabulary_laws(tmp_path: Path, arm: str) -> None:
+    """Logits mode with tails=True keeps 3 of 10 ids: emitted_q is the logging arm's law over all
+    10 ids at the kept ones (not renormalised), draft_tail its rest, target_tail the target's."""
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(2, 10))
+    target = rng.dirichlet(np.ones(10), size=2)
+    out = tmp_path / "cap"
+    with Recorder(out, logging_arm=arm, top_k=3, tails=True) as rec:
+        drafted = [int(np.argmax(logits[0])), int(np.argmax(logits[1]))]
+        rec.round("r", 0, drafted, target, 1, draft_logits=logits)
+    rows = _rows(out)
+    parsed = parse_arm(arm)
+    for j in range(2):
+        cand = rows["cand_ids"][j].to_list()
+        # the package's own law of the arm over all 10 ids (independent of the recorder's path)
+        lp = logits[j] - np.log(np.exp(logits[j]).sum())
+        full = arm_laws(parsed, np.array([0, 10]), lp).q_sampler
+        truncated = parsed.policy.greedy or parsed.policy.top_k is not None
+        want = full[cand] if not truncated else None
+        got = np.array(rows["emitted_q"][j].to_list())
+        if want is not None:
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+            assert rows["draft_tail"][j] == pytest.approx(1 - want.sum(), abs=1e-12)
+            assert rows["draft_tail"][j] > 0.01  # the truncation is real
+        else:
+            assert rows["draft_tail"][j] == 0.0 and got.sum() == pytest.approx(1.0)
+        assert rows["target_tail"][j] == pytest.approx(1 - target[j, cand].sum(), abs=1e-12)
+    assert api.validate(out).archive.kept_mass.tails_recorded

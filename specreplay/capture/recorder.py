@@ -820,6 +820,8 @@ class Recorder:
         lp = np.concatenate([r.draft_logprobs for r in rows])
         tp = np.concatenate([r.target_probs for r in rows])
         q = _emitted(self.arm, rows, offsets, lp)
+        if self.tails:  # logits mode knows both laws over the whole vocabulary
+            batch = _logits_tails(self.arm, batch, rows, offsets, q)
         ns = np.array([r.drafted.shape[0] for r in batch], dtype=np.int64)
         n_acc = np.array([r.accepted for r in batch], dtype=np.int64)
         start = np.repeat(np.cumsum(ns) - ns, ns)
@@ -962,6 +964,62 @@ def _emitted(
             law[start : start + m] = r.emitted_q
         start += m
     return law
+
+
+def _logits_tails(
+    arm: Arm,
+    batch: list[_Round],
+    rows: list[_Rows],
+    offsets: NDArray[np.int64],
+    q: NDArray[np.float64],
+) -> list[_Round]:
+    """Return the logits rounds with their tails (schema v2); write their law on the candidates.
+
+    The target's tail is 1 − Σ target_probs at the candidates. A truncated logging arm (greedy,
+    or a top-k the candidates hold) has all its law on them: draft tail 0, ``q`` unchanged. An
+    untruncated one's law is the whole vocabulary's: computed over every id (the package's law
+    on the full row, one row at a time), ``q`` overwritten with it at the candidates (not
+    renormalised) and the draft tail its rest. Exact-q rounds keep what they were given.
+    """
+    if all(r.logits is None for r in batch):  # exact-q only: rows is one block, tails as given
+        return batch
+    p = arm.policy
+    truncated = p.greedy or p.top_k is not None
+    out, at = [], 0
+    for r, rw in zip(batch, rows, strict=True):
+        n = r.drafted.shape[0]
+        if r.logits is None:
+            out.append(r)
+            at += n
+            continue
+        tails = np.zeros((2, n))
+        for j in range(n):
+            a, b = int(offsets[at + j]), int(offsets[at + j + 1])
+            cand = _row_cands(rw, j)
+            tails[1, j] = max(0.0, 1.0 - float(r.target[j, cand].astype(np.float64).sum()))
+            if not truncated:
+                full = _full_law(arm, r.logits[j])
+                q[a:b] = full[cand]
+                tails[0, j] = max(0.0, 1.0 - float(full[cand].sum()))
+        out.append(r._replace(tails=tails))
+        at += n
+    return out
+
+
+def _row_cands(rw: _Rows, j: int) -> NDArray[np.int64]:
+    """Return row ``j``'s candidate ids within one round's _Rows."""
+    start = int(rw.lengths[:j].sum())
+    return rw.cand_ids[start : start + int(rw.lengths[j])]
+
+
+def _full_law(arm: Arm, logits: NDArray[Any]) -> NDArray[np.float64]:
+    """Return the logging arm's sampler law over the whole vocabulary of one position."""
+    from specreplay.sim.policy import LawCache  # Numba: logits mode only, on this thread
+
+    row = logits.astype(np.float64)
+    lp = row - (row.max() + np.log(np.exp(row - row.max()).sum()))
+    offsets = np.array([0, row.shape[0]], dtype=np.int64)
+    return np.asarray(LawCache(offsets, lp).laws(arm).q_sampler, dtype=np.float64).copy()
 
 
 def _tail_columns(batch: list[_Round]) -> dict[str, pl.Series]:
