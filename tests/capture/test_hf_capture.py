@@ -89,12 +89,14 @@ def _seed(*key: object) -> int:
     return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=4).digest(), "big")
 
 
-def _record(path: Path, arm: str, n: int, do_sample: bool) -> Run:
+def _record(
+    path: Path, arm: str, n: int, do_sample: bool, top_k: int = VOCAB, tails: bool = False
+) -> Run:
     target, draft = tiny_pair()
     counter = ForwardCounter(target)
     captures, engine, outputs = [], [], []
     ps = prompts(n, seed=SEED)
-    with Recorder(path, logging_arm=arm, top_k=VOCAB, engine="transformers") as rec:
+    with Recorder(path, logging_arm=arm, top_k=top_k, engine="transformers", tails=tails) as rec:
         cap = AssistedCapture(target, draft, rec, num_assistant_tokens=K)
         for i, p in enumerate(ps):
             torch.manual_seed(_seed(SEED, "request", i))
@@ -316,6 +318,34 @@ def test_counterfactual_top8_can_fail(sampled: Run, rq_top8: Any) -> None:
 # ------------------------------------------------------------------------------------------------
 # greedy
 # ------------------------------------------------------------------------------------------------
+
+
+KEPT = 8  # of the 32 ids: the truncated capture (schema v2)
+
+
+@pytest.fixture(scope="module")
+def truncated(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return _record(
+        tmp_path_factory.mktemp("hf") / "cut", f"t1@{K}", N_REQUESTS, True, KEPT, tails=True
+    )
+
+
+def test_a_truncated_capture_records_its_tails_and_replays_the_logging_arm(
+    truncated: Run,
+) -> None:
+    """Logits mode keeping 8 of 32 ids with tails=True (schema v2): the kept mass is below 1,
+    recorded, and the logging arm's importance R lies within 3.5 SE of MEASURED (its weights
+    read the drafted token's unrenormalised q; a renormalised law would bias them)."""
+    kept = api.validate(truncated.path).archive.kept_mass
+    assert kept.tails_recorded and kept.draft.median < 0.99
+    res = api.requalify(
+        truncated.path, baseline=f"t1@{K}", candidate=f"t1@{K - 1}", short_rounds="exclude",
+        n_boot=1000, estimator="importance",
+    )  # fmt: skip
+    gap = _delta(res, "path-bias")
+    print(f"\nkept draft mass median {kept.draft.median:.3f}; path-bias gap {gap['point']:+.4f} "
+          f"SE {_se(gap):.4f}")  # fmt: skip
+    assert abs(gap["point"]) <= Z_CHECK * _se(gap)
 
 
 def test_greedy_validates_and_measured_is_exact(greedy: Run) -> None:
