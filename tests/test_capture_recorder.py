@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import stat
 import subprocess
 import sys
 import threading
@@ -895,3 +897,28 @@ def test_logits_mode_tails_are_the_whole_vocabulary_laws(tmp_path: Path, arm: st
             assert rows["draft_tail"][j] == 0.0 and got.sum() == pytest.approx(1.0)
         assert rows["target_tail"][j] == pytest.approx(1 - target[j, cand].sum(), abs=1e-12)
     assert api.validate(out).archive.kept_mass.tails_recorded
+
+
+def test_a_foreign_file_between_commits_is_left_alone_and_said(tmp_path: Path) -> None:
+    """Someone drops a file and a FIFO into the capture folder after a commit: the next commit
+    refuses the folder, touches neither, keeps the committed shard, and the error says the
+    manifest could not be marked failed (it still says open)."""
+    out = tmp_path / "cap"
+    rec = Recorder(out, logging_arm="greedy@1", commit_rounds=1, commit_seconds=None,
+                   commit_idle_seconds=None)  # fmt: skip
+    _point_mass(rec, "r", 0, [1], 1)
+    deadline = time.monotonic() + 30
+    while rec.commits == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (out / "notes.txt").write_text("mine")
+    os.mkfifo(out / "pipe")
+    _point_mass(rec, "r", 1, [2], 1)
+    with pytest.raises(SpecReplayError, match=r"kept only its 1 earlier commits \(CAPTURE.json "
+                       r"could not be updated: it still says the writer is open\)"):  # fmt: skip
+        rec.close()
+    assert (out / "notes.txt").read_text() == "mine" and stat.S_ISFIFO(
+        os.lstat(out / "pipe").st_mode
+    )
+    assert pl.read_parquet(out / "part-00000.parquet")["round"].to_list() == [0]
+    (writer,) = json.loads((out / "CAPTURE.json").read_text())["writers"]
+    assert writer["state"] == "open"

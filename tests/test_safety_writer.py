@@ -242,3 +242,25 @@ def test_append_sees_another_appenders_manifest_update(tmp_path: Path) -> None:
         assert tree_digest(arch) == before
         p = arch / name
         p.rmdir() if p.is_dir() and not p.is_symlink() else p.unlink()
+
+
+def test_a_later_commit_refuses_a_request_another_writer_committed(tmp_path: Path) -> None:
+    """Periodic commits: each commit's request ids are checked against the other writers'
+    shards, not only the first one's (a request's rows come from one writer)."""
+    folder = tmp_path / "cap"
+    rows_a = _rows("a", 2, 1)
+    a = TraceWriter(folder, mode="append", writer_id="a")
+    for r in rows_a:
+        a.append(r)
+    a.commit()
+    b = TraceWriter(folder, mode="append", writer_id="b")
+    for r in _rows("b", 1, 2):
+        b.append(r)
+    assert b.commit()  # its first commit: no clash
+    for r in [x for x in rows_a if x["request_id"] == rows_a[0]["request_id"]]:
+        b.append(r)  # a request writer a committed
+    with pytest.raises(
+        SpecReplayError, match=r"request id 'a-req-0' of this writer is already in part-a-"
+    ):
+        b.commit()
+    a.close()

@@ -687,8 +687,12 @@ class Recorder:
             kept = (
                 "wrote nothing"
                 if self.commits == 0
-                else f"kept only its {self.commits} earlier commits (CAPTURE.json marks the "
-                "writer failed)"
+                else f"kept only its {self.commits} earlier commits ("
+                + (
+                    "CAPTURE.json marks the writer failed)"
+                    if self._writer.marked_failed
+                    else "CAPTURE.json could not be updated: it still says the writer is open)"
+                )
             )
             raise SpecReplayError(
                 f"{self.path}: the recorder failed on its background thread and {kept}: "

@@ -88,19 +88,17 @@ def capture_summary(path: Path) -> dict[str, Any] | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     writers = manifest.get("writers") if isinstance(manifest, dict) else None
-    captures = [
-        w["capture"]
+    recorded = [
+        w
         for w in (writers if isinstance(writers, list) else [])
         if isinstance(w, dict) and isinstance(w.get("capture"), dict)
     ]
+    captures = [w["capture"] for w in recorded]
     counts = [c.get("counts") for c in captures]
     if not captures or not all(isinstance(c, dict) for c in counts):
         return None
-    states = [
-        str(w.get("state", "closed"))  # before issue 15 a manifest listed closed writers only
-        for w in (writers if isinstance(writers, list) else [])
-        if isinstance(w, dict) and isinstance(w.get("capture"), dict)
-    ]
+    # before issue 15 a manifest listed closed writers only
+    states = [str(w.get("state", "closed")) for w in recorded]
     out: dict[str, Any] = {
         "writers": len(captures),
         "sample": sorted({float(c.get("sample", 1.0)) for c in captures}),

@@ -181,6 +181,7 @@ class ArchiveScan:
         kept: KeptMassAccumulator | None = None,
     ) -> ArchiveScan:
         """Return the scan of an archive the reader has read to the end."""
+        draft, target = kept.result() if kept is not None else (None, None)
         return cls(
             path=reader.path,
             measured=measured,
@@ -194,8 +195,8 @@ class ArchiveScan:
             errors=list(reader.errors),
             truncated=reader.truncated,
             ignored=reader.ignored,
-            kept_draft=kept.result()[0] if kept is not None else None,
-            kept_target=kept.result()[1] if kept is not None else None,
+            kept_draft=draft,
+            kept_target=target,
             tails_recorded=kept.tails if kept is not None else False,
         )
 

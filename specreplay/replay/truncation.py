@@ -41,6 +41,8 @@ TAIL_NEGLIGIBLE: Final[float] = 1e-6
 
 def tail_rows(batch: RoundBatch) -> NDArray[np.int64]:
     """Return the position rows whose draft or target tail exceeds :data:`TAIL_NEGLIGIBLE`."""
+    if not (batch.draft_tail.shape[0] or batch.target_tail.shape[0]):  # schema v1
+        return np.zeros(0, dtype=np.int64)
     hit = np.zeros(batch.n_positions, dtype=bool)
     for tail in (batch.draft_tail, batch.target_tail):
         if tail.shape[0]:

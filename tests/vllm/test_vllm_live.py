@@ -53,30 +53,25 @@ def _python() -> str:
     return py
 
 
-@pytest.fixture(scope="session")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("models")
+def _build_pair(root: Path, head: str, mix: str) -> dict[str, str]:
+    """Build the target and draft folders in vLLM's environment (tinymodels.py)."""
     out = subprocess.run(
-        [_python(), str(HERE / "tinymodels.py"), str(root), "40", "0.3"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
+        [_python(), str(HERE / "tinymodels.py"), str(root), head, mix],
+        capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
     pair: dict[str, str] = json.loads(out.stdout.strip().splitlines()[-1])
     return pair
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return _build_pair(tmp_path_factory.mktemp("models"), "40", "0.3")
 
 
 @pytest.fixture(scope="session")
 def broad_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """Near-uniform laws (head 1): the top 32 of 256 candidates hold about 18% of the draft."""
-    root = tmp_path_factory.mktemp("broad")
-    out = subprocess.run(
-        [_python(), str(HERE / "tinymodels.py"), str(root), "1", "0.3"],
-        capture_output=True, text=True, check=True, timeout=600,
-    )  # fmt: skip
-    pair: dict[str, str] = json.loads(out.stdout.strip().splitlines()[-1])
-    return pair
+    return _build_pair(tmp_path_factory.mktemp("broad"), "1", "0.3")
 
 
 @dataclass

@@ -199,11 +199,13 @@ class TraceWriter:
         self._sharded = format.endswith("-dir")
         self._columns: dict[str, str] | None = None
         self._arms: set[str] = set()
-        self._requests: set[str] = set()
+        self._requests: set[str] = set()  # append: every request id written (first commit)
+        self._pending: set[str] = set()  # request ids of the shards not yet committed
         self._n_rows = 0
         self.writer_id = _writer_id(writer_id) if mode == "append" else None
         self.capture: dict[str, Any] | None = None
         self.commits = 0
+        self.marked_failed = False  # abort after a commit wrote "state": "failed" (it may not)
         self._committed: list[str] = []  # shard names already put in place (commit)
         self._seen_elsewhere: dict[str, set[str]] = {}  # other writers' shards -> request ids
         self._state = "open"
@@ -289,6 +291,7 @@ class TraceWriter:
                 self._state = f"failed: {reason}"
                 with contextlib.suppress(Exception):  # the failure being reported comes first
                     self._put_in_place([])
+                    self.marked_failed = True
         self._closed = True
 
     def append(self, row: Mapping[str, Any]) -> None:
@@ -431,8 +434,11 @@ class TraceWriter:
             )
         if "logging_arm" in frame.columns:
             self._arms.update(str(a) for a in frame.get_column("logging_arm").drop_nulls().unique())
-        if self.mode == "append":
-            self._requests.update(str(r) for r in frame.get_column("request_id").unique())
+        if self.mode == "append" or (self.mode == "new" and self._stage is not None):
+            ids = {str(r) for r in frame.get_column("request_id").unique()}
+            self._pending |= ids  # the next commit's (commit checks them against other writers)
+            if self.mode == "append":
+                self._requests |= ids
         self._n_rows += frame.height
 
     def _writer_record(self, shards: list[str]) -> dict[str, Any]:
@@ -513,7 +519,7 @@ class TraceWriter:
                 if first:
                     self._check_append(target, found)
                 else:
-                    self._check_requests(target, self._requests_of(stage, new))
+                    self._check_requests(target, self._pending)
                 writers = [w for w in found.get("writers", []) if not self._is_mine(w)]
                 manifest = {**found, "writers": writers}
                 if not found.get("columns"):
@@ -532,14 +538,9 @@ class TraceWriter:
                 os.replace(stage / name, target / name)
             self._committed = shards
             _write_manifest(target, manifest)
+        self._pending = set()
         if new:
             self.commits += 1  # shards put in place (a state-only rewrite is not a commit)
-
-    def _requests_of(self, stage: Path, names: list[str]) -> set[str]:
-        out: set[str] = set()
-        for name in names:
-            out |= _request_ids(stage / name)
-        return out
 
     def _check_requests(self, target: Path, requests: set[str]) -> None:
         """Refuse request ids already in another writer's shards (read once per shard)."""

@@ -410,27 +410,19 @@ class ImportanceEstimator(Estimator):
             # a truncated logging law (schema v2): the arm drafts from emitted_q itself
             # (specreplay.replay.truncation): its rest appended, the quantizers see the whole law
             offsets, target, q = with_rest(batch)
-            return importance_rounds(
-                offsets=offsets,
-                target_probs=target,
-                q_policy=q,
-                sampler=arm.sampler,
-                verifier=arm.verifier,
-                q_logging=q,
-                drafted_idx=batch.drafted_idx,
-                round_offsets=batch.round_offsets,
-                max_depth=max_depth,
-            )
-        law = cache.policy(arm.policy)
+            q_policy, q_log, flag = q, q, None
+        else:
+            law = cache.policy(arm.policy)
+            offsets, target, q_policy, flag = batch.offsets, batch.target_probs, law.q, law.flag
         return importance_rounds(
-            offsets=batch.offsets,
-            target_probs=batch.target_probs,
-            q_policy=law.q,
+            offsets=offsets,
+            target_probs=target,
+            q_policy=q_policy,
             sampler=arm.sampler,
             verifier=arm.verifier,
             q_logging=q_log,
             drafted_idx=batch.drafted_idx,
             round_offsets=batch.round_offsets,
             max_depth=max_depth,
-            flag=law.flag,
+            flag=flag,
         )
