@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 from archive_factory import clone, valid_rows, write_jsonl, write_parquet
@@ -155,9 +156,17 @@ def truncated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     full = root / "full"
     assert invoke(["synth", str(full), "--requests", "60", "--rounds", "16", "-q"]).exit_code == 0
     df = pl.read_parquet(sorted(full.glob("*.parquet")))
+    cut = _cut(df, KEEP, root / "cut.parquet")
+    plain = root / "plain.parquet"  # the full archive as one file (same row order)
+    df.write_parquet(plain)
+    return plain, cut
+
+
+def _cut(df: pl.DataFrame, keep: int, path: Path) -> Path:
+    """Write ``df`` as a v2 capture keeping each row's ``keep`` most probable candidates."""
     keep_rows = []
     for r in df.iter_rows(named=True):
-        order = sorted(range(len(r["cand_ids"])), key=lambda j: -r["emitted_q"][j])[:KEEP]
+        order = sorted(range(len(r["cand_ids"])), key=lambda j: -r["emitted_q"][j])[:keep]
         d = r["cand_ids"].index(r["drafted_id"])
         if d not in order:
             order.append(d)
@@ -167,12 +176,9 @@ def truncated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         out["draft_tail"] = max(0.0, 1.0 - math.fsum(out["emitted_q"]))
         out["target_tail"] = max(0.0, 1.0 - math.fsum(out["target_probs"]))
         keep_rows.append(out)
-    cut = root / "cut.parquet"
     pl.DataFrame(keep_rows, schema=df.schema | {"draft_tail": pl.Float64, "target_tail":
-                                                pl.Float64}).write_parquet(cut)  # fmt: skip
-    plain = root / "plain.parquet"  # the full archive as one file (same row order)
-    df.write_parquet(plain)
-    return plain, cut
+                                                pl.Float64}).write_parquet(path)  # fmt: skip
+    return path
 
 
 def _depth_rs(path: Path, arm: str) -> dict[int, float]:
@@ -200,7 +206,8 @@ def test_importance_on_truncated_laws_equals_the_whole_laws(
     ("args", "says"),
     [
         (["--arm", "top32:t1.0@8", "--estimator", "importance"], "arm top32@8: its law"),
-        (["--arm", "top32:t0.7@8", "--estimator", "analytic"], "under the analytic estimator"),
+        (["--arm", "top32:t1.0@8", "--estimator", "analytic"], "how the mass outside them"),
+        (["--arm", "top32:t0.7@8", "--estimator", "montecarlo"], "under the montecarlo estim"),
     ],
 )
 def test_what_depends_on_the_unseen_mass_is_refused(
@@ -214,7 +221,7 @@ def test_what_depends_on_the_unseen_mass_is_refused(
     assert "re-capture keeping the whole vocabulary" in line
 
 
-def test_requalify_on_a_truncated_capture_drops_the_analytic_diagnostic(
+def test_requalify_on_a_truncated_capture_bounds_the_analytic_diagnostic(
     truncated: tuple[Path, Path],
 ) -> None:
     plain, cut = truncated
@@ -227,9 +234,19 @@ def test_requalify_on_a_truncated_capture_drops_the_analytic_diagnostic(
         return float(arms.filter(pl.col("arm") == "top32:t0.7@4")["R"][0])
 
     assert r(b, None) == pytest.approx(r(a, None), rel=1e-12)  # importance, exact
-    roles_a = set(a.to_polars("arms")["role"].drop_nulls().to_list())
-    roles_b = set(b.to_polars("arms")["role"].drop_nulls().to_list())
-    assert "path-bias-importance" in roles_a and "path-bias-importance" not in roles_b
+    # the analytic diagnostic is bounded over the tails; keeping 8 of 32 candidates leaves it
+    # too wide to say anything: null, with the width and its bound as the reason
+    diag = b.to_polars("arms").filter(
+        pl.col("level") == "pooled", pl.col("role") == "path-bias-importance"
+    )
+    full = a.to_polars("arms").filter(
+        pl.col("level") == "pooled", pl.col("role") == "path-bias-importance"
+    )
+    assert diag.height == full.height == 2
+    assert diag["R"].null_count() == 2 and full["R"].null_count() == 0
+    for why, width in zip(diag["null_reason"], diag["tail_width"], strict=True):
+        assert "the mass outside the candidates leaves R anywhere" in why
+        assert width > 0.1 and f"{width:.3g} tokens/round" in why
 
 
 def test_auto_names_the_arm_no_estimator_can_replay(
@@ -242,3 +259,60 @@ def test_auto_names_the_arm_no_estimator_can_replay(
                   "top32:t1.0@8", "--out", str(tmp_path / "o")])  # fmt: skip
     assert res.exit_code == 2 and not (tmp_path / "o").exists()
     assert "arm top32@8: its law on the candidates depends on the mass outside them" in res.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# the analytic replay of the logging arm's sampler: a range that holds whatever the tail does
+# ------------------------------------------------------------------------------------------------
+
+
+def _analytic_depths(path: Path, arm: str) -> pl.DataFrame:
+    res = api.sweep(path, arms=arm, depths="1..8", estimator="analytic", n_boot=100)
+    return res.to_polars("depths").filter(pl.col("R").is_not_null())
+
+
+def test_the_analytic_range_holds_the_whole_laws_figure(truncated: tuple[Path, Path]) -> None:
+    """Keeping 20 of 32 candidates, the analytic R of the logging arm's sampler at depths 1..8,
+    in every cell, is a range whose width meets Σ_j (d − j + 1)·min(1 − Σp_j, 1 − Σq_j) and
+    which holds the figure of the whole laws (the built-in archive the capture was cut from):
+    exactly, as both are exact given the laws. A replay that renormalised the kept laws, or
+    that gave the unseen ids nothing (the range's low end as the figure), misses it."""
+    plain, _ = truncated
+    cut20 = _cut(pl.read_parquet(plain), 20, plain.parent / "cut20.parquet")
+    arm = "top32:t0.7@8"
+    whole, part = _analytic_depths(plain, arm), _analytic_depths(cut20, arm)
+    keys = ["level", "family", "bucket", "depth"]
+    j = whole.join(part, on=keys, suffix="_cut", nulls_equal=True)
+    assert j.height >= 8 * 5 and whole["tail_width"].is_null().all()  # whole laws: exact
+    w, lim = j["tail_width_cut"].to_numpy(), j["tail_limit_cut"].to_numpy()
+    mid, truth = j["R_cut"].to_numpy(), j["R"].to_numpy()
+    assert (w > 0).all() and (w <= lim + 1e-12).all()
+    off = np.abs(truth - mid) / (w / 2)
+    assert off.max() <= 1.0 + 1e-9  # inside the range, in every cell and at every depth
+    print(
+        f"\nkeeping 20 of 32: widths {w.min():.4f}..{w.max():.4f} (limits up to "
+        f"{lim.max():.3f}); the whole laws' R at {off.max():.2f} of the half-width at most"
+    )
+    # the planted replays: the low end offered as the figure; the renormalised (v1) capture
+    assert (np.abs(truth - (mid - w / 2)) > 1e-6).mean() > 0.9
+    v1 = plain.parent / "cut20_v1.parquet"
+    pl.read_parquet(cut20).drop("draft_tail", "target_tail").with_columns(
+        pl.col("emitted_q").list.eval(pl.element() / pl.element().sum()),  # as v1 stored it
+        pl.lit("t0.7@8").alias("logging_arm"),  # top32 on 20 candidates: refused in v1
+    ).write_parquet(v1)
+    renormalised = _analytic_depths(v1, "t0.7@8")
+    renorm = j.select(keys).join(renormalised, on=keys, nulls_equal=True, how="left")
+    assert (np.abs(renorm["R"].to_numpy() - truth) > w / 2).mean() > 0.5
+    # the CI holds the range: lo/hi widened by the half-width around the midpoint's interval
+    assert (j["lo_cut"].to_numpy() <= mid - w / 2).all()
+    assert (j["hi_cut"].to_numpy() >= mid + w / 2).all()
+
+
+def test_an_exact_arm_on_a_truncated_capture_carries_no_width(
+    truncated: tuple[Path, Path],
+) -> None:
+    # greedy lives on the most probable candidate, which every row keeps: exact, no range
+    plain, cut = truncated
+    whole, part = _analytic_depths(plain, "greedy@8"), _analytic_depths(cut, "greedy@8")
+    assert part["tail_width"].is_null().all()
+    assert part["R"].to_list() == pytest.approx(whole["R"].to_list(), rel=1e-12)

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from specreplay.errors import SpecReplayError
 from specreplay.pipelines.options import BootstrapOptions, SweepOptions
 from specreplay.pipelines.resample import Pairing
 from specreplay.replay.archive.importers import read_arm, table_proxy_problem
@@ -171,6 +172,12 @@ def _cost_side(res: ReplayResult, length_arm: Arm, cost: CostModel, name: str) -
         )
     s = res.replays[res.estimator].arms[length_arm.canonical]
     s = s.take(s.n > 0)
+    if s.width.any():
+        raise SpecReplayError(
+            f"--cost: {length_arm.canonical}'s round lengths depend on the mass outside the "
+            "candidates of this truncated capture (schema v2); a cost is priced on exact "
+            "lengths only: re-capture keeping the whole vocabulary to price it"
+        )
     # t[:, k − 1] sums E[min(L, k)]; P(L ≥ k) sums are its first differences
     if cost.table is None:
         assert cost.t0 is not None and cost.slope is not None
@@ -532,7 +539,17 @@ def _half(keys: NDArray[np.uint64]) -> NDArray[np.bool_]:
 
 def _restricted(side: ArmSide, keep: NDArray[np.bool_]) -> ArmSide:
     m = keep[side.request]
-    return ArmSide(side.name, side.request[m], side.bucket[m], side.n[m], side.t[m], side.depth)
+    w, lim = side.width, side.limit
+    return ArmSide(
+        side.name,
+        side.request[m],
+        side.bucket[m],
+        side.n[m],
+        side.t[m],
+        side.depth,
+        None if w is None else w[m],
+        None if lim is None else lim[m],
+    )
 
 
 def _rate(side: ArmSide, cost: ArmSide | float) -> float | None:

@@ -250,6 +250,10 @@ def _depth_figures(
             figs.append(DepthFigure(name, d, float(r_b), None, None, label, True, None))
             continue
         fig = DepthFigure(name, d, float(r_b), lo, hi, label, True, None)
+        if fig_b.tail_width is not None:  # bounded over a truncated law: R is the midpoint
+            w = fig_b.tail_width
+            lo, hi = lo - w / 2, hi + w / 2
+            fig = dataclasses.replace(fig, lo=lo, hi=hi, tail_width=w, tail_limit=fig_b.tail_limit)
         ms = cost.ms(d) if cost is not None else None
         if ms is not None:
             fig = dataclasses.replace(

@@ -631,11 +631,41 @@ def _law_rows(law: Sequence[LawTest]) -> list[str]:
     ]
 
 
+def tail_lines(result: Result) -> list[str]:
+    """Lines naming the pooled figures that are ranges over the unseen mass (schema v2).
+
+    See docs/methods.md#truncated-laws-schema-v2: R is the range's midpoint, and its intervals
+    and verdicts include the range.
+    """
+    pooled = result.pooled
+    figs: list[tuple[str, float | None, float, float | None]] = []
+    for name, f in pooled.arms.items():
+        if f.tail_width is not None:
+            figs.append((name, f.R, f.tail_width, f.tail_limit))
+    for d in pooled.depths:
+        if d.tail_width is not None:
+            figs.append((f"{d.arm} at depth {d.depth}", d.R, d.tail_width, d.tail_limit))
+    if not figs:
+        return []
+    out = [
+        "",
+        "RANGES over the mass outside the kept candidates (schema v2): the unseen ids' "
+        "acceptance is not recorded; R is the midpoint of the range that holds whatever it is, "
+        "and every interval and verdict includes the range:",
+    ]
+    for name, r, w, lim in figs:
+        where = "no figure" if r is None else f"[{r - w / 2:.4f}, {r + w / 2:.4f}]"
+        bound = "" if lim is None else f", at most {lim:.3g}"
+        out.append(f"- {name} (pooled): {where}, width {w:.3g} tokens/round{bound}")
+    return out
+
+
 def requalify_tables(result: Result) -> str:
     """Verdict first, then deltas by cell, the reference gain, path bias, survival, law tests."""
     pooled = result.pooled
     main = pooled.delta(Role.CANDIDATE_VS_BASELINE)
     lines = [_requalify_head(result, main), estimator_line(result), *unread_lines(result)]
+    lines += tail_lines(result)
     method = interval_method_line(result)
     lines += [method] if method else []
     if main is not None:
@@ -725,6 +755,7 @@ def sweep_tables(result: Result) -> str:
         + ")",
         estimator_line(result),
         *unread_lines(result),
+        *tail_lines(result),
     ]
     method = interval_method_line(result)
     lines += [method] if method else []
@@ -786,7 +817,8 @@ def _sweep_row(result: Result, arm: str, f: DepthFigure) -> list[str]:
         else "—"
     )
     p_best = f"{f.p_best:.3f}" if f.p_best is not None else "—"
-    return [str(f.depth), f"{f.R:.4f} [{_num(f.lo)}, {_num(f.hi)}]", delta, tps, p_best, ""]
+    note = "" if f.tail_width is None else f"range ±{f.tail_width / 2:.2g} (unseen mass)"
+    return [str(f.depth), f"{f.R:.4f} [{_num(f.lo)}, {_num(f.hi)}]", delta, tps, p_best, note]
 
 
 def _sweep_arm_table(result: Result, arm: str) -> list[str]:

@@ -103,6 +103,26 @@ def _add_ratios(
             a_mmax[k, d] = max(a_mmax[k, d], moment[r, d])
 
 
+@njit(cache=True)
+def _add_widths(
+    keys: NDArray[np.int64],
+    depth: NDArray[np.int32],
+    width: NDArray[np.float64],
+    limit: NDArray[np.float64],
+    a_w: NDArray[np.float64],
+    a_l: NDArray[np.float64],
+) -> None:
+    """Add each round's tail width and its limit (RoundValues.width, .limit) to its key's sums.
+
+    Over the rounds replayed at ≥ d positions (column d − 1), sequentially in the given order.
+    """
+    for r in range(keys.shape[0]):
+        k = keys[r]
+        for d in range(depth[r]):
+            a_w[k, d] += width[r, d]
+            a_l[k, d] += limit[r, d]
+
+
 @dataclass(frozen=True)
 class ArmSums:
     """Sums of one arm per (request, bucket), in canonical order (request key, then bucket).
@@ -147,6 +167,10 @@ class ArmSums:
     moment_max : float64, (k, D)
         Largest m_k = Π_{j≤k} Σ_x q^s_j(x)²/q^L_j(x) (the positions' exact second moments of
         the ratio factor) over the supported rounds (importance; 0 where no ratio was added).
+    width, width_limit : float64, (k, D)
+        Σ of the rounds' tail widths and of their limits (RoundValues.width, .limit) over the
+        supported rounds: zeros where the figure does not depend on the mass outside the
+        candidates (``t`` then sums exact values, else the ranges' midpoints).
     """
 
     request_key: NDArray[np.uint64]
@@ -167,6 +191,8 @@ class ArmSums:
     ratio_max: NDArray[np.float64]
     bound_max: NDArray[np.float64]
     moment_max: NDArray[np.float64]
+    width: NDArray[np.float64]
+    width_limit: NDArray[np.float64]
 
     def take(self, rows: NDArray[np.int64] | NDArray[np.bool_]) -> ArmSums:
         """Return the rows ``rows`` (indices or a mask), in that order."""
@@ -210,7 +236,19 @@ class ArmSums:
 
 
 _SUMMED = frozenset(
-    {"n", "short", "excluded", "t", "var", "surv", "offpath", "ratio_sum", "ratio_sq"}
+    {
+        "n",
+        "short",
+        "excluded",
+        "t",
+        "var",
+        "surv",
+        "offpath",
+        "ratio_sum",
+        "ratio_sq",
+        "width",
+        "width_limit",
+    }
 )
 
 
@@ -245,6 +283,8 @@ class ReplayAccumulator:
             "ratio_max": (cap, self.d),
             "bound_max": (cap, self.d),
             "moment_max": (cap, self.d),
+            "width": (cap, self.d),
+            "width_limit": (cap, self.d),
         }
         init = {"ratio_min": np.inf, "ratio_max": -np.inf}
         for name, shape in shapes.items():
@@ -304,6 +344,9 @@ class ReplayAccumulator:
                 a["bound_max"],
                 a["moment_max"],
             )
+        if values.width is not None:
+            limit = values.limit if values.limit is not None else values.width
+            _add_widths(keys, values.depth, values.width, limit, a["width"], a["width_limit"])
 
     def exclude(self, keys: NDArray[np.int64]) -> None:
         """Count rounds left out (``--short-rounds exclude``) under their keys."""
@@ -351,4 +394,6 @@ class ReplayAccumulator:
             ratio_max=a["ratio_max"][keys],
             bound_max=a["bound_max"][keys],
             moment_max=a["moment_max"][keys],
+            width=a["width"][keys],
+            width_limit=a["width_limit"][keys],
         )

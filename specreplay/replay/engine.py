@@ -458,7 +458,11 @@ class ReplayResult:
             raise SpecReplayError(f"{arm.canonical}: no {estimator} replay in this result")
         s = replay.arms[arm.canonical]
         s = s.take(s.n > 0)  # a (request, bucket) whose rounds were all left out
-        return ArmSide(name or arm.canonical, s.request, s.bucket, s.n, s.t[:, d - 1].copy(), d)
+        width = limit = None
+        if s.width[:, d - 1].any():  # bounded over a truncated law (replay.truncation)
+            width, limit = s.width[:, d - 1].copy(), s.width_limit[:, d - 1].copy()
+        t = s.t[:, d - 1].copy()
+        return ArmSide(name or arm.canonical, s.request, s.bucket, s.n, t, d, width, limit)
 
     def measured_side(self, name: str = "MEASURED") -> ArmSide:
         """Return the archive's MEASURED per-(request, bucket) sums (from ``accepted``)."""

@@ -48,6 +48,9 @@ class ArmSide:
         Rounds and retained tokens.
     depth : int or None
         The arm's depth (the most tokens a round can accept beyond the first); None unknown.
+    width, limit : float64, (k,), or None
+        Σ of the rounds' tail widths and their limits (a figure bounded over a truncated law:
+        :mod:`specreplay.replay.truncation`; ``t`` then sums midpoints); None: exact.
     """
 
     name: str
@@ -56,6 +59,8 @@ class ArmSide:
     n: NDArray[np.float64]
     t: NDArray[np.float64]
     depth: int | None
+    width: NDArray[np.float64] | None = None
+    limit: NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,13 @@ def pair_sides(a: ArmSide, b: ArmSide, table: RequestCodes, buckets: Buckets) ->
     at_a, at_b = np.searchsorted(pieces, key_a), np.searchsorted(pieces, key_b)
     vals[0, at_a], vals[1, at_a] = a.n, a.t
     vals[2, at_b], vals[3, at_b] = b.n, b.t
+    tails = None
+    if a.width is not None or b.width is not None:
+        tails = np.zeros((4, pieces.shape[0]))
+        for i, (side, at) in enumerate(((a, at_a), (b, at_b))):
+            if side.width is not None:
+                tails[2 * i, at] = side.width
+                tails[2 * i + 1, at] = side.limit if side.limit is not None else side.width
     by_rank = np.empty(nb, np.int64)
     by_rank[bucket_rank] = np.arange(nb)
     present = np.unique(table.family[order])  # families of the paired requests, by name
@@ -143,4 +155,5 @@ def pair_sides(a: ArmSide, b: ArmSide, table: RequestCodes, buckets: Buckets) ->
         buckets=tuple(buckets.names),
         unbucketed=buckets.unbucketed_code,
         depths=(a.depth, b.depth) if a.depth is not None and b.depth is not None else None,
+        tails=tails,
     )

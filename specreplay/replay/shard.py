@@ -469,8 +469,9 @@ def _check_tails(
         dt, tt = _tail_at(batch.draft_tail, i), _tail_at(batch.target_tail, i)
         raise SpecReplayError(
             f"{where}: draft_tail {dt}, target_tail {tt}: {problem}; the replay cannot "
-            "bound the mass outside the candidates yet (schema v2): re-capture keeping the "
-            "whole vocabulary (SPECREPLAY_CAPTURE_TOP_K, the recorder's top_k) to replay it"
+            "bound this figure over the mass outside the candidates (schema v2): re-capture "
+            "keeping the whole vocabulary (SPECREPLAY_CAPTURE_TOP_K, the recorder's top_k) to "
+            "replay it"
         )
 
 

@@ -14,10 +14,20 @@ with a tail, what it computes on them is exact in three cases and unknown otherw
   drafted token's q and p. :func:`with_rest` appends each row's rest (1 − Σ ``emitted_q``) as one
   more candidate that is never drafted, so a renormalising quantizer (float64, dyadic) sees the
   whole law and leaves ``emitted_q`` unchanged: the weights are min(1, p/q) exactly, at any depth.
-- otherwise (another temperature or quantizer on an untruncated law; the analytic and Monte
-  Carlo estimators on an untruncated arm, whose acceptance sums over the unseen candidates; an
-  adaptive policy): the figure depends on the unseen mass. :func:`tail_problem` names it and the
-  replay refuses (the interval that holds whatever the tail does is the rest of issue 15).
+- **the logging arm's own sampler, under the analytic estimator**: its law on the candidates is
+  ``emitted_q`` and its law outside them has mass 1 − Σ ``emitted_q``, but the acceptance α_j =
+  Σ_x min(q_j(x), p_j(x)) sums over ids the capture did not keep. Their part lies in [0,
+  min(q tail, p tail)] (for a verifier quantizer other than the sampler's, [0, q tail]), and
+  E[1 + A] = 1 + Σ_k Π_{j≤k} α_j grows with every α_j, so the two ends bound the round's value
+  whatever the tail does (:func:`~specreplay.replay.estimators.analytic.bounded_rounds`). Since
+  Π(a_j + δ_j) − Π a_j ≤ Σ δ_j for factors in [0, 1], the range of a round at depth d is at
+  most Σ_{j≤d} (d − j + 1)·min(1 − Σp_j, 1 − Σq_j) (:func:`round_limits`). The replay carries
+  the range's midpoint and width; the statistics widen every interval by half the width, and a
+  cell whose mean width exceeds ``--tail-width-limit`` is null with the kept mass as the reason.
+- otherwise (another temperature, quantizer or top-k/top-p on an untruncated law: its law on the
+  candidates depends on how the unseen mass is spread over ids, not only on its size; the Monte
+  Carlo estimator on an untruncated arm; an adaptive policy): :func:`tail_problem` names it and
+  the replay refuses in one line.
 
 A tail at most :data:`TAIL_NEGLIGIBLE` counts as none: float32 softmax rounding leaves about
 1e-7 outside a capture that keeps the whole vocabulary.
@@ -33,7 +43,15 @@ from numpy.typing import NDArray
 from specreplay.replay.archive.batch import RoundBatch
 from specreplay.sim.arms import Arm
 
-__all__ = ["TAIL_NEGLIGIBLE", "same_sampler", "tail_problem", "tail_rows", "with_rest"]
+__all__ = [
+    "TAIL_NEGLIGIBLE",
+    "round_limits",
+    "same_sampler",
+    "tail_masses",
+    "tail_problem",
+    "tail_rows",
+    "with_rest",
+]
 
 TAIL_NEGLIGIBLE: Final[float] = 1e-6
 """A tail at most this is rounding, not truncation (the validation tolerance of a law's sum)."""
@@ -85,11 +103,18 @@ def tail_problem(
             f"(only the logging arm's sampler {logging.canonical.split('@')[0] if logging else ''}"
             ", greedy and top-k arms are exact under importance)"
         )
-    if truncated:
-        return None
+    if truncated or (estimator == "analytic" and has_law and same_sampler(arm, logging)):
+        return None  # exact, or bounded (module docstring)
+    if estimator == "analytic":
+        return (
+            f"arm {arm.canonical}: its law on the candidates depends on how the mass outside "
+            "them is spread over ids, not only on its size (the analytic replay bounds the "
+            "logging arm's sampler, and replays greedy and top-k arms exactly)"
+        )
     return (
         f"arm {arm.canonical} under the {estimator} estimator: its acceptance sums over the "
-        "candidates it does not see (use --estimator importance for the logging arm's sampler)"
+        "candidates it does not see (--estimator analytic bounds it for the logging arm's "
+        "sampler; --estimator importance replays that sampler exactly)"
     )
 
 
@@ -124,3 +149,39 @@ def with_rest(
     p = np.zeros(int(offsets[-1]), np.float64)
     p[mask] = batch.target_probs
     return offsets, p, q
+
+
+def tail_masses(batch: RoundBatch) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Return each row's (target, logging) mass outside the candidates: 1 − Σp, 1 − Σq (≥ 0).
+
+    From the kept sums, as :func:`with_rest` appends them (validation ties them to
+    ``target_tail`` and ``draft_tail`` within its tolerance).
+    """
+    if batch.n_positions == 0:
+        return np.zeros(0), np.zeros(0)
+    starts = batch.offsets[:-1]
+    p = np.clip(1.0 - np.add.reduceat(batch.target_probs, starts), 0.0, 1.0)
+    q = np.clip(1.0 - np.add.reduceat(batch.emitted_q, starts), 0.0, 1.0)
+    return p, q
+
+
+def round_limits(
+    per_row: NDArray[np.float64],
+    round_offsets: NDArray[np.int64],
+    depth: NDArray[np.int32],
+    max_depth: int,
+) -> NDArray[np.float64]:
+    """Return L (n_rounds, D): L[r, d − 1] = Σ_{j≤d} (d − j + 1)·m_j over round r's rows.
+
+    ``per_row`` m: one value per position row (min(1 − Σp_j, 1 − Σq_j) for the width limit);
+    ``depth``: positions replayed per round; NaN past them. Σ_{k≤d} Σ_{j≤k} m_j is the same sum.
+    """
+    n = round_offsets.shape[0] - 1
+    d = depth.astype(np.int64)
+    m = np.zeros((n, max_depth))
+    rnd = np.repeat(np.arange(n), d)
+    col = np.arange(int(d.sum())) - np.repeat(np.cumsum(d) - d, d)
+    m[rnd, col] = per_row[round_offsets[:-1][rnd] + col]
+    out = np.cumsum(np.cumsum(m, axis=1), axis=1)
+    out[np.arange(max_depth)[None, :] >= d[:, None]] = np.nan
+    return out

@@ -64,6 +64,8 @@ def arm_figure(a: ArmEstimate) -> model.ArmFigure:
         lo=_f(a.lo),
         hi=_f(a.hi),
         level=_f(a.level),
+        tail_width=_f(a.tail_width),
+        tail_limit=_f(a.tail_limit),
     )
 
 
@@ -163,6 +165,7 @@ def delta(d: DeltaEstimate) -> model.Delta:
         small_sample=d.small_sample,
         coverage_at_size=None if cov is None else coverage_at_size(cov),
         verdict_reason=d.verdict_reason,
+        tail_width=_f(d.tail_width),
     )
 
 

@@ -144,13 +144,22 @@ class Excluded:
     requests: int | None = None
 
 
+OMIT_NONE = "omit_none"
+"""Metadata key of a field left out of results.json while it is None (a key only one command has:
+``screen``'s ``scrapes`` and ``scrape_delta``), so no other command's results.json changes."""
+
+
 @dataclass(frozen=True)
 class ArmFigure:
     """R (retained tokens per round) of one arm in one cell.
 
     ``lo``/``hi``: R's studentized interval at ``level`` (requests resampled as for the deltas);
     null where the cell's delta is null (too few requests) and where the arm's figure comes from
-    no paired comparison (e.g. a requalification's analytic replay).
+    no paired comparison (e.g. a requalification's analytic replay). ``tail_width`` and
+    ``tail_limit`` (present only where R is bounded over a truncated law, schema v2): the mean
+    over the cell's rounds of the width of the range R can take whatever the mass outside the
+    candidates does (R is its midpoint; ``lo``/``hi`` include it), and of the most that width
+    can be, Σ_j (d − j + 1)·min(1 − kept target mass, 1 − kept draft mass).
     """
 
     R: float | None
@@ -162,6 +171,8 @@ class ArmFigure:
     lo: float | None = None
     hi: float | None = None
     level: float | None = None
+    tail_width: float | None = field(default=None, metadata={OMIT_NONE: True})
+    tail_limit: float | None = field(default=None, metadata={OMIT_NONE: True})
 
 
 @dataclass(frozen=True)
@@ -255,7 +266,10 @@ class Delta:
     difference of path biases; ``analytic − importance`` for the diagnostic that compares the
     two); ``verdict_reason``: why the verdict is what it is where a rule beyond the interval
     decided or qualified it (too few differing requests, identical inputs, ``--estimator
-    auto``'s tail diagnostics).
+    auto``'s tail diagnostics, a tail width); ``tail_width`` (present only then): where an
+    arm's R is bounded over a truncated law (schema v2, docs/methods.md#truncated-laws-schema-v2),
+    the width of the range Δ can take whatever the mass outside the candidates does: ``point``
+    is its midpoint and every interval is widened by half of it.
     """
 
     a: str
@@ -298,6 +312,7 @@ class Delta:
     coverage_at_size: CoverageAtSize | None = None
     estimator: str | None = None
     verdict_reason: str | None = None
+    tail_width: float | None = field(default=None, metadata={OMIT_NONE: True})
 
 
 @dataclass(frozen=True)
@@ -361,6 +376,8 @@ class DepthFigure:
     """R of one arm at one fixed depth (the depth sweep's slot).
 
     See docs/methods.md#the-sweep-cost-model-and-the-best-depth, docs/outputs.md#resultsjson.
+    ``tail_width``, ``tail_limit`` as :class:`ArmFigure`'s (``lo``/``hi`` include the width; the
+    best depth and ``p_best`` read the midpoints).
     """
 
     arm: str
@@ -380,6 +397,8 @@ class DepthFigure:
     gain: float | None = None
     gain_lo: float | None = None
     gain_hi: float | None = None
+    tail_width: float | None = field(default=None, metadata={OMIT_NONE: True})
+    tail_limit: float | None = field(default=None, metadata={OMIT_NONE: True})
 
 
 @dataclass(frozen=True)
@@ -642,11 +661,6 @@ class LawTest:
     categories: int | None = None
     method: str | None = None
     draws_rule: str | None = None
-
-
-OMIT_NONE = "omit_none"
-"""Metadata key of a field left out of results.json while it is None (a key only one command has:
-``screen``'s ``scrapes`` and ``scrape_delta``), so no other command's results.json changes."""
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,10 @@ class PairedSums:
     depths : (int, int) or None
         Depths of arms a and b (the most tokens a round can accept beyond the first), None when
         either is unknown: the intervals are clamped to what such rounds can reach.
+    tails : float64, (4, k), or None
+        Per piece, Σ of the rounds' tail widths of a and their limits, then b's
+        (:mod:`specreplay.replay.truncation`: a figure bounded over a truncated law, whose
+        ``t`` sums the ranges' midpoints); None where both arms are exact.
     """
 
     request_ids: tuple[str, ...]
@@ -97,6 +101,7 @@ class PairedSums:
     buckets: tuple[str, ...]
     unbucketed: int = -1
     depths: tuple[int, int] | None = None
+    tails: NDArray[np.float64] | None = None
 
     @property
     def n_requests(self) -> int:

@@ -90,6 +90,12 @@ class ArmEstimate:
         MEASURED cells, which compare nothing).
     level : float or None
         The interval's level (None without an interval).
+    tail_width, tail_limit : float or None
+        Where R is bounded over a truncated law (:mod:`specreplay.replay.truncation`): the mean
+        over the cell's rounds of the width of the range their E[1 + A] can take whatever the
+        mass outside the candidates does (R is the range's midpoint; ``lo``/``hi`` are widened
+        by half of it), and of the most that width can be, Σ_j (d − j + 1)·min(1 − Σp_j,
+        1 − Σq_j). None: R is exact given the laws.
     """
 
     name: str
@@ -100,6 +106,8 @@ class ArmEstimate:
     lo: float | None = None
     hi: float | None = None
     level: float | None = None
+    tail_width: float | None = None
+    tail_limit: float | None = None
 
 
 @dataclass(frozen=True)

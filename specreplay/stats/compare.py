@@ -65,6 +65,9 @@ from specreplay.stats.cr2 import (
 )
 from specreplay.stats.intervals import (
     DEFAULT_METHOD,
+    DIFFERENT,
+    EQUIVALENT,
+    INCONCLUSIVE,
     bca_interval,
     holm,
     holm_smallest_margins,
@@ -74,6 +77,7 @@ from specreplay.stats.intervals import (
 from specreplay.stats.studied import NOMINAL_REQUESTS, StudiedSize, coverage_at_size
 
 __all__ = [
+    "TAIL_WIDTH_LIMIT",
     "ArmEstimate",
     "BcaInterval",
     "BonferroniInterval",
@@ -98,6 +102,11 @@ with the reason, and the cell takes no part in the Holm and Bonferroni adjustmen
 IDENTICAL: Final = (
     "identical inputs: every request has the same rounds and retained tokens in both arms"
 )
+TAIL_WIDTH_LIMIT: Final = 0.1
+"""Tokens/round: an arm bounded over a truncated law whose mean range in a cell is wider than
+this has no figure there (about 3% of a typical R of 3; a capture keeping ≥ 99% of both laws at
+every position stays within it up to depth 4: Σ_j (5 − j)·0.01 = 0.1)."""
+
 NEITHER: Final = (
     "neither test decides after Holm: the 1 − 2α interval is not inside ±margin and the 1 − α "
     "interval holds 0"
@@ -302,6 +311,11 @@ class DeltaEstimate:
         Why the delta's figures are None.
     hdi, eti : CredibleInterval or None
         ArviZ intervals of the replicates (the ``interval`` command only).
+    tail_width : float or None
+        Where an arm's R is bounded over a truncated law (:mod:`specreplay.replay.truncation`):
+        the width W_a + W_b of the range Δ can take whatever the mass outside the candidates
+        does; ``point`` is the range's midpoint and every interval is widened by half of it
+        (:func:`_widen`); the verdict must hold at both ends (:func:`_tail_verdict`). None: exact.
     """
 
     a: str
@@ -341,6 +355,7 @@ class DeltaEstimate:
     null_reason: str | None = None
     hdi: CredibleInterval | None = None
     eti: CredibleInterval | None = None
+    tail_width: float | None = None
 
     def nulled(self, why: str) -> DeltaEstimate:
         """Return this delta with every figure None and ``why`` as its reasons."""
@@ -428,6 +443,7 @@ class _CellData:
     tests: tuple[TTest, TTest] | None = None
     ra_test: TTest | None = None
     rb_test: TTest | None = None
+    tails: tuple[float, float, float, float] | None = None  # W_a, limit_a, W_b, limit_b
 
 
 def _layout(ps: PairedSums, present_buckets: set[int]) -> list[Cell]:
@@ -482,6 +498,7 @@ def _cell_stats(
         jack_delta=loo_b - loo_a,
         jack_rel=loo_b / loo_a - 1.0,
         rb_reps=rb_reps,
+        tails=_cell_tails(ps, in_cell, na, nb_),
     )
     if na > 0 and nb_ > 0:
         rows = per_req[members]
@@ -494,6 +511,19 @@ def _cell_stats(
             ra_test=ratio_test(rows[has_a, 0], rows[has_a, 1], depth=d_a),
         )
     return data, rb_reps - ra_reps, rb_reps / ra_reps - 1.0
+
+
+def _cell_tails(
+    ps: PairedSums, in_cell: NDArray[np.bool_], na: float, nb: float
+) -> tuple[float, float, float, float] | None:
+    """Per round in the cell: each arm's mean tail width and its limit (None: both exact)."""
+    if ps.tails is None:
+        return None
+    w = ps.tails[:, in_cell].sum(axis=1)
+    per = [w[0] / na, w[1] / na, w[2] / nb, w[3] / nb] if na > 0 and nb > 0 else [0.0] * 4
+    if not (per[0] > 0.0 or per[2] > 0.0):
+        return None
+    return (float(per[0]), float(per[1]), float(per[2]), float(per[3]))
 
 
 def compare(
@@ -512,6 +542,7 @@ def compare(
     role: str = "b-vs-a",
     support: CellSupport | None = None,
     replicates: NDArray[np.float64] | None = None,
+    tail_limit: float = TAIL_WIDTH_LIMIT,
 ) -> Comparison:
     """Compare arm b with arm a in every cell (see the module docstring).
 
@@ -538,6 +569,8 @@ def compare(
         it were not given; a null cell is left out of its level's adjustments).
     replicates : float64, (n_boot, n_families, n_buckets, 4), optional
         Sums of ``ps`` from its run's one pass (:func:`~.bootstrap.resample_sums`); else drawn.
+    tail_limit : float
+        An arm wider than this over a truncated law (``ps.tails``) is null, with its delta.
 
     Returns
     -------
@@ -557,17 +590,14 @@ def compare(
         r, delta_reps[:, ci], rel_reps[:, ci] = _cell_stats(ps, point, reps_sums, cell, identical)
         raw.append(r)
     empty = DeltaEstimate(arm_a, arm_b, role, label, DEFAULT_METHOD, level, n_boot)
-    cells = [
-        _compared_cell(r, delta_reps[:, i], rel_reps[:, i], empty, (arm_a, arm_b), min_requests)
-        for i, r in enumerate(raw)
-    ]
+    cells = _cells(raw, delta_reps, rel_reps, empty, (arm_a, arm_b), min_requests, tail_limit)
     for i, c in enumerate(cells):
         if c.delta.null_reason is None:  # computable: its figures
             d = _delta_figures(raw[i], delta_reps[:, i], rel_reps[:, i], c.delta, margin, alpha)
             cells[i] = dataclasses.replace(c, delta=d)
     if support is not None:
         cells = [_null_unsupported(c, support(c.spec)) for c in cells]
-    cells = _adjust(cells, [r.tests for r in raw], margin, alpha)
+    cells = _adjust(cells, raw, margin, alpha)
     cells = _warn_large_margin(cells, raw, margin)
     return Comparison(
         cells=tuple(cells),
@@ -576,6 +606,26 @@ def compare(
         rb_reps=np.stack([r.rb_reps for r in raw], axis=1) if raw else None,
         rb_tests=[r.rb_test for r in raw],
     )
+
+
+def _cells(
+    raw: list[_CellData],
+    d_reps: NDArray[np.float64],
+    rel_reps: NDArray[np.float64],
+    empty: DeltaEstimate,
+    arms: tuple[str, str],
+    min_requests: int,
+    tail_limit: float,
+) -> list[ComparedCell]:
+    """Every cell with R per arm and its delta still ``empty`` (or null): see :func:`compare`."""
+    return [
+        _tail_null(
+            _compared_cell(r, d_reps[:, i], rel_reps[:, i], empty, arms, min_requests),
+            r,
+            tail_limit,
+        )
+        for i, r in enumerate(raw)
+    ]
 
 
 def _replicates(
@@ -603,6 +653,26 @@ def _null_unsupported(cell: ComparedCell, why: tuple[str | None, str | None]) ->
     reason = why[0] or why[1]
     delta = cell.delta if reason is None else cell.delta.nulled(reason)
     return dataclasses.replace(cell, arm_a=arms[0], arm_b=arms[1], delta=delta)
+
+
+def _tail_null(cell: ComparedCell, r: _CellData, limit: float) -> ComparedCell:
+    """Null the arms whose tail width in the cell exceeds ``limit``, and the cell's delta."""
+    if r.tails is None:
+        return cell
+    why = [
+        None
+        if w <= limit
+        else (
+            f"the mass outside the candidates leaves R anywhere in a range {w:.3g} tokens/round "
+            f"wide (at most {bound:.3g}: Σ_j (d − j + 1)·min(1 − kept target mass, 1 − kept "
+            f"draft mass)), beyond the limit {limit:g}: re-capture keeping more candidates "
+            "(SPECREPLAY_CAPTURE_TOP_K, the recorder's top_k)"
+        )
+        for w, bound in (r.tails[:2], r.tails[2:])
+    ]
+    if why == [None, None]:
+        return cell
+    return _null_unsupported(cell, (why[0], why[1]))
 
 
 def _null_arm(fig: ArmEstimate, why: str) -> ArmEstimate:
@@ -633,11 +703,23 @@ def _arm_estimate(
     why: str | None,
     test: TTest | None,
     level: float,
+    tail: tuple[float, float] | None = None,
 ) -> ArmEstimate:
-    """One arm's R in a cell with its default interval at ``level`` (None without rounds)."""
+    """One arm's R in a cell with its default interval at ``level`` (None without rounds).
+
+    ``tail``: (W, limit), the arm's mean tail width and its limit in the cell (R is then the
+    range's midpoint): the interval is widened by W/2 on each side.
+    """
     lo, hi = _bounds(test, level) if test is not None and r is not None else (None, None)
     reason = why if r is None else None
-    return ArmEstimate(name, r, int(n), label, reason, lo, hi, level if lo is not None else None)
+    width = limit = None
+    if tail is not None and tail[0] > 0.0 and r is not None:
+        width, limit = tail
+        lo = None if lo is None else lo - width / 2
+        hi = None if hi is None else hi + width / 2
+    return ArmEstimate(
+        name, r, int(n), label, reason, lo, hi, level if lo is not None else None, width, limit
+    )
 
 
 def _compared_cell(
@@ -660,8 +742,12 @@ def _compared_cell(
     cell = ComparedCell(
         spec=r.cell,
         n_requests=k,
-        arm_a=_arm_estimate(arms[0], r.ra, r.na, empty.label, none, ta, empty.level),
-        arm_b=_arm_estimate(arms[1], r.rb, r.nb, empty.label, none, tb, empty.level),
+        arm_a=_arm_estimate(
+            arms[0], r.ra, r.na, empty.label, none, ta, empty.level, r.tails and r.tails[:2]
+        ),
+        arm_b=_arm_estimate(
+            arms[1], r.rb, r.nb, empty.label, none, tb, empty.level, r.tails and r.tails[2:]
+        ),
         delta=empty,
         null_reason=None if k else none,
     )
@@ -724,7 +810,7 @@ def _delta_figures(
     lo90, hi90 = _bounds(test, 1.0 - 2.0 * alpha)
     assert lo90 is not None and hi90 is not None  # inside the bounded interval at ``level``
     small, coverage = _small_sample(r.n_requests)
-    return dataclasses.replace(
+    out = dataclasses.replace(
         empty,
         point=st_d.theta,
         rel=st_r.theta,
@@ -751,6 +837,74 @@ def _delta_figures(
         small_sample=small,
         coverage_at_size=coverage,
     )
+    # an arm compared with itself: Δ is 0 whatever the tail does
+    return out if r.tails is None or st_d.identical else _widen(out, r)
+
+
+def _shifts(r: _CellData) -> tuple[float, float, float]:
+    """How far the tails move Δ (either way) and Δ/R_a (down, up): see :func:`_widen`."""
+    assert r.tails is not None and r.ra is not None and r.rb is not None
+    wa, _, wb, _ = r.tails
+    centre = r.rb / r.ra
+    down = centre - (r.rb - wb / 2) / (r.ra + wa / 2)
+    up = (r.rb + wb / 2) / (r.ra - wa / 2) - centre if r.ra > wa / 2 else math.inf
+    return (wa + wb) / 2, down, up
+
+
+def _tail_verdict(
+    verdict_: str, r: _CellData, test: TTest, relative: bool, margin: float, alpha: float, m: int
+) -> tuple[str, str]:
+    """Return the verdict of a delta with a tail width: it must hold at both ends of its range.
+
+    EQUIVALENT stands when the Bonferroni (1 − 2α/m) interval widened by the tails lies inside
+    (−m, m); DIFFERENT when the (1 − α/m) interval widened by them excludes 0 (Bonferroni:
+    conservative against Holm, whose adjusted p-values do not know the widths). Returns the
+    verdict and its reason.
+    """
+    h, down, up = _shifts(r)
+    s0, s1 = (down, up) if relative else (h, h)
+    what = f"the mass outside the candidates moves Δ by up to ±{h:.3g} tokens/round"
+    if verdict_ == EQUIVALENT:
+        lo, hi = test.interval(1.0 - 2.0 * alpha / m)
+        if lo - s0 > -margin and hi + s1 < margin:
+            return verdict_, f"{what}; EQUIVALENT holds at both ends (Bonferroni, widened)"
+    elif verdict_ == DIFFERENT:
+        lo, hi = test.interval(1.0 - alpha / m)
+        if lo - s0 > 0.0 or hi + s1 < 0.0:
+            return verdict_, f"{what}; DIFFERENT holds at both ends (Bonferroni, widened)"
+    else:
+        return verdict_, f"{what}; neither test decided"
+    return INCONCLUSIVE, f"{what}: {verdict_} does not hold at both ends (Bonferroni, widened)"
+
+
+def _widen(d: DeltaEstimate, r: _CellData) -> DeltaEstimate:
+    """Return ``d`` with every interval widened by half the tail width (see DeltaEstimate).
+
+    Δ = R_b − R_a, each R known to ±W/2 around its midpoint: Δ lies within ±(W_a + W_b)/2 of
+    the midpoints' difference. Δ/R_a: from [(R_b − W_b/2)/(R_a + W_a/2), (R_b + W_b/2)/(R_a −
+    W_a/2)] − 1 around R_b/R_a − 1, each end moved by its distance to the centre.
+    """
+    assert r.tails is not None
+    wa, _, wb, _ = r.tails
+    h, down, up = _shifts(r)
+
+    def pair(lo: float | None, hi: float | None, by: tuple[float, float]) -> tuple[Any, Any]:
+        return (None if lo is None else lo - by[0], None if hi is None else hi + by[1])
+
+    lo, hi = pair(d.lo, d.hi, (h, h))
+    rel_lo, rel_hi = pair(d.rel_lo, d.rel_hi, (down, up))
+    bca = d.bca
+    if bca is not None:
+        b_lo, b_hi = pair(bca.lo, bca.hi, (h, h))
+        b_rlo, b_rhi = pair(bca.rel_lo, bca.rel_hi, (down, up))
+        bca = dataclasses.replace(bca, lo=b_lo, hi=b_hi, rel_lo=b_rlo, rel_hi=b_rhi)
+    tost = d.tost
+    if tost is not None:
+        by = (h, h) if not tost.margin.relative else (down, up)
+        tost = dataclasses.replace(tost, lo=tost.lo - by[0], hi=tost.hi + by[1])
+    return dataclasses.replace(
+        d, lo=lo, hi=hi, rel_lo=rel_lo, rel_hi=rel_hi, bca=bca, tost=tost, tail_width=wa + wb
+    )
 
 
 def _forced_reason(test: TTest, n_requests: int) -> str | None:
@@ -769,7 +923,7 @@ def _forced_reason(test: TTest, n_requests: int) -> str | None:
 
 def _adjust(
     cells: list[ComparedCell],
-    tests: list[tuple[TTest, TTest] | None],
+    raw: list[_CellData],
     margin: Margin,
     alpha: float,
 ) -> list[ComparedCell]:
@@ -784,7 +938,7 @@ def _adjust(
             by_level.setdefault(c.spec.level, []).append(i)
     out = list(cells)
     for idx in by_level.values():
-        level = _adjust_level([cells[i] for i in idx], [tests[i] for i in idx], margin, alpha)
+        level = _adjust_level([cells[i] for i in idx], [raw[i] for i in idx], margin, alpha)
         for i, delta in zip(idx, level, strict=True):
             out[i] = dataclasses.replace(cells[i], delta=delta)
     return out
@@ -792,11 +946,16 @@ def _adjust(
 
 def _adjust_level(
     cells: list[ComparedCell],
-    tests: list[tuple[TTest, TTest] | None],
+    raw: list[_CellData],
     margin: Margin,
     alpha: float,
 ) -> list[DeltaEstimate]:
-    """Return the adjusted deltas of the m cells of one level (see :func:`_adjust`)."""
+    """Return the adjusted deltas of the m cells of one level (see :func:`_adjust`).
+
+    A delta with a tail width keeps its verdict only where it holds at both ends
+    (:func:`_tail_verdict`).
+    """
+    tests = [r.tests for r in raw]
     m = len(cells)
     deltas = [c.delta for c in cells]
     ns = [c.n_requests for c in cells]
@@ -823,29 +982,48 @@ def _adjust_level(
             chosen[j].se, margin.value, ns[j], alpha / m, POWER, df=chosen[j].df
         )
         final = "INCONCLUSIVE" if forced else v.verdict
+        reason = reasons[j] or (NEITHER if final == "INCONCLUSIVE" else None)
+        smallest_j = None if forced else smallest[j]
+        if d.tail_width is not None and not forced:
+            final, reason = _tail_verdict(
+                final, raw[j], chosen[j], margin.relative, margin.value, alpha, m
+            )
+            h, down, up = _shifts(raw[j])
+            if smallest_j is not None:  # the margin must cover the tails' move too
+                smallest_j += max(down, up) if margin.relative else h
         out.append(
             dataclasses.replace(
                 d,
                 verdict=final,
-                verdict_reason=reasons[j] or (NEITHER if final == "INCONCLUSIVE" else None),
+                verdict_reason=reason,
                 p_equivalence_adj=pe[j],
                 p_difference_adj=pd[j],
                 tests_in_level=m,
-                smallest_equivalent_margin=None if forced else smallest[j],
+                smallest_equivalent_margin=smallest_j,
                 requests_for_margin=None if forced else size.requests,
                 requests_for_margin_null_reason=reasons[j] if forced else size.null_reason,
-                bonferroni=_bonferroni(st_d, st_r, 1.0 - (1.0 - d.level) / m),
+                bonferroni=_bonferroni(
+                    st_d, st_r, 1.0 - (1.0 - d.level) / m, raw[j] if d.tail_width else None
+                ),
             )
         )
     return out
 
 
-def _bonferroni(st_d: TTest, st_r: TTest, level: float) -> BonferroniInterval | None:
-    """Return the intervals of Δ and Δ/R_a at ``level`` (None when a bound cannot be formed)."""
+def _bonferroni(
+    st_d: TTest, st_r: TTest, level: float, tails: _CellData | None = None
+) -> BonferroniInterval | None:
+    """Return the intervals of Δ and Δ/R_a at ``level`` (None when a bound cannot be formed).
+
+    ``tails``: the cell of a delta with a tail width, whose intervals are widened (:func:`_widen`).
+    """
     lo, hi = _bounds(st_d, level)
     rlo, rhi = _bounds(st_r, level)
     if lo is None or hi is None or rlo is None or rhi is None:
         return None
+    if tails is not None:
+        h, down, up = _shifts(tails)
+        lo, hi, rlo, rhi = lo - h, hi + h, rlo - down, rhi + up
     return BonferroniInterval(level, lo, hi, rlo, rhi)
 
 

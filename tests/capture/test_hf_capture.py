@@ -348,6 +348,48 @@ def test_a_truncated_capture_records_its_tails_and_replays_the_logging_arm(
     assert abs(gap["point"]) <= Z_CHECK * _se(gap)
 
 
+KEPT_MOST = 31  # of 32: the tiny pair's laws are broad; 31 ids keep ≥ 99% of the draft's mass
+
+
+@pytest.fixture(scope="module")
+def nearly_whole(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return _record(
+        tmp_path_factory.mktemp("hf") / "most", f"t1@{K}", N_REQUESTS, True, KEPT_MOST, tails=True
+    )
+
+
+def test_the_analytic_range_holds_the_measured_figure(nearly_whole: Run, sampled: Run) -> None:
+    """Logits mode keeping 31 of 32 ids (mean kept draft mass ≥ 0.99): the analytic R of the
+    logging arm is a range (the unseen id's acceptance is not recorded), not null, no wider than
+    its bound Σ_j (d − j + 1)·min(1 − Σp_j, 1 − Σq_j) averaged over rounds, holding MEASURED
+    within 3.5 SE of the path-bias delta beyond it. With one id unseen per position its
+    acceptance is min(q, p) of that id, the range's top: the same requests recorded whole
+    (``sampled``, same seeds) replay to the top of the range."""
+    rows = pl.read_parquet(sorted(nearly_whole.path.glob("*.parquet")))
+    kept = float((1.0 - rows["draft_tail"]).mean())  # type: ignore[operator]
+    assert kept >= 0.99 and api.validate(nearly_whole.path).archive.kept_mass.tails_recorded
+    res = api.requalify(
+        nearly_whole.path, baseline=f"t1@{K}", candidate=f"t1@{K - 1}", short_rounds="exclude",
+        n_boot=1000, estimator="analytic",
+    )  # fmt: skip
+    sim = _arm(res, f"t1@{K}")
+    assert sim["estimator"] == "analytic" and sim["R"] is not None
+    w, bound = sim["tail_width"], sim["tail_limit"]
+    assert w is not None and 0.0 < w <= bound
+    gap = _delta(res, "path-bias")
+    assert gap["tail_width"] == pytest.approx(w)
+    se = (gap["hi"] - gap["lo"] - w) / (2 * Z95)  # the interval is widened by w/2 each side
+    print(f"\nkept draft mass {kept:.4f}: analytic range [{sim['R'] - w / 2:.4f}, "
+          f"{sim['R'] + w / 2:.4f}] (width {w:.4f}, bound {bound:.4f}); path-bias gap "
+          f"{gap['point']:+.4f} SE {se:.4f}")  # fmt: skip
+    assert abs(gap["point"]) <= Z_CHECK * se + w / 2
+    whole = api.requalify(
+        sampled.path, baseline=f"t1@{K}", candidate=f"t1@{K - 1}", short_rounds="exclude",
+        n_boot=200, estimator="analytic",
+    )  # fmt: skip
+    assert _arm(whole, f"t1@{K}")["R"] == pytest.approx(sim["R"] + w / 2, rel=1e-12)
+
+
 def test_greedy_validates_and_measured_is_exact(greedy: Run) -> None:
     res = api.validate(greedy.path)
     drafted = [r for rs in greedy.engine for r in rs if r.drafted > 0]

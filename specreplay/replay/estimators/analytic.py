@@ -51,6 +51,13 @@ from specreplay import use_numba_cache
 from specreplay.replay.archive.batch import RoundBatch
 from specreplay.replay.estimators.base import Estimator, RoundValues
 from specreplay.replay.estimators.policies import policy_rounds
+from specreplay.replay.truncation import (
+    round_limits,
+    same_sampler,
+    tail_masses,
+    tail_rows,
+    with_rest,
+)
 from specreplay.sim.accept import ROUND_START, advance, alpha_row
 from specreplay.sim.arms import Arm, Quant
 from specreplay.sim.lanes import lane_sum
@@ -64,7 +71,13 @@ from specreplay.sim.policy import (
     quantize_row,
 )
 
-__all__ = ["AnalyticEstimator", "analytic_rounds", "dyadic_nearest_at", "dyadic_nearest_row"]
+__all__ = [
+    "AnalyticEstimator",
+    "analytic_rounds",
+    "bounded_rounds",
+    "dyadic_nearest_at",
+    "dyadic_nearest_row",
+]
 
 use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
@@ -452,6 +465,52 @@ def analytic_rounds(
     return out
 
 
+def bounded_rounds(batch: RoundBatch, arm: Arm, max_depth: int) -> RoundValues:
+    """Analytic values of the logging arm's sampler over a truncated law: midpoints and widths.
+
+    See :mod:`specreplay.replay.truncation`. The arm drafts from ``emitted_q`` with each row's
+    rest (1 − Σ ``emitted_q``) appended as one more candidate (:func:`~specreplay.replay.
+    truncation.with_rest`), replayed twice: with the rest's target probability 0 (no unseen id
+    is ever accepted: the low end) and with it the target's rest (the unseen ids accept
+    min(q tail, p tail), the most they can; 1 for a verifier quantizer other than the
+    sampler's, so that they accept the whole q tail). Every α_j lies between the two, so each
+    round's E[1 + A], P(A ≥ k) and off-path sums do too; the values are the midpoints, ``width``
+    the range of E[1 + A] and ``limit`` the issue's bound on it (:func:`~specreplay.replay.
+    truncation.round_limits`).
+    """
+    offsets, p_lo, q = with_rest(batch)
+    rest_at = offsets[1:] - 1
+    p_tail, q_tail = tail_masses(batch)
+    p_hi = p_lo.copy()
+    p_hi[rest_at] = p_tail if arm.sampler == arm.verifier else 1.0
+    ends = [
+        analytic_rounds(
+            offsets=offsets,
+            target_probs=target,
+            q_policy=q,
+            sampler=arm.sampler,
+            verifier=arm.verifier,
+            drafted_idx=batch.drafted_idx,
+            round_offsets=batch.round_offsets,
+            max_depth=max_depth,
+            flag=np.zeros(batch.n_positions, np.int8),
+        )
+        for target in (p_lo, p_hi)
+    ]
+    lo, hi = ends
+    width = hi.t - lo.t
+    return RoundValues(
+        depth=lo.depth,
+        t=lo.t + 0.5 * width,
+        var=lo.var,
+        surv=0.5 * (lo.surv + hi.surv),
+        offpath=0.5 * (lo.offpath + hi.offpath),
+        flag=lo.flag,
+        width=width,
+        limit=round_limits(np.minimum(p_tail, q_tail), batch.round_offsets, lo.depth, max_depth),
+    )
+
+
 class AnalyticEstimator(Estimator):
     """``analytic``: E[1 + A] = 1 + Σ_k Π_{j≤k} α_j, exact given the laws.
 
@@ -478,6 +537,8 @@ class AnalyticEstimator(Estimator):
         """Analytic values of ``arm`` over ``batch`` (see :class:`Estimator`)."""
         if arm.rule is not None:  # a drafting policy (sweep --policy)
             return policy_rounds(self, batch, arm, cache, max_depth=max_depth, logging=logging)
+        if same_sampler(arm, logging) and tail_rows(batch).size:
+            return bounded_rounds(batch, arm, max_depth)  # a truncated logging law (schema v2)
         law = cache.policy(arm.policy)
         return analytic_rounds(
             offsets=batch.offsets,

@@ -62,6 +62,14 @@ class RoundValues:
         Importance estimator only: m_k = Π_{j≤k} Σ_x q^s_j(x)²/q^L_j(x) over the same
         candidates, the product of the positions' exact second moments of the ratio factor
         (NaN past the round's depth). None for the other estimators.
+    width : float64, (n, D), or None
+        A figure bounded over a truncated law (schema v2; :mod:`specreplay.replay.truncation`):
+        per round, the width of the range E[1 + A] can take whatever the mass outside the
+        candidates does; ``t`` and ``surv`` are then the range's midpoints (NaN past the round's
+        depth). None where the figure does not depend on that mass.
+    limit : float64, (n, D), or None
+        With ``width``: per round, Σ_{j≤d} (d − j + 1)·min(1 − Σp_j, 1 − Σq_j), the most the
+        width can be (Σp_j, Σq_j the kept target and logging mass at position j).
     """
 
     depth: NDArray[np.int32]
@@ -73,6 +81,8 @@ class RoundValues:
     ratio: NDArray[np.float64] | None = None
     bound: NDArray[np.float64] | None = None
     moment: NDArray[np.float64] | None = None
+    width: NDArray[np.float64] | None = None
+    limit: NDArray[np.float64] | None = None
 
 
 class Estimator(ABC):
