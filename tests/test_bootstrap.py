@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
@@ -259,19 +260,34 @@ def test_medusa_categories_are_below_the_study_minimum(margin: str) -> None:
     assert raw_pass == {"0.5%": 0, "10%": 4}[margin]
 
 
-def test_identical_runs_are_equivalent_with_zero_width_and_null_bca(tmp_path: Path) -> None:
-    out = tmp_path / "same"
+def _interval_delta(tmp_path: Path, a: Path, b: Path) -> dict[str, Any]:
+    out = tmp_path / "out"
     res = CliRunner().invoke(
         app,
-        ["interval", str(M7), str(M7b), "--question-file", str(QUESTIONS), "--out", str(out),
+        ["interval", str(a), str(b), "--question-file", str(QUESTIONS), "--out", str(out),
          "-q", "--n-boot", "2000"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     doc = json.loads((out / "results.json").read_text())
-    d = doc["cells"][0]["deltas"][0]
+    d: dict[str, Any] = doc["cells"][0]["deltas"][0]
+    return d
+
+
+def test_one_file_against_itself_is_equivalent_with_zero_width_and_null_bca(
+    tmp_path: Path,
+) -> None:
+    d = _interval_delta(tmp_path, M7, M7)  # one computation by construction: identical inputs
     assert d["verdict"] == "EQUIVALENT"
     assert d["lo"] == d["hi"] == d["point"] == 0.0
     assert d["bca"]["lo"] is None and "degenerate" in d["bca"]["null_reason"]
+
+
+def test_two_identical_runs_are_not_equivalent_by_chance(tmp_path: Path) -> None:
+    # two runs whose 80 answers happen to match: the hull decides (issue 16), and without a
+    # depth (round traces) it cannot be formed: null, with the reason, never EQUIVALENT
+    d = _interval_delta(tmp_path, M7, M7b)
+    assert d["verdict"] is None and d["point"] is None
+    assert "0 requests differ" in d["null_reason"] and "no bound" in d["null_reason"]
 
 
 # -- tier 2/3: calibration ------------------------------------------------------------------------

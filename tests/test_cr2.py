@@ -123,7 +123,11 @@ def test_no_differing_request_gives_the_conservative_bound_never_equivalent() ->
     ra = s[:, 1].sum() / s[:, 0].sum()
     _lo, hi = rel.interval(0.95)
     assert hi == pytest.approx(min(b / ra, 5.0))
-    assert delta.p_equivalence(10.0) == 1.0 and delta.p_difference() == 1.0
+    assert delta.p_difference() == 1.0
+    scale = 5 * s[:, 0].max() / s[:, 0].mean()  # the hull's p-value: (1 − m/scale)^20
+    for m in (0.01 * scale, 0.2 * scale):
+        assert delta.p_equivalence(m) == pytest.approx(stats.binom.cdf(0, 20, m / scale))
+    assert delta.p_equivalence(0.01 * scale) > 0.05 > delta.p_equivalence(0.2 * scale)
 
 
 def test_identical_inputs_are_equivalent_with_zero_width() -> None:
@@ -145,7 +149,9 @@ def test_few_differing_requests_are_forced_and_the_bound_is_held() -> None:
     b = 5 * stats.beta.ppf(0.95, 2, 19) * s[:, 0].max() / s[:, 0].mean()
     lo, hi = delta.interval(0.95)
     assert lo <= -min(b, 5.0) + 1e-12 and hi >= min(b, 5.0) - 1e-12
-    assert delta.p_equivalence(100.0) == 1.0
+    scale = 5 * s[:, 0].max() / s[:, 0].mean()
+    m = 0.3 * scale  # the hull's p-value: P(K ≤ 1) at s* = m/scale
+    assert delta.p_equivalence(m) == pytest.approx(stats.binom.cdf(1, 20, 0.3), rel=1e-9)
 
 
 def test_bounds_are_clamped_to_what_the_data_can_reach() -> None:

@@ -77,24 +77,34 @@ def test_the_request_is_the_cluster_in_every_cell() -> None:
         assert (d2.lo, d2.hi) == pytest.approx(t_interval(ref, 0.95), rel=1e-9)
 
 
-def test_a_cell_where_no_request_differs_is_inconclusive_with_the_bound() -> None:
+@pytest.mark.parametrize("margin", ["0.5%", "50%"])
+def test_a_cell_where_no_request_differs_is_decided_by_its_hull(margin: str) -> None:
     """Family f0 identical in both arms, f1 not (60 requests each): f0 gets [−B, B],
-    B = d·p_u·n_max/n̄ with p_u = 1 − 0.05^{1/n} (by hand), p-values 1 and INCONCLUSIVE, even at
-    a huge margin."""
+    B = d·p_u·n_max/n̄ with p_u = 1 − 0.05^{1/n} (by hand); never DIFFERENT, EQUIVALENT only
+    where the relative hull B/R_a lies inside the margin, with the TOST p-value (1 − s*)^60 at
+    s* = m·R_a·n̄/(d·n_max) (issue 16)."""
     na, ta, tb, fam = _skewed(2, 120)
     tb = np.where(fam == 0, ta, tb)
-    comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", margin=parse_margin("50%"), **KW)
+    m = parse_margin(margin)
+    comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", margin=m, **KW)
     cell = next(c for c in comp.cells if c.spec.family == "f0")
     d = cell.delta
     sel = fam == 0
-    b = 4 * (1 - 0.05 ** (1 / 60)) * na[sel].max() / na[sel].mean()
+    scale = 4 * na[sel].max() / na[sel].mean()
+    b = (1 - 0.05 ** (1 / 60)) * scale
     assert (d.lo, d.hi) == pytest.approx((-min(b, 4.0), min(b, 4.0)))
-    assert d.n_differing == 0 and d.df is None
-    assert d.verdict == "INCONCLUSIVE" and "zero standard error" in d.verdict_reason
-    assert d.p_equivalence == 1.0 and d.smallest_equivalent_margin is None
+    assert d.n_differing == 0 and d.df is None and d.p_difference == 1.0
+    ra = ta[sel].sum() / na[sel].sum()
+    s_star = m.value * ra / scale
+    assert d.p_equivalence == pytest.approx((1 - s_star) ** 60 if s_star < 1 else 0.0)
+    inside = b / ra < m.value
+    assert inside == (margin == "50%")  # the two cases: hull outside, then inside the margin
+    assert d.verdict == ("EQUIVALENT" if inside else "INCONCLUSIVE")
+    assert "zero standard error" in d.verdict_reason
+    assert ("hull at 1 − α lies inside the margin" in d.verdict_reason) == inside
     assert d.tests_in_level == 2  # it keeps its place in Holm's count
     other = next(c for c in comp.cells if c.spec.family == "f1").delta
-    assert other.verdict_reason is None and other.n_differing > MIN_DIFFERING
+    assert other.n_differing > MIN_DIFFERING and "hull" not in (other.verdict_reason or "")
 
 
 def test_few_differing_requests_are_inconclusive_whatever_the_margin() -> None:
@@ -114,7 +124,7 @@ def test_few_differing_requests_are_inconclusive_whatever_the_margin() -> None:
 
 def test_identical_inputs_are_equivalent_with_zero_width_in_every_cell() -> None:
     na, ta, _, fam = _skewed(4, 30)
-    comp = compare(_ps(na, ta, ta.copy(), fam), arm_a="a", arm_b="b", **KW)
+    comp = compare(_ps(na, ta, ta.copy(), fam), arm_a="a", arm_b="b", same=True, **KW)
     for c in comp.cells:
         d = c.delta
         if d.null_reason is None:

@@ -68,7 +68,9 @@ def interval_compared(
         short_a, short_b = short_names(arm_a.name, arm_b.name)
         arm_a = dataclasses.replace(arm_a, name=short_a)
         arm_b = dataclasses.replace(arm_b, name=short_b)
-    return _paired_result(arm_a, arm_b, opts, opts.to_json(path_a, path_b), progress)
+    # one file read the same way twice: one computation by construction ("identical inputs")
+    same = Path(path_a).resolve() == Path(path_b).resolve() and kinds[0] == kinds[1]
+    return _paired_result(arm_a, arm_b, opts, opts.to_json(path_a, path_b), progress, same)
 
 
 def interval_memory_result(
@@ -108,8 +110,12 @@ def _paired_result(
     opts: IntervalOptions,
     options: dict[str, Any],
     progress: Progress,
+    same: bool = False,
 ) -> Result:
-    """Pair two read arms, bootstrap Δ per cell and return the result (replicates kept)."""
+    """Pair two read arms, bootstrap Δ per cell and return the result (replicates kept).
+
+    ``same``: the arms are one file read the same way twice (:func:`compare`'s ``same``).
+    """
     from specreplay.stats.arviz_bridge import ComparisonReplicates, hdi_eti
     from specreplay.stats.compare import compare
     from specreplay.stats.pairing import pair_arms
@@ -131,6 +137,7 @@ def _paired_result(
             margin=boot.margin,
             min_requests=boot.min_requests,
             label=arm_a.label,
+            same=same,
         )
     comp = hdi_eti(comp, prob=boot.level)
     result = _interval_result(comp, arm_a, arm_b, excluded, options, opts.seed)

@@ -434,7 +434,9 @@ def requalify_plan(res: ReplayResult, arms: RequalifyArms) -> list[Planned]:
     def pair(a: ArmSide, b: ArmSide, arm_a: Arm | None, arm_b: Arm) -> Pairing:
         side_a = (arm_a, arm_a.depth) if arm_a is not None else None
         support = res.support(side_a, (arm_b, arm_b.depth))
-        return Pairing(res.paired(a, b), a.name, b.name, support)
+        # one arm against itself, from one replay: one computation by construction
+        same = arm_a == arm_b and a.name == b.name
+        return Pairing(res.paired(a, b), a.name, b.name, support, same=same)
 
     c = arms.cand
     plan = [

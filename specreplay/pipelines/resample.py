@@ -46,6 +46,9 @@ class Pairing:
         (:func:`~specreplay.stats.compare.compare`).
     replicates : float64, (n_boot, n_families, n_buckets, 4), or None
         The resampled sums of ``ps`` from the run's one pass (:func:`resampled`).
+    same : bool
+        The two sides are one computation by construction (an arm against itself):
+        "identical inputs" (:func:`~specreplay.stats.compare.compare`'s ``same``).
     """
 
     ps: PairedSums
@@ -53,6 +56,7 @@ class Pairing:
     arm_b: str
     support: CellSupport | None = None
     replicates: NDArray[np.float64] | None = None
+    same: bool = False
 
 
 def resampled(pairings: Sequence[Pairing], boot: BootstrapOptions, seed: int) -> list[Pairing]:
@@ -93,4 +97,5 @@ def compared(
         label=label,
         support=p.support,
         replicates=p.replicates,
+        same=p.same,
     )

@@ -121,7 +121,8 @@ def _depth_pairings(res: ReplayResult, arm: Arm, opts: SweepOptions) -> dict[int
         name = _depth_name(arm, d) + (" (reference depth)" if d == arm.depth else "")
         other = res.side(arm, depth=d, name=name)
         support = res.support((arm, arm.depth), (arm, d))
-        out[d] = Pairing(res.paired(ref, other), ref.name, other.name, support)
+        same = d == arm.depth  # the reference depth against itself
+        out[d] = Pairing(res.paired(ref, other), ref.name, other.name, support, same=same)
     return out
 
 
@@ -480,7 +481,7 @@ def proxy_result(
             continue
         other = dataclasses.replace(by_depth[d], name=f"{name}@{d}")
         ps, _ = pair_arms(ref, other, buckets=opts.replay.buckets)
-        pairings[d] = Pairing(ps, name, other.name)
+        pairings[d] = Pairing(ps, name, other.name, same=d == reference)
     # one resample pass: every depth's (and policy's) replicates from the same draws
     pol = proxy_policy_plan(path, ref, opts) if opts.policies else None
     (plan,) = resampled_sweeps([SweepPlan({name: pairings}, policies=pol)], opts, opts.replay.seed)

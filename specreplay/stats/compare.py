@@ -20,9 +20,11 @@ The verdict rule (docs/methods.md#the-verdict-rule): EQUIVALENT when the Holm-ad
 otherwise DIFFERENT when the Holm-adjusted p of Δ = 0 is < α; otherwise INCONCLUSIVE. A cell is
 INCONCLUSIVE whatever its interval when fewer than :data:`~specreplay.stats.cr2.MIN_DIFFERING`
 of its requests differ between the arms (its standard error rests on too few requests; a
-conservative interval is shown) or when it holds fewer than
+conservative interval is shown; it is EQUIVALENT only where that interval's hull lies inside the
+margin, at any size: :mod:`specreplay.stats.cr2`) or when it holds fewer than
 :data:`~specreplay.stats.cr2.MIN_REQUESTS` requests. One exception gives EQUIVALENT with
-SE = 0: every request of the whole comparison is identical in both arms ("identical inputs").
+SE = 0: the two arms are one computation by construction (``same``: "identical inputs"), never
+inferred from equal data.
 A cell smaller than :data:`~specreplay.stats.studied.NOMINAL_REQUESTS` carries
 ``small_sample: true`` with the study's lowest coverage at its size (``coverage_at_size``).
 
@@ -543,6 +545,7 @@ def compare(
     support: CellSupport | None = None,
     replicates: NDArray[np.float64] | None = None,
     tail_limit: float = TAIL_WIDTH_LIMIT,
+    same: bool = False,
 ) -> Comparison:
     """Compare arm b with arm a in every cell (see the module docstring).
 
@@ -560,17 +563,16 @@ def compare(
         Test level of the verdicts (the TOST uses the 1 − 2α interval).
     min_requests : int
         Cells with fewer requests get null deltas with the reason.
-    label : str
-        Label of the per-arm figures and deltas.
-    role : str
-        The delta's role in results.json.
+    label, role : str
+        Label of the per-arm figures and deltas; the delta's role in results.json.
     support : CellSupport, optional
         Per cell, why an arm's figures there are unsupported (the others are computed as if
         it were not given; a null cell is left out of its level's adjustments).
     replicates : float64, (n_boot, n_families, n_buckets, 4), optional
         Sums of ``ps`` from its run's one pass (:func:`~.bootstrap.resample_sums`); else drawn.
-    tail_limit : float
-        An arm wider than this over a truncated law (``ps.tails``) is null, with its delta.
+    tail_limit, same : float, bool
+        An arm wider than ``tail_limit`` over a truncated law (``ps.tails``) is null, with its
+        delta; ``same``: the arms are one computation by construction ("identical inputs").
 
     Returns
     -------
@@ -578,9 +580,8 @@ def compare(
         One :class:`ComparedCell` per cell, each with exactly one delta.
     """
     margin = margin or parse_margin("0.5%")
-    reps_sums = _replicates(ps, replicates, n_boot, seed, stratify)
-    point = point_sums(ps)
-    identical = bool(np.array_equal(ps.n_a, ps.n_b) and np.array_equal(ps.t_a, ps.t_b))
+    reps_sums, point = _replicates(ps, replicates, n_boot, seed, stratify), point_sums(ps)
+    identical = same and bool(np.array_equal(ps.n_a, ps.n_b) and np.array_equal(ps.t_a, ps.t_b))
     present = {int(b) for b in np.unique(ps.piece_bucket)}
     layout = _layout(ps, present)
     delta_reps = np.full((n_boot, len(layout)), np.nan)
@@ -807,7 +808,11 @@ def _delta_figures(
     bca_d = bca_interval(d, st_d.theta, r.jack_delta, empty.level)
     bca_r = bca_interval(rel, st_r.theta, r.jack_rel, empty.level)
     test: TTest = st_r if margin.relative else st_d
-    lo90, hi90 = _bounds(test, 1.0 - 2.0 * alpha)
+    tost_level = 1.0 - 2.0 * alpha
+    lo90, hi90 = _bounds(test, tost_level)
+    if test.forced is not None and test.bound_scale is not None:  # the hull that decides
+        tost_level = 1.0 - alpha
+        lo90, hi90 = test.hull(tost_level)
     assert lo90 is not None and hi90 is not None  # inside the bounded interval at ``level``
     small, coverage = _small_sample(r.n_requests)
     out = dataclasses.replace(
@@ -830,7 +835,7 @@ def _delta_figures(
             bca_d.z0,
             bca_d.null_reason or bca_r.null_reason,
         ),
-        tost=TostResult(alpha, margin, lo90, hi90, 1.0 - 2.0 * alpha),
+        tost=TostResult(alpha, margin, lo90, hi90, tost_level),
         p_difference=test.p_difference(),
         p_equivalence=test.p_equivalence(margin.value),
         smallest_equivalent_margin_kind="relative" if margin.relative else "absolute",
@@ -908,7 +913,11 @@ def _widen(d: DeltaEstimate, r: _CellData) -> DeltaEstimate:
 
 
 def _forced_reason(test: TTest, n_requests: int) -> str | None:
-    """Why a delta's verdict is INCONCLUSIVE by rule (or EQUIVALENT by identical inputs)."""
+    """Return why a rule decides a delta's verdict (None: the tests decide).
+
+    Identical inputs: EQUIVALENT; a forced interval: decided by its hull alone (EQUIVALENT or
+    INCONCLUSIVE); too few requests: INCONCLUSIVE.
+    """
     if test.identical:
         return IDENTICAL
     if test.forced is not None:
@@ -965,8 +974,8 @@ def _adjust_level(
     reasons = [_forced_reason(t, n) for t, n in zip(chosen, ns, strict=True)]
     deltas = [
         dataclasses.replace(d, p_equivalence=1.0, p_difference=1.0)
-        if why is not None and not t.identical  # not tested: p-values of 1
-        else d
+        if why is not None and not t.identical and t.forced is None  # not tested: p-values of 1
+        else d  # a forced interval's p-values: its hull's (cr2.TTest.p_equivalence) and 1
         for d, why, t in zip(deltas, reasons, chosen, strict=True)
     ]
     pe = holm([_p(d.p_equivalence) for d in deltas])
@@ -981,9 +990,13 @@ def _adjust_level(
         size = requests_for_margin(
             chosen[j].se, margin.value, ns[j], alpha / m, POWER, df=chosen[j].df
         )
-        final = "INCONCLUSIVE" if forced else v.verdict
+        hull = forced and chosen[j].forced is not None
+        final = "INCONCLUSIVE" if forced and not (hull and v.verdict == EQUIVALENT) else v.verdict
         reason = reasons[j] or (NEITHER if final == "INCONCLUSIVE" else None)
-        smallest_j = None if forced else smallest[j]
+        if hull and final == EQUIVALENT:
+            why = str(chosen[j].forced).split(":")[0]
+            reason = f"{why}: its hull at 1 − α lies inside the margin"
+        smallest_j = smallest[j] if hull or not forced else None
         if d.tail_width is not None and not forced:
             final, reason = _tail_verdict(
                 final, raw[j], chosen[j], margin.relative, margin.value, alpha, m

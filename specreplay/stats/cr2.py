@@ -42,9 +42,16 @@ widened to hold [−B, B] (for one arm's R, [R̂ − B, R̂ + B]), with k of n r
                                 differing requests at the interval's level (1 − α^{1/n} at k = 0),
 
 d the depth (a differing request moves at most d tokens per round), n_max and n̄ the largest and
-the mean x of the cell; for Δ/R_a, B is divided by R̂_a. Its p-values are 1: such a cell is
-INCONCLUSIVE, never EQUIVALENT (issue 10). Where the depth is unknown B cannot be formed and the
-forced interval is null (NaN bounds) with the reason.
+the mean x of the cell; for Δ/R_a, B is divided by R̂_a. Such a cell is never DIFFERENT (its
+difference p-value is 1) and EQUIVALENT only when its **hull** [−B, B] at 1 − α lies inside the
+margin m (issue 16): its equivalence p-value is P(K ≤ k) at the share s* = m·n̄/(d·n_max) (÷ R̂_a
+undone on the relative scale) that puts |Δ| at the margin, (1 − s*)^n at k = 0, which is below
+α exactly when the hull is inside the margin, and enters Holm in the cell's place. It assumes no
+request in the population is longer than n_max. At depth 5, R ≈ 4 and equal rounds, a 0.5%
+margin needs about 750 identical requests (s* = 0.004: (1 − s*)^n < 0.05 at n ≥ 748). Where the
+depth is unknown B cannot be formed and the forced interval is null (NaN bounds) with the
+reason. "Identical inputs" (the zero-width interval, EQUIVALENT) is kept for two arms that are
+one computation by construction (an arm against itself), never inferred from equal data.
 
 **Clamp.** Where the depth is known no bound lies outside what the data can reach:
 R ∈ [1, d + 1], Δ ∈ [−d_a, d_b], Δ/R_a ∈ [1/(d_a + 1) − 1, d_b]. Where it is unknown, a bound
@@ -72,6 +79,7 @@ __all__ = [
     "MIN_DIFFERING",
     "MIN_REQUESTS",
     "TTest",
+    "differing_tail",
     "differing_upper_share",
     "effective_df",
     "paired_tests",
@@ -109,6 +117,31 @@ def differing_upper_share(k: int, n: int, level: float) -> float:
     if k == 0:
         return float(1.0 - (1.0 - level) ** (1.0 / n))
     return beta_ppf(level, k + 1.0, float(n - k))
+
+
+def differing_tail(k: int, n: int, share: float) -> float:
+    """Return P(K ≤ k) for K ~ Binomial(n, ``share``): the hull's equivalence p-value.
+
+    The Clopper–Pearson dual of :func:`differing_upper_share`: the one-sided upper bound at
+    1 − α lies below ``share`` exactly when this is below α. At k = 0 it is (1 − share)^n.
+
+    Examples
+    --------
+    >>> round(differing_tail(0, 20, 0.139108), 4)
+    0.05
+    """
+    if share >= 1.0:
+        return 1.0 if k >= n else 0.0
+    if share <= 0.0:
+        return 1.0
+    log_q = math.log1p(-share)
+    total = 0.0
+    for j in range(min(k, n) + 1):
+        total += math.exp(
+            math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
+            + j * math.log(share) + (n - j) * log_q
+        )  # fmt: skip
+    return min(total, 1.0)
 
 
 def effective_df(u: NDArray[np.float64], h: NDArray[np.float64]) -> float:
@@ -168,8 +201,8 @@ class TTest:
     forced : str or None
         Why the interval is forced (too few differing requests): the verdict is INCONCLUSIVE.
     identical : bool
-        Every request of the whole comparison is identical in both arms: the zero-width
-        interval [θ̂, θ̂] and the verdict EQUIVALENT ("identical inputs").
+        The two arms are one computation by construction (an arm against itself): the
+        zero-width interval [θ̂, θ̂] and the verdict EQUIVALENT ("identical inputs").
     """
 
     theta: float
@@ -228,6 +261,19 @@ class TTest:
             return math.nan, math.nan
         return lo, hi
 
+    def hull(self, level: float) -> tuple[float, float]:
+        """Return a forced interval's hull [centre − B, centre + B], B at one-sided ``level``."""
+        if self.bound_scale is None:
+            return math.nan, math.nan
+        b = differing_upper_share(self.n_differing, self.n_requests, level) * self.bound_scale
+        return max(self.center - b, self.limits[0]), min(self.center + b, self.limits[1])
+
+    def hull_p(self, margin: float) -> float:
+        """Return P(K ≤ k | s*), s* = ``margin``/``bound_scale`` (1 without a bound)."""
+        if self.bound_scale is None or not self.bound_scale > 0.0:
+            return 1.0
+        return differing_tail(self.n_differing, self.n_requests, margin / self.bound_scale)
+
     def p_difference(self) -> float:
         """Return the two-sided p-value of θ = 0 (1 for a forced interval)."""
         if self.identical:
@@ -238,11 +284,17 @@ class TTest:
         return min(1.0, 2.0 * min(g, 1.0 - g))
 
     def p_equivalence(self, margin: float) -> float:
-        """Return the TOST p-value of |θ| ≥ ``margin`` (1 for a forced interval)."""
+        """Return the TOST p-value of |θ| ≥ ``margin``; a forced interval's is its hull's.
+
+        A forced interval (fewer than :data:`MIN_DIFFERING` requests differ) is EQUIVALENT only
+        when its conservative hull [−B, B] lies inside the margin: B = p_u·``bound_scale`` < m
+        exactly when P(K ≤ k | share s* = m / ``bound_scale``) < α (:func:`differing_tail`;
+        1 where the depth is unknown and no hull can be formed).
+        """
         if self.identical:
             return 0.0 if abs(self.theta) < margin else 1.0
         if self.forced is not None:
-            return 1.0
+            return self.hull_p(margin)
         upper = 1.0 - self._cdf((self.theta + margin) / self.se)
         lower = self._cdf((self.theta - margin) / self.se)
         return float(max(upper, lower))
@@ -255,15 +307,16 @@ def tost_p_values(tests: Sequence[TTest]) -> Callable[[float], list[float]]:
     df = np.array([t.df for t in tests], np.float64)
     a = np.array([t.hall[0] for t in tests], np.float64)
     b = np.array([t.hall[1] for t in tests], np.float64)
-    fixed = np.array(
-        [1.0 if t.forced is not None and not t.identical else -1.0 for t in tests], np.float64
-    )
+    fixed = np.full(len(tests), -1.0)
     identical = [i for i, t in enumerate(tests) if t.identical]
+    hulls = [i for i, t in enumerate(tests) if t.forced is not None and not t.identical]
 
     def at(m: float) -> list[float]:
         f = fixed.copy()
         for i in identical:
             f[i] = 0.0 if abs(theta[i]) < m else 1.0
+        for i in hulls:
+            f[i] = tests[i].hull_p(m)
         out: list[float] = tost_p_many(theta, se, df, a, b, f, m).tolist()
         return out
 
@@ -290,12 +343,14 @@ def _forced_reason(k: int, se: float) -> str | None:
     if se == 0.0:
         return (
             f"zero standard error ({k} requests differ): a conservative interval from the "
-            "share of requests that could differ; INCONCLUSIVE"
+            "share of requests that could differ; EQUIVALENT only when it lies inside the "
+            "margin, else INCONCLUSIVE"
         )
     if k < MIN_DIFFERING:
         return (
             f"{k} {'request differs' if k == 1 else 'requests differ'} between the arms "
-            f"< {MIN_DIFFERING} (calibration study): a conservative interval; INCONCLUSIVE"
+            f"< {MIN_DIFFERING} (calibration study): a conservative interval; EQUIVALENT only "
+            "when it lies inside the margin, else INCONCLUSIVE"
         )
     return None
 
@@ -322,7 +377,7 @@ def paired_tests(
     depths : (int, int), optional
         Depths of arms a and b (the clamp and the forced interval's bound); None when unknown.
     identical : bool
-        Every request of the whole comparison is identical in both arms.
+        The arms are one computation by construction (every request identical).
     """
     na, ta, nb, tb = (sums[:, j].astype(np.float64) for j in range(4))
     n_a, t_a, n_b, t_b = float(na.sum()), float(ta.sum()), float(nb.sum()), float(tb.sum())
