@@ -1,5 +1,5 @@
 # specreplay: `make demo` and `make test` set everything up on a fresh machine.
-# Python >= 3.12 is required (arviz 1.x). Override with `make test PYTHON=/path/to/python3.12`.
+# Python >= 3.12 is required (the package's syntax). Override with `make test PYTHON=/path/to/python3.12`.
 
 SHELL := /bin/bash
 VENV := .venv
@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml constraints.txt specreplay/__init__.py
 	@set -e; \
 	if [ ! -x $(PY) ]; then \
 	  py=$$(bash -c "$$FIND_PYTHON") || { \
-	    echo "error: specreplay needs Python >= 3.12 (arviz 1.x requires it) and none was found." >&2; \
+	    echo "error: specreplay needs Python >= 3.12 and none was found." >&2; \
 	    echo "Install one (e.g. 'pyenv install 3.12', 'apt-get install python3.12' or python.org)," >&2; \
 	    echo "or point to it: make $(MAKECMDGOALS) PYTHON=/path/to/python3.12" >&2; exit 2; }; \
 	  echo "Creating $(VENV) with $$py ($$($$py --version))"; \

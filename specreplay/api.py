@@ -37,8 +37,8 @@ Design decisions:
 - ``hash_ids=True`` (validate, requalify, sweep, interval, lawtest) replaces every request id in
   the result by a salted hash, as ``--hash-ids`` does, so nothing written from it names a
   request; ``by="COLUMN"`` (requalify, sweep) adds the cells of ``--by COLUMN``.
-- **No progress bars** unless ``progress=True`` (drawn on stderr, and only when stderr is a
-  terminal, as on the CLI).
+- **No progress** unless ``progress=True``: then on stderr, as on the CLI (a bar on a terminal,
+  plain ``specreplay: h:mm:ss …`` lines elsewhere, e.g. a notebook or a log).
 - **Two front ends, one implementation.** This module and :mod:`specreplay.cli` both sit on top
   of :mod:`specreplay.commands` and never import each other (import-linter layers
   ``specreplay.cli | specreplay.api``): each verb's module exposes the function that builds its
@@ -352,7 +352,7 @@ def requalify(
     scheduler: str | None = None,
     workers: int | None = None,
     cache: PathLike | None = None,
-    short_rounds: ShortRounds | str = ShortRounds.NULL,
+    short_rounds: ShortRounds | str = ShortRounds.CAPPED,
     ignore: str | Sequence[str] = (),
 ) -> Result:
     """Replay an archive under baseline and candidate arms and requalify the change.
@@ -400,7 +400,7 @@ def sweep(
     scheduler: str | None = None,
     workers: int | None = None,
     cache: PathLike | None = None,
-    short_rounds: ShortRounds | str = ShortRounds.NULL,
+    short_rounds: ShortRounds | str = ShortRounds.CAPPED,
     ignore: str | Sequence[str] = (),
 ) -> Result:
     """R at every fixed depth per arm and cell from one replay pass.

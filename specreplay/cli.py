@@ -785,7 +785,7 @@ def requalify(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     cache: CacheOpt = None,
-    short_rounds: ShortRoundsOpt = ShortRounds.NULL,
+    short_rounds: ShortRoundsOpt = ShortRounds.CAPPED,
     ignore: IgnoreOpt = None,
 ) -> None:
     """Replay an archive under baseline and candidate arms and requalify the change.
@@ -864,7 +864,7 @@ def sweep(
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     cache: CacheOpt = None,
-    short_rounds: ShortRoundsOpt = ShortRounds.NULL,
+    short_rounds: ShortRoundsOpt = ShortRounds.CAPPED,
     ignore: IgnoreOpt = None,
 ) -> None:
     """R (retained tokens per round) at every fixed depth per arm and cell from one replay pass.

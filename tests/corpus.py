@@ -83,8 +83,13 @@ def invoke(args: Sequence[str], env: dict[str, str] | None = None) -> Result:
 
 
 def error_lines(res: Result) -> list[str]:
-    """stderr lines, less the one-time "compiling kernels" notice of a cold Numba cache."""
-    return [x for x in res.stderr.strip().splitlines() if not x.startswith("compiling kernels")]
+    """stderr lines, less the one-time "compiling kernels" notice of a cold Numba cache and the
+    plain progress lines (``specreplay: h:mm:ss …``) a run writes when stderr is not a terminal."""
+    return [
+        x
+        for x in res.stderr.strip().splitlines()
+        if not x.startswith(("compiling kernels", "specreplay: "))
+    ]
 
 
 def leftovers(*folders: Path) -> list[str]:

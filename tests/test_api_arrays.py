@@ -184,6 +184,20 @@ def test_ids_pair_in_any_order_and_a_bucket_splits_a_request() -> None:
 # --- Result.to_arviz -------------------------------------------------------------------------
 
 
+def test_to_arviz_without_arviz_says_how_to_install_it(
+    arms: tuple[dict[str, Any], dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16, item 9: ArviZ is an optional extra; without it to_arviz() is one line."""
+    import sys
+
+    from specreplay.errors import SpecReplayError
+
+    res = _interval(*arms)
+    monkeypatch.setitem(sys.modules, "arviz", None)  # ``import arviz`` raises ImportError
+    with pytest.raises(SpecReplayError, match=r"pip install 'specreplay\[arviz\]'"):
+        res.to_arviz()
+
+
 def test_to_arviz_holds_the_comparisons_replicates(
     arms: tuple[dict[str, Any], dict[str, Any]], tmp_path: Path
 ) -> None:

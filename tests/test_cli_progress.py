@@ -68,12 +68,56 @@ def test_a_failing_phase_closes_the_display(monkeypatch: pytest.MonkeyPatch) -> 
     assert err.getvalue().endswith("\x1b[2K")  # stopped and cleared (transient)
 
 
-@pytest.mark.parametrize("quiet, tty", [(True, True), (False, False)])
-def test_no_display_when_quiet_or_not_a_terminal(
-    monkeypatch: pytest.MonkeyPatch, quiet: bool, tty: bool
-) -> None:
+@pytest.mark.parametrize("tty", [True, False])
+def test_nothing_when_quiet(monkeypatch: pytest.MonkeyPatch, tty: bool) -> None:
     fake = _Tty() if tty else io.StringIO()
     monkeypatch.setattr(sys, "stderr", fake)
-    with Phases(quiet) as phases, phases("replaying", None) as advance:
+    with Phases(True) as phases, phases("replaying", None) as advance:
         advance(1)
     assert fake.getvalue() == ""
+
+
+_PLAIN = re.compile(r"^specreplay: (\d+):(\d\d):(\d\d) (.*)$")
+
+
+def test_plain_lines_without_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 16, item 6: stderr not a terminal: a line at each phase's start, at least one per
+    interval within a phase even when nothing advances, and one at its end, each with the time
+    since the run started; stdout untouched."""
+    import time
+
+    from specreplay.commands import progress
+
+    err, out = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(progress, "PLAIN_EVERY", 0.05)
+    with Phases(False) as phases:
+        with phases("replaying", 200) as advance:
+            advance(50)
+            time.sleep(0.3)  # six intervals: nothing advances, the lines keep coming
+        with phases("resampling", None):
+            pass
+    lines = err.getvalue().splitlines()
+    parsed = [_PLAIN.match(x) for x in lines]
+    assert all(parsed), lines  # every line: the prefix, h:mm:ss, the text
+    texts = [m.group(4) for m in parsed if m]
+    assert texts[0] == "replaying …"
+    beats = [t for t in texts if t == "replaying 50/200 (25%)"]
+    assert len(beats) >= 3, texts  # ~6 expected at 0.05 s; 3 allows a busy host
+    (done,) = [t for t in texts if t.startswith("replaying done in ")]
+    assert float(done.split()[-2]) >= 0.3 and texts.index(done) < texts.index("resampling …")
+    assert texts[-2:][0] == "resampling …" and texts[-1].startswith("resampling done in ")
+    assert out.getvalue() == ""
+
+
+def test_a_phase_that_raises_ends_its_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from specreplay.commands import progress
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    monkeypatch.setattr(progress, "PLAIN_EVERY", 0.01)
+    with pytest.raises(ValueError), Phases(False) as phases, phases("replaying", 5):
+        raise ValueError
+    assert not any(t.name == "specreplay-progress" for t in threading.enumerate())

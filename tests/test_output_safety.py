@@ -22,6 +22,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from archive_factory import clone, valid_rows, write_jsonl, write_parquet
+from corpus import error_lines
 from typer.testing import CliRunner, Result
 
 from specreplay.cli import app
@@ -57,7 +58,7 @@ def run(args: Sequence[str]) -> Result:
 def assert_error(res: Result, *fragments: str) -> str:
     """Exit 2, one ``error:`` line on stderr holding every fragment, no traceback."""
     assert res.exit_code == 2, res.output
-    lines = res.stderr.strip().splitlines()
+    lines = error_lines(res)
     assert len(lines) == 1, res.stderr
     assert lines[0].startswith("error: "), lines
     for f in fragments:
@@ -458,8 +459,8 @@ def test_bad_logging_arm_column_is_an_error_at_its_row(tmp_path: Path, kind: str
     before = digest(path)
     res = run(["validate", path])
     assert res.exit_code == 2
-    assert res.stderr.splitlines()[0].startswith(message)
-    assert res.stderr.splitlines()[-1] == f"1 error(s) in {path}"
+    assert error_lines(res)[0].startswith(message)
+    assert error_lines(res)[-1] == f"1 error(s) in {path}"
     res = run(["requalify", path, "--baseline", "top4:t1@3", "--candidate", "top4:t1:dyadic24@3",
                "--out", tmp_path / "rq", *FAST])  # fmt: skip
     assert_error(res, message)

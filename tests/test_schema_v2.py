@@ -21,7 +21,7 @@ from archive_factory import clone, valid_rows, write_jsonl, write_parquet
 
 from specreplay import api
 from specreplay.errors import InvalidArchive
-from tests.corpus import invoke
+from tests.corpus import error_lines, invoke
 
 # the factory's laws on its 4 candidates: draft Σ 15/16 (emitted_q holds it renormalised),
 # target Σ 7/8
@@ -108,7 +108,7 @@ def test_a_replay_refuses_positive_tails_in_one_line(tmp_path: Path, verb: str) 
     )
     res = invoke([verb, str(path), *args, "--out", str(out)])
     assert res.exit_code == 2
-    (line,) = res.stderr.strip().splitlines()
+    (line,) = error_lines(res)
     # t1 is not the logging arm's sampler (top4:t1): its law on the 4 candidates is unknown
     assert line.startswith(f"error: {path}:line 1: draft_tail 0.0625, target_tail 0.125: arm t1@")
     assert "re-capture keeping the whole vocabulary" in line
@@ -216,7 +216,7 @@ def test_what_depends_on_the_unseen_mass_is_refused(
     _, cut = truncated
     res = invoke(["sweep", str(cut), *args, "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and not (tmp_path / "o").exists()
-    (line,) = res.stderr.strip().splitlines()
+    (line,) = error_lines(res)
     assert line.startswith(f"error: {cut}: row ") and says in line
     assert "re-capture keeping the whole vocabulary" in line
 

@@ -1,4 +1,5 @@
-"""Issue 9, item 6: a short round nulls its cells, not the run; ``--short-rounds exclude``.
+"""Issue 9, item 6: a short round nulls its cells, not the run; ``--short-rounds exclude``;
+issue 16, item 1: the default ``--short-rounds capped``.
 
 A **short round** records fewer positions than an arm's depth (3 positions for ``@5``).
 docs/inputs.md#position-traces-schema-v1: depth d is supported in a cell only when every round in it
@@ -61,8 +62,11 @@ def _first_row(rows: Sequence[dict[str, Any]], request: str, rnd: int) -> int:
 
 
 def _requalify(archive: Path, out: Path, *extra: str, arms: Sequence[str] = (BASE, CAND)) -> Any:
+    """requalify with ``--short-rounds null`` unless ``extra`` names a choice (issue 9's rule;
+    the default, ``capped``, is tested below)."""
+    mode = [] if "--short-rounds" in extra else ["--short-rounds", "null"]
     args = ["requalify", str(archive), "--baseline", arms[0], "--candidate", arms[1],
-            "--out", str(out), *FAST, *extra]  # fmt: skip
+            "--out", str(out), *FAST, *mode, *extra]  # fmt: skip
     return invoke(args)
 
 
@@ -297,7 +301,8 @@ def test_sweep_nulls_each_depth_where_a_round_is_shorter(
     path, rows = short_archive
     before = tree_digest(path)
     args = ["sweep", str(path), "--arm", BASE, "--depths", "1..5", "--out", str(tmp_path / "o"),
-            "--estimator", "analytic", "--n-boot", "200", "--min-requests", "2", "-q"]  # fmt: skip
+            "--estimator", "analytic", "--n-boot", "200", "--min-requests", "2", "-q",
+            "--short-rounds", "null"]  # fmt: skip
     res = invoke(args)
     assert res.exit_code == 0, res.output
     assert_clean(res, before, [path])
@@ -310,6 +315,7 @@ def test_sweep_nulls_each_depth_where_a_round_is_shorter(
             if _holds_short(key):
                 assert figs[d]["R"] is None and not figs[d]["supported"], (key, d)
                 assert f"fewer than {d} positions; first at {where}" in figs[d]["null_reason"]
+                assert "every round here supports depth 3 (ask @3)" in figs[d]["null_reason"]
             else:
                 assert figs[d]["R"] is not None, (key, d)
         for delta in c["deltas"]:  # Δ against the reference depth 5: null where 5 is short
@@ -329,7 +335,8 @@ def test_sweep_exclude_equals_the_archive_with_the_round_removed(
               "--min-requests", "2", "-q"]  # fmt: skip
     res = invoke(["sweep", str(path), "--out", str(tmp_path / "o"), "--short-rounds", "exclude",
                   *common])  # fmt: skip
-    ref = invoke(["sweep", str(removed), "--out", str(tmp_path / "r"), *common])
+    ref = invoke(["sweep", str(removed), "--out", str(tmp_path / "r"), *common,
+                  "--short-rounds", "null"])  # fmt: skip
     assert res.exit_code == 0 and ref.exit_code == 0, (res.output, ref.output)
     assert_clean(res, before, [path, removed])
     got, want = _cells(_doc(tmp_path / "o")), _cells(_doc(tmp_path / "r"))
@@ -347,7 +354,7 @@ def test_an_unknown_short_rounds_choice_is_refused(
     arms = ["--baseline", BASE, "--candidate", CAND] if command == "requalify" else ["--arm", BASE]
     res = invoke([command, str(path), *arms, "--out", str(tmp_path / "o"), "--short-rounds",
                   "drop", "-q"])  # fmt: skip
-    assert_refused(res, "--short-rounds: 'drop' should be null or exclude")
+    assert_refused(res, "--short-rounds: 'drop' should be capped, null or exclude")
     assert_clean(res, before, [path])
     assert not (tmp_path / "o").exists()
 
@@ -358,5 +365,82 @@ def test_the_api_parses_the_choice_once() -> None:
 
     assert parse_short_rounds(" EXCLUDE ") is ShortRounds.EXCLUDE
     assert parse_short_rounds(ShortRounds.NULL) is ShortRounds.NULL
-    with pytest.raises(SpecReplayError, match=r"--short-rounds: 'x' should be null or exclude"):
+    assert parse_short_rounds("capped") is ShortRounds.CAPPED
+    with pytest.raises(SpecReplayError, match=r"'x' should be capped, null or exclude"):
         parse_short_rounds("x")
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 16: the default, --short-rounds capped
+# ------------------------------------------------------------------------------------------------
+
+
+def _measured_all(rows: Sequence[dict[str, Any]]) -> float:
+    """MEASURED R over every round, by hand: Σ (1 + leading accepted) / rounds."""
+    rounds: dict[tuple[str, int], list[bool]] = {}
+    for r in rows:
+        rounds.setdefault((r["request_id"], r["round"]), []).append(bool(r["accepted"]))
+    total = 0
+    for acc in rounds.values():
+        lead = next((i for i, a in enumerate(acc) if not a), len(acc))
+        total += 1 + lead
+    return total / len(rounds)
+
+
+def test_the_default_leaves_out_a_requests_last_round_as_exclude_does(
+    short_archive: tuple[Path, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """An unmarked archive whose only short round is a request's last: the default's figures are
+    exclude's, the rounds counted, the MEASURED R over every round beside the kept one, and the
+    second line of the output says so."""
+    path, rows = short_archive
+    res = _requalify(path, tmp_path / "o", "--short-rounds", "capped")
+    ref = _requalify(path, tmp_path / "r", "--short-rounds", "exclude")
+    default = invoke(["requalify", str(path), "--baseline", BASE, "--candidate", CAND, "--out",
+                      str(tmp_path / "d"), *FAST])  # fmt: skip
+    assert res.exit_code == ref.exit_code == default.exit_code == 0, res.output
+    doc, want = _doc(tmp_path / "o"), _doc(tmp_path / "r")
+    assert doc["options"]["short_rounds"] == "capped"
+    assert _doc(tmp_path / "d")["options"]["short_rounds"] == "capped"  # the default
+    for key, g in _cells(doc).items():
+        _same(g, _cells(want)[key], str(key))
+    (entry,) = doc["excluded"]
+    assert entry["rounds"] == 1 and entry["requests"] == 1
+    assert "--short-rounds capped" in entry["reason"]
+    assert entry["measured_R_all"] == pytest.approx(_measured_all(rows), rel=1e-12)
+    kept = [r for r in rows if not (r["request_id"] == SHORT_REQ and r["round"] == 3)]
+    assert entry["measured_R_kept"] == pytest.approx(_measured_all(kept), rel=1e-12)
+    table = (tmp_path / "o" / "TABLES.md").read_text().splitlines()
+    assert table[1].startswith("Excluded: 1 round in 1 request (--short-rounds capped")
+    assert doc["requalification"]["verdict"] is not None
+
+
+@pytest.mark.parametrize("form", ["unmarked", "marked"])
+def test_a_mid_request_short_round_stays_null_and_the_first_line_says_what_answers(
+    tmp_path: Path, form: str
+) -> None:
+    """A short round in the middle of a request (a drafter's own short proposal) is not capped:
+    its cells stay null, and the reason names the deepest depth every round supports and the
+    option. Marked archives follow the mark: capped True leaves a mid-request round out, and a
+    last round marked False stays."""
+    rows = _cut(_rows(), SHORT_REQ, 1, 3)  # round 1 of 4: mid-request
+    if form == "marked":
+        for r in rows:
+            r["capped"] = r["request_id"] == "req-9" and r["round"] == 1
+        rows = _cut(_cut(rows, "req-9", 1, 2), "req-11", 3, 4)  # capped mid; last, not capped
+    (tmp_path / "in").mkdir()
+    path = write_parquet(tmp_path / "in" / "a.parquet", rows)
+    res = _requalify(path, tmp_path / "o", "--short-rounds", "capped")
+    assert res.exit_code == 0, res.output
+    doc = _doc(tmp_path / "o")
+    why = doc["requalification"]["null_reason"]
+    short = 2 if form == "marked" else 1  # the marked archive keeps req-11's last round too
+    assert f"{short} round{'s' if short > 1 else ''} record" in why
+    assert "(not capped by the request's end or limit)" in why
+    assert "every round here supports depth 3 (ask @3), or --short-rounds exclude" in why
+    left = sum(e["rounds"] for e in doc["excluded"] if "capped" in e["reason"])
+    assert left == (1 if form == "marked" else 0)  # req-9's round 1, marked capped
+    text = invoke(["validate", str(path)]).stdout
+    line = next(x for x in text.splitlines() if x.startswith("short rounds:"))
+    assert f"{short + left} of 96 record fewer than 5 positions" in line
+    assert f"leaves out {left} cut short" in line and f"keeps {short}" in line

@@ -419,3 +419,48 @@ def test_outputs_line_lists_exactly_the_files_written(small_archive: Path, tmp_p
         names = listed.split(" (", 1)[1].rstrip(")").split(", ")
         on_disk = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
         assert sorted(names) == on_disk and "REPORT.md" in names, name
+
+
+def test_every_package_imported_directly_is_declared() -> None:
+    """Issue 16, item 9: every third-party module the package imports is a declared dependency
+    (runtime, or an extra where only an optional path imports it); removing ``rich`` from the
+    declared dependencies fails it (checked when written)."""
+    import ast
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    meta = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    declared = {_dist(d) for d in meta["dependencies"]}
+    for extra in meta["optional-dependencies"].values():
+        declared |= {_dist(d) for d in extra}
+    import_names = {"numpy", "numba", "polars", "pyarrow", "typer", "rich", "matplotlib",
+                    "prometheus_client", "arviz", "torch", "transformers", "dask",
+                    "distributed", "xarray", "h5netcdf", "h5py", "llvmlite"}  # fmt: skip
+    dist_of = {"prometheus_client": "prometheus-client", "distributed": "dask",
+               "xarray": "arviz", "llvmlite": "numba"}  # fmt: skip
+    stdlib = set(__import__("sys").stdlib_module_names)
+    found: set[str] = set()
+    for path in (root / "specreplay").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top in stdlib or top in ("specreplay", "__future__", "vllm"):
+                    continue
+                found.add(top)
+    assert found <= import_names, found - import_names  # a new import: declare it, list it here
+    missing = {t for t in found if _dist(dist_of.get(t, t)) not in declared}
+    assert not missing, missing
+
+
+def _dist(req: str) -> str:
+    """The distribution name of a requirement, normalised (``dask[distributed]>=1`` -> dask)."""
+    import re
+
+    name = re.split(r"[\[<>=!~; ]", req.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()

@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 import pytest
 from archive_factory import LOGGING_ARM, clone, valid_rows, write_jsonl, write_parquet
+from corpus import error_lines
 from typer.testing import CliRunner
 
 from specreplay.cli import app
@@ -952,7 +953,7 @@ def test_cli_validate_bad_file(tmp_path: Path, base_rows: list[Row], kind: str) 
     assert result.exit_code == 2
     assert "Traceback" not in result.stdout + result.stderr
     assert result.stdout == ""
-    lines = result.stderr.splitlines()
+    lines = error_lines(result)
     assert lines[0] == f"{where(path, kind, 0)}: drafted_id not in cand_ids (1000)"
     assert sum(line.startswith(str(path)) for line in lines) == 20
 

@@ -564,6 +564,9 @@ class AssistedCapture:
                     family=st.family,
                     context_tokens=pend.context,
                     draft_logits=pend.raw,
+                    # a short round here is capped by the draft budget or an EOS (module
+                    # docstring): the request's end or token limit, never the drafter's choice
+                    capped=n < self.k,
                 )
             )
         st.recorded.append(queued)

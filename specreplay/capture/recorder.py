@@ -249,6 +249,7 @@ class _Round(NamedTuple):
     draft_logprobs: NDArray[Any] | None  # (n, K) float (exact-q mode, optional)
     nbytes: int  # the copies' bytes (the queue's memory bound)
     tails: NDArray[np.float64] | None = None  # (2, n) draft_tail, target_tail (NaN: unknown)
+    capped: bool | None = None  # the request's end or token limit capped the draft (None: unknown)
 
 
 _Head = tuple[str, int, str, int, NDArray[Any], NDArray[Any], int]
@@ -471,6 +472,7 @@ class Recorder:
         draft_logprobs: Any = None,
         draft_tail: Any = None,
         target_tail: Any = None,
+        capped: bool | None = None,
     ) -> bool:
         """Queue one verification round; return False when it is not recorded.
 
@@ -503,6 +505,9 @@ class Recorder:
             ``log(emitted_q)`` when omitted.
         draft_tail, target_tail : float array-like, (n,), optional
             Schema v2 (``tails=True``): the laws' mass outside ``cand_ids``.
+        capped : bool, optional
+            Schema v2's mark (issue 16): the request's end or token limit capped this round's
+            draft length (True), or not (False); None: unknown (see :func:`_with_mark`).
 
         Returns
         -------
@@ -525,7 +530,7 @@ class Recorder:
                 item = _logits_round(where, head, draft_logits, cand_ids, emitted_q, draft_logprobs)
             else:
                 item = _exact_round(where, head, cand_ids, emitted_q, draft_logprobs)
-            item = self._with_tails(item, where, draft_tail, target_tail)
+            item = _with_mark(self._with_tails(item, where, draft_tail, target_tail), where, capped)
         except SpecReplayError:
             self._offered -= 1
             raise
@@ -847,8 +852,25 @@ class Recorder:
                 ),
                 "emitted_q": _list_series(q, offsets),
                 **(_tail_columns(batch) if self.tails else {}),
+                "capped": pl.Series("capped", [r.capped for r in batch], dtype=pl.Boolean).gather(
+                    _repeat_idx(ns)
+                ),
             }
         )
+
+
+def _with_mark(item: _Round, where: str, capped: Any) -> _Round:
+    """Return ``item`` with its ``capped`` mark (issue 16; None: unknown, the default).
+
+    True: the request's end or its token limit capped the round's draft length (fewer drafts
+    than the depth for that reason alone); False: the drafter drafted what it chose. The default
+    replay leaves capped rounds out (``--short-rounds capped``).
+    """
+    if capped is None:
+        return item
+    if not isinstance(capped, bool | np.bool_):
+        raise SpecReplayError(f"{where}: capped={capped!r}: True, False or None")
+    return item._replace(capped=bool(capped))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -6,7 +6,12 @@ law tests, plots and files …): :class:`Phases` is that display, and calling it
 adds the phase's line (a bar with a count when the total is known, else a pulse and a count) and
 marks it done, with its time, when the block ends. Decisions:
 
-- drawn only when stderr is a terminal and not ``--quiet``; otherwise every phase is a no-op;
+- drawn only when stderr is a terminal and not ``--quiet``. When stderr is not a terminal (CI,
+  a pipe, a log file) and not ``--quiet``, plain lines instead (issue 16): one at each phase's
+  start, one at least every :data:`PLAIN_EVERY` seconds within a phase (a timer thread: a phase
+  that advances nothing for minutes, a compile or one large batch, still says it is alive), and
+  one at its end, each with the time since the run started (``specreplay: 0:01:05 replaying
+  1,200,000/4,000,000 rows (30%)``); ``--quiet`` silences both;
 - stdout stays parseable: the display never redirects stdout (rich would otherwise route
   ``print`` through its stderr console), and the command prints its text after the display has
   closed; the display is transient (gone once the command ends);
@@ -19,19 +24,26 @@ marks it done, with its time, when the block ends. Decisions:
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
-__all__ = ["Phases", "progress_bar"]
+__all__ = ["PLAIN_EVERY", "Phases", "progress_bar"]
+
+PLAIN_EVERY = 30.0
+"""Seconds between two plain progress lines within a phase (stderr not a terminal)."""
 
 
 class Phases:
     """One transient rich display on stderr for a command's run, a task per phase."""
 
     def __init__(self, quiet: bool) -> None:
-        self._on = not quiet and sys.stderr.isatty()
+        tty = sys.stderr.isatty()
+        self._on = not quiet and tty
+        self._plain = None if quiet or tty else _PlainLines(sys.stderr)
         self._bar: Any = None
 
     def __enter__(self) -> Phases:
@@ -70,6 +82,10 @@ class Phases:
 
     @contextmanager
     def _phase(self, what: str, total: int | None) -> Iterator[Callable[[int], None]]:
+        if self._plain is not None:
+            with self._plain.phase(what, total) as step:
+                yield step
+            return
         bar = self._bar
         if bar is None:
             yield _nothing
@@ -88,6 +104,49 @@ class Phases:
             if total is None:
                 bar.update(task, completed=max(done, 1))
             bar.stop_task(task)
+
+
+class _PlainLines:
+    """Progress as plain lines on a stream that is not a terminal (see the module docstring)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.start = time.monotonic()
+        self._lock = threading.Lock()
+
+    def _say(self, text: str) -> None:
+        s = int(time.monotonic() - self.start)
+        with self._lock:
+            self.stream.write(f"specreplay: {s // 3600}:{s // 60 % 60:02d}:{s % 60:02d} {text}\n")
+            self.stream.flush()
+
+    @contextmanager
+    def phase(self, what: str, total: int | None) -> Iterator[Callable[[int], None]]:
+        done = [0]
+        began = time.monotonic()
+        stop = threading.Event()
+
+        def status() -> str:
+            if total:
+                return f"{what} {done[0]:,}/{total:,} ({100 * done[0] // total}%)"
+            return f"{what} {done[0]:,}" if done[0] else f"{what} …"
+
+        def beat() -> None:
+            while not stop.wait(PLAIN_EVERY):
+                self._say(status())
+
+        def advance(n: int) -> None:
+            done[0] += n
+
+        self._say(f"{what} …")
+        timer = threading.Thread(target=beat, name="specreplay-progress", daemon=True)
+        timer.start()
+        try:
+            yield advance
+        finally:
+            stop.set()
+            timer.join()
+            self._say(f"{what} done in {time.monotonic() - began:.1f} s")
 
 
 def _nothing(n: int) -> None:

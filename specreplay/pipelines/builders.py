@@ -19,7 +19,14 @@ from specreplay.pipelines.options import SYNTH_DEPTH
 from specreplay.replay.scan import ArchiveScan, MassStats, Progress
 from specreplay.results.from_stats import comparison_cell, measured_cell
 from specreplay.results.io import write_result
-from specreplay.results.model import ArchiveSummary, Cell, KeptMass, KeptMasses, Result
+from specreplay.results.model import (
+    ArchiveSummary,
+    Cell,
+    KeptMass,
+    KeptMasses,
+    Result,
+    ShortRoundCounts,
+)
 from specreplay.results.output import WRITTEN_BY
 from specreplay.sim.synth import SynthConfig, logging_arm_name
 from specreplay.stats.cells import excluded_unbucketed
@@ -135,6 +142,7 @@ def archive_summary_of(scan: ArchiveScan) -> ArchiveSummary:
         optional_columns=tuple(sorted(r.columns)),
         carried_columns=r.carried,
         kept_mass=_kept_masses(scan),
+        short_rounds=ShortRoundCounts(**scan.short_rounds) if scan.short_rounds else None,
     )
 
 

@@ -47,6 +47,7 @@ from specreplay.pipelines.options import (
 )
 from specreplay.pipelines.policies import policy_arms, policy_choice
 from specreplay.pipelines.requalify import requalify_arms, requalify_replayed
+from specreplay.pipelines.shortrounds import ShortRounds, exclude_below
 from specreplay.pipelines.sweep import sweep_result
 from specreplay.render.demo_story import BITS_PREFIX
 from specreplay.replay.archive.sources import archive_rows
@@ -129,6 +130,10 @@ def _replay(archive: Path, seed: int, estimator: Estimator, progress: Progress) 
             progress=advance,
             companion=companion,
             auto=estimator == AUTO,
+            # the default --short-rounds capped, as each verb's own run (the demo's archive
+            # records every round whole: nothing is left out)
+            exclude_below=exclude_below(ShortRounds.CAPPED, arms.values()),
+            capped_only=True,
         )
     return resolve_auto(res, list(arms.values()))[0] if estimator == AUTO else res
 

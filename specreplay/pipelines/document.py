@@ -98,6 +98,8 @@ def excluded_entries(items: Iterable[dict[str, Any]]) -> tuple[Excluded, ...]:
             rows=e.get("rows"),
             rounds=e.get("rounds"),
             requests=e.get("requests"),
+            measured_R_kept=e.get("measured_R_kept"),
+            measured_R_all=e.get("measured_R_all"),
         )
         for e in items
     )

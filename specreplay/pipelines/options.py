@@ -586,7 +586,7 @@ class ReplayOptions:
         seed: Any = SEED.default,
         by: str | None = None,
         hash_ids: bool = False,
-        short_rounds: Any = ShortRounds.NULL,
+        short_rounds: Any = ShortRounds.CAPPED,
         ignore: str | Sequence[str] | None = (),
     ) -> Self:
         """Parse and check every value (the one constructor of the CLI and the API)."""

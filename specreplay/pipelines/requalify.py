@@ -47,6 +47,7 @@ from specreplay.pipelines.importance import (
 from specreplay.pipelines.options import RequalifyOptions
 from specreplay.pipelines.resample import Pairing, compared, resampled
 from specreplay.pipelines.shortrounds import (
+    ShortRounds,
     exclude_below,
     short_rounds_assumptions,
     short_rounds_excluded,
@@ -764,6 +765,7 @@ def _replay(
         runner=run.runner,
         exclude_below=exclude_below(opts.replay.short_rounds, arms.all.values()),
         auto=opts.replay.estimator == AUTO,
+        capped_only=opts.replay.short_rounds is ShortRounds.CAPPED,
     )
     n = opts.sample_requests
     wanted = sample_requests(res.requests, n, opts.replay.seed) if n else None

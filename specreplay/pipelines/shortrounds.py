@@ -1,4 +1,4 @@
-"""``--short-rounds null|exclude``: what a round shorter than the arm's depth does.
+"""``--short-rounds capped|null|exclude``: what a round shorter than the arm's depth does.
 
 See docs/inputs.md#position-traces-schema-v1.
 
@@ -7,7 +7,16 @@ arm ``@5``): the archive cannot say what positions 4 and 5 would have done, so t
 never extrapolated for it. Real engines cut the last round of nearly every request short (max
 new tokens, end of text), so the choice matters.
 
-``null`` (the default, docs/inputs.md#position-traces-schema-v1)
+``capped`` (the default, issue 16)
+    The rounds the request's end or token limit cut short are left out as under ``exclude``
+    (below the run's deepest arm, every arm and MEASURED, counted per cell): the rounds a
+    recorder marked ``capped`` (schema v2), and where the archive has no mark (or a null) a
+    request's last round (each file's requests' largest round number, scanned once). Every
+    capture has them (a request's last round; a round whose draft the token budget capped); a
+    drafter's own short proposals (vLLM's n-gram drafter proposes 2–4 tokens mid-request) are not
+    capped and act as under ``null``. An archive whose rounds all reach the asked depth (synth's,
+    the demo's) gives the same figures under every choice.
+``null`` (docs/inputs.md#position-traces-schema-v1)
     Depth d is supported in a cell only when every round in it records ≥ d positions. A cell
     holding a short round has that arm's R, and every delta the arm enters, null, with the
     count and the first short round (file and row or line) as the reason; the other cells are
@@ -50,8 +59,8 @@ __all__ = [
 
 
 def exclude_below(mode: ShortRounds, arms: Iterable[Arm]) -> int:
-    """Return the replay's ``exclude_below``: the deepest arm's depth under ``exclude``, else 0."""
-    if mode is not ShortRounds.EXCLUDE:
+    """Return the replay's ``exclude_below``: the deepest arm's depth (``exclude``, ``capped``)."""
+    if mode is ShortRounds.NULL:
         return 0
     return max((a.depth for a in arms), default=0)
 
@@ -69,6 +78,15 @@ def short_rounds_assumptions(mode: ShortRounds, below: int) -> list[str]:
     """Return the assumption lines of the ``--short-rounds`` choice."""
     if mode is ShortRounds.NULL:
         return [_NULL]
+    if mode is ShortRounds.CAPPED:
+        return [
+            "Capped rounds excluded (--short-rounds capped, the default): rounds recording "
+            f"fewer than {below} positions (the run's deepest arm) because the request's end or "
+            "token limit cut their draft short (marked capped by the recorder; where unmarked, "
+            "a request's last round) are left out of every arm's and the MEASURED sums, and "
+            "counted per cell under excluded; R describes rounds the drafter drafted in full. "
+            "Other short rounds keep the null rule (--short-rounds exclude leaves them out too)."
+        ]
     return [
         f"Short rounds excluded (--short-rounds exclude, a choice): rounds recording fewer than "
         f"{below} positions (the run's deepest arm) are left out of every arm's and the "
@@ -81,7 +99,7 @@ def short_rounds_assumptions(mode: ShortRounds, below: int) -> list[str]:
 
 
 def short_rounds_excluded(res: ReplayResult) -> list[dict[str, Any]]:
-    """Return results.json ``excluded`` entries for the rounds ``exclude`` left out."""
+    """Return results.json ``excluded`` entries for the rounds ``exclude``/``capped`` left out."""
     if res.exclude_below <= 0 or not res.sums:
         return []
     s = next(iter(res.sums.values()))
@@ -89,10 +107,24 @@ def short_rounds_excluded(res: ReplayResult) -> list[dict[str, Any]]:
     if rounds == 0:
         return []
     requests = int(np.unique(s.request[s.excluded > 0]).shape[0])
+    figures = {}
+    m = res.measured.sums
+    if "accepted" in res.columns and float(m.n.sum()) > 0:
+        n, t = float(m.n.sum()), float(m.t.sum())
+        figures = {
+            "measured_R_kept": t / n,
+            "measured_R_all": (t + float(s.excluded_t.sum())) / (n + float(rounds)),
+        }
     return [
         {
-            "reason": f"--short-rounds exclude: round records fewer than {res.exclude_below} "
-            "positions (the run's deepest arm)",
+            **figures,
+            "reason": (
+                f"--short-rounds capped: the request's end or token limit cut the round short "
+                f"of {res.exclude_below} positions (the run's deepest arm)"
+                if res.capped_only
+                else f"--short-rounds exclude: round records fewer than {res.exclude_below} "
+                "positions (the run's deepest arm)"
+            ),
             "rounds": rounds,
             "requests": requests,
         }

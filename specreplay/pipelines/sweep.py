@@ -64,6 +64,7 @@ from specreplay.pipelines.policies import (
 from specreplay.pipelines.requalify import Comparand, estimator_used, merge_comparisons
 from specreplay.pipelines.resample import Pairing, compared, resampled
 from specreplay.pipelines.shortrounds import (
+    ShortRounds,
     exclude_below,
     short_rounds_assumptions,
     short_rounds_excluded,
@@ -667,6 +668,7 @@ def _swept_passes(
             runner=run.runner,
             exclude_below=below,
             auto=ro.estimator == AUTO,
+            capped_only=ro.short_rounds is ShortRounds.CAPPED,
         )
     if ro.estimator == AUTO:
         with phase(progress, "tail check (auto)"):

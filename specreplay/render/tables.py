@@ -29,6 +29,7 @@ from specreplay.results.model import (
     Level,
     Result,
     Role,
+    ShortRoundCounts,
     Survival,
 )
 
@@ -37,6 +38,7 @@ __all__ = [
     "budget_tables",
     "capture_line",
     "comparison_tables",
+    "excluded_lines",
     "fmt",
     "ignored_summary",
     "importance_table",
@@ -45,6 +47,7 @@ __all__ = [
     "measured_tables",
     "path_bias_by_arm",
     "requalify_tables",
+    "short_round_lines",
 ]
 
 
@@ -174,10 +177,34 @@ def archive_summary(summary: ArchiveSummary, path: str, pooled: ArmFigure) -> st
         f"{optional} · carried: {carried}",
         f"depth coverage: {depth}",
         *kept_mass_lines(summary.kept_mass),
+        *short_round_lines(summary.short_rounds),
         f"MEASURED R pooled: {fmt(pooled.R)} retained tokens/round"
         + (f" ({pooled.null_reason})" if pooled.R is None else ""),
     ]
     return "\n".join(lines)
+
+
+def short_round_lines(c: ShortRoundCounts | None) -> list[str]:
+    """Return validate's line on what a default run does with the short rounds (none if none)."""
+    if c is None or c.short == 0:
+        return []
+    left = c.capped_marked + c.last_unmarked
+    parts = []
+    if c.capped_marked:
+        parts.append(f"{c.capped_marked:,} marked capped")
+    if c.last_unmarked:
+        parts.append(f"{c.last_unmarked:,} a request's last round, unmarked")
+    line = (
+        f"short rounds: {c.short:,} of {c.rounds:,} record fewer than {c.depth} positions; a "
+        f"default run (--short-rounds capped) leaves out {left:,} cut short by the request's end "
+        f"or token limit" + (f" ({'; '.join(parts)})" if parts else "")
+    )
+    if c.kept_short:
+        line += (
+            f" and keeps {c.kept_short:,} (cells holding them are null past their length; "
+            f"--short-rounds exclude leaves them out too)"
+        )
+    return [line]
 
 
 def kept_mass_lines(kept: KeptMasses | None) -> list[str]:
@@ -631,6 +658,25 @@ def _law_rows(law: Sequence[LawTest]) -> list[str]:
     ]
 
 
+def excluded_lines(result: Result) -> list[str]:
+    """One line per kind of rounds the run left out, with MEASURED R kept and over every round."""
+    out = []
+    for e in result.excluded:
+        if e.rounds is None:
+            continue
+        what = f"{e.rounds:,} {'round' if e.rounds == 1 else 'rounds'}"
+        if e.requests is not None:
+            what += f" in {e.requests:,} {'request' if e.requests == 1 else 'requests'}"
+        line = f"Excluded: {what} ({e.reason})"
+        if e.measured_R_kept is not None and e.measured_R_all is not None:
+            line += (
+                f"; MEASURED R {e.measured_R_kept:.4f} over the rounds kept, "
+                f"{e.measured_R_all:.4f} over every round"
+            )
+        out.append(line)
+    return out
+
+
 def tail_lines(result: Result) -> list[str]:
     """Lines naming the pooled figures that are ranges over the unseen mass (schema v2).
 
@@ -664,8 +710,8 @@ def requalify_tables(result: Result) -> str:
     """Verdict first, then deltas by cell, the reference gain, path bias, survival, law tests."""
     pooled = result.pooled
     main = pooled.delta(Role.CANDIDATE_VS_BASELINE)
-    lines = [_requalify_head(result, main), estimator_line(result), *unread_lines(result)]
-    lines += tail_lines(result)
+    lines = [_requalify_head(result, main), *excluded_lines(result), estimator_line(result)]
+    lines += [*unread_lines(result), *tail_lines(result)]
     method = interval_method_line(result)
     lines += [method] if method else []
     if main is not None:
@@ -753,6 +799,7 @@ def sweep_tables(result: Result) -> str:
         f"SWEEP (SIMULATED R, retained tokens per round, by fixed depth; estimator {used}"
         + (f"; cost {cost}, tokens/s ESTIMATED" if cost else "")
         + ")",
+        *excluded_lines(result),
         estimator_line(result),
         *unread_lines(result),
         *tail_lines(result),

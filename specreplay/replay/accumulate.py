@@ -146,8 +146,11 @@ class ArmSums:
         The place in the archive (:data:`~specreplay.replay.archive.batch.AT_FILE_SHIFT`) of
         the first of those rounds; :data:`NO_ROUND` where there is none.
     excluded : float64, (k,)
-        Rounds left out by ``--short-rounds exclude`` (fewer positions than the run's depth):
-        counted here, in no other sum.
+        Rounds left out by ``--short-rounds exclude`` or ``capped`` (fewer positions than the
+        run's depth): counted here, in no other sum.
+    excluded_t : float64, (k,)
+        Their MEASURED retained tokens, Σ (1 + A) (0 where the archive has no ``accepted``):
+        MEASURED over every round is (Σ t + Σ excluded_t) / (Σ n + Σ excluded).
     t : float64, (k, D)
         Σ E[1 + A] at depth d over the supported rounds (the estimator's per-round value).
     var : float64, (k, D)
@@ -181,6 +184,7 @@ class ArmSums:
     short: NDArray[np.float64]
     short_at: NDArray[np.int64]
     excluded: NDArray[np.float64]
+    excluded_t: NDArray[np.float64]
     t: NDArray[np.float64]
     var: NDArray[np.float64]
     surv: NDArray[np.float64]
@@ -240,6 +244,7 @@ _SUMMED = frozenset(
         "n",
         "short",
         "excluded",
+        "excluded_t",
         "t",
         "var",
         "surv",
@@ -273,6 +278,7 @@ class ReplayAccumulator:
             "short": (cap, self.d),
             "short_at": (cap, self.d),
             "excluded": (cap,),
+            "excluded_t": (cap,),
             "t": (cap, self.d),
             "var": (cap, self.d),
             "surv": (cap, self.d),
@@ -348,13 +354,16 @@ class ReplayAccumulator:
             limit = values.limit if values.limit is not None else values.width
             _add_widths(keys, values.depth, values.width, limit, a["width"], a["width_limit"])
 
-    def exclude(self, keys: NDArray[np.int64]) -> None:
-        """Count rounds left out (``--short-rounds exclude``) under their keys."""
+    def exclude(self, keys: NDArray[np.int64], retained: NDArray[np.float64] | None = None) -> None:
+        """Count rounds left out (``--short-rounds``) per key, with their retained tokens."""
         if keys.shape[0] == 0:
             return
         self._fit(keys)
         ex = self._arrays["excluded"]
         ex += np.bincount(keys, minlength=ex.shape[0]).astype(np.float64)
+        if retained is not None:
+            et = self._arrays["excluded_t"]
+            et += np.bincount(keys, weights=retained, minlength=et.shape[0])
 
     def result(
         self,
@@ -384,6 +393,7 @@ class ReplayAccumulator:
             short=a["short"][keys],
             short_at=a["short_at"][keys],
             excluded=a["excluded"][keys],
+            excluded_t=a["excluded_t"][keys],
             t=a["t"][keys],
             var=a["var"][keys],
             surv=a["surv"][keys],

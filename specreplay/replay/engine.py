@@ -183,6 +183,9 @@ class ReplayResult:
     exclude_below : int
         ``--short-rounds exclude``: rounds recording fewer positions than this were left out
         of every sum (counted in ``ArmSums.excluded``); 0: every round kept.
+    capped_only : bool
+        ``--short-rounds capped``: of those, only the rounds the request's end or token limit
+        cut short (:class:`~specreplay.replay.shard.ReplayOptions`).
     ignored : tuple of IgnoredEntry
         Entries of the archive's folder skipped by ``--ignore`` (they count nowhere).
     grouping : Grouping or None
@@ -216,6 +219,7 @@ class ReplayResult:
     unread: tuple[str, ...] = ()
     sources: tuple[ArchiveFile, ...] = ()
     exclude_below: int = 0
+    capped_only: bool = False
     ignored: tuple[IgnoredEntry, ...] = ()
     grouping: Grouping | None = None
 
@@ -374,10 +378,14 @@ class ReplayResult:
             f, loc = at_parts(first)
             where = f"; first at {format_location(self.sources[f], loc)}"
         rounds = "round records" if short == 1 else "rounds record"
+        kind = " (not capped by the request's end or limit)" if self.capped_only else ""
+        full = np.flatnonzero(s.short[sel].sum(axis=0) == 0)  # depths every round supports
+        deepest = int(full.max()) + 1 if full.shape[0] and full[0] == 0 else 0
+        ask = f"every round here supports depth {deepest} (ask @{deepest}), or " if deepest else ""
         return (
             f"{arm.canonical}: depth {d} is UNSUPPORTED in this cell: {short} {rounds} fewer "
-            f"than {d} positions{where} (never extrapolated; --short-rounds exclude leaves "
-            "such rounds out)"
+            f"than {d} positions{kind}{where} (never extrapolated): {ask}--short-rounds "
+            "exclude leaves such rounds out"
         )
 
     def unlogged_reason(self, arm: Arm, mask: NDArray[np.bool_] | None = None) -> str | None:
@@ -667,6 +675,7 @@ class OpenArchive:
         runner: Runner | None = None,
         exclude_below: int = 0,
         auto: bool = False,
+        capped_only: bool = False,
     ) -> ReplayResult:
         """Replay ``arms`` over every file, once; see :func:`replay_archive`.
 
@@ -688,6 +697,7 @@ class OpenArchive:
             group=self.group,
             columns=self.columns,
             exclude_below=exclude_below,
+            capped_only=capped_only,
         )
         reader, head, self._reader = self._reader, self._head, None
         first = self._batches if head is None else _chain(head, self._batches)
@@ -744,6 +754,7 @@ def _result(s: ShardSums, arms: list[Arm], opts: ReplayOptions, buckets: Buckets
         unread=s.unread,
         sources=tuple(s.sources),
         exclude_below=opts.exclude_below,
+        capped_only=opts.capped_only,
     )
     return res if len(s.group) == 1 else _by_families(res, s)
 
@@ -815,6 +826,7 @@ def replay_archive(
     exclude_below: int = 0,
     ignore: Sequence[str] = (),
     auto: bool = False,
+    capped_only: bool = False,
 ) -> ReplayResult:
     """Replay ``arms`` over the archive at ``path`` in one streaming pass.
 
@@ -826,16 +838,12 @@ def replay_archive(
         Distinct arms (by canonical form); any number share the one pass.
     estimator : str
         A key of :data:`~specreplay.replay.estimators.ESTIMATORS` (analytic, importance, …).
-    replicates : int
-        Monte Carlo replicates M per round.
-    seed : int
-        Seed of every draw (common to all arms: common random numbers).
+    replicates, seed : int
+        Monte Carlo replicates M per round; the seed of every draw (common to all arms).
     buckets : Buckets, optional
         Context buckets (default: the default buckets, docs/commands.md#common-options).
-    max_depth : int, optional
-        Depths 1..D replayed (default: the deepest arm).
-    batch_rows : int
-        Position rows per batch.
+    max_depth, batch_rows : int
+        Depths 1..D replayed (default: the deepest arm); position rows per batch.
     families, requests : set of str, optional
         Keep only these families / request ids (:meth:`ReplayResult.select`).
     logging_arm : Arm or str, optional
@@ -848,8 +856,9 @@ def replay_archive(
         A second estimator in the same pass (:func:`specreplay.replay.choice.auto_passes`).
     runner : Runner, optional
         Who replays the shards (a Dask cluster, the shard cache); default: this process.
-    exclude_below : int
-        ``--short-rounds exclude``: rounds recording fewer positions are left out; 0: none.
+    exclude_below, capped_only : int, bool
+        ``--short-rounds exclude``: rounds recording fewer positions are left out (0: none);
+        ``capped``: of those, only the ones the request's end or limit cut short.
     ignore : sequence of str
         ``--ignore`` globs: entries of a folder archive to skip (``ReplayResult.ignored``).
     auto : bool
@@ -871,6 +880,7 @@ def replay_archive(
         runner=runner,
         exclude_below=exclude_below,
         auto=auto,
+        capped_only=capped_only,
     )
     if families is None and requests is None:
         return res

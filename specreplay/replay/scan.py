@@ -29,6 +29,7 @@ __all__ = [
     "KeptMassAccumulator",
     "MassStats",
     "Progress",
+    "ShortRoundsAccumulator",
     "no_progress",
     "phase",
     "scan_archive",
@@ -125,6 +126,82 @@ class KeptMassAccumulator:
         return out[0], out[1]
 
 
+class ShortRoundsAccumulator:
+    """Count, over batches, the rounds a default run would leave out or keep short (validate).
+
+    A round is short when it records fewer positions than the deepest any round records (the
+    depth a run of the logging arm asks). A default run (``--short-rounds capped``) leaves out
+    the short rounds marked ``capped`` and, where the mark is unknown, a request's last round
+    (each request's last round is known here at the end: the scan reads every row); the others
+    stay and make the cells holding them null at depths past their length.
+    """
+
+    def __init__(self) -> None:
+        self._depths = np.zeros(0, np.int64)  # rounds by recorded positions
+        self._marked = np.zeros(0, np.int64)  # rounds marked capped, by depth
+        self._last_round = np.zeros(0, np.int64)  # per request code
+        self._last_depth = np.zeros(0, np.int64)
+        self._last_mark = np.zeros(0, np.int8)
+
+    @staticmethod
+    def _grow(a: NDArray[np.int64], size: int, fill: int = 0) -> NDArray[np.int64]:
+        if a.shape[0] >= size:
+            return a
+        out = np.full(size, fill, a.dtype)
+        out[: a.shape[0]] = a
+        return out
+
+    def add(self, batch: RoundBatch) -> None:
+        """Add a batch's rounds (in archive order)."""
+        if batch.n_rounds == 0:
+            return
+        depth = batch.round_depth.astype(np.int64)
+        top = int(depth.max()) + 1
+        self._depths = self._grow(self._depths, top)
+        self._depths[:top] += np.bincount(depth, minlength=top)
+        mark = batch.round_capped if batch.round_capped.shape[0] else np.full(depth.shape[0], -1)
+        self._marked = self._grow(self._marked, top)
+        self._marked[:top] += np.bincount(depth[mark == 1], minlength=top)
+        req = batch.round_request
+        size = int(req.max()) + 1
+        self._last_round = self._grow(self._last_round, size, -1)
+        self._last_depth = self._grow(self._last_depth, size)
+        if self._last_mark.shape[0] < size:
+            grown = np.full(size, -1, np.int8)
+            grown[: self._last_mark.shape[0]] = self._last_mark
+            self._last_mark = grown
+        # each request's last round in the batch (rounds of a request increase: validated)
+        order = np.lexsort((batch.round_index, req))
+        r_sorted = req[order]
+        last = order[np.append(r_sorted[1:] != r_sorted[:-1], True)]
+        later = batch.round_index[last] > self._last_round[req[last]]
+        last = last[later]
+        self._last_round[req[last]] = batch.round_index[last]
+        self._last_depth[req[last]] = depth[last]
+        self._last_mark[req[last]] = mark[last]
+
+    def result(self) -> dict[str, int] | None:
+        """Return the counts (None without rounds; see results.model.ShortRounds)."""
+        total = int(self._depths.sum())
+        if total == 0:
+            return None
+        deepest = int(np.flatnonzero(self._depths)[-1])
+        short = int(self._depths[:deepest].sum())
+        marked = int(self._marked[:deepest].sum())
+        seen = self._last_round >= 0
+        last = int(((self._last_depth < deepest) & (self._last_mark < 0) & seen).sum())
+        shortest = int(np.flatnonzero(self._depths)[0])
+        return {
+            "depth": deepest,
+            "rounds": total,
+            "short": short,
+            "capped_marked": marked,
+            "last_unmarked": last,
+            "kept_short": short - marked - last,
+            "shortest": shortest,
+        }
+
+
 @dataclass(frozen=True)
 class ArchiveScan:
     """An archive read once: its tables, shape and MEASURED accumulations.
@@ -172,6 +249,7 @@ class ArchiveScan:
     kept_draft: MassStats | None = None
     kept_target: MassStats | None = None
     tails_recorded: bool = False
+    short_rounds: dict[str, int] | None = None
 
     @classmethod
     def of_reader(
@@ -179,6 +257,7 @@ class ArchiveScan:
         reader: ArchiveReader,
         measured: MeasuredArchive,
         kept: KeptMassAccumulator | None = None,
+        short: ShortRoundsAccumulator | None = None,
     ) -> ArchiveScan:
         """Return the scan of an archive the reader has read to the end."""
         draft, target = kept.result() if kept is not None else (None, None)
@@ -198,6 +277,7 @@ class ArchiveScan:
             kept_draft=draft,
             kept_target=target,
             tails_recorded=kept.tails if kept is not None else False,
+            short_rounds=short.result() if short is not None else None,
         )
 
     @classmethod
@@ -265,9 +345,11 @@ def scan_archive(
     )
     acc = MeasuredAccumulator(len(reader.buckets.names))
     kept = KeptMassAccumulator()
+    short = ShortRoundsAccumulator()
     with progress(f"reading {path.name}", archive_rows(path, ignore)) as advance:
         for batch in reader:
             acc.add(batch)
             kept.add(batch)
+            short.add(batch)
             advance(batch.n_positions)
-    return ArchiveScan.of_reader(reader, acc.result(), kept)
+    return ArchiveScan.of_reader(reader, acc.result(), kept, short)

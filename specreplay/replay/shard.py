@@ -128,6 +128,11 @@ class ReplayOptions:
         ``--short-rounds exclude``: rounds recording fewer positions than this (the run's
         deepest arm) enter no sum, MEASURED ones included; they are counted per (request,
         bucket) in ``ArmSums.excluded``. 0 (``--short-rounds null``): every round is kept.
+    capped_only : bool
+        ``--short-rounds capped`` (the default): of those rounds, only the ones the request's
+        end or token limit cut short are left out: marked ``capped`` (schema v2), or, where the
+        mark is unknown, a request's last round (:meth:`~specreplay.replay.archive.reader.
+        ArchiveReader.last_round_of`); the other short rounds stay (their cells are null).
     """
 
     estimators: tuple[str, ...] = ("analytic",)
@@ -142,6 +147,7 @@ class ReplayOptions:
     group: tuple[str, ...] = ("family",)
     columns: frozenset[str] | None = None
     exclude_below: int = 0
+    capped_only: bool = False
 
     @property
     def estimator(self) -> str:
@@ -150,10 +156,11 @@ class ReplayOptions:
 
 
 PASS_COLUMNS: frozenset[str] = frozenset(
-    {"drafted_id", "accepted", "logging_arm", "draft_tail", "target_tail"}
+    {"drafted_id", "accepted", "logging_arm", "draft_tail", "target_tail", "capped"}
 )
 """Optional columns every replay pass reads: the drafted index, the MEASURED figures, the
-logging arm, and schema v2's tails (a replay must know what mass its laws leave out)."""
+logging arm, and schema v2's tails (a replay must know what mass its laws leave out) and marks
+(``capped``: which short rounds the default leaves out)."""
 
 
 def needed_columns(
@@ -480,23 +487,53 @@ def _tail_at(tail: NDArray[np.float64], i: int) -> str:
 
 
 def _drop_short(
-    batch: RoundBatch, below: int, n_buckets: int, accs: list[ReplayAccumulator]
+    batch: RoundBatch,
+    options: ReplayOptions,
+    reader: ArchiveReader,
+    n_buckets: int,
+    accs: list[ReplayAccumulator],
 ) -> RoundBatch:
     """Leave out the rounds recording fewer than ``below`` positions; count them in ``accs``.
 
     ``--short-rounds exclude`` (``ReplayOptions.exclude_below``; 0: keep every round): the rounds
     left out enter no sum, MEASURED ones included, so every arm, and the archive's MEASURED
     figures, are computed on the same rounds; each accumulator counts them per (request, bucket).
+    ``--short-rounds capped`` (``capped_only``): of those, only the rounds marked capped or,
+    where the mark is unknown, a request's last round.
     """
+    below = options.exclude_below
     if below <= 0:
         return batch
     drop = batch.round_depth < below
     if not drop.any():
         return batch
+    if options.capped_only:
+        drop = drop & _capped(batch, drop, reader)
+        if not drop.any():
+            return batch
     keys = batch.round_request[drop] * n_buckets + batch.round_bucket[drop]
+    measured = batch.measured_accepted[drop]
+    retained = (1.0 + measured).astype(np.float64) if (measured >= 0).all() else None
     for acc in accs:
-        acc.exclude(keys)
+        acc.exclude(keys, retained)
     return take_rounds(batch, ~drop)
+
+
+def _capped(
+    batch: RoundBatch, short: NDArray[np.bool_], reader: ArchiveReader
+) -> NDArray[np.bool_]:
+    """Which rounds the request's end or token limit cut short (of the ``short`` ones).
+
+    Marked ``capped`` (1), or, where the mark is unknown (−1, or no column), the request's last
+    round in the reader's files.
+    """
+    cap = batch.round_capped if batch.round_capped.shape[0] else np.full(batch.n_rounds, -1)
+    out: NDArray[np.bool_] = short & (cap == 1)
+    unknown = np.flatnonzero(short & (cap < 0))
+    if unknown.shape[0]:
+        last = reader.last_round_of(batch.round_request[unknown])
+        out[unknown] = batch.round_index[unknown] == last
+    return out
 
 
 def replay_reader(
@@ -533,7 +570,7 @@ def replay_reader(
         if options.law_positions > 0:
             here = LawSample.from_batch(batch, options.law_positions, options.seed)
             sample = LawSample.merge(sample, here, options.law_positions)
-        batch = _drop_short(batch, options.exclude_below, nb, every_acc)
+        batch = _drop_short(batch, options, reader, nb, every_acc)
         if batch.n_rounds == 0:
             continue
         measured.add(batch)

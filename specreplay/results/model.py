@@ -134,19 +134,26 @@ class InputIgnored:
     glob: str
 
 
+OMIT_NONE = "omit_none"
+"""Metadata key of a field left out of results.json while it is None (a key only one command has:
+``screen``'s ``scrapes`` and ``scrape_delta``), so no other command's results.json changes."""
+
+
 @dataclass(frozen=True)
 class Excluded:
-    """Rows, rounds or requests left out under an explicit option, with the reason."""
+    """Rows, rounds or requests left out under an option (or the default), with the reason.
+
+    ``measured_R_kept``, ``measured_R_all`` (present only for rounds ``--short-rounds`` left
+    out, in an archive with ``accepted``): the MEASURED R over the rounds kept and over every
+    round, so the served figure stays beside the one the comparison used.
+    """
 
     reason: str
     rows: int | None = None
     rounds: int | None = None
     requests: int | None = None
-
-
-OMIT_NONE = "omit_none"
-"""Metadata key of a field left out of results.json while it is None (a key only one command has:
-``screen``'s ``scrapes`` and ``scrape_delta``), so no other command's results.json changes."""
+    measured_R_kept: float | None = field(default=None, metadata={OMIT_NONE: True})
+    measured_R_all: float | None = field(default=None, metadata={OMIT_NONE: True})
 
 
 @dataclass(frozen=True)
@@ -695,6 +702,27 @@ class KeptMasses:
 
 
 @dataclass(frozen=True)
+class ShortRoundCounts:
+    """What a default run does with an archive's short rounds (``validate``; issue 16).
+
+    ``depth``: the most positions any round records (the depth a run of the logging arm asks);
+    ``short`` of ``rounds`` record fewer. A default run (``--short-rounds capped``) leaves out
+    ``capped_marked`` (marked ``capped``: the request's end or token limit) and
+    ``last_unmarked`` (a request's last round, where the mark is unknown), and keeps
+    ``kept_short`` (the drafter's own short proposals: the cells holding them are null past
+    their length); ``shortest``: the fewest positions a round records.
+    """
+
+    depth: int
+    rounds: int
+    short: int
+    capped_marked: int
+    last_unmarked: int
+    kept_short: int
+    shortest: int
+
+
+@dataclass(frozen=True)
 class ArchiveSummary:
     """The shape of a position-trace archive, as ``validate`` and ``demo`` describe it."""
 
@@ -711,6 +739,7 @@ class ArchiveSummary:
     optional_columns: tuple[str, ...]
     carried_columns: tuple[str, ...]
     kept_mass: KeptMasses | None = field(default=None, metadata={OMIT_NONE: True})
+    short_rounds: ShortRoundCounts | None = field(default=None, metadata={OMIT_NONE: True})
 
 
 class Replicates(Protocol):

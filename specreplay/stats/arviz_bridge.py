@@ -102,6 +102,21 @@ def hdi_eti(comp: Comparison, prob: float = 0.95) -> Comparison:
     return dataclasses.replace(comp, cells=tuple(cells))
 
 
+def _arviz() -> Any:
+    """Return the ``arviz`` module; one line saying how to install it when it is absent.
+
+    ArviZ is an optional extra (``specreplay[arviz]``): only ``Result.to_arviz()`` needs it.
+    """
+    try:
+        import arviz as az  # type: ignore[import-untyped]
+    except ImportError:
+        raise SpecReplayError(
+            "to_arviz() needs ArviZ, an optional extra: pip install 'specreplay[arviz]' "
+            "(arviz>=1.3,<2)"
+        ) from None
+    return az
+
+
 def _cell_name(cell: Cell) -> str:
     parts = [cell.family or "", cell.bucket or ""]
     name = " × ".join(p for p in parts if p)
@@ -115,8 +130,7 @@ def replicates_tree(comp: Comparison) -> Any:
     ``rb`` (R_b), dims (chain, draw, cell); the ``cell`` coordinate names each cell
     (``pooled``, a family, a bucket, ``family × bucket``).
     """
-    import arviz as az  # type: ignore[import-untyped]
-
+    az = _arviz()
     names = [_cell_name(c) for c in comp.layout]
     draws = {"delta": comp.delta_reps, "rel": comp.rel_reps, "rb": comp.rb_reps}
     return az.from_dict(
@@ -159,8 +173,7 @@ class DepthReplicates:
         the reference depth) and ``rel`` (``delta`` / R at the reference depth), dims (chain,
         draw, arm, depth, cell); NaN at an unsupported depth.
         """
-        import arviz as az
-
+        az = _arviz()
         arms = list(self.comparisons)
         depths = sorted({d for per in self.comparisons.values() for d in per})
         comps = [c for per in self.comparisons.values() for c in per.values()]

@@ -18,11 +18,15 @@ __all__ = ["ShortRounds", "parse_short_rounds"]
 class ShortRounds(enum.StrEnum):
     """What a round recording fewer positions than an arm's depth does.
 
+    ``CAPPED`` (the default, issue 16): a round the request's end or token limit cut short
+    (marked ``capped``, or a request's last round where the archive has no mark) is left out of
+    every sum of the run, counted per cell; any other short round acts as under ``NULL``.
     ``NULL`` (docs/inputs.md#position-traces-schema-v1): the cells holding it are null, with the
     count and the first such round. ``EXCLUDE``: it is left out of every sum of the run, counted per
     cell.
     """
 
+    CAPPED = "capped"
     NULL = "null"
     EXCLUDE = "exclude"
 
@@ -40,4 +44,6 @@ def parse_short_rounds(text: str | ShortRounds) -> ShortRounds:
     try:
         return ShortRounds(str(text).strip().lower())
     except ValueError:
-        raise SpecReplayError(f"--short-rounds: {text!r} should be null or exclude") from None
+        raise SpecReplayError(
+            f"--short-rounds: {text!r} should be capped, null or exclude"
+        ) from None

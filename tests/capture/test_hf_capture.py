@@ -201,6 +201,27 @@ def test_validate_passes_and_measured_equals_the_engine_count(sampled: Run) -> N
     assert tokens / len(drafted) == fig.R
 
 
+def test_a_default_requalify_answers(sampled: Run) -> None:
+    """Issue 16, item 1: the adapter marks the rounds the token budget or an EOS cut short
+    (``capped``), and a requalify with every default gives a pooled verdict and no UNSUPPORTED
+    cell: the capped rounds are left out and counted."""
+    rows = pl.read_parquet(sorted(sampled.path.glob("*.parquet")))
+    per_round = rows.group_by("request_id", "round").agg(
+        pl.len().alias("n"), pl.col("capped").first(), pl.col("capped").n_unique().alias("u")
+    )
+    assert (per_round["u"] == 1).all()  # one mark per round
+    assert per_round.filter(pl.col("capped"))["n"].max() < K  # marked: short rounds only
+    assert per_round.filter(~pl.col("capped"))["n"].min() == K  # every short round is marked
+    capped = int(per_round["capped"].sum())
+    res = api.requalify(sampled.path, baseline=f"t1@{K}", candidate=f"t1:dyadic8@{K}", n_boot=1000)
+    assert res.requalification is not None and res.requalification.verdict is not None
+    cells = res.to_polars("cells")
+    assert not cells["null_reason"].drop_nulls().str.contains("UNSUPPORTED").any()
+    (entry,) = [e for e in res.excluded if "--short-rounds capped" in e.reason]
+    assert entry.rounds == capped > 0
+    print(f"\n{capped} capped rounds left out; verdict {res.requalification.verdict}")
+
+
 def test_measured_with_short_rounds_excluded(sampled: Run, rq_top8: Any) -> None:
     full = [r for rs in sampled.engine for r in rs if r.drafted == K]
     short = sum(0 < r.drafted < K for rs in sampled.engine for r in rs)

@@ -74,6 +74,10 @@ class RoundBatch:
         Where each position row was read, encoded as ``round_at`` is, so that a replay meeting a
         row it cannot use names it (:func:`~specreplay.replay.archive.sources.format_location`);
         empty for batches built elsewhere than by the reader.
+    round_capped : int8, (n_rounds,) or (0,)
+        Schema v2's mark (issue 16): 1 where the request's end or token limit capped the round's
+        draft length, 0 where it did not, −1 unknown; (0,) for batches built elsewhere than by
+        the reader.
     round_at : int64, (n_rounds,) or (0,) when unknown
         Where the round's first position row is: ``file index << AT_FILE_SHIFT | row/line``
         (:data:`AT_FILE_SHIFT`; rows of Parquet files 0-based, lines of JSONL 1-based), file
@@ -102,6 +106,7 @@ class RoundBatch:
     round_at: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     draft_tail: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, np.float64))
     target_tail: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0, np.float64))
+    round_capped: NDArray[np.int8] = field(default_factory=lambda: np.zeros(0, np.int8))
 
     @property
     def n_positions(self) -> int:

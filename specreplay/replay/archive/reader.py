@@ -40,6 +40,7 @@ from specreplay.replay.archive import ordercheck, rowcheck
 from specreplay.replay.archive.batch import AT_FILE_SHIFT, RoundBatch
 from specreplay.replay.archive.schema import (
     LIST_COLUMNS,
+    MARK_COLUMNS,
     OPTIONAL,
     REQUIRED,
     SCHEMA_V1,
@@ -53,6 +54,7 @@ from specreplay.replay.archive.sources import (
     archive_listing,
     file_columns,
     format_location,
+    last_rounds,
     read_chunks,
 )
 from specreplay.sim.arms import Arm, parse_arm
@@ -109,6 +111,7 @@ class _Rows:
     pos: NDArray[np.int64]
     didx: NDArray[np.int32]
     acc: NDArray[np.int8]
+    cap: NDArray[np.int8]  # capped: 1/0, −1 unknown (null, or no column)
     req: NDArray[np.int64]
     rnd: NDArray[np.int64]
     ctx: NDArray[np.int64]
@@ -292,6 +295,7 @@ class ArchiveReader:
         self.truncated = False
         self.files: list[FileInfo] = []
         self.columns: frozenset[str] = frozenset()
+        self._last_rounds: dict[str, int] | None = None
         self.extra_columns: tuple[str, ...] = ()
         if isinstance(logging_arm, str):
             arm, problem = _parsed_arm(logging_arm)
@@ -377,6 +381,21 @@ class ArchiveReader:
             yield self._to_batch(_Rows.concat([*parts[:-1], head]))
         yield self._to_batch(last)
 
+    def last_round_of(self, codes: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Return each request code's largest round number in this reader's files.
+
+        Scanned once, on first use (two columns per file: :func:`~specreplay.replay.archive.
+        sources.last_rounds`); −1 for a request the scan did not see.
+        """
+        if self._last_rounds is None:
+            last: dict[str, int] = {}
+            for f in self.archive_files:
+                for rid, rnd in last_rounds(f).items():
+                    last[rid] = max(rnd, last.get(rid, rnd))
+            self._last_rounds = last
+        table = self._last_rounds
+        return np.array([table.get(self.requests[int(c)], -1) for c in codes], np.int64)
+
     def request_bounds(self) -> dict[str, NDArray[np.int64]]:
         """Where each request code's rows were read so far, for checks that span readers.
 
@@ -453,8 +472,13 @@ class ArchiveReader:
         issues = list(chunk.issues)
         frame, locs = chunk.frame, chunk.locs
         reported = {i.loc for i in issues}
-        # a null tail is an unknown tail (schema v2), not a missing value
-        present = [c for c in frame.columns if c in SCHEMA_V1 and c not in TAIL_COLUMNS]
+        # a null tail is an unknown tail (schema v2), and a null mark an unknown mark: not
+        # missing values
+        present = [
+            c
+            for c in frame.columns
+            if c in SCHEMA_V1 and c not in TAIL_COLUMNS and c not in MARK_COLUMNS
+        ]
         bad = np.zeros(frame.height, dtype=bool)
         if frame.height:
             # nulls (and nulls inside lists) drop the row
@@ -556,6 +580,11 @@ class ArchiveReader:
             if has_acc
             else np.full(n, -1, dtype=np.int8)
         )
+        cap = (
+            frame.get_column("capped").cast(pl.Int8).fill_null(-1).to_numpy().astype(np.int8)
+            if "capped" in frame.columns
+            else np.full(n, -1, dtype=np.int8)
+        )
         issues.extend(
             self._order_issues(file, frame, (req, rnd, pos, ctx, fam, acc), locs, after_drop)
         )
@@ -565,7 +594,7 @@ class ArchiveReader:
         extras = frame.select([c for c in frame.columns if c not in SCHEMA_V1])
         place = (np.int64(file.index) << np.int64(AT_FILE_SHIFT)) | locs.astype(np.int64)
         rows = _Rows(
-            lens0, cand, lp, tp, eq, tails, pos, didx, acc, req, rnd, ctx, fam, place, extras
+            lens0, cand, lp, tp, eq, tails, pos, didx, acc, cap, req, rnd, ctx, fam, place, extras
         )
         return rows, issues
 
@@ -822,6 +851,7 @@ class ArchiveReader:
             round_context=ctx,
             round_depth=np.diff(round_offsets).astype(np.int32),
             measured_accepted=measured,
+            round_capped=rows.cap[starts],
             extras=rows.extras,
             row_at=rows.at,
             round_at=rows.at[starts],

@@ -7,7 +7,9 @@ Schema v2 (issue 15) is v1 plus optional columns; a v1 archive is a v2 archive w
 kept candidates (the engine's laws over its whole vocabulary; null: unknown). With them,
 ``emitted_q`` is the engine's law on the kept candidates, never renormalised: Σ emitted_q +
 draft_tail = 1 and Σ target_probs + target_tail = 1. Without them (v1, or a null), ``emitted_q``
-sums to 1 on the candidates and the target's missing mass is unknown. Issues 16 and 19 add their
+sums to 1 on the candidates and the target's missing mass is unknown. ``capped`` (issue 16), a
+round-level mark repeated on each of its rows: True where the request's end or its token limit
+capped the round's draft length (a recorder knows; null or absent: unknown). Issue 19 adds its
 marks to the same version. ``SCHEMA_V1`` holds every known column of either version.
 
 A **position trace** has one row per (request, round, position). Required columns describe what the
@@ -25,6 +27,7 @@ __all__ = [
     "FLOAT_LIST_COLUMNS",
     "INT_COLUMNS",
     "LIST_COLUMNS",
+    "MARK_COLUMNS",
     "OPTIONAL",
     "REQUIRED",
     "SCHEMA_V1",
@@ -46,6 +49,7 @@ SCHEMA_V1: Final[dict[str, pl.DataType]] = {
     "emitted_q": pl.List(pl.Float64()),
     "draft_tail": pl.Float64(),
     "target_tail": pl.Float64(),
+    "capped": pl.Boolean(),
 }
 """Canonical dtype of every known column (schema v1, then v2's), in canonical order."""
 
@@ -66,9 +70,13 @@ OPTIONAL: Final[tuple[str, ...]] = (
     "emitted_q",
     "draft_tail",
     "target_tail",
+    "capped",
 )
 TAIL_COLUMNS: Final[tuple[str, ...]] = ("draft_tail", "target_tail")
 """Schema v2: the draft and target mass outside the kept candidates, per position."""
+MARK_COLUMNS: Final[tuple[str, ...]] = ("capped",)
+"""Schema v2's round marks: ``capped`` (issue 16), the round's draft length capped by the request's
+end or token limit (read from the round's first row)."""
 INT_COLUMNS: Final[tuple[str, ...]] = ("context_tokens", "round", "position", "drafted_id")
 FLOAT_LIST_COLUMNS: Final[tuple[str, ...]] = ("draft_logprobs", "target_probs", "emitted_q")
 LIST_COLUMNS: Final[tuple[str, ...]] = ("cand_ids", *FLOAT_LIST_COLUMNS)

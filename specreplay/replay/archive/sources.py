@@ -99,6 +99,7 @@ from specreplay.replay.archive.filehash import watch
 from specreplay.replay.archive.schema import (
     INT_COLUMNS,
     LIST_COLUMNS,
+    MARK_COLUMNS,
     REQUIRED,
     SCHEMA_V1,
     TAIL_COLUMNS,
@@ -502,6 +503,8 @@ def _dtype_ok(name: str, dtype: pl.DataType) -> bool:
         return dtype.is_integer()
     if name == "accepted":
         return isinstance(dtype, pl.Boolean)
+    if name == "capped":  # a mark, or an all-null column (a writer that knew none)
+        return isinstance(dtype, pl.Boolean | pl.Null)
     if name in TAIL_COLUMNS:  # a float, or an all-null column (a writer that knew no tail)
         return dtype.is_float() or dtype.is_integer() or isinstance(dtype, pl.Null)
     if name in LIST_COLUMNS:
@@ -527,6 +530,7 @@ _EXPECTED: Final[dict[str, str]] = {
     "emitted_q": "list of floats",
     "draft_tail": "float",
     "target_tail": "float",
+    "capped": "boolean",
 }
 
 
@@ -560,6 +564,26 @@ def _check_ipc_magic(file: ArchiveFile) -> None:
         raise SpecReplayError(
             f"{file.path}: cannot read as Arrow IPC: not an Arrow IPC file: {why}"
         )
+
+
+def last_rounds(file: ArchiveFile) -> dict[str, int]:
+    """Return each request's largest round number in ``file`` (the ``capped`` default's scan).
+
+    Two columns of a Parquet or IPC file (polars' lazy scan); a JSON Lines file is read through
+    :func:`read_chunks` (its lines are parsed whole). Unreadable values are skipped: the reader
+    reports them when it reads the file.
+    """
+    if file.kind == "jsonl":
+        frames = [c.frame.select("request_id", "round") for c in read_chunks(file, 1 << 16)]
+        frame = pl.concat(frames) if frames else pl.DataFrame({"request_id": [], "round": []})
+    else:
+        frame = (
+            scan_file(file)
+            .select(pl.col("request_id").cast(pl.String), pl.col("round").cast(pl.Int64))
+            .collect()
+        )
+    last = frame.drop_nulls().group_by("request_id").agg(pl.col("round").max())
+    return dict(zip(last["request_id"].to_list(), last["round"].to_list(), strict=True))
 
 
 def scan_file(file: ArchiveFile) -> pl.LazyFrame:
@@ -866,8 +890,8 @@ def _parse_line(
 def _check_value(name: str, value: Any) -> str | None:
     exp = _EXPECTED[name]
     if value is None:
-        if name in TAIL_COLUMNS:
-            return None  # null: the tail is unknown
+        if name in TAIL_COLUMNS or name in MARK_COLUMNS:
+            return None  # null: the tail (the mark) is unknown
         return f"missing value in column {name!r}"
     if exp == "float":
         ok = type(value) in (float, int)

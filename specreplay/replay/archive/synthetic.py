@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
-from specreplay.replay.archive.schema import SCHEMA_V1, TAIL_COLUMNS
+from specreplay.replay.archive.schema import MARK_COLUMNS, SCHEMA_V1, TAIL_COLUMNS
 from specreplay.sim.synth import (
     SynthConfig,
     SynthShard,
@@ -27,7 +27,8 @@ from specreplay.sim.toy import FAMILIES
 __all__ = ["FRAME_SCHEMA", "for_form", "shard_frame", "synth_frames"]
 
 FRAME_SCHEMA: dict[str, pl.DataType] = {
-    **{c: t for c, t in SCHEMA_V1.items() if c not in TAIL_COLUMNS},  # whole laws: no tail
+    # whole laws, full rounds: no tail and no mark
+    **{c: t for c, t in SCHEMA_V1.items() if c not in TAIL_COLUMNS and c not in MARK_COLUMNS},
     "toy_state": pl.UInt64(),
 }
 
