@@ -464,3 +464,14 @@ def _dist(req: str) -> str:
 
     name = re.split(r"[\[<>=!~; ]", req.strip(), maxsplit=1)[0]
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_an_unknown_role_raises_with_the_valid_ones() -> None:
+    """Issue 16, item 8: a wrong role name no longer returns None silently."""
+    from specreplay.errors import SpecReplayError
+    from specreplay.results.model import Cell, Level, Role
+
+    cell = Cell(level=Level.POOLED, family=None, bucket=None, n_requests=0, arms={}, deltas=())
+    assert cell.delta(Role.PATH_BIAS) is None and cell.delta("path-bias") is None  # none here
+    with pytest.raises(SpecReplayError, match=r"role 'candidate-vs-base': .*candidate-vs-baseline"):
+        cell.delta("candidate-vs-base")

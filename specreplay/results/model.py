@@ -116,6 +116,15 @@ class Role(StrEnum):
     DEPTH_VS_REFERENCE = "depth-vs-reference"
 
 
+def _role(role: Role | str) -> Role:
+    """Return ``role`` as a :class:`Role`; one line naming the valid roles otherwise."""
+    try:
+        return Role(role)
+    except ValueError:
+        valid = ", ".join(r.value for r in Role)
+        raise SpecReplayError(f"role {role!r}: not a delta role; the roles: {valid}") from None
+
+
 @dataclass(frozen=True)
 class InputFile:
     """A file the command read: path, SHA-256, size in bytes, rows (None when not counted)."""
@@ -613,9 +622,14 @@ class Cell:
     group: dict[str, str] | None = None
     excluded: int | None = None
 
-    def delta(self, role: Role) -> Delta | None:
-        """Return the cell's delta of ``role`` (None when it has none)."""
-        return next((d for d in self.deltas if d.role == role), None)
+    def delta(self, role: Role | str) -> Delta | None:
+        """Return the cell's delta of ``role`` (None when it has none).
+
+        ``role``: a :class:`Role` or its spelling (``"candidate-vs-baseline"``); a name that is
+        no role raises :class:`~specreplay.errors.SpecReplayError` with the valid ones.
+        """
+        r = _role(role)
+        return next((d for d in self.deltas if d.role == r), None)
 
     def best_depth_figure(self, arm: str) -> DepthFigure | None:
         """Return ``arm``'s figure at its best depth (``best_depth``; None without one)."""
