@@ -87,6 +87,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from specreplay.commands.budget import DEFAULT_X_GRID, BudgetOptions, budget_inputs, budget_run
 from specreplay.commands.convert import ConvertedArchive, convert_archive
@@ -170,6 +171,22 @@ PathLike = str | os.PathLike[str]
 MarginLike = str | float | Margin
 """A margin: the CLI's text (``"0.5%"``, ``"0.01"``), a relative float, or a Margin."""
 ArmLike = str | Arm
+
+
+def _with_level(params: dict[str, Any]) -> dict[str, Any]:
+    """Return a verb's parameters with ``confidence_level`` (scipy's name) as ``level``.
+
+    Both given and different: one line (no silent choice between them).
+    """
+    given = params.pop("confidence_level", None)
+    if given is None:
+        return params
+    if params["level"] not in (LEVEL.default, given):
+        raise SpecReplayError(
+            f"level={params['level']!r} and confidence_level={given!r}: give one "
+            "(confidence_level is scipy's name for level)"
+        )
+    return {**params, "level": given}
 
 
 def _bar(progress: bool) -> Progress:
@@ -340,6 +357,7 @@ def requalify(
     n_boot: int = N_BOOT.default,
     stratify: Stratify | str = Stratify.FAMILY,
     level: float = LEVEL.default,
+    confidence_level: float | None = None,
     min_requests: int = MIN_REQUESTS.default,
     buckets: str | Buckets = "",
     logging_arm: ArmLike | None = None,
@@ -363,9 +381,11 @@ def requalify(
     law tests. ``families``: comma-separated or a sequence. ``scheduler``, ``workers``,
     ``cache``: as ``--scheduler``, ``--workers``, ``--cache`` (:func:`_backend`). ``ignore``:
     as ``--ignore`` (``result.inputs_ignored`` lists what was skipped). ``short_rounds``:
-    ``null`` or ``exclude``, as ``--short-rounds`` (:mod:`specreplay.pipelines.shortrounds`).
+    ``capped`` (the default), ``null`` or ``exclude``, as ``--short-rounds``
+    (:mod:`specreplay.pipelines.shortrounds`). ``confidence_level``: ``level`` as
+    ``scipy.stats.bootstrap`` spells it.
     """
-    params = dict(locals())  # the parameters, before any other name is bound
+    params = _with_level(dict(locals()))  # the parameters, before any other name is bound
     a = Path(archive)
     opts = RequalifyOptions.build(**options_of(params))
     backend = _backend(scheduler, workers, cache)
@@ -388,6 +408,7 @@ def sweep(
     n_boot: int = SWEEP_N_BOOT,
     stratify: Stratify | str = Stratify.FAMILY,
     level: float = LEVEL.default,
+    confidence_level: float | None = None,
     min_requests: int = MIN_REQUESTS.default,
     buckets: str | Buckets = "",
     logging_arm: ArmLike | None = None,
@@ -416,7 +437,7 @@ def sweep(
     a sequence; brace lists expand); each cell's ``policies`` then hold them
     (docs/methods.md#policies-adaptive-drafting).
     """
-    params = dict(locals())  # the parameters, before any other name is bound
+    params = _with_level(dict(locals()))  # the parameters, before any other name is bound
     params["arms"] = (arms,) if isinstance(arms, str | Arm) else arms
     a = Path(archive)
     opts = SweepOptions.build(**options_of(params))
@@ -436,6 +457,7 @@ def interval(
     n_boot: int = N_BOOT.default,
     stratify: Stratify | str = Stratify.FAMILY,
     level: float = LEVEL.default,
+    confidence_level: float | None = None,
     min_requests: int = MIN_REQUESTS.default,
     drop_unpaired: bool = False,
     buckets: str | Buckets = "",
@@ -469,7 +491,7 @@ def interval(
     >>> res.arms, round(res.pooled.arms["B"].R - res.pooled.arms["A"].R, 4)
     (('A', 'B'), 0.2699)
     """
-    params = dict(locals())  # the parameters, before any other name is bound
+    params = _with_level(dict(locals()))  # the parameters, before any other name is bound
     opts = IntervalOptions.build(**options_of(params))
     if not (isinstance(a, str | os.PathLike) and isinstance(b, str | os.PathLike)):
         target = _before(out, force, [])

@@ -475,3 +475,20 @@ def test_an_unknown_role_raises_with_the_valid_ones() -> None:
     assert cell.delta(Role.PATH_BIAS) is None and cell.delta("path-bias") is None  # none here
     with pytest.raises(SpecReplayError, match=r"role 'candidate-vs-base': .*candidate-vs-baseline"):
         cell.delta("candidate-vs-base")
+
+
+def test_confidence_level_is_level_as_scipy_spells_it() -> None:
+    """Issue 16, item 8: ``confidence_level=`` (scipy.stats.bootstrap's name) is ``level``; both
+    given and different is one error, not a silent choice or a bare TypeError."""
+    from specreplay import api
+    from specreplay.errors import SpecReplayError
+    from specreplay.results.model import Role
+
+    a, b = ([10, 12, 9, 11], [31.0, 40.0, 25.0, 33.0]), ([10, 11, 9, 12], [33.0, 41.0, 27.0, 36.0])
+    kw = {"n_boot": 200, "min_requests": 2}
+    one = api.interval(a, b, confidence_level=0.9, **kw).pooled.delta(Role.B_VS_A)
+    two = api.interval(a, b, level=0.9, **kw).pooled.delta(Role.B_VS_A)
+    assert one is not None and two is not None and (one.lo, one.hi) == (two.lo, two.hi)
+    assert one.level == 0.9
+    with pytest.raises(SpecReplayError, match=r"level=0.8 and confidence_level=0.9: give one"):
+        api.interval(a, b, level=0.8, confidence_level=0.9, **kw)
