@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -144,7 +145,7 @@ class ShortRoundsAccumulator:
         self._last_mark = np.zeros(0, np.int8)
 
     @staticmethod
-    def _grow(a: NDArray[np.int64], size: int, fill: int = 0) -> NDArray[np.int64]:
+    def _grow(a: NDArray[Any], size: int, fill: int = 0) -> NDArray[Any]:
         if a.shape[0] >= size:
             return a
         out = np.full(size, fill, a.dtype)
@@ -166,10 +167,7 @@ class ShortRoundsAccumulator:
         size = int(req.max()) + 1
         self._last_round = self._grow(self._last_round, size, -1)
         self._last_depth = self._grow(self._last_depth, size)
-        if self._last_mark.shape[0] < size:
-            grown = np.full(size, -1, np.int8)
-            grown[: self._last_mark.shape[0]] = self._last_mark
-            self._last_mark = grown
+        self._last_mark = self._grow(self._last_mark, size, -1)
         # each request's last round in the batch (rounds of a request increase: validated)
         order = np.lexsort((batch.round_index, req))
         r_sorted = req[order]

@@ -47,9 +47,9 @@ __all__ = [
     "TAIL_NEGLIGIBLE",
     "round_limits",
     "same_sampler",
-    "tail_masses",
     "tail_problem",
     "tail_rows",
+    "target_rest",
     "with_rest",
 ]
 
@@ -151,18 +151,16 @@ def with_rest(
     return offsets, p, q
 
 
-def tail_masses(batch: RoundBatch) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Return each row's (target, logging) mass outside the candidates: 1 − Σp, 1 − Σq (≥ 0).
+def target_rest(batch: RoundBatch) -> NDArray[np.float64]:
+    """Return each row's target mass outside the candidates, 1 − Σ ``target_probs`` (≥ 0).
 
-    From the kept sums, as :func:`with_rest` appends them (validation ties them to
-    ``target_tail`` and ``draft_tail`` within its tolerance).
+    From the kept sum, as :func:`with_rest` takes the logging law's rest (validation ties it
+    to ``target_tail`` within its tolerance).
     """
     if batch.n_positions == 0:
-        return np.zeros(0), np.zeros(0)
-    starts = batch.offsets[:-1]
-    p = np.clip(1.0 - np.add.reduceat(batch.target_probs, starts), 0.0, 1.0)
-    q = np.clip(1.0 - np.add.reduceat(batch.emitted_q, starts), 0.0, 1.0)
-    return p, q
+        return np.zeros(0)
+    kept = np.add.reduceat(batch.target_probs, batch.offsets[:-1])
+    return np.clip(1.0 - kept, 0.0, 1.0)
 
 
 def round_limits(

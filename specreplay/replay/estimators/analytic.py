@@ -54,8 +54,8 @@ from specreplay.replay.estimators.policies import policy_rounds
 from specreplay.replay.truncation import (
     round_limits,
     same_sampler,
-    tail_masses,
     tail_rows,
+    target_rest,
     with_rest,
 )
 from specreplay.sim.accept import ROUND_START, advance, alpha_row
@@ -480,7 +480,7 @@ def bounded_rounds(batch: RoundBatch, arm: Arm, max_depth: int) -> RoundValues:
     """
     offsets, p_lo, q = with_rest(batch)
     rest_at = offsets[1:] - 1
-    p_tail, q_tail = tail_masses(batch)
+    p_tail, q_tail = target_rest(batch), q[rest_at]  # the logging law's rest: with_rest's
     p_hi = p_lo.copy()
     p_hi[rest_at] = p_tail if arm.sampler == arm.verifier else 1.0
     ends = [
