@@ -308,6 +308,32 @@ def test_the_analytic_range_holds_the_whole_laws_figure(truncated: tuple[Path, P
     assert (j["hi_cut"].to_numpy() >= mid + w / 2).all()
 
 
+def test_with_one_id_unseen_the_whole_laws_figure_is_the_ranges_top(
+    truncated: tuple[Path, Path],
+) -> None:
+    """The built-in archive with each row's target law renormalised onto its 32 candidates (the
+    whole vocabulary, as a capture of a 32-id model records it), cut to 31: one id is unseen
+    per row, its acceptance is exactly min(q, p) of that id, the most the range allows, so the
+    whole archive's figure is the range's top (a replay that understated the top, or widened
+    it, misses)."""
+    plain, _ = truncated
+    whole = plain.parent / "whole32.parquet"
+    pl.read_parquet(plain).with_columns(
+        pl.col("target_probs").list.eval(pl.element() / pl.element().sum())
+    ).write_parquet(whole)
+    cut31 = _cut(pl.read_parquet(whole), 31, plain.parent / "cut31.parquet")
+    arm = "top32:t0.7@8"
+    keys = ["level", "family", "bucket", "depth"]
+    j = _analytic_depths(whole, arm).join(
+        _analytic_depths(cut31, arm), on=keys, suffix="_cut", nulls_equal=True
+    )
+    assert j.height >= 8 * 5
+    w = j["tail_width_cut"].to_numpy()
+    top = j["R_cut"].to_numpy() + w / 2
+    assert (w > 0).all()
+    assert np.abs(j["R"].to_numpy() - top).max() <= 1e-12
+
+
 def test_an_exact_arm_on_a_truncated_capture_carries_no_width(
     truncated: tuple[Path, Path],
 ) -> None:
