@@ -61,7 +61,7 @@ def test_the_request_is_the_cluster_in_every_cell() -> None:
     """Each request's rounds split in halves over two buckets: the pooled and family intervals
     equal those of the unsplit requests, and the reference CR2 of the request totals (a
     variance over pieces would count every request twice)."""
-    na, ta, tb, fam = _skewed(1, 40)
+    na, ta, tb, fam = _skewed(1, 100)  # family cells of 50: at the verdict minimum, CR2 alone
     whole = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", **KW)
     split_ps = _ps(na, ta, tb, fam, split=True)
     split = compare(split_ps, arm_a="a", arm_b="b", **KW)
@@ -181,7 +181,9 @@ def test_small_cells_carry_the_study_coverage_at_their_size() -> None:
 
 def test_a_cell_under_the_study_minimum_is_inconclusive_by_rule() -> None:
     """--min-requests 5 lets a 6-request cell through; the study's MIN_REQUESTS does not let it
-    give a verdict: INCONCLUSIVE, p-values 1, whatever the margin."""
+    give a verdict: INCONCLUSIVE whatever the margin, p_equivalence 1; its p of Δ = 0 is the
+    small-cell test's, at least 2·(2/2⁶) (the sign flips of 6 requests, each at α/2): no cell
+    under 7 requests can be DIFFERENT."""
     from specreplay.stats.cr2 import MIN_REQUESTS
 
     na, ta, tb, fam = _skewed(7, 6)
@@ -190,7 +192,8 @@ def test_a_cell_under_the_study_minimum_is_inconclusive_by_rule() -> None:
     d = comp.pooled.delta
     assert d.n_differing >= MIN_DIFFERING and MIN_REQUESTS > 6
     assert d.verdict == "INCONCLUSIVE" and f"6 requests < {MIN_REQUESTS}" in d.verdict_reason
-    assert d.p_equivalence == d.p_difference == 1.0
+    assert d.p_equivalence == 1.0 and d.p_difference >= 2 * 2 / 64
+    assert d.method == "cr2-eff-hall+sign-flip"
 
 
 def test_an_inconclusive_no_rule_forced_says_neither_test_decides() -> None:
@@ -209,14 +212,15 @@ def test_an_inconclusive_no_rule_forced_says_neither_test_decides() -> None:
 
 
 def test_a_bonferroni_bound_past_the_huge_bound_leaves_no_bonferroni_interval() -> None:
-    """No depth known; family f0's 95% interval stays under ±10⁶ (hi ≈ 2.14·4.4e5) but its
-    Bonferroni one at 1 − 0.05/2 does not (≈ 2.37·4.4e5, both measured at 1e5–4e5 outliers): the
+    """No depth known; family f0's 95% interval stays under ±10⁶ (hi ≈ 0.232·4e6) but its
+    Bonferroni one at 1 − 0.05/2 does not (≈ 0.262·4e6, both measured at 1e6–3e6 outliers): the
     delta keeps its figures and verdict with ``bonferroni`` None (a null bound would break the
-    results.json schema); f1, bounded at both levels, keeps its Bonferroni interval."""
-    na, ta = np.ones(12), np.ones(12)
-    tb = 1.0 + np.arange(12) % 3
-    tb[0], tb[2] = 4.4e5, 4.4e5 / 3
-    comp = compare(_ps(na, ta, tb, np.arange(12) % 2, depths=None), arm_a="a", arm_b="b", **KW)
+    results.json schema); f1, bounded at both levels, keeps its Bonferroni interval. Family cells
+    of 50 requests: at the verdict minimum, so the CR2 interval alone is printed."""
+    na, ta = np.ones(100), np.ones(100)
+    tb = 1.0 + np.arange(100) % 3
+    tb[0], tb[2] = 4e6, 4e6 / 3
+    comp = compare(_ps(na, ta, tb, np.arange(100) % 2, depths=None), arm_a="a", arm_b="b", **KW)
     f0, f1 = (c.delta for c in comp.cells if c.spec.level == "family")
     assert f0.null_reason is None and f0.hi is not None and f0.hi <= 1e6
     assert f0.bonferroni is None and f0.verdict is not None and f0.tests_in_level == 2

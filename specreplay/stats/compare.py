@@ -76,6 +76,7 @@ from specreplay.stats.intervals import (
     requests_for_margin,
     verdict,
 )
+from specreplay.stats.signflip import SMALL_METHOD, SmallCellTest, sign_flip_tests
 from specreplay.stats.studied import NOMINAL_REQUESTS, StudiedSize, coverage_at_size
 
 __all__ = [
@@ -446,6 +447,19 @@ class _CellData:
     ra_test: TTest | None = None
     rb_test: TTest | None = None
     tails: tuple[float, float, float, float] | None = None  # W_a, limit_a, W_b, limit_b
+    small: tuple[SmallCellTest, SmallCellTest] | None = None  # below the verdict minimum
+
+    def small_tests(self) -> tuple[SmallCellTest, SmallCellTest] | None:
+        """Return the small-cell tests where they decide (else None).
+
+        Below the verdict minimum, neither forced (too few requests differ) nor identical by
+        construction.
+        """
+        if self.small is None or self.tests is None:
+            return None
+        if any(t.forced is not None or t.identical for t in self.tests):
+            return None
+        return self.small
 
 
 def _layout(ps: PairedSums, present_buckets: set[int]) -> list[Cell]:
@@ -506,11 +520,17 @@ def _cell_stats(
         rows = per_req[members]
         d_a, d_b = ps.depths if ps.depths is not None else (None, None)
         has_b, has_a = rows[:, 2] > 0, rows[:, 0] > 0
+        tests = paired_tests(rows, depths=ps.depths, identical=identical)
+        small = None
+        if rows.shape[0] < MIN_REQUESTS and not identical:
+            flips = sign_flip_tests(rows, depths=ps.depths)
+            small = (SmallCellTest(tests[0], flips[0]), SmallCellTest(tests[1], flips[1]))
         data = dataclasses.replace(
             data,
-            tests=paired_tests(rows, depths=ps.depths, identical=identical),
+            tests=tests,
             rb_test=ratio_test(rows[has_b, 2], rows[has_b, 3], depth=d_b),
             ra_test=ratio_test(rows[has_a, 0], rows[has_a, 1], depth=d_a),
+            small=small,
         )
     return data, rb_reps - ra_reps, rb_reps / ra_reps - 1.0
 
@@ -681,7 +701,7 @@ def _null_arm(fig: ArmEstimate, why: str) -> ArmEstimate:
     return dataclasses.replace(fig, R=None, lo=None, hi=None, level=None, null_reason=why)
 
 
-def _bounds(test: TTest, level: float) -> tuple[float | None, float | None]:
+def _bounds(test: TTest | SmallCellTest, level: float) -> tuple[float | None, float | None]:
     """Return the test's interval at ``level``, None bounds where it cannot be formed (NaN)."""
     lo, hi = test.interval(level)
     if math.isnan(lo) or math.isnan(hi):
@@ -689,9 +709,9 @@ def _bounds(test: TTest, level: float) -> tuple[float | None, float | None]:
     return lo, hi
 
 
-def _bounds_reason(test: TTest) -> str:
+def _bounds_reason(test: TTest | SmallCellTest) -> str:
     """Why a test's interval is null (unknown depth: no clamp, no bound for few differences)."""
-    if test.forced is not None and test.bound_scale is None:
+    if isinstance(test, TTest) and test.forced is not None and test.bound_scale is None:
         return f"{test.forced}; the depth is unknown, so no bound can be formed"
     return f"a bound lies beyond ±{HUGE_BOUND:g} and the depth is unknown (no clamp)"
 
@@ -755,7 +775,8 @@ def _compared_cell(
     if why is not None:
         return dataclasses.replace(cell, delta=empty.nulled(why))
     assert r.tests is not None  # both arms have rounds: the tests were run
-    unbounded = [t for t in r.tests if _bounds(t, empty.level)[0] is None]
+    deciding: tuple[TTest | SmallCellTest, ...] = r.small_tests() or r.tests
+    unbounded = [t for t in deciding if _bounds(t, empty.level)[0] is None]
     if unbounded:  # the depth is unknown and the interval cannot be bounded: null, with why
         return dataclasses.replace(cell, delta=empty.nulled(_bounds_reason(unbounded[0])))
     return cell
@@ -803,8 +824,11 @@ def _delta_figures(
     ok = np.isfinite(d_reps) & np.isfinite(rel_reps)
     d, rel = d_reps[ok], rel_reps[ok]
     st_d, st_r = r.tests
-    lo, hi = _bounds(st_d, empty.level)
-    rlo, rhi = _bounds(st_r, empty.level)
+    small_tests = r.small_tests()
+    # below the verdict minimum the interval printed is the one that decides (SmallCellTest)
+    dec_d, dec_r = small_tests if small_tests is not None else (st_d, st_r)
+    lo, hi = _bounds(dec_d, empty.level)
+    rlo, rhi = _bounds(dec_r, empty.level)
     bca_d = bca_interval(d, st_d.theta, r.jack_delta, empty.level)
     bca_r = bca_interval(rel, st_r.theta, r.jack_rel, empty.level)
     test: TTest = st_r if margin.relative else st_d
@@ -817,6 +841,7 @@ def _delta_figures(
     small, coverage = _small_sample(r.n_requests)
     out = dataclasses.replace(
         empty,
+        method=SMALL_METHOD if small_tests is not None else empty.method,
         point=st_d.theta,
         rel=st_r.theta,
         lo=lo,
@@ -836,7 +861,7 @@ def _delta_figures(
             bca_d.null_reason or bca_r.null_reason,
         ),
         tost=TostResult(alpha, margin, lo90, hi90, tost_level),
-        p_difference=test.p_difference(),
+        p_difference=(dec_r if margin.relative else dec_d).p_difference(),
         p_equivalence=test.p_equivalence(margin.value),
         smallest_equivalent_margin_kind="relative" if margin.relative else "absolute",
         small_sample=small,
@@ -857,7 +882,13 @@ def _shifts(r: _CellData) -> tuple[float, float, float]:
 
 
 def _tail_verdict(
-    verdict_: str, r: _CellData, test: TTest, relative: bool, margin: float, alpha: float, m: int
+    verdict_: str,
+    r: _CellData,
+    test: TTest | SmallCellTest,
+    relative: bool,
+    margin: float,
+    alpha: float,
+    m: int,
 ) -> tuple[str, str]:
     """Return the verdict of a delta with a tail width: it must hold at both ends of its range.
 
@@ -924,10 +955,17 @@ def _forced_reason(test: TTest, n_requests: int) -> str | None:
         return test.forced
     if n_requests < MIN_REQUESTS:
         return (
-            f"{n_requests} requests < {MIN_REQUESTS}, the fewest at which the calibration study "
-            "shows the interval meets its targets: INCONCLUSIVE"
+            f"{n_requests} requests < {MIN_REQUESTS} (the verdict minimum): EQUIVALENT is out of "
+            "reach, and DIFFERENT needs the CR2 and sign-flip tests both to reject at α/2"
         )
     return None
+
+
+SMALL_DIFFERENT: Final = (
+    "{n} requests < {minimum} (the verdict minimum): DIFFERENT because the CR2 and sign-flip "
+    "tests both reject Δ = 0 at α/2 (Holm); EQUIVALENT is out of reach"
+)
+"""The ``verdict_reason`` of a small cell's DIFFERENT (docs/methods.md#small-cells)."""
 
 
 def _adjust(
@@ -971,12 +1009,15 @@ def _adjust_level(
     both = [t for t in tests if t is not None]
     assert len(both) == m  # a delta was computed in each
     chosen = [st_r if margin.relative else st_d for st_d, st_r in both]
+    smalls = [r.small_tests() for r in raw]
     reasons = [_forced_reason(t, n) for t, n in zip(chosen, ns, strict=True)]
     deltas = [
-        dataclasses.replace(d, p_equivalence=1.0, p_difference=1.0)
-        if why is not None and not t.identical and t.forced is None  # not tested: p-values of 1
-        else d  # a forced interval's p-values: its hull's (cr2.TTest.p_equivalence) and 1
-        for d, why, t in zip(deltas, reasons, chosen, strict=True)
+        d  # a forced interval's p-values: its hull's (cr2.TTest.p_equivalence) and 1
+        if why is None or t.identical or t.forced is not None
+        else dataclasses.replace(d, p_equivalence=1.0)  # a small cell: its own p of Δ = 0
+        if small is not None
+        else dataclasses.replace(d, p_equivalence=1.0, p_difference=1.0)  # not tested
+        for d, why, t, small in zip(deltas, reasons, chosen, smalls, strict=True)
     ]
     pe = holm([_p(d.p_equivalence) for d in deltas])
     pd = holm([_p(d.p_difference) for d in deltas])
@@ -991,15 +1032,21 @@ def _adjust_level(
             chosen[j].se, margin.value, ns[j], alpha / m, POWER, df=chosen[j].df
         )
         hull = forced and chosen[j].forced is not None
-        final = "INCONCLUSIVE" if forced and not (hull and v.verdict == EQUIVALENT) else v.verdict
+        small = smalls[j]
+        small_different = small is not None and forced and v.verdict == DIFFERENT
+        keep = (hull and v.verdict == EQUIVALENT) or small_different
+        final = "INCONCLUSIVE" if forced and not keep else v.verdict
         reason = reasons[j] or (NEITHER if final == "INCONCLUSIVE" else None)
         if hull and final == EQUIVALENT:
             why = str(chosen[j].forced).split(":")[0]
             reason = f"{why}: its hull at 1 − α lies inside the margin"
+        if small_different:
+            reason = SMALL_DIFFERENT.format(n=ns[j], minimum=MIN_REQUESTS)
         smallest_j = smallest[j] if hull or not forced else None
-        if d.tail_width is not None and not forced:
+        decides = (small[1] if margin.relative else small[0]) if small is not None else chosen[j]
+        if d.tail_width is not None and (not forced or small_different):
             final, reason = _tail_verdict(
-                final, raw[j], chosen[j], margin.relative, margin.value, alpha, m
+                final, raw[j], decides, margin.relative, margin.value, alpha, m
             )
             h, down, up = _shifts(raw[j])
             if smallest_j is not None:  # the margin must cover the tails' move too
@@ -1016,7 +1063,9 @@ def _adjust_level(
                 requests_for_margin=None if forced else size.requests,
                 requests_for_margin_null_reason=reasons[j] if forced else size.null_reason,
                 bonferroni=_bonferroni(
-                    st_d, st_r, 1.0 - (1.0 - d.level) / m, raw[j] if d.tail_width else None
+                    *(small or (st_d, st_r)),
+                    1.0 - (1.0 - d.level) / m,
+                    raw[j] if d.tail_width else None,
                 ),
             )
         )
@@ -1024,7 +1073,10 @@ def _adjust_level(
 
 
 def _bonferroni(
-    st_d: TTest, st_r: TTest, level: float, tails: _CellData | None = None
+    st_d: TTest | SmallCellTest,
+    st_r: TTest | SmallCellTest,
+    level: float,
+    tails: _CellData | None = None,
 ) -> BonferroniInterval | None:
     """Return the intervals of Δ and Δ/R_a at ``level`` (None when a bound cannot be formed).
 
