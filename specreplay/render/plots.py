@@ -22,12 +22,28 @@ Design decisions:
   bar can exclude 0 and still be INCONCLUSIVE.
 - A cell whose delta is flagged ``small_sample`` (below the size at which the calibration study
   shows nominal coverage) is drawn with a hollow dot, and the legend says so.
+- The forest plot's x axis is set for the headline, the pooled interval: it holds the margin
+  band, 0, every dot and the pooled bar, then the other bars narrowest first, each whole, while
+  the pooled bar keeps at least :data:`_HEADLINE_SHARE` of the axis (a sixth; the band's width
+  stands in when it is wider than the pooled bar, the median bar's without a pooled row). A bar
+  left out is cut at the edge with an arrowhead and its interval written right of the axis as
+  TABLES.md prints it; only an end at ±∞ (:data:`_UNBOUNDED`) is called unbounded.
 - ``context.png`` draws each arm's R by bucket (``Cell.arms``: R and its default interval,
   ``ArmFigure.lo``/``hi``), one panel for all families pooled and one per family; the arms are
   the run's named arms and any MEASURED figure (a requalification's "(analytic)" and importance
   diagnostics are left to the tables). A figure without an interval is drawn as a point alone.
 - ``survival.png`` draws P(A ≥ j) by position per arm (``Cell.survival``), pooled and per family;
-  the model holds no interval for survival, so none is drawn, and the title says so.
+  the model holds no interval for survival, so none is drawn, and the title says so. A MEASURED
+  curve is drawn wherever the cells hold one; a result with a MEASURED arm but no MEASURED
+  survival (a requalification today) says so in the title and caption (:func:`survival_gap`).
+- ``depths.png`` draws R (and, with ``--cost``, tokens/s, its cost model named) by fixed depth.
+  A sweep with ``--policy`` adds each policy to the pooled panels at E[L], the positions it
+  drafts per round on average (in-sample, as policies.png): a policy above the fixed depths'
+  curve at its E[L] drafts better than a fixed depth of that length. So the demo's
+  ``sweep/depths.png`` and ``policies/depths.png`` differ by what ``--policy`` adds, and both
+  carry the cost model when the run had one; tokens/s against τ stays in policies.png.
+- A ring (a reference depth, the screen's nominal cap) and a star (the best depth) at one point
+  both show: the hollow ring is wider and drawn above the smaller star.
 """
 
 from __future__ import annotations
@@ -84,7 +100,7 @@ PLOT_CAPTIONS: dict[str, str] = {
     " the equivalence margin; a hollow dot: a small-sample cell; a '—' row says why the cell has"
     " no delta.",
     "depths.png": "R (and, with a cost model, tokens/s) by fixed depth per arm, with 95%"
-    " intervals; ring: the arm's own depth.",
+    " intervals; ring: the arm's own depth; star: the best depth under the cost model.",
     "policies.png": "Adaptive drafting per arm, pooled: tokens/s (ESTIMATED) against the"
     " threshold τ of each stop rule drawn, with its 95% interval as a band; dashed: the"
     " best fixed depth's tokens/s; dash-dot: each depth-by-bucket policy's.",
@@ -916,14 +932,17 @@ def plot_caption(name: str, result: Result | None = None) -> str:
     """Return the one-line caption of the plot ``name`` (of ``result``: naming what it draws).
 
     ``context.png``'s line styles are named for the labels drawn only, ``policies.png``'s series
-    likewise (:func:`~specreplay.render.policy_plot.policy_caption`); every other caption is
-    :data:`PLOT_CAPTIONS`'.
+    likewise (:func:`~specreplay.render.policy_plot.policy_caption`); ``survival.png``'s names a
+    missing MEASURED curve (:func:`survival_gap`), ``depths.png``'s the policies it draws; every
+    other caption is :data:`PLOT_CAPTIONS`'.
     """
     if name == "policies.png" and result is not None:
         return policy_caption(result)
     caption = PLOT_CAPTIONS.get(name, f"Figure {name} of this run (no caption recorded for it).")
     if name == "survival.png" and result is not None and (gap := survival_gap(result)):
         caption += " " + gap
+    if name == "depths.png" and result is not None and _depth_policies_drawn(result):
+        caption += " Pooled panels: each --policy at E[L], its mean drafted positions (in-sample)."
     if name == "context.png" and result is not None:
         key = _style_key(context_series(result)).replace(" = ", ": ")
         caption = caption.replace("(solid: MEASURED, dashed: SIMULATED)", f"({key})")
@@ -1035,11 +1054,16 @@ def depth_figure(result: Result) -> Any:
     used = result.options.get("estimator_used")
     model = result.options.get("cost")
     extra = f"; star: best depth under the cost model {model or ''}".rstrip() if cost else ""
-    if any(_policy_points(pooled, arm, "R") for arm in result.arms):
+    if _depth_policies_drawn(result):
         extra += "\npooled panels: each --policy at E[L], its mean drafted positions (in-sample)"
     fig.suptitle(f"Depth sweep: value and 95% interval by fixed depth ({used}){extra}", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def _depth_policies_drawn(result: Result) -> bool:
+    """Whether depths.png draws policies (a sweep with ``--policy``: some policy with E[L], R)."""
+    return bool(result.cells) and any(_policy_points(result.pooled, a, "R") for a in result.arms)
 
 
 _POLICY_MARKERS: Final[dict[str, str]] = {"stop-below": "v", "stop-cum": "^"}
