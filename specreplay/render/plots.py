@@ -1097,7 +1097,7 @@ def _draw_policies(ax: Any, cell: Cell, arm: str, key: str, colour: str) -> None
     a fixed depth drafting as many would; above the fixed depths' curve, it pays (in-sample).
     """
     for family, pts in _policy_points(cell, arm, key).items():
-        ax.errorbar(
+        bars = ax.errorbar(
             [p[0] for p in pts],
             [p[1] for p in pts],
             yerr=[[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]],
@@ -1108,8 +1108,8 @@ def _draw_policies(ax: Any, cell: Cell, arm: str, key: str, colour: str) -> None
             lw=0.8,
             color=colour,
             label=f"{family} at E[L] (in-sample)",
-            gid=f"{cell.name} {key}: {arm} {family}",
         )
+        bars.lines[0].set_gid(f"{cell.name} {key}: {arm} {family}")  # the points, not the caps
 
 
 def _depth_panel(ax: Any, result: Result, cell: Cell, key: str) -> None:
