@@ -416,7 +416,8 @@ def test_depths_png_adds_the_policies_and_names_the_cost_model(run: Path) -> Non
             assert list(drawn[gid].get_ydata()) == [p[key] for p in want]
     assert gids == want_gids  # the pooled panels only
     assert "--policy at E[L]" in title
-    assert "--policy at E[L]" in plot_caption("depths.png", result)
+    caption = plot_caption("depths.png", result)
+    assert "--policy at its mean drafted positions" in caption and "[" not in caption  # alt text
     # the same sweep without --policy (its depth figures are these): no policy drawn
     bare = dataclasses.replace(
         result, cells=tuple(dataclasses.replace(c, policies=()) for c in result.cells)

@@ -942,7 +942,10 @@ def plot_caption(name: str, result: Result | None = None) -> str:
     if name == "survival.png" and result is not None and (gap := survival_gap(result)):
         caption += " " + gap
     if name == "depths.png" and result is not None and _depth_policies_drawn(result):
-        caption += " Pooled panels: each --policy at E[L], its mean drafted positions (in-sample)."
+        # no brackets: REPORT.md uses the caption as the image's alt text
+        caption += (
+            " Pooled panels: each --policy at its mean drafted positions per round, E_L, in-sample."
+        )
     if name == "context.png" and result is not None:
         key = _style_key(context_series(result)).replace(" = ", ": ")
         caption = caption.replace("(solid: MEASURED, dashed: SIMULATED)", f"({key})")
@@ -1094,7 +1097,8 @@ def _draw_policies(ax: Any, cell: Cell, arm: str, key: str, colour: str) -> None
     """Draw ``arm``'s policies in a pooled panel of depths.png: a point at E[L] per policy.
 
     A policy drafts E[L] positions per round on average, so it stands on the depth axis where
-    a fixed depth drafting as many would; above the fixed depths' curve, it pays (in-sample).
+    a fixed depth drafting as many would; above the fixed depths' curve it does better than a
+    fixed depth of that length, in-sample (whether a policy pays: the held-out verdict, TABLES.md).
     """
     for family, pts in _policy_points(cell, arm, key).items():
         bars = ax.errorbar(
@@ -1119,8 +1123,8 @@ def _depth_panel(ax: Any, result: Result, cell: Cell, key: str) -> None:
         line = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", ms=3, capsize=2, label=arm)
         ref = int(arm.rsplit("@", 1)[1]) if "@" in arm else result.options.get("reference_depth")
         at = [y for x, y in zip(xs, ys, strict=True) if x == ref]
-        if at:
-            _ring(ax, ref, at[0], line[0].get_color(), gid=f"{cell.name} {key}: ring {arm}")
+        if at and ref is not None:
+            _ring(ax, float(ref), at[0], line[0].get_color(), gid=f"{cell.name} {key}: ring {arm}")
         best = (cell.best_depth or {}).get(arm)
         if key != "R" and best is not None:
             at = [y for x, y in zip(xs, ys, strict=True) if x == best]
@@ -1146,8 +1150,8 @@ def _depth_panel(ax: Any, result: Result, cell: Cell, key: str) -> None:
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # depths are whole positions
     drawn = cell.level == Level.POOLED and any(_policy_points(cell, a, key) for a in result.arms)
-    at = "; a policy: at E[L]" if drawn else ""
-    ax.set_xlabel(f"fixed depth d (drafted positions per round){at}", fontsize=8)
+    where = "; a policy: at E[L]" if drawn else ""
+    ax.set_xlabel(f"fixed depth d (drafted positions per round){where}", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
 
