@@ -262,10 +262,10 @@ def test_forest_limits_cut_an_unbounded_bar_and_count_it() -> None:
                       None, 0) for i in range(5)]  # fmt: skip
     wide = ForestRow("wide", Level.FAMILY, 0.0, -1e300, 2.0, "INCONCLUSIVE", None, 0)
     left, right = _forest_limits([*rows, wide], 0.5)
-    # every dot and bounded bar inside; the cap is 5 × the median half-width (1)
+    # every dot and bounded bar inside (no pooled row: the budget is 6 × the median width, 2)
     assert left <= -1.0 and right >= 1.4 and left > -10.0
-    assert _forest_clipped([*rows, wide], 0.5) == 1
-    assert _forest_clipped(rows, 0.5) == 0
+    assert _forest_clipped([*rows, wide], 0.5) == (0, 1)  # (finite ends, an unbounded end)
+    assert _forest_clipped(rows, 0.5) == (0, 0)
 
 
 @pytest.mark.parametrize("figure", ["forest", "context", "survival"])

@@ -22,6 +22,7 @@ from archive_factory import write_parquet
 from specreplay import api
 from specreplay.render.files import render
 from specreplay.render.markdown import figure_block, figure_label
+from specreplay.render.plots import depth_figure, plot_caption
 from specreplay.render.policy_plot import policy_caption, policy_figure, policy_series, stop_rule
 from specreplay.render.policy_tables import POLICY_HEADER, WINNERS_CURSE
 from specreplay.results.io import read_result
@@ -313,3 +314,119 @@ def test_stop_rule_reads_canonical_spellings() -> None:
     assert stop_rule("stop-cum:1e-05@12") == ("stop-cum", 1e-05, 12)
     assert stop_rule("stop-below:0@5") == ("stop-below", 0.0, 5)
     assert stop_rule("depth-by-bucket:<4K=5/>=4K=3") is None
+
+
+# -- issue 16, item 7: the plots say what they draw ------------------------------------------
+
+
+def test_policies_png_says_its_figures_are_in_sample(run: Path) -> None:
+    """What policies.png draws is each policy measured on every request (the in-sample
+    figure of the held-out table), and its title and axes say so; the held-out verdict is
+    named as not drawn (the title pointed to it as if the plot showed it)."""
+    doc = _doc(run)
+    (choice,) = doc["policy_choice"]
+    chosen, ins = choice["selected_policy"], choice["in_sample"]
+    fig = policy_figure(read_result(run / "results.json"))
+    try:
+        drawn = _artists(fig)
+        title = fig._suptitle.get_text()
+        ax = fig.axes[0]
+        panel, ylabel = ax.get_title(), ax.get_ylabel()
+    finally:
+        plt.close(fig)
+    rule = stop_rule(chosen)
+    if rule is None:  # a policy without τ: its line across the panel
+        (y,) = set(drawn[f"{ARM}: {chosen}"].get_ydata())
+    else:
+        line = drawn[f"{ARM}: curve {rule[0]}@{rule[2]}"]
+        (y,) = [b for a, b in zip(line.get_xdata(), line.get_ydata(), strict=True) if a == rule[1]]
+    assert ins["policy"] == chosen
+    assert y == pytest.approx(ins["tokens_per_s_policy"], rel=1e-9)  # the in-sample figure
+    assert "IN-SAMPLE" in title and "held-out verdict in TABLES.md, not drawn" in title
+    assert "in-sample" in panel and "in-sample" in ylabel
+
+
+def test_a_policy_without_tau_is_not_placed_at_a_tau(run: Path) -> None:
+    """The depth-by-bucket policy has no τ: its line spans the panel and its interval sits
+    right of the τ axis, at the same place whatever τ range is shown (it was drawn at the
+    largest τ, 0.5 in the demo)."""
+    result = read_result(run / "results.json")
+    t = next(p for p in result.cells[0].policies if p.policy.startswith("depth-by-bucket"))
+    assert t.tokens_per_s is not None
+    fig = policy_figure(result)
+    try:
+        drawn = _artists(fig)
+        ax = fig.axes[0]
+        line = drawn[f"{ARM}: {t.policy}"]
+        marks = drawn[f"{ARM}: {t.policy} interval"], drawn[f"{ARM}: {t.policy} point"]
+
+        def display_x() -> list[float]:
+            return [float(a.get_transform().transform((a.get_xdata()[0], 0.0))[0]) for a in marks]
+
+        before = display_x()
+        ax.set_xlim(-10.0, 50.0)  # another τ range
+        after = display_x()
+        right = float(ax.transAxes.transform((1.0, 0.0))[0])
+        span = [float(line.get_transform().transform((x, 0.0))[0]) for x in line.get_xdata()]
+        edges = [float(ax.transAxes.transform((x, 0.0))[0]) for x in (0.0, 1.0)]
+        legend = [tx.get_text() for tx in ax.get_legend().get_texts()]
+    finally:
+        plt.close(fig)
+    assert before == pytest.approx(after, abs=1e-9) and min(after) > right
+    assert sorted(span) == pytest.approx(edges)  # a line across the whole panel
+    assert list(marks[0].get_ydata()) == [t.tokens_per_s_lo, t.tokens_per_s_hi]
+    assert list(marks[1].get_ydata()) == [t.tokens_per_s]
+    assert f"{t.policy}, no τ (ESTIMATED)" in legend
+
+
+def _policy_gids(fig: Any) -> set[str]:
+    families = ("stop-below", "stop-cum", "depth-by-bucket")
+    return {g for g in _artists(fig) if any(g.endswith(f" {f}") for f in families)}
+
+
+def test_depths_png_adds_the_policies_and_names_the_cost_model(run: Path) -> None:
+    """The demo's sweep/depths.png and policies/depths.png were one image: a sweep with
+    --policy now draws each policy on the pooled panels at E[L] (positions drafted per round),
+    the same sweep without it does not, and both name the cost model."""
+    doc = _doc(run)
+    pooled = _pooled(doc)
+    result = read_result(run / "results.json")
+    fig = depth_figure(result)
+    try:
+        drawn = _artists(fig)
+        gids = _policy_gids(fig)
+        cost_title = next(ax.get_title() for ax in fig.axes if "tokens/s" in ax.get_title())
+        title = fig._suptitle.get_text()
+    finally:
+        plt.close(fig)
+    cost = doc["options"]["cost"]
+    assert f"cost model {cost}" in cost_title and f"cost model {cost}" in title
+    want_gids = set()
+    for key in ("R", "tokens_per_s"):
+        for family in ("stop-below", "stop-cum", "depth-by-bucket"):
+            want = [
+                p
+                for p in pooled["policies"]
+                if p["policy"].startswith(f"{family}:") and p["supported"] and p["E_L"] is not None
+            ]
+            assert want
+            gid = f"pooled {key}: {ARM} {family}"
+            want_gids.add(gid)
+            assert list(drawn[gid].get_xdata()) == [p["E_L"] for p in want]
+            assert list(drawn[gid].get_ydata()) == [p[key] for p in want]
+    assert gids == want_gids  # the pooled panels only
+    assert "--policy at E[L]" in title
+    caption = plot_caption("depths.png", result)
+    assert "--policy at its mean drafted positions" in caption and "[" not in caption  # alt text
+    # the same sweep without --policy (its depth figures are these): no policy drawn
+    bare = dataclasses.replace(
+        result, cells=tuple(dataclasses.replace(c, policies=()) for c in result.cells)
+    )
+    fig = depth_figure(bare)
+    try:
+        assert _policy_gids(fig) == set()
+        assert "--policy" not in fig._suptitle.get_text()
+        assert f"cost model {cost}" in fig._suptitle.get_text()
+    finally:
+        plt.close(fig)
+    assert "--policy" not in plot_caption("depths.png", bare)

@@ -22,12 +22,28 @@ Design decisions:
   bar can exclude 0 and still be INCONCLUSIVE.
 - A cell whose delta is flagged ``small_sample`` (below the size at which the calibration study
   shows nominal coverage) is drawn with a hollow dot, and the legend says so.
+- The forest plot's x axis is set for the headline, the pooled interval: it holds the margin
+  band, 0, every dot and the pooled bar, then the other bars narrowest first, each whole, while
+  the pooled bar keeps at least :data:`_HEADLINE_SHARE` of the axis (a sixth; the band's width
+  stands in when it is wider than the pooled bar, the median bar's without a pooled row). A bar
+  left out is cut at the edge with an arrowhead and its interval written right of the axis as
+  TABLES.md prints it; only an end at ±∞ (:data:`_UNBOUNDED`) is called unbounded.
 - ``context.png`` draws each arm's R by bucket (``Cell.arms``: R and its default interval,
   ``ArmFigure.lo``/``hi``), one panel for all families pooled and one per family; the arms are
   the run's named arms and any MEASURED figure (a requalification's "(analytic)" and importance
   diagnostics are left to the tables). A figure without an interval is drawn as a point alone.
 - ``survival.png`` draws P(A ≥ j) by position per arm (``Cell.survival``), pooled and per family;
-  the model holds no interval for survival, so none is drawn, and the title says so.
+  the model holds no interval for survival, so none is drawn, and the title says so. A MEASURED
+  curve is drawn wherever the cells hold one; a result with a MEASURED arm but no MEASURED
+  survival (a requalification today) says so in the title and caption (:func:`survival_gap`).
+- ``depths.png`` draws R (and, with ``--cost``, tokens/s, its cost model named) by fixed depth.
+  A sweep with ``--policy`` adds each policy to the pooled panels at E[L], the positions it
+  drafts per round on average (in-sample, as policies.png): a policy above the fixed depths'
+  curve at its E[L] drafts better than a fixed depth of that length. So the demo's
+  ``sweep/depths.png`` and ``policies/depths.png`` differ by what ``--policy`` adds, and both
+  carry the cost model when the run had one; tokens/s against τ stays in policies.png.
+- A ring (a reference depth, the screen's nominal cap) and a star (the best depth) at one point
+  both show: the hollow ring is wider and drawn above the smaller star.
 """
 
 from __future__ import annotations
@@ -66,6 +82,7 @@ __all__ = [
     "screen_figure",
     "screen_plot",
     "survival_figure",
+    "survival_gap",
     "survival_plot",
     "survival_series",
 ]
@@ -83,7 +100,7 @@ PLOT_CAPTIONS: dict[str, str] = {
     " the equivalence margin; a hollow dot: a small-sample cell; a '—' row says why the cell has"
     " no delta.",
     "depths.png": "R (and, with a cost model, tokens/s) by fixed depth per arm, with 95%"
-    " intervals; ring: the arm's own depth.",
+    " intervals; ring: the arm's own depth; star: the best depth under the cost model.",
     "policies.png": "Adaptive drafting per arm, pooled: tokens/s (ESTIMATED) against the"
     " threshold τ of each stop rule drawn, with its 95% interval as a band; dashed: the"
     " best fixed depth's tokens/s; dash-dot: each depth-by-bucket policy's.",
@@ -109,6 +126,12 @@ _NUMBER: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kK]?)\s*$")  # a --buckets
 _BIG: Final[int] = 2**63 - 1  # the upper edge of a ``>=LO`` range
 _NOTE_ROOM: Final[float] = 0.45
 """Share of the forest plot's axis kept right of the band for null rows' reasons."""
+_HEADLINE_SHARE: Final[float] = 1.0 / 6.0
+"""The least share of the forest plot's axis (before padding) the pooled interval keeps."""
+_UNBOUNDED: Final[float] = 1e150
+"""An interval end this far out is unbounded: a studentized t* of ±1e300 (``stats.studentized``:
+a replicate that drew one request) times any SE above 1e-150; no finite interval of tokens per
+round reaches it."""
 
 
 @dataclass(frozen=True)
@@ -334,7 +357,7 @@ def forest_figure(
         forest_rows(cells, role, relative=relative, buckets=buckets), FOREST_MAX_ROWS
     )
     foot = _forest_footnote(
-        cells, role, dropped, _forest_clipped(rows, margin * (100.0 if relative else 1.0))
+        cells, role, dropped, *_forest_clipped(rows, margin * (100.0 if relative else 1.0))
     )
     n = max(len(rows), 1)
     row_in = 0.24 if n <= 30 else 0.2
@@ -348,7 +371,7 @@ def forest_figure(
     ax.axvspan(-m, m, color="tab:green", alpha=0.12)
     ax.axvline(0.0, color="black", lw=0.8)
     notes = _forest_rows_draw(ax, rows, m)
-    _forest_xlim(ax, rows, m)
+    _forest_xlim(ax, rows, m, "%" if relative else "")
     ax.set_xlabel(
         f"Δ = R_b − R_a, retained tokens per round ({'% of R_a' if relative else 'tokens/round'})",
         fontsize=8,
@@ -502,64 +525,119 @@ def _forest_legend(rows: list[ForestRow], m: float, unit: str) -> list[Any]:
     return handles
 
 
-def _forest_cap(rows: list[ForestRow]) -> float:
-    """Return how far from its dot a bar is drawn: 5 × the median half-width (inf if that is 0).
+def _bounded(r: ForestRow) -> bool:
+    """Whether the row has a bar whose both ends are finite (:data:`_UNBOUNDED`)."""
+    return (
+        r.lo is not None and r.hi is not None and abs(r.lo) < _UNBOUNDED and abs(r.hi) < _UNBOUNDED
+    )
 
-    A studentized interval whose replicates drew a single request runs to ±1e300; drawn in
-    full it would squash every other bar into a dot.
+
+def _headline(rows: list[ForestRow]) -> ForestRow | None:
+    """Return the pooled row when it has a bounded bar: the headline the axis is set for."""
+    return next((r for r in rows if r.level == Level.POOLED and _bounded(r)), None)
+
+
+def _forest_window(rows: list[ForestRow], m: float) -> tuple[float, float]:
+    """Return the span the forest axis holds before padding (module docstring).
+
+    Always: the margin ±``m``, 0, every dot and the headline's bar. Then the other bounded bars,
+    narrowest first, each one whole while the span stays within the budget: the headline's
+    width (or the band's, if wider; the median bar's without a headline) over
+    :data:`_HEADLINE_SHARE`. Bars left out run past the edge.
     """
     import statistics
 
-    half = [
-        max(r.point - r.lo, r.hi - r.point)
-        for r in rows
-        if r.point is not None and r.lo is not None and r.hi is not None
-    ]
-    mid = statistics.median(half) if half else 0.0
-    return 5.0 * mid if mid > 0 else math.inf
+    xs = [-m, m, 0.0, *(r.point for r in rows if r.point is not None)]
+    head = _headline(rows)
+    bars = sorted(
+        (r for r in rows if _bounded(r) and r is not head),
+        key=lambda r: float(r.hi or 0.0) - float(r.lo or 0.0),
+    )
+    if head is not None and head.lo is not None and head.hi is not None:
+        xs += [head.lo, head.hi]
+        ref = head.hi - head.lo
+    else:
+        ref = statistics.median([float(r.hi or 0.0) - float(r.lo or 0.0) for r in bars] or [0.0])
+    budget = max(ref, 2.0 * m) / _HEADLINE_SHARE
+    left, right = min(xs), max(xs)
+    for r in bars:
+        lo, hi = min(left, float(r.lo or 0.0)), max(right, float(r.hi or 0.0))
+        if hi - lo <= budget:
+            left, right = lo, hi
+    return left, right
 
 
 def _forest_limits(rows: list[ForestRow], m: float) -> tuple[float, float]:
-    """Return x limits holding the dots, the margin ±``m``, 0 and the bars up to the cap.
+    """Return x limits: :func:`_forest_window` padded by 5% each side.
 
     With a null row, the right limit leaves at least :data:`_NOTE_ROOM` of the axis right of
     the band for its reason.
     """
-    cap = _forest_cap(rows)
-    xs = [-m, m, 0.0]
-    for r in rows:
-        if r.point is not None and r.lo is not None and r.hi is not None:
-            xs += [r.point, max(r.lo, r.point - cap), min(r.hi, r.point + cap)]
-    pad = 0.05 * (max(xs) - min(xs))
-    left, right = min(xs) - pad, max(xs) + pad
+    lo, hi = _forest_window(rows, m)
+    pad = 0.05 * (hi - lo)
+    left, right = lo - pad, hi + pad
     if any(r.point is None and r.note for r in rows):
         right = max(right, (m - _NOTE_ROOM * left) / (1.0 - _NOTE_ROOM))
     return left, right
 
 
-def _forest_clipped(rows: list[ForestRow], m: float) -> int:
-    """Return how many bars run past the x limits (:func:`_forest_limits`)."""
+def _forest_cut(rows: list[ForestRow], m: float) -> list[ForestRow]:
+    """Return the rows whose bar runs past the x limits (:func:`_forest_limits`)."""
     left, right = _forest_limits(rows, m)
-    return sum(
-        1 for r in rows if r.lo is not None and r.hi is not None and (r.lo < left or r.hi > right)
-    )
+    return [
+        r for r in rows if r.lo is not None and r.hi is not None and (r.lo < left or r.hi > right)
+    ]
 
 
-def _forest_xlim(ax: Any, rows: list[ForestRow], m: float) -> None:
-    """Set the x limits (:func:`_forest_limits`); an arrowhead at the edge marks a cut bar."""
+def _forest_clipped(rows: list[ForestRow], m: float) -> tuple[int, int]:
+    """Return how many bars run past the x limits: (with finite ends, with an unbounded end)."""
+    cut = _forest_cut(rows, m)
+    bounded = sum(1 for r in cut if _bounded(r))
+    return bounded, len(cut) - bounded
+
+
+def _end_text(x: float, unit: str) -> str:
+    """Return one end of a cut bar as TABLES.md prints it (``-76.38%``, ``+0.4636``)."""
+    if abs(x) >= _UNBOUNDED:
+        return "−∞" if x < 0 else "+∞"
+    return f"{x:+.2f}%" if unit == "%" else f"{x:+.4f}"
+
+
+def _forest_xlim(ax: Any, rows: list[ForestRow], m: float, unit: str) -> None:
+    """Set the x limits (:func:`_forest_limits`); mark each cut bar and write its interval.
+
+    An arrowhead at the edge marks the cut end; the bar's interval is written right of the
+    axis on its row (``gid``: ``cut: <row label>``), its ends as TABLES.md prints them (``unit``
+    ``%``: in % of R_a), an unbounded end as ∞.
+    """
     left, right = _forest_limits(rows, m)
     ax.set_xlim(left, right)
     n = len(rows)
     for i, r in enumerate(rows):
-        if r.lo is None or r.hi is None:
+        if r.lo is None or r.hi is None or (r.lo >= left and r.hi <= right):
             continue
         colour = _VERDICT_COLORS.get(r.verdict or "", _NO_VERDICT)
         for cut, edge, mark in ((r.lo < left, left, "<"), (r.hi > right, right, ">")):
             if cut:
                 ax.plot([edge], [n - 1 - i], marker=mark, color=colour, ms=6, clip_on=False)
+        ax.annotate(
+            f"cut: [{_end_text(r.lo, unit)}, {_end_text(r.hi, unit)}]",
+            xy=(1.0, n - 1 - i),
+            xycoords=("axes fraction", "data"),
+            xytext=(7, 0),
+            textcoords="offset points",
+            fontsize=6.5,
+            va="center",
+            ha="left",
+            color=colour,
+            annotation_clip=False,
+            gid=f"cut: {r.label}",
+        )
 
 
-def _forest_footnote(cells: Sequence[Cell], role: Role, dropped: int, clipped: int = 0) -> str:
+def _forest_footnote(
+    cells: Sequence[Cell], role: Role, dropped: int, clipped: int = 0, unbounded: int = 0
+) -> str:
     """How the bar and the colour relate (the verdict rule of :mod:`specreplay.stats.compare`)."""
     import textwrap
 
@@ -581,8 +659,14 @@ def _forest_footnote(cells: Sequence[Cell], role: Role, dropped: int, clipped: i
     )
     if clipped:
         text += (
-            f" {clipped} bars run past the edge of the plot (arrowhead at the edge; too few"
-            " requests for a bounded interval): their ends are in TABLES.md."
+            f" {clipped} {'bar is' if clipped == 1 else 'bars are'} cut at the edge of the plot"
+            " (arrowhead) so that the pooled interval stays readable; each such interval is"
+            " finite and written right of the plot, as in TABLES.md."
+        )
+    if unbounded:
+        text += (
+            f" {unbounded} {'bar has' if unbounded == 1 else 'bars have'} no bounded interval"
+            " (an end at ±∞: too few requests in the resamples); its ends right of the plot."
         )
     if dropped:
         text += f" {dropped} cells without a delta are not drawn (too many rows)."
@@ -710,16 +794,16 @@ def _panels_figure(
     axes[0][0].set_ylim(lo, hi)  # shared by every panel
     for ax, panel in zip(axes.ravel(), panels, strict=False):
         if panel.title in wild:
-            note = "a bar running off the panel: interval unbounded (too few requests)"
             ax.text(
                 0.5,
                 0.98,
-                note,
+                _cut_note(wild[panel.title]),
                 transform=ax.transAxes,
                 ha="center",
                 va="top",
                 fontsize=6.5,
                 color="0.35",
+                gid=f"cut: {panel.title}",
             )
     from matplotlib.lines import Line2D
 
@@ -745,29 +829,47 @@ def _panels_figure(
     return fig
 
 
-def _y_limits(panels: list[Panel]) -> tuple[float, float, set[str]]:
+def _y_limits(
+    panels: list[Panel],
+) -> tuple[float, float, dict[str, list[tuple[str, str, float, float]]]]:
     """Return y limits holding every point and every interval no wider than twice its value.
 
-    A wider interval is a studentized one whose replicates drew one request (t* = ±1e300): it
-    runs off the panel rather than squash every curve; the titles of such panels are returned.
+    A wider interval (a studentized one whose replicates drew one request, t* = ±1e300, or a
+    finite one that wide) runs off the panel rather than squash every curve; per panel title,
+    each such interval is returned as (arm, x, lo, hi) for :func:`_cut_note`.
     """
     vals: list[float] = []
-    wild: set[str] = set()
+    wild: dict[str, list[tuple[str, str, float, float]]] = {}
     for p in panels:
         for s in p.series:
-            for y, lo, hi in zip(s.y, s.lo, s.hi, strict=True):
+            for x, y, lo, hi in zip(s.x, s.y, s.lo, s.hi, strict=True):
                 if y is None:
                     continue
                 vals.append(y)
-                for end in (lo, hi):
-                    if end is not None and abs(end - y) <= 2.0 * max(abs(y), 1e-9):
-                        vals.append(end)
-                    elif end is not None:
-                        wild.add(p.title)
+                ends = [e for e in (lo, hi) if e is not None]
+                inside = [e for e in ends if abs(e - y) <= 2.0 * max(abs(y), 1e-9)]
+                vals += inside
+                if len(inside) < len(ends):
+                    cut = (s.arm, x, y if lo is None else lo, y if hi is None else hi)
+                    wild.setdefault(p.title, []).append(cut)
     if not vals:
         return 0.0, 1.0, wild
     pad = 0.06 * (max(vals) - min(vals)) or 0.05 * max(abs(max(vals)), 1.0)
     return min(vals) - pad, max(vals) + pad, wild
+
+
+def _cut_note(cuts: list[tuple[str, str, float, float]]) -> str:
+    """Say which bars of a panel run off it and why, each with its ends (∞: unbounded)."""
+    import textwrap
+
+    ends = "; ".join(
+        f"{arm} at {x}: [{_end_text(lo, '')}, {_end_text(hi, '')}]" for arm, x, lo, hi in cuts
+    )
+    unbounded = any(abs(e) >= _UNBOUNDED for _, _, lo, hi in cuts for e in (lo, hi))
+    why = "interval wider than the panel" + (
+        "; ∞: no bounded interval, too few requests" if unbounded else ""
+    )
+    return "\n".join(textwrap.wrap(f"bars cut at the panel's edge ({why}): {ends}", 80))
 
 
 def _arm_label(arm: str, label: Label) -> str:
@@ -830,12 +932,20 @@ def plot_caption(name: str, result: Result | None = None) -> str:
     """Return the one-line caption of the plot ``name`` (of ``result``: naming what it draws).
 
     ``context.png``'s line styles are named for the labels drawn only, ``policies.png``'s series
-    likewise (:func:`~specreplay.render.policy_plot.policy_caption`); every other caption is
-    :data:`PLOT_CAPTIONS`'.
+    likewise (:func:`~specreplay.render.policy_plot.policy_caption`); ``survival.png``'s names a
+    missing MEASURED curve (:func:`survival_gap`), ``depths.png``'s the policies it draws; every
+    other caption is :data:`PLOT_CAPTIONS`'.
     """
     if name == "policies.png" and result is not None:
         return policy_caption(result)
     caption = PLOT_CAPTIONS.get(name, f"Figure {name} of this run (no caption recorded for it).")
+    if name == "survival.png" and result is not None and (gap := survival_gap(result)):
+        caption += " " + gap
+    if name == "depths.png" and result is not None and _depth_policies_drawn(result):
+        # no brackets: REPORT.md uses the caption as the image's alt text
+        caption += (
+            " Pooled panels: each --policy at its mean drafted positions per round, E_L, in-sample."
+        )
     if name == "context.png" and result is not None:
         key = _style_key(context_series(result)).replace(" = ", ": ")
         caption = caption.replace("(solid: MEASURED, dashed: SIMULATED)", f"({key})")
@@ -864,14 +974,36 @@ def context_plot(result: Result, path: Path) -> None:
     _save(context_figure(result), path, dpi=100)
 
 
+def survival_gap(result: Result) -> str | None:
+    """Say that the survival plot has no MEASURED curve while the result has a MEASURED arm.
+
+    A MEASURED curve is drawn wherever ``Cell.survival`` holds one (:func:`survival_series`);
+    a result whose MEASURED figure is R alone (a requalification's logging arm, drawn in
+    ``context.png``) has none to draw, and the plot says so rather than leave it unexplained.
+    """
+    drawn = {s.label for p in survival_series(result) for s in p.series}
+    measured = any(f.label == Label.MEASURED for c in result.cells for f in c.arms.values())
+    if Label.MEASURED in drawn or not measured:
+        return None
+    return (
+        "No MEASURED curve: this result holds P(A ≥ j) for its SIMULATED arms only (its"
+        " MEASURED figure is R, drawn in context.png)."
+    )
+
+
 def survival_figure(result: Result) -> Any:
-    """Return P(A ≥ j) by position j per arm, pooled and per family (:func:`survival_series`)."""
+    """Return P(A ≥ j) by position j per arm, pooled and per family (:func:`survival_series`).
+
+    Every arm with survival figures is drawn, MEASURED ones included (solid); a missing MEASURED
+    curve is named in the title (:func:`survival_gap`).
+    """
+    gap = survival_gap(result)
     return _panels_figure(
         survival_series(result),
         title="Per-position survival P(A ≥ j): share of rounds that retained at least j drafted"
         " tokens (no interval in the results).\nHow to read: the curve falls with j; a higher "
         "curve keeps drafts longer; R = 1 + the curve's sum over j; coinciding arms overlap "
-        "(see the markers).",
+        f"(see the markers).{'' if gap is None else chr(10) + gap}",
         xlabel="draft position j",
         ylabel="P(A ≥ j)",
         dodge=False,
@@ -916,15 +1048,72 @@ def depth_figure(result: Result) -> Any:
     for ax, (cell, key) in zip(axes.ravel(), panels, strict=False):
         _depth_panel(ax, result, cell, key)
         what = f"R, tokens per round ({label})" if key == "R" else "tokens/s (ESTIMATED)"
+        if key != "R" and result.options.get("cost"):
+            what += f"\ncost model {result.options['cost']}"
         ax.set_title(f"{cell.name}: {what}", fontsize=9)
         unit = "R (tokens per round)" if key == "R" else "tokens/s (tokens per second)"
         ax.set_ylabel(unit, fontsize=8)
     axes[0][0].legend(fontsize=7, title="arm (ring: its own depth)", title_fontsize=7)
     used = result.options.get("estimator_used")
-    extra = "; star: best depth under the cost model" if cost else ""
+    model = result.options.get("cost")
+    extra = f"; star: best depth under the cost model {model or ''}".rstrip() if cost else ""
+    if _depth_policies_drawn(result):
+        extra += "\npooled panels: each --policy at E[L], its mean drafted positions (in-sample)"
     fig.suptitle(f"Depth sweep: value and 95% interval by fixed depth ({used}){extra}", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def _depth_policies_drawn(result: Result) -> bool:
+    """Whether depths.png draws policies (a sweep with ``--policy``: some policy with E[L], R)."""
+    return bool(result.cells) and any(_policy_points(result.pooled, a, "R") for a in result.arms)
+
+
+_POLICY_MARKERS: Final[dict[str, str]] = {"stop-below": "v", "stop-cum": "^"}
+"""A policy's marker in depths.png by its family; any other family (depth-by-bucket): ``D``."""
+
+
+def _policy_points(
+    cell: Cell, arm: str, key: str
+) -> dict[str, list[tuple[float, float, float, float]]]:
+    """Return ``arm``'s policies of ``cell`` with E[L] and ``key``, by family: (E[L], y, lo, hi).
+
+    ``key`` is ``R`` or ``tokens_per_s``; a missing interval end is the value itself.
+    """
+    low, high = ("lo", "hi") if key == "R" else ("tokens_per_s_lo", "tokens_per_s_hi")
+    out: dict[str, list[tuple[float, float, float, float]]] = {}
+    for f in cell.policies:
+        y = getattr(f, key)
+        if f.arm != arm or not f.supported or f.E_L is None or y is None:
+            continue
+        lo, hi = getattr(f, low), getattr(f, high)
+        out.setdefault(f.policy.partition(":")[0], []).append(
+            (f.E_L, y, y if lo is None else lo, y if hi is None else hi)
+        )
+    return out
+
+
+def _draw_policies(ax: Any, cell: Cell, arm: str, key: str, colour: str) -> None:
+    """Draw ``arm``'s policies in a pooled panel of depths.png: a point at E[L] per policy.
+
+    A policy drafts E[L] positions per round on average, so it stands on the depth axis where
+    a fixed depth drafting as many would; above the fixed depths' curve it does better than a
+    fixed depth of that length, in-sample (whether a policy pays: the held-out verdict, TABLES.md).
+    """
+    for family, pts in _policy_points(cell, arm, key).items():
+        bars = ax.errorbar(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            yerr=[[p[1] - p[2] for p in pts], [p[3] - p[1] for p in pts]],
+            fmt=_POLICY_MARKERS.get(family, "D"),
+            ms=5,
+            mfc="none",
+            capsize=2,
+            lw=0.8,
+            color=colour,
+            label=f"{family} at E[L] (in-sample)",
+        )
+        bars.lines[0].set_gid(f"{cell.name} {key}: {arm} {family}")  # the points, not the caps
 
 
 def _depth_panel(ax: Any, result: Result, cell: Cell, key: str) -> None:
@@ -934,12 +1123,15 @@ def _depth_panel(ax: Any, result: Result, cell: Cell, key: str) -> None:
         line = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", ms=3, capsize=2, label=arm)
         ref = int(arm.rsplit("@", 1)[1]) if "@" in arm else result.options.get("reference_depth")
         at = [y for x, y in zip(xs, ys, strict=True) if x == ref]
-        if at:
-            ax.plot([ref], at, "o", ms=10, mfc="none", color=line[0].get_color())
+        if at and ref is not None:
+            _ring(ax, float(ref), at[0], line[0].get_color(), gid=f"{cell.name} {key}: ring {arm}")
         best = (cell.best_depth or {}).get(arm)
         if key != "R" and best is not None:
             at = [y for x, y in zip(xs, ys, strict=True) if x == best]
-            ax.plot([best], at, "*", ms=13, color=line[0].get_color())
+            if at:
+                _star(ax, best, at[0], line[0].get_color(), gid=f"{cell.name} {key}: star {arm}")
+        if cell.level == Level.POOLED:
+            _draw_policies(ax, cell, arm, key, line[0].get_color())
     unsupported = sorted({f.depth for f in cell.depths if not f.supported})
     if unsupported:
         ax.axvspan(min(unsupported) - 0.5, max(unsupported) + 0.5, color="0.9", zorder=0)
@@ -957,9 +1149,26 @@ def _depth_panel(ax: Any, result: Result, cell: Cell, key: str) -> None:
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # depths are whole positions
-    ax.set_xlabel("fixed depth d (drafted positions per round)", fontsize=8)
+    drawn = cell.level == Level.POOLED and any(_policy_points(cell, a, key) for a in result.arms)
+    where = "; a policy: at E[L]" if drawn else ""
+    ax.set_xlabel(f"fixed depth d (drafted positions per round){where}", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
+
+
+_RING_MS: Final[float] = 15.0
+_STAR_MS: Final[float] = 8.0
+"""A ring and a star at one point both show: the ring (drawn above, hollow) clears the star."""
+
+
+def _ring(ax: Any, x: float, y: float | None, colour: str, *, gid: str) -> None:
+    """Ring the point (x, y): hollow, wider than :func:`_star`'s star, drawn above it."""
+    ax.plot([x], [y], "o", ms=_RING_MS, mfc="none", mew=1.4, color=colour, zorder=4, gid=gid)
+
+
+def _star(ax: Any, x: float, y: float | None, colour: str, *, gid: str) -> None:
+    """Star the point (x, y), small enough to sit inside :func:`_ring`'s ring."""
+    ax.plot([x], [y], "*", ms=_STAR_MS, color=colour, zorder=3, gid=gid)
 
 
 def _series(
@@ -1027,17 +1236,11 @@ def screen_figure(result: Result) -> Any:
         ax.fill_between(xs, lo, hi, alpha=0.2)
         best = [d for d in ok if d.rank == 1]
         if best:
-            ax.plot([best[0].depth], [best[0].tokens_per_s], "*", ms=12, color="C3")
+            _star(ax, best[0].depth, best[0].tokens_per_s, "C3", gid=f"best: {c.worker}")
         cap = c.screen.cap if c.screen is not None else None
         if cap is not None and cap in xs:
-            ax.plot(
-                [cap],
-                [next(d.tokens_per_s for d in ok if d.depth == cap)],
-                "o",
-                ms=10,
-                mfc="none",
-                color="k",
-            )
+            y = next(d.tokens_per_s for d in ok if d.depth == cap)
+            _ring(ax, cap, y, "k", gid=f"cap: {c.worker}")
         gone = [d.depth for d in c.depths if not d.supported]
         here = [x for x in cells if (x.batch, x.context) == (c.batch, c.context)]
         workers = ", ".join(dict.fromkeys(x.worker or "—" for x in here))

@@ -9,8 +9,14 @@ Two functions, as every plot: :func:`policy_series` picks the figures drawn from
   line of tokens/s (ESTIMATED) against τ, with its 95% interval as a band;
 - the arm's best fixed depth (``Cell.best_depth``, the most tokens/s) is a dashed horizontal
   reference line, its interval a light grey band: a policy pays only above it;
-- each ``depth-by-bucket`` policy (no τ) is a dash-dot horizontal line with its interval as an
-  error bar at the right edge, named in the legend.
+- each ``depth-by-bucket`` policy has no τ, so it is not placed at one: a dash-dot horizontal
+  line across the panel, its interval a bar right of the τ axis (placed in axis fractions,
+  whatever the τ range), and its legend entry says "no τ".
+
+Every figure drawn is **in-sample**: ``Cell.policies`` measures each policy on every request, the
+requests the best-looking one would be chosen on, so the highest point is biased up (the winner's
+curse). Whether a policy pays is the held-out verdict (``extra["policy_choice"]``), which this
+plot does not draw: its title and axis say in-sample and send the reader to TABLES.md.
 
 A policy without tokens/s (UNSUPPORTED, or no cost to price it) is not drawn; the panel names it
 with its reason. The plot is written only when some policy has tokens/s (:func:`policy_series`
@@ -167,14 +173,45 @@ def policy_caption(result: Result) -> str:
     if any(p.depth is not None for p in panels):
         parts.append("dashed: the best fixed depth's tokens/s, its interval a grey band")
     if any(p.tables for p in panels):
-        parts.append("dash-dot: each depth-by-bucket policy's tokens/s, with its interval")
+        parts.append(
+            "dash-dot: each depth-by-bucket policy's tokens/s (it has no τ: a line across the"
+            " panel), its interval a bar right of the τ axis"
+        )
     if any(p.omitted for p in panels):
         parts.append("policies without tokens/s are named in the panel, not drawn")
-    return "Adaptive drafting per arm, pooled: " + "; ".join(parts) + "."
+    return (
+        "Adaptive drafting per arm, pooled, in-sample (every request; the held-out verdict is in"
+        " TABLES.md): " + "; ".join(parts) + "."
+    )
 
 
-def _bar(y: float, lo: float | None, hi: float | None) -> list[list[float]]:
-    return [[y - (lo if lo is not None else y)], [(hi if hi is not None else y) - y]]
+_NO_TAU_X: Final[float] = 1.03
+"""Where (axis fraction: right of the τ axis) a policy without a τ has its interval; 0.03 apart."""
+
+
+def _no_tau(ax: Any, arm: str, k: int, t: PolicyLevel, colour: str) -> None:
+    """Draw a policy without a τ: a line across the panel, its interval at an axis fraction.
+
+    The interval is placed in axis coordinates (x) and data coordinates (y), so it sits at the
+    same place whatever τ the axis shows: it is not drawn at a τ.
+    """
+    from matplotlib.transforms import blended_transform_factory
+
+    ax.axhline(
+        t.y,
+        color=colour,
+        ls="-.",
+        lw=1.2,
+        label=f"{t.name}, no τ (ESTIMATED)",
+        gid=f"{arm}: {t.name}",
+    )
+    edge = blended_transform_factory(ax.transAxes, ax.transData)
+    x = _NO_TAU_X + 0.03 * k
+    lo = t.lo if t.lo is not None else t.y
+    hi = t.hi if t.hi is not None else t.y
+    out = {"color": colour, "transform": edge, "clip_on": False}
+    ax.plot([x, x], [lo, hi], lw=1.2, gid=f"{arm}: {t.name} interval", **out)
+    ax.plot([x], [t.y], "D", ms=5, gid=f"{arm}: {t.name} point", **out)
 
 
 def _panel(ax: Any, panel: PolicyPanel) -> None:
@@ -190,7 +227,6 @@ def _panel(ax: Any, panel: PolicyPanel) -> None:
         hi = [v if v is not None else y for v, y in zip(c.hi, c.y, strict=True)]
         band = ax.fill_between(c.tau, lo, hi, color=colour, alpha=0.2, lw=0)
         band.set_gid(f"{panel.arm}: band {c.name}")
-    right = max(taus) if taus else 1.0
     if panel.depth is not None:
         d = panel.depth
         ax.axhline(
@@ -204,25 +240,7 @@ def _panel(ax: Any, panel: PolicyPanel) -> None:
         if d.lo is not None and d.hi is not None:
             ax.axhspan(d.lo, d.hi, color="0.5", alpha=0.12, lw=0, gid=f"{panel.arm}: depth band")
     for k, t in enumerate(panel.tables):
-        colour = f"C{(len(panel.curves) + k) % 10}"
-        ax.axhline(
-            t.y,
-            color=colour,
-            ls="-.",
-            lw=1.2,
-            label=f"{t.name} (ESTIMATED)",
-            gid=f"{panel.arm}: {t.name}",
-        )
-        ax.errorbar(
-            [right],
-            [t.y],
-            yerr=_bar(t.y, t.lo, t.hi),
-            fmt="D",
-            ms=5,
-            color=colour,
-            capsize=3,
-            gid=f"{panel.arm}: {t.name} interval",
-        )
+        _no_tau(ax, panel.arm, k, t, f"C{(len(panel.curves) + k) % 10}")
     if taus and min(taus) > 0.0 and max(taus) / min(taus) >= 100.0:
         ax.set_xscale("log")  # τ over two decades or more (stop-cum grids): equal ratios apart
     if panel.omitted:
@@ -238,9 +256,11 @@ def _panel(ax: Any, panel: PolicyPanel) -> None:
             ha="left",
             color="0.35",
         )
-    ax.set_title(f"{panel.arm}: tokens/s by policy (pooled)", fontsize=9)
-    ax.set_xlabel("threshold τ of the stop rule" if taus else "(no stop rule drawn)", fontsize=8)
-    ax.set_ylabel("tokens/s (tokens per second, ESTIMATED)", fontsize=8)
+    ax.set_title(f"{panel.arm}: tokens/s by policy (pooled, in-sample)", fontsize=9)
+    across = "; a line across: no τ" if panel.tables or panel.depth is not None else ""
+    xlabel = "threshold τ of the stop rule" if taus else "(no stop rule drawn)"
+    ax.set_xlabel(xlabel + across, fontsize=8)
+    ax.set_ylabel("tokens/s in-sample (tokens per second, ESTIMATED)", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
@@ -263,8 +283,9 @@ def policy_figure(result: Result) -> Any:
         _panel(ax, panel)
     used = result.options.get("estimator_used")
     fig.suptitle(
-        f"Adaptive drafting: tokens/s (ESTIMATED, 95% intervals) against τ ({used})\n"
-        "a policy pays only above the best fixed depth (its held-out verdict: TABLES.md)",
+        f"Adaptive drafting, IN-SAMPLE: tokens/s (ESTIMATED, 95% intervals) of each policy\n"
+        f"on every request ({used}); the best-looking one is favoured by chance: whether\n"
+        "a policy pays is the held-out verdict in TABLES.md, not drawn here",
         fontsize=9,
     )
     fig.tight_layout()
