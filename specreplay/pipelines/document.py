@@ -111,9 +111,11 @@ INTERVAL_METHOD = IntervalMethod(
         "CR2 (Bell-McCaffrey) variance, requests as clusters, t with effective degrees of "
         "freedom after Hall's cubic skewness correction; EQUIVALENT when the Holm-adjusted "
         "TOST p < alpha, else DIFFERENT when the Holm-adjusted p of delta = 0 < alpha, else "
-        "INCONCLUSIVE; INCONCLUSIVE by rule below min_requests requests or min_differing "
-        "requests that differ between the arms (a conservative interval is shown), EQUIVALENT "
-        "with zero width only for identical inputs"
+        "INCONCLUSIVE. Below min_requests requests (the verdict minimum) never EQUIVALENT, "
+        "and DIFFERENT only where the CR2 and sign-flip tests both reject at alpha/2 (the hull "
+        "of their intervals is shown, method cr2-eff-hall+sign-flip); below min_differing "
+        "differing requests decided by the conservative hull (EQUIVALENT only inside the "
+        "margin, never DIFFERENT); EQUIVALENT with zero width only for identical inputs"
     ),
     min_requests=MIN_REQUESTS,
     min_differing=MIN_DIFFERING,
