@@ -1,10 +1,12 @@
 """REPORT.md: one run's findings for a person, rendered from its typed result (issue 7, item 1).
 
-Sections, in this order, each opening with one short paragraph on how to read it:
+Sections, in this order, each opening with one short paragraph on how to read it (but the
+verdicts, which come first and are followed by theirs):
 
 1. ``# title`` and the question in one sentence, built from the result (arms, inputs, margin);
 2. **Verdicts**: the pooled verdict first, then per family (per cell for a screen), each with its
-   figures and label (:mod:`specreplay.render.verdicts`);
+   figures and label (:mod:`specreplay.render.verdicts`); a reason ``--estimator auto``'s tail
+   rule gave names its rule only, its figures are in the tables and the diagnostics, once;
 3. **Tables**: the TABLES.md text of the run, produced by the same renderers (never a copy of
    them), headings moved under this section, its closing assumption list moved to section 4;
 4. **Assumptions and choices**: the estimator used and why, the path assumption, the interval
@@ -77,6 +79,12 @@ def _section(title: str, read: str, body: str) -> str:
     return f"## {title}\n\n{read}\n\n{body.strip()}\n"
 
 
+def _verdicts_section(result: Result) -> str:
+    """Return the Verdicts section: the verdicts first, then how to read them (issue 16, item 5)."""
+    verdicts = bullets(VERDICTS[result.command](result))
+    return f"## Verdicts\n\n{verdicts}\n\n{HOW_TO_READ[result.command]}\n"
+
+
 def _tables(result: Result) -> str:
     render = {**TABLES, "screen": screen_tables}[result.command]
     return demote(md_blocks(split_assumptions(render(result))), 3)
@@ -106,7 +114,10 @@ def _interval_choice(result: Result) -> list[str]:
             "buckets, family × bucket)."
         )
     if o.get("min_requests") is not None:
-        out.append(f"Cells with fewer than {o['min_requests']} requests get no Δ (`—`, reason).")
+        out.append(
+            f"Reporting minimum (`--min-requests`) {o['min_requests']}: a cell with fewer "
+            "requests gets no Δ (`—`, with the reason)."
+        )
     return out
 
 
@@ -119,11 +130,11 @@ def _method_choice(result: Result, valid: str) -> str:
         f"Intervals: {m.method}, {m.description}, at {d.level:.0%}; {d.n_boot:,} bootstrap "
         f"replicates{valid}, requests resampled as clusters, stratified by "
         f"{result.options.get('stratify', '—')}. The calibration study ({m.study}) set the "
-        f"thresholds: a cell with fewer than {m.min_requests:,} requests, or fewer than "
-        f"{m.min_differing:,} requests whose (n, t) differ between the arms, is INCONCLUSIVE, "
-        "never EQUIVALENT, and the reason is written beside its verdict. A cell below the size "
-        "at which the study shows nominal coverage is marked small sample, with the lowest "
-        "coverage the study measured at its size."
+        f"thresholds: below the verdict minimum of {m.min_requests:,} requests, or with fewer "
+        f"than {m.min_differing:,} requests whose (n, t) differ between the arms, a cell is "
+        "INCONCLUSIVE, never EQUIVALENT, and the reason is written beside its verdict. A cell "
+        "below the nominal-coverage size is marked small sample, with what the study's 95% "
+        "intervals covered at its size in the study's hardest setting."
     )
 
 
@@ -187,8 +198,10 @@ def _path_bias(result: Result) -> list[str]:
             out.append(f"Path bias of the logging arm: — ({pb.null_reason})")
         else:
             inside = pb.lo <= 0.0 <= pb.hi
+            by = f" by {pb.estimator}" if pb.estimator else ""
             out.append(
-                f"Path bias of the logging arm {pb.b} (SIMULATED − MEASURED R): {num(pb.point)} "
+                f"Path bias of the logging arm {pb.b} (SIMULATED{by} − MEASURED R): "
+                f"{num(pb.point)} "
                 f"[{num(pb.lo)}, {num(pb.hi)}] tokens/round: "
                 + (
                     "the interval holds 0, the replay reproduces the MEASURED R."
@@ -337,9 +350,7 @@ def report_markdown(result: Result, pngs: Sequence[str]) -> str:
         title, question = f"specreplay {result.command}", f"A `{result.command}` run."
     parts = [
         f"# {title}\n\n{question}\n",
-        _section(
-            "Verdicts", HOW_TO_READ[result.command], bullets(VERDICTS[result.command](result))
-        ),
+        _verdicts_section(result),
         _section("Tables", _READ["tables"], _tables(result)),
         _section("Assumptions and choices", _READ["choices"], _choices(result)),
         _section("Diagnostics", _READ["diagnostics"], _diagnostics(result)),
