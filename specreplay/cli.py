@@ -299,20 +299,17 @@ HASH_NOTE_SECONDS = 0.5
 """Hashing the inputs that took at least this long is reported on stderr."""
 
 
-def _echo(text: str, extra: dict[str, Any]) -> None:
+def _echo(text: str) -> None:
     """Print notes on stderr, then ``text``.
 
-    The notes: what the per-shard cache did (with ``--cache``), input-hash cache entries that
-    failed their check and were computed again, and what hashing the inputs for results.json
-    cost when it took a while (digests not yet in the input-hash cache).
+    The notes: input-hash cache entries that failed their check and were computed again, and
+    what hashing the inputs for results.json cost when it took a while (digests not yet in the
+    input-hash cache). What the per-shard cache reused (``--cache``) is on line 2 of ``text``
+    (:func:`~specreplay.render.console.excluded_reused`).
     """
     from specreplay import cache_root
     from specreplay.replay.archive.filehash import hash_stats
-    from specreplay.results.backend import backend_note
 
-    note = backend_note(extra.get("replay_backend"))
-    if note is not None:
-        typer.echo(note, err=True)
     h = hash_stats()
     if h.recomputed:
         n = len(h.recomputed)
@@ -807,7 +804,7 @@ def requalify(
             text, code, result = run_requalify(
                 archive, opts, out=out, force=force, progress=phases, backend=backend
             )
-        _echo(text, result.extra)
+        _echo(text)
         if code:
             raise typer.Exit(code=code)
 
@@ -888,7 +885,7 @@ def sweep(
             text, result = run_sweep(
                 archive, opts, out=out, force=force, progress=phases, backend=backend
             )
-        _echo(text, result.extra)
+        _echo(text)
 
 
 @app.command()

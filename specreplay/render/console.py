@@ -34,7 +34,9 @@ from specreplay.render.interval_text import (
     small_sample_text,
 )
 from specreplay.render.markdown import num, pct
+from specreplay.render.policy_tables import choice_verdict
 from specreplay.render.table_text import fmt, markdown_table
+from specreplay.render.tables import sweep_body, tail_lines
 from specreplay.render.verdicts import law_summary
 from specreplay.results.backend import backend_note
 from specreplay.results.model import Cell, Delta, Level, Result, Role
@@ -49,6 +51,8 @@ __all__ = [
     "path_bias_line",
     "requalify_console",
     "requalify_head",
+    "sweep_console",
+    "sweep_head",
 ]
 
 WIDTH = 160
@@ -93,7 +97,7 @@ def folded(lines: list[str]) -> list[str]:
 
 
 def excluded_reused(result: Result) -> list[str]:
-    """Return what the run excluded or reused: one line per kind, ``Excluded: nothing`` if none.
+    """Return what the run excluded or reused: one line per kind, ``Excluded: nothing`` if neither.
 
     The rounds ``--short-rounds`` left out carry the MEASURED R over the rounds kept and over
     every round; the cache line is ``--cache``'s (:func:`~specreplay.results.backend.backend_note`).
@@ -112,11 +116,10 @@ def excluded_reused(result: Result) -> list[str]:
                 f"{e.measured_R_all:.4f} over every round"
             )
         out.append(line)
-    out = out or ["Excluded: nothing"]
     reused = backend_note(result.extra.get("replay_backend"))
     if reused is not None:
-        out.append(f"Reused: {reused}")
-    return folded(out)
+        out.append(f"Reused: {reused}" + ("" if out else "; nothing excluded"))
+    return folded(out or ["Excluded: nothing"])
 
 
 # -- the pooled Δ and the cells ------------------------------------------------------------------
@@ -222,7 +225,7 @@ def estimator_lines(result: Result) -> list[str]:
     for arm in result.arms:
         diags = [d for d in result.pooled.importance if d.arm == arm]
         if not diags:
-            out.append(f"Estimator {used} for {arm}: no importance weights to diagnose")
+            out.append(f"Estimator {used} for {arm}: no weight diagnostics in this run")
             continue
         ks = [d for d in diags if d.pareto_k is not None]
         worst = max(ks, key=lambda d: d.pareto_k or 0.0) if ks else None
@@ -343,3 +346,50 @@ def interval_console(result: Result, out: Path, files: list[str]) -> str:
     lines += delta_lines(d)
     lines += cell_table(result, Role.B_VS_A)
     return "\n".join(lines + _tail(out, files, "every cell, BCa intervals, method")) + "\n"
+
+
+# -- sweep ---------------------------------------------------------------------------------------
+
+
+def sweep_head(result: Result) -> str:
+    """Return line 1 of a sweep: each arm's best depth (with a cost model) or highest-R depth."""
+    if not result.cells:
+        return "SWEEP (pooled): — (no cell)"
+    pooled = result.pooled
+    best = []
+    for arm in result.arms:
+        fig = pooled.best_depth_figure(arm)
+        if fig is not None and fig.tokens_per_s is not None:
+            p = f", P(best) {fig.p_best:.2f}" if fig.p_best is not None else ""
+            best.append(f"{fig.depth} for {arm} ({fig.tokens_per_s:.1f} tokens/s{p})")
+    cost = result.options.get("cost")
+    if best:
+        head = f"SWEEP (pooled, tokens/s ESTIMATED, cost {cost}): best depth " + ", ".join(best)
+    else:
+        top = []
+        for arm in result.arms:
+            figs = [f for f in pooled.depths if f.arm == arm and f.supported and f.R is not None]
+            if figs:
+                top.append(f"{arm} {max(figs, key=lambda f: f.R or 0.0).depth}")
+        head = (
+            "SWEEP (pooled, SIMULATED): no best depth without a cost model (--cost); R is "
+            "highest at depth " + (", ".join(top) or "— (no supported depth)")
+        )
+    bits = result.extra.get("fewest_bits")
+    if isinstance(bits, dict):
+        fewest = bits.get("fewest_bits_equivalent") or "—"
+        head += f"; fewest bits EQUIVALENT to {bits.get('baseline')}: {fewest}"
+    return head
+
+
+def sweep_console(result: Result, out: Path, files: list[str]) -> str:
+    """Return the console text of a sweep: line 1 and 2 as every verdict verb, then its tables."""
+    lines = [*fold(sweep_head(result)), *excluded_reused(result)]
+    lines += folded(
+        [line.replace("**", "") for a in result.arms if (line := choice_verdict(result, a))]
+    )
+    lines += estimator_lines(result)
+    lines += folded(tail_lines(result))
+    lines += sweep_body(result)
+    what = "estimator choice, interval method, assumptions"
+    return "\n".join(lines + _tail(out, files, what)) + "\n"

@@ -50,6 +50,8 @@ __all__ = [
     "path_bias_by_arm",
     "requalify_tables",
     "short_round_lines",
+    "sweep_body",
+    "tail_lines",
 ]
 
 
@@ -812,6 +814,18 @@ def sweep_tables(result: Result) -> str:
     ]
     method = interval_method_line(result)
     lines += [method] if method else []
+    lines += sweep_body(result)
+    lines += ["", "Assumptions:", *[f"- {a}" for a in result.assumptions]]
+    return "\n".join(lines) + "\n"
+
+
+def sweep_body(result: Result) -> list[str]:
+    """Return the sweep's tables (the console prints them too).
+
+    Per arm R by depth and its policies, the best depth per cell, the ``--by`` cells and the
+    fewest bits.
+    """
+    lines: list[str] = []
     for arm in result.arms:
         lines += _sweep_arm_table(result, arm)
         lines += policy_sections(result, arm)
@@ -839,8 +853,7 @@ def sweep_tables(result: Result) -> str:
             f"{bits['fewest_bits_equivalent'] or '— (' + str(bits['null_reason']) + ')'}",
             f"sequence: {seq}",
         ]
-    lines += ["", "Assumptions:", *[f"- {a}" for a in result.assumptions]]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 _SWEEP_HEADER = [
