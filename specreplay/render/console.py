@@ -43,10 +43,12 @@ from specreplay.results.model import Cell, Delta, Level, Result, Role
 
 __all__ = [
     "WIDTH",
+    "cell_table",
     "delta_lines",
     "estimator_lines",
     "excluded_reused",
     "fold",
+    "folded",
     "interval_console",
     "path_bias_line",
     "requalify_console",
@@ -59,16 +61,52 @@ WIDTH = 160
 """The longest console line, in characters (a user-given name may make one longer)."""
 
 
-def fold(line: str, width: int = WIDTH) -> list[str]:
-    """Break ``line`` at its ``; `` into lines of at most ``width`` characters where it can.
+def _split_outside(text: str, sep: str) -> list[str]:
+    """Split ``text`` at ``sep`` where it is outside brackets and parentheses."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        depth += (ch in "([") - (ch in ")]")
+        if depth <= 0 and text.startswith(sep, i):
+            parts.append(text[start:i])
+            start = i = i + len(sep)
+            continue
+        i += 1
+    return [*parts, text[start:]]
 
-    A continuation line is indented by two spaces; a piece with no ``; `` inside that is still
-    longer stays whole (it holds a name or a figure that cannot be split).
+
+def _pieces(line: str, width: int) -> list[str]:
+    """Split ``line`` into pieces that each keep their separator.
+
+    At ``; `` first; in a piece still longer than ``width``, at ``, `` and then at spaces, both
+    outside brackets and parentheses.
+    """
+    out: list[tuple[str, str]] = []
+    for piece in line.split("; "):
+        if len(piece) <= width:
+            out.append((piece, "; "))
+            continue
+        commas = _split_outside(piece, ", ")
+        for k, c in enumerate(commas):
+            last = k == len(commas) - 1
+            words = _split_outside(c, " ") if len(c) > width else [c]
+            out += [(w, " ") for w in words[:-1]] + [(words[-1], "; " if last else ", ")]
+    return [p + sep for p, sep in out[:-1]] + [out[-1][0]]
+
+
+def fold(line: str, width: int = WIDTH) -> list[str]:
+    """Break ``line`` into lines of at most ``width`` characters where it can.
+
+    The breaks are at ``; `` first and, in a piece still too long, at ``, `` then at spaces
+    outside brackets (an interval ``[lo, hi]`` stays on one line); a continuation line is
+    indented by two spaces. A piece that still cannot be split stays whole (a long name).
 
     Examples
     --------
     >>> fold("a" * 10 + "; " + "b" * 10, width=12)
     ['aaaaaaaaaa;', '  bbbbbbbbbb']
+    >>> fold("aaaa, bbbb, cccc; dd", width=11)
+    ['aaaa, bbbb,', '  cccc; dd']
     >>> fold("short")
     ['short']
     """
@@ -76,15 +114,14 @@ def fold(line: str, width: int = WIDTH) -> list[str]:
         return [line]
     out: list[str] = []
     current = ""
-    for piece in line.split("; "):
-        trial = f"{current}; {piece}" if current else piece
+    for piece in _pieces(line, width):
         limit = width - (2 if out else 0)
-        if current and len(trial) + 1 > limit:
-            out.append(current + ";")
+        if current and len(current + piece.rstrip()) > limit:
+            out.append(current.rstrip())
             current = piece
         else:
-            current = trial
-    out.append(current)
+            current += piece
+    out.append(current.rstrip())
     return [out[0], *[f"  {x}" for x in out[1:]]]
 
 
@@ -209,19 +246,24 @@ def cell_table(result: Result, role: Role, *, requalification: bool = False) -> 
 
 
 def estimator_lines(result: Result) -> list[str]:
-    """Return one line per arm: the estimator used, the worst k̂ and smallest ESS share.
+    """Return the estimator and why (its first reason), then one line per arm on its weights.
 
-    The figures are the pooled cell's importance diagnostics over the arm's depths (the table by
-    depth is in TABLES.md). A run whose ``auto`` estimator fell back from importance gives one
-    WARNING line with the reason instead; a run without a replay estimator gives none.
+    An arm's line: the estimator used, the worst Pareto k̂ and the smallest ESS share of the
+    pooled cell's importance diagnostics over the arm's depths (the table by depth is in
+    TABLES.md). A run whose ``auto`` estimator fell back from importance gives one WARNING line
+    with the whole reason instead; a run without a replay estimator gives none.
     """
     used = result.options.get("estimator_used")
     if used is None or not result.cells:
         return []
-    if result.options.get("estimator") == "auto" and used != "importance":
-        why = result.options.get("estimator_reason", "")
+    asked = result.options.get("estimator")
+    why = str(result.options.get("estimator_reason", ""))
+    if asked == "auto" and used != "importance":
         return fold(f"WARNING: estimator {used} (auto: {why})")
-    out = []
+    auto = "auto: " if asked == "auto" else ""
+    first = why.split("; ")[0]
+    rest = "; the rest of why in TABLES.md" if first != why else ""
+    out = [*fold(f"Estimator {used} ({auto}{first}{rest})")]
     for arm in result.arms:
         diags = [d for d in result.pooled.importance if d.arm == arm]
         if not diags:
