@@ -291,9 +291,13 @@ def test_small_sample_mark_says_what_the_study_covered() -> None:
 
 
 def test_fold_keeps_every_piece_and_every_interval_whole() -> None:
-    line = "; ".join(f"part {k} [+0.{k:04d}, +1.{k:04d}], with a few more words" for k in range(40))
-    lines = fold(line)
-    assert all(len(x) <= WIDTH for x in lines)
-    assert " ".join(x.strip() for x in lines) == line
-    for x in lines:  # no interval is cut
-        assert x.count("[") == x.count("]")
+    by_semicolon = "; ".join(
+        f"part {k} [+0.{k:04d}, +1.{k:04d}], a few more words" for k in range(40)
+    )
+    by_comma = ", ".join(f"item {k} [+0.{k:04d}, +1.{k:04d}] (a, b)" for k in range(40))
+    for line in (by_semicolon, by_comma, f"{by_comma}; {by_semicolon}"):
+        lines = fold(line)
+        assert len(lines) > 1 and all(len(x) <= WIDTH for x in lines)
+        assert " ".join(x.strip() for x in lines) == line
+        for x in lines:  # no interval or parenthesis is cut
+            assert x.count("[") == x.count("]") and x.count("(") == x.count(")"), x
