@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specreplay.render import demo_story
-from specreplay.render.interval_text import coverage_text, has_interval_fields
+from specreplay.render.interval_text import has_interval_fields, small_sample_text
 from specreplay.render.markdown import (
     bullets,
     demote,
@@ -266,17 +266,16 @@ def _small_samples(result: Result) -> list[str]:
         return []
     by: dict[str, list[str]] = {}
     for c, d in deltas:
-        if d.small_sample:
-            cov = d.coverage_at_size
-            key = coverage_text(cov) if cov is not None else "no study figure at this size"
-            by.setdefault(key, []).append(c.name)
+        if (text := small_sample_text(d)) is not None:
+            by.setdefault(text.removeprefix("small sample: "), []).append(c.name)
     if not by:
         return [
-            "No cell is a small sample: every cell with a delta is at or above the size at "
-            "which the study shows nominal coverage."
+            "No cell is a small sample: every cell with a delta is at or above the "
+            "nominal-coverage size."
         ]
     return [
-        f"{len(set(names))} small-sample cell(s), where the study measured {cov}: {_listed(names)}."
+        f"{len(set(names))} small-sample cell(s) (below the nominal-coverage size), {cov}: "
+        f"{_listed(names)}."
         for cov, names in by.items()
     ]
 
