@@ -251,7 +251,7 @@ def test_demo_report_states_the_terminal_verdicts(demo_run: tuple[Path, str]) ->
     said = block.split("\n\n")[0].replace("\n  ", " ").split("\n")
     rq = _doc(out / "requalify")
     bullets = _bullets(text, "Verdicts")  # the verdicts, then one line per arm on the weights
-    assert said and bullets[: len(said)] == said
+    assert said and [x.replace("**", "") for x in bullets[: len(said)]] == said  # no bold
     weights = [x for x in bullets[len(said) :] if x.startswith("- Estimator importance for ")]
     assert len(weights) == len(bullets) - len(said) == len(rq["arms"])
     assert f"vs top32:t0.7@8: {rq['requalification']['verdict']} (" in text

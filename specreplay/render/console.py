@@ -223,7 +223,9 @@ def _cell_row(c: Cell, d: Delta | None, note: _Notes, extra: list[str]) -> list[
     ]
 
 
-def cell_table(result: Result, role: Role, *, requalification: bool = False) -> list[str]:
+def cell_table(
+    result: Result, role: Role, out: Path, *, requalification: bool = False
+) -> list[str]:
     """Return the compact table of the pooled and family cells, its footnotes, what is left out."""
     note = _Notes()
     rows = []
@@ -233,12 +235,11 @@ def cell_table(result: Result, role: Role, *, requalification: bool = False) -> 
         rows.append(_cell_row(c, c.delta(role), note, extra))
     header = ["cell", "requests", "Δ", "95% CI", "Δ/R_a", "95% CI (rel)", "verdict"]
     header += ["requalification"] if requalification else []
-    rest = len(result.cells) - len(rows)
-    more = (
-        [f"{rest:,} more cells (context buckets, family × bucket, groups): TABLES.md"]
-        if rest
-        else []
-    )
+    buckets = sum(1 for c in result.cells if c.level in (Level.BUCKET, Level.FAMILY_BUCKET))
+    groups = sum(1 for c in result.cells if c.level in (Level.BY, Level.FAMILY_BUCKET_BY))
+    where = f"{out}/TABLES.md and cells.parquet"
+    more = [f"{buckets:,} bucket and family × bucket cells are in {where}"] if buckets else []
+    more += [f"{groups:,} --by cells are in {where}"] if groups else []
     return ["", markdown_table(header, rows), *note.lines(), *more]
 
 
@@ -352,7 +353,7 @@ def requalify_console(result: Result, out: Path, files: list[str]) -> str:
     lines = [*fold(requalify_head(result)), *excluded_reused(result)]
     if main is not None:
         lines += delta_lines(main)
-        lines += cell_table(result, Role.CANDIDATE_VS_BASELINE, requalification=True)
+        lines += cell_table(result, Role.CANDIDATE_VS_BASELINE, out, requalification=True)
     lines += [""] if result.cells else []
     g = pooled.delta(Role.CANDIDATE_VS_REFERENCE) if result.cells else None
     if g is not None and g.point is not None:
@@ -386,7 +387,7 @@ def interval_console(result: Result, out: Path, files: list[str]) -> str:
     margin: dict[str, Any] = result.options["margin"]
     lines = [*fold(_interval_head(d, str(margin["text"]))), *excluded_reused(result)]
     lines += delta_lines(d)
-    lines += cell_table(result, Role.B_VS_A)
+    lines += cell_table(result, Role.B_VS_A, out)
     return "\n".join(lines + _tail(out, files, "every cell, BCa intervals, method")) + "\n"
 
 
