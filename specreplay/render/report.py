@@ -30,7 +30,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specreplay.render import demo_story
-from specreplay.render.interval_text import has_interval_fields, small_sample_text
+from specreplay.render.interval_text import (
+    brief_reason,
+    has_interval_fields,
+    small_sample_text,
+)
 from specreplay.render.markdown import (
     bullets,
     demote,
@@ -285,8 +289,9 @@ def _forced(result: Result) -> list[str]:
     by: dict[str, list[str]] = {}
     for c in result.cells:
         for d in c.deltas:
-            if d.verdict_reason:
-                by.setdefault(f"{d.verdict} by rule ({d.verdict_reason})", []).append(c.name)
+            if d.verdict_reason:  # auto's tail figures are in the Tables section, once
+                why = brief_reason(d.verdict_reason, "the Tables section")
+                by.setdefault(f"{d.verdict} by rule ({why})", []).append(c.name)
     return [f"{len(set(names))} cell(s) {why}: {_listed(names)}." for why, names in by.items()]
 
 
