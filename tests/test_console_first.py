@@ -301,3 +301,22 @@ def test_fold_keeps_every_piece_and_every_interval_whole() -> None:
         assert " ".join(x.strip() for x in lines) == line
         for x in lines:  # no interval or parenthesis is cut
             assert x.count("[") == x.count("]") and x.count("(") == x.count(")"), x
+
+
+def test_path_bias_lines_name_the_estimator_of_their_figure(requalified: Any) -> None:
+    """Issue 16, item 8: each path-bias line says which estimator produced its SIMULATED side,
+    from the delta's own ``estimator`` field in results.json."""
+    text, doc, out, _ = requalified
+    pb = next(d for d in doc["cells"][0]["deltas"] if d["role"] == "path-bias")
+    assert pb["estimator"] == "importance"
+    line = next(x for x in text.splitlines() if x.startswith("Path bias of the logging arm"))
+    assert f"(SIMULATED by {pb['estimator']} − MEASURED R): {pb['point']:+.4f}" in line
+    report = (out / "REPORT.md").read_text()
+    costs = [x for x in report.splitlines() if x.startswith("- Path assumption's cost for ")]
+    by_arm = [d for d in doc["cells"][0]["deltas"] if d["role"] == "path-bias-importance"]
+    assert len(costs) == len(by_arm) == 3
+    for d in by_arm:
+        arm = d["b"].split(" (")[0]
+        assert any(x.startswith(f"- Path assumption's cost for {arm} (R {d['estimator']}): ")
+                   for x in costs)  # fmt: skip
+    assert f"(SIMULATED by {pb['estimator']} − MEASURED R)" in report

@@ -147,8 +147,9 @@ def _diagnostic_lines(main: Result) -> list[str]:
         )
     pb = main.pooled.delta(Role.PATH_BIAS)
     if pb is not None and pb.point is not None:
+        by = f" by {pb.estimator}" if pb.estimator else ""
         lines.append(
-            f"- path bias of the logging arm (SIMULATED − MEASURED R): {pb.point:+.4f} "
+            f"- path bias of the logging arm (SIMULATED{by} − MEASURED R): {pb.point:+.4f} "
             f"[{pb.lo or 0.0:+.4f}, {pb.hi or 0.0:+.4f}] tokens/round"
         )
     base = str(main.options.get("baseline"))
