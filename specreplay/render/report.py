@@ -216,8 +216,9 @@ def _path_bias(result: Result) -> list[str]:
             )
     for d in result.pooled.deltas:
         if d.role is Role.PATH_BIAS_IMPORTANCE:
+            sides = f"R {d.estimator}" if d.estimator else f"{d.b} − {d.a}"
             out.append(
-                f"Path assumption's cost for {d.b.split(' (')[0]} ({d.b} − {d.a}): "
+                f"Path assumption's cost for {d.b.split(' (')[0]} ({sides}): "
                 + delta_text(d).replace(", Δ/R_a", "; relative")
             )
     return out
