@@ -814,6 +814,7 @@ def sweep_tables(result: Result) -> str:
     ]
     method = interval_method_line(result)
     lines += [method] if method else []
+    lines += [sizes] if (sizes := sizes_line(result)) else []
     lines += sweep_body(result)
     lines += ["", "Assumptions:", *[f"- {a}" for a in result.assumptions]]
     return "\n".join(lines) + "\n"
