@@ -425,6 +425,25 @@ def sweep_head(result: Result) -> str:
     return head
 
 
+def _short_body(body: list[str]) -> list[str]:
+    """Return the sweep's tables for the console: prose folded, held-out choices left out.
+
+    Each held-out choice's verdict is on the lines after line 2; its table and caveats are in
+    TABLES.md.
+    """
+    out: list[str] = []
+    skipping = False
+    for line in body:
+        if line.startswith("## "):
+            skipping = "does a policy pay? The held-out choice" in line
+            if skipping:
+                out += [f"{line.removeprefix('## ')}: its table and caveats are in TABLES.md", ""]
+                continue
+        if not skipping:
+            out += [line] if line.startswith("|") else fold(line)
+    return out
+
+
 def sweep_console(result: Result, out: Path, files: list[str]) -> str:
     """Return the console text of a sweep: line 1 and 2 as every verdict verb, then its tables."""
     lines = [*fold(sweep_head(result)), *excluded_reused(result)]
@@ -433,6 +452,6 @@ def sweep_console(result: Result, out: Path, files: list[str]) -> str:
     )
     lines += estimator_lines(result)
     lines += folded(tail_lines(result))
-    lines += sweep_body(result)
+    lines += _short_body(sweep_body(result))
     what = "estimator choice, interval method, assumptions"
     return "\n".join(lines + _tail(out, files, what)) + "\n"
