@@ -50,6 +50,12 @@ from specreplay.pipelines.options import (
 
 __all__ = ["app"]
 
+VERDICT_MINIMUM = 50
+"""The verdict minimum, :data:`specreplay.stats.cr2.MIN_REQUESTS`, as ``--help`` says it (a test
+holds the two equal: importing the statistics here would slow ``--help``)."""
+NOMINAL_COVERAGE_SIZE = 200
+"""The nominal-coverage size, :data:`specreplay.stats.studied.NOMINAL_REQUESTS` (tested equal)."""
+
 app = typer.Typer(
     cls=CheckedGroup,  # numeric options bounded, usage errors one line (commands/cliparse.py)
     name="specreplay",
@@ -145,9 +151,18 @@ MarginOpt = Annotated[
     ),
 ]
 NBootOpt = Annotated[
-    int, typer.Option("--n-boot", help="Bootstrap resamples.", min=N_BOOT.lo, max=N_BOOT.hi)
+    int,
+    typer.Option(
+        "--n-boot",
+        help="Bootstrap resamples of the requests, for the BCa interval shown beside each Δ "
+        "(the interval that decides a verdict is CR2's t interval: no resampling).",
+        min=N_BOOT.lo,
+        max=N_BOOT.hi,
+    ),
 ]
-StratifyOpt = Annotated[Stratify, typer.Option("--stratify", help="Resampling strata.")]
+StratifyOpt = Annotated[
+    Stratify, typer.Option("--stratify", help="Strata of the bootstrap resamples (BCa, P(best)).")
+]
 LevelOpt = Annotated[
     float,
     typer.Option("--level", help="Confidence level of the intervals.", min=LEVEL.lo, max=LEVEL.hi),
@@ -156,7 +171,12 @@ MinRequestsOpt = Annotated[
     int,
     typer.Option(
         "--min-requests",
-        help="Cells with fewer requests are null.",
+        help=f"Reporting minimum: a cell with fewer requests gets no Δ (null, with the reason). "
+        f"Two more sizes act on a cell and are not options: the verdict minimum "
+        f"({VERDICT_MINIMUM} requests: below it the t interval gives no EQUIVALENT or DIFFERENT) "
+        f"and the nominal-coverage size ({NOMINAL_COVERAGE_SIZE} requests: below it a Δ is "
+        "marked small sample, with what the calibration study's 95% intervals covered at its "
+        "size; docs/calibration.md).",
         min=MIN_REQUESTS.lo,
         max=MIN_REQUESTS.hi,
     ),
@@ -299,20 +319,17 @@ HASH_NOTE_SECONDS = 0.5
 """Hashing the inputs that took at least this long is reported on stderr."""
 
 
-def _echo(text: str, extra: dict[str, Any]) -> None:
+def _echo(text: str) -> None:
     """Print notes on stderr, then ``text``.
 
-    The notes: what the per-shard cache did (with ``--cache``), input-hash cache entries that
-    failed their check and were computed again, and what hashing the inputs for results.json
-    cost when it took a while (digests not yet in the input-hash cache).
+    The notes: input-hash cache entries that failed their check and were computed again, and
+    what hashing the inputs for results.json cost when it took a while (digests not yet in the
+    input-hash cache). What the per-shard cache reused (``--cache``) is on line 2 of ``text``
+    (:func:`~specreplay.render.console.excluded_reused`).
     """
     from specreplay import cache_root
     from specreplay.replay.archive.filehash import hash_stats
-    from specreplay.results.backend import backend_note
 
-    note = backend_note(extra.get("replay_backend"))
-    if note is not None:
-        typer.echo(note, err=True)
     h = hash_stats()
     if h.recomputed:
         n = len(h.recomputed)
@@ -648,11 +665,14 @@ def interval(
     hash_ids: HashIdsOpt = False,
     ignore: IgnoreOpt = None,
 ) -> None:
-    """Paired bootstrap interval of Δ = R_b − R_a by family × context bucket, with verdicts.
+    """Paired interval of Δ = R_b − R_a by family × context bucket, with verdicts.
 
     R is the retained tokens per round (vLLM's mean acceptance length) of arm A (a) and arm B
-    (b). Requests are paired by id and resampled as clusters (strata = family by default); writes
-    results.json, TABLES.md, cells.parquet and forest.png into --out.
+    (b). Requests are paired by id and are the clusters. The interval that decides each verdict
+    is cr2-eff-hall: a CR2 (Bell-McCaffrey) variance, a t with effective degrees of freedom and
+    Hall's skewness correction (docs/methods.md); each Δ's method field names the interval
+    printed, and a bootstrap BCa interval is shown beside it. Prints the pooled verdict first;
+    writes results.json, TABLES.md, cells.parquet and forest.png into --out.
     """
     params = dict(locals())  # the parameters, before any other name is bound
     with _user_errors("interval"):
@@ -792,9 +812,12 @@ def requalify(
 
     Prints the verdict first: QUALIFIED when the candidate's R (retained tokens per round) is
     EQUIVALENT to the baseline's and its law test passes, NOT QUALIFIED when DIFFERENT or the law
-    test fails, else INCONCLUSIVE; then R per arm by family × bucket, the gain over --reference,
-    the path-bias diagnostic of the logging arm, survival P(A ≥ j) per position and the law
-    tests.
+    test fails, else INCONCLUSIVE. The interval that decides Δ's verdict is cr2-eff-hall (a CR2
+    variance with requests as clusters, a t with effective degrees of freedom, Hall's skewness
+    correction); each Δ's method field names the interval printed. Line 2 says what the run
+    excluded or reused; then Δ per family, the gain over --reference, the path-bias diagnostic of
+    the logging arm, one line per arm on the estimator's weights and the law tests (every cell,
+    survival P(A ≥ j) and the rest in TABLES.md).
     """
     params = dict(locals())  # the parameters, before any other name is bound
     with _user_errors("requalify"):
@@ -807,7 +830,7 @@ def requalify(
             text, code, result = run_requalify(
                 archive, opts, out=out, force=force, progress=phases, backend=backend
             )
-        _echo(text, result.extra)
+        _echo(text)
         if code:
             raise typer.Exit(code=code)
 
@@ -888,7 +911,7 @@ def sweep(
             text, result = run_sweep(
                 archive, opts, out=out, force=force, progress=phases, backend=backend
             )
-        _echo(text, result.extra)
+        _echo(text)
 
 
 @app.command()

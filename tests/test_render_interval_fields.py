@@ -50,8 +50,14 @@ CELLS: list[tuple[Level, str | None, int, float | None, int, bool, Any, str, str
     (Level.FAMILY, "code", 24, None, 0, True, COV_20, "EQUIVALENT", SAME),
     (Level.FAMILY, "math", 24, 21.75, 30, False, None, "DIFFERENT", None),
 ]
-COVERAGE_10 = "small sample: coverage 0.93 ± 0.004 at 10 requests (setting skew-zero)"
-COVERAGE_20 = "small sample: coverage 0.941 ± 0.004 at 20 requests (setting sparse-crn)"
+COVERAGE_10 = (
+    "small sample: in the study's hardest setting (skew-zero), 95% intervals of 10 requests "
+    "covered 0.93 ± 0.004"
+)
+COVERAGE_20 = (
+    "small sample: in the study's hardest setting (sparse-crn), 95% intervals of 20 requests "
+    "covered 0.941 ± 0.004"
+)
 
 
 def _delta(role: Role, k: int, row: tuple[Any, ...]) -> Delta:
@@ -178,9 +184,9 @@ def test_tables_show_method_df_differing_small_sample_and_reason(command: str) -
     text = TABLES[command](_result(command))
     assert (
         "Interval method: cr2-eff (CR2 / Bell–McCaffrey variance, t with effective degrees of "
-        "freedom). Thresholds from the calibration study: a cell with fewer than 10 requests, or "
-        "fewer than 5 requests that differ between the arms, is INCONCLUSIVE, never EQUIVALENT; "
-        f"the study: {METHOD.study}."
+        "freedom). Thresholds from the calibration study: below the verdict minimum of 10 "
+        "requests, or with fewer than 5 requests that differ between the arms, a cell is "
+        f"INCONCLUSIVE, never EQUIVALENT; the study: {METHOD.study}."
     ) in text
     rows = _table_rows(text, "cell")
     small = {"chat": COVERAGE_10, "code": COVERAGE_20}
@@ -250,10 +256,14 @@ def test_report_says_the_same_in_prose(command: str) -> None:
     choices = "\n".join(_bullets(text, "Assumptions and choices"))
     assert f"Intervals: cr2-eff, {METHOD.description}, at 95%" in choices
     assert f"The calibration study ({METHOD.study}) set the thresholds" in choices
-    assert "fewer than 10 requests, or fewer than 5 requests whose (n, t) differ" in choices
+    assert (
+        "below the verdict minimum of 10 requests, or with fewer than 5 requests whose (n, t) "
+        "differ" in choices
+    )
     diag = _bullets(text, "Diagnostics")
-    assert f"- 1 small-sample cell(s), where the study measured {COVERAGE_10[14:]}: chat." in diag
-    assert f"- 1 small-sample cell(s), where the study measured {COVERAGE_20[14:]}: code." in diag
+    small = "- 1 small-sample cell(s) (below the nominal-coverage size)"
+    assert f"{small}, {COVERAGE_10[14:]}: chat." in diag
+    assert f"{small}, {COVERAGE_20[14:]}: code." in diag
     assert f"- 1 cell(s) INCONCLUSIVE by rule ({FEW}): chat." in diag
     assert f"- 1 cell(s) EQUIVALENT by rule ({SAME}): code." in diag
 

@@ -247,9 +247,13 @@ def test_demo_report_states_the_terminal_verdicts(demo_run: tuple[Path, str]) ->
     out, terminal = demo_run
     text = (out / "REPORT.md").read_text(encoding="utf-8")
     block = terminal.split("VERDICTS (pooled; SIMULATED replays of the MEASURED archive)\n")[1]
-    said = block.split("\n\n")[0].split("\n")
-    assert said and _bullets(text, "Verdicts") == said
+    # the terminal folds a line over 160 characters into indented continuation lines
+    said = block.split("\n\n")[0].replace("\n  ", " ").split("\n")
     rq = _doc(out / "requalify")
+    bullets = _bullets(text, "Verdicts")  # the verdicts, then one line per arm on the weights
+    assert said and [x.replace("**", "") for x in bullets[: len(said)]] == said  # no bold
+    weights = [x for x in bullets[len(said) :] if x.startswith("- Estimator importance for ")]
+    assert len(weights) == len(bullets) - len(said) == len(rq["arms"])
     assert f"vs top32:t0.7@8: {rq['requalification']['verdict']} (" in text
     for title in ("1. The archive (MEASURED)", "2. Requalification of", "3. Mismatched verifier",
                   "4. Depth sweep of top32:t0.7@8", "5. Would adaptive drafting pay?",

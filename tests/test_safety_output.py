@@ -482,7 +482,7 @@ def test_a_new_cache_is_private_and_marked_and_is_reused(
     assert (cache / CACHE_MARKER).is_file() and not (cache / CACHE_MARKER).is_symlink()
     again = invoke(_cache_args(arch, cache, tmp_path / "o2"))
     assert again.exit_code == 0, again.output
-    assert re.search(r"^cache: (\d+) of \1 shards reused, 0 replayed", again.stderr, re.M)
+    assert re.search(r"^Reused: cache: (\d+) of \1 shards reused, 0 replayed", again.stdout, re.M)
     assert_clean(again, before, [arch])
 
 

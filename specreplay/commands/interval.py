@@ -1,8 +1,8 @@
-"""``specreplay interval``: paired bootstrap interval between two observed arms.
+"""``specreplay interval``: the paired interval of Δ between two observed arms, with verdicts.
 
 :mod:`specreplay.pipelines.interval` builds the result (:func:`interval_result`, the Python API's
-``interval``); :func:`run_interval` writes and renders it, prints the pooled verdict and gives the
-exit code.
+``interval``); :func:`run_interval` writes and renders it, prints the pooled verdict first
+(:func:`~specreplay.render.console.interval_console`) and gives the exit code.
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from specreplay.pipelines.interval import (
     interval_result,
     short_names,
 )
-from specreplay.render.files import outputs_line, write_all
-from specreplay.render.tables import comparison_tables
+from specreplay.render.console import interval_console
+from specreplay.render.files import write_all
 from specreplay.replay.scan import Progress, no_progress
-from specreplay.results.model import Delta, Level, Result, Role
+from specreplay.results.model import Result, Role
 from specreplay.results.output import check_out, output_dir
-from specreplay.stats.compare import Margin
 
 __all__ = [
     "IntervalOptions",
@@ -56,35 +55,10 @@ def run_interval(
     with output_dir(out, force=force, inputs=inputs) as tmp:
         result = interval_compared(path_a, path_b, opts, kinds, progress)
         files = write_all(result, tmp)
-    text = _interval_text(result, opts.boot.margin, out, files)
+    text = interval_console(result, out, files)
     return text, _exit_code(result, opts.fail_on)
 
 
 def _exit_code(result: Result, fail_on: frozenset[str]) -> int:
     d = result.pooled.delta(Role.B_VS_A)
     return fail_on_code(d.verdict if d is not None else None, fail_on)
-
-
-def _interval_text(result: Result, mg: Margin, out: Path, files: list[str]) -> str:
-    pooled = result.pooled.delta(Role.B_VS_A)
-    assert pooled is not None  # every interval result has its b-vs-a delta
-    head = _verdict_line(pooled, mg.text)
-    short = comparison_tables(result, levels=(Level.POOLED, Level.FAMILY))
-    n_bucket = sum(1 for c in result.cells if c.level in (Level.BUCKET, Level.FAMILY_BUCKET))
-    more = (
-        f"{n_bucket} bucket and family × bucket cells are in {out}/TABLES.md and cells.parquet.\n"
-        if n_bucket
-        else ""
-    )
-    return f"{head}\n\n{short}\n{more}{outputs_line(out, files)}"
-
-
-def _verdict_line(d: Delta, margin: str) -> str:
-    if d.null_reason is not None:
-        return f"VERDICT (pooled): — ({d.null_reason})"
-    return (
-        f"VERDICT (pooled, {d.label}): {d.verdict} at margin {margin} — "
-        f"{d.b} vs {d.a}: Δ = {d.point:+.4f} tokens/round "
-        f"[{d.lo:+.4f}, {d.hi:+.4f}] ({100 * (d.rel or 0.0):+.2f}% "
-        f"[{100 * (d.rel_lo or 0.0):+.2f}%, {100 * (d.rel_hi or 0.0):+.2f}%]), 95% {d.method}"
-    )

@@ -28,8 +28,8 @@ from specreplay.pipelines.requalify import (
     requalify_opened,
     requalify_run,
 )
-from specreplay.render.files import outputs_line, write_all
-from specreplay.render.tables import requalify_tables
+from specreplay.render.console import requalify_console
+from specreplay.render.files import write_all
 from specreplay.replay.backend import Backend
 from specreplay.replay.scan import Progress, phase
 from specreplay.results.model import Result
@@ -56,7 +56,6 @@ def run_requalify(
         result = requalify_opened(opened, archive, opts, progress=progress, backend=backend)
         with phase(progress, "plots and files"):
             files = write_all(result, tmp)
-    text = requalify_tables(result)
-    text += "\n" + outputs_line(out, files)
+    text = requalify_console(result, out, files)
     rq = result.requalification
     return text, fail_on_code(rq.verdict if rq is not None else None, opts.fail_on), result

@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from specreplay.pipelines.sweep import SweepOptions, sweep_prepare, sweep_prepared, sweep_run
-from specreplay.render.files import outputs_line, write_all
-from specreplay.render.tables import sweep_tables
+from specreplay.render.console import sweep_console
+from specreplay.render.files import write_all
 from specreplay.replay.backend import Backend
 from specreplay.replay.scan import Progress, phase
 from specreplay.results.model import Result
@@ -46,5 +46,5 @@ def run_sweep(
         result = sweep_prepared(prepared, archive, opts, progress=progress, backend=backend)
         with phase(progress, "plots and files"):
             files = write_all(result, tmp)
-    text = sweep_tables(result) + "\n" + outputs_line(out, files)
+    text = sweep_console(result, out, files)
     return text, result

@@ -19,6 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specreplay.errors import SpecReplayError
+from specreplay.render.console import (
+    estimator_lines,
+    excluded_reused,
+    fold,
+    folded,
+    requalify_head,
+)
 from specreplay.render.markdown import demote, figure_block, figure_label, md_blocks, pct
 from specreplay.render.plots import PLOT_CAPTIONS
 from specreplay.render.policy_tables import choice_verdict, policy_sections
@@ -90,7 +97,7 @@ def read_runs(measured: Result, folder: Path) -> DemoRuns:
 
 
 def _requalify_lines(main: Result) -> list[str]:
-    lines = [f"- {estimator_line(main)}"] if main.options.get("estimator_used") else []
+    lines = []
     d = main.pooled.delta(Role.CANDIDATE_VS_BASELINE)
     rq = main.requalification
     if d is not None and d.point is not None and rq is not None:
@@ -140,8 +147,9 @@ def _diagnostic_lines(main: Result) -> list[str]:
         )
     pb = main.pooled.delta(Role.PATH_BIAS)
     if pb is not None and pb.point is not None:
+        by = f" by {pb.estimator}" if pb.estimator else ""
         lines.append(
-            f"- path bias of the logging arm (SIMULATED − MEASURED R): {pb.point:+.4f} "
+            f"- path bias of the logging arm (SIMULATED{by} − MEASURED R): {pb.point:+.4f} "
             f"[{pb.lo or 0.0:+.4f}, {pb.hi or 0.0:+.4f}] tokens/round"
         )
     base = str(main.options.get("baseline"))
@@ -195,7 +203,11 @@ def _budget_line(budget: Result | None, main: Result) -> list[str]:
 
 
 def verdict_lines(runs: DemoRuns) -> list[str]:
-    """Return the demo's verdicts: the terminal's VERDICTS block, one ``- `` line each."""
+    """Return the demo's verdicts: the terminal's VERDICTS block, one ``- `` line each.
+
+    Verdicts only: the estimator's choice and its diagnostics follow them, once
+    (:func:`terminal_text`, :func:`demo_report`).
+    """
     main = runs.runs.get("requalify")
     if main is None:
         return ["- — (requalify/results.json not found: the demo's sub-runs are incomplete)"]
@@ -273,22 +285,40 @@ def chapters(runs: DemoRuns, archive: str) -> list[Chapter]:
 
 
 def terminal_text(runs: DemoRuns, out: Path, outputs: dict[str, list[str]]) -> str:
-    """Return the demo's terminal text: verdicts first, then each chapter and its files."""
+    """Return the demo's terminal text: the verdict first (issue 16, item 5).
+
+    Line 1 is the requalification's pooled verdict, line 2 what it excluded or reused (as every
+    verb that gives verdicts: :mod:`specreplay.render.console`); then the VERDICTS block, one
+    line per arm on the estimator's weights, and each chapter with the files it wrote (its tables
+    are in the chapter's TABLES.md, the whole story in REPORT.md). No line is longer than
+    :data:`~specreplay.render.console.WIDTH` characters but for the folder's own name.
+    """
     m = runs.measured
-    lines = [
+    main = runs.runs.get("requalify")
+    lines = (
+        [*fold(requalify_head(main)), *excluded_reused(main)]
+        if main is not None
+        else ["REQUALIFICATION (pooled): — (requalify/results.json not found)"]
+    )
+    lines += [
+        "",
         f"specreplay demo: built-in synthetic archive, {m.options['requests']:,} requests, "
         f"seed {m.seed} (written to {out}/archive)",
         "",
-        "\n".join(
-            ["VERDICTS (pooled; SIMULATED replays of the MEASURED archive)", *verdict_lines(runs)]
-        ),
-        "",
+        "VERDICTS (pooled; SIMULATED replays of the MEASURED archive)",
+        *folded([x.replace("**", "") for x in verdict_lines(runs)]),
     ]
+    if main is not None and main.options.get("estimator_used"):
+        lines += ["", *estimator_lines(main)]
+    lines.append("")
     for i, ch in enumerate(chapters(runs, f"{out}/archive"), 1):
         where = f" ({out}/{ch.folder})" if ch.folder else ""
-        files = outputs.get(ch.folder or "", [])
-        done = f"\nOutputs: {out}/{ch.folder}/ ({', '.join(files)})" if ch.folder else ""
-        lines += [f"# {i}. {ch.title}{where}", "", ch.body + done]
+        lines.append(f"# {i}. {ch.title}{where}")
+        if ch.folder is None:  # the archive: its summary, the tables in TABLES.md
+            lines += folded(ch.body.split("\n\n", 1)[0].split("\n"))
+        else:
+            files = outputs.get(ch.folder, [])
+            lines.append(f"Outputs: {out}/{ch.folder}/ ({', '.join(files)})")
     return "\n".join([*lines, f"Outputs: {out}/ (REPORT.md: the story with its plots)"])
 
 
@@ -423,12 +453,15 @@ def demo_report(measured: Result, folder: Path, pngs: Sequence[str]) -> str:
         "Figures are labelled MEASURED (counted from the archive), SIMULATED (a replay of it) "
         "or ESTIMATED (a model on top); `—` marks a figure that cannot be computed, with why.",
         "## Verdicts",
+        "\n".join(verdict_lines(runs)),
         f"Pooled over all {measured.pooled.n_requests:,} requests; SIMULATED replays of the "
         "MEASURED archive unless marked ESTIMATED. Δ is the candidate's change in retained tokens "
         "per round (R) against the baseline, with its 95% interval; QUALIFIED means Δ is "
         "EQUIVALENT (inside the margin) and the verifier's law test passed.",
-        "\n".join(verdict_lines(runs)),
     ]
+    if main is not None and main.options.get("estimator_used"):  # after the verdicts, once
+        weights = "\n".join(f"- {x}" for x in estimator_lines(main)[1:])
+        head.append(f"{estimator_line(main)}\n\n{weights}".strip())
     text = "\n\n".join(head) + "\n"
     for i, ch in enumerate(chapters(runs, "`archive/`"), 1):
         here = pngs if ch.folder is None else _pngs(folder / ch.folder)

@@ -87,7 +87,9 @@ __all__ = [
     "survival_series",
 ]
 
-SMALL_SAMPLE_LEGEND: Final[str] = f"small sample (coverage_at_size < {NOMINAL:g})"
+SMALL_SAMPLE_LEGEND: Final[str] = (
+    f"small sample (below the nominal-coverage size: study coverage < {NOMINAL:.0%})"
+)
 """The forest plot's legend entry for the hollow dots of small-sample cells."""
 
 FOREST_MAX_ROWS: Final[int] = 60

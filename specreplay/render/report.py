@@ -1,10 +1,12 @@
 """REPORT.md: one run's findings for a person, rendered from its typed result (issue 7, item 1).
 
-Sections, in this order, each opening with one short paragraph on how to read it:
+Sections, in this order, each opening with one short paragraph on how to read it (but the
+verdicts, which come first and are followed by theirs):
 
 1. ``# title`` and the question in one sentence, built from the result (arms, inputs, margin);
 2. **Verdicts**: the pooled verdict first, then per family (per cell for a screen), each with its
-   figures and label (:mod:`specreplay.render.verdicts`);
+   figures and label (:mod:`specreplay.render.verdicts`); a reason ``--estimator auto``'s tail
+   rule gave names its rule only, its figures are in the tables and the diagnostics, once;
 3. **Tables**: the TABLES.md text of the run, produced by the same renderers (never a copy of
    them), headings moved under this section, its closing assumption list moved to section 4;
 4. **Assumptions and choices**: the estimator used and why, the path assumption, the interval
@@ -28,7 +30,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specreplay.render import demo_story
-from specreplay.render.interval_text import coverage_text, has_interval_fields
+from specreplay.render.interval_text import (
+    brief_reason,
+    has_interval_fields,
+    small_sample_text,
+)
 from specreplay.render.markdown import (
     bullets,
     demote,
@@ -77,6 +83,12 @@ def _section(title: str, read: str, body: str) -> str:
     return f"## {title}\n\n{read}\n\n{body.strip()}\n"
 
 
+def _verdicts_section(result: Result) -> str:
+    """Return the Verdicts section: the verdicts first, then how to read them (issue 16, item 5)."""
+    verdicts = bullets(VERDICTS[result.command](result))
+    return f"## Verdicts\n\n{verdicts}\n\n{HOW_TO_READ[result.command]}\n"
+
+
 def _tables(result: Result) -> str:
     render = {**TABLES, "screen": screen_tables}[result.command]
     return demote(md_blocks(split_assumptions(render(result))), 3)
@@ -106,7 +118,10 @@ def _interval_choice(result: Result) -> list[str]:
             "buckets, family × bucket)."
         )
     if o.get("min_requests") is not None:
-        out.append(f"Cells with fewer than {o['min_requests']} requests get no Δ (`—`, reason).")
+        out.append(
+            f"Reporting minimum (`--min-requests`) {o['min_requests']}: a cell with fewer "
+            "requests gets no Δ (`—`, with the reason)."
+        )
     return out
 
 
@@ -119,11 +134,11 @@ def _method_choice(result: Result, valid: str) -> str:
         f"Intervals: {m.method}, {m.description}, at {d.level:.0%}; {d.n_boot:,} bootstrap "
         f"replicates{valid}, requests resampled as clusters, stratified by "
         f"{result.options.get('stratify', '—')}. The calibration study ({m.study}) set the "
-        f"thresholds: a cell with fewer than {m.min_requests:,} requests, or fewer than "
-        f"{m.min_differing:,} requests whose (n, t) differ between the arms, is INCONCLUSIVE, "
-        "never EQUIVALENT, and the reason is written beside its verdict. A cell below the size "
-        "at which the study shows nominal coverage is marked small sample, with the lowest "
-        "coverage the study measured at its size."
+        f"thresholds: below the verdict minimum of {m.min_requests:,} requests, or with fewer "
+        f"than {m.min_differing:,} requests whose (n, t) differ between the arms, a cell is "
+        "INCONCLUSIVE, never EQUIVALENT, and the reason is written beside its verdict. A cell "
+        "below the nominal-coverage size is marked small sample, with what the study's 95% "
+        "intervals covered at its size in the study's hardest setting."
     )
 
 
@@ -187,8 +202,10 @@ def _path_bias(result: Result) -> list[str]:
             out.append(f"Path bias of the logging arm: — ({pb.null_reason})")
         else:
             inside = pb.lo <= 0.0 <= pb.hi
+            by = f" by {pb.estimator}" if pb.estimator else ""
             out.append(
-                f"Path bias of the logging arm {pb.b} (SIMULATED − MEASURED R): {num(pb.point)} "
+                f"Path bias of the logging arm {pb.b} (SIMULATED{by} − MEASURED R): "
+                f"{num(pb.point)} "
                 f"[{num(pb.lo)}, {num(pb.hi)}] tokens/round: "
                 + (
                     "the interval holds 0, the replay reproduces the MEASURED R."
@@ -199,8 +216,9 @@ def _path_bias(result: Result) -> list[str]:
             )
     for d in result.pooled.deltas:
         if d.role is Role.PATH_BIAS_IMPORTANCE:
+            sides = f"R {d.estimator}" if d.estimator else f"{d.b} − {d.a}"
             out.append(
-                f"Path assumption's cost for {d.b.split(' (')[0]} ({d.b} − {d.a}): "
+                f"Path assumption's cost for {d.b.split(' (')[0]} ({sides}): "
                 + delta_text(d).replace(", Δ/R_a", "; relative")
             )
     return out
@@ -253,17 +271,16 @@ def _small_samples(result: Result) -> list[str]:
         return []
     by: dict[str, list[str]] = {}
     for c, d in deltas:
-        if d.small_sample:
-            cov = d.coverage_at_size
-            key = coverage_text(cov) if cov is not None else "no study figure at this size"
-            by.setdefault(key, []).append(c.name)
+        if (text := small_sample_text(d)) is not None:
+            by.setdefault(text.removeprefix("small sample: "), []).append(c.name)
     if not by:
         return [
-            "No cell is a small sample: every cell with a delta is at or above the size at "
-            "which the study shows nominal coverage."
+            "No cell is a small sample: every cell with a delta is at or above the "
+            "nominal-coverage size."
         ]
     return [
-        f"{len(set(names))} small-sample cell(s), where the study measured {cov}: {_listed(names)}."
+        f"{len(set(names))} small-sample cell(s) (below the nominal-coverage size), {cov}: "
+        f"{_listed(names)}."
         for cov, names in by.items()
     ]
 
@@ -273,8 +290,9 @@ def _forced(result: Result) -> list[str]:
     by: dict[str, list[str]] = {}
     for c in result.cells:
         for d in c.deltas:
-            if d.verdict_reason:
-                by.setdefault(f"{d.verdict} by rule ({d.verdict_reason})", []).append(c.name)
+            if d.verdict_reason:  # auto's tail figures are in the Tables section, once
+                why = brief_reason(d.verdict_reason, "the Tables section")
+                by.setdefault(f"{d.verdict} by rule ({why})", []).append(c.name)
     return [f"{len(set(names))} cell(s) {why}: {_listed(names)}." for why, names in by.items()]
 
 
@@ -337,9 +355,7 @@ def report_markdown(result: Result, pngs: Sequence[str]) -> str:
         title, question = f"specreplay {result.command}", f"A `{result.command}` run."
     parts = [
         f"# {title}\n\n{question}\n",
-        _section(
-            "Verdicts", HOW_TO_READ[result.command], bullets(VERDICTS[result.command](result))
-        ),
+        _verdicts_section(result),
         _section("Tables", _READ["tables"], _tables(result)),
         _section("Assumptions and choices", _READ["choices"], _choices(result)),
         _section("Diagnostics", _READ["diagnostics"], _diagnostics(result)),

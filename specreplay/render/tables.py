@@ -12,6 +12,8 @@ from typing import Any
 from specreplay.render.interval_text import (
     has_interval_fields,
     interval_method_line,
+    sign_note,
+    sizes_line,
     small_sample_text,
     verdict_text,
 )
@@ -48,6 +50,8 @@ __all__ = [
     "path_bias_by_arm",
     "requalify_tables",
     "short_round_lines",
+    "sweep_body",
+    "tail_lines",
 ]
 
 
@@ -368,7 +372,7 @@ def _comparison_row(c: Cell, d: Delta, note: _Notes) -> list[str]:
         f"[{_num(d.lo)}, {_num(d.hi)}]",
         bca_txt,
         _pct(d.rel),
-        f"[{_pct(d.rel_lo)}, {_pct(d.rel_hi)}]",
+        f"[{_pct(d.rel_lo)}, {_pct(d.rel_hi)}]" + (f" {note(sn)}" if (sn := sign_note(d)) else ""),
         verdict,
         sm_txt,
     ]
@@ -400,6 +404,7 @@ def comparison_tables(
         "",
         f"a = {first.a}, b = {first.b}; every figure {result.pooled.arms[first.a].label}.",
         *([method] if method else []),
+        *([sizes] if (sizes := sizes_line(result)) else []),
         "",
         markdown_table(_COMPARISON_HEADER + (_INTERVAL_HEADER if wide else []), rows),
         "",
@@ -426,7 +431,9 @@ def _requalify_head(result: Result, main: Delta | None) -> str:
         f"REQUALIFICATION (pooled, SIMULATED): {rq.verdict} — {main.b} vs {main.a}: "
         f"Δ = {main.point:+.4f} tokens/round [{_num(main.lo)}, {_num(main.hi)}] "
         f"({100 * (main.rel or 0.0):+.3f}% [{100 * (main.rel_lo or 0.0):+.3f}%, "
-        f"{100 * (main.rel_hi or 0.0):+.3f}%]), verdict {_verdict_cell(main)} at margin {margin}"
+        f"{100 * (main.rel_hi or 0.0):+.3f}%])"
+        + (f" ({sign})" if (sign := sign_note(main)) else "")
+        + f", verdict {_verdict_cell(main)} at margin {margin}"
         + (f" ({small})" if (small := small_sample_text(main)) else "")
         + f"; {law}"
     )
@@ -538,8 +545,8 @@ def _path_bias(pooled: Cell) -> list[str]:
         "## Path-bias diagnostic of the logging arm",
         "",
         f"{pb.b}: MEASURED R {fmt(pooled.arms[pb.a].R)} (archived `accepted`), "
-        f"SIMULATED R {fmt(pooled.arms[pb.b].R)} (replay under the path "
-        f"assumption); gap SIMULATED − MEASURED {_num(pb.point)} "
+        f"SIMULATED R {fmt(pooled.arms[pb.b].R)} (replay by the {pb.estimator or 'run'}'s "
+        f"estimator); gap SIMULATED − MEASURED {_num(pb.point)} "
         f"[{_num(pb.lo)}, {_num(pb.hi)}] tokens/round (95% paired interval).",
     ]
 
@@ -714,6 +721,7 @@ def requalify_tables(result: Result) -> str:
     lines += [*unread_lines(result), *tail_lines(result)]
     method = interval_method_line(result)
     lines += [method] if method else []
+    lines += [sizes] if (sizes := sizes_line(result)) else []
     if main is not None:
         lines += _requalify_by_cell(result, main)
         lines += _reference_gain(result, main.b)
@@ -806,6 +814,19 @@ def sweep_tables(result: Result) -> str:
     ]
     method = interval_method_line(result)
     lines += [method] if method else []
+    lines += [sizes] if (sizes := sizes_line(result)) else []
+    lines += sweep_body(result)
+    lines += ["", "Assumptions:", *[f"- {a}" for a in result.assumptions]]
+    return "\n".join(lines) + "\n"
+
+
+def sweep_body(result: Result) -> list[str]:
+    """Return the sweep's tables (the console prints them too).
+
+    Per arm R by depth and its policies, the best depth per cell, the ``--by`` cells and the
+    fewest bits.
+    """
+    lines: list[str] = []
     for arm in result.arms:
         lines += _sweep_arm_table(result, arm)
         lines += policy_sections(result, arm)
@@ -833,8 +854,7 @@ def sweep_tables(result: Result) -> str:
             f"{bits['fewest_bits_equivalent'] or '— (' + str(bits['null_reason']) + ')'}",
             f"sequence: {seq}",
         ]
-    lines += ["", "Assumptions:", *[f"- {a}" for a in result.assumptions]]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 _SWEEP_HEADER = [

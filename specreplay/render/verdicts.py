@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from specreplay.render.interval_text import (
+    brief_reason,
     has_interval_fields,
     method_text,
+    sign_note,
     small_sample_text,
-    verdict_text,
 )
 from specreplay.render.markdown import num, pct
 from specreplay.render.policy_tables import choice_verdict
@@ -62,6 +63,10 @@ HOW_TO_READ: dict[str, str] = {
 """The paragraph opening each command's Verdicts section: how to read them."""
 
 
+_WHERE = "the Tables section"
+"""Where a REPORT.md verdict line sends the reader for ``--estimator auto``'s tail figures."""
+
+
 def _name(path: Any) -> str:
     """Name a file or folder as the report does: its name, not the machine's absolute path."""
     return f"`{Path(str(path)).name}`" if path else "—"
@@ -74,12 +79,17 @@ def _margin_text(options: dict[str, Any]) -> str:
 
 
 def delta_text(d: Delta) -> str:
-    """Δ with its 95% interval, absolute and relative, and its label; ``—`` with the reason."""
+    """Δ with its 95% interval, absolute and relative, and its label; ``—`` with the reason.
+
+    Where the two intervals disagree in sign, the reason follows in parentheses
+    (:func:`~specreplay.render.interval_text.sign_note`).
+    """
     if d.point is None:
         return f"— ({d.null_reason or 'no figure'})"
+    note = sign_note(d)
     return (
         f"Δ {num(d.point)} tokens/round [{num(d.lo)}, {num(d.hi)}], Δ/R_a {pct(d.rel)} "
-        f"[{pct(d.rel_lo)}, {pct(d.rel_hi)}] ({d.label.value})"
+        f"[{pct(d.rel_lo)}, {pct(d.rel_hi)}] ({d.label.value})" + (f" ({note})" if note else "")
     )
 
 
@@ -103,7 +113,7 @@ def _delta_verdict(c: Cell, role: Role) -> str:
         why = d.null_reason or d.verdict_null_reason or "no verdict"
         return f"{_who(c)}: — ({why})"
     warn = f"; warning: {d.warning}" if d.warning else ""
-    reason = f" ({d.verdict_reason})" if d.verdict_reason else ""
+    reason = f" ({brief_reason(d.verdict_reason, _WHERE)})" if d.verdict_reason else ""
     return f"{_who(c)}: **{d.verdict}**{reason}, {delta_text(d)}{interval_note(d)}{warn}"
 
 
@@ -128,7 +138,11 @@ def _rq_line(c: Cell) -> str:
         return f"{_who(c)}: — ({why or 'no requalification in this cell'})"
     figures = f" ({rq.label.value})"
     if d is not None:
-        forced = f"; Δ {verdict_text(d)}" if d.verdict_reason else ""
+        forced = (
+            f"; Δ {d.verdict} ({brief_reason(d.verdict_reason, _WHERE)})"
+            if d.verdict_reason
+            else ""
+        )
         figures = f"; {delta_text(d)}{interval_note(d)}{forced}"
     return f"{_who(c)}: **{rq.verdict}** ({rq.because}){figures}"
 
