@@ -173,7 +173,8 @@ MinRequestsOpt = Annotated[
         "--min-requests",
         help=f"Reporting minimum: a cell with fewer requests gets no Δ (null, with the reason). "
         f"Two more sizes act on a cell and are not options: the verdict minimum "
-        f"({VERDICT_MINIMUM} requests: below it the t interval gives no EQUIVALENT or DIFFERENT) "
+        f"({VERDICT_MINIMUM} requests: below it no EQUIVALENT, and DIFFERENT only where the CR2 "
+        "and sign-flip tests both reject at α/2) "
         f"and the nominal-coverage size ({NOMINAL_COVERAGE_SIZE} requests: below it a Δ is "
         "marked small sample, with what the calibration study's 95% intervals covered at its "
         "size; docs/calibration.md).",

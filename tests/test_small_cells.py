@@ -59,7 +59,7 @@ def test_small_family_cells_decide_by_both_tests_and_holm() -> None:
     comp = compare(_ps(na, ta, tb, fam), arm_a="a", arm_b="b", **KW)
     fams = [c for c in comp.cells if c.spec.level == "family"]
     want_p, hulls, bonf = [], [], []
-    for f, c in enumerate(fams):
+    for f in range(len(fams)):
         rows = np.stack([na, ta, na, tb], axis=1)[fam == f]
         cr2 = paired_tests(rows, depths=(5, 5))[1]  # the margin is relative: Δ/R_a decides
         flip = sign_flip_tests(rows, depths=(5, 5))[1]

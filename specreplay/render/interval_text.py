@@ -202,17 +202,21 @@ def interval_method_line(result: Result) -> str | None:
     >>> r = Result("interval", "0", "t", 0, {}, (), {}, (), (), (), (), (), interval_method=m)
     >>> print(interval_method_line(r))  # doctest: +NORMALIZE_WHITESPACE
     Interval method: cr2-eff (CR2 / Bell–McCaffrey t interval). Thresholds from the calibration
-    study: below the verdict minimum of 20 requests, or with fewer than 5 requests that differ
-    between the arms, a cell is INCONCLUSIVE, never EQUIVALENT; the study: cmd --seed 1.
+    study: below the verdict minimum of 20 requests a cell is never EQUIVALENT, and DIFFERENT
+    only where the CR2 and sign-flip tests both reject at α/2; with fewer than 5 requests that
+    differ between the arms it is decided by its conservative hull (EQUIVALENT only inside the
+    margin, never DIFFERENT); the study: cmd --seed 1.
     """
     m: IntervalMethod | None = result.interval_method
     if m is None:
         return None
     return (
         f"Interval method: {m.method} ({m.description}). Thresholds from the calibration study: "
-        f"below the verdict minimum of {m.min_requests:,} requests, or with fewer than "
-        f"{m.min_differing:,} requests that differ between the arms, a cell is INCONCLUSIVE, "
-        f"never EQUIVALENT; the study: {m.study}."
+        f"below the verdict minimum of {m.min_requests:,} requests a cell is never EQUIVALENT, "
+        "and DIFFERENT only where the CR2 and sign-flip tests both reject at α/2; with fewer "
+        f"than {m.min_differing:,} requests that differ between the arms it is decided by its "
+        "conservative hull (EQUIVALENT only inside the margin, never DIFFERENT); the study: "
+        f"{m.study}."
     )
 
 
@@ -227,9 +231,9 @@ def sizes_line(result: Result) -> str | None:
     ...            interval_method=m)
     >>> print(sizes_line(r))  # doctest: +NORMALIZE_WHITESPACE
     Sizes: reporting minimum (--min-requests) 10 requests: a cell with fewer gets no Δ;
-    verdict minimum 50: below it the t interval gives no EQUIVALENT or DIFFERENT; nominal-coverage
-    size (docs/calibration.md): below it a Δ is marked small sample, with what the study's 95%
-    intervals covered at its size.
+    verdict minimum 50: below it no EQUIVALENT, and DIFFERENT only where the CR2 and sign-flip
+    tests both reject at α/2; nominal-coverage size (docs/calibration.md): below it a Δ is marked
+    small sample, with what the study's 95% intervals covered at its size.
     """
     reporting = result.options.get("min_requests")
     m = result.interval_method
@@ -243,8 +247,8 @@ def sizes_line(result: Result) -> str | None:
         )
     if m is not None:
         parts += [
-            f"verdict minimum {m.min_requests:,}: below it the t interval gives no EQUIVALENT "
-            "or DIFFERENT",
+            f"verdict minimum {m.min_requests:,}: below it no EQUIVALENT, and DIFFERENT only "
+            "where the CR2 and sign-flip tests both reject at α/2",
             "nominal-coverage size (docs/calibration.md): below it a Δ is marked small sample, "
             f"with what the study's {NOMINAL:.0%} intervals covered at its size",
         ]

@@ -76,7 +76,12 @@ from specreplay.stats.intervals import (
     requests_for_margin,
     verdict,
 )
-from specreplay.stats.signflip import SMALL_METHOD, SmallCellTest, sign_flip_tests
+from specreplay.stats.signflip import (
+    SMALL_CELL_MIN,
+    SMALL_METHOD,
+    SmallCellTest,
+    sign_flip_tests,
+)
 from specreplay.stats.studied import NOMINAL_REQUESTS, StudiedSize, coverage_at_size
 
 __all__ = [
@@ -522,7 +527,7 @@ def _cell_stats(
         has_b, has_a = rows[:, 2] > 0, rows[:, 0] > 0
         tests = paired_tests(rows, depths=ps.depths, identical=identical)
         small = None
-        if rows.shape[0] < MIN_REQUESTS and not identical:
+        if SMALL_CELL_MIN <= rows.shape[0] < MIN_REQUESTS and not identical:
             flips = sign_flip_tests(rows, depths=ps.depths)
             small = (SmallCellTest(tests[0], flips[0]), SmallCellTest(tests[1], flips[1]))
         data = dataclasses.replace(
@@ -953,6 +958,11 @@ def _forced_reason(test: TTest, n_requests: int) -> str | None:
         return IDENTICAL
     if test.forced is not None:
         return test.forced
+    if n_requests < SMALL_CELL_MIN:
+        return (
+            f"{n_requests} requests < {SMALL_CELL_MIN}: too few for any test to decide (the "
+            "sign-flip test's smallest p-value, 2/2^n, exceeds α/2): INCONCLUSIVE"
+        )
     if n_requests < MIN_REQUESTS:
         return (
             f"{n_requests} requests < {MIN_REQUESTS} (the verdict minimum): EQUIVALENT is out of "

@@ -43,13 +43,14 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from specreplay.stats.cr2 import TTest
+from specreplay.stats.cr2 import HUGE_BOUND, TTest
 
 __all__ = [
     "EXHAUSTIVE_MAX",
     "FLIP_SEED",
     "METHOD",
     "N_FLIPS",
+    "SMALL_CELL_MIN",
     "SMALL_METHOD",
     "SignFlip",
     "SmallCellTest",
@@ -57,6 +58,10 @@ __all__ = [
 ]
 
 METHOD: Final = "sign-flip"
+SMALL_CELL_MIN: Final = 7
+"""Fewest requests at which the sign-flip test can reject at α/2 = 0.025: its smallest two-sided
+p-value is 2/2^n (0.0156 at 7 requests, 0.031 at 6). A smaller cell keeps the CR2 interval and is
+INCONCLUSIVE by rule: no test could decide it."""
 SMALL_METHOD: Final = "cr2-eff-hall+sign-flip"
 """The method of a small cell's delta: the hull of the CR2 and sign-flip intervals at 1 − α/2."""
 EXHAUSTIVE_MAX: Final = 12
@@ -204,9 +209,10 @@ class SmallCellTest:
         """Return the hull of both intervals at 1 − (1 − ``level``)/2 (NaN if either is)."""
         half = 1.0 - (1.0 - level) / 2.0
         (c_lo, c_hi), (f_lo, f_hi) = self.cr2.interval(half), self.flip.interval(half)
-        if math.isnan(c_lo) or math.isnan(c_hi):
-            return math.nan, math.nan
-        return min(c_lo, f_lo), max(c_hi, f_hi)
+        lo, hi = min(c_lo, f_lo), max(c_hi, f_hi)
+        if math.isnan(c_lo) or math.isnan(c_hi) or not (abs(lo) <= HUGE_BOUND >= abs(hi)):
+            return math.nan, math.nan  # beyond what can be bounded: the depth is unknown
+        return lo, hi
 
     def p_difference(self) -> float:
         """Return min(1, 2·max(p_CR2, p_flip))."""
