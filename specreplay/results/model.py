@@ -822,6 +822,15 @@ class Result:
         default=None, compare=False, repr=False, metadata={IN_MEMORY: True}
     )
 
+    def __repr__(self) -> str:
+        """At most 20 lines: the command, arms, cells, pooled verdicts, where the rest is.
+
+        (:mod:`specreplay.results.summary`; the dataclass repr spelled out every cell.)
+        """
+        from specreplay.results.summary import result_repr
+
+        return result_repr(self)
+
     @property
     def pooled(self) -> Cell:
         """The pooled cell (the first one)."""
