@@ -868,7 +868,11 @@ class Result:
         candidate-vs-baseline one. ``sweep``: ``R`` (R at each depth), ``delta`` and ``rel``
         (against the arm's reference depth), dims (chain, draw, arm, depth, cell), one joint
         resample for every arm and depth (the draws behind ``p_best``). NaN marks a replicate
-        with no rounds in a cell, or a depth that is unsupported.
+        with no rounds in a cell, or a depth that is unsupported. A cell whose draws are the
+        pooled cell's (it holds every request: the only bucket, the only family) is left out,
+        named in the tree's ``attrs["cells_left_out"]``; ``attrs["ci_prob"]`` is the run's
+        interval level, ArviZ 1.x's name for it: ``az.summary(tree,
+        ci_prob=tree.attrs["ci_prob"])`` shows the report's 95% (ArviZ's default is 0.89).
 
         Raises
         ------
@@ -886,8 +890,8 @@ class Result:
         ...                    data / f"medusa-vicuna-13b-v1.3-{stem}",
         ...                    question_file=data / "question.jsonl", n_boot=2000)
         >>> tree = res.to_arviz()
-        >>> tree["posterior"]["delta"].sizes["draw"], res.verdict
-        (2000, 'DIFFERENT')
+        >>> tree["posterior"]["delta"].sizes["draw"], res.verdict, tree.attrs["ci_prob"]
+        (2000, 'DIFFERENT', 0.95)
         """
         if self.replicates is None:
             if self.command not in ("interval", "requalify", "sweep"):
