@@ -98,3 +98,34 @@ def test_a_result_without_cells_says_so() -> None:
     assert "  cells: none" in lines
     failed = sum(t.passed is False for t in res.law_tests)
     assert f"  law tests: {len(res.law_tests)}, {failed} failed" in "\n".join(lines)
+
+
+def test_a_cell_repr_fits_20_lines_and_says_its_figures(requalified: Result) -> None:
+    """``result.pooled`` printed 17,000 characters; now R per arm with its label, the deltas,
+    and how many figures of each other kind the cell holds."""
+    pooled = requalified.pooled
+    lines = repr(pooled).splitlines()
+    assert len(lines) <= 20
+    assert lines[0] == "Cell(pooled, 60 requests)"
+    base = pooled.arms[BASE]
+    assert base.R is not None
+    assert f"  R {BASE}: {base.R:.4f} [" in "\n".join(lines)  # 3.2627, as the API doctest
+    assert any(x.startswith("  candidate-vs-baseline: EQUIVALENT; Δ/R_a ") for x in lines)
+    also = next(x for x in lines if x.startswith("  also: "))
+    assert f"{len(pooled.survival)} survival" in also and "requalification QUALIFIED" in also
+    empty = next(c for c in requalified.cells if c.null_reason is not None)
+    assert (
+        repr(empty).splitlines()[0] == f"Cell({empty.name}, 0 requests; null: {empty.null_reason})"
+    )
+
+
+def test_a_cell_with_many_figures_is_cut_at_20_lines(requalified: Result) -> None:
+    pooled = requalified.pooled
+    big = dataclasses.replace(
+        pooled,
+        arms={f"{k}#{i}": v for i in range(4) for k, v in pooled.arms.items()},
+        deltas=pooled.deltas * 5,
+    )
+    lines = repr(big).splitlines()
+    assert len(lines) == 20
+    assert lines[-1].startswith("  more: ") and "  … 12 more arms: .arms" in lines

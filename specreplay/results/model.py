@@ -622,6 +622,12 @@ class Cell:
     group: dict[str, str] | None = None
     excluded: int | None = None
 
+    def __repr__(self) -> str:
+        """At most 20 lines: name, size, R per arm, deltas (:mod:`specreplay.results.summary`)."""
+        from specreplay.results.summary import cell_repr
+
+        return cell_repr(self)
+
     def delta(self, role: Role | str) -> Delta | None:
         """Return the cell's delta of ``role`` (None when it has none).
 

@@ -1,11 +1,14 @@
-"""A result's repr: what it is and its pooled verdicts in at most :data:`MAX_LINES` lines.
+"""A result's repr, and a cell's: what it is and its verdicts in at most :data:`MAX_LINES` lines.
 
 The dataclass repr of a :class:`~specreplay.results.model.Result` spelled out every field of every
 cell: tens of thousands of characters on one line for a small run (issue 16, item 8). This one
 says which command made the result, its arms, how many cells of which level it holds, the pooled
 verdict(s) with the interval on the margin's scale (the scale the verdict was judged on) and each
 figure's label, then where the rest is (``.pooled``, ``.cells``, ``.to_polars(VIEW)``,
-``.to_arviz()``). Long names are cut with ``…`` so that no line passes :data:`WIDTH` characters.
+``.to_arviz()``). A :class:`~specreplay.results.model.Cell` (``result.pooled``, ``result.cells[i]``;
+up to 17,000 characters in a requalification) likewise: its name and size, R of each arm with its
+label, its deltas, how many figures of each other kind it holds. Long names are cut with ``…``
+so that no line passes :data:`WIDTH` characters.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from specreplay.results.model import Delta, Result
+    from specreplay.results.model import Cell, Delta, Result
 
-__all__ = ["MAX_LINES", "WIDTH", "result_repr"]
+__all__ = ["MAX_LINES", "WIDTH", "cell_repr", "result_repr"]
 
 MAX_LINES = 20
 """The most lines a result's repr takes."""
@@ -179,3 +182,50 @@ def result_repr(result: Result) -> str:
     if len(body) > room:
         body = [*body[: room - 1], "  …"]
     return "\n".join([head, *body, *more])
+
+
+_HELD = ("depths", "policies", "survival", "offpath", "importance")
+"""A cell's tuples of other figures, counted on one line."""
+
+
+def _arm_line(name: str, cell: Cell) -> str:
+    """Return R of one arm in ``cell``: the figure, its interval when it has one, its label."""
+    f = cell.arms[name]
+    if f.R is None:
+        return _cut(f"  R {name}: null ({f.null_reason})")
+    span = f" [{f.lo:.4f}, {f.hi:.4f}]" if f.lo is not None and f.hi is not None else ""
+    estimator = f", {f.estimator}" if f.estimator else ""
+    return _cut(f"  R {name}: {f.R:.4f}{span}; {f.label.value}{estimator}; {f.n_rounds} rounds")
+
+
+def cell_repr(cell: Cell) -> str:
+    """Return the repr of ``cell`` (module docstring): at most :data:`MAX_LINES` lines.
+
+    Each delta's interval is on its equivalence margin's scale (Δ/R_a unless the margin was
+    absolute).
+    """
+    size = f"{cell.n_requests} requests" + (
+        f"; null: {cell.null_reason}" if cell.null_reason else ""
+    )
+    lines = [_cut(f"Cell({cell.name}, {size})")]
+    arms = list(cell.arms)
+    lines += [_arm_line(a, cell) for a in arms[:MAX_DELTAS]]
+    if len(arms) > MAX_DELTAS:
+        lines.append(f"  … {len(arms) - MAX_DELTAS} more arms: .arms")
+    roles = Counter(d.role for d in cell.deltas)
+    for d in cell.deltas[:MAX_DELTAS]:
+        relative = d.tost is None or d.tost.kind != "absolute"
+        lines.append(_delta_line(d, relative, roles[d.role] > 1))
+    if len(cell.deltas) > MAX_DELTAS:
+        lines.append(f"  … {len(cell.deltas) - MAX_DELTAS} more deltas: .deltas")
+    held = [f"{len(getattr(cell, k))} {k}" for k in _HELD if getattr(cell, k)]
+    if cell.requalification is not None:
+        held.append(f"requalification {cell.requalification.verdict or 'null'}")
+    if cell.budget is not None:
+        held.append("budget")
+    if held:
+        lines.append(_cut(f"  also: {', '.join(held)}"))
+    lines.append("  more: .arms[ARM], .delta(ROLE), and each field named above (.survival, …)")
+    if len(lines) > MAX_LINES:
+        lines = [*lines[: MAX_LINES - 2], "  …", lines[-1]]
+    return "\n".join(lines)
