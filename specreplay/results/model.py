@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 __all__ = [
+    "REPRS",
     "SCHEMA_ID",
     "VIEWS",
     "ArchiveSummary",
@@ -624,9 +625,7 @@ class Cell:
 
     def __repr__(self) -> str:
         """At most 20 lines: name, size, R per arm, deltas (:mod:`specreplay.results.summary`)."""
-        from specreplay.results.summary import cell_repr
-
-        return cell_repr(self)
+        return REPRS["Cell"](self)
 
     def delta(self, role: Role | str) -> Delta | None:
         """Return the cell's delta of ``role`` (None when it has none).
@@ -831,11 +830,10 @@ class Result:
     def __repr__(self) -> str:
         """At most 20 lines: the command, arms, cells, pooled verdicts, where the rest is.
 
-        (:mod:`specreplay.results.summary`; the dataclass repr spelled out every cell.)
+        (:mod:`specreplay.results.summary`, through :data:`REPRS`; the dataclass repr spelled
+        out every cell.)
         """
-        from specreplay.results.summary import result_repr
-
-        return result_repr(self)
+        return REPRS["Result"](self)
 
     @property
     def pooled(self) -> Cell:
@@ -937,6 +935,11 @@ class Result:
             raise SpecReplayError(f"view={view!r}: should be one of {', '.join(VIEWS)}")
         return make(self)
 
+
+REPRS: dict[str, Callable[[Any], str]] = {}
+"""The reprs of :class:`Result` and :class:`Cell` by class name, registered by
+:mod:`specreplay.results.summary` (imported by the package, as the views are: no import cycle).
+"""
 
 VIEWS: dict[str, Callable[[Result], pl.DataFrame]] = {}
 """``Result.to_polars`` views by name, registered by :mod:`specreplay.results.views`.

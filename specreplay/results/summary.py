@@ -14,10 +14,9 @@ so that no line passes :data:`WIDTH` characters.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from specreplay.results.model import Cell, Delta, Result
+from specreplay.results.model import REPRS, Cell, Delta, Result
 
 __all__ = ["MAX_LINES", "WIDTH", "cell_repr", "result_repr"]
 
@@ -229,3 +228,6 @@ def cell_repr(cell: Cell) -> str:
     if len(lines) > MAX_LINES:
         lines = [*lines[: MAX_LINES - 2], "  …", lines[-1]]
     return "\n".join(lines)
+
+
+REPRS.update(Result=result_repr, Cell=cell_repr)
