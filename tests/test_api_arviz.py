@@ -123,3 +123,17 @@ def test_a_sweep_tree_leaves_out_the_same_cells_and_records_its_level() -> None:
     np.testing.assert_array_equal(post["delta"].values[0, :, 0, 0, 0], comps[2].delta_reps[:, 0])
     assert tree.attrs["ci_prob"] == 0.9
     assert tree.attrs["cells_left_out"] == "f0; all; f0 × all"
+
+
+def test_the_docs_summary_is_what_the_code_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/api.md's to_arviz block prints the lines its comments show (the attrs, then ArviZ's
+    summary at 95%: columns eti95_*)."""
+    import re
+
+    docs = (Path(__file__).parent.parent / "docs" / "api.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```python\n(.*?)```", docs, re.S) if "az.summary" in b)
+    shown = re.findall(r"^# ?(.*)$", block, re.M)
+    first = re.search(r'print\(tree\.attrs\["ci_prob"\].*#\s*(.*)$', block, re.M)
+    assert first is not None and "eti95_lb" in shown[0]
+    exec(compile(block, "docs/api.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == [first.group(1), *shown]
