@@ -23,7 +23,8 @@ every command's parameters, so a new option is covered without being listed anyw
   sees. ``specreplay`` alone still prints the help.
 
 Only typer's public API is used (``typer``, ``typer.core``; never ``typer._click`` nor
-``typer._coercion``, which tests/test_private_imports.py holds): a checked option gets typer's own
+``typer._coercion``: tests/test_private_imports.py fails on any private module of another
+package): a checked option gets typer's own
 ``parser=`` hook (its ``OptionInfo.parser``, the documented way to give an option a custom type),
 set on a copy of the parameter's type descriptor, and typer builds its coercion from it as it does
 for any option; a usage error is recognised as what click documents it to be, a
