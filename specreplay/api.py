@@ -4,11 +4,12 @@ A notebook calls these instead of shelling out to the ``specreplay`` command lin
 takes the options of the CLI verb of the same name, with the same defaults, as Python values or
 the CLI's text: arms as strings such as ``"top32:t0.7:dyadic24@5"``, ``estimator`` and
 ``stratify`` as :class:`Estimator` and :class:`Stratify` members or their names (``"auto"``),
-depths as ints, buckets as ``"NAME:LO-HI,…"``. A **bare float margin is relative**:
-``margin=0.005`` is ``"0.5%"`` of R_a, the default's form; an absolute margin (tokens/round) is
-``Margin.absolute(0.01)`` or the string ``"0.01"``. This differs from the CLI, where the bare
-number ``--margin 0.01`` is absolute (text keeps one meaning on both; a Python float means the
-relative form the default uses). The main inputs are positional, every option is keyword-only.
+depths as ints, buckets as ``"NAME:LO-HI,…"``. ``margin=`` means the same whatever its type:
+relative to R_a, as the default ``"0.5%"`` is. A float is relative (``margin=0.005`` is
+``"0.5%"``), a string carries its ``%`` (``"0.5%"``), and the one absolute spelling, in
+tokens/round, is ``Margin.absolute(0.01)``; a string without its unit (``"0.5"``) is refused,
+since on the command line, where every value is text, the bare number ``--margin 0.01`` is
+absolute. The main inputs are positional, every option is keyword-only.
 Each verb's options are parsed and checked once, by the constructor the CLI calls too
 (:mod:`specreplay.pipelines.options`), so both refuse a bad value with the same message. Each
 returns the :class:`~specreplay.results.model.Result` the CLI writes as results.json (``synth``
@@ -85,6 +86,7 @@ specreplay.errors.SpecReplayError: .../nowhere: no such file or directory
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -169,7 +171,7 @@ __all__ = [
 
 PathLike = str | os.PathLike[str]
 MarginLike = str | float | Margin
-"""A margin: the CLI's text (``"0.5%"``, ``"0.01"``), a relative float, or a Margin."""
+"""A margin: a percentage of R_a (``"0.5%"``), a relative float (``0.005``), or a Margin."""
 ArmLike = str | Arm
 
 
@@ -187,6 +189,30 @@ def _with_level(params: dict[str, Any]) -> dict[str, Any]:
             "(confidence_level is scipy's name for level)"
         )
     return {**params, "level": given}
+
+
+def _with_unit(params: dict[str, Any]) -> dict[str, Any]:
+    """Return a verb's parameters with ``margin`` checked: a number as text must carry its ``%``.
+
+    On the command line a bare number (``--margin 0.01``) is absolute; in Python a float is
+    relative, so the text ``"0.01"`` would mean the opposite of the number ``0.01``: it is
+    refused, naming the two spellings that say what is meant. Other strings go to the options'
+    parser (``"-1"``, ``"x"``: the CLI's message).
+    """
+    margin = params.get("margin")
+    if isinstance(margin, str) and re.fullmatch(r"\s*(\d+(\.\d*)?|\.\d+)\s*", margin):
+        text = margin.strip()
+        raise SpecReplayError(
+            f"margin={margin!r}: a number as text needs its unit: '{text}%' is relative to R_a "
+            f"(as the float {float(text) / 100:g}); an absolute margin, in tokens/round, is "
+            f"Margin.absolute({text})"
+        )
+    return params
+
+
+def _api_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Return a verb's parameters as the options' constructor takes them (level, margin)."""
+    return _with_unit(_with_level(params))
 
 
 def _bar(progress: bool) -> Progress:
@@ -385,7 +411,7 @@ def requalify(
     (:mod:`specreplay.pipelines.shortrounds`). ``confidence_level``: ``level`` as
     ``scipy.stats.bootstrap`` spells it.
     """
-    params = _with_level(dict(locals()))  # the parameters, before any other name is bound
+    params = _api_params(dict(locals()))  # the parameters, before any other name is bound
     a = Path(archive)
     opts = RequalifyOptions.build(**options_of(params))
     backend = _backend(scheduler, workers, cache)
@@ -437,7 +463,7 @@ def sweep(
     a sequence; brace lists expand); each cell's ``policies`` then hold them
     (docs/methods.md#policies-adaptive-drafting).
     """
-    params = _with_level(dict(locals()))  # the parameters, before any other name is bound
+    params = _api_params(dict(locals()))  # the parameters, before any other name is bound
     params["arms"] = (arms,) if isinstance(arms, str | Arm) else arms
     a = Path(archive)
     opts = SweepOptions.build(**options_of(params))
@@ -491,7 +517,7 @@ def interval(
     >>> res.arms, round(res.pooled.arms["B"].R - res.pooled.arms["A"].R, 4)
     (('A', 'B'), 0.2699)
     """
-    params = _with_level(dict(locals()))  # the parameters, before any other name is bound
+    params = _api_params(dict(locals()))  # the parameters, before any other name is bound
     opts = IntervalOptions.build(**options_of(params))
     if not (isinstance(a, str | os.PathLike) and isinstance(b, str | os.PathLike)):
         target = _before(out, force, [])

@@ -553,7 +553,9 @@ def test_replicates_as_arviz_datatree() -> None:
     with_hdi = hdi_eti(comp)
     tree = replicates_tree(comp)
     post = tree["posterior"]
-    assert post["delta"].shape == (1, 800, len(comp.cells))
+    # the one bucket ("all") holds every request: it repeats the pooled draws and is left out
+    assert post["delta"].shape == (1, 800, len(comp.cells) - 1)
+    assert tree.attrs["cells_left_out"] == "all"
     hdi = az.hdi(tree, prob=0.95)["delta"].values  # (cell, ci_bound)
     pooled = with_hdi.pooled.delta
     assert pooled.hdi is not None and pooled.eti is not None
@@ -575,11 +577,13 @@ def test_replicates_netcdf_round_trip(tmp_path: Path) -> None:
     with xr.open_datatree(path) as back:
         post = back["posterior"]
         # netCDF4 stores float64 as is: the replicates come back bit for bit
-        np.testing.assert_array_equal(post["delta"].values, comp.delta_reps[None, :, :])
-        np.testing.assert_array_equal(post["rel"].values, comp.rel_reps[None, :, :])
+        keep = [0, 1, 2, 4, 5]  # not the bucket "all" (index 3): the pooled cell's draws again
+        np.testing.assert_array_equal(post["delta"].values, comp.delta_reps[None, :, keep])
+        np.testing.assert_array_equal(post["rel"].values, comp.rel_reps[None, :, keep])
         assert post["delta"].dims == ("chain", "draw", "cell")
-        names = ["pooled", "f0", "f1", "all", "f0 × all", "f1 × all"]
+        names = ["pooled", "f0", "f1", "f0 × all", "f1 × all"]
         assert [str(c) for c in post["cell"].values] == names
+        assert back.attrs["ci_prob"] == 0.95 and back.attrs["cells_left_out"] == "all"
 
 
 def test_save_netcdf_without_a_writer_says_what_to_install(

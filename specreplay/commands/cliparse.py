@@ -4,7 +4,7 @@
 every command's parameters, so a new option is covered without being listed anywhere:
 
 - **Numeric options** (annotation ``int`` or ``float``, alone or in a list) get
-  :class:`BoundedNumber`, checked before typer's own coercion: the text must be an integer
+  :class:`BoundedNumber` as their parser: the text must be an integer
   (``int``) or a finite number (``float``: ``nan``, ``inf`` and ``1e309``, which overflows to
   inf, are refused), within the declared ``min=``/``max=``; a missing bound is
   :data:`INT_BOUNDS` (the int64 the kernels and numpy hold) or :data:`FLOAT_BOUNDS` (±2^53: no
@@ -22,21 +22,27 @@ every command's parameters, so a new option is covered without being listed anyw
   click's usage block (Usage line, "Try --help", "Error: …"): one rule for every error a user
   sees. ``specreplay`` alone still prints the help.
 
-Typer 0.29 coerces values through pydantic (``_TyperParameter.get_runtime_param``), not click
-``ParamType`` objects; the check takes that runtime parameter's place and runs typer's after it.
+Only typer's public API is used (``typer``, ``typer.core``; never ``typer._click`` nor
+``typer._coercion``: tests/test_private_imports.py fails on any private module of another
+package): a checked option gets typer's own
+``parser=`` hook (its ``OptionInfo.parser``, the documented way to give an option a custom type),
+set on a copy of the parameter's type descriptor, and typer builds its coercion from it as it does
+for any option; a usage error is recognised as what click documents it to be, a
+:class:`typer.TyperException` with exit code 2, and re-raised as a :class:`typer.BadParameter`
+(click's usage error that typer exports) that prints one line.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import enum
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
-from typer import _click as click
-from typer._click.exceptions import NoArgsIsHelpError, UsageError
+import typer
 from typer.core import TyperGroup
 
 from specreplay.errors import SpecReplayError
@@ -46,6 +52,7 @@ from specreplay.pipelines.options import (
     INT_BOUNDS,
     check_number,
     parse_choice,
+    show_bound,
 )
 
 __all__ = [
@@ -57,23 +64,37 @@ __all__ = [
     "OneLineUsageError",
 ]
 
+USAGE_EXIT_CODE = 2
+"""The exit code of click's usage errors (``UsageError.exit_code``), and of the project's."""
 
-class OneLineUsageError(UsageError):
+
+class OneLineUsageError(typer.BadParameter):
     """A usage error shown as one ``error: …`` line (exit code 2), without click's usage block."""
+
+    def format_message(self) -> str:
+        """Return the message alone (click's would prefix ``Invalid value: ``)."""
+        return self.message
 
     def show(self, file: Any = None) -> None:
         """Print ``error: MESSAGE`` on stderr."""
-        click.echo(f"error: {self.format_message()}", err=True)
+        typer.echo(f"error: {self.format_message()}", err=True)
 
 
-def _one_line(err: UsageError) -> UsageError:
-    if isinstance(err, OneLineUsageError | NoArgsIsHelpError):
+def _is_usage_error(err: typer.TyperException) -> bool:
+    """Whether ``err`` is click's usage error (exit code 2), which typer does not export."""
+    return getattr(err, "exit_code", None) == USAGE_EXIT_CODE
+
+
+def _one_line(err: typer.TyperException) -> typer.TyperException:
+    # the bare command's help is raised as a usage error too (click's NoArgsIsHelpError); it is
+    # recognised by name, as typer's own rich_utils.rich_format_error does, and left to print
+    if isinstance(err, OneLineUsageError) or type(err).__name__ == "NoArgsIsHelpError":
         return err
     text = " ".join(err.format_message().split())
-    return OneLineUsageError(text, ctx=err.ctx)
+    return OneLineUsageError(text, ctx=getattr(err, "ctx", None))
 
 
-def option_name(param: click.Parameter) -> str:
+def option_name(param: Any) -> str:
     """Return the name a message gives a parameter: its long option, else its metavar or name."""
     opts: list[str] = [o for o in getattr(param, "opts", []) if o.startswith("--")]
     if opts:
@@ -83,43 +104,44 @@ def option_name(param: click.Parameter) -> str:
 
 @dataclass(frozen=True)
 class BoundedNumber:
-    """The runtime parameter of a numeric option: range check, then typer's coercion.
+    """The parser of a numeric option: an int or a finite float within the range, or refused.
+
+    Typer calls it with each value's text (each item of a repeated option) and with the default;
+    it returns the number :func:`~specreplay.pipelines.options.check_number` reads, so the CLI and
+    the Python API accept the same numbers with the same message.
 
     Parameters
     ----------
-    descriptor : typer._coercion.TypeDescriptor
-        The parameter's type; typer's own coercion is built from it when first needed (as typer
-        builds it lazily: a pydantic adapter per parameter would slow every start-up).
+    name : str
+        The option as messages name it (``--seed``).
     integer : bool
         ``int`` (True) or ``float`` (False).
     lo, hi : int or float
         The closed range.
     """
 
-    descriptor: Any
+    name: str
     integer: bool
     lo: float
     hi: float
 
-    def check(self, value: Any, param: click.Parameter) -> None:
-        """Raise :class:`OneLineUsageError` unless ``value`` is a number within the range."""
+    def __call__(self, value: Any) -> Any:
+        """Return ``value`` as a number in range; raise :class:`OneLineUsageError` otherwise."""
+        if isinstance(value, str) and not value.isascii():
+            # int() reads other scripts' digits ('٣' is 3); typer's own coercion, which ran
+            # after this check before, refused them: a number on the command line is ASCII
+            kind = "an integer" if self.integer else "a number"
+            span = f"{show_bound(self.lo)} to {show_bound(self.hi)}"
+            raise OneLineUsageError(f"{self.name} {value}: not {kind} (range {span})")
         try:
-            check_number(option_name(param), value, self.lo, self.hi, self.integer)
+            return check_number(self.name, value, self.lo, self.hi, self.integer)
         except SpecReplayError as err:
             raise OneLineUsageError(err.message) from None
-
-    def coerce(self, value: Any, param: Any, ctx: click.Context) -> Any:
-        """Check ``value`` (each item of a repeated option), then coerce it as typer does."""
-        if value is not None:
-            items = value if isinstance(value, list | tuple) else [value]
-            for item in items:
-                self.check(item, param)
-        return _typer_coercion(self.descriptor).coerce(value, param=param, ctx=ctx)
 
 
 @dataclass(frozen=True)
 class CheckedChoice:
-    """The runtime parameter of an enumeration: the options module's parser and message.
+    """The parser of an enumeration: the options module's parser and message.
 
     typer would offer the members as choices with click's message; this keeps the one message
     the Python API gives too (``--stratify: 'bucket' should be family or none``).
@@ -127,22 +149,12 @@ class CheckedChoice:
 
     enum_type: type[enum.StrEnum]
 
-    def coerce(self, value: Any, param: Any, ctx: click.Context) -> Any:
-        """Return the member ``value`` names (None stays None); one usage line otherwise."""
-        if value is None:
-            return None
+    def __call__(self, value: Any) -> Any:
+        """Return the member ``value`` names; one usage line otherwise."""
         try:
             return parse_choice(self.enum_type, value)
         except SpecReplayError as err:
             raise OneLineUsageError(err.message) from None
-
-
-@functools.cache
-def _typer_coercion(descriptor: Any) -> Any:
-    """Typer's runtime parameter for ``descriptor``, built once."""
-    from typer._coercion import build_runtime_param
-
-    return build_runtime_param(descriptor)
 
 
 def _numeric_kind(annotation: Any) -> type | None:
@@ -172,7 +184,32 @@ def _metavar(annotation: Any) -> str | None:
     return _METAVARS.get(annotation)
 
 
-def bound_numbers(commands: Mapping[str, click.Command]) -> None:
+def _parser_of(param: Any, annotation: Any) -> BoundedNumber | CheckedChoice | None:
+    """Return the parser a parameter gets (None: typer's own coercion stays)."""
+    if annotation in CHOICE_FLAGS:
+        return CheckedChoice(annotation)
+    kind = _numeric_kind(annotation)
+    if kind is None:
+        return None
+    lo, hi = INT_BOUNDS if kind is int else FLOAT_BOUNDS
+    lo = param.min if param.min is not None else lo
+    hi = param.max if param.max is not None else hi
+    return BoundedNumber(option_name(param), kind is int, lo, hi)
+
+
+def _give_parser(param: Any, parser: BoundedNumber | CheckedChoice) -> None:
+    """Make ``parser`` the parameter's ``parser=``, on copies (the declaration is shared).
+
+    The descriptor is typer's frozen dataclass of the parameter's annotation and its
+    ``OptionInfo``/``ArgumentInfo``; typer builds the coercion from it when the value is first
+    processed, so a parser set here is the one typer calls.
+    """
+    info = copy.copy(param.type_descriptor.parameter_info)
+    info.parser = parser
+    param.type_descriptor = dataclasses.replace(param.type_descriptor, parameter_info=info)
+
+
+def bound_numbers(commands: Mapping[str, Any]) -> None:
     """Give every numeric parameter of ``commands`` (and of their subgroups) a BoundedNumber.
 
     And every enumeration the options module knows (:data:`CHOICE_FLAGS`) a CheckedChoice.
@@ -182,20 +219,15 @@ def bound_numbers(commands: Mapping[str, click.Command]) -> None:
         if isinstance(sub, Mapping):
             bound_numbers(sub)
         for param in command.params:
-            p: Any = param  # a typer parameter: min, max, type_descriptor, its runtime param
+            p: Any = param  # a typer parameter: min, max, metavar, type_descriptor
             annotation = getattr(getattr(p, "type_descriptor", None), "annotation", None)
             if p.metavar is None and getattr(p, "param_type_name", "") == "option":
                 p.metavar = _metavar(annotation)
-            if annotation in CHOICE_FLAGS:
-                p._runtime_param = CheckedChoice(annotation)
-                continue
-            kind = _numeric_kind(annotation)
-            if kind is None or isinstance(getattr(p, "_runtime_param", None), BoundedNumber):
-                continue
-            lo, hi = INT_BOUNDS if kind is int else FLOAT_BOUNDS
-            lo = p.min if p.min is not None else lo
-            hi = p.max if p.max is not None else hi
-            p._runtime_param = BoundedNumber(p.type_descriptor, kind is int, lo, hi)
+            parser = _parser_of(p, annotation)
+            # a parser already there is ours (typer builds a group more than once) or the
+            # option's own parser=, which stays
+            if parser is not None and p.type_descriptor.parameter_info.parser is None:
+                _give_parser(p, parser)
 
 
 class CheckedGroup(TyperGroup):
@@ -209,18 +241,22 @@ class CheckedGroup(TyperGroup):
         self,
         info_name: str | None,
         args: list[str],
-        parent: click.Context | None = None,
+        parent: Any = None,
         **extra: Any,
-    ) -> click.Context:
+    ) -> Any:
         """Parse the group's own options; a usage error is one line."""
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
-        except UsageError as err:
+        except typer.TyperException as err:
+            if not _is_usage_error(err):
+                raise
             raise _one_line(err) from None
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         """Parse and run a command; a usage error (its parsing too) is one line."""
         try:
             return super().invoke(ctx)
-        except UsageError as err:
+        except typer.TyperException as err:
+            if not _is_usage_error(err):
+                raise
             raise _one_line(err) from None

@@ -14,8 +14,10 @@ logging arm, estimator, replicates, seed, ``--by``, ``--hash-ids``, ``--short-ro
 ``--ignore``) and :class:`BootstrapOptions` (margin, n_boot, stratify, level, min-requests).
 
 Values: a **bare float margin is relative** in the API (``margin=0.005`` ≡ ``"0.5%"``, the
-default's form); an absolute margin is ``Margin.absolute(0.01)`` or the string ``"0.01"`` (the
-CLI's text, where a bare number stays absolute). Depths are ints, a sequence of ints, or the CLI's
+default's form); an absolute margin is ``Margin.absolute(0.01)``. :func:`parse_margin` reads the
+CLI's text too, where a bare number (``--margin 0.01``) is absolute; the API refuses such a string
+before it gets here (``specreplay.api``: a string margin carries its ``%``). Depths are ints, a
+sequence of ints, or the CLI's
 text (``"1..8"``, ``"1,2,4"``). The user's spelling (margin text, bucket spec, arm strings)
 survives only in results.json's ``options`` (``Margin.text``, ``Buckets.spec``, ``Arm.spelled``).
 

@@ -6,4 +6,5 @@ the polars views.
 Imports nothing from the replay, the statistics, the pipelines or the renderers.
 """
 
+import specreplay.results.summary  # (registers the Result and Cell reprs)
 import specreplay.results.views  # noqa: F401  (registers the Result.to_polars views)

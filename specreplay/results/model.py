@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 __all__ = [
+    "REPRS",
     "SCHEMA_ID",
     "VIEWS",
     "ArchiveSummary",
@@ -622,6 +623,10 @@ class Cell:
     group: dict[str, str] | None = None
     excluded: int | None = None
 
+    def __repr__(self) -> str:
+        """At most 20 lines: name, size, R per arm, deltas (:mod:`specreplay.results.summary`)."""
+        return REPRS["Cell"](self)
+
     def delta(self, role: Role | str) -> Delta | None:
         """Return the cell's delta of ``role`` (None when it has none).
 
@@ -822,6 +827,14 @@ class Result:
         default=None, compare=False, repr=False, metadata={IN_MEMORY: True}
     )
 
+    def __repr__(self) -> str:
+        """At most 20 lines: the command, arms, cells, pooled verdicts, where the rest is.
+
+        (:mod:`specreplay.results.summary`, through :data:`REPRS`; the dataclass repr spelled
+        out every cell.)
+        """
+        return REPRS["Result"](self)
+
     @property
     def pooled(self) -> Cell:
         """The pooled cell (the first one)."""
@@ -859,7 +872,11 @@ class Result:
         candidate-vs-baseline one. ``sweep``: ``R`` (R at each depth), ``delta`` and ``rel``
         (against the arm's reference depth), dims (chain, draw, arm, depth, cell), one joint
         resample for every arm and depth (the draws behind ``p_best``). NaN marks a replicate
-        with no rounds in a cell, or a depth that is unsupported.
+        with no rounds in a cell, or a depth that is unsupported. A cell whose draws are the
+        pooled cell's (it holds every request: the only bucket, the only family) is left out,
+        named in the tree's ``attrs["cells_left_out"]``; ``attrs["ci_prob"]`` is the run's
+        interval level, ArviZ 1.x's name for it: ``az.summary(tree,
+        ci_prob=tree.attrs["ci_prob"])`` shows the report's 95% (ArviZ's default is 0.89).
 
         Raises
         ------
@@ -877,8 +894,8 @@ class Result:
         ...                    data / f"medusa-vicuna-13b-v1.3-{stem}",
         ...                    question_file=data / "question.jsonl", n_boot=2000)
         >>> tree = res.to_arviz()
-        >>> tree["posterior"]["delta"].sizes["draw"], res.verdict
-        (2000, 'DIFFERENT')
+        >>> tree["posterior"]["delta"].sizes["draw"], res.verdict, tree.attrs["ci_prob"]
+        (2000, 'DIFFERENT', 0.95)
         """
         if self.replicates is None:
             if self.command not in ("interval", "requalify", "sweep"):
@@ -918,6 +935,11 @@ class Result:
             raise SpecReplayError(f"view={view!r}: should be one of {', '.join(VIEWS)}")
         return make(self)
 
+
+REPRS: dict[str, Callable[[Any], str]] = {}
+"""The reprs of :class:`Result` and :class:`Cell` by class name, registered by
+:mod:`specreplay.results.summary` (imported by the package, as the views are: no import cycle).
+"""
 
 VIEWS: dict[str, Callable[[Result], pl.DataFrame]] = {}
 """``Result.to_polars`` views by name, registered by :mod:`specreplay.results.views`.

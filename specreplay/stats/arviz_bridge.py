@@ -5,7 +5,12 @@ method ``linear``), computed here in NumPy with the same operations (:func:`hdi_
 :func:`eti`; ``tests/test_lazy_imports.py`` checks them against ``arviz_stats`` bit for bit):
 ArviZ 1.x takes seconds to import, so it is imported only inside the functions that build a
 ``DataTree`` (``Result.to_arviz()``). The replicate draws are stored with dims (chain = 1,
-draw = n_boot, cell), so ArviZ's functions treat them as one chain of draws.
+draw = n_boot, cell), so ArviZ's functions treat them as one chain of draws. A cell whose draws
+are the pooled cell's in every variable (it holds every request: a single bucket, a single
+family) is left out of the tree, and named in its attrs (:func:`kept_cells`); the tree's attrs
+hold the run's interval level as ``ci_prob``, ArviZ 1.x's name for it, so that
+``az.summary(tree, ci_prob=tree.attrs["ci_prob"])`` shows the report's 95% rather than
+ArviZ's default of 0.89.
 :func:`save_netcdf` writes that tree as netCDF4 with the optional extra ``specreplay[netcdf]``
 (h5netcdf and h5py).
 """
@@ -13,7 +18,7 @@ draw = n_boot, cell), so ArviZ's functions treat them as one chain of draws.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib.util import find_spec
 from os import PathLike
@@ -30,11 +35,13 @@ if TYPE_CHECKING:
     from xarray import DataTree
 
 __all__ = [
+    "REPEATS_POOLED",
     "ComparisonReplicates",
     "DepthReplicates",
     "eti",
     "hdi_eti",
     "hdi_nearest",
+    "kept_cells",
     "replicates_tree",
     "save_netcdf",
 ]
@@ -123,21 +130,66 @@ def _cell_name(cell: Cell) -> str:
     return name or "pooled"
 
 
+REPEATS_POOLED = "their draws are the pooled cell's (each holds every request)"
+"""Why a cell is left out of a replicates tree (its attrs ``cells_left_out_because``)."""
+
+
+def kept_cells(draws: Sequence[NDArray[np.float64]]) -> list[int]:
+    """Return the indices of the cells whose draws are not the pooled cell's (pooled first).
+
+    ``draws``: arrays whose last axis is the cell (index 0 the pooled cell). A cell is left out
+    when, in every array, its draws equal the pooled cell's exactly (NaN equal to NaN): a cell
+    holding every request (the only bucket, the only family) sums the same requests in every
+    replicate, so it repeats the pooled series and adds nothing but a second name for it.
+    """
+    n_cells = draws[0].shape[-1]
+    return [0] + [
+        i
+        for i in range(1, n_cells)
+        if not all(np.array_equal(a[..., i], a[..., 0], equal_nan=True) for a in draws)
+    ]
+
+
+def _tree(
+    az: Any,
+    posterior: dict[str, NDArray[np.float64]],
+    dims: list[str],
+    coords: dict[str, list[Any]],
+    level: float,
+) -> Any:
+    """Return the DataTree of ``posterior`` (cell last), without the cells that repeat pooled.
+
+    The root's attrs: ``ci_prob`` (the run's interval level) and, when cells were left out,
+    ``cells_left_out`` (their names, ``; ``-separated) and ``cells_left_out_because``.
+    """
+    names = coords["cell"]
+    keep = kept_cells(list(posterior.values()))
+    attrs: dict[str, Any] = {"ci_prob": float(level)}
+    if len(keep) < len(names):
+        attrs["cells_left_out"] = "; ".join(n for i, n in enumerate(names) if i not in keep)
+        attrs["cells_left_out_because"] = REPEATS_POOLED
+    return az.from_dict(
+        {"posterior": {k: v[..., keep] for k, v in posterior.items()}},
+        dims={k: dims for k in posterior},
+        coords={**coords, "cell": [names[i] for i in keep]},
+        attrs={"/": attrs},
+    )
+
+
 def replicates_tree(comp: Comparison) -> Any:
     """Return the replicate draws as an ArviZ ``DataTree`` (group ``posterior``).
 
     Variables ``delta`` (R_b − R_a), ``rel`` (Δ / R_a) and, when the comparison kept them,
     ``rb`` (R_b), dims (chain, draw, cell); the ``cell`` coordinate names each cell
-    (``pooled``, a family, a bucket, ``family × bucket``).
+    (``pooled``, a family, a bucket, ``family × bucket``), less the cells whose draws are the
+    pooled cell's (:func:`kept_cells`). The attrs hold ``ci_prob``, the comparison's level
+    (the pooled delta's), and the cells left out.
     """
     az = _arviz()
     names = [_cell_name(c) for c in comp.layout]
     draws = {"delta": comp.delta_reps, "rel": comp.rel_reps, "rb": comp.rb_reps}
-    return az.from_dict(
-        {"posterior": {k: v[None, :, :] for k, v in draws.items() if v is not None}},
-        dims={k: ["cell"] for k, v in draws.items() if v is not None},
-        coords={"cell": names},
-    )
+    posterior = {k: v[None, :, :] for k, v in draws.items() if v is not None}
+    return _tree(az, posterior, ["cell"], {"cell": names}, comp.pooled.delta.level)
 
 
 @dataclass(frozen=True)
@@ -171,7 +223,9 @@ class DepthReplicates:
 
         Variables ``R`` (R at the depth: the comparisons' R_b), ``delta`` (R at the depth − R at
         the reference depth) and ``rel`` (``delta`` / R at the reference depth), dims (chain,
-        draw, arm, depth, cell); NaN at an unsupported depth.
+        draw, arm, depth, cell); NaN at an unsupported depth. A cell is left out when its draws
+        are the pooled cell's at every arm and depth (:func:`kept_cells`); the attrs hold
+        ``ci_prob``, the sweep's level.
         """
         az = _arviz()
         arms = list(self.comparisons)
@@ -190,11 +244,9 @@ class DepthReplicates:
                         _DEPTH, (c.rb_reps, c.delta_reps, c.rel_reps), strict=True
                     ):
                         out[key][0, :, i, j, :] = reps
-        return az.from_dict(
-            {"posterior": out},
-            dims={k: ["arm", "depth", "cell"] for k in _DEPTH},
-            coords={"arm": arms, "depth": depths, "cell": [_cell_name(c) for c in first.layout]},
-        )
+        cells = [_cell_name(c) for c in first.layout]
+        coords: dict[str, list[Any]] = {"arm": arms, "depth": depths, "cell": cells}
+        return _tree(az, out, ["arm", "depth", "cell"], coords, first.pooled.delta.level)
 
 
 _DEPTH = ("R", "delta", "rel")
