@@ -169,10 +169,18 @@ def test_a_request_sample_nulls_the_measured_survival_with_the_reason(archive: P
     result = api.requalify(archive, baseline=BASE, candidate=CAND, sample_requests=6, **RUN)
     got = _measured(result, Level.POOLED, None)
     assert [s.value for s in got] == [None] * DEPTH
-    assert {s.null_reason for s in got} == {
-        "the archive's per-position MEASURED counts cover every request read, not the "
-        "--sample-requests sample"
-    }
+    why = "per-position MEASURED counts cover every request, not the --sample-requests sample"
+    assert {s.null_reason for s in got} == {why}
+    # survival.png draws no MEASURED curve and says why
+    fig = survival_figure(result)
+    try:
+        styles = {ln.get_linestyle() for ax in fig.axes for ln in ax.get_lines()}
+        title = fig._suptitle.get_text()
+    finally:
+        plt.close(fig)
+    assert "-" not in styles
+    assert survival_gap(result) == f"No MEASURED curve: its P(A ≥ j) is null ({why})."
+    assert f"({why})" in title
 
 
 def test_families_left_out_are_left_out_of_the_measured_survival(archive: Path) -> None:

@@ -225,6 +225,9 @@ def measured_name(log: Arm) -> str:
     return f"{log.canonical} (MEASURED)"
 
 
+_SAMPLED = "per-position MEASURED counts cover every request, not the --sample-requests sample"
+
+
 def _measured_survival(res: ReplayResult, name: str, spec: CellSpec, depth: int) -> list[Survival]:
     """Return the archive's MEASURED P(A ≥ j), j = 1..``depth``, in one cell.
 
@@ -254,10 +257,7 @@ def _measured_survival(res: ReplayResult, name: str, spec: CellSpec, depth: int)
         if n == 0:
             why = "no rounds in this cell"
         elif int(cover[1]) != n:  # n > 0: the counts hold position 1
-            why = (
-                "the archive's per-position MEASURED counts cover every request read, "
-                "not the --sample-requests sample"
-            )
+            why = _SAMPLED
         elif j > recorded:
             why = f"the archive records at most {recorded} positions per round"
         elif int(cover[j]) < n:
