@@ -231,11 +231,11 @@ _SAMPLED = "per-position MEASURED counts cover every request, not the --sample-r
 def _measured_survival(res: ReplayResult, name: str, spec: CellSpec, depth: int) -> list[Survival]:
     """Return the archive's MEASURED P(A ≥ j), j = 1..``depth``, in one cell.
 
-    SPEC 3.5 (survival): S_j = #(rounds with A ≥ j) / #rounds, pooled counts over the cell's
-    families and buckets, A the round's leading accepted positions; the rounds are those the
-    MEASURED R counts (``--short-rounds exclude``/``capped`` leave theirs out of both). As for
-    the SIMULATED arms (:func:`_survival`), S_j is null where a round of the cell records fewer
-    than j positions, and so past the most positions a round of the archive records.
+    docs/methods.md#survival-by-position: S_j = #(rounds with A ≥ j) / #rounds, pooled counts
+    over the cell's families and buckets, A the round's leading accepted positions; the rounds are
+    those the MEASURED R counts (``--short-rounds exclude``/``capped`` leave theirs out of both).
+    As for the SIMULATED arms (:func:`_survival`), S_j is null where a round of the cell records
+    fewer than j positions, and so past the most positions a round of the archive records.
 
     The per-position counts (``MeasuredArchive.survival_hits``) are kept per family and bucket,
     over every request read: the families a selection leaves out are left out here, but a
