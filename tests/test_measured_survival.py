@@ -102,8 +102,8 @@ def _name(result: Result) -> str:
 
 
 def test_the_archive_is_what_the_test_says(archive: Path) -> None:
-    """The two cut rounds are there, one capped, and S_4 differs from S_5 somewhere (an
-    off-by-one in j shows)."""
+    """The two cut rounds are there, one capped, and the pooled S_1, S_2, S_3 differ (an
+    off-by-one in j shows), S_4 and S_5 null."""
     rounds = _rounds(archive)
     assert rounds.height == 48 and int(rounds.get_column("capped").sum()) == 1
     assert sorted(rounds.get_column("positions").unique().to_list()) == [2, 3, 5]
@@ -133,8 +133,8 @@ def test_measured_survival_is_the_share_of_kept_rounds_with_a_at_least_j(
 
 
 def test_the_mid_request_short_round_nulls_only_its_familys_cells(result: Result) -> None:
-    """req-1 (family FAMILIES[1]) holds the kept short round: its cells and the pooled one are
-    null at j = 4, 5; the other families are complete."""
+    """req-1 (family FAMILIES[1]) holds the kept short round: its family cell is null at
+    j = 4, 5 (as the pooled one, above); the other families are complete."""
     short_family = FAMILIES[1]
     for family in FAMILIES:
         values = [s.value for s in _measured(result, Level.FAMILY, family)]
