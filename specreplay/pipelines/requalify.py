@@ -13,7 +13,8 @@ A requalification compares the candidate with the baseline (the verdict), with t
 gain a budget uses: no verdict) and the logging arm's SIMULATED R with its MEASURED R (the
 path-bias diagnostic: no verdict). :func:`merge_comparisons` lays them into one list of cells;
 :func:`with_replay_figures` adds per-arm Monte Carlo errors, survival and off-path rates from the
-replay sums (and, for an importance replay, the tail diagnostics: ESS and Pareto k̂);
+replay sums, the archive's MEASURED survival beside them (and, for an importance replay, the tail
+diagnostics: ESS and Pareto k̂);
 :func:`with_support_nulls` nulls an arm's figures where it leaves the logging law's support;
 under ``--estimator auto``, :func:`~specreplay.pipelines.importance.with_auto_diagnostics` makes a
 verdict INCONCLUSIVE where the importance tails of its arms fail in its cell;
@@ -90,6 +91,7 @@ __all__ = [
     "check_replayable",
     "comparands",
     "estimator_used",
+    "measured_name",
     "merge_comparisons",
     "requalify_arms",
     "requalify_assumptions",
@@ -214,6 +216,57 @@ def _survival(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> list[Surviva
     return out
 
 
+def measured_name(log: Arm) -> str:
+    """Return the name of the archive's MEASURED figures in a requalification (``ARM (MEASURED)``).
+
+    The path-bias diagnostic's MEASURED side and the MEASURED survival carry it, ``log`` being
+    the archive's logging arm.
+    """
+    return f"{log.canonical} (MEASURED)"
+
+
+_SAMPLED = "per-position MEASURED counts cover every request, not the --sample-requests sample"
+
+
+def _measured_survival(res: ReplayResult, name: str, spec: CellSpec, depth: int) -> list[Survival]:
+    """Return the archive's MEASURED P(A ≥ j), j = 1..``depth``, in one cell.
+
+    docs/methods.md#survival-by-position: S_j = #(rounds with A ≥ j) / #rounds, pooled counts
+    over the cell's families and buckets, A the round's leading accepted positions; the rounds are
+    those the MEASURED R counts (``--short-rounds exclude``/``capped`` leave theirs out of both).
+    As for the SIMULATED arms (:func:`_survival`), S_j is null where a round of the cell records
+    fewer than j positions, and so past the most positions a round of the archive records.
+
+    The per-position counts (``MeasuredArchive.survival_hits``) are kept per family and bucket,
+    over every request read: the families a selection leaves out are left out here, but a
+    ``--sample-requests`` sample cannot be, and its cells' MEASURED survival is null. ``rounds``:
+    the rounds counted.
+    """
+    m = res.measured
+    n = int(m.sums.n[spec.mask(m.sums.family, m.sums.bucket)].sum())
+    kept = set(np.unique(res.request_family[res.selected]).tolist())
+    fams = np.array(
+        [f for f in spec.fam_idx if f in kept and f < m.survival_hits.shape[0]], np.int64
+    )
+    at = np.ix_(fams, np.array(spec.bucket_idx, np.int64))
+    recorded = int(m.survival_hits.shape[2]) - 1  # the most positions a round of the archive holds
+    hits, cover = m.survival_hits[at].sum(axis=(0, 1)), m.survival_rounds[at].sum(axis=(0, 1))
+    out = []
+    for j in range(1, depth + 1):
+        why = None
+        if n == 0:
+            why = "no rounds in this cell"
+        elif int(cover[1]) != n:  # n > 0: the counts hold position 1
+            why = _SAMPLED
+        elif j > recorded:
+            why = f"the archive records at most {recorded} positions per round"
+        elif int(cover[j]) < n:
+            why = f"{n - int(cover[j])} rounds record fewer than {j} positions"
+        value = None if why else float(hits[j]) / n
+        out.append(Survival(name, j, value, Label.MEASURED, why, rounds=n))
+    return out
+
+
 def _offpath(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> Offpath:
     """Return the off-path rates of the path-assumption replay.
 
@@ -238,11 +291,14 @@ def _offpath(res: ReplayResult, arm: Arm, m: NDArray[np.bool_]) -> Offpath:
 
 
 def with_replay_figures(
-    cells: Sequence[Cell], res: ReplayResult, arms: Sequence[Arm]
+    cells: Sequence[Cell], res: ReplayResult, arms: Sequence[Arm], measured: str | None = None
 ) -> tuple[Cell, ...]:
     """Add each arm's MCSE and estimator, SIMULATED survival and off-path rates to the cells.
 
-    An importance replay also adds each arm's tail diagnostics (ESS, Pareto k̂) per depth.
+    ``measured``: the name of the archive's MEASURED figures (:func:`measured_name`); given, the
+    cells also get the archive's MEASURED survival at positions 1 to the deepest arm's depth
+    (:func:`_measured_survival`), after the arms'. An importance replay also adds each arm's
+    tail diagnostics (ESS, Pareto k̂) per depth.
     """
     surv: list[list[Survival]] = [[] for _ in cells]
     offs: list[list[Offpath]] = [[] for _ in cells]
@@ -262,6 +318,10 @@ def with_replay_figures(
             surv[i] += _survival(res, arm, m)
             offs[i].append(_offpath(res, arm, m))
             diag[i] += importance_diagnostics(res, arm, m, spec.fam_idx, spec.bucket_idx)
+    if measured is not None:
+        deepest = max(a.depth for a in arms)
+        for i, spec in enumerate(specs):
+            surv[i] += _measured_survival(res, measured, spec, deepest)
     return tuple(
         dataclasses.replace(
             c,
@@ -456,7 +516,7 @@ def requalify_plan(res: ReplayResult, arms: RequalifyArms) -> list[Planned]:
             )
         )
     if arms.log is not None and "accepted" in res.columns:
-        meas = res.measured_side(f"{arms.log.canonical} (MEASURED)")
+        meas = res.measured_side(measured_name(arms.log))
         why = "diagnostic: SIMULATED − MEASURED R of the logging arm"
         plan.append(
             Planned(
@@ -573,7 +633,8 @@ def requalify_result(
 
     parts = comparands(res, arms, opts, plan)
     cells = merge_comparisons(parts)
-    cells = with_replay_figures(cells, res, list(arms.all.values()))
+    measured = measured_name(arms.log) if arms.log and "accepted" in res.columns else None
+    cells = with_replay_figures(cells, res, list(arms.all.values()), measured)
     cells = with_support_nulls(cells, res)
     if opts.replay.estimator == AUTO:
         cells = with_auto_diagnostics(cells, res, list(arms.all.values()))

@@ -34,8 +34,9 @@ Design decisions:
   diagnostics are left to the tables). A figure without an interval is drawn as a point alone.
 - ``survival.png`` draws P(A ≥ j) by position per arm (``Cell.survival``), pooled and per family;
   the model holds no interval for survival, so none is drawn, and the title says so. A MEASURED
-  curve is drawn wherever the cells hold one; a result with a MEASURED arm but no MEASURED
-  survival (a requalification today) says so in the title and caption (:func:`survival_gap`).
+  curve is drawn wherever the cells hold one (a requalification holds the archive's, as
+  ``ARM (MEASURED)``); a result with a MEASURED arm but no MEASURED curve to draw (none held, or
+  every value null) says so, and why, in the title and caption (:func:`survival_gap`).
 - ``depths.png`` draws R (and, with ``--cost``, tokens/s, its cost model named) by fixed depth.
   A sweep with ``--policy`` adds each policy to the pooled panels at E[L], the positions it
   drafts per round on average (in-sample, as policies.png): a policy above the fixed depths'
@@ -919,9 +920,10 @@ def _style_key(panels: list[Panel]) -> str:
 def drawn_labels(result: Result, name: str) -> list[str]:
     """Return the labels of the series a plot of ``result`` draws, in Label order.
 
-    ``context.png`` and ``survival.png``: their arms' labels (a requalification draws no MEASURED
-    survival curve, so its survival plot is SIMULATED only); other plots: none here (their label
-    is the main delta's or the depth figures', see :func:`specreplay.render.markdown.figure_label`).
+    ``context.png`` and ``survival.png``: the labels of the arms they draw (a MEASURED survival
+    whose every value is null draws no curve, so its plot is SIMULATED only); other plots: none
+    here (their label is the main delta's or the depth figures', see
+    :func:`specreplay.render.markdown.figure_label`).
     """
     panels = {"context.png": context_series, "survival.png": survival_series}.get(name)
     if panels is None:
@@ -980,13 +982,22 @@ def survival_gap(result: Result) -> str | None:
     """Say that the survival plot has no MEASURED curve while the result has a MEASURED arm.
 
     A MEASURED curve is drawn wherever ``Cell.survival`` holds one (:func:`survival_series`);
-    a result whose MEASURED figure is R alone (a requalification's logging arm, drawn in
-    ``context.png``) has none to draw, and the plot says so rather than leave it unexplained.
+    a result whose MEASURED figure is R alone has none to draw, nor one whose MEASURED survival
+    is null at every position (a requalification's under ``--sample-requests``: the pooled
+    cell's reason is given), and the plot says so rather than leave it unexplained.
     """
     drawn = {s.label for p in survival_series(result) for s in p.series}
     measured = any(f.label == Label.MEASURED for c in result.cells for f in c.arms.values())
     if Label.MEASURED in drawn or not measured:
         return None
+    nulls = [
+        s.null_reason
+        for c in sorted(result.cells, key=lambda c: c.level != Level.POOLED)
+        for s in c.survival
+        if s.label == Label.MEASURED and s.null_reason
+    ]
+    if nulls:
+        return f"No MEASURED curve: its P(A ≥ j) is null ({nulls[0]})."
     return (
         "No MEASURED curve: this result holds P(A ≥ j) for its SIMULATED arms only (its"
         " MEASURED figure is R, drawn in context.png)."
