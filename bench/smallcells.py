@@ -1,6 +1,6 @@
 """Small cells: which test may call DIFFERENT below the verdict minimum (issue 16, item 3).
 
-See docs/calibration.md#small-cells-the-sign-flip-test.
+See docs/calibration.md#small-cells.
 
 Below :data:`specreplay.stats.cr2.MIN_REQUESTS` (50) requests the default CR2 interval may not
 give a verdict: in the developers' heavy-tailed, skewed settings its P(DIFFERENT | Δ = 0) was
@@ -338,12 +338,44 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("smallcells.json"))
     ap.add_argument("--power", action="store_true")
     ap.add_argument("--only", default=None, help="settings whose name holds one of these")
+    ap.add_argument("--md", nargs="*", type=Path, help="print the tables of these JSON files")
     a = ap.parse_args(argv)
+    if a.md:
+        print(markdown(a.md))
+        return
     if a.power:
         res = power_scan(20, a.datasets // 4, a.seed)
         a.out.write_text(json.dumps(res, indent=1))
         return
     run([int(x) for x in a.sizes.split(",")], a.datasets, a.seed, a.out, a.only)
+
+
+def markdown(paths: list[Path]) -> str:
+    """The study's tables (false-DIFFERENT rates, coverage) from its JSON files."""
+    settings: dict[str, Any] = {}
+    for p in paths:
+        settings.update(json.loads(p.read_text())["settings"])
+    sizes = ("10", "20", "30", "40")
+    head = "| setting | test | " + " | ".join(f"n = {n}" for n in sizes) + " | default at 50 |"
+    out = [head, "|" + "---|" * (len(sizes) + 3)]
+    for name, e in settings.items():
+        if not e["null"]:
+            continue
+        ref = e["sizes"].get("50", {}).get("cr2", {}).get("worst_family")
+        for test, tag in (("cr2", "CR2 at α"), ("signflip", "sign-flip at α"),
+                          ("both/2", "**both at α/2**")):  # fmt: skip
+            cells = []
+            for n in sizes:
+                r = e["sizes"][n][test]["worst_family"][0]
+                cells.append(f"{r:.4f}")
+            tail = f"{ref[0]:.4f}" if ref and test == "cr2" else ""
+            out.append(f"| {name} | {tag} | " + " | ".join(cells) + f" | {tail} |")
+    cov = ["", "| setting | " + " | ".join(f"n = {n}" for n in sizes) + " |",
+           "|" + "---|" * (len(sizes) + 1)]  # fmt: skip
+    for name, e in settings.items():
+        cells = [f"{e['sizes'][n]['rule_coverage']['worst_family'][0]:.3f}" for n in sizes]
+        cov.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(out + cov) + "\n"
 
 
 if __name__ == "__main__":

@@ -271,7 +271,10 @@ def test_help_names_the_three_sizes_and_the_interval_that_decides(verb: str) -> 
     assert res.exit_code == 0, res.output
     flat = " ".join(res.stdout.split())
     assert "Reporting minimum: a cell with fewer requests gets no Δ" in flat
-    assert f"the verdict minimum ({MIN_REQUESTS} requests: below it the t interval gives no" in flat
+    assert (
+        f"the verdict minimum ({MIN_REQUESTS} requests: below it no EQUIVALENT, and DIFFERENT "
+        "only where the CR2 and sign-flip tests both reject at α/2)"
+    ) in flat
     assert f"the nominal-coverage size ({NOMINAL_REQUESTS} requests: below it a Δ is" in flat
     if verb != "sweep":
         assert "The interval that decides" in flat and "cr2-eff-hall" in flat

@@ -119,7 +119,12 @@ def test_medusa_forest_axis_keeps_the_pooled_interval_readable(medusa: Result) -
     # the widest categories run past the edge (extraction: −76% to +15% of R_a)
     cut = {lb for lb, (_, lo, hi) in want.items() if lo < left or hi > right}
     assert "extraction  (n=10)" in cut and "pooled  (n=80)" not in cut
-    assert len(cut) < len(want) - 1  # and some well-sized category is drawn whole
+    # a category fits only if its bar leaves the pooled bar a sixth of the axis: the narrowest
+    # 10-question bar (the small-cell hull at 1 − α/2) is drawn whole exactly when it does
+    widths = sorted((hi - lo, lb) for lb, (_, lo, hi) in want.items() if lb != "pooled  (n=80)")
+    narrow_lo, narrow_hi = want[widths[0][1]][1:]
+    span = max(narrow_hi, phi, 0.0) - min(narrow_lo, plo, 0.0)
+    assert (widths[0][1] not in cut) == ((phi - plo) / span >= 1.0 / 6.0)
 
 
 def test_a_cut_bar_says_it_is_cut_and_prints_its_finite_ends(

@@ -185,8 +185,10 @@ def test_tables_show_method_df_differing_small_sample_and_reason(command: str) -
     assert (
         "Interval method: cr2-eff (CR2 / Bell–McCaffrey variance, t with effective degrees of "
         "freedom). Thresholds from the calibration study: below the verdict minimum of 10 "
-        "requests, or with fewer than 5 requests that differ between the arms, a cell is "
-        f"INCONCLUSIVE, never EQUIVALENT; the study: {METHOD.study}."
+        "requests a cell is never EQUIVALENT, and DIFFERENT only where the CR2 and sign-flip "
+        "tests both reject at α/2; with fewer than 5 requests that differ between the arms it "
+        "is decided by its conservative hull (EQUIVALENT only inside the margin, never "
+        f"DIFFERENT); the study: {METHOD.study}."
     ) in text
     rows = _table_rows(text, "cell")
     small = {"chat": COVERAGE_10, "code": COVERAGE_20}
@@ -257,8 +259,9 @@ def test_report_says_the_same_in_prose(command: str) -> None:
     assert f"Intervals: cr2-eff, {METHOD.description}, at 95%" in choices
     assert f"The calibration study ({METHOD.study}) set the thresholds" in choices
     assert (
-        "below the verdict minimum of 10 requests, or with fewer than 5 requests whose (n, t) "
-        "differ" in choices
+        "below the verdict minimum of 10 requests a cell is never EQUIVALENT, and DIFFERENT only "
+        "where the CR2 and sign-flip tests both reject at α/2 (the hull of their intervals is "
+        "printed); with fewer than 5 requests whose (n, t) differ" in choices
     )
     diag = _bullets(text, "Diagnostics")
     small = "- 1 small-sample cell(s) (below the nominal-coverage size)"

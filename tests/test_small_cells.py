@@ -85,12 +85,16 @@ def test_small_family_cells_decide_by_both_tests_and_holm() -> None:
         assert (d.lo, d.hi) == pytest.approx(hull, rel=1e-12)
         assert d.bonferroni is not None
         assert (d.bonferroni.lo, d.bonferroni.hi) == pytest.approx(bf, rel=1e-12)
+        # the small-sample mark cites the hull's own study, not the CR2 interval's
+        assert d.coverage_at_size is not None and d.coverage_at_size.coverage == 0.951
+        assert d.coverage_at_size.n_requests == 20
     verdicts = [c.delta.verdict for c in fams]
     assert verdicts[0] == "DIFFERENT" and verdicts[2] == verdicts[3] == "INCONCLUSIVE"
     assert "sign-flip tests both reject" in str(fams[0].delta.verdict_reason)
     pooled = comp.pooled.delta
     rows = np.stack([na, ta, na, tb], axis=1)
     assert comp.pooled.n_requests == 80 and pooled.method == "cr2-eff-hall"
+    assert pooled.coverage_at_size is not None and pooled.coverage_at_size.coverage == 0.9357
     want = paired_tests(rows, depths=(5, 5))[0].interval(0.95)
     assert (pooled.lo, pooled.hi) == pytest.approx(want, rel=1e-12)
 

@@ -787,11 +787,14 @@ def _compared_cell(
     return cell
 
 
-def _small_sample(n: int) -> tuple[bool, StudiedSize | None]:
-    """``small_sample`` and ``coverage_at_size`` of a delta over ``n`` requests."""
+def _small_sample(n: int, small_cell: bool) -> tuple[bool, StudiedSize | None]:
+    """``small_sample`` and ``coverage_at_size`` of a delta over ``n`` requests.
+
+    ``small_cell``: its interval is the small-cell hull, whose own study gives the coverage.
+    """
     if n >= NOMINAL_REQUESTS:
         return False, None
-    return True, coverage_at_size(n)
+    return True, coverage_at_size(n, small_cell=small_cell)
 
 
 def _null_reason(
@@ -843,7 +846,7 @@ def _delta_figures(
         tost_level = 1.0 - alpha
         lo90, hi90 = test.hull(tost_level)
     assert lo90 is not None and hi90 is not None  # inside the bounded interval at ``level``
-    small, coverage = _small_sample(r.n_requests)
+    small, coverage = _small_sample(r.n_requests, small_tests is not None)
     out = dataclasses.replace(
         empty,
         method=SMALL_METHOD if small_tests is not None else empty.method,
@@ -975,7 +978,10 @@ SMALL_DIFFERENT: Final = (
     "{n} requests < {minimum} (the verdict minimum): DIFFERENT because the CR2 and sign-flip "
     "tests both reject Δ = 0 at α/2 (Holm); EQUIVALENT is out of reach"
 )
-"""The ``verdict_reason`` of a small cell's DIFFERENT (docs/methods.md#small-cells)."""
+"""The ``verdict_reason`` of a small cell's DIFFERENT.
+
+See docs/methods.md#small-cells-the-sign-flip-test.
+"""
 
 
 def _adjust(
@@ -1073,7 +1079,8 @@ def _adjust_level(
                 requests_for_margin=None if forced else size.requests,
                 requests_for_margin_null_reason=reasons[j] if forced else size.null_reason,
                 bonferroni=_bonferroni(
-                    *(small or (st_d, st_r)),
+                    small[0] if small is not None else st_d,
+                    small[1] if small is not None else st_r,
                     1.0 - (1.0 - d.level) / m,
                     raw[j] if d.tail_width else None,
                 ),

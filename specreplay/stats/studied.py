@@ -15,7 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["LOWEST_COVERAGE", "NOMINAL_REQUESTS", "STUDY", "StudiedSize", "coverage_at_size"]
+__all__ = [
+    "LOWEST_COVERAGE",
+    "NOMINAL_REQUESTS",
+    "SMALL_CELL_COVERAGE",
+    "SMALL_CELL_STUDY",
+    "STUDY",
+    "StudiedSize",
+    "coverage_at_size",
+]
 
 
 @dataclass(frozen=True)
@@ -44,20 +52,37 @@ LOWEST_COVERAGE: Final[tuple[StudiedSize, ...]] = (
 )
 """The default's (cr2-eff-hall) lowest 95% coverage per studied size over the 30 settings,
 4,000 datasets each (docs/calibration.md#calibration-of-the-intervals)."""
+SMALL_CELL_STUDY: Final = (
+    "PYTHONPATH=. python bench/smallcells.py --datasets 4000 --seed 20261207 "
+    "(coverage on the first 1,000 datasets of each setting)"
+)
+SMALL_CELL_COVERAGE: Final[tuple[StudiedSize, ...]] = (
+    StudiedSize(10, 0.955, 0.0066, "heavy/skew-/free, family cell, Δ/R_a"),
+    StudiedSize(20, 0.951, 0.0068, "heavy/skew+/zero, family cell, Δ/R_a"),
+    StudiedSize(30, 0.957, 0.0064, "heavy/skew+/free, family cell, Δ/R_a"),
+    StudiedSize(40, 0.957, 0.0064, "heavy/skew-/free, family cell, Δ/R_a"),
+)
+"""Below the verdict minimum the interval printed is the hull of the CR2 and sign-flip intervals
+at 1 − α/2 (:mod:`specreplay.stats.signflip`): its lowest coverage per studied size over the
+study's 22 settings (docs/calibration.md#small-cells)."""
 NOMINAL_REQUESTS: Final = 200
 """Smallest studied size at which every setting's coverage is within 2 MC SE of 0.95."""
 
 
-def coverage_at_size(n_requests: int) -> StudiedSize | None:
+def coverage_at_size(n_requests: int, small_cell: bool = False) -> StudiedSize | None:
     """Return the study's entry at the largest studied size ≤ ``n_requests`` (None below all).
+
+    ``small_cell``: the interval printed is the small-cell hull (:data:`SMALL_CELL_COVERAGE`).
 
     Examples
     --------
     >>> coverage_at_size(35).n_requests
     20
+    >>> coverage_at_size(35, small_cell=True).n_requests
+    30
     """
     best = None
-    for s in LOWEST_COVERAGE:
+    for s in SMALL_CELL_COVERAGE if small_cell else LOWEST_COVERAGE:
         if s.n_requests <= n_requests and (best is None or s.n_requests > best.n_requests):
             best = s
     return best
