@@ -230,9 +230,12 @@ ShortRoundsOpt = Annotated[
     ShortRounds,
     typer.Option(
         "--short-rounds",
-        help="A round recording fewer positions than an arm's depth: null (default; the cells "
-        "holding it are null, with the count and the first such round) or exclude (left out "
-        "of every sum, for every arm, counted per cell under excluded).",
+        help="A round recording fewer positions than an arm's depth: capped (default: a round "
+        "the request's end or token limit cut short, marked capped or, without the mark, a "
+        "request's last round, is left out of every sum and counted per cell under excluded; "
+        "any other short round acts as under null), null (the cells holding it are null, with "
+        "the count and the first such round) or exclude (every short round left out of every "
+        "sum, for every arm, counted per cell under excluded).",
     ),
 ]
 IgnoreOpt = Annotated[

@@ -587,7 +587,9 @@ def _survival_and_offpath(pooled: Cell) -> list[str]:
             )
         out += [
             "",
-            "## Per-position survival P(A ≥ j), pooled (SIMULATED)",
+            "## Per-position survival P(A ≥ j), pooled ("
+            + " and ".join(sorted({s.label.value for s in pooled.survival}, reverse=True))
+            + ")",
             "",
             markdown_table(["arm", *[f"j={j}" for j in range(1, depth + 1)]], srows),
         ]

@@ -32,7 +32,7 @@ class ShortRounds(enum.StrEnum):
 
 
 def parse_short_rounds(text: str | ShortRounds) -> ShortRounds:
-    """Parse ``--short-rounds`` (``null`` or ``exclude``, any case).
+    """Parse ``--short-rounds`` (``capped``, ``null`` or ``exclude``, any case).
 
     Examples
     --------
