@@ -236,9 +236,10 @@ CATEGORIES = (
 
 @pytest.mark.parametrize("margin", ["0.5%", "10%"])
 def test_medusa_categories_are_below_the_study_minimum(margin: str) -> None:
-    """MT-bench categories hold 10 questions each, fewer than the study's MIN_REQUESTS: each is
-    INCONCLUSIVE by rule whatever the margin (at 10% four of them would pass their raw TOST:
-    p 0.049, 0.048, 0.026, 0.017 by the reference), with p-values 1 and the reason."""
+    """MT-bench categories hold 10 questions each, fewer than the study's MIN_REQUESTS: none is
+    EQUIVALENT whatever the margin (at 10% four of them would pass their raw TOST: p 0.049,
+    0.048, 0.026, 0.017 by the reference), its TOST p-value is 1 and the reason says why; none
+    is DIFFERENT either (the small-cell tests see no change beyond noise)."""
     from specreplay.stats.cr2 import MIN_REQUESTS
 
     bk = Buckets.parse()
@@ -254,7 +255,7 @@ def test_medusa_categories_are_below_the_study_minimum(margin: str) -> None:
         assert c.n_requests == 10 < MIN_REQUESTS
         assert d.verdict == "INCONCLUSIVE"
         assert d.verdict_reason.startswith(f"10 requests < {MIN_REQUESTS}")
-        assert d.p_equivalence == d.p_difference == 1.0 == d.p_equivalence_adj
+        assert d.p_equivalence == 1.0 == d.p_equivalence_adj and d.p_difference_adj >= 0.05
         ref = hand_cr2(ps, spec.fam_idx, spec.bucket_idx, rel=True)
         raw_pass += t_p_values(ref, parse_margin(margin).value)[1] < 0.05
     assert raw_pass == {"0.5%": 0, "10%": 4}[margin]
