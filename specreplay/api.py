@@ -66,7 +66,7 @@ A small end-to-end session (60 requests: a few seconds once the kernels are comp
 3.2627
 >>> cells = rq.to_polars()  # the rows of cells.parquet
 >>> cells.shape
-(1860, 28)
+(2100, 28)
 >>> cells.columns[:6]
 ['level', 'family', 'bucket', 'n_requests', 'kind', 'arm']
 >>> deltas = rq.to_polars("deltas")

@@ -175,9 +175,10 @@ def with_auto_diagnostics(
             why = _reason(fail, checks)
             if why is not None:
                 verdict = "INCONCLUSIVE" if fail is not None else d.verdict
-                d = dataclasses.replace(
-                    d, verdict=verdict, verdict_reason=_joined(d.verdict_reason, why)
-                )
+                # a verdict the tails overturn loses the reason that explained it (a small
+                # cell's "DIFFERENT because …", a hull's EQUIVALENT): the tails' reason alone
+                kept = d.verdict_reason if verdict == d.verdict else None
+                d = dataclasses.replace(d, verdict=verdict, verdict_reason=_joined(kept, why))
             deltas.append(d)
         out.append(dataclasses.replace(c, deltas=tuple(deltas)))
     return tuple(out)

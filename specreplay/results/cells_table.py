@@ -3,10 +3,10 @@
 Arms are plain names (``arm``, ``arm_a``, ``arm_b``): what results.json's arm keys say in a suffix
 (``ARM (MEASURED)``, ``ARM (analytic)``, ``ARM@D (reference depth)``,
 :mod:`specreplay.results.armkeys`) is in the ``label``, ``estimator`` and ``role`` columns. An
-``R`` or ``n_rounds`` row of a companion figure carries the ``role`` of the delta it belongs to
-(``path-bias`` for the MEASURED logging arm, ``path-bias-importance`` for another estimator's
-replay; null for the run's own arms) and the replay ``estimator``; a ``delta`` row the delta's
-``estimator`` (``analytic − importance``: b's − a's).
+``R``, ``n_rounds`` or MEASURED ``survival`` row of a companion figure carries the ``role`` of
+the delta it belongs to (``path-bias`` for the MEASURED logging arm, ``path-bias-importance``
+for another estimator's replay; null for the run's own arms) and the replay ``estimator``; a
+``delta`` row the delta's ``estimator`` (``analytic − importance``: b's − a's).
 
 One row per figure: ``kind`` is ``R``, ``n_rounds``, ``survival`` (``depth`` = position j),
 ``delta`` (``arm_a``, ``arm_b``, ``role``, interval ``lo``/``hi``, ``method``, ``level_conf``, the
@@ -107,19 +107,27 @@ def _arm_rows(cell: Cell, split: Callable[[str], ArmKey], method: str) -> list[d
     return rows
 
 
-def _survival_rows(cell: Cell) -> list[dict[str, Any]]:
-    """Return P(A ≥ j) per arm and position."""
-    return [
-        {
-            "kind": "survival",
-            "arm": s.arm,
-            "depth": s.position,
-            "value": s.value,
-            "label": s.label.value,
-            "null_reason": s.null_reason,
-        }
-        for s in cell.survival
-    ]
+def _survival_rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
+    """Return P(A ≥ j) per arm and position, the arm key split up.
+
+    ``ARM (MEASURED)``: the archive's own survival, a plain arm with the MEASURED label and the
+    path-bias role.
+    """
+    rows = []
+    for s in cell.survival:
+        k = split(s.arm)
+        rows.append(
+            {
+                "kind": "survival",
+                "arm": k.arm,
+                "role": k.role.value if k.role is not None else None,
+                "depth": s.position,
+                "value": s.value,
+                "label": s.label.value,
+                "null_reason": s.null_reason,
+            }
+        )
+    return rows
 
 
 def _delta_rows(cell: Cell, split: Callable[[str], ArmKey]) -> list[dict[str, Any]]:
@@ -213,7 +221,7 @@ def _rows(cell: Cell, split: Callable[[str], ArmKey], method: str) -> list[dict[
     base = _base(cell)
     parts = (
         _arm_rows(cell, split, method),
-        _survival_rows(cell),
+        _survival_rows(cell, split),
         _delta_rows(cell, split),
         _depth_rows(cell),
         _other_rows(cell),
