@@ -209,6 +209,36 @@ def test_curl_il_redirect_headers_are_skipped(tmp_path: Path) -> None:
     assert [s["value"] for s in cell["survival"]] == pytest.approx([1.0, 0.75, 0.45], rel=REL)
 
 
+@pytest.mark.parametrize(
+    "line",
+    ["HTTP/1.1 2000 OKAY", "HTTP/1.1 20 OK", "HTTP/1.1  200 OK", "HTTP/2.0 200 OK",
+     "HTTP/1.1 200OK", "HTTP/1.1 \u0662\u0660\u0660 OK", "HTTP/4 200 OK", "HTTP/1.1\t200 OK"],
+)  # fmt: skip
+def test_a_loose_status_line_is_refused_with_the_line(tmp_path: Path, line: str) -> None:
+    """Issue 17, item 4: a status line is HTTP/1.0, 1.1, 2 or 3, one space, three ASCII digits,
+    then a space or the end of the line; a line starting HTTP/ that is not one is refused (it was
+    read as 200 when its first three digits were 200)."""
+    after = scrape({"m": {"drafts": 300, "per_pos": [260, 180, 100]}})
+    bad = _curl(after).replace("HTTP/1.1 200 OK", line, 1)
+    args = write_inputs(tmp_path, scrape(ONE_BEFORE), bad)
+    refused(tmp_path, args, f"{tmp_path / 'after.prom'}:line 1: not an HTTP status line")
+
+
+@pytest.mark.parametrize("line", ["HTTP/1.0 200 OK", "HTTP/2 200", "HTTP/3 200 ", "HTTP/1.1 200"])
+def test_a_strict_status_line_is_read(tmp_path: Path, line: str) -> None:
+    after = scrape({"m": {"drafts": 300, "per_pos": [260, 180, 100]}})
+    args = write_inputs(tmp_path, scrape(ONE_BEFORE), _curl(after).replace("HTTP/1.1 200 OK", line))
+    (cell,) = screened(tmp_path, args)["cells"]
+    assert [s["value"] for s in cell["survival"]] == pytest.approx([1.0, 0.75, 0.45], rel=REL)
+
+
+def test_after_redirects_the_last_status_line_decides(tmp_path: Path) -> None:
+    """curl -iL: a 200 first and a 404 last is refused with the 404's line."""
+    two = "HTTP/1.1 200 OK\r\nx: y\r\n\r\n" + _curl("Not Found\n", "404 Not Found")
+    args = write_inputs(tmp_path, scrape(ONE_BEFORE), two)
+    refused(tmp_path, args, f"{tmp_path / 'after.prom'}:line 4: an HTTP response with status 404")
+
+
 def test_curl_i_error_response_and_counters_are_named(tmp_path: Path) -> None:
     after = _curl("Not Found\n", "404 Not Found")
     args = write_inputs(tmp_path, scrape(ONE_BEFORE), after)

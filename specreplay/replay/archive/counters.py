@@ -116,8 +116,12 @@ VLLM_LATENCY = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_
 """The step-latency histograms, in order of preference: current V1 (``vllm/v1/metrics/loggers.py``
 at 0.33.0, one observation per request per engine step), then older releases' name."""
 _LATENCY_SAMPLES = {f"{h}_{s}": h for h in VLLM_LATENCY for s in ("bucket", "count")}
-_HTTP_STATUS = re.compile(r"^HTTP/\d(?:\.\d)?\s+(?P<status>\d{3})")
-"""The status line ``curl -i`` writes on top of a saved response."""
+_HTTP_LIKE = re.compile(r"^HTTP/")
+"""A line that claims to be a status line: it is read strictly (:data:`_HTTP_STATUS`) or refused."""
+_HTTP_STATUS = re.compile(r"^HTTP/(?:1\.0|1\.1|2|3) (?P<status>[0-9]{3})(?: |\r?$)")
+"""The status line ``curl -i`` writes on top of a saved response, read strictly (issue 17): the
+version ``HTTP/1.0``, ``HTTP/1.1``, ``HTTP/2`` or ``HTTP/3``, one space, exactly three ASCII digits,
+then a space or the end of the line (``HTTP/1.1 2000 OKAY`` is no status line)."""
 
 
 @dataclass(frozen=True)
@@ -280,7 +284,7 @@ def read_counter_runs(path: Path) -> list[CounterRun]:
         if not line.strip():
             continue
         where = f"{path}:line {lineno}"
-        if not runs and _HTTP_STATUS.match(line):
+        if not runs and _HTTP_LIKE.match(line):
             raise SpecReplayError(
                 f"{where}: an HTTP response (saved with curl -i?), not run-counter JSON Lines"
             )
@@ -323,8 +327,8 @@ def is_prometheus_text(path: Path) -> bool:
             for line in fh:
                 if headers:
                     headers = bool(line.strip())  # the blank line that ends the headers
-                elif _HTTP_STATUS.match(line):
-                    headers = True
+                elif _HTTP_LIKE.match(line):
+                    headers = True  # read strictly, or refused, by _body_lines
                 elif line.strip():
                     return line.startswith("#") or line.startswith("vllm:")
     except OSError:
@@ -355,7 +359,8 @@ def _body_lines(path: Path) -> _Body:
 
     Each header block (``curl -iL`` saves one per redirect, ``100 Continue`` one more) ends at a
     blank line. The last response's status must be 200: any other holds no metrics, and is
-    refused naming its status and line. Its ``Content-Type`` header, if any, is kept.
+    refused naming its status and line; a line that starts ``HTTP/`` but is no strict status line
+    (:data:`_HTTP_STATUS`) is refused with the line. Its ``Content-Type`` header, if any, is kept.
     """
     lines = _lines(path)
     status: tuple[int, str] | None = None
@@ -363,6 +368,13 @@ def _body_lines(path: Path) -> _Body:
     while True:
         first = next((i for i, (_, t) in enumerate(lines) if t.strip()), None)
         m = _HTTP_STATUS.match(lines[first][1]) if first is not None else None
+        if first is not None and m is None and _HTTP_LIKE.match(lines[first][1]):
+            no, text = lines[first]
+            raise SpecReplayError(
+                f"{path}:line {no}: not an HTTP status line ({text.rstrip()!r}: it must be "
+                "HTTP/1.0, HTTP/1.1, HTTP/2 or HTTP/3, a space, three digits, then a space or "
+                "the end of the line)"
+            )
         if first is None or m is None:
             break
         status = (lines[first][0], m.group("status"))
