@@ -391,3 +391,48 @@ def test_by_on_dask_equals_the_local_run_in_one_pass(
     assert sum(c.level == Level.BY for c in local.cells) == 2  # w0 and w1
     assert _figures(dask) == _figures(local)
     assert dask.extra["replay_backend"]["tasks"] == 4  # one pass over the 4 shards
+
+
+SLOW_TEARDOWN = """
+import sys, time
+import distributed
+close = distributed.LocalCluster.close
+def slow(self, *a, **k):
+    time.sleep({pause})  # the workers keep heartbeating and cancelling while we wait
+    return close(self, *a, **k)
+distributed.LocalCluster.close = slow
+sys.argv[0] = "specreplay"
+from specreplay.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize("pause", [0.0, 2.0])
+def test_a_bad_row_under_workers_is_the_only_line_with_q(
+    frame: pl.DataFrame, tmp_path: Path, pause: float
+) -> None:
+    """Issue 17, item 5: `requalify --workers 2 -q` on an archive with a bad row prints exactly
+    the local run's line on stderr, also when the cluster's teardown is slowed on purpose (the
+    workers' own loggers, in other processes, used to print 37 lines of heartbeat and cancelled-
+    task warnings before it); exit 2, no output folder."""
+    bad = tmp_path / "bad"
+    _write_shards(frame, bad, CUTS)
+    f = bad / "part-1.parquet"
+    rows = pl.read_parquet(f)
+    wrong = pl.when(pl.int_range(pl.len()) == 7).then(10**6).otherwise(pl.col("drafted_id"))
+    rows.with_columns(wrong.cast(rows.schema["drafted_id"]).alias("drafted_id")).write_parquet(f)
+    with pytest.raises(SpecReplayError) as local:
+        replay_archive(bad, _arms(), estimator="analytic")
+    args = ["requalify", str(bad), "--baseline", BASE, "--candidate", CAND,
+            "--workers", "2", "-q", "--out", str(tmp_path / "out"), "--n-boot", "200",
+            "--estimator", "analytic"]  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", SLOW_TEARDOWN.format(pause=pause), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.splitlines() == [f"error: {local.value}"]
+    assert not (tmp_path / "out").exists()

@@ -251,7 +251,8 @@ def open_dask(scheduler: str | None, workers: int | None) -> Iterator[DaskRunner
         try:
             yield DaskRunner(client)
         finally:
-            client.close()
+            with _quiet_dask():  # only the client closes: the cluster is the user's
+                client.close()
         return
     with _quiet_dask(), _local_cluster(distributed, workers or 1) as cluster:
         client = distributed.Client(cluster)
@@ -388,6 +389,9 @@ def _local_cluster(distributed: Any, n: int) -> Iterator[Any]:
         processes=True,
         dashboard_address=":0",
         env={"NUMBA_NUM_THREADS": "1", "NUMBA_CACHE_DIR": numba_cache_dir()},
+        # the workers' own loggers (other processes): their teardown chatter after a failing row
+        # (cancelled tasks, heartbeats to a closing scheduler) is not the user's error line
+        silence_logs=logging.CRITICAL,
     )
     try:
         yield cluster
