@@ -255,6 +255,15 @@ def draw(st: Setting, n: int, n_sets: int, rng: np.random.Generator) -> NDArray[
         delta = np.clip(sign * g * y, -p, 1.0 - p)
     if st.effect == "sparse-mixed":
         delta = np.where(rng.random(shape) < SPARSE_MIXED_ZERO, 0.0, delta)
+    return couple(rounds, p, delta, rng)
+
+
+def couple(
+    rounds: NDArray[np.float64], p: NDArray[np.float64], delta: NDArray[np.float64],
+    rng: np.random.Generator,
+) -> NDArray[np.float64]:  # fmt: skip
+    """Arm a's tokens, and arm b's by common random numbers (E[t_b − t_a] = d·n·δ), of
+    (n_sets, FAMILIES, n) requests: (n_sets, FAMILIES·n, 3) n, t_a, t_b."""
     dn = (DEPTH * rounds).astype(np.int64)
     acc = rng.binomial(dn, p)
     up = rng.binomial(dn - acc, np.clip(delta / (1.0 - p), 0.0, 1.0))
@@ -262,7 +271,7 @@ def draw(st: Setting, n: int, n_sets: int, rng: np.random.Generator) -> NDArray[
     ta = rounds + acc
     tb = ta + np.where(delta >= 0, up, -down)
     out = np.stack([rounds, ta, tb.astype(np.float64)], axis=-1)
-    return out.reshape(n_sets, FAMILIES * n, 3)
+    return out.reshape(rounds.shape[0], -1, 3)
 
 
 # ---------------------------------------------------------------- numba kernel

@@ -116,15 +116,7 @@ def draw_new(st: NewSetting, n: int, n_sets: int, rng: np.random.Generator) -> N
         pb = np.where(rng.random(shape) < FEW_SHARE, pb, p)
     else:
         pb = np.clip(p + c + SMOOTH_SCALE * (rng.exponential(1.0, shape) - 1.0), 0.0, 1.0)
-    delta = pb - p
-    dn = (hc.DEPTH * rounds).astype(np.int64)
-    acc = rng.binomial(dn, p)
-    up = rng.binomial(dn - acc, np.clip(delta / (1.0 - p), 0.0, 1.0))
-    down = rng.binomial(acc, np.clip(-delta / p, 0.0, 1.0))
-    ta = rounds + acc
-    tb = ta + np.where(delta >= 0, up, -down)
-    out = np.stack([rounds, ta, tb.astype(np.float64)], axis=-1)
-    return out.reshape(n_sets, hc.FAMILIES * n, 3)
+    return hc.couple(rounds, p, pb - p, rng)
 
 
 def flips(n: int, seed: int) -> NDArray[np.float64]:

@@ -36,7 +36,7 @@ from specreplay.render.interval_text import (
 from specreplay.render.markdown import num, pct
 from specreplay.render.policy_tables import choice_verdict
 from specreplay.render.table_text import fmt, markdown_table
-from specreplay.render.tables import sweep_body, tail_lines
+from specreplay.render.tables import measured_r_note, sweep_body, tail_lines
 from specreplay.render.verdicts import law_summary
 from specreplay.results.backend import backend_note
 from specreplay.results.model import Cell, Delta, Level, Result, Role
@@ -146,13 +146,8 @@ def excluded_reused(result: Result) -> list[str]:
             for k in ("rows", "rounds", "requests")
             if (v := getattr(e, k)) is not None
         ]
-        line = f"Excluded: {' in '.join(counts[-2:]) if counts else 'some'} ({e.reason})"
-        if e.measured_R_kept is not None and e.measured_R_all is not None:
-            line += (
-                f"; MEASURED R {e.measured_R_kept:.4f} over the rounds kept, "
-                f"{e.measured_R_all:.4f} over every round"
-            )
-        out.append(line)
+        what = " in ".join(counts[-2:]) if counts else "some"
+        out.append(f"Excluded: {what} ({e.reason}){measured_r_note(e)}")
     reused = backend_note(result.extra.get("replay_backend"))
     if reused is not None:
         out.append(f"Reused: {reused}" + ("" if out else "; nothing excluded"))

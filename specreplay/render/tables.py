@@ -25,6 +25,7 @@ from specreplay.results.model import (
     Cell,
     Delta,
     DepthFigure,
+    Excluded,
     InputIgnored,
     KeptMasses,
     LawTest,
@@ -676,14 +677,18 @@ def excluded_lines(result: Result) -> list[str]:
         what = f"{e.rounds:,} {'round' if e.rounds == 1 else 'rounds'}"
         if e.requests is not None:
             what += f" in {e.requests:,} {'request' if e.requests == 1 else 'requests'}"
-        line = f"Excluded: {what} ({e.reason})"
-        if e.measured_R_kept is not None and e.measured_R_all is not None:
-            line += (
-                f"; MEASURED R {e.measured_R_kept:.4f} over the rounds kept, "
-                f"{e.measured_R_all:.4f} over every round"
-            )
-        out.append(line)
+        out.append(f"Excluded: {what} ({e.reason}){measured_r_note(e)}")
     return out
+
+
+def measured_r_note(e: Excluded) -> str:
+    """Return ``; MEASURED R … over the rounds kept, … over every round`` (empty without both)."""
+    if e.measured_R_kept is None or e.measured_R_all is None:
+        return ""
+    return (
+        f"; MEASURED R {e.measured_R_kept:.4f} over the rounds kept, "
+        f"{e.measured_R_all:.4f} over every round"
+    )
 
 
 def tail_lines(result: Result) -> list[str]:
