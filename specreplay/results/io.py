@@ -219,8 +219,8 @@ _MISSING = ("missing", "missing_argument")
 
 
 def _what(err: Any) -> str:
-    msg = _MESSAGES.get(err["type"], err["msg"])
-    if err["type"] in ("missing", "missing_argument"):
+    msg = str(_MESSAGES.get(err["type"], err["msg"]))
+    if err["type"] in _MISSING:
         return msg
     value = err.get("input")
     if isinstance(value, dict | list):

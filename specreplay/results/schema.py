@@ -34,7 +34,7 @@ import typing
 from importlib import resources
 from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict
 
-from pydantic import AliasChoices, AliasGenerator, ConfigDict, TypeAdapter
+from pydantic import AliasChoices, AliasGenerator, ConfigDict, TypeAdapter, with_config
 from pydantic import StringConstraints as _Text
 
 from specreplay.results import model
@@ -110,28 +110,31 @@ def document_type() -> type:
         keys[f.name] = Required[tp] if required else NotRequired[tp]
     extra = typing.get_type_hints(ResultExtra, vars(model), include_extras=True)
     keys.update({k: NotRequired[tp] for k, tp in extra.items()})
-    doc: Any = TypedDict("Result", keys)  # type: ignore[misc]
-    doc.__pydantic_config__ = CONFIG
-    return typing.cast(type, doc)
+    make: Any = TypedDict  # built from the model at run time (mypy reads a static TypedDict)
+    doc: type = with_config(CONFIG)(make("Result", keys))
+    return doc
 
 
 @functools.cache
-def adapter() -> TypeAdapter[dict[str, Any]]:
+def adapter() -> TypeAdapter[Any]:
     """Return the validator of the whole document (built once)."""
     return TypeAdapter(document_type())
 
 
+@with_config(CONFIG)
+class _Options(TypedDict):
+    options: OptionsRead
+
+
 @functools.cache
-def options_adapter() -> TypeAdapter[dict[str, Any]]:
+def options_adapter() -> TypeAdapter[_Options]:
     """Return the validator of ``{"options": …}`` holding the entries a renderer reads.
 
     Those entries of a document's ``options`` (:class:`~specreplay.results.model.OptionsRead`)
     are checked again for their declared types once the document is read (the document's own
     rule reads every entry as a JSON value); an error's location starts at ``options``.
     """
-    holder: Any = TypedDict("Options", {"options": OptionsRead})  # type: ignore[misc]
-    holder.__pydantic_config__ = CONFIG
-    return TypeAdapter(holder)
+    return TypeAdapter(_Options)
 
 
 def results_schema() -> dict[str, Any]:
