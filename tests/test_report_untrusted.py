@@ -60,9 +60,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (base / "screen.toml").write_text("[draft_p50_ms]\n2 = 2.0\n")
     _ok(["screen", str(base / "counters.jsonl"), "--config", str(base / "screen.toml"),
          "--out", str(base / "screen"), "-q"])  # fmt: skip
+    cache, cached = str(base / "cache"), str(base / "cached")
     _ok(["requalify", str(archive), "--baseline", "top32:t0.7@8", "--candidate",
          "top32:t0.7:dyadic8@8", "--n-boot", "200", "--min-requests", "5", "--estimator",
-         "analytic", "--cache", str(base / "cache"), "--out", str(base / "cached"), "-q"])  # fmt: skip
+         "analytic", "--cache", cache, "--out", cached, "-q"])  # fmt: skip
     _ok(["sweep", str(archive), "--arm", "top32:t0.7:dyadic{8,12}@8", "--baseline",
          "top32:t0.7@8", "--depths", "7..8", "--n-boot", "200", "--estimator", "analytic",
          "--out", str(base / "bits"), "-q"])  # fmt: skip
