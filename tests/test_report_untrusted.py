@@ -101,9 +101,7 @@ def test_every_run_renders_from_what_was_read(runs: Path, tmp_path: Path) -> Non
         assert (again.parent / "REPORT.md").is_file()
 
 
-def test_the_capture_object_validate_builds_is_the_declared_one(
-    runs: Path, tmp_path: Path
-) -> None:
+def test_the_capture_object_validate_builds_is_the_declared_one(runs: Path, tmp_path: Path) -> None:
     """capture_summary's keys are CaptureSummary's (model.py, the one declaration)."""
     counts = {k: 3 for k in CaptureSummary.__annotations__ if k.startswith(("requests", "rounds"))}
     capture = {"sample": 0.5, "counts": {**counts, "rows": 12},
@@ -166,11 +164,11 @@ def _first_float(text: str, literal: str) -> str:
 
 CASES: dict[str, tuple[Callable[[Doc], Doc | bytes], str]] = {
     # the six issue 17 found
-    "nan": (_set("cells.0.arms.@.R", float("nan")), '].R: not a finite number (got NaN)'),
+    "nan": (_set("cells.0.arms.@.R", float("nan")), "].R: not a finite number (got NaN)"),
     "infinity": (_set("cells.0.arms.@.R", float("inf")), "].R: not a finite number (got Infinity)"),
     "arm-key-a-path": (
         lambda d: _rename_arm(d, "../../../evil"),
-        '$.cells[0].arms["../../../evil"] (the key): not a name: a \'..\' segment',
+        "$.cells[0].arms[\"../../../evil\"] (the key): not a name: a '..' segment",
     ),
     "deep-nesting": (_deep, "not JSON: recursion limit exceeded at line 1 column"),
     "unknown-top-level-key": (_set("surprise", 1), "$.surprise: unknown key"),
