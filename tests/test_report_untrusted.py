@@ -248,7 +248,7 @@ def test_a_file_above_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
         fh.truncate(MAX_BYTES + 1)
     before = tree_digest(run)
     res = invoke(["report", "-q", str(run)])
-    assert_refused(res, f"{run / 'results.json'}: {MAX_BYTES + 1:,} bytes, above the 64 MiB")
+    assert_refused(res, f"{run / 'results.json'}: {MAX_BYTES + 1:,} bytes, above the 128 MiB")
     assert_clean(res, before, [run])
 
 

@@ -66,12 +66,14 @@ __all__ = [
     "write_result",
 ]
 
-MAX_BYTES = 64 * 2**20
-"""The largest results.json read (64 MiB): a run with 2,000 cells writes about 10 MiB."""
+MAX_BYTES = 128 * 2**20
+"""The largest results.json read (128 MiB): a requalify cell takes about 30 KB (depth 5, with
+survival, off-path and importance figures), so this holds some 4,000 cells (a ``--by`` run of 50
+families × 5 buckets × 10 values has 2,800), and its parse stays within a few GB of memory."""
 
 MAX_DEPTH = 201
 """The deepest nesting of arrays and objects read (pydantic-core's JSON parser; results.json
-itself nests 7 deep)."""
+itself nests 6 deep)."""
 
 
 def dump(obj: Any) -> Any:
