@@ -184,6 +184,10 @@ CASES: dict[str, tuple[Callable[[Doc], Doc | bytes], str]] = {
     "unknown-nested-key": (_set("cells.1.deltas.0.surprise", 1), "$.cells[1].deltas[0].surprise"),
     "float-overflow": (_text(lambda t: _first_float(t, "1e999")), "not a finite number"),
     "huge-integer": (_set("seed", 10**30), "$.seed: Input should be less than or equal to"),
+    "huge-integer-in-options": (
+        _set("options.n_boot", 10**30),
+        "$.options.n_boot: Input should be less than or equal to 18446744073709551615",
+    ),
     "wrong-enum": (_set("cells.0.deltas.0.role", "b-beats-a"), "$.cells[0].deltas[0].role"),
     "duplicated-key": (
         _text(lambda t: t.replace("{", '{\n  "seed": 1,', 1)),
@@ -205,6 +209,18 @@ CASES: dict[str, tuple[Callable[[Doc], Doc | bytes], str]] = {
     "option-name-a-path": (
         lambda d: {**d, "options": {**d["options"], "../x": 1}},
         '$.options["../x"] (the key): String should match pattern',
+    ),
+    "no-cells": (
+        _set("cells", []),
+        "$.cells: empty (a requalify result has the pooled cell first)",
+    ),
+    "pooled-cell-not-first": (
+        lambda d: {**d, "cells": d["cells"][::-1]},
+        "$.cells[0].level: family×bucket (the first cell is the pooled one)",
+    ),
+    "read-option-missing": (
+        lambda d: {**d, "options": {k: v for k, v in d["options"].items() if k != "candidate"}},
+        "$.options.candidate: missing (a requalify result records it)",
     ),
     "not-an-object": (lambda d: b"[1, 2]", "$: Input should be an object"),
 }

@@ -11,10 +11,10 @@ document is validated, never when a command merely builds a result.
 Terms
 -----
 count
-    A number of things (requests, rounds, rows, replicates, bytes…): an integer from 0 to
-    2^63 − 1 (:data:`Count`). Every other integer is within −2^63 … 2^63 − 1 (:data:`Int`), what
-    cells.parquet's Int64 columns hold, except the seed, which the kernels take as a uint64
-    (:data:`Seed`, 0 … 2^64 − 1).
+    A number of things (requests, rounds, rows, replicates, bytes…) or a position, depth or
+    index: an integer from 0 to 2^63 − 1 (:data:`Count`), what cells.parquet's Int64 columns
+    hold. The seed, which the kernels take as a uint64, is from 0 to 2^64 − 1 (:data:`Seed`); an
+    integer within ``options`` from −2^63 to 2^64 − 1 (:data:`JsonValue`).
 name
     An arm key, an arm, a cell's family, bucket, worker or group, a scrape pair's letter
     (:data:`Name`): text a table, a figure label or a console line shows. A name is never used
@@ -41,11 +41,11 @@ __all__ = [
     "NAME_MAX",
     "NAME_PATTERN",
     "Count",
-    "Int",
     "IntRange",
     "JsonValue",
     "Name",
     "NameRule",
+    "NoInteger",
     "Seed",
     "name_problem",
 ]
@@ -129,16 +129,36 @@ class IntRange:
 Count = Annotated[int, IntRange(0, INT64_MAX)]
 """A count: 0 … 2^63 − 1."""
 
-Int = Annotated[int, IntRange(-INT64_MAX - 1, INT64_MAX)]
-"""Any other integer: −2^63 … 2^63 − 1."""
-
 Seed = Annotated[int, IntRange(0, 2**64 - 1)]
 """The seed, a uint64."""
 
 Name = Annotated[str, NameRule()]
 """A name (module docstring)."""
 
-_JsonInt = Annotated[int, IntRange(-INT64_MAX - 1, 2**64 - 1)]
 
-type JsonValue = bool | _JsonInt | float | str | list[JsonValue] | dict[str, JsonValue] | None
+class NoInteger:
+    """Annotation metadata: a float read from a JSON number that is not an integer.
+
+    In a JSON value an integer is read as an integer (:data:`JsonValue`), so one beyond its range
+    is refused rather than read as a float that is no longer the number written.
+    """
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        """Return the float schema preceded by a check that the number is no integer."""
+        from pydantic_core import PydanticCustomError, core_schema
+
+        def check(value: Any) -> Any:
+            if isinstance(value, int) and not isinstance(value, bool):
+                raise PydanticCustomError("int_range", "an integer beyond 64 bits")
+            return value
+
+        return core_schema.no_info_before_validator_function(check, handler(source))
+
+
+_JsonInt = Annotated[int, IntRange(-INT64_MAX - 1, 2**64 - 1)]
+_JsonFloat = Annotated[float, NoInteger()]
+
+type JsonValue = bool | _JsonInt | _JsonFloat | str | list[JsonValue] | dict[str, JsonValue] | None
 """A JSON value whose numbers are finite and whose integers fit in 64 bits (signed, or a seed)."""

@@ -18,7 +18,9 @@ order, before anything is rendered:
    (the top level's are :class:`Result`'s fields and the keys of
    :class:`~specreplay.results.model.ResultExtra`), and the ``options`` entries a renderer reads;
 3. no object holds a key twice (a second reader might keep the other value);
-4. cross-references resolve (:func:`reference_problem`): every arm a delta names is an arm of its
+4. what its command always writes is there (:func:`shape_problem`: cells, the pooled one first;
+   an interval's two arms and b-vs-a delta; the options its renderers read);
+5. cross-references resolve (:func:`reference_problem`): every arm a delta names is an arm of its
    cell (the run-level ``path_bias`` delta: of the pooled cell), every arm named by a depth,
    policy, survival, off-path, importance or best-depth entry is a key of its cell's ``arms``,
    the fixed-sequence steps and the held-out policy choices name run arms, a scrape delta names
@@ -43,8 +45,10 @@ from typing import TYPE_CHECKING, Any
 from specreplay.errors import SpecReplayError
 from specreplay.results.model import (
     OMIT_NONE,
+    REQUIRED_OPTIONS,
     Cell,
     Delta,
+    Level,
     OptionsRead,
     Result,
     ResultExtra,
@@ -63,6 +67,7 @@ __all__ = [
     "read_result",
     "reference_problem",
     "result_json",
+    "shape_problem",
     "write_result",
 ]
 
@@ -182,7 +187,7 @@ def parse_result(data: bytes, name: str = "results.json") -> Result:
         **{k: v for k, v in doc.items() if k in fields},
         extra={k: doc[k] for k in order if k in ResultExtra.__annotations__},
     )
-    problem = reference_problem(result)
+    problem = shape_problem(result) or reference_problem(result)
     if problem is not None:
         raise SpecReplayError(f"{name}: {problem}")
     return result
@@ -290,6 +295,34 @@ def _find(node: Any, target: int, where: str) -> str | None:
         found = _find(child, target, where + step)
         if found is not None:
             return found
+    return None
+
+
+def shape_problem(result: Result) -> str | None:
+    """Return what ``result`` lacks that its command always writes and renders (or None).
+
+    Every command but ``lawtest`` has cells, the pooled one first (``screen``: a screen cell);
+    ``interval`` has two arms and a ``b-vs-a`` delta in its pooled cell, ``validate`` and
+    ``demo`` their logging arm; ``options`` holds the command's
+    :data:`~specreplay.results.model.REQUIRED_OPTIONS` (``lawtest`` on an archive: ``positions``).
+    """
+    cmd = result.command
+    if not result.cells and cmd != "lawtest":
+        return f"$.cells: empty (a {cmd} result has the pooled cell first)"
+    if result.cells and cmd != "screen" and result.pooled.level != Level.POOLED:
+        return f"$.cells[0].level: {result.pooled.level.value} (the first cell is the pooled one)"
+    arms = {"interval": (2, 2), "validate": (1, None), "demo": (1, None)}.get(cmd)
+    if arms is not None and not arms[0] <= len(result.arms) <= (arms[1] or len(result.arms)):
+        want = "two arms" if cmd == "interval" else "its logging arm"
+        return f"$.arms: {len(result.arms)} arms (a {cmd} result has {want})"
+    if cmd == "interval" and result.pooled.delta(Role.B_VS_A) is None:
+        return "$.cells[0].deltas: no b-vs-a delta (an interval result has one)"
+    need = REQUIRED_OPTIONS.get(cmd, ())
+    if cmd == "lawtest" and result.options.get("archive"):
+        need = (*need, "positions")
+    missing = [k for k in need if k not in result.options]
+    if missing:
+        return f"$.options.{missing[0]}: missing (a {cmd} result records it)"
     return None
 
 

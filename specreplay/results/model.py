@@ -27,6 +27,14 @@ finds the same keys in every delta); their order is the order of the dataclass f
 exceptions are :attr:`Result.replicates`, which a run keeps in memory only (:func:`written`), and
 ``screen``'s :attr:`Result.scrapes` (:class:`ScrapeFigures`, what two vLLM scrapes measure) and
 :attr:`Result.scrape_delta` (:class:`ScrapeDelta`), left out while None (``OMIT_NONE``).
+
+What results.json may hold is declared here and nowhere else (docs/outputs.md#what-report-checks):
+the fields' annotations say what a value may be beyond its type (:data:`Count`, :data:`Seed`,
+:data:`Name`, from :mod:`specreplay.results.constraints`); the top-level keys a command adds
+beside the fields (``Result.extra``) are :class:`ResultExtra`'s, each with its structure
+(``capture``: :class:`CaptureSummary`); ``environment`` is an :class:`Environment`, and the
+``options`` a renderer reads are :class:`OptionsRead`'s. :mod:`specreplay.results.schema` hands
+them to pydantic, which checks a results.json read back and writes the shipped JSON Schema.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REPRS",
+    "REQUIRED_OPTIONS",
     "SCHEMA_ID",
     "VIEWS",
     "ArchiveSummary",
@@ -892,6 +901,16 @@ class OptionsRead(TypedDict, total=False):
     path: str | None
     a: str | None
     b: str | None
+
+
+REQUIRED_OPTIONS: dict[str, tuple[str, ...]] = {
+    "interval": ("margin",),
+    "requalify": ("margin", "candidate", "baseline"),
+    "lawtest": ("family_alpha",),
+    "demo": ("requests",),
+    "budget": ("price_ms",),
+}
+"""The ``options`` entries each command's results.json holds, which its renderers read."""
 
 
 class CacheEntry(TypedDict):
