@@ -180,7 +180,7 @@ def parse_result(data: bytes, name: str = "results.json") -> Result:
         read = {k: v for k, v in doc["options"].items() if k in OptionsRead.__annotations__}
         options_adapter().validate_python({"options": read})
     except ValidationError as exc:
-        raise SpecReplayError(f"{name}: {describe(exc, text)}") from None
+        raise SpecReplayError(f"{name}: {_describe(exc, text)}") from None
     order = _keys_once(text, name)
     fields = {f.name for f in dataclasses.fields(Result) if written(f)}
     result = Result(
@@ -193,7 +193,7 @@ def parse_result(data: bytes, name: str = "results.json") -> Result:
     return result
 
 
-def describe(exc: ValidationError, text: str) -> str:
+def _describe(exc: ValidationError, text: str) -> str:
     """Return pydantic's first problem with ``text`` as ``$.PATH: what is wrong (got …)``.
 
     The location is walked through the parsed document, so a union's member tags (``int``,

@@ -57,6 +57,7 @@ __all__ = [
     "adapter",
     "document_type",
     "options_adapter",
+    "read_part",
     "results_schema",
     "schema_text",
     "shipped_text",
@@ -135,6 +136,16 @@ def options_adapter() -> TypeAdapter[_Options]:
     rule reads every entry as a JSON value); an error's location starts at ``options``.
     """
     return TypeAdapter(_Options)
+
+
+def read_part[T](tp: type[T], data: Any) -> T:
+    """Return the ``tp`` (a dataclass of the model: a Cell, a LawTest) that JSON data describes.
+
+    By the document's rules (:data:`CONFIG`), so ``read_part(Cell, json of dump(cell)) == cell``.
+    """
+    adapter: TypeAdapter[list[T]] = TypeAdapter(list[tp], config=CONFIG)  # type: ignore[valid-type]
+    parts = adapter.validate_json(json.dumps([data], allow_nan=False))
+    return parts[0]
 
 
 def results_schema() -> dict[str, Any]:
