@@ -21,8 +21,9 @@ import stats_cases as sc
 
 from specreplay.replay.lawcases import SkippedLawTest, run_cases
 from specreplay.results import from_stats
-from specreplay.results.io import dump, load
+from specreplay.results.io import dump
 from specreplay.results.model import Cell, LawTest
+from specreplay.results.schema import read_part
 from specreplay.stats.cells import measured_cells
 from specreplay.stats.compare import Comparison, compare, parse_margin
 
@@ -92,8 +93,8 @@ def test_comparison_cells_map_to_the_json_of_before(name: str, before: dict[str,
     assert len(cells) == len(want)
     for got, exp in zip(cells, want, strict=True):
         assert _same(_since(_json(got)), exp), (got.level, got.family, got.bucket)
-    # the mapping is the inverse of reading results.json back: load(dump(cell)) == cell
-    assert all(load(Cell, _json(c)) == c for c in cells)
+    # the mapping is the inverse of reading results.json back: read(dump(cell)) == cell
+    assert all(read_part(Cell, _json(c)) == c for c in cells)
 
 
 def test_each_compared_cell_has_exactly_one_delta_of_its_arms() -> None:
@@ -122,7 +123,7 @@ def test_law_tests_map_to_the_json_of_before(before: dict[str, Any]) -> None:
     assert all(isinstance(s, SkippedLawTest) for s in records[len(cases) :])
     tests = from_stats.law_tests(records)
     assert _same([_json(t) for t in tests], before["law_tests"])
-    assert all(load(LawTest, _json(t)) == t for t in tests)
+    assert all(read_part(LawTest, _json(t)) == t for t in tests)
 
 
 def test_a_bare_hand_made_delta_maps_field_for_field() -> None:

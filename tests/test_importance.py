@@ -268,7 +268,7 @@ def test_greedy_logging_and_a_sampled_arm_get_null_cells_with_the_count(
     stay computed; results.json validates."""
     import json
 
-    from specreplay.results.io import load_results_schema, validate_json
+    from specreplay.results.io import parse_result
 
     res = replay_archive(greedy_path, [parse_arm("greedy@5"), parse_arm(LOGGING)],
                          estimator="importance")  # fmt: skip
@@ -287,7 +287,7 @@ def test_greedy_logging_and_a_sampled_arm_get_null_cells_with_the_count(
     )  # fmt: skip
     assert cli.exit_code == 0, cli.output
     doc = json.loads((out / "results.json").read_text())
-    assert validate_json(doc, load_results_schema()) == []
+    parse_result(json.dumps(doc).encode())  # report's checks pass
     pooled = next(c for c in doc["cells"] if c["level"] == "pooled")
     why = (
         f"{expected} position rows (in {held} requests) hold a candidate this arm can accept "

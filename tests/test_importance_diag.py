@@ -384,7 +384,7 @@ def test_requalify_reports_the_diagnostics_in_json_and_tables(
     from typer.testing import CliRunner
 
     from specreplay.cli import app
-    from specreplay.results.io import load_results_schema, read_result, validate_json
+    from specreplay.results.io import parse_result, read_result
 
     runs = {}
     for est in ("importance", "analytic"):
@@ -398,7 +398,7 @@ def test_requalify_reports_the_diagnostics_in_json_and_tables(
         assert res.exit_code == 0, res.output
         runs[est] = out
     doc = json.loads((runs["importance"] / "results.json").read_text())
-    assert validate_json(doc, load_results_schema()) == []
+    parse_result(json.dumps(doc).encode())  # report's checks pass
     for cell in doc["cells"]:
         assert len(cell["importance"]) == 2 * 5
         assert all(d["label"] == "SIMULATED" for d in cell["importance"])

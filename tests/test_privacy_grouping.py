@@ -278,10 +278,10 @@ def test_by_worker_cells_equal_rows(runs: dict[str, Path], archive: Path) -> Non
 
 
 def test_by_leaves_the_other_cells_unchanged(runs: dict[str, Path]) -> None:
-    from specreplay.results.io import load_results_schema, validate_json
+    from specreplay.results.io import parse_result
 
     plain, by = _doc(runs["plain"])["cells"], _doc(runs["by"])["cells"]
-    assert validate_json(_doc(runs["by"]), load_results_schema()) == []
+    parse_result(json.dumps(_doc(runs["by"])).encode())  # report's checks pass
     assert by[: len(plain)] == plain
     assert all(c["group"] is None for c in plain)
     assert _doc(runs["by"])["options"]["by"] == "worker"

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from specreplay.cli import app
 from specreplay.replay.engine import replay_archive
-from specreplay.results.io import load_results_schema, validate_json
+from specreplay.results.io import parse_result
 from specreplay.sim.arms import parse_arm
 
 ARMS = [
@@ -109,7 +109,7 @@ def test_requalify_verdicts_and_outputs(small_archive: Path, tmp_path: Path) -> 
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith("REQUALIFICATION (pooled, SIMULATED): QUALIFIED")
     doc = json.loads((out / "results.json").read_text())
-    assert validate_json(doc, load_results_schema()) == []
+    parse_result(json.dumps(doc).encode())  # report's checks pass
     assert doc["requalification"]["verdict"] == "QUALIFIED"
     pooled = doc["cells"][0]
     roles = {d["role"] for d in pooled["deltas"]}

@@ -7,18 +7,19 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
 from typer.testing import CliRunner
 
 from specreplay.cli import app
+from specreplay.errors import SpecReplayError
 from specreplay.results.io import (
     dump,
-    load_results_schema,
+    parse_result,
     read_result,
     result_json,
-    validate_json,
 )
 from specreplay.results.model import Cell, Level, Role
 
@@ -106,7 +107,7 @@ RUNS = ["interval_run", "requalify_run"]
 def test_results_json_round_trips_byte_for_byte(run: str, request: pytest.FixtureRequest) -> None:
     folder: Path = request.getfixturevalue(run)
     text = (folder / "results.json").read_text(encoding="utf-8")
-    assert validate_json(json.loads(text), load_results_schema()) == []
+    parse_result(text.encode())  # report's checks pass
     result = read_result(folder / "results.json")
     assert result_json(result) == text
     # typed all the way down: enums and dataclasses, not dicts
@@ -178,7 +179,7 @@ def test_report_errors_name_the_folder(tmp_path: Path) -> None:
     (tmp_path / "results.json").write_text('{"schema": "specreplay/results/v1"}')
     res = RUNNER.invoke(app, ["report", str(tmp_path)], env=ENV)
     assert res.exit_code == 2
-    assert "not a specreplay results.json: $: missing 'command'" in res.output
+    assert f"{tmp_path / 'results.json'}: $.command: missing (a required key)" in res.output
     assert "Traceback" not in res.output
 
 
@@ -188,7 +189,9 @@ def test_unknown_key_in_a_delta_is_named(requalify_run: Path, tmp_path: Path) ->
     (tmp_path / "results.json").write_text(json.dumps(doc))
     res = RUNNER.invoke(app, ["report", str(tmp_path)], env=ENV)
     assert res.exit_code == 2
-    assert "$.cells[0].deltas[0]: unknown key 'surprise' in Delta" in res.output
+    assert "$.cells[0].deltas[0].surprise: unknown key (this version does not write it)" in (
+        res.output
+    )
 
 
 def test_deltas_are_found_by_role_not_position(requalify_run: Path) -> None:
@@ -242,21 +245,33 @@ def test_dump_writes_every_field_in_order(requalify_run: Path) -> None:
     assert "depth" in delta and delta["depth"] is None
 
 
-def test_schema_rejects_a_mistyped_figure(requalify_run: Path) -> None:
-    """The shipped schema describes the nested figures, not just the top level."""
-    schema = load_results_schema()
+@pytest.mark.parametrize(
+    ("spoil", "message"),
+    [
+        (
+            lambda d: d["cells"][0]["deltas"][0]["bca"].update(lo="low"),
+            '$.cells[0].deltas[0].bca.lo: Input should be a valid number (got "low")',
+        ),
+        (
+            lambda d: d["cells"][0]["survival"][0].update(label="GUESSED"),
+            "$.cells[0].survival[0].label: Input should be 'MEASURED', 'SIMULATED' or "
+            "'ESTIMATED' (got \"GUESSED\")",
+        ),
+        (
+            lambda d: d["cells"][1]["offpath"][0].pop("null_reason"),
+            "$.cells[1].offpath[0].null_reason: missing (a required key)",
+        ),
+    ],
+    ids=["string-for-number", "unknown-label", "missing-key"],
+)
+def test_reading_rejects_a_mistyped_figure(requalify_run: Path, spoil: Any, message: str) -> None:
+    """The checks describe the nested figures, not just the top level, and name the field."""
     doc = json.loads((requalify_run / "results.json").read_text())
-    assert validate_json(doc, schema) == []
-    doc["cells"][0]["deltas"][0]["bca"]["lo"] = "low"
-    doc["cells"][0]["survival"][0]["label"] = "GUESSED"
-    del doc["cells"][1]["offpath"][0]["null_reason"]
-    problems = validate_json(doc, schema)
-    assert "$.cells[0].deltas[0].bca.lo: expected ['number', 'null'], got str" in problems
-    assert (
-        "$.cells[0].survival[0].label: 'GUESSED' not in ['MEASURED', 'SIMULATED', 'ESTIMATED']"
-        in problems
-    )
-    assert "$.cells[1].offpath[0]: missing 'null_reason'" in problems
+    parse_result(json.dumps(doc).encode())  # as written: passes
+    spoil(doc)
+    with pytest.raises(SpecReplayError) as err:
+        parse_result(json.dumps(doc).encode(), "r.json")
+    assert err.value.message == f"r.json: {message}"
 
 
 # docs/methods.md#the-verdict-rule: QUALIFIED when the change is EQUIVALENT and its law test passes,
@@ -381,6 +396,7 @@ def test_shipped_schema_is_the_one_the_model_describes() -> None:
 
     assert schema_text() == shipped_text()
     defs = results_schema()["$defs"]
-    assert defs["Delta"]["properties"]["role"]["enum"] == [r.value for r in Role]
+    assert defs["Delta"]["properties"]["role"] == {"$ref": "#/$defs/Role"}
+    assert defs["Role"]["enum"] == [r.value for r in Role]
     assert "depth" in defs["Delta"]["properties"]
     assert "depth" not in defs["Delta"]["required"]  # added later, with a default

@@ -27,6 +27,14 @@ finds the same keys in every delta); their order is the order of the dataclass f
 exceptions are :attr:`Result.replicates`, which a run keeps in memory only (:func:`written`), and
 ``screen``'s :attr:`Result.scrapes` (:class:`ScrapeFigures`, what two vLLM scrapes measure) and
 :attr:`Result.scrape_delta` (:class:`ScrapeDelta`), left out while None (``OMIT_NONE``).
+
+What results.json may hold is declared here and nowhere else (docs/outputs.md#what-report-checks):
+the fields' annotations say what a value may be beyond its type (:data:`Count`, :data:`Seed`,
+:data:`Name`, from :mod:`specreplay.results.constraints`); the top-level keys a command adds
+beside the fields (``Result.extra``) are :class:`ResultExtra`'s, each with its structure
+(``capture``: :class:`CaptureSummary`); ``environment`` is an :class:`Environment`, and the
+``options`` a renderer reads are :class:`OptionsRead`'s. :mod:`specreplay.results.schema` hands
+them to pydantic, which checks a results.json read back and writes the shipped JSON Schema.
 """
 
 from __future__ import annotations
@@ -35,29 +43,38 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, Protocol, TypedDict
 
 from specreplay.errors import SpecReplayError
 from specreplay.results.backend import backend_line
+from specreplay.results.constraints import Count, Name, Seed
 
 if TYPE_CHECKING:
     import polars as pl
 
 __all__ = [
     "REPRS",
+    "REQUIRED_OPTIONS",
     "SCHEMA_ID",
     "VIEWS",
     "ArchiveSummary",
     "ArmFigure",
     "BCa",
+    "BitsStep",
     "Bonferroni",
     "Budget",
+    "CacheEntry",
+    "CaptureSummary",
     "Cell",
+    "Command",
     "CoverageAtSize",
     "CredibleInterval",
     "Delta",
     "DepthFigure",
+    "DraftMassOutside",
+    "Environment",
     "Excluded",
+    "FewestBits",
     "ImportanceDiagnostic",
     "InputFile",
     "InputIgnored",
@@ -67,16 +84,27 @@ __all__ = [
     "Label",
     "LawTest",
     "Level",
+    "Margin",
     "Offpath",
+    "OptionsRead",
+    "PolicyAgainst",
+    "PolicyChoice",
+    "PolicyDelta",
     "PolicyFigure",
+    "PolicyHeldOut",
+    "ReplayBackend",
     "Replicates",
     "Requalification",
     "Result",
+    "ResultExtra",
     "Role",
     "ScrapeDelta",
     "ScrapeFigures",
+    "ScreenCentral",
+    "ScreenEnvelope",
     "ScreenFigures",
     "Sensitivity",
+    "ShardCacheReport",
     "StepTime",
     "Survival",
     "Tost",
@@ -132,8 +160,8 @@ class InputFile:
 
     path: str
     sha256: str
-    bytes: int
-    rows: int | None
+    bytes: Count
+    rows: Count | None
 
 
 @dataclass(frozen=True)
@@ -159,9 +187,9 @@ class Excluded:
     """
 
     reason: str
-    rows: int | None = None
-    rounds: int | None = None
-    requests: int | None = None
+    rows: Count | None = None
+    rounds: Count | None = None
+    requests: Count | None = None
     measured_R_kept: float | None = field(default=None, metadata={OMIT_NONE: True})
     measured_R_all: float | None = field(default=None, metadata={OMIT_NONE: True})
 
@@ -180,7 +208,7 @@ class ArmFigure:
     """
 
     R: float | None
-    n_rounds: int
+    n_rounds: Count
     label: Label
     mcse: float | None
     null_reason: str | None
@@ -251,7 +279,7 @@ class CoverageAtSize:
 
     coverage: float
     mc_se: float
-    n_requests: int
+    n_requests: Count
     setting: str
 
 
@@ -267,8 +295,8 @@ class IntervalMethod:
 
     method: str
     description: str
-    min_requests: int
-    min_differing: int
+    min_requests: Count
+    min_differing: Count
     study: str
 
 
@@ -289,8 +317,8 @@ class Delta:
     is its midpoint and every interval is widened by half of it.
     """
 
-    a: str
-    b: str
+    a: Name
+    b: Name
     role: Role
     point: float | None
     rel: float | None
@@ -308,23 +336,23 @@ class Delta:
     p_equivalence: float | None
     verdict: str | None
     smallest_equivalent_margin: float | None
-    requests_for_margin: int | None
-    n_boot: int
-    n_boot_valid: int | None
+    requests_for_margin: Count | None
+    n_boot: Count
+    n_boot_valid: Count | None
     warning: str | None
     label: Label
     null_reason: str | None
     smallest_equivalent_margin_kind: str | None = None
     p_equivalence_adj: float | None = None
     p_difference_adj: float | None = None
-    tests_in_level: int | None = None
+    tests_in_level: Count | None = None
     verdict_null_reason: str | None = None
     requests_for_margin_null_reason: str | None = None
     hdi: CredibleInterval | None = None
     eti: CredibleInterval | None = None
-    depth: int | None = None
+    depth: Count | None = None
     df: float | None = None
-    n_differing: int | None = None
+    n_differing: Count | None = None
     small_sample: bool | None = None
     coverage_at_size: CoverageAtSize | None = None
     estimator: str | None = None
@@ -336,19 +364,19 @@ class Delta:
 class Survival:
     """P(A ≥ j) of one arm at position j in one cell."""
 
-    arm: str
-    position: int
+    arm: Name
+    position: Count
     value: float | None
     label: Label
     null_reason: str | None
-    rounds: int | None = None
+    rounds: Count | None = None
 
 
 @dataclass(frozen=True)
 class Offpath:
     """Off-path rates of one arm: accepted tokens ≠ the archived draft; evaluated after one."""
 
-    arm: str
+    arm: Name
     accepted_offpath_share: float | None
     evaluated_offpath_share: float | None
     label: Label
@@ -374,9 +402,9 @@ class ImportanceDiagnostic:
     logging probability too small for the ratio it gives, which the rule reads as > 10).
     """
 
-    arm: str
-    depth: int
-    rounds: int
+    arm: Name
+    depth: Count
+    rounds: Count
     ess: float | None
     ess_share: float | None
     pareto_k: float | None
@@ -397,8 +425,8 @@ class DepthFigure:
     best depth and ``p_best`` read the midpoints).
     """
 
-    arm: str
-    depth: int
+    arm: Name
+    depth: Count
     R: float | None
     lo: float | None
     hi: float | None
@@ -410,7 +438,7 @@ class DepthFigure:
     tokens_per_s_hi: float | None = None
     p_best: float | None = None
     round_ms: float | None = None
-    rank: int | None = None
+    rank: Count | None = None
     gain: float | None = None
     gain_lo: float | None = None
     gain_hi: float | None = None
@@ -428,8 +456,8 @@ class PolicyFigure:
     it; the rest as a :class:`DepthFigure`'s (``p_best`` over the arm's depths and policies).
     """
 
-    arm: str
-    policy: str
+    arm: Name
+    policy: Name
     E_L: float | None
     R: float | None
     lo: float | None
@@ -456,14 +484,14 @@ class ScreenFigures:
     the runs pooled into the cell; ``rounds`` their Σ request_rounds.
     """
 
-    cap: int
+    cap: Count
     draft_p50_ms: float
     e_ref_ms: float
     step_p50_ms: float
     step_p50_min_ms: float
     step_p50_max_ms: float
-    runs: int
-    rounds: int
+    runs: Count
+    rounds: Count
     suites: tuple[str, ...]
     label: Label
 
@@ -483,7 +511,7 @@ class StepTime:
     """
 
     metric: str
-    observations: int
+    observations: Count
     median_ms: float | None
     label: Label
     binned: bool
@@ -505,15 +533,15 @@ class ScrapeFigures:
     per-position counter. ``step`` is the latency histogram's median when the scrapes hold it.
     """
 
-    name: str
+    name: Name
     before: str
     after: str
     model_name: str | None
     engine: str | None
     engines: tuple[str, ...]
-    drafts: int
-    draft_tokens: int
-    accepted_tokens: int
+    drafts: Count
+    draft_tokens: Count
+    accepted_tokens: Count
     mean_acceptance_length: float
     draft_acceptance_rate: float | None
     per_position: tuple[Survival, ...]
@@ -534,8 +562,8 @@ class ScrapeDelta:
     (``se_is_lower_bound``); null with ``se_null_reason`` when a side has no survivals.
     """
 
-    a: str
-    b: str
+    a: Name
+    b: Name
     point: float
     se: float | None
     se_a: float | None
@@ -602,10 +630,10 @@ class Cell:
     """Every figure of one cell (see the module docstring)."""
 
     level: Level
-    family: str | None
-    bucket: str | None
-    n_requests: int
-    arms: dict[str, ArmFigure]
+    family: Name | None
+    bucket: Name | None
+    n_requests: Count
+    arms: dict[Name, ArmFigure]
     deltas: tuple[Delta, ...] = ()
     depths: tuple[DepthFigure, ...] = ()
     policies: tuple[PolicyFigure, ...] = ()
@@ -614,14 +642,14 @@ class Cell:
     requalification: Requalification | None = None
     null_reason: str | None = None
     importance: tuple[ImportanceDiagnostic, ...] = ()
-    best_depth: dict[str, int] | None = None
+    best_depth: dict[Name, Count] | None = None
     budget: Budget | None = None
-    batch: int | None = None
-    context: int | None = None
-    worker: str | None = None
+    batch: Count | None = None
+    context: Count | None = None
+    worker: Name | None = None
     screen: ScreenFigures | None = None
-    group: dict[str, str] | None = None
-    excluded: int | None = None
+    group: dict[Name, Name] | None = None
+    excluded: Count | None = None
 
     def __repr__(self) -> str:
         """At most 20 lines: name, size, R per arm, deltas (:mod:`specreplay.results.summary`)."""
@@ -667,24 +695,24 @@ class LawTest:
     See docs/methods.md#law-tests.
     """
 
-    arm: str
-    position: int
+    arm: Name
+    position: Count
     tv: float | None
     p_adj: float | None
     passed: bool | None
     label: Label
     null_reason: str | None = None
     request: str | None = None
-    round: int | None = None
+    round: Count | None = None
     acceptance_rate: float | None = None
-    draws: int | None = None
+    draws: Count | None = None
     statistic: float | None = None
-    df: int | None = None
+    df: Count | None = None
     p_value: float | None = None
     power: float | None = None
     underpowered: bool | None = None
-    merged_categories: tuple[int, ...] | None = None
-    categories: int | None = None
+    merged_categories: tuple[Count, ...] | None = None
+    categories: Count | None = None
     method: str | None = None
     draws_rule: str | None = None
 
@@ -697,7 +725,7 @@ class KeptMass:
     quantiles (to 1e-4); ``below_099``: the share of positions whose kept mass is below 0.99.
     """
 
-    positions: int
+    positions: Count
     min: float
     p01: float
     p10: float
@@ -732,29 +760,29 @@ class ShortRoundCounts:
     their length); ``shortest``: the fewest positions a round records.
     """
 
-    depth: int
-    rounds: int
-    short: int
-    capped_marked: int
-    last_unmarked: int
-    kept_short: int
-    shortest: int
+    depth: Count
+    rounds: Count
+    short: Count
+    capped_marked: Count
+    last_unmarked: Count
+    kept_short: Count
+    shortest: Count
 
 
 @dataclass(frozen=True)
 class ArchiveSummary:
     """The shape of a position-trace archive, as ``validate`` and ``demo`` describe it."""
 
-    files: int
-    rows: int
-    requests: int
-    rounds: int
-    positions: int
-    requests_by_family: dict[str, int]
-    rounds_by_bucket: dict[str, int]
-    min_depth: int
-    max_depth: int
-    logging_arm: str | None
+    files: Count
+    rows: Count
+    requests: Count
+    rounds: Count
+    positions: Count
+    requests_by_family: dict[Name, Count]
+    rounds_by_bucket: dict[Name, Count]
+    min_depth: Count
+    max_depth: Count
+    logging_arm: Name | None
     optional_columns: tuple[str, ...]
     carried_columns: tuple[str, ...]
     kept_mass: KeptMasses | None = field(default=None, metadata={OMIT_NONE: True})
@@ -785,6 +813,249 @@ def written(f: dataclasses.Field[Any]) -> bool:
     return not f.metadata.get(IN_MEMORY, False)
 
 
+# -- What results.json holds beside the dataclasses' fields (checked by results.schema) ----------
+
+Command = Literal[
+    "budget",
+    "convert",
+    "demo",
+    "interval",
+    "lawtest",
+    "requalify",
+    "screen",
+    "sweep",
+    "synth",
+    "validate",
+]
+"""The commands that write a results.json (``synth`` and ``convert``: their SYNTH.json), the
+values ``command`` may take."""
+
+
+class Environment(TypedDict):
+    """``environment``: the versions and the Numba threads of the run."""
+
+    python: str
+    numba: str
+    polars: str
+    numpy: NotRequired[str]
+    threads: Count
+
+
+class Margin(TypedDict):
+    """An equivalence margin as results.json shows it (``options.margin``, ``fewest_bits``)."""
+
+    margin: float
+    kind: Literal["relative", "absolute"]
+    text: str
+
+
+class ScreenCentral(TypedDict):
+    """``options.central`` of ``screen``: the central assumption of the rate model."""
+
+    overlap: float
+    overhead_ms: float
+    slope: float
+
+
+class ScreenEnvelope(TypedDict):
+    """``options.envelope`` of ``screen``: the values the band spans."""
+
+    overlap: list[float]
+    overhead_ms: list[float]
+    slope: list[float]
+
+
+class OptionsRead(TypedDict, total=False):
+    """The entries of ``options`` that a renderer reads, with their types.
+
+    ``options`` records the command line as given: any other entry is an option name
+    (``[a-z][a-z0-9_]*``, at most 64 characters) with a JSON value (finite numbers, 64-bit
+    integers), shown as recorded and never interpreted.
+    """
+
+    margin: Margin
+    buckets: str | None
+    cost: str | None
+    estimator: str | None
+    estimator_used: str | None
+    estimator_reason: str | None
+    stratify: str | None
+    min_requests: Count | None
+    family_alpha: float
+    reference_depth: Count | None
+    by: str | None
+    candidate: str | None
+    baseline: str | None
+    reference: str | None
+    depths: list[Count]
+    policies: list[str]
+    price_ms: float
+    requests: Count
+    positions: Count
+    counters: list[str]
+    config: str | None
+    central: ScreenCentral
+    envelope: ScreenEnvelope
+    replicates: Count | None
+    archive: str | None
+    path: str | None
+    a: str | None
+    b: str | None
+
+
+REQUIRED_OPTIONS: dict[str, tuple[str, ...]] = {
+    "interval": ("margin",),
+    "requalify": ("margin", "candidate", "baseline"),
+    "lawtest": ("family_alpha",),
+    "demo": ("requests",),
+    "budget": ("price_ms",),
+}
+"""The ``options`` entries each command's results.json holds, which its renderers read."""
+
+
+class CacheEntry(TypedDict):
+    """``cache``: input-hash cache entries that failed their check and were recomputed."""
+
+    recomputed: Count
+    recomputed_files: list[str]
+
+
+class DraftMassOutside(TypedDict):
+    """``capture.draft_mass_outside``: the draft mass a capture left outside the candidates."""
+
+    positions: Count
+    mean: float
+    max: float
+    renormalised: bool
+
+
+class CaptureSummary(TypedDict):
+    """``capture`` (``validate`` of a folder a recorder wrote): the writers' counts, summed.
+
+    The one declaration of the object (:func:`specreplay.pipelines.validate.capture_summary`
+    builds it): a key added there is added here, or report refuses the results.json.
+    """
+
+    writers: Count
+    sample: list[float]
+    writers_open: Count
+    writers_failed: Count
+    requests_seen: Count
+    requests_sampled: Count
+    requests_incomplete: Count
+    rounds_offered: Count
+    rounds_recorded: Count
+    rounds_dropped_queue_full: Count
+    rows: Count
+    draft_mass_outside: NotRequired[DraftMassOutside]
+
+
+class ShardCacheReport(TypedDict):
+    """``replay_backend.cache``: what ``--cache`` did (``rejected_files``: before issue 17)."""
+
+    folder: str
+    shards: Count
+    reused: Count
+    replayed: Count
+    replayed_files: list[str]
+    recomputed: NotRequired[Count]
+    recomputed_files: NotRequired[list[str]]
+    rejected: NotRequired[Count]
+    rejected_files: NotRequired[list[str]]
+
+
+class ReplayBackend(TypedDict):
+    """``replay_backend``: where a requalify or sweep replayed its shards."""
+
+    runner: Literal["local", "dask"]
+    scheduler: str | None
+    workers: Count | None
+    tasks: Count | None
+    cache: ShardCacheReport | None
+
+
+class BitsStep(TypedDict):
+    """One step of the fixed-sequence test of ``fewest_bits``."""
+
+    arm: Name
+    bits: Count | None
+    verdict: str | None
+
+
+class FewestBits(TypedDict):
+    """``fewest_bits`` (``sweep --baseline``): the fewest dyadic bits that stay EQUIVALENT."""
+
+    baseline: Name
+    margin: Margin
+    sequence: list[BitsStep]
+    fewest_bits_equivalent: Name | None
+    stopped_at: Name | None
+    label: Literal["SIMULATED"]
+    null_reason: str | None
+
+
+class PolicyAgainst(TypedDict):
+    """A held-out policy's Δ tokens/s against one fixed depth."""
+
+    depth: Count
+    lo: float | None
+    rel_lo: float | None
+    margin_tokens_per_s: float
+
+
+class PolicyDelta(TypedDict):
+    """Δ tokens/s of a policy against a fixed depth (``in_sample``; ``held_out`` adds more)."""
+
+    policy: Name
+    depth: Count
+    tokens_per_s_policy: float
+    tokens_per_s_depth: float
+    delta_tokens_per_s: float
+    lo: float | None
+    hi: float | None
+    rel_lo: float | None
+    rel_hi: float | None
+    n_requests: Count
+    interval_method: str
+    label: NotRequired[str]
+
+
+class PolicyHeldOut(PolicyDelta):
+    """The held-out half's Δ, against every depth, and its verdict."""
+
+    against: list[PolicyAgainst]
+    differing_requests: Count
+    margin_tokens_per_s: float
+    verdict: Literal["PAYS", "DOES NOT PAY", "INCONCLUSIVE"]
+    verdict_reason: str | None
+
+
+class PolicyChoice(TypedDict):
+    """One arm's entry of ``policy_choice`` (``sweep --policy``; null with the reason)."""
+
+    arm: Name
+    label: Literal["ESTIMATED"]
+    null_reason: str | None
+    selected_policy: NotRequired[Name]
+    selected_depth: NotRequired[Count]
+    held_out: NotRequired[PolicyHeldOut]
+    in_sample: NotRequired[PolicyDelta]
+
+
+class ResultExtra(TypedDict, total=False):
+    """The top-level keys a command adds beside :class:`Result`'s fields (``Result.extra``).
+
+    The one list of them: a key no command writes is refused by ``report``.
+    """
+
+    cache: CacheEntry
+    capture: CaptureSummary
+    fewest_bits: FewestBits
+    policy_choice: list[PolicyChoice]
+    replay_backend: ReplayBackend
+    written_by: Literal["specreplay"]
+
+
 _HEADLINE_ROLE: dict[str, Role] = {"interval": Role.B_VS_A}
 """The delta whose pooled verdict is a command's headline (``requalify`` has its own object)."""
 
@@ -800,20 +1071,20 @@ class Result:
     command: str
     version: str
     created_utc: str
-    seed: int
+    seed: Seed
     environment: dict[str, Any]
     inputs: tuple[InputFile, ...]
     options: dict[str, Any]
     assumptions: tuple[str, ...]
     excluded: tuple[Excluded, ...]
-    arms: tuple[str, ...]
+    arms: tuple[Name, ...]
     law_tests: tuple[LawTest, ...]
     cells: tuple[Cell, ...]
     schema: str = SCHEMA_ID
     requalification: Requalification | None = None
-    logging_arm: str | None = None
+    logging_arm: Name | None = None
     path_bias: Delta | None = None
-    sources: dict[str, str] | None = None
+    sources: dict[Name, str] | None = None
     archive: ArchiveSummary | None = None
     outputs: tuple[InputFile, ...] | None = None
     sensitivity: tuple[Sensitivity, ...] | None = None
