@@ -46,7 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from specreplay.diskfull import DiskFull, disk_errno, output_message, writing
+from specreplay.diskfull import DiskFull, disk_errno, output_message
 from specreplay.errors import SpecReplayError
 
 __all__ = [
@@ -158,10 +158,9 @@ def output_dir(
         try:
             tmp.mkdir()
             if marker:
-                with writing(tmp / MARKER):
-                    (tmp / MARKER).write_text("written by specreplay; safe to overwrite\n")
+                (tmp / MARKER).write_text("written by specreplay; safe to overwrite\n")
         except OSError as exc:
-            _raise_disk_full(exc, out, out)
+            _raise_disk_full(exc, out / MARKER if tmp.is_dir() else out, out)
             raise SpecReplayError(f"--out {out}: cannot be created: {exc.strerror}") from None
         yield tmp
         with _signals_held():
@@ -170,8 +169,9 @@ def output_dir(
         left = _remove(tmp)
         code = disk_errno(exc)
         if code is not None:
-            where = exc.path if isinstance(exc, DiskFull) else None
-            named = out / where.relative_to(tmp) if where and where.is_relative_to(tmp) else out
+            named = exc.path if isinstance(exc, DiskFull) else out  # the file, where known
+            if named.is_relative_to(tmp):  # named where it was to go, not in the temporary folder
+                named = out / named.relative_to(tmp)
             extra = f"; {left} could not be removed (the next run removes it)" if left else ""
             message = output_message(named, out, code) + extra
             raise DiskFull(message, path=named, code=code) from None
