@@ -459,6 +459,51 @@ def test_numba_cache_on_a_full_disk_is_a_note(tmp_path: Path, shim: Path) -> Non
     assert not [p for p in cache.rglob("*") if ".tmp." in p.name]
 
 
+# -- TraceWriter on its own ---------------------------------------------------------------------
+
+WRITER = """
+import json, sys
+from pathlib import Path
+from specreplay.replay.archive.synthetic import synth_frames
+from specreplay.replay.archive.writer import TraceWriter
+from specreplay.sim.synth import SynthConfig
+out = Path(sys.argv[1])
+try:
+    with TraceWriter(out, format=sys.argv[2]) as w:
+        for frame in synth_frames(SynthConfig(n_requests=4, rounds=2, requests_per_shard=4), seed=1):
+            w.append_frame(frame)
+    print(json.dumps({"ok": True}))
+except OSError as exc:  # DiskFull is an OSError too: code catching OSError still sees it
+    print(json.dumps({"type": type(exc).__name__, "errno": exc.errno, "message": str(exc),
+                      "path": str(getattr(exc, "path", ""))}))
+"""
+
+
+@pytest.mark.parametrize("form", ["parquet-dir", "ipc"])
+def test_a_trace_writer_under_the_limit_names_the_shard_where_it_was_to_go(
+    tmp_path: Path, form: str
+) -> None:
+    """A TraceWriter (a folder, staged beside its path; a single file) under the size limit
+    raises DiskFull, an OSError with EFBIG, naming the file at its final path, not the staging
+    folder; nothing is left, neither the folder nor a temporary name."""
+    out = tmp_path / ("cap" if form == "parquet-dir" else "cap.arrow")
+    proc = subprocess.run(
+        [sys.executable, "-c", WRITER, str(out), form], cwd=tmp_path, env=_env(),
+        capture_output=True, text=True, timeout=300, preexec_fn=_limit(LIMIT),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    shard = out / "part-00000.parquet" if form == "parquet-dir" else out
+    assert got == {
+        "type": "DiskFull",
+        "errno": 27,
+        "path": str(shard),
+        "message": f"{shard}: {EFBIG} while writing; not written, any earlier one kept: raise "
+        "the limit (ulimit -f) or choose another place to write",
+    }
+    assert sorted(os.listdir(tmp_path)) == []
+
+
 # -- output_dir's own cleanup --------------------------------------------------------------------
 
 

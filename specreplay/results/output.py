@@ -26,6 +26,13 @@ renames it away, and checks that what it moved is what it judged (same device an
 folder is then renamed in with :func:`os.rename`, which never replaces a file, a symlink or a
 non-empty folder, so an output that appears during the run is left as it was.
 
+A full disk or a file-size limit while the run writes (ENOSPC, EFBIG, also inside polars' and
+pyarrow's errors: :mod:`specreplay.diskfull`) is one line naming the file under ``out`` (``out``
+itself when the error named no file), the cause and what to do, after the temporary folder is
+removed; ``out``, an earlier run's folder included, is left as it was. Removing never raises: on a
+file system that needs space to delete, the files are truncated first, and a folder that still
+cannot be removed is named in the line (the next run removes it).
+
 Every swap is recorded (:func:`swaps`): the CLI says ``replaced OUT (written CREATED_UTC)`` for
 an earlier run's folder it replaced, the time read from the folder's results.json, SYNTH.json or
 CONVERT.json (``written at an unknown time`` when none records it), and an interrupted run says
