@@ -110,14 +110,14 @@ class DiskFull(SpecReplayError, OSError):
     ----------
     path : Path
         The file being written (its final name, not the temporary one).
-    errno : int
-        ENOSPC or EFBIG.
+    errno, code : int
+        ENOSPC or EFBIG (``code`` typed as such; ``errno`` is OSError's attribute).
     """
 
     def __init__(self, message: str, *, path: Path, code: int) -> None:
         SpecReplayError.__init__(self, message)
         self.path = Path(path)
-        self.errno = code
+        self.errno = self.code = code
         self.strerror = DISK_ERRNOS[code]
         self.filename = str(path)
 
@@ -136,20 +136,20 @@ class DiskFull(SpecReplayError, OSError):
         """Return this file's error naming it under ``final`` instead of the staging ``stage``."""
         if not self.path.is_relative_to(stage):
             return self
-        return DiskFull.file(final / self.path.relative_to(stage), self.errno)
+        return DiskFull.file(final / self.path.relative_to(stage), self.code)
 
 
-def output_message(path: Path, out: Path, code: int, *, left: str | None = None) -> str:
+def output_message(path: Path, out: Path, code: int) -> str:
     """Return the line for a disk error while writing ``path`` into the output folder ``out``.
 
-    ``path`` is the file under ``out`` (``out`` itself when the file is not known); ``left`` what
-    the run left behind, by default that nothing was written and ``out`` is as it was.
+    ``path`` is the file under ``out`` (``out`` itself when the file is not known); the run wrote
+    nothing and ``out`` is as it was (:func:`~specreplay.results.output.output_dir`).
 
     >>> output_message(Path("o/cells.parquet"), Path("o"), 28)  # doctest: +NORMALIZE_WHITESPACE
     'o/cells.parquet: no space left on device (errno 28) while writing; nothing written, o left
     as it was: free space or choose another output folder'
     """
-    left = left or f"nothing written, {out} left as it was"
+    left = f"nothing written, {out} left as it was"
     return f"{path}: {cause(code)} while writing; {left}: {_WHAT_TO_DO[code]}"
 
 
@@ -240,15 +240,15 @@ def guard_numba_cache() -> None:
     from numba.core import event
     from numba.core.caching import FunctionCache
 
-    class _NotingCache(FunctionCache):  # type: ignore[misc]
+    class _NotingCache(FunctionCache):
         def save_overload(self, sig: Any, data: Any) -> None:
             try:
-                super().save_overload(sig, data)
+                super().save_overload(sig, data)  # type: ignore[no-untyped-call]
             except OSError as exc:
                 cost = "kernels compiled for this run only, compiled again next run"
                 note_cache_failure(NUMBA_CACHE, self.cache_path, exc, cost)
 
-    class _Guard(event.Listener):  # type: ignore[misc]
+    class _Guard(event.Listener):
         def on_start(self, ev: Any) -> None:
             dispatcher = (ev.data or {}).get("dispatcher")
             cache = getattr(dispatcher, "_cache", None)
@@ -259,5 +259,5 @@ def guard_numba_cache() -> None:
         def on_end(self, ev: Any) -> None:
             pass
 
-    event.register("numba:compile", _Guard())
+    event.register("numba:compile", _Guard())  # type: ignore[no-untyped-call]
     _guarded = True

@@ -62,7 +62,7 @@ ENTRY = "from specreplay.entry import main; main()"
 
 @dataclass
 class Ran:
-    """A child's outcome, shaped as the corpus helpers read a CliRunner result."""
+    """A child's outcome, shaped as the corpus helpers read a CliRunner result (duck-typed)."""
 
     exit_code: int
     stdout: str
@@ -114,8 +114,8 @@ def _batch(
 
 def _refused(res: Ran, out: Path, cause: str, before: dict[str, str], roots: list[Path]) -> str:
     """The one line names a file under ``out`` and the cause; nothing changed or left behind."""
-    line = assert_refused(res, f"error: {out}/", cause, "while writing", f"{out} left as it was")  # type: ignore[arg-type]
-    assert_clean(res, before, roots)  # type: ignore[arg-type]  # roots hold the earlier outputs
+    line = assert_refused(res, f"error: {out}/", cause, "while writing", f"{out} left as it was")
+    assert_clean(res, before, roots)  # roots hold the earlier outputs
     return line
 
 
@@ -173,10 +173,10 @@ def _commands(i: Path, o: Path) -> dict[str, list[str]]:
         "interval": ["interval", str(i / "a.jsonl"), str(i / "b.jsonl"), "-q", "--n-boot", "200",
                      "--out", str(o / "interval")],
         "budget": ["budget", "--price-ms", "40", "--base", "3.2", "--delta-lo", "0.05",
-                   "--out", str(o / "budget")],
+                   "--out", str(o / "budget"), "-q"],
         "screen": ["screen", str(i / "counters.jsonl"), "--config", str(i / "screen.toml"),
-                   "--out", str(o / "screen")],
-        "report": ["report", str(i / "run"), "--out", str(o / "report")],
+                   "--out", str(o / "screen"), "-q"],
+        "report": ["report", str(i / "run"), "--out", str(o / "report"), "-q"],
         "demo": ["demo", "--out", str(o / "demo"), "--requests", "8", "-q", "--n-boot", "200"],
     }  # fmt: skip
 
@@ -221,7 +221,7 @@ def test_a_force_replacement_and_a_report_under_the_limit_keep_the_earlier_run(
         "requalify": commands["requalify"],
     }
     before = tree_digest(inputs, o)
-    done = _batch([*cases.values(), ["report", str(inputs / "run")]], tmp_path, limit=LIMIT)
+    done = _batch([*cases.values(), ["report", str(inputs / "run"), "-q"]], tmp_path, limit=LIMIT)
     kept = tree_digest(inputs / "arch", o)
     for name, res in zip(cases, done[:-1], strict=True):  # inputs/run: report in place, below
         _refused(res, o / name, EFBIG, kept, [inputs / "arch", o])
@@ -229,7 +229,7 @@ def test_a_force_replacement_and_a_report_under_the_limit_keep_the_earlier_run(
     # report in place: one line naming the file; the files rendered before it hold the same
     # bytes (rewritten whole: their mtimes move), the rest are as they were
     run = inputs / "run"
-    assert_refused(done[-1], f"error: {run}/", EFBIG, "not written, any earlier one kept")  # type: ignore[arg-type]
+    assert_refused(done[-1], f"error: {run}/", EFBIG, "not written, any earlier one kept")
     assert "Traceback" not in done[-1].output
     after = tree_digest(inputs, o)
     assert {k: v.split(" mtime ")[0] for k, v in after.items()} == {
@@ -395,8 +395,8 @@ def test_requalify_onto_a_full_tmpfs_is_one_line(inputs: Path, tmp_path: Path) -
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     res = Ran(proc.returncode, proc.stdout, proc.stderr)
-    assert_refused(res, f"error: {out}/results.json: {ENOSPC} while writing", "free space")  # type: ignore[arg-type]
-    assert_clean(res, before, [inputs])  # type: ignore[arg-type]
+    assert_refused(res, f"error: {out}/results.json: {ENOSPC} while writing", "free space")
+    assert_clean(res, before, [inputs])
     assert listing.read_text() == ""  # nothing on the tmpfs: no temporary folder either
 
 
@@ -417,8 +417,8 @@ def test_caches_on_a_full_disk_are_notes_and_the_run_completes(
     before = tree_digest(inputs)
     [res] = _batch([cached], tmp_path, env=env)
     assert res.exit_code == 0, res.output
-    assert_clean(res, before, [inputs])  # type: ignore[arg-type]
-    notes = error_lines(res)  # type: ignore[arg-type]
+    assert_clean(res, before, [inputs])
+    notes = error_lines(res)
     assert sorted(notes) == sorted([
         f"note: --cache {caches / 'shards'} {caches / 'shards'} not written ({ENOSPC}); the "
         "shards replayed in this run are replayed again next run (the run is unaffected)",
@@ -468,9 +468,10 @@ from specreplay.replay.archive.synthetic import synth_frames
 from specreplay.replay.archive.writer import TraceWriter
 from specreplay.sim.synth import SynthConfig
 out = Path(sys.argv[1])
+cfg = SynthConfig(n_requests=4, rounds=2, requests_per_shard=4)
 try:
     with TraceWriter(out, format=sys.argv[2]) as w:
-        for frame in synth_frames(SynthConfig(n_requests=4, rounds=2, requests_per_shard=4), seed=1):
+        for frame in synth_frames(cfg, seed=1):
             w.append_frame(frame)
     print(json.dumps({"ok": True}))
 except OSError as exc:  # DiskFull is an OSError too: code catching OSError still sees it
