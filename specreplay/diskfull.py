@@ -191,8 +191,8 @@ class CacheNote:
     cost: str
 
     def line(self) -> str:
-        """Return the stderr line: ``note: WHICH DIR not written (WHY); COST``."""
-        return f"note: {self.cache} {self.folder} not written ({self.why}); {self.cost}"
+        """Return the stderr line: ``note: WHICH DIR not written: WHY; COST``."""
+        return f"note: {self.cache} {self.folder} not written: {self.why}; {self.cost}"
 
 
 _NOTES: dict[str, CacheNote] = {}

@@ -420,9 +420,9 @@ def test_caches_on_a_full_disk_are_notes_and_the_run_completes(
     assert_clean(res, before, [inputs])
     notes = error_lines(res)
     assert sorted(notes) == sorted([
-        f"note: --cache {caches / 'shards'} {caches / 'shards'} not written ({ENOSPC}); the "
+        f"note: the shard cache (--cache) {caches / 'shards'} not written: {ENOSPC}; the "
         "shards replayed in this run are replayed again next run (the run is unaffected)",
-        f"note: the input-hash cache {caches / 'user' / 'hashes'} not written ({ENOSPC}); its "
+        f"note: the input-hash cache {caches / 'user' / 'hashes'} not written: {ENOSPC}; its "
         "inputs are hashed again next run",
     ]), notes  # fmt: skip
     assert not [p for p in caches.rglob("*") if p.name.startswith(".tmp-")]
@@ -454,8 +454,8 @@ def test_numba_cache_on_a_full_disk_is_a_note(tmp_path: Path, shim: Path) -> Non
     assert value == "0xe220a8397b1dcdaf"
     assert len(notes) == 1, notes
     assert notes[0].startswith(f"note: Numba's kernel cache {cache}/")
-    assert notes[0].endswith(f"({ENOSPC}); kernels compiled for this run only, compiled again "
-                             "next run")  # fmt: skip
+    cost = "kernels compiled for this run only, compiled again next run"
+    assert notes[0].endswith(f" not written: {ENOSPC}; {cost}")
     assert not [p for p in cache.rglob("*") if ".tmp." in p.name]
 
 

@@ -102,6 +102,7 @@ CACHE_MARKER = ".specreplay-cache"
 _MARKER_TEXT = "specreplay shard cache (pickles: keep this folder private); safe to delete\n"
 
 
+SHARD_CACHE = "the shard cache (--cache)"
 _NOT_STORED = "the shards replayed in this run are replayed again next run (the run is unaffected)"
 
 
@@ -116,7 +117,7 @@ def _write_marker(folder: Path) -> bool:
     except OSError as exc:
         if disk_errno(exc) is None:
             raise
-        note_cache_failure(f"--cache {folder}", folder, exc, _NOT_STORED)
+        note_cache_failure(SHARD_CACHE, folder, exc, _NOT_STORED)
         return os.path.lexists(folder / CACHE_MARKER)
     return True
 
@@ -326,7 +327,7 @@ class ShardCache:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
             self.report.not_stored.append(key)
-            note_cache_failure(f"--cache {self.folder}", self.folder, exc, _NOT_STORED)
+            note_cache_failure(SHARD_CACHE, self.folder, exc, _NOT_STORED)
 
 
 def _sums(payload: bytes | None, key: str) -> ShardSums | None:
