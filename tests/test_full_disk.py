@@ -505,6 +505,38 @@ def test_a_trace_writer_under_the_limit_names_the_shard_where_it_was_to_go(
     assert sorted(os.listdir(tmp_path)) == []
 
 
+# -- the command line's last resort ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [
+        pl.exceptions.ComputeError("parquet: underlying IO error: File too large (os error 27)"),
+        OSError(28, "No space left on device"),
+    ],
+)
+def test_a_disk_error_no_write_site_mapped_is_one_line_naming_the_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raised: Exception
+) -> None:
+    """An error escaping every write site (planted in budget's run) is still one line naming
+    --out and the cause, exit 2; any other error is not swallowed."""
+    import specreplay.commands.budget as budget
+
+    def full(*args: object, **kwargs: object) -> str:
+        raise raised
+
+    monkeypatch.setattr(budget, "run_budget", full)
+    out = tmp_path / "b"
+    res = invoke(["budget", "--price-ms", "40", "--base", "3.2", "--delta-lo", "0.05",
+                  "--out", str(out), "-q"])  # fmt: skip
+    cause = EFBIG if isinstance(raised, pl.exceptions.ComputeError) else ENOSPC
+    assert_refused(res, f"error: {out}: {cause} while writing; budget stopped", "output folder")
+    monkeypatch.setattr(budget, "run_budget", lambda *a, **k: 1 / 0)
+    res = invoke(["budget", "--price-ms", "40", "--base", "3.2", "--delta-lo", "0.05",
+                  "--out", str(out), "-q"])  # fmt: skip
+    assert isinstance(res.exception, ZeroDivisionError)
+
+
 # -- output_dir's own cleanup --------------------------------------------------------------------
 
 
