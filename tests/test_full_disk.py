@@ -540,6 +540,28 @@ def test_a_disk_error_no_write_site_mapped_is_one_line_naming_the_output(
 # -- output_dir's own cleanup --------------------------------------------------------------------
 
 
+def test_a_folder_that_cannot_be_removed_is_emptied_never_through_a_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where deleting needs space (rmtree fails: planted), output_dir's cleanup truncates the
+    regular files it made, never a symlink's target, and returns the folder for the line."""
+    from specreplay.results import output
+
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("a user's notes\n")
+    tmp = tmp_path / ".out.tmp-1"
+    (tmp / "sub").mkdir(parents=True)
+    (tmp / "sub" / "cells.parquet").write_bytes(b"x" * 1000)
+    (tmp / "link").symlink_to(foreign)
+    monkeypatch.setattr(output.shutil, "rmtree", lambda *a, **k: None)
+    assert output._remove(tmp) == tmp
+    assert (tmp / "sub" / "cells.parquet").stat().st_size == 0
+    assert foreign.read_text() == "a user's notes\n"
+    monkeypatch.undo()
+    assert output._remove(tmp) is None
+    assert not tmp.exists() and foreign.exists()
+
+
 def test_leftovers_helper_sees_a_temporary_folder(tmp_path: Path) -> None:
     """The harness check the cases rely on finds an output's temporary folder (a planted one)."""
     (tmp_path / ".out.tmp-123").mkdir()
