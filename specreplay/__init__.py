@@ -81,8 +81,13 @@ def use_numba_cache() -> None:
     and is left alone, as is a ``CACHE_DIR`` the caller set. Idempotent. One limit: when the
     caller changes a ``NUMBA_*`` variable after Numba is imported, Numba re-reads them all before
     its next compilation and ``CACHE_DIR`` falls back to the environment's (none), so a kernel
-    module first imported after that caches beside its source, as Numba does by default.
+    module first imported after that caches beside its source, as Numba does by default. A
+    cache write that fails (a full disk) is noted, not raised
+    (:func:`specreplay.diskfull.guard_numba_cache`).
     """
+    from specreplay.diskfull import guard_numba_cache
+
+    guard_numba_cache()  # a cache write that fails is a note, not an error (diskfull.py)
     if _os.environ.get("NUMBA_CACHE_DIR"):
         return
     from numba.core import config

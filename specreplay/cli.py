@@ -7,6 +7,7 @@ code 2, with no traceback. Progress bars go to stderr so stdout stays parseable.
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 import threading
@@ -352,20 +353,27 @@ def _echo(text: str) -> None:
 
 
 @contextmanager
-def _user_errors(command: str) -> Iterator[None]:
+def _user_errors(command: str, out: Path | None = None) -> Iterator[None]:
     """Run ``command``'s body: say what it replaced and what stopped it, on stderr.
 
     The project's error type becomes one line and exit code 2. SIGINT and SIGTERM unwind (the
     output's temporary folder is removed) and become one line and exit code 128 + the signal's
     number. Every earlier run's folder the command replaced is one line
-    ``replaced OUT (written CREATED_UTC)``.
+    ``replaced OUT (written CREATED_UTC)``. A full disk or a file-size limit that escaped every
+    write site (:mod:`specreplay.diskfull`) is one line too, naming the file or else ``out``, the
+    command's output folder. A command that completes (exit 0, or 1 from a ``--fail-on``) prints
+    one note per cache it could not write; one that fails prints only its error line.
     """
+    from specreplay.diskfull import cache_notes, disk_errno, reset_cache_notes
     from specreplay.results.output import reset_swaps, swaps
 
     reset_swaps()
+    reset_cache_notes()
+    failed = True
     try:
         with _signals_unwind():
             yield
+        failed = False
     except SpecReplayError as err:
         typer.echo(f"error: {err.message}", err=True)
         raise typer.Exit(code=2) from None
@@ -375,11 +383,36 @@ def _user_errors(command: str) -> Iterator[None]:
         line = f"error: {command} {stop.how} ({stop.name}); {what}, no partial output left"
         typer.echo(line, err=True)
         raise typer.Exit(code=128 + stop.signum) from None
+    except (typer.Exit, typer.Abort):
+        failed = False  # the command's own exit code (a --fail-on verdict): it completed
+        raise
+    except Exception as exc:
+        code = disk_errno(exc)
+        if code is None:
+            raise
+        typer.echo(f"error: {_disk_line(command, exc, out, code)}", err=True)
+        raise typer.Exit(code=2) from None
     finally:
         for s in swaps():
             note = s.note()
             if note is not None:
                 typer.echo(note, err=True)
+        if not failed:
+            for n in cache_notes():
+                typer.echo(n.line(), err=True)
+
+
+def _disk_line(command: str, exc: Exception, out: Path | None, code: int) -> str:
+    """Return the line of a disk error no write site mapped: the file it names, else ``out``."""
+    from specreplay.diskfull import cause
+
+    named = exc.filename if isinstance(exc, OSError) and exc.filename else out
+    where = f"{named}: " if named is not None else ""
+    what = "raise the limit (ulimit -f)" if code == errno.EFBIG else "free space"
+    return (
+        f"{where}{cause(code)} while writing; {command} stopped, no partial output left: "
+        f"{what} or choose another output folder"
+    )
 
 
 class _Stopped(BaseException):
@@ -466,7 +499,7 @@ def synth(
     target verifies by rejection sampling, as a serving engine would; every position's laws and
     decisions are recorded.
     """
-    with _user_errors("synth"):
+    with _user_errors("synth", out):
         from specreplay.commands.synth import DEFAULT_FORM, run_synth
 
         with Phases(quiet) as phases:
@@ -509,7 +542,7 @@ def convert(
     One shard per input shard (same stem, new suffix) in OUT, plus a CONVERT.json manifest.
     The first invalid row stops it with exit code 2 and nothing written.
     """
-    with _user_errors("convert"):
+    with _user_errors("convert", out):
         from specreplay.commands.convert import run_convert
 
         with Phases(quiet) as phases:
@@ -553,7 +586,7 @@ def validate(
     at position j − 1). Exit status 0 when valid, 2 with up to 20 error lines (all with --all)
     otherwise.
     """
-    with _user_errors("validate"):
+    with _user_errors("validate", out):
         from specreplay.commands.validate import run_validate
         from specreplay.pipelines.options import ValidateOptions
 
@@ -596,7 +629,7 @@ def demo(
     one folder per chapter (requalify, bits-dyadicN, lawtest). --n-boot 1000 gives a quicker,
     coarser tour.
     """
-    with _user_errors("demo"):
+    with _user_errors("demo", out):
         from specreplay.commands.demo import run_demo
 
         with Phases(quiet) as phases:
@@ -679,7 +712,7 @@ def interval(
     writes results.json, TABLES.md, cells.parquet and forest.png into --out.
     """
     params = dict(locals())  # the parameters, before any other name is bound
-    with _user_errors("interval"):
+    with _user_errors("interval", out):
         from specreplay.commands.interval import run_interval
         from specreplay.pipelines.options import IntervalOptions
 
@@ -749,7 +782,7 @@ def screen(
     UNSUPPORTED past the trained block or the cap. Writes results.json, TABLES.md and
     cells.parquet into --out.
     """
-    with _user_errors("screen"):
+    with _user_errors("screen", out):
         from specreplay.commands.screen import run_screen
         from specreplay.pipelines.options import ScreenOptions
 
@@ -824,7 +857,7 @@ def requalify(
     survival P(A ≥ j) and the rest in TABLES.md).
     """
     params = dict(locals())  # the parameters, before any other name is bound
-    with _user_errors("requalify"):
+    with _user_errors("requalify", out):
         from specreplay.commands.requalify import run_requalify
         from specreplay.pipelines.options import RequalifyOptions
 
@@ -905,7 +938,7 @@ def sweep(
     params = dict(locals())  # the parameters, before any other name is bound
     params["arms"] = params.pop("arm") or ()
     params["policies"] = params.pop("policy") or ()
-    with _user_errors("sweep"):
+    with _user_errors("sweep", out):
         from specreplay.commands.sweep import run_sweep
         from specreplay.pipelines.options import SweepOptions
 
@@ -928,6 +961,7 @@ def warmup(quiet: QuietOpt = False) -> None:
 
         from specreplay import numba_cache_dir
         from specreplay.commands.demo import run_demo
+        from specreplay.diskfull import NUMBA_CACHE, cache_notes
 
         t0 = time.perf_counter()
         tmp = Path(tempfile.mkdtemp(prefix="specreplay-warmup-"))
@@ -944,7 +978,11 @@ def warmup(quiet: QuietOpt = False) -> None:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         seconds = time.perf_counter() - t0
-        typer.echo(f"kernels compiled and cached in {numba_cache_dir()} ({seconds:.0f} s)")
+        if any(n.cache == NUMBA_CACHE for n in cache_notes()):  # the note says why
+            where = f"not all cached in {numba_cache_dir()}"
+            typer.echo(f"kernels compiled, {where}: the next run compiles again ({seconds:.0f} s)")
+        else:
+            typer.echo(f"kernels compiled and cached in {numba_cache_dir()} ({seconds:.0f} s)")
 
 
 @app.command()
@@ -1004,7 +1042,7 @@ def lawtest(
     such as top32:t0.7:dyadic8/float64@5 is detected wherever it is detectable at the draws
     chosen for 0.99 power against its exact total-variation distance.
     """
-    with _user_errors("lawtest"):
+    with _user_errors("lawtest", out):
         from specreplay.commands.lawtest import run_lawtest
         from specreplay.pipelines.options import LawtestOptions
 
@@ -1043,7 +1081,7 @@ def report(
     Needs no archive or other input: every figure comes from results.json. Every folder at or
     below RUN_DIR holding a results.json is rendered (a demo's sub-runs too).
     """
-    with _user_errors("report"):
+    with _user_errors("report", out or run_dir):
         from specreplay.commands.report import run_report
 
         typer.echo(run_report(run_dir, out=out, force=force))
@@ -1098,7 +1136,7 @@ def budget(
     --tau-ms and --gain, the sensitivity table r_0·(1 + g)·τ/(τ + x) over --x-grid. Δ_lo ≤ 0
     gives a null budget with the reason. Writes results.json, TABLES.md and cells.parquet.
     """
-    with _user_errors("budget"):
+    with _user_errors("budget", out):
         from specreplay.commands.budget import BudgetOptions, run_budget
 
         opts = BudgetOptions.build(

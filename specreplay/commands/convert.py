@@ -34,6 +34,7 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
+from specreplay.diskfull import writing
 from specreplay.errors import SpecReplayError
 from specreplay.pipelines.document import ignored_inputs, input_files, new_result
 from specreplay.replay.archive.reader import ArchiveReader
@@ -160,7 +161,7 @@ def _validate(archive: Path, progress: Progress, ignore: Sequence[str]) -> int:
 def _convert_file(file: ArchiveFile, target: Path, form: str, codec: str) -> None:
     """Write one input shard as ``target`` (in the temporary output folder)."""
     if form == "jsonl":
-        with target.open("w", encoding="utf-8") as fh:
+        with writing(target), target.open("w", encoding="utf-8") as fh:
             for chunk in read_chunks(file, 50_000):
                 _check_json_ints(file, chunk.frame, chunk.locs)
                 fh.write(jsonl_text(chunk.frame.select(canonical_exprs(chunk.frame.columns))))
@@ -173,13 +174,14 @@ def _convert_file(file: ArchiveFile, target: Path, form: str, codec: str) -> Non
     scan = scan_file(file)
     scan = scan.select(canonical_exprs(scan.collect_schema().names()))
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    if form == "ipc":
-        scan.sink_ipc(tmp, compression=cast(Literal["uncompressed", "lz4", "zstd"], codec))
-    else:
-        scan.sink_parquet(
-            tmp, compression=cast(Literal["zstd", "lz4", "snappy", "uncompressed"], codec)
-        )
-    os.replace(tmp, target)
+    with writing(target, tmp):  # polars' "(os error 28)" too: one line naming the shard
+        if form == "ipc":
+            scan.sink_ipc(tmp, compression=cast(Literal["uncompressed", "lz4", "zstd"], codec))
+        else:
+            scan.sink_parquet(
+                tmp, compression=cast(Literal["zstd", "lz4", "snappy", "uncompressed"], codec)
+            )
+        os.replace(tmp, target)
 
 
 def _check_json_ints(file: ArchiveFile, frame: pl.DataFrame, locs: NDArray[np.int64]) -> None:
@@ -215,7 +217,8 @@ def _write_manifest(
         inputs_ignored=ignored_inputs((e.path, e.glob) for e in listing.ignored),
         extra={"written_by": WRITTEN_BY},  # marks the folder as ours (results.output)
     )
-    write_result(folder / MANIFEST, manifest)
+    with writing(folder / MANIFEST):
+        write_result(folder / MANIFEST, manifest)
 
 
 def run_convert(

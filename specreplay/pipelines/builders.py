@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from specreplay.diskfull import writing
 from specreplay.pipelines.document import excluded_entries, ignored_inputs, input_files, new_result
 from specreplay.pipelines.options import SYNTH_DEPTH
 from specreplay.replay.scan import ArchiveScan, MassStats, Progress
@@ -118,7 +119,8 @@ def write_synth_archive(
         outputs=outputs,
         extra={"written_by": WRITTEN_BY},  # marks the folder as ours (results.output)
     )
-    write_result(folder / "SYNTH.json", manifest)
+    with writing(folder / "SYNTH.json"):
+        write_result(folder / "SYNTH.json", manifest)
     return cfg, files
 
 

@@ -4,7 +4,9 @@
 after writing results.json, and ``specreplay report`` calls it on a results.json read back, so
 both write the same bytes (the inputs are not needed). REPORT.md comes last, since it embeds the
 plots; a demo's REPORT.md also reads its sub-runs' results.json, so they are rendered first. Files
-are written under a temporary name and renamed, so a killed run never leaves a half-written file.
+are written under a temporary name and renamed, so a killed run never leaves a half-written file,
+and a full disk or a file-size limit is one line naming the file (:mod:`specreplay.diskfull`)
+with the temporary name removed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from specreplay.diskfull import writing
 from specreplay.render.plots import (
     context_plot,
     context_series,
@@ -41,8 +44,9 @@ FOREST_ROLE: dict[str, Role] = {"interval": Role.B_VS_A, "requalify": Role.CANDI
 def _swap(path: Path, write: Callable[[Path], object]) -> None:
     """Write ``path`` whole: ``write`` fills a temporary name beside it, then it is renamed in."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    write(tmp)
-    os.replace(tmp, path)
+    with writing(path, tmp):  # a full disk: one line naming path; the temporary name removed
+        write(tmp)
+        os.replace(tmp, path)
 
 
 def _replace(path: Path, text: str) -> None:

@@ -33,10 +33,13 @@ recomputed and overwritten, never trusted; its shard is counted as ``recomputed`
 ``replay_backend.cache.recomputed`` and ``recomputed_files``, and the stderr cache line).
 **Trust assumption:** pickle runs code when loaded, so the cache folder must be the user's own
 (as the Numba cache is); never point ``--cache`` at a folder others can write (the header
-catches damage, not an attacker, who can rewrite it too). Entries are never evicted: delete the
-folder to reclaim the space (an entry is about the size of the shard's per-request sums: small
-against the shard itself). A shard's entry is written in this process when its sums come back
-(from a Dask worker too), so only this machine needs the folder.
+catches damage, not an attacker, who can rewrite it too). An entry that cannot be written (a
+full disk, a file-size limit) is not an error: the run goes on, its temporary file removed, and
+the first failure is one note on stderr (:mod:`specreplay.diskfull`; :attr:`CacheReport.not_stored`
+keeps the keys). Entries are never evicted: delete the folder to reclaim the space (an entry is
+about the size of the shard's per-request sums: small against the shard itself). A shard's entry
+is written in this process when its sums come back (from a Dask worker too), so only this machine
+needs the folder.
 
 The cache wraps any runner (:func:`cached_runner`): hits are yielded at their place in sorted
 order; the misses go to the inner runner (local or Dask) as one list, in sorted order.
@@ -45,6 +48,7 @@ order; the misses go to the inner runner (local or Dask) as one list, in sorted 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -58,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from specreplay import kernel_sources_hash
+from specreplay.diskfull import disk_errno, note_cache_failure
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.filehash import file_sha256
 from specreplay.replay.archive.reader import FileInfo
@@ -95,6 +100,26 @@ def kernel_hash() -> str:
 CACHE_MARKER = ".specreplay-cache"
 """The file that marks a folder as a specreplay shard cache (written when the cache is made)."""
 _MARKER_TEXT = "specreplay shard cache (pickles: keep this folder private); safe to delete\n"
+
+
+SHARD_CACHE = "the shard cache (--cache)"
+_NOT_STORED = "the shards replayed in this run are replayed again next run (the run is unaffected)"
+
+
+def _write_marker(folder: Path) -> bool:
+    """Write the marker into a new cache folder; False on a full disk (noted: a cache note).
+
+    The run then stores no entry (a folder holding entries but no marker would be refused by
+    the next run); a marker written in part is still a marker (a regular file of that name).
+    """
+    try:
+        (folder / CACHE_MARKER).write_text(_MARKER_TEXT)
+    except OSError as exc:
+        if disk_errno(exc) is None:
+            raise
+        note_cache_failure(SHARD_CACHE, folder, exc, _NOT_STORED)
+        return os.path.lexists(folder / CACHE_MARKER)
+    return True
 
 
 def check_cache_folder(folder: Path, inputs: Sequence[Path] = ()) -> None:
@@ -180,6 +205,8 @@ class CacheReport:
     reused: list[str] = field(default_factory=list)
     replayed: list[str] = field(default_factory=list)
     recomputed: list[str] = field(default_factory=list)
+    not_stored: list[str] = field(default_factory=list)
+    """Keys of the entries that could not be written (a full disk): a note, not an error."""
 
     def to_json(self) -> dict[str, Any]:
         """Return the ``cache`` entry of results.json ``replay_backend``."""
@@ -216,13 +243,14 @@ class ShardCache:
         inputs: Sequence[Path] = (),
     ) -> None:
         self.folder = Path(folder)
+        self._writable = True
         check_cache_folder(self.folder, inputs)
         try:
             if not os.path.lexists(self.folder):
                 self.folder.parent.mkdir(parents=True, exist_ok=True)
                 self.folder.mkdir(mode=0o700)  # not group or world writable, whatever the umask
             if not (self.folder / CACHE_MARKER).exists():
-                (self.folder / CACHE_MARKER).write_text(_MARKER_TEXT)
+                self._writable = _write_marker(self.folder)
         except OSError as exc:
             msg = f"--cache {self.folder}: cannot create it ({exc.strerror})"
             raise SpecReplayError(msg) from None
@@ -285,13 +313,21 @@ class ShardCache:
         """Write the sealed entry (temporary name, then rename); a failed write costs the reuse."""
         entry = {"format": FORMAT, "key": key, "fields": fields, "sums": sums}
         data = seal(FORMAT, pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".shard", dir=self.folder)
+        if not self._writable:
+            self.report.not_stored.append(key)
+            return
+        tmp: str | None = None
         try:
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".shard", dir=self.folder)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
             os.replace(tmp, self._path(key))
-        except OSError:
-            Path(tmp).unlink(missing_ok=True)
+        except OSError as exc:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            self.report.not_stored.append(key)
+            note_cache_failure(SHARD_CACHE, self.folder, exc, _NOT_STORED)
 
 
 def _sums(payload: bytes | None, key: str) -> ShardSums | None:

@@ -26,6 +26,13 @@ renames it away, and checks that what it moved is what it judged (same device an
 folder is then renamed in with :func:`os.rename`, which never replaces a file, a symlink or a
 non-empty folder, so an output that appears during the run is left as it was.
 
+A full disk or a file-size limit while the run writes (ENOSPC, EFBIG, also inside polars' and
+pyarrow's errors: :mod:`specreplay.diskfull`) is one line naming the file under ``out`` (``out``
+itself when the error named no file), the cause and what to do, after the temporary folder is
+removed; ``out``, an earlier run's folder included, is left as it was. Removing never raises: on a
+file system that needs space to delete, the files are truncated first, and a folder that still
+cannot be removed is named in the line (the next run removes it).
+
 Every swap is recorded (:func:`swaps`): the CLI says ``replaced OUT (written CREATED_UTC)`` for
 an earlier run's folder it replaced, the time read from the folder's results.json, SYNTH.json or
 CONVERT.json (``written at an unknown time`` when none records it), and an interrupted run says
@@ -46,6 +53,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from specreplay.diskfull import DiskFull, disk_errno, output_message
 from specreplay.errors import SpecReplayError
 
 __all__ = [
@@ -133,6 +141,10 @@ def output_dir(
     SpecReplayError
         From :func:`check_out`, before any work is done; when the folder cannot be written; or
         when ``out`` changed during the run (then it is left as it was).
+    DiskFull
+        A disk error (:mod:`specreplay.diskfull`) while the run wrote: the line names the file
+        under ``out`` (``out`` itself when the error named none) and says ``out`` is as it was;
+        the temporary folder is removed first.
     """
     out = Path(out)
     _check_inputs(out, inputs)
@@ -146,6 +158,7 @@ def output_dir(
         if tmp.is_dir() and not tmp.is_symlink():
             shutil.rmtree(tmp)
     except OSError as exc:
+        _raise_disk_full(exc, out, out)
         raise SpecReplayError(f"--out {out}: cannot be created: {exc.strerror}") from None
     _judge(target, out, force)
     try:
@@ -154,13 +167,50 @@ def output_dir(
             if marker:
                 (tmp / MARKER).write_text("written by specreplay; safe to overwrite\n")
         except OSError as exc:
+            _raise_disk_full(exc, out / MARKER if tmp.is_dir() else out, out)
             raise SpecReplayError(f"--out {out}: cannot be created: {exc.strerror}") from None
         yield tmp
         with _signals_held():
             _SWAPS.append(_swap_in(tmp, target, out, force))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as exc:
+        left = _remove(tmp)
+        code = disk_errno(exc)
+        if code is not None:
+            named = exc.path if isinstance(exc, DiskFull) else out  # the file, where known
+            if named.is_relative_to(tmp):  # named where it was to go, not in the temporary folder
+                named = out / named.relative_to(tmp)
+            extra = f"; {left} could not be removed (the next run removes it)" if left else ""
+            message = output_message(named, out, code) + extra
+            raise DiskFull(message, path=named, code=code) from None
         raise
+
+
+def _raise_disk_full(exc: BaseException, path: Path, out: Path) -> None:
+    """Raise :class:`DiskFull` naming ``path`` when ``exc`` is a disk error; else return."""
+    code = disk_errno(exc)
+    if code is not None:
+        raise DiskFull(output_message(path, out, code), path=path, code=code) from None
+
+
+def _remove(tmp: Path) -> Path | None:
+    """Remove the temporary folder ``tmp``; return it when it could not be removed (else None).
+
+    Removing never raises. On a file system that needs space to delete (a full copy-on-write
+    one), the files left are truncated to nothing, which frees their blocks, and removal is
+    tried again; what is still there is a ``.NAME.tmp-PID`` the next run removes
+    (:func:`_remove_stale`).
+    """
+    shutil.rmtree(tmp, ignore_errors=True)
+    if not os.path.lexists(tmp):
+        return None
+    for dirpath, _, filenames in os.walk(tmp):  # never follows a symlink
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(path).st_mode):  # a symlink's target is not ours
+                    os.truncate(path, 0)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return tmp if os.path.lexists(tmp) else None
 
 
 def check_out(out: Path, *, force: bool, inputs: Sequence[Path] = ()) -> None:

@@ -19,7 +19,8 @@ Terms:
   (the stamp and the digest, as JSON) is parsed only after the header checks; an entry that fails
   (a changed byte, truncated, header only, another format) is recomputed and counted
   (:attr:`HashStats.recomputed`, results.json ``cache.recomputed``). A cache folder that cannot be
-  written costs only the hashing, never the run.
+  written (a full disk, a file-size limit, no permission) costs only the hashing, never the run:
+  the first failure is a cache note (:mod:`specreplay.diskfull`), which the command line prints.
 - The **run's ledger** holds the first stamp this run took of each file: when the replay lists
   or opens it (:func:`watch`) or when it is hashed. :func:`recorded_digest` is what a command
   writes as ``inputs[].sha256``: the digest of the whole file as it was during the run. It checks
@@ -44,6 +45,7 @@ from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
 from specreplay import cache_root
+from specreplay.diskfull import note_cache_failure
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.sealed import seal, unseal
 
@@ -194,16 +196,30 @@ def _cached(payload: bytes | None, stamp: Stamp) -> str | None:
     return None
 
 
+HASH_CACHE = "the input-hash cache"
+
+
 def _store(entry: Path, stamp: Stamp, digest: str) -> None:
+    """Write the entry (temporary name, then rename); a failure is a cache note, not an error.
+
+    An unwritable cache (a full disk, a file-size limit, no permission) costs the hashing of the
+    next run, never this run: the temporary file is removed and the first failure of the run is
+    noted (:func:`specreplay.diskfull.note_cache_failure`; the command line prints it).
+    """
     payload = json.dumps({"stamp": list(astuple(stamp)), "sha256": digest}).encode()
+    tmp: str | None = None
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=entry.parent)
         with os.fdopen(fd, "wb") as fh:
             fh.write(seal(FORMAT, payload))
         os.replace(tmp, entry)
-    except OSError:
-        pass  # an unwritable cache costs the hashing, never the run
+    except OSError as exc:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        folder = Path(cache_root()) / "hashes"
+        note_cache_failure(HASH_CACHE, folder, exc, "its inputs are hashed again next run")
 
 
 def _digest(path: Path, cache: bool) -> tuple[str, Stamp]:

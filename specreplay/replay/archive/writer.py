@@ -36,6 +36,13 @@ rewritten to list them (the writer's record says ``"state": "open"``; ``"closed"
 recorder commits every N rounds or T seconds, so a killed process leaves every round up to its
 last commit readable. ``"replace"`` commits at close only.
 
+**A full disk** or a file-size limit (ENOSPC, EFBIG, also as polars raises them) while writing a
+shard or the manifest raises :class:`~specreplay.diskfull.DiskFull`, a one-line
+:class:`~specreplay.errors.SpecReplayError` that is also an ``OSError``, naming the file where it
+was to go (``path/part-NNNNN.SUFFIX``, not the temporary folder); the file's temporary name is
+removed, and the writer, left by the exception, aborts as on any failure (its temporary folder
+removed; shards committed before stay).
+
 A TraceWriter folder holds only ``CAPTURE.json``, ``part-NNNNN.SUFFIX`` (new, replace),
 ``part-<writer>-NNNNN.SUFFIX`` (append) and, for the instant of a manifest update,
 ``.CAPTURE.json.tmp-PID``.
@@ -76,6 +83,7 @@ from typing import Any, Literal, cast
 
 import polars as pl
 
+from specreplay.diskfull import DiskFull, disk_errno, writing
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive.schema import SCHEMA_V1
 from specreplay.replay.archive.sources import DATA_SUFFIXES, form_of
@@ -259,8 +267,9 @@ class TraceWriter:
         stage = target.with_name(f".{target.name}{tag}.tmp-{os.getpid()}")
         if stage.exists():
             shutil.rmtree(stage)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        stage.mkdir()
+        with writing(path):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            stage.mkdir()
         self._stage = stage
 
     def __enter__(self) -> TraceWriter:
@@ -418,7 +427,10 @@ class TraceWriter:
         folder = self._stage if self._stage is not None else self.path
         path = folder / f"part-{tag}{self._shard:05d}{suffix}"
         self._note(frame, path)
-        write_frame(frame, path, self.compression)
+        try:
+            write_frame(frame, path, self.compression)
+        except DiskFull as exc:  # named where the shard was to go, not in the staging folder
+            raise exc.moved(folder, self.path) from None
         self.written.append(path)
         self._shard += 1
 
@@ -534,8 +546,9 @@ class TraceWriter:
                     )
             shards = [*self._committed, *new]
             manifest["writers"] = [*manifest["writers"], self._writer_record(shards)]
-            for name in new:
-                os.replace(stage / name, target / name)
+            with writing(target):
+                for name in new:
+                    os.replace(stage / name, target / name)
             self._committed = shards
             _write_manifest(target, manifest)
         self._pending = set()
@@ -651,12 +664,9 @@ def _write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     """Write ``folder/CAPTURE.json`` under a temporary name and rename it (atomic)."""
     path = folder / MANIFEST
     tmp = _tmp(path)
-    try:
+    with writing(path, tmp):
         tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _rename_in(stage: Path, target: Path) -> None:
@@ -664,6 +674,9 @@ def _rename_in(stage: Path, target: Path) -> None:
     try:
         os.rename(stage, target)
     except OSError as exc:
+        code = disk_errno(exc)
+        if code is not None:
+            raise DiskFull.file(target, code) from None
         raise SpecReplayError(
             f"{target}: cannot put the run in place ({exc.strerror}): the folder was filled "
             'while this writer ran? Pass mode="replace" or mode="append"'
@@ -738,7 +751,7 @@ def write_frame(frame: pl.DataFrame, path: Path, compression: str | None = None)
         )
     compression = check_compression(form, compression)
     tmp = _tmp(path)
-    try:
+    with writing(path, tmp):  # any failure removes tmp; a full disk is one line naming path
         if form == "parquet":
             frame.write_parquet(tmp, compression=cast(_ParquetCodec, compression))
         elif form == "ipc":
@@ -746,9 +759,6 @@ def write_frame(frame: pl.DataFrame, path: Path, compression: str | None = None)
         else:
             _write_jsonl(frame, tmp)
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def check_compression(form: str, compression: str | None) -> str:
