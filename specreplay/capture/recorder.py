@@ -777,10 +777,14 @@ class Recorder:
                 self._queue.put(_STOP)  # the thread keeps draining, even after a failure
                 self._thread.join()
                 if self._error is None:
+                    before = self._writer.capture
                     self._writer.capture = self.manifest()
                     try:
+                        if self.commits:  # a failing write leaves the last commit's counts
+                            self._writer.commit()
                         self._writer.close()
                     except Exception as exc:  # reported as the recorder's error
+                        self._writer.capture = before
                         self._fail(exc)
                 else:
                     self._writer.abort(f"{type(self._error).__name__}: {_one_line(self._error)}")
@@ -886,10 +890,12 @@ class Recorder:
         )
         if not (due_rounds or due_time or due_idle):
             return
+        before = self._writer.capture  # the counts of what the last commit put in place
         try:
             self._writer.capture = self.manifest()
             self._writer.commit()
         except BaseException as exc:  # logged now, raised by close()
+            self._writer.capture = before  # the manifest keeps counting the committed rounds
             self._fail(exc)
         self._since_commit = 0
         self._last_commit = time.monotonic()
