@@ -24,8 +24,14 @@ exact-q mode
     EAGLE-style argmax) is the exact-q case ``cand_ids=[[d]]``, ``emitted_q=[[1.0]]``,
     ``draft_logprobs=[[0.0]]`` with ``logging_arm="greedy@K"``.
 incomplete request
-    A recorded request that lost a round because the queue was full: its earlier rounds stay in
-    the archive, its later rounds are not recorded.
+    A recorded request that lost a round because the queue was full or the round was bad: its
+    earlier rounds stay in the archive, its later rounds are not recorded.
+bad round
+    A round whose call :meth:`Recorder.round` refused (shapes, ids, round order, arrays that
+    cannot be copied: :data:`BAD_CALL`), or whose rows break a rule of ``validate``
+    (:mod:`specreplay.replay.archive.rowrules`: finite values, laws whose kept mass plus tail is
+    1 within 1e-6, ids in range, the drafted id among the candidates), or whose ids cannot be
+    written (a token id beyond int64).
 
 Decisions (where issue 12 is silent)
 ------------------------------------
@@ -58,24 +64,42 @@ Decisions (where issue 12 is silent)
   starts Numba's threading layer in the engine's process (with the GNU OpenMP layer, Numba's
   choice on Linux without TBB, a child forked after that must not run a parallel kernel). The
   call failing is a failure of the background thread (below).
-- **Failures**: a bad call (shapes, a drafted id outside ``cand_ids``, rounds out of order) raises
-  a one-line :class:`~specreplay.errors.SpecReplayError` on the calling thread and records
-  nothing of that round. A failure on the background thread stops recording; ``close`` then
-  removes the staged run and raises a SpecReplayError naming the failure. Nothing more reaches
-  ``path``: what earlier periodic commits put there stays (whole rounds), and ``CAPTURE.json``
-  marks this writer ``"state": "failed: …"`` (a run that lost rows must not pass for a whole one;
-  ``validate`` says so).
+- **Bad rounds** (issue 17): ``round`` never raises into the engine. A bad call returns False;
+  every other round is queued (True) and checked on the background thread with validate's own
+  row rules, run in the interpreter (:func:`~specreplay.replay.archive.rowrules.
+  check_rows_python`: no Numba in exact-q mode; about 0.3 ms a round of 4 rows of 32
+  candidates). A bad round is dropped **with the later rounds of its request**, the queue-full
+  rule: the request keeps its earlier rounds (already written, perhaps committed), is listed
+  as incomplete, and records no later round (a later round would follow a gap the replay
+  cannot see). The manifest counts the bad rounds by reason (:class:`CaptureCounts`), and the
+  first one is logged once, a WARNING on ``logger`` (:data:`LOGGER` by default; the vLLM plugin
+  passes its ``vllm.specreplay`` logger, whose lines vLLM's handler prints, while a
+  ``specreplay`` logger would reach only Python's last-resort handler in vLLM's processes:
+  vllm/logger.py configures the ``vllm`` logger alone). The replay then sees each request up to
+  its first bad round: a selection, which :mod:`specreplay.replay.archive.dropped` bounds
+  (``validate`` refuses a capture with more than 1 % of bad rounds).
+- **Failures** (a full disk, a file-size limit, any error on the background thread): recording
+  stops at once. The staged run is removed on the background thread (on a full disk that frees
+  its space), ``CAPTURE.json`` marks this writer ``"state": "failed: …"`` when the manifest can
+  be written (a run that lost rows must not pass for a whole one; ``validate`` says so; its
+  counts stay those of the last commit, matching the committed rows), and one ERROR line on
+  ``logger`` says the path, the cause (ENOSPC and EFBIG named, also from polars' ``os error
+  28/27``), that recording stopped and what to do. What earlier periodic commits put in ``path``
+  stays (whole rounds). The engine is not slowed or stopped: ``round`` returns False at once,
+  ``with`` and the process's exit close without raising (the failure is in the log and in
+  :attr:`Recorder.failure`); an explicit ``close`` raises a SpecReplayError naming it.
 - **Periodic commits** (issue 15): the background thread commits the rounds written so far,
   with the manifest, every ``commit_rounds`` rounds (:data:`COMMIT_ROUNDS`, 10,000) or
   ``commit_seconds`` seconds (:data:`COMMIT_SECONDS`, 60), whichever comes first
   (:meth:`~specreplay.replay.archive.writer.TraceWriter.commit`: whole shards renamed in and
   ``CAPTURE.json`` rewritten under the folder's lock; the writer's record says ``"state":
   "open"`` until ``close``). A reader sees the committed rounds only.
-- **Exit**: ``close`` is registered with :mod:`atexit` and as a :mod:`multiprocessing`
-  finalizer (a child started by fork ends in ``os._exit``, and Python 3.12 runs only
-  multiprocessing's finalizers there), so a process that exits normally commits what it
-  recorded; ``with Recorder(...)`` closes on exit, also when an exception leaves the
-  block (what was recorded is committed, and the exception propagates). A killed process
+- **Exit**: ``close`` is registered (quietly: a failure is not raised at the engine's shutdown)
+  with :mod:`atexit` and as a :mod:`multiprocessing` finalizer (a child started by fork ends in
+  ``os._exit``, and Python 3.12 runs only multiprocessing's finalizers there), so a process that
+  exits normally commits what it recorded; ``with Recorder(...)`` closes on exit, also when an
+  exception leaves the block (what was recorded is committed, and the exception propagates,
+  with the recorder's failure as a note). A killed process
   (SIGKILL, out of memory) leaves ``path`` as its last periodic commit left it (every round up
   to that commit, the writer's state ``"open"``), and the TraceWriter's staged
   ``.NAME.tmp-PID`` folder beside it (shards written since, no manifest; readers refuse it).
@@ -339,6 +363,9 @@ class Recorder:
         that trigger off, all None commits at close only). A killed process loses at most the
         rounds since the last commit; an engine that finished its work and idles has committed
         everything before it is stopped. Not with ``mode="replace"`` (it commits at close).
+    logger : logging.Logger, optional
+        Where the first bad round's WARNING and a failure's ERROR line go (the engine's log):
+        the ``specreplay.capture`` logger (:data:`LOGGER`) by default.
 
     Attributes
     ----------

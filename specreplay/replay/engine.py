@@ -871,9 +871,10 @@ def replay_archive(
         ``--estimator auto``: the caller settles the estimator after the pass.
     """
     get_estimator(estimator).replicates_used(replicates)  # bad options fail before any read
-    opened = OpenArchive(
-        path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows, ignore=ignore
-    )
+    opened = OpenArchive(  # no bad-round gate: validate's, requalify's and sweep's (docs/api.md)
+        path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows, ignore=ignore,
+        max_dropped=1.0,
+    )  # fmt: skip
     res = opened.replay(
         arms,
         estimator=estimator,
