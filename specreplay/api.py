@@ -109,6 +109,7 @@ from specreplay.pipelines.options import (
     FAMILY_ALPHA,
     LEVEL,
     MARGIN_DEFAULT,
+    MAX_DROPPED,
     MIN_REQUESTS,
     N_BOOT,
     POSITIONS,
@@ -342,18 +343,22 @@ def validate(
     progress: bool = False,
     hash_ids: bool = False,
     ignore: str | Sequence[str] = (),
+    max_dropped: float = MAX_DROPPED.default,
 ) -> Result:
     """Check an archive against schema v1; return its counts, MEASURED R and survival.
 
     As ``specreplay validate PATH``. ``result.archive`` describes the archive; the cells hold
     the MEASURED R of its logging arm by family × bucket. ``ignore``: as ``--ignore`` (globs
     of a folder's entries to skip; ``result.inputs_ignored`` lists what was skipped).
+    ``max_dropped``: as ``--max-dropped`` (docs/api.md#recorder).
 
     Raises
     ------
     InvalidArchive
         When the archive has errors: ``.errors`` holds up to 20 lines (every one with
         ``all_errors``), each naming the file and row.
+    SpecReplayError
+        When a capture's recorders dropped more than ``max_dropped`` of its rounds as bad.
     """
     p = Path(path)
     opts = ValidateOptions.build(
@@ -362,6 +367,7 @@ def validate(
         logging_arm=logging_arm,
         hash_ids=hash_ids,
         ignore=ignore,
+        max_dropped=max_dropped,
     )
     target = _before(out, force, [p])
     result = validate_result(p, opts, progress=_bar(progress))
@@ -398,6 +404,7 @@ def requalify(
     cache: PathLike | None = None,
     short_rounds: ShortRounds | str = ShortRounds.CAPPED,
     ignore: str | Sequence[str] = (),
+    max_dropped: float = MAX_DROPPED.default,
 ) -> Result:
     """Replay an archive under baseline and candidate arms and requalify the change.
 
@@ -406,7 +413,8 @@ def requalify(
     arm (SIMULATED), the deltas by :class:`~specreplay.results.model.Role`, survival and the
     law tests. ``families``: comma-separated or a sequence. ``scheduler``, ``workers``,
     ``cache``: as ``--scheduler``, ``--workers``, ``--cache`` (:func:`_backend`). ``ignore``:
-    as ``--ignore`` (``result.inputs_ignored`` lists what was skipped). ``short_rounds``:
+    as ``--ignore`` (``result.inputs_ignored`` lists what was skipped). ``max_dropped``: as
+    ``--max-dropped`` (a capture with more bad rounds is refused). ``short_rounds``:
     ``capped`` (the default), ``null`` or ``exclude``, as ``--short-rounds``
     (:mod:`specreplay.pipelines.shortrounds`). ``confidence_level``: ``level`` as
     ``scipy.stats.bootstrap`` spells it.
@@ -449,6 +457,7 @@ def sweep(
     cache: PathLike | None = None,
     short_rounds: ShortRounds | str = ShortRounds.CAPPED,
     ignore: str | Sequence[str] = (),
+    max_dropped: float = MAX_DROPPED.default,
 ) -> Result:
     """R at every fixed depth per arm and cell from one replay pass.
 
@@ -459,9 +468,9 @@ def sweep(
     Each cell's ``depths`` hold R per arm and depth (``to_polars("depths")``); round traces give
     the survival truncation proxy. ``scheduler``, ``workers``, ``cache``: as ``--scheduler``,
     ``--workers``, ``--cache`` (:func:`_backend`). ``ignore``: as ``--ignore``.
-    ``short_rounds``: as ``--short-rounds``. ``policies``: the ``--policy`` values (one string or
-    a sequence; brace lists expand); each cell's ``policies`` then hold them
-    (docs/methods.md#policies-adaptive-drafting).
+    ``max_dropped``: as ``--max-dropped``. ``short_rounds``: as ``--short-rounds``.
+    ``policies``: the ``--policy`` values (one string or a sequence; brace lists expand); each
+    cell's ``policies`` then hold them (docs/methods.md#policies-adaptive-drafting).
     """
     params = _api_params(dict(locals()))  # the parameters, before any other name is bound
     params["arms"] = (arms,) if isinstance(arms, str | Arm) else arms

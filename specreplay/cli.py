@@ -29,6 +29,7 @@ from specreplay.pipelines.options import (
     LEVEL,
     MARGIN_DEFAULT,
     MAX_DRAWS,
+    MAX_DROPPED,
     MIN_REQUESTS,
     N_BOOT,
     POSITIONS,
@@ -237,6 +238,18 @@ ShortRoundsOpt = Annotated[
         "any other short round acts as under null), null (the cells holding it are null, with "
         "the count and the first such round) or exclude (every short round left out of every "
         "sum, for every arm, counted per cell under excluded).",
+    ),
+]
+MaxDroppedOpt = Annotated[
+    float,
+    typer.Option(
+        "--max-dropped",
+        metavar="SHARE",
+        help="A capture whose recorders dropped more than this share of its rounds as bad "
+        "(NaN laws, laws not summing to 1, ids out of range: counted in CAPTURE.json) is "
+        "refused, an engine bug being likely; 1 accepts any capture (docs/api.md#recorder).",
+        min=MAX_DROPPED.lo,
+        max=MAX_DROPPED.hi,
     ),
 ]
 IgnoreOpt = Annotated[
@@ -578,6 +591,7 @@ def validate(
     quiet: QuietOpt = False,
     hash_ids: HashIdsOpt = False,
     ignore: IgnoreOpt = None,
+    max_dropped: MaxDroppedOpt = MAX_DROPPED.default,
 ) -> None:
     """Check an archive against schema v1; report its counts, MEASURED R and survival.
 
@@ -596,6 +610,7 @@ def validate(
             logging_arm=logging_arm,
             hash_ids=hash_ids,
             ignore=ignore,
+            max_dropped=max_dropped,
         )
         with Phases(quiet) as phases:
             ok, text = run_validate(path, opts, out=out, force=force, progress=phases)
@@ -844,6 +859,7 @@ def requalify(
     cache: CacheOpt = None,
     short_rounds: ShortRoundsOpt = ShortRounds.CAPPED,
     ignore: IgnoreOpt = None,
+    max_dropped: MaxDroppedOpt = MAX_DROPPED.default,
 ) -> None:
     """Replay an archive under baseline and candidate arms and requalify the change.
 
@@ -926,6 +942,7 @@ def sweep(
     cache: CacheOpt = None,
     short_rounds: ShortRoundsOpt = ShortRounds.CAPPED,
     ignore: IgnoreOpt = None,
+    max_dropped: MaxDroppedOpt = MAX_DROPPED.default,
 ) -> None:
     """R (retained tokens per round) at every fixed depth per arm and cell from one replay pass.
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -517,14 +518,12 @@ def test_a_failure_after_commits_keeps_them_and_marks_the_writer_failed(tmp_path
     deadline = time.monotonic() + 30
     while rec.commits == 0 and time.monotonic() < deadline:
         time.sleep(0.02)
-    big = np.array([2**63 + 5], dtype=np.uint64)
-    rec.round(
-        "r", 1, big, np.full((1, 1), 0.5), 0, cand_ids=big[:, None], emitted_q=np.ones((1, 1))
-    )
-    with pytest.raises(SpecReplayError, match=r"kept only its 1 earlier commits.*does not fit"):
+    _disk_full(rec)
+    _point_mass(rec, "r", 1, [2], 1)
+    with pytest.raises(SpecReplayError, match=r"kept only its 1 earlier commits.*No space left"):
         rec.close()
     (writer,) = json.loads((out / "CAPTURE.json").read_text())["writers"]
-    assert writer["state"].startswith("failed: SpecReplayError: token id")
+    assert writer["state"].startswith("failed: OSError: [Errno 28] No space left on device")
     assert _rows(out)["round"].to_list() == [0]
     assert leftovers(tmp_path) == []
 
@@ -570,15 +569,21 @@ def test_an_exception_inside_with_commits_and_propagates(tmp_path: Path) -> None
     _valid(tmp_path / "a")
 
 
+def _disk_full(rec: Recorder) -> None:
+    """Make the recorder's next shard write fail as a full disk does (ENOSPC)."""
+
+    def full(frame: pl.DataFrame) -> None:
+        raise OSError(28, "No space left on device")
+
+    rec._writer.append_frame = full  # type: ignore[method-assign]
+
+
 def test_a_background_failure_makes_close_raise_and_writes_nothing(tmp_path: Path) -> None:
     rec = Recorder(tmp_path / "a", logging_arm="greedy@1")
-    big = np.array([2**63 + 5], dtype=np.uint64)  # no int64 holds it: the row is refused
-    rec.round(
-        "r", 0, big, np.full((1, 1), 0.5), 0, cand_ids=big[:, None], emitted_q=np.ones((1, 1))
-    )
+    _disk_full(rec)
+    _point_mass(rec, "r", 0, [1], 1)
     with pytest.raises(
-        SpecReplayError,
-        match=r"background thread.*token id 9223372036854775813 does not fit an int64",
+        SpecReplayError, match=r"background thread.*OSError: \[Errno 28\] No space left"
     ):
         rec.close()
     with pytest.raises(SpecReplayError, match="background thread"):
@@ -636,12 +641,12 @@ def test_a_failing_numba_thread_count_stops_recording(
 
 
 def test_an_exception_inside_with_keeps_its_type_when_close_fails_too(tmp_path: Path) -> None:
-    big = np.array([2**63 + 5], dtype=np.uint64)
     with (
         pytest.raises(RuntimeError, match="engine crashed") as info,
         Recorder(tmp_path / "a", logging_arm="greedy@1") as rec,
     ):
-        rec.round("r", 0, big, [[0.5]], 0, cand_ids=big[:, None], emitted_q=[[1.0]])
+        _disk_full(rec)
+        _point_mass(rec, "r", 0, [1], 1)
         raise RuntimeError("engine crashed")
     assert any("background thread" in note for note in info.value.__notes__)
     assert not (tmp_path / "a").exists() and leftovers(tmp_path) == []
@@ -689,6 +694,9 @@ def test_two_writers_append_to_one_folder(tmp_path: Path) -> None:
         "rounds_recorded": 2,
         "rounds_dropped_queue_full": 0,
         "rows": 4,
+        "rounds_dropped_bad": 0,  # issue 17: bad rounds dropped by the recorders
+        "rounds_dropped_after_bad": 0,
+        "dropped_reasons": {},
     }
 
 
@@ -785,29 +793,42 @@ def _call(rec: Recorder, **over: Any) -> bool:
         ({"request_id": 7}, r"request_id 7 should be a str"),
     ],
 )
-def test_bad_rounds_are_refused_and_not_counted(
+def test_a_bad_call_is_counted_stops_its_request_and_never_raises(
     tmp_path: Path, over: dict[str, Any], match: str
 ) -> None:
+    """Issue 17 item 3: round() never raises into the engine; a refused call is a bad round."""
     with Recorder(tmp_path / "a", logging_arm="t1@3") as rec:
-        with pytest.raises(SpecReplayError, match=match):
-            _call(rec, **over)
-        assert rec.counts.rounds_offered == 0
-        assert _call(rec)  # the same request records normally afterwards
+        assert _call(rec, **over) is False
+        c = rec.counts
+        assert (c.rounds_offered, c.rounds_dropped_bad, c.rounds_recorded) == (1, 1, 0)
+        assert dict(c.dropped_reasons) == {recorder_module.BAD_CALL: 1}
+        assert re.search(match, c.first_bad)
+        if isinstance(over.get("request_id", "r"), str):  # its request records no later round
+            assert not _call(rec, **{**over, "round": 5}) and not rec.sampled("r")
+            assert rec.counts.rounds_dropped_after_bad == 1
+            assert rec.counts.incomplete_ids == ("r",)
+        assert _call(rec, request_id="s")  # another request records normally
     assert rec.counts.rows == 2
+    assert _rows(tmp_path / "a")["request_id"].unique().to_list() == ["s"]
 
 
 def test_logits_mode_shape_checks(tmp_path: Path) -> None:
-    with Recorder(tmp_path / "a", logging_arm="t1@3", top_k=2) as rec:
-        d = np.array([1, 2])
-        with pytest.raises(SpecReplayError, match=r"target_probs has 3 columns, draft_logits 4"):
-            rec.round("r", 0, d, np.full((2, 3), 0.3), 0, draft_logits=np.zeros((2, 4)))
-        with pytest.raises(SpecReplayError, match=r"drafted id is outside the vocabulary 0..2"):
-            rec.round(
-                "r", 0, np.array([1, 3]), np.full((2, 3), 0.3), 0, draft_logits=np.zeros((2, 3))
-            )
-        with pytest.raises(SpecReplayError, match=r"round 0 after round 0"):
-            rec.round("r", 0, d, np.full((2, 3), 0.3), 0, draft_logits=np.zeros((2, 3)))
-            rec.round("r", 0, d, np.full((2, 3), 0.3), 0, draft_logits=np.zeros((2, 3)))
+    d = np.array([1, 2])
+    calls: list[tuple[str, str, dict[str, Any]]] = [
+        ("a", r"target_probs has 3 columns, draft_logits 4", {"draft_logits": np.zeros((2, 4))}),
+        ("b", r"drafted id is outside the vocabulary 0..2",
+         {"drafted_ids": np.array([1, 3]), "draft_logits": np.zeros((2, 3))}),
+    ]  # fmt: skip
+    for rid, match, over in calls:
+        with Recorder(tmp_path / rid, logging_arm="t1@3", top_k=2) as rec:
+            args = {"drafted_ids": d, "target_probs": np.full((2, 3), 0.3), "accepted": 0}
+            assert not rec.round(rid, 0, **{**args, **over})
+        assert re.search(match, rec.counts.first_bad)
+    with Recorder(tmp_path / "c", logging_arm="t1@3", top_k=2) as rec:
+        assert rec.round("r", 0, d, np.full((2, 3), 0.3), 0, draft_logits=np.zeros((2, 3)))
+        assert not rec.round("r", 0, d, np.full((2, 3), 0.3), 0, draft_logits=np.zeros((2, 3)))
+    assert "round 0 after round 0" in rec.counts.first_bad
+    assert rec.counts.rounds_recorded == 1
 
 
 def test_top_candidates_match_a_stable_sort_with_ties() -> None:
@@ -854,18 +875,14 @@ def test_tails_are_written_as_schema_v2(tmp_path: Path) -> None:
     res = api.validate(out)
     assert res.archive.kept_mass.tails_recorded
     assert res.archive.kept_mass.draft.min == pytest.approx(0.9)
-    with (
-        Recorder(tmp_path / "v1", logging_arm="t1@2") as rec,  # schema v1: no tails
-        pytest.raises(SpecReplayError, match="made without tails=True"),
-    ):
-        rec.round("r", 0, [5], np.array([[1.0]]), 0, cand_ids=[[5]], emitted_q=[[1.0]],
-                      draft_tail=[0.0])  # fmt: skip
-    with (
-        Recorder(tmp_path / "bad", logging_arm="t1@2", tails=True) as rec,
-        pytest.raises(SpecReplayError, match=r"draft_tail should be 1 numbers in \[0, 1\]"),
-    ):
-        rec.round("r", 0, [5], np.array([[1.0]]), 0, cand_ids=[[5]], emitted_q=[[1.0]],
-                      draft_tail=[1.5])  # fmt: skip
+    with Recorder(tmp_path / "v1", logging_arm="t1@2") as rec:  # schema v1: no tails
+        assert not rec.round("r", 0, [5], np.array([[1.0]]), 0, cand_ids=[[5]],
+                             emitted_q=[[1.0]], draft_tail=[0.0])  # fmt: skip
+    assert "made without tails=True" in rec.counts.first_bad
+    with Recorder(tmp_path / "bad", logging_arm="t1@2", tails=True) as rec:
+        assert not rec.round("r", 0, [5], np.array([[1.0]]), 0, cand_ids=[[5]],
+                             emitted_q=[[1.0]], draft_tail=[1.5])  # fmt: skip
+    assert "draft_tail should be 1 numbers in [0, 1]" in rec.counts.first_bad
 
 
 @pytest.mark.parametrize("arm", ["t1@2", "t0.7:dyadic8@2", "top3:t1@2", "greedy@2"])

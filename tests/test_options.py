@@ -53,6 +53,7 @@ BAD: dict[str, list[tuple[str, Any, str | None]]] = {
     "hash_ids": [("--hash-ids", "yes", None)],
     "short_rounds": [("--short-rounds", "drop", "drop")],
     "ignore": [],  # any text is a glob: nothing to refuse
+    "max_dropped": [("--max-dropped", -0.1, "-0.1"), ("--max-dropped", 1.5, "1.5")],
 }
 
 

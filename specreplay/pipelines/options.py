@@ -61,6 +61,7 @@ __all__ = [
     "LEVEL",
     "MARGIN_DEFAULT",
     "MAX_DRAWS",
+    "MAX_DROPPED",
     "MIN_REQUESTS",
     "NOT_OPTIONS",
     "N_BOOT",
@@ -223,6 +224,8 @@ SHARD_REQUESTS = Num("--shard-requests", 1, 10**8, 250)
 SYNTH_DEPTH = Num("--depth", 1, 127, 8)
 """Drafted positions per round of the built-in archive (synth, demo); why 8: sim/synth.py."""
 POSITIONS = Num("--positions", 1, 10**6, 8)
+MAX_DROPPED = Num("--max-dropped", 0, 1, 0.01, integer=False)
+"""The largest share of bad rounds a capture may have (:mod:`specreplay.replay.archive.dropped`)."""
 MAX_DRAWS = Num("--max-draws", 1000, 10**12)
 FAMILY_ALPHA = Num("--family-alpha", *FLOAT_BOUNDS, 1e-5, integer=False)
 DRAFTED = Num("--drafted", 1, 1024)
@@ -564,7 +567,9 @@ class ReplayOptions:
     column; ``estimator``; ``replicates`` Monte Carlo replicates per round; ``seed``; ``by`` a
     carried column giving extra cells (:mod:`specreplay.pipelines.grouping`); ``hash_ids``
     request ids hashed in every output (:mod:`specreplay.results.privacy`); ``short_rounds``
-    (:mod:`specreplay.pipelines.shortrounds`); ``ignore`` globs of folder entries to skip.
+    (:mod:`specreplay.pipelines.shortrounds`); ``ignore`` globs of folder entries to skip;
+    ``max_dropped`` the largest share of bad rounds a capture may have
+    (:mod:`specreplay.replay.archive.dropped`).
     """
 
     buckets: Buckets
@@ -576,6 +581,7 @@ class ReplayOptions:
     hash_ids: bool
     short_rounds: ShortRounds
     ignore: tuple[str, ...]
+    max_dropped: float = MAX_DROPPED.default
 
     @classmethod
     def build(
@@ -590,6 +596,7 @@ class ReplayOptions:
         hash_ids: bool = False,
         short_rounds: Any = ShortRounds.CAPPED,
         ignore: str | Sequence[str] | None = (),
+        max_dropped: Any = MAX_DROPPED.default,
     ) -> Self:
         """Parse and check every value (the one constructor of the CLI and the API)."""
         if by is not None and not isinstance(by, str):
@@ -607,6 +614,7 @@ class ReplayOptions:
             hash_ids=_flag(hash_ids, "hash_ids"),
             short_rounds=parse_choice(ShortRounds, short_rounds),
             ignore=globs(ignore),
+            max_dropped=MAX_DROPPED.check(max_dropped),
         )
 
     @property
@@ -915,7 +923,8 @@ class LawtestOptions:
 class ValidateOptions:
     """Every option of ``specreplay validate`` but the archive and the output folder.
 
-    ``max_errors`` error lines before it stops (None: every one, ``--all``).
+    ``max_errors`` error lines before it stops (None: every one, ``--all``); ``max_dropped``
+    the largest share of bad rounds a capture may have (:mod:`specreplay.replay.archive.dropped`).
     """
 
     max_errors: int | None
@@ -923,6 +932,7 @@ class ValidateOptions:
     logging_arm: Arm | None
     hash_ids: bool
     ignore: tuple[str, ...]
+    max_dropped: float = MAX_DROPPED.default
 
     @classmethod
     def build(
@@ -933,6 +943,7 @@ class ValidateOptions:
         logging_arm: Any = None,
         hash_ids: bool = False,
         ignore: str | Sequence[str] | None = (),
+        max_dropped: Any = MAX_DROPPED.default,
     ) -> Self:
         """Parse and check every value (the one constructor of the CLI and the API)."""
         return cls(
@@ -941,6 +952,7 @@ class ValidateOptions:
             logging_arm=parse_logging_arm(logging_arm),
             hash_ids=_flag(hash_ids, "hash_ids"),
             ignore=globs(ignore),
+            max_dropped=MAX_DROPPED.check(max_dropped),
         )
 
 

@@ -727,6 +727,7 @@ def requalify_open(archive: Path, opts: RequalifyOptions) -> Opened:
         by=opts.replay.by,
         columns=pass_columns(opts.replay.estimator, opts.replay.by),
         ignore=opts.replay.ignore,
+        max_dropped=opts.replay.max_dropped,
     )
     # the option, parsed once; else the archive's column, parsed where the reader read it
     log = opened.parsed_logging_arm

@@ -621,6 +621,7 @@ def _prepare(archive: Path, opts: SweepOptions) -> SweepPrepared:
         buckets=opts.replay.buckets,
         logging_arm=opts.replay.logging_arm,
         ignore=opts.replay.ignore,
+        max_dropped=opts.replay.max_dropped,
         by=opts.replay.by,
         columns=pass_columns(opts.replay.estimator, opts.replay.by),
     )

@@ -4,7 +4,9 @@
 :class:`~specreplay.errors.InvalidArchive` with every error line (the Python API's ``validate``).
 A folder a recorder wrote (its ``CAPTURE.json`` writers carry a ``"capture"`` object,
 docs/api.md#recorder) adds ``extra["capture"]`` (results.json ``capture``): the writers' counts
-summed, without the incomplete request ids (outputs hold no request id).
+summed, without the incomplete request ids (outputs hold no request id), with the bad rounds
+its recorders dropped (:mod:`specreplay.replay.archive.dropped`): above ``opts.max_dropped``
+(``--max-dropped``, 1 % by default) of them the capture is refused before any row is read.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from specreplay.errors import InvalidArchive
 from specreplay.pipelines.builders import measured_result
 from specreplay.pipelines.options import ValidateOptions
+from specreplay.replay.archive.dropped import capture_dropped, check_dropped
 from specreplay.replay.archive.writer import MANIFEST
 from specreplay.replay.scan import Progress, no_progress, scan_archive
 from specreplay.results.model import Result
@@ -47,7 +50,10 @@ def validate_result(
     ------
     InvalidArchive
         When the archive has errors (up to ``max_errors`` of them; None: every one).
+    SpecReplayError
+        When a capture's recorders dropped more than ``opts.max_dropped`` of its rounds as bad.
     """
+    check_dropped(path, opts.max_dropped)
     logging_arm = opts.logging_arm.spelled if opts.logging_arm is not None else None
     scan = scan_archive(
         path,
@@ -81,7 +87,9 @@ def capture_summary(path: Path) -> dict[str, Any] | None:
         ``writers_open`` (still recording, or ended without closing: killed; their rows are
         those of their last periodic commit), ``writers_failed`` (stopped on an error after
         committing), and each of the counts (requests_seen … rows) summed, as of each writer's
-        last commit.
+        last commit; ``rounds_dropped_bad``, ``rounds_dropped_after_bad`` (ints) and
+        ``dropped_reasons`` (reason → bad rounds) summed, absent from a manifest written before
+        issue 17 (no bad round was counted then).
     """
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
@@ -109,6 +117,12 @@ def capture_summary(path: Path) -> dict[str, Any] | None:
     }
     for key in _COUNTS:
         out[key] = sum(int(c.get(key, 0)) for c in counts if isinstance(c, dict))
+    dropped = capture_dropped(path)
+    if dropped is not None and any(isinstance(c, dict) and "rounds_dropped_bad" in c
+                                   for c in counts):  # fmt: skip
+        out["rounds_dropped_bad"] = dropped.bad
+        out["rounds_dropped_after_bad"] = dropped.after
+        out["dropped_reasons"] = dropped.reasons
     outside = [c["draft_mass_outside"] for c in captures if isinstance(c.get("draft_mass_outside"),
                                                                        dict)]  # fmt: skip
     if outside:  # a capture that renormalised emitted_q on its candidates (the vLLM plugin, v1)

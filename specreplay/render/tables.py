@@ -283,6 +283,7 @@ def capture_line(capture: dict[str, Any] | None) -> str:
             f"over {outside['positions']:,} positions; the replay takes the candidates as the "
             "whole law (raise SPECREPLAY_CAPTURE_TOP_K if this is not small)"
         )
+    line += _dropped_line(capture)
     n_open, n_failed = capture.get("writers_open", 0), capture.get("writers_failed", 0)
     if n_open:
         line += (
@@ -295,6 +296,30 @@ def capture_line(capture: dict[str, Any] | None) -> str:
             "(CAPTURE.json says why): its committed rounds are read, the rest was lost"
         )
     return line
+
+
+def _dropped_line(capture: dict[str, Any]) -> str:
+    r"""Return the line on the bad rounds a capture's recorders dropped; empty when none.
+
+    >>> line = _dropped_line({"rounds_recorded": 990, "rounds_dropped_bad": 10,
+    ...     "rounds_dropped_after_bad": 4, "dropped_reasons": {"bad law": 10}})
+    >>> print(line.strip().replace("; ", ";\n"))
+    10 bad rounds dropped by the recorders (1.0% of 1,000 checked;
+    bad law: 10);
+    their requests' 4 later rounds too: the replay sees each request up to its first bad round
+    """
+    bad = capture.get("rounds_dropped_bad", 0)
+    if not bad:
+        return ""
+    checked = bad + capture["rounds_recorded"]
+    reasons = capture.get("dropped_reasons") or {}
+    said = "; ".join(f"{r}: {n:,}" for r, n in sorted(reasons.items(), key=lambda x: -x[1])[:3])
+    return (
+        f"\n{bad:,} bad round{'s' if bad != 1 else ''} dropped by the recorders "
+        f"({bad / checked:.1%} of {checked:,} checked; {said}); their requests' "
+        f"{capture.get('rounds_dropped_after_bad', 0):,} later rounds too: the replay sees each "
+        "request up to its first bad round"
+    )
 
 
 def ignored_summary(ignored: Sequence[InputIgnored]) -> str:

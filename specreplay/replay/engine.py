@@ -54,6 +54,7 @@ from numpy.typing import NDArray
 from specreplay.errors import SpecReplayError
 from specreplay.replay.accumulate import NO_ROUND, ArmSums
 from specreplay.replay.archive.batch import at_parts
+from specreplay.replay.archive.dropped import MAX_DROPPED, check_dropped
 from specreplay.replay.archive.filehash import watch
 from specreplay.replay.archive.reader import ArchiveReader, FileInfo
 from specreplay.replay.archive.sources import (
@@ -611,6 +612,9 @@ class OpenArchive:
         every column.
     ignore : sequence of str
         ``--ignore`` globs: entries of a folder archive to skip (``ReplayResult.ignored``).
+    max_dropped : float
+        ``--max-dropped``: a capture whose recorders dropped a larger share of bad rounds is
+        refused (:func:`~specreplay.replay.archive.dropped.check_dropped`).
     """
 
     def __init__(
@@ -623,6 +627,7 @@ class OpenArchive:
         by: str | None = None,
         columns: frozenset[str] | None = None,
         ignore: Sequence[str] = (),
+        max_dropped: float = MAX_DROPPED,
     ) -> None:
         self.path = Path(path)
         self.columns = columns
@@ -630,6 +635,7 @@ class OpenArchive:
         self.batch_rows = batch_rows
         self.group = ("family",) if by is None else ("family", by)
         listing = archive_listing(self.path, ignore)
+        check_dropped(self.path, max_dropped)  # a capture with many bad rounds: an engine bug
         self.sources = list(listing.files)
         self.ignored = listing.ignored
         for f in self.sources:  # before any read, here or on a Dask worker
@@ -865,9 +871,10 @@ def replay_archive(
         ``--estimator auto``: the caller settles the estimator after the pass.
     """
     get_estimator(estimator).replicates_used(replicates)  # bad options fail before any read
-    opened = OpenArchive(
-        path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows, ignore=ignore
-    )
+    opened = OpenArchive(  # no bad-round gate: validate's, requalify's and sweep's (docs/api.md)
+        path, buckets=buckets, logging_arm=logging_arm, batch_rows=batch_rows, ignore=ignore,
+        max_dropped=1.0,
+    )  # fmt: skip
     res = opened.replay(
         arms,
         estimator=estimator,
