@@ -212,7 +212,9 @@ def one_percent(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return tmp / "bad", tmp / "clean"
 
 
-def test_one_percent_of_bad_rounds_validates_and_says_so(one_percent: tuple[Path, Path]) -> None:
+def test_one_percent_of_bad_rounds_validates_and_says_so(
+    one_percent: tuple[Path, Path], tmp_path: Path
+) -> None:
     bad, clean = one_percent
     c = _capture(bad)
     assert (c["rounds_dropped_bad"], c["rounds_dropped_after_bad"], c["rounds_recorded"]) == (
@@ -232,6 +234,13 @@ def test_one_percent_of_bad_rounds_validates_and_says_so(one_percent: tuple[Path
     assert doc.extra["capture"]["rounds_dropped_bad"] == 5
     assert doc.extra["capture"]["rounds_dropped_after_bad"] == 9
     assert doc.extra["capture"]["dropped_reasons"] == {"NaN or inf in target_probs": 5}
+    # the counts reach results.json, and report reads them back (the strict schema knows them)
+    out = tmp_path / "validated"
+    assert invoke(["validate", str(bad), "--out", str(out), "-q"]).exit_code == 0
+    written = json.loads((out / "results.json").read_text())["capture"]
+    assert written["dropped_reasons"] == {"NaN or inf in target_probs": 5}
+    res = invoke(["report", str(out), "-q"])
+    assert res.exit_code == 0, res.output
 
 
 def test_requalify_replays_the_rest_as_if_the_bad_rounds_were_never_offered(

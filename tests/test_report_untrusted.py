@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from archive_factory import LOGGING_ARM, valid_rows, write_jsonl
 from corpus import assert_clean, assert_refused, invoke, tree_digest
 
 from specreplay.errors import SpecReplayError
@@ -104,7 +105,8 @@ def test_every_run_renders_from_what_was_read(runs: Path, tmp_path: Path) -> Non
 def test_the_capture_object_validate_builds_is_the_declared_one(runs: Path, tmp_path: Path) -> None:
     """capture_summary's keys are CaptureSummary's (model.py, the one declaration)."""
     counts = {k: 3 for k in CaptureSummary.__annotations__ if k.startswith(("requests", "rounds"))}
-    capture = {"sample": 0.5, "counts": {**counts, "rows": 12},
+    reasons = {"dropped_reasons": {"NaN or inf in target_probs": 3}}
+    capture = {"sample": 0.5, "counts": {**counts, **reasons, "rows": 12},
                "draft_mass_outside": {"positions": 4, "mean": 0.01, "max": 0.02}}  # fmt: skip
     manifest = {"writers": [{"state": "closed", "capture": capture}]}
     (tmp_path / MANIFEST).write_text(json.dumps(manifest))
@@ -326,3 +328,37 @@ def test_a_null_r_with_its_reason_renders(requalify_doc: Doc, tmp_path: Path) ->
     res = invoke(["report", "-q", str(run), "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     assert "—" in (tmp_path / "out" / "TABLES.md").read_text()
+
+
+# -- what report refuses is never written ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("family", "problem"),
+    [("chat\nnext", "holds '\\n'"), ("..", "a '..' segment"), ("x" * 257, "257 characters")],
+)
+def test_a_family_that_is_no_name_is_refused_at_its_row(
+    tmp_path: Path, family: str, problem: str
+) -> None:
+    """The reader refuses a family report would refuse, so no command writes it."""
+    rows = valid_rows(n_requests=3)
+    for row in rows:
+        if row["request_id"] == "req-2":
+            row["family"] = family
+    first = next(i for i, r in enumerate(rows) if r["request_id"] == "req-2")
+    archive = write_jsonl(tmp_path / "trace.jsonl", rows)
+    before = tree_digest(tmp_path)
+    res = invoke(["requalify", str(archive), "--baseline", LOGGING_ARM, "--candidate",
+                  "top4:t1:dyadic24@3", "--n-boot", "100", "--out", str(tmp_path / "out"),
+                  "-q"])  # fmt: skip
+    assert_refused(res, f"{archive}:line {first + 1}:", "family", problem)
+    assert_clean(res, before, [tmp_path])
+
+
+def test_an_interval_label_that_is_no_name_is_refused(tmp_path: Path) -> None:
+    a = DATA / f"medusa-vicuna-7b-v1.3-{STEM}"
+    before = tree_digest(tmp_path)
+    res = invoke(["interval", str(a), str(a), "--name-a", "../x", "--out", str(tmp_path / "o"),
+                  "-q"])  # fmt: skip
+    assert_refused(res, "--name-a '../x': not a name: a '..' segment")
+    assert_clean(res, before, [tmp_path])

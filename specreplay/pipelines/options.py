@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from specreplay.errors import SpecReplayError
+from specreplay.names import name_problem
 from specreplay.stats.support import ShortRounds, parse_short_rounds
 
 if TYPE_CHECKING:
@@ -842,7 +843,7 @@ class IntervalOptions:
             buckets=parse_buckets(buckets),
             choice=CHOICE.check(choice),
             drafted=DRAFTED.check(drafted),
-            names=(name_a, name_b),
+            names=(_label(name_a, "--name-a"), _label(name_b, "--name-b")),
             seed=SEED.check(seed),
             hash_ids=_flag(hash_ids, "hash_ids"),
             ignore=globs(ignore),
@@ -1128,3 +1129,11 @@ class ScreenOptions:
             engine=_label_value("--engine", engine),
             vs=pair,
         )
+
+
+def _label(value: str | None, flag: str) -> str | None:
+    """Return an arm's label option, refused when it is no name (:mod:`specreplay.names`)."""
+    problem = None if value is None else name_problem(value)
+    if problem is not None:
+        raise SpecReplayError(f"{flag} {value!r}: not a name: {problem}")
+    return value

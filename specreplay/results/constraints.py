@@ -17,20 +17,16 @@ count
     integer within ``options`` from −2^63 to 2^64 − 1 (:data:`JsonValue`).
 name
     An arm key, an arm, a cell's family, bucket, worker or group, a scrape pair's letter
-    (:data:`Name`): text a table, a figure label or a console line shows. A name is never used
-    as a path by ``report`` (its files have fixed names), and so that it cannot become one
-    anywhere, it may not be empty or longer than 256 characters, hold a NUL or any other control
-    character (C0, DEL, C1, U+2028, U+2029: a line break would also split the one-line
-    messages), a backslash, a ``..`` segment (``..`` alone or between ``/``), nor start with
-    ``/``. An inner ``/`` stays legal: the canonical form of an arm with a different verifier
-    is ``top32:t0.7:dyadic8/float64@5`` (docs/commands.md#arms), and a carried column's value
-    may be ``org/model``.
+    (:data:`Name`): text a table, a figure label or a console line shows, never a path; its
+    rule is :func:`specreplay.names.name_problem` (the archive reader and the label options apply
+    it too, so a command never writes a name ``report`` refuses).
 """
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Annotated, Any
+
+from specreplay.names import NAME_MAX, NAME_PATTERN, name_problem
 
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
@@ -51,39 +47,6 @@ __all__ = [
 ]
 
 INT64_MAX = 2**63 - 1
-NAME_MAX = 256
-
-_CONTROL = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029"
-NAME_PATTERN = rf"^(?!/)(?!\.\.(?:/|$))(?!.*/\.\.(?:/|$))[^{_CONTROL}\\]{{1,{NAME_MAX}}}$"
-"""The names' grammar (module docstring) as a regular expression, as the JSON Schema states it."""
-
-_NAME = re.compile(NAME_PATTERN)
-_BAD_CHAR = re.compile(f"[{_CONTROL}\\\\]")
-
-
-def name_problem(text: str) -> str | None:
-    """Return what makes ``text`` no name (module docstring), or None for a name.
-
-    Examples
-    --------
-    >>> name_problem("top32:t0.7:dyadic8/float64@5") is None
-    True
-    >>> name_problem("../../../evil")
-    "a '..' segment (a name may not be a path)"
-    """
-    if _NAME.match(text):
-        return None
-    if not text:
-        return "empty (a name has 1 to 256 characters)"
-    if len(text) > NAME_MAX:
-        return f"{len(text)} characters (a name has at most {NAME_MAX})"
-    bad = _BAD_CHAR.search(text)
-    if bad is not None:
-        return f"holds {bad.group()!r} (a name holds no backslash nor control character)"
-    if text.startswith("/"):
-        return "starts with '/' (a name may not be a path)"
-    return "a '..' segment (a name may not be a path)"
-
 
 class NameRule:
     """Annotation metadata: the string is a name (module docstring); pydantic checks it."""

@@ -948,6 +948,9 @@ class CaptureSummary(TypedDict):
     rounds_dropped_queue_full: Count
     rows: Count
     draft_mass_outside: NotRequired[DraftMassOutside]
+    rounds_dropped_bad: NotRequired[Count]
+    rounds_dropped_after_bad: NotRequired[Count]
+    dropped_reasons: NotRequired[dict[str, Count]]
 
 
 class ShardCacheReport(TypedDict):

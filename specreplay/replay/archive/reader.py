@@ -36,6 +36,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
+from specreplay.names import name_problem
 from specreplay.replay.archive import ordercheck, rowcheck
 from specreplay.replay.archive.batch import AT_FILE_SHIFT, RoundBatch
 from specreplay.replay.archive.schema import (
@@ -290,6 +291,7 @@ class ArchiveReader:
         self.request_keys: list[np.uint64] = []
         self.request_family: list[int] = []
         self.families: list[str] = []
+        self._named: set[tuple[str, str]] = set()  # (column, value) found to be names
         self.family_parts: dict[str, tuple[str, ...]] = {}
         self.errors: list[str] = []
         self.truncated = False
@@ -566,6 +568,7 @@ class ArchiveReader:
         issues.extend(_rule_issues(code, detail, drafted, locs))
         # codes for requests and families, in first-appearance order
         req = self._codes(frame.get_column("request_id"), self._req_code, self.requests)
+        issues.extend(self._check_names(frame, locs))
         fam = self._codes(self._group_column(frame), self._fam_code, self.families)
         self._note_parts(frame)
         while len(self.request_keys) < len(self.requests):
@@ -733,6 +736,26 @@ class ArchiveReader:
                     f"--by {c!r}: {chunk.file.path} has no such carried column (carried: "
                     f"{', '.join(carried) or 'none'})"
                 )
+
+    def _check_names(self, frame: pl.DataFrame, locs: NDArray[np.int64]) -> list[Issue]:
+        """Refuse a family (or ``--by`` value) that is no name (:mod:`specreplay.names`).
+
+        It would label a cell of results.json, which ``report`` refuses to read; one issue per
+        value, at its first row.
+        """
+        issues: list[Issue] = []
+        for column in self.group:
+            values = frame.get_column(column).cast(pl.String).fill_null(NULL_VALUE)
+            first = values.arg_unique()
+            for i, value in zip(first.to_list(), values.gather(first).to_list(), strict=True):
+                if (column, value) in self._named:
+                    continue
+                problem = name_problem(value)
+                if problem is None:
+                    self._named.add((column, value))
+                else:
+                    issues.append(Issue(int(locs[i]), f"{column} {value!r}: {problem}"))
+        return issues
 
     def _group_column(self, frame: pl.DataFrame) -> pl.Series:
         """Return the column that plays the family: ``family``, or the ``group`` columns joined."""
