@@ -69,6 +69,7 @@ def _check_folder(folder: Path) -> None:
     (writer,) = json.loads((folder / "CAPTURE.json").read_text())["writers"]
     assert writer["state"].startswith("failed: ")
     assert writer["capture"]["counts"]["rounds_recorded"] == 30  # as of the last commit
+    assert writer["rows"] == 90  # the rows committed: a shard whose write failed counts none
     res = invoke(["validate", str(folder), "-q"])
     assert res.exit_code == 0 and "VALID" in res.stdout, res.output
     assert "recorded 30 of 30 requests (sample 1, 1 writer) · 0 incomplete · 30 of 30 rounds · " \
@@ -97,10 +98,10 @@ def test_a_file_size_limit_stops_recording_and_the_engine_goes_on(
         timeout=300,
     )
     out = _check_child(res, folder, "file too large: the file-size limit was reached (EFBIG")
-    assert "os error 27" in out["failure"]
+    assert "(errno 27) while writing" in out["failure"]  # DiskFull, naming the shard
     _check_folder(folder)
     (writer,) = json.loads((folder / "CAPTURE.json").read_text())["writers"]
-    assert "os error 27" in writer["state"]
+    assert "(errno 27) while writing" in writer["state"]
 
 
 def test_a_full_tmpfs_stops_recording_and_the_engine_goes_on(tmp_path: Path) -> None:

@@ -48,6 +48,7 @@ __all__ = [
 
 INT64_MAX = 2**63 - 1
 
+
 class NameRule:
     """Annotation metadata: the string is a name (module docstring); pydantic checks it."""
 

@@ -426,16 +426,17 @@ class TraceWriter:
         tag = f"{self.writer_id}-" if self.writer_id else ""
         folder = self._stage if self._stage is not None else self.path
         path = folder / f"part-{tag}{self._shard:05d}{suffix}"
-        self._note(frame, path)
+        self._check_columns(frame, path)
         try:
             write_frame(frame, path, self.compression)
         except DiskFull as exc:  # named where the shard was to go, not in the staging folder
             raise exc.moved(folder, self.path) from None
+        self._note(frame)  # after the write: a shard that failed counts no row in the manifest
         self.written.append(path)
         self._shard += 1
 
-    def _note(self, frame: pl.DataFrame, path: Path) -> None:
-        """Record the run's columns, logging arms and request ids (the manifest, append checks)."""
+    def _check_columns(self, frame: pl.DataFrame, path: Path) -> None:
+        """Record the run's columns at its first shard; refuse a later shard with others."""
         columns = _column_types(frame)
         if self._columns is None:
             self._columns = columns
@@ -444,6 +445,9 @@ class TraceWriter:
                 f"{self.path}: shard {path.name} has columns {columns}, the run's first shard "
                 f"{self._columns}: one run has one schema"
             )
+
+    def _note(self, frame: pl.DataFrame) -> None:
+        """Record a written shard's logging arms, request ids and rows (manifest, append checks)."""
         if "logging_arm" in frame.columns:
             self._arms.update(str(a) for a in frame.get_column("logging_arm").drop_nulls().unique())
         if self.mode == "append" or (self.mode == "new" and self._stage is not None):
