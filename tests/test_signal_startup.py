@@ -74,6 +74,7 @@ def test_sigterm_at_any_moment_of_a_run_is_one_line(tmp_path: Path, delay: float
     (the start-up one or the command's) caught it."""
     out = tmp_path / "arch"
     p = _child(ENTRY, "synth", str(out), "--requests", "4000", "-q", cwd=tmp_path)
+    _handler_installed(p.pid, signal.SIGTERM)
     time.sleep(delay)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=120)
@@ -85,3 +86,19 @@ def test_sigterm_at_any_moment_of_a_run_is_one_line(tmp_path: Path, delay: float
     assert "Traceback" not in err.decode()
     left = [q.name for q in tmp_path.iterdir() if q.name != "arch"]
     assert left == [] and not out.exists()
+
+
+def _handler_installed(pid: int, sig: signal.Signals) -> None:
+    """Wait until process ``pid`` catches ``sig`` (Linux: /proc's SigCgt mask), at most 60 s.
+
+    Before the interpreter runs the entry point's first statement no Python code can answer a
+    signal (the default action ends the process with no line); on a busy host that moment can
+    come later than a fixed delay, so each delay is counted from the handler being in place.
+    """
+    status = Path(f"/proc/{pid}/status")
+    deadline = time.monotonic() + 60
+    while status.exists() and time.monotonic() < deadline:
+        fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        if int(fields.get("SigCgt", "0").strip(), 16) >> (int(sig) - 1) & 1:
+            return
+        time.sleep(0.002)
