@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
+from corpus import leftovers, tree_digest
 
 from specreplay import api
 from specreplay.errors import SpecReplayError
@@ -423,6 +424,7 @@ def test_a_bad_row_under_workers_is_the_only_line_with_q(
     rows.with_columns(wrong.cast(rows.schema["drafted_id"]).alias("drafted_id")).write_parquet(f)
     with pytest.raises(SpecReplayError) as local:
         replay_archive(bad, _arms(), estimator="analytic")
+    before = tree_digest(bad)
     args = ["requalify", str(bad), "--baseline", BASE, "--candidate", CAND,
             "--workers", "2", "-q", "--out", str(tmp_path / "out"), "--n-boot", "200",
             "--estimator", "analytic"]  # fmt: skip
@@ -436,3 +438,4 @@ def test_a_bad_row_under_workers_is_the_only_line_with_q(
     assert res.returncode == 2, res.stderr
     assert res.stderr.splitlines() == [f"error: {local.value}"]
     assert not (tmp_path / "out").exists()
+    assert tree_digest(bad) == before and leftovers(tmp_path, bad) == []  # the corpus's checks

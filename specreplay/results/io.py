@@ -301,13 +301,15 @@ def _find(node: Any, target: int, where: str) -> str | None:
 def shape_problem(result: Result) -> str | None:
     """Return what ``result`` lacks that its command always writes and renders (or None).
 
-    Every command but ``lawtest`` has cells, the pooled one first (``screen``: a screen cell);
+    Every command but ``lawtest`` has cells, the pooled one first (``screen``: a screen cell;
+    none when it read scrapes alone);
     ``interval`` has two arms and a ``b-vs-a`` delta in its pooled cell, ``validate`` and
     ``demo`` their logging arm; ``options`` holds the command's
     :data:`~specreplay.results.model.REQUIRED_OPTIONS` (``lawtest`` on an archive: ``positions``).
     """
     cmd = result.command
-    if not result.cells and cmd != "lawtest":
+    scrapes_alone = cmd == "screen" and result.scrapes is not None  # vLLM's figures, no cell
+    if not result.cells and cmd != "lawtest" and not scrapes_alone:
         return f"$.cells: empty (a {cmd} result has the pooled cell first)"
     if result.cells and cmd != "screen" and result.pooled.level != Level.POOLED:
         return f"$.cells[0].level: {result.pooled.level.value} (the first cell is the pooled one)"
