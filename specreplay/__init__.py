@@ -17,7 +17,7 @@ import os as _os
 import sys as _sys
 from pathlib import Path as _Path
 
-__version__ = "0.6.1"
+__version__ = "0.7.0"
 
 __all__ = [
     "__version__",

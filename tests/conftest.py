@@ -18,6 +18,8 @@ import pytest
 
 from specreplay.replay.archive.writer import TraceWriter
 
+# every results.json a test's run writes is read back as report reads it (results/io.py)
+os.environ.setdefault("SPECREPLAY_CHECK_WRITTEN", "1")
 # the input-hash cache of every run in the tests (in-process and CLI subprocesses) stays out of
 # the user's cache folder
 os.environ.setdefault("SPECREPLAY_CACHE_DIR", tempfile.mkdtemp(prefix="specreplay-test-cache-"))

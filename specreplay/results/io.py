@@ -102,9 +102,20 @@ def dump(obj: Any) -> Any:
     return obj
 
 
+CHECK_WRITTEN = "SPECREPLAY_CHECK_WRITTEN"
+"""Environment variable: when set (the test suite sets it), every results.json text built is read
+back as ``report`` reads it, and one it would refuse is a RuntimeError (a bug of the writer)."""
+
+
 def result_json(result: Result) -> str:
-    """Return the results.json text of ``result``."""
-    return json.dumps(dump(result), indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+    """Return the results.json text of ``result`` (checked under :data:`CHECK_WRITTEN`)."""
+    text = json.dumps(dump(result), indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+    if os.environ.get(CHECK_WRITTEN):
+        try:
+            parse_result(text.encode("utf-8"), f"{result.command}'s results.json")
+        except SpecReplayError as err:
+            raise RuntimeError(f"specreplay wrote what report refuses: {err.message}") from None
+    return text
 
 
 def write_result(path: Path, result: Result) -> None:
