@@ -313,14 +313,16 @@ def shape_problem(result: Result) -> str | None:
     """Return what ``result`` lacks that its command always writes and renders (or None).
 
     Every command but ``lawtest`` has cells, the pooled one first (``screen``: a screen cell;
-    none when it read scrapes alone);
+    none when it read scrapes alone; ``synth`` and ``convert``, whose manifests SYNTH.json and
+    CONVERT.json are results, have none);
     ``interval`` has two arms and a ``b-vs-a`` delta in its pooled cell, ``validate`` and
     ``demo`` their logging arm; ``options`` holds the command's
     :data:`~specreplay.results.model.REQUIRED_OPTIONS` (``lawtest`` on an archive: ``positions``).
     """
     cmd = result.command
     scrapes_alone = cmd == "screen" and result.scrapes is not None  # vLLM's figures, no cell
-    if not result.cells and cmd != "lawtest" and not scrapes_alone:
+    no_cells = cmd in ("lawtest", "synth", "convert") or scrapes_alone
+    if not result.cells and not no_cells:
         return f"$.cells: empty (a {cmd} result has the pooled cell first)"
     if result.cells and cmd != "screen" and result.pooled.level != Level.POOLED:
         return f"$.cells[0].level: {result.pooled.level.value} (the first cell is the pooled one)"
