@@ -7,7 +7,6 @@ code 2, with no traceback. Progress bars go to stderr so stdout stays parseable.
 
 from __future__ import annotations
 
-import errno
 import signal
 import sys
 import threading
@@ -417,14 +416,13 @@ def _user_errors(command: str, out: Path | None = None) -> Iterator[None]:
 
 def _disk_line(command: str, exc: Exception, out: Path | None, code: int) -> str:
     """Return the line of a disk error no write site mapped: the file it names, else ``out``."""
-    from specreplay.diskfull import cause
+    from specreplay.diskfull import cause, what_to_do
 
     named = exc.filename if isinstance(exc, OSError) and exc.filename else out
     where = f"{named}: " if named is not None else ""
-    what = "raise the limit (ulimit -f)" if code == errno.EFBIG else "free space"
     return (
         f"{where}{cause(code)} while writing; {command} stopped, no partial output left: "
-        f"{what} or choose another output folder"
+        f"{what_to_do(code)}"
     )
 
 

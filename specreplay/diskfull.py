@@ -54,6 +54,7 @@ __all__ = [
     "note_cache_failure",
     "output_message",
     "reset_cache_notes",
+    "what_to_do",
     "writing",
 ]
 
@@ -96,6 +97,11 @@ def disk_errno(exc: BaseException | None) -> int | None:
                     return n
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def what_to_do(code: int) -> str:
+    """Return what a line tells the user to do about ``code``: ``free space or choose …``."""
+    return _WHAT_TO_DO[code]
 
 
 def cause(code: int) -> str:

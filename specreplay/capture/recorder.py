@@ -153,6 +153,7 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
+from specreplay.diskfull import disk_errno
 from specreplay.errors import SpecReplayError
 from specreplay.replay.archive import rowrules
 from specreplay.replay.archive.writer import FORMATS, TraceWriter
@@ -958,7 +959,7 @@ class Recorder:
                 f"its {n} commits stay readable (CAPTURE.json could not be updated: it still "
                 "says this writer is open)"
             )
-        errno = _errno(exc)
+        errno = disk_errno(exc)
         what = (
             "free space, or raise the file-size limit (ulimit -f), then record into a new folder"
             if errno in (28, 27)
@@ -1145,21 +1146,9 @@ def _frame_of(arm: Arm, cols: _Cols) -> pl.DataFrame:
     )
 
 
-def _errno(exc: BaseException) -> int | None:
-    """Return a write failure's errno: an OSError's, or polars/pyarrow's "os error N" text."""
-    for e in (exc, exc.__cause__, exc.__context__):
-        if isinstance(e, OSError) and e.errno is not None:
-            return int(e.errno)
-    text = str(exc)
-    for n in (28, 27):
-        if f"os error {n}" in text or f"Errno {n}]" in text:
-            return n
-    return None
-
-
 def _cause(exc: BaseException) -> str:
     """Say a failure's cause in words (a full disk, a size limit, else the exception)."""
-    errno = _errno(exc)
+    errno = disk_errno(exc)
     if errno == 28:
         return "no space left on device (ENOSPC, errno 28)"
     if errno == 27:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from specreplay.errors import SpecReplayError
 from specreplay.names import name_problem
+from specreplay.replay.archive import dropped
 from specreplay.stats.support import ShortRounds, parse_short_rounds
 
 if TYPE_CHECKING:
@@ -225,7 +226,7 @@ SHARD_REQUESTS = Num("--shard-requests", 1, 10**8, 250)
 SYNTH_DEPTH = Num("--depth", 1, 127, 8)
 """Drafted positions per round of the built-in archive (synth, demo); why 8: sim/synth.py."""
 POSITIONS = Num("--positions", 1, 10**6, 8)
-MAX_DROPPED = Num("--max-dropped", 0, 1, 0.01, integer=False)
+MAX_DROPPED = Num("--max-dropped", 0, 1, dropped.MAX_DROPPED, integer=False)
 """The largest share of bad rounds a capture may have (:mod:`specreplay.replay.archive.dropped`)."""
 MAX_DRAWS = Num("--max-draws", 1000, 10**12)
 FAMILY_ALPHA = Num("--family-alpha", *FLOAT_BOUNDS, 1e-5, integer=False)

@@ -12,15 +12,13 @@ its recorders dropped (:mod:`specreplay.replay.archive.dropped`): above ``opts.m
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 from specreplay.errors import InvalidArchive
 from specreplay.pipelines.builders import measured_result
 from specreplay.pipelines.options import ValidateOptions
-from specreplay.replay.archive.dropped import capture_dropped, check_dropped
-from specreplay.replay.archive.writer import MANIFEST
+from specreplay.replay.archive.dropped import check_dropped, dropped_of, recorded_writers
 from specreplay.replay.scan import Progress, no_progress, scan_archive
 from specreplay.results.model import Result
 from specreplay.results.privacy import IdHasher, hash_result
@@ -91,16 +89,7 @@ def capture_summary(path: Path) -> dict[str, Any] | None:
         ``dropped_reasons`` (reason → bad rounds) summed, absent from a manifest written before
         issue 17 (no bad round was counted then).
     """
-    try:
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    writers = manifest.get("writers") if isinstance(manifest, dict) else None
-    recorded = [
-        w
-        for w in (writers if isinstance(writers, list) else [])
-        if isinstance(w, dict) and isinstance(w.get("capture"), dict)
-    ]
+    recorded = recorded_writers(path)
     captures = [w["capture"] for w in recorded]
     counts = [c.get("counts") for c in captures]
     if not captures or not all(isinstance(c, dict) for c in counts):
@@ -117,7 +106,7 @@ def capture_summary(path: Path) -> dict[str, Any] | None:
     }
     for key in _COUNTS:
         out[key] = sum(int(c.get(key, 0)) for c in counts if isinstance(c, dict))
-    dropped = capture_dropped(path)
+    dropped = dropped_of(recorded)
     if dropped is not None and any(isinstance(c, dict) and "rounds_dropped_bad" in c
                                    for c in counts):  # fmt: skip
         out["rounds_dropped_bad"] = dropped.bad

@@ -35,7 +35,14 @@ from typing import Any
 
 from specreplay.errors import SpecReplayError
 
-__all__ = ["MAX_DROPPED", "Dropped", "capture_dropped", "check_dropped"]
+__all__ = [
+    "MAX_DROPPED",
+    "Dropped",
+    "capture_dropped",
+    "check_dropped",
+    "dropped_of",
+    "recorded_writers",
+]
 
 MAX_DROPPED = 0.01
 """The default largest bad share a capture may have (``--max-dropped``)."""
@@ -71,26 +78,35 @@ class Dropped:
         return self.bad / self.checked if self.checked else 0.0
 
 
-def capture_dropped(path: Path) -> Dropped | None:
-    """Return a capture folder's bad rounds; None when it holds no recorder's counts.
+def recorded_writers(path: Path) -> list[dict[str, Any]]:
+    """Return the writers of a folder's ``CAPTURE.json`` that carry a recorder's ``capture``.
 
-    A file, a folder without ``CAPTURE.json``, or a manifest that cannot be read or whose
-    writers carry no ``capture.counts`` (synth, convert, a TraceWriter run): None, no gate.
+    Empty for a file, a folder without ``CAPTURE.json``, a manifest that cannot be read, or one
+    whose writers carry no ``capture`` object (synth, convert, a TraceWriter run).
     """
     if not path.is_dir():
-        return None
+        return []
     try:
         manifest = json.loads((path / "CAPTURE.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
-        return None
+        return []
     writers = manifest.get("writers") if isinstance(manifest, dict) else None
-    counts = [
-        w["capture"]["counts"]
+    return [
+        w
         for w in (writers if isinstance(writers, list) else [])
-        if isinstance(w, dict)
-        and isinstance(w.get("capture"), dict)
-        and isinstance(w["capture"].get("counts"), dict)
+        if isinstance(w, dict) and isinstance(w.get("capture"), dict)
     ]
+
+
+def capture_dropped(path: Path) -> Dropped | None:
+    """Return a capture folder's bad rounds; None when it holds no recorder's counts."""
+    return dropped_of(recorded_writers(path))
+
+
+def dropped_of(writers: list[dict[str, Any]]) -> Dropped | None:
+    """Return the bad rounds of :func:`recorded_writers`; None when none carries counts."""
+    captures = [w["capture"] for w in writers]
+    counts = [c["counts"] for c in captures if isinstance(c.get("counts"), dict)]
     if not counts:
         return None
     bad = sum(_int(c, "rounds_dropped_bad") for c in counts)
