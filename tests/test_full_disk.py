@@ -529,8 +529,13 @@ def test_a_disk_error_no_write_site_mapped_is_one_line_naming_the_output(
     out = tmp_path / "b"
     res = invoke(["budget", "--price-ms", "40", "--base", "3.2", "--delta-lo", "0.05",
                   "--out", str(out), "-q"])  # fmt: skip
-    cause = EFBIG if isinstance(raised, pl.exceptions.ComputeError) else ENOSPC
-    assert_refused(res, f"error: {out}: {cause} while writing; budget stopped", "output folder")
+    size_limit = isinstance(raised, pl.exceptions.ComputeError)
+    cause = EFBIG if size_limit else ENOSPC
+    todo = "raise the limit (ulimit -f)" if size_limit else "free space"  # the cause's own advice
+    assert_refused(
+        res, f"error: {out}: {cause} while writing; budget stopped",
+        f"no partial output left: {todo} or choose another output folder",
+    )  # fmt: skip
     monkeypatch.setattr(budget, "run_budget", lambda *a, **k: 1 / 0)
     res = invoke(["budget", "--price-ms", "40", "--base", "3.2", "--delta-lo", "0.05",
                   "--out", str(out), "-q"])  # fmt: skip
