@@ -977,6 +977,7 @@ def warmup(quiet: QuietOpt = False) -> None:
         from specreplay import numba_cache_dir
         from specreplay.commands.demo import run_demo
         from specreplay.diskfull import NUMBA_CACHE, cache_notes
+        from specreplay.replay.archive import rowcheck
 
         t0 = time.perf_counter()
         tmp = Path(tempfile.mkdtemp(prefix="specreplay-warmup-"))
@@ -990,6 +991,7 @@ def warmup(quiet: QuietOpt = False) -> None:
                     n_boot=200,
                     progress=phases,
                 )
+            rowcheck.compile_rules()  # the exact row rules: a clean archive never calls them
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         seconds = time.perf_counter() - t0

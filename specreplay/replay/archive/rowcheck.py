@@ -44,6 +44,7 @@ __all__ = [
     "ROW_RULES",
     "TOL",
     "check_rows",
+    "compile_rules",
     "validate_rows",
 ]
 
@@ -393,3 +394,15 @@ def validate_rows(
             drafted_idx, tails,
         )  # fmt: skip
     return int(rows.shape[0])
+
+
+def compile_rules() -> None:
+    """Compile (or load) the exact rules' kernel, which a clean archive never calls.
+
+    ``specreplay warmup`` calls it, so the first archive with a bad row does not wait for it.
+    """
+    none_i, none_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
+    _check_at(
+        none_i, np.zeros(1, np.int64), none_i, none_f, none_f, none_f, none_i, False, False,
+        np.zeros(0, np.int8), none_f, np.zeros(0, np.int32), np.zeros((2, 0)),
+    )  # fmt: skip
