@@ -183,7 +183,7 @@ def _elements_suspect(
         for j in range(eqb.shape[0]):
             m_eq = max(m_eq, eqb[j] ^ _SIGN)
         bad = m_eq > _ONE_FLIPPED
-    return bad
+    return bool(bad)
 
 
 @njit(inline="always", cache=True)
@@ -205,8 +205,8 @@ def _ids_suspect(cand: NDArray[np.int64], a: int, b: int, bm: NDArray[np.uint64]
             for r in range(j):
                 dup |= ids[r] == x
         bm[w] = old | bit
-    for w in range(_BITMAP_WORDS):
-        bm[w] = 0
+    for k in range(_BITMAP_WORDS):
+        bm[k] = 0
     return dup
 
 
