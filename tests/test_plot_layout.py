@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_plots import ROLE, _cells, _result
+import test_plots
+from test_plots import ROLE, _result
 
 from specreplay.render import plots
 from specreplay.render.canvas import new_figure
@@ -27,6 +28,17 @@ from specreplay.results.model import Cell
 from specreplay.stats.buckets import DEFAULT_BUCKETS
 
 SLACK = 1.0  # pixels: a text's box may touch the figure's edge or its neighbour's by rounding
+
+
+FOUR = ["math", "chat", "code", "translation"]
+"""Four families: five panels, a grid of two rows (a row's titles under another's ticks)."""
+
+
+def _cells() -> tuple[Cell, ...]:
+    """test_plots' cells with :data:`FOUR` families."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(test_plots, "FAMILIES", FOUR)
+        return test_plots._cells()
 
 
 def _small_sample(cells: tuple[Cell, ...]) -> tuple[Cell, ...]:
@@ -140,6 +152,7 @@ def test_a_grid_names_its_axes_once_and_keeps_every_panel(name: str) -> None:
     assert fig._supxlabel.get_text() == want_x
     assert fig._supylabel.get_text() == {"context": "R, tokens per round",
                                          "survival": "P(A ≥ j)"}[name]  # fmt: skip
+    assert len(shown) == 5  # pooled and four families: two rows
     assert [ax.get_title() for ax in shown] == [p.title for p in series]
     for ax, panel in zip(shown, series, strict=True):
         assert [t.get_text() for t in ax.get_xticklabels()] == list(panel.ticks)
