@@ -45,6 +45,14 @@ Design decisions:
   carry the cost model when the run had one; tokens/s against τ stays in policies.png.
 - A ring (a reference depth, the screen's nominal cap) and a star (the best depth) at one point
   both show: the hollow ring is wider and drawn above the smaller star.
+- Layout (issue 18, item 3): forest.png, context.png and survival.png are placed from their
+  texts' sizes (:mod:`specreplay.render.layout`), not by ``tight_layout``, each figure made at
+  the resolution it is saved at so that one renderer measures and draws its texts. The forest
+  legend takes one row while it fits the figure's width, else as few rows as fit, the figure
+  growing by each row (five entries, a small-sample one among them, were cut at both sides in
+  one row). context.png and survival.png write their x and y labels once for the grid (the
+  panels share both axes); each panel keeps its title and its own tick labels. depths.png,
+  screen.png and policies.png, off the requalify's path, keep ``tight_layout``.
 """
 
 from __future__ import annotations
