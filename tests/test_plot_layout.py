@@ -107,7 +107,9 @@ def test_legend_labels_and_titles_clear_the_panels_and_one_another(name: str) ->
     legend = fig.legends[0].get_window_extent(renderer)
     below = [legend]
     if name == "forest":
-        below.append(fig.texts[-1].get_window_extent(renderer))  # the footnote
+        foot = next(t for t in fig.texts if t.get_gid() == "footnote")
+        assert foot.get_text().startswith("Bar: the cell's")
+        below.append(foot.get_window_extent(renderer))
         title = fig.axes[0].title.get_window_extent(renderer)
         assert title.y0 >= fig.axes[0].get_window_extent(renderer).y1 - SLACK
     else:

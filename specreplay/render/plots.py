@@ -437,7 +437,8 @@ def _place_forest(fig: Any, ax: Any) -> None:
     the axis; above it the title; left of it the row labels, right of it each cut bar's
     interval.
     """
-    legend, foot = fig.legends[0], fig.texts[-1]
+    legend = fig.legends[0]
+    foot = next(t for t in fig.texts if t.get_gid() == "footnote")
     height = float(fig.get_figheight())
     foot_h = layout.extent(fig, foot)[1]
     foot.set_y(_FOOT_BOTTOM / height)
