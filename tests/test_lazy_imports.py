@@ -68,7 +68,8 @@ def test_help_and_runs_without_plots_load_no_heavy_library(
 ) -> None:
     """``--help``, ``requalify --help``, a default requalify and a default interval computed
     without an output folder (no plots: ``out=None``) load none of them; the same requalify
-    writing its folder loads matplotlib for its plots, and still no Dask and no ArviZ."""
+    writing its folder loads matplotlib for its plots, and still no Dask and no ArviZ, nor
+    ``matplotlib.pyplot`` (issue 18: a plot is a bare Figure on an Agg canvas)."""
     a, b = DATA / f"medusa-vicuna-7b-v1.3-{STEM}", DATA / f"medusa-vicuna-13b-v1.3-{STEM}"
     arms = "baseline='top32:t0.7@5', candidate='top32:t0.7:dyadic24@5', min_requests=5"
     seen = _probe(
@@ -93,6 +94,7 @@ def test_help_and_runs_without_plots_load_no_heavy_library(
     assert seen["requalify"] == seen["interval"] == []
     written = {m.split(".")[0] for m in seen["requalify --out"]}
     assert written == {"matplotlib"}  # the plots, and only they
+    assert "matplotlib.pyplot" not in seen["requalify --out"]
     assert (tmp_path / "run" / "forest.png").exists()
 
 

@@ -45,6 +45,14 @@ Design decisions:
   carry the cost model when the run had one; tokens/s against τ stays in policies.png.
 - A ring (a reference depth, the screen's nominal cap) and a star (the best depth) at one point
   both show: the hollow ring is wider and drawn above the smaller star.
+- Layout (issue 18, item 3): forest.png, context.png and survival.png are placed from their
+  texts' sizes (:mod:`specreplay.render.layout`), not by ``tight_layout``, each figure made at
+  the resolution it is saved at so that one renderer measures and draws its texts. The forest
+  legend takes one row while it fits the figure's width, else as few rows as fit, the figure
+  growing by each row (five entries, a small-sample one among them, were cut at both sides in
+  one row). context.png and survival.png write their x and y labels once for the grid (the
+  panels share both axes); each panel keeps its title and its own tick labels. depths.png,
+  screen.png and policies.png, off the requalify's path, keep ``tight_layout``.
 """
 
 from __future__ import annotations
@@ -56,6 +64,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from specreplay.render import layout
+from specreplay.render.canvas import new_figure, write_png
 from specreplay.render.interval_text import NOMINAL
 from specreplay.render.policy_plot import policy_caption, policy_figure
 from specreplay.results.model import Cell, DepthFigure, Label, Level, Result, Role
@@ -118,6 +128,13 @@ PLOT_CAPTIONS: dict[str, str] = {
 }
 """One-line caption of each PNG a run can write (REPORT.md embeds each with its caption)."""
 
+
+FOREST_WIDTH: Final[float] = 9.0
+"""Width of forest.png in inches (its height grows with its rows)."""
+FOREST_DPI: Final[int] = 110
+"""Resolution of forest.png (the figure is made at it: :mod:`.layout`)."""
+_FOOT_BOTTOM: Final[float] = 0.08
+"""Inches below the forest plot's footnote."""
 
 _VERDICT_COLORS: Final[dict[str, str]] = {
     "EQUIVALENT": "tab:green",
@@ -333,7 +350,7 @@ def forest_plot(
     fig = forest_figure(
         cells, role=role, relative=relative, margin=margin, title=title, buckets=buckets
     )
-    _save(fig, path, dpi=110)
+    _save(fig, path, dpi=FOREST_DPI)
 
 
 def forest_figure(
@@ -351,11 +368,6 @@ def forest_figure(
     and a footnote on how the verdict relates to the bar drawn (see the module docstring). A
     null row's reason is written beside the band, never over it.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows, dropped = _fit_rows(
         forest_rows(cells, role, relative=relative, buckets=buckets), FOREST_MAX_ROWS
     )
@@ -366,8 +378,8 @@ def forest_figure(
     row_in = 0.24 if n <= 30 else 0.2
     text_in = 0.13 * (foot.count("\n") + 1) + 0.1
     foot_in = text_in + 0.5  # the footnote, the legend above it, the x label above that
-    height = n * row_in + 1.0 + foot_in
-    fig, ax = plt.subplots(figsize=(9.0, height))
+    fig = new_figure(FOREST_WIDTH, n * row_in + 1.0 + foot_in, dpi=FOREST_DPI)
+    ax = fig.subplots()
     scale = 100.0 if relative else 1.0
     m = margin * scale
     unit = "%" if relative else " tokens/round"
@@ -384,23 +396,71 @@ def forest_figure(
         " margin; '—': no bar, and why",
         fontsize=9,
     )
-    handles = _forest_legend(rows, m, unit)
-    fig.tight_layout(rect=(0.0, foot_in / height, 1.0, 1.0))
-    fig.legend(
-        handles=handles,
-        loc="lower center",
-        ncol=len(handles),
-        fontsize=7,
-        bbox_to_anchor=(0.5, (text_in + 0.02) / height),
-        frameon=False,
-    )
-    fig.text(0.01, 0.08 / height, foot, fontsize=7, va="bottom", ha="left", color="0.25")
+    _fit_legend(fig, _forest_legend(rows, m, unit))
+    fig.text(0.01, 0.0, foot, fontsize=7, va="bottom", ha="left", color="0.25", gid="footnote")
+    _place_forest(fig, ax)
     _fit_notes(fig, ax, notes, m)
     return fig
 
 
+def _fit_legend(fig: Any, handles: list[Any]) -> None:
+    """Add the forest plot's legend below it, in one row if the figure is wide enough.
+
+    Else in as few rows as fit (a legend too wide for the figure was cut at both sides), the
+    figure growing by each row added.
+    """
+    width = float(fig.get_figwidth())
+    ncol, one_row = len(handles), 0.0
+    while True:
+        legend = fig.legend(
+            handles=handles,
+            loc="lower center",
+            ncol=ncol,
+            fontsize=7,
+            frameon=False,
+            borderaxespad=0.0,
+        )
+        w, h = layout.extent(fig, legend)
+        one_row = one_row or h
+        if ncol == 1 or w <= width - 2 * layout.PAD:
+            break
+        legend.remove()
+        ncol -= 1
+    if h > one_row:
+        fig.set_size_inches(width, float(fig.get_figheight()) + h - one_row)
+
+
+def _place_forest(fig: Any, ax: Any) -> None:
+    """Lay out the forest plot from its texts' sizes (:mod:`.layout`).
+
+    Bottom up: the footnote, the legend (:func:`_fit_legend`), the x label and tick labels,
+    the axis; above it the title; left of it the row labels, right of it each cut bar's
+    interval.
+    """
+    legend = fig.legends[0]
+    foot = next(t for t in fig.texts if t.get_gid() == "footnote")
+    height = float(fig.get_figheight())
+    foot_h = layout.extent(fig, foot)[1]
+    foot.set_y(_FOOT_BOTTOM / height)
+    legend_y = _FOOT_BOTTOM + foot_h + layout.LABEL_GAP
+    legend.set_bbox_to_anchor((0.5, legend_y / height), transform=fig.transFigure)
+    cuts = [t for t in ax.texts if str(t.get_gid()).startswith("cut: ")]
+    right = layout.widest(fig, cuts) + 7.0 / 72.0 if cuts else 0.0  # xytext: 7 points
+    below = layout.extent(fig, ax.xaxis.label)[1] + layout.LABEL_GAP
+    below += layout.tallest(fig, ax.get_xticklabels()) + layout.TICK
+    layout.place(
+        fig,
+        layout.Margins(
+            left=layout.PAD + layout.widest(fig, ax.get_yticklabels()) + layout.TICK,
+            right=layout.PAD + right,
+            top=layout.PAD + layout.extent(fig, ax.title)[1] + layout.TITLE_GAP,
+            bottom=legend_y + layout.extent(fig, legend)[1] + layout.PAD + below,
+        ),
+    )
+
+
 def _save(fig: Any, path: Path, *, dpi: int) -> None:
-    """Write ``fig`` to ``path`` as a PNG and close it.
+    """Write ``fig`` to ``path`` as a PNG (:func:`~specreplay.render.canvas.write_png`).
 
     ``fig.tight_layout()`` leaves a placeholder layout engine on the figure, and ``savefig``
     draws a figure that has any layout engine once more, without rendering, before it draws
@@ -408,7 +468,6 @@ def _save(fig: Any, path: Path, *, dpi: int) -> None:
     that pass, so it is removed first (a third of a plot's time; the PNG is the same).
     """
     import matplotlib
-    import matplotlib.pyplot as plt
     from matplotlib.layout_engine import PlaceHolderLayoutEngine
 
     if isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):
@@ -418,8 +477,7 @@ def _save(fig: Any, path: Path, *, dpi: int) -> None:
         ):
             fig.set_layout_engine(None)
     with stage("plots: drawing and saving"):
-        fig.savefig(path, dpi=dpi, format="png")
-    plt.close(fig)
+        write_png(fig, path, dpi=dpi)
 
 
 def _forest_rows_draw(ax: Any, rows: list[ForestRow], m: float) -> list[Any]:
@@ -752,6 +810,9 @@ def survival_series(result: Result, *, max_families: int = 8) -> list[Panel]:
     return panels
 
 
+PANELS_DPI: Final[int] = 100
+"""Resolution of context.png and survival.png (the figure is made at it: :mod:`.layout`)."""
+
 _STYLE: Final[dict[Label, str]] = {Label.MEASURED: "-", Label.SIMULATED: "--", Label.ESTIMATED: ":"}
 _MARKERS: Final[tuple[str, ...]] = ("o", "s", "^", "D", "v", "P", "X")
 
@@ -764,16 +825,10 @@ def _panels_figure(
     With ``dodge`` the arms' points are spread a little along x so that their error bars do
     not hide one another (without error bars that would only slant coinciding curves apart).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(
-        nrows, ncols, figsize=(4.4 * ncols, 3.3 * nrows + 1.3), squeeze=False, sharey=True
-    )
+    fig = new_figure(4.4 * ncols, 3.3 * nrows + 1.3, dpi=PANELS_DPI)
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
     for ax in axes.ravel()[len(panels) :]:
         ax.set_visible(False)
     arms = list(dict.fromkeys((s.arm, s.label) for p in panels for s in p.series))
@@ -788,8 +843,6 @@ def _panels_figure(
         ax.set_xticks(range(len(panel.ticks)))
         ax.set_xticklabels(panel.ticks, fontsize=7)
         ax.set_title(panel.title, fontsize=9)
-        ax.set_xlabel(xlabel, fontsize=8)
-        ax.set_ylabel(ylabel, fontsize=8)
         ax.tick_params(axis="y", labelsize=7)
         ax.yaxis.set_tick_params(labelleft=True)
         ax.grid(alpha=0.3)
@@ -823,13 +876,57 @@ def _panels_figure(
         )
         for k, a in enumerate(arms)
     ]
-    fig.suptitle(title, fontsize=9)
+    top = fig.suptitle(title, fontsize=9, y=1.0 - layout.PAD / fig.get_figheight())
+    # one x and one y label for the grid: every panel has the same axes (and shares its y)
+    labels = (fig.supxlabel(xlabel, fontsize=8, va="bottom"), fig.supylabel(ylabel, fontsize=8))
     fig.legend(
-        handles=handles, loc="lower center", ncol=min(len(handles), 3), fontsize=7, frameon=False
+        handles=handles,
+        loc="lower center",
+        ncol=min(len(handles), 3),
+        fontsize=7,
+        frameon=False,
+        borderaxespad=0.0,
     )
-    rows = math.ceil(len(handles) / 3)
-    fig.tight_layout(rect=(0.0, (0.25 + 0.18 * rows) / fig.get_figheight(), 1.0, 1.0))
+    _place_panels(fig, [ax for ax in axes.ravel() if ax.get_visible()], (top, *labels), nrows)
     return fig
+
+
+def _place_panels(fig: Any, shown: list[Any], texts: tuple[Any, Any, Any], nrows: int) -> None:
+    """Lay out :func:`_panels_figure`'s grid from its texts' sizes (:mod:`.layout`).
+
+    ``texts``: the figure's title, x label and y label. Top down: the title, each row's panel
+    titles, the panels, their x tick labels; below the grid the x label and the legend; left
+    of each panel its y tick labels, left of the grid the y label.
+    """
+    title, xlabel, ylabel = texts
+    width, height = (float(v) for v in fig.get_size_inches())
+    ncols = min(3, len(shown))
+    legend = fig.legends[0]
+    legend_h = layout.extent(fig, legend)[1]
+    label_h = layout.extent(fig, xlabel)[1]
+    xlabel.set_y((layout.PAD + legend_h + layout.LABEL_GAP) / height)
+    legend.set_bbox_to_anchor((0.5, layout.PAD / height), transform=fig.transFigure)
+    ylabel.set_x(layout.PAD / width)
+    xticks = layout.tallest(fig, layout.tick_labels(shown, "x")) + layout.TICK
+    titles = layout.tallest(fig, (ax.title for ax in shown)) + layout.TITLE_GAP
+    under = legend_h + layout.LABEL_GAP + label_h + layout.LABEL_GAP  # below the x ticks
+    side = layout.PAD + layout.extent(fig, ylabel)[0] + layout.LABEL_GAP + layout.TICK
+    yticks = 0.0
+    for _ in range(2):  # the y ticks are picked by the panels' height: measured once placed
+        yticks = max(yticks, layout.widest(fig, layout.tick_labels(shown[:1], "y")))
+        layout.place(
+            fig,
+            layout.Margins(
+                left=side + yticks,
+                right=layout.PAD,
+                top=layout.PAD + layout.extent(fig, title)[1] + layout.PAD + titles,
+                bottom=layout.PAD + under + xticks,
+                wgap=yticks + layout.TICK + layout.PAD,
+                hgap=xticks + layout.PAD + titles,
+            ),
+            nrows,
+            ncols,
+        )
 
 
 def _y_limits(
@@ -975,7 +1072,7 @@ def context_figure(result: Result) -> Any:
 
 def context_plot(result: Result, path: Path) -> None:
     """Draw :func:`context_figure` into ``path``."""
-    _save(context_figure(result), path, dpi=100)
+    _save(context_figure(result), path, dpi=PANELS_DPI)
 
 
 def survival_gap(result: Result) -> str | None:
@@ -1025,7 +1122,7 @@ def survival_figure(result: Result) -> Any:
 
 def survival_plot(result: Result, path: Path) -> None:
     """Draw :func:`survival_figure` into ``path``."""
-    _save(survival_figure(result), path, dpi=100)
+    _save(survival_figure(result), path, dpi=PANELS_DPI)
 
 
 def depth_plot(result: Result, path: Path) -> None:
@@ -1041,13 +1138,6 @@ def depth_figure(result: Result) -> Any:
     (ESTIMATED, in tokens per second) marks each arm's best depth with a star. Every panel's y
     axis names its unit.
     """
-    import math
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     pooled = result.pooled
     cost = any(f.tokens_per_s is not None for f in pooled.depths)
     label = pooled.depths[0].label.value if pooled.depths else "SIMULATED"
@@ -1055,7 +1145,8 @@ def depth_figure(result: Result) -> Any:
     panels += [(c, "R") for c in result.cells if c.level == Level.FAMILY and c.depths]
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.6 * nrows), squeeze=False)
+    fig = new_figure(4.6 * ncols, 3.6 * nrows)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax in axes.ravel()[len(panels) :]:
         ax.set_visible(False)
     for ax, (cell, key) in zip(axes.ravel(), panels, strict=False):
@@ -1223,17 +1314,14 @@ def screen_figure(result: Result) -> Any:
     panel. Each panel's title names its worker(s); a panel of several workers has a legend, and
     the figure's title names every worker screened.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
     cells = [c for c in result.cells if c.screen is not None]
     batches = sorted({c.batch for c in cells if c.batch is not None})
     contexts = sorted({c.context for c in cells if c.context is not None})
     size = (max(3.2 * len(batches), 6.4), 2.6 * max(len(contexts), 1) + 0.6)  # title fits
-    fig, axes = plt.subplots(len(contexts) or 1, len(batches) or 1, squeeze=False, figsize=size)
+    fig = new_figure(*size)
+    axes = fig.subplots(len(contexts) or 1, len(batches) or 1, squeeze=False)
     for ax in axes.ravel():
         ax.set_visible(False)
     for c in cells:

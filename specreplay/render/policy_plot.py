@@ -33,6 +33,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Final
 
+from specreplay.render.canvas import new_figure
 from specreplay.results.model import PolicyFigure, Result
 
 __all__ = [
@@ -268,15 +269,11 @@ def _panel(ax: Any, panel: PolicyPanel) -> None:
 
 def policy_figure(result: Result) -> Any:
     """Return the figure of :func:`policy_series`: one panel per arm (module docstring)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = policy_series(result)
     ncols = min(2, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(7.0 * ncols, 4.6 * nrows), squeeze=False)
+    fig = new_figure(7.0 * ncols, 4.6 * nrows)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax in axes.ravel()[len(panels) :]:
         ax.set_visible(False)
     for ax, panel in zip(axes.ravel(), panels, strict=False):
