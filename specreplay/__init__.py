@@ -15,7 +15,11 @@ import functools as _functools
 import hashlib as _hashlib
 import os as _os
 import sys as _sys
+import time as _time
 from pathlib import Path as _Path
+
+_IMPORTED = _time.perf_counter()
+"""When the package was first imported: start-up's origin where /proc fails (timing.py)."""
 
 __version__ = "0.7.0"
 
