@@ -264,7 +264,8 @@ def measure(checkouts: list[Checkout], folder: Path, form: str, repeats: int, sc
         alone = min(polars_alone(folder, suffix, scan) for _ in range(repeats))
     for co in checkouts:
         b = best[co.name]
-        print(f"  {co.name}: requalify {' '.join(extra)} {b.wall:.2f} s wall, {b.cpu:.2f} s CPU "
+        what = " ".join(["requalify", *extra])
+        print(f"  {co.name}: {what} {b.wall:.2f} s wall, {b.cpu:.2f} s CPU "
               f"({b.wall / alone:.2f}× polars alone {alone:.2f} s), peak private "
               f"{b.peak / 2**30:.2f} GiB", flush=True)  # fmt: skip
     return best, alone

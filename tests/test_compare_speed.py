@@ -41,3 +41,42 @@ def test_cell_sums_equal_the_gathered_sum_bit_for_bit(fams: list[int], buckets: 
 def test_cell_sums_refuse_an_empty_cell() -> None:
     with pytest.raises(ValueError, match="no family or no bucket"):
         cell_sums(np.zeros((3, 2, 2, 4)), np.array([], np.int64), np.array([0]))
+
+
+def test_tail_checks_are_computed_once_per_replay_and_cell(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The diagnostics and auto's rule share one computation per (replay, arm, cell rows); a
+    different cell, arm or replay computes its own, and a freed replay leaves no memo."""
+    import gc
+    from types import SimpleNamespace
+
+    from specreplay.pipelines import importance
+    from specreplay.sim.arms import parse_arm
+
+    calls: list[tuple[int, ...]] = []
+
+    def fake_checks(*args: object) -> tuple[int, ...]:
+        mask = args[3]
+        assert isinstance(mask, np.ndarray)
+        calls.append(tuple(np.flatnonzero(mask)))
+        return (len(calls),)
+
+    monkeypatch.setattr(importance, "cell_checks", fake_checks)
+
+    class Replay(SimpleNamespace):
+        pass  # weakly referable, as a ReplayResult
+
+    arm, other = parse_arm("top32:t0.7@5"), parse_arm("greedy@5")
+    res = Replay(sums={arm.canonical: 0, other.canonical: 0}, tails={arm.canonical: 0,
+                 other.canonical: 0})  # fmt: skip
+    m1, m2 = np.array([True, False, True]), np.array([True, True, False])
+    once = importance._checks_once
+    first = once(res, arm, m1, (0,), (0, 1))  # type: ignore[arg-type]
+    assert once(res, arm, m1.copy(), (0,), (0, 1)) == first  # type: ignore[arg-type]
+    assert len(calls) == 1
+    once(res, arm, m2, (0,), (0, 1))  # type: ignore[arg-type]  # other rows
+    once(res, other, m1, (0,), (0, 1))  # type: ignore[arg-type]  # another arm
+    once(Replay(**vars(res)), arm, m1, (0,), (0, 1))  # type: ignore[arg-type]  # another replay
+    assert len(calls) == 4
+    del res
+    gc.collect()
+    assert importance._memo == {}

@@ -25,7 +25,7 @@ import dataclasses
 import math
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -77,6 +77,16 @@ _memo: dict[int, tuple[weakref.ref[ReplayResult], dict[_CheckKey, tuple[DepthChe
 _memo_lock = threading.Lock()
 
 
+def _forget(key: int) -> Callable[[weakref.ref[ReplayResult]], None]:
+    """Return the callback that drops replay ``key``'s memo when the replay is freed."""
+
+    def drop(_: weakref.ref[ReplayResult]) -> None:
+        # no lock: a collection inside the locked block may run this (one dict pop is atomic)
+        _memo.pop(key, None)
+
+    return drop
+
+
 def _checks_once(
     res: ReplayResult,
     arm: Arm,
@@ -93,9 +103,8 @@ def _checks_once(
     with _memo_lock:
         entry = _memo.get(id(res))
         if entry is None or entry[0]() is not res:
-            key_id = id(res)
-            ref = weakref.ref(res, lambda _, k=key_id: _memo.pop(k, None))
-            entry = _memo[key_id] = (ref, {})
+            ref = weakref.ref(res, _forget(id(res)))
+            entry = _memo[id(res)] = (ref, {})
     memo = entry[1]
     key = (arm.canonical, arm.depth, fam_idx, bucket_idx, mask.tobytes())
     got = memo.get(key)
