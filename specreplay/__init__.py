@@ -18,12 +18,13 @@ import sys as _sys
 import time as _time
 from pathlib import Path as _Path
 
-_IMPORTED = _time.perf_counter()
+IMPORTED_AT = _time.perf_counter()
 """When the package was first imported: start-up's origin where /proc fails (timing.py)."""
 
 __version__ = "0.7.0"
 
 __all__ = [
+    "IMPORTED_AT",
     "__version__",
     "cache_root",
     "kernel_sources_hash",

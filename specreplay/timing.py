@@ -21,7 +21,7 @@ kernel loaded before the first stage would count here. The process's start comes
 ``/proc/self/stat``'s ``starttime`` (clock ticks since boot, so up to one tick, 10 ms, early)
 against ``CLOCK_BOOTTIME`` now, the clock of ``/proc/uptime``. Where that fails (no /proc,
 another system), start-up counts from the first import of :mod:`specreplay` instead
-(``specreplay._IMPORTED``), which leaves out the interpreter's own start: :data:`STARTED_AT`
+(``specreplay.IMPORTED_AT``), which leaves out the interpreter's own start: :data:`STARTED_AT`
 says which (``"process"`` or ``"import"``). A process that enters no stage records none.
 """
 
@@ -72,7 +72,7 @@ def _origin() -> tuple[float, str]:
         return time.perf_counter() - age, "process"
     import specreplay
 
-    return specreplay._IMPORTED, "import"
+    return specreplay.IMPORTED_AT, "import"
 
 
 _lock = threading.Lock()

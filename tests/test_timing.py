@@ -241,4 +241,4 @@ def test_without_proc_start_up_counts_from_the_package_import(
     import specreplay
 
     monkeypatch.setattr(timing, "_process_age", lambda: None)
-    assert timing._origin() == (specreplay._IMPORTED, "import")
+    assert timing._origin() == (specreplay.IMPORTED_AT, "import")
