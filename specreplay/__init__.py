@@ -15,11 +15,16 @@ import functools as _functools
 import hashlib as _hashlib
 import os as _os
 import sys as _sys
+import time as _time
 from pathlib import Path as _Path
+
+IMPORTED_AT = _time.perf_counter()
+"""When the package was first imported: start-up's origin where /proc fails (timing.py)."""
 
 __version__ = "0.7.0"
 
 __all__ = [
+    "IMPORTED_AT",
     "__version__",
     "cache_root",
     "kernel_sources_hash",

@@ -113,3 +113,53 @@ def test_hdi_and_eti_equal_arviz_bit_for_bit(prob: float) -> None:
         array_stats.hdi(np.zeros(0), prob)
     with pytest.raises(ValueError, match="Too few elements"):
         hdi_nearest(np.zeros(0), prob)
+
+
+_AT_START_UP = """
+import json, os, sys
+from numba.core.registry import CPUDispatcher
+import specreplay.timing as timing
+
+def first_stage(t0):
+    loaded = sorted(
+        f"{{name}}.{{attr}}"
+        for name, mod in list(sys.modules.items())
+        if name.startswith("specreplay.")
+        for attr, obj in list(vars(mod).items())
+        if isinstance(obj, CPUDispatcher) and obj.overloads
+    )
+    print(json.dumps({{"modules": sorted(sys.modules), "loaded": loaded}}))
+    sys.stdout.flush()
+    os._exit(0)
+
+timing._start_up_ends = first_stage
+sys.argv = ["specreplay", "requalify", {archive!r}, "--baseline", "top32:t0.7@5",
+            "--candidate", "top32:t0.7:dyadic24@5", "--out", "run", "-q"]
+from specreplay.cli import app
+app()
+"""
+
+NOT_BEFORE_THE_PASS = ("arviz", "dask", "distributed", "matplotlib", "xarray", "scipy.stats")
+"""Libraries a requalify's start-up must not import (scipy's base comes with Numba)."""
+UNCALLED_KERNELS = ("specreplay.sim.toy", "specreplay.sim.live", "specreplay.sim.synth")
+"""Kernel modules a requalify never calls (the toy model, live decoding, synthesis)."""
+
+
+def test_start_up_loads_no_kernel_and_no_library_the_run_does_not_need(
+    small_archive: Path, tmp_path: Path
+) -> None:
+    """Up to a requalify's first stage (the end of start-up, :mod:`specreplay.timing`) no
+    Numba kernel of specreplay has an overload (none compiled or loaded from the cache: no
+    eager signature, no warm-up call at import; each is loaded by its first call, in the stage
+    that makes it), none of the plotting, Dask, ArviZ or scipy.stats is imported, and neither
+    are the kernel modules the run never calls."""
+    code = _AT_START_UP.format(archive=str(small_archive))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=tmp_path, check=True, timeout=300).stdout  # fmt: skip
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["loaded"] == []
+    mods = set(seen["modules"])
+    assert "specreplay.pipelines.requalify" in mods  # the hook ran where it should
+    heavy = sorted(m for m in mods if m.startswith(NOT_BEFORE_THE_PASS))
+    assert heavy == []
+    assert mods.isdisjoint(UNCALLED_KERNELS)

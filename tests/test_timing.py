@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,11 +15,17 @@ import pytest
 from specreplay import timing
 
 
+@pytest.fixture(autouse=True)
+def _fresh_totals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts from no totals, start-up already recorded (so it adds no stage)."""
+    monkeypatch.setattr(timing, "_totals", {})
+    monkeypatch.setattr(timing, "_started", True)
+
+
 def test_stage_adds_each_entry_and_nests(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = iter([10.0, 10.5, 11.0, 13.0, 20.0, 20.25])  # outer 10→13 holds inner 10.5→11
 
     monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
-    monkeypatch.setattr(timing, "_totals", {})
     with timing.stage("outer"), timing.stage("inner"):
         pass
     with timing.stage("inner"):
@@ -29,7 +36,6 @@ def test_stage_adds_each_entry_and_nests(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_stage_counts_a_block_that_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = iter([1.0, 3.5])
     monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
-    monkeypatch.setattr(timing, "_totals", {})
     with pytest.raises(ValueError), timing.stage("failing"):
         raise ValueError
     assert timing.totals() == {"failing": 2.5}
@@ -63,7 +69,7 @@ def test_exit_appends_one_json_line_and_keeps_what_was_there(tmp_path: Path) -> 
     assert lines[0] == "kept" and len(lines) == 3
     for line in lines[1:]:
         got = json.loads(line)
-        assert set(got) == {"replay", "plots"} and all(v >= 0 for v in got.values())
+        assert set(got) == {"start-up", "replay", "plots"} and all(v >= 0 for v in got.values())
 
 
 def test_unset_writes_nothing(tmp_path: Path) -> None:
@@ -96,7 +102,6 @@ def test_timed_counts_the_producer_only(monkeypatch: pytest.MonkeyPatch) -> None
     # a clock both sides move: producing an item takes 1 s, the consumer's work on it 10 s
     now = [0.0]
     monkeypatch.setattr(timing.time, "perf_counter", lambda: now[0])
-    monkeypatch.setattr(timing, "_totals", {})
 
     def produce() -> Iterator[str]:
         for x in "ab":
@@ -118,7 +123,6 @@ def test_timed_counts_a_producer_that_raises(monkeypatch: pytest.MonkeyPatch) ->
 
     clock = iter([0.0, 1.0, 2.0, 4.0])
     monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
-    monkeypatch.setattr(timing, "_totals", {})
     got = []
     with pytest.raises(ValueError, match="bad row"):
         for x in timing.timed("reading", broken()):
@@ -136,7 +140,6 @@ def test_a_requalify_run_reports_its_phases_and_stages(
     from specreplay.commands.requalify import run_requalify
     from specreplay.pipelines.options import RequalifyOptions
 
-    monkeypatch.setattr(timing, "_totals", {})
     seen: list[tuple[str, int | None, int]] = []
 
     @contextmanager
@@ -176,7 +179,6 @@ def test_a_requalify_run_reports_its_phases_and_stages(
 def test_stage_as_a_decorator_times_each_call(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = iter([0.0, 2.0, 10.0, 10.5])
     monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
-    monkeypatch.setattr(timing, "_totals", {})
 
     @timing.stage("fold")
     def merge(a: int, b: int) -> int:
@@ -184,3 +186,59 @@ def test_stage_as_a_decorator_times_each_call(monkeypatch: pytest.MonkeyPatch) -
 
     assert merge(1, 2) == 3 and merge(3, 4) == 7
     assert timing.totals() == {"fold": 2.0 + 0.5}
+
+
+_LATE_CHILD = (
+    "import time\n"
+    "time.sleep(0.3)  # before specreplay is imported: start-up still counts it\n"
+    "from specreplay.timing import STARTED_AT, stage\n"
+    "assert STARTED_AT == 'process', STARTED_AT\n"
+    "time.sleep(0.2)\n"
+    "with stage('work'):\n"
+    "    time.sleep(0.1)\n"
+)
+
+
+def test_start_up_runs_from_the_process_start_to_the_first_stage(tmp_path: Path) -> None:
+    """The child sleeps 0.3 s before importing specreplay and 0.2 s more before its first stage:
+    start-up holds both (≥ 0.5 s, so it counts from the process's start, not from the import)
+    and no more than the child's whole life as the parent saw it; the stage after it is its own.
+    """
+    out = tmp_path / "t.jsonl"
+    env = dict(os.environ, **{timing.ENV: str(out)})
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", _LATE_CHILD], env=env, check=True, timeout=120)
+    wall = time.perf_counter() - t0
+    got = json.loads(out.read_text())
+    assert set(got) == {"start-up", "work"}
+    assert 0.5 <= got["start-up"] <= wall - got["work"]
+    assert 0.1 <= got["work"] < wall
+
+
+def test_start_up_is_recorded_once_at_the_first_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter([7.0, 8.0, 9.0, 9.5])  # the process started at 5.0 (the origin)
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(timing, "_ORIGIN", 5.0)
+    monkeypatch.setattr(timing, "_started", False)
+    with timing.stage("first"):
+        pass
+    with timing.stage("second"):
+        pass
+    assert timing.totals() == {"start-up": 2.0, "first": 1.0, "second": 0.5}
+
+
+def test_start_ticks_reads_field_22_past_a_command_name_with_spaces() -> None:
+    # fields 3.. after the name: state, ppid, …; field 22 (starttime) is the 20th of them
+    tail = " ".join(["S", *(str(n) for n in range(4, 22)), "123456", "99", "100"])
+    assert timing.start_ticks(f"4242 (a) (b c)) {tail}\n".encode()) == 123456
+    with pytest.raises(ValueError):
+        timing.start_ticks(b"4242 no name here")
+
+
+def test_without_proc_start_up_counts_from_the_package_import(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import specreplay
+
+    monkeypatch.setattr(timing, "_process_age", lambda: None)
+    assert timing._origin() == (specreplay.IMPORTED_AT, "import")

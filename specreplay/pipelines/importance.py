@@ -13,13 +13,19 @@ largest ratios per finest cell (:mod:`specreplay.replay.tails`: the Pareto k̂),
 every cell, a delta that has a verdict becomes INCONCLUSIVE, with the figures in its
 ``verdict_reason``, when the tail of either of its arms fails at some depth; its Δ figures stay.
 :func:`with_estimators` writes on every delta the estimator its SIMULATED sides used.
+
+The checks of one arm over one cell are computed once per replay (:func:`_checks_once`): the
+diagnostics and auto's rule read the same ones (a requalification asked for 150 of them, 60
+twice: a fifth of its "comparisons and law tests" stage at 2 M positions, issue 18).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+import threading
+import weakref
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -66,10 +72,52 @@ def cell_specs(res: ReplayResult, cells: Sequence[Cell]) -> list[CellSpec]:
     return specs
 
 
+_CheckKey = tuple[str, int, tuple[int, ...], tuple[int, ...], bytes]
+_memo: dict[int, tuple[weakref.ref[ReplayResult], dict[_CheckKey, tuple[DepthCheck, ...]]]] = {}
+_memo_lock = threading.Lock()
+
+
+def _forget(key: int) -> Callable[[weakref.ref[ReplayResult]], None]:
+    """Return the callback that drops replay ``key``'s memo when the replay is freed."""
+
+    def drop(_: weakref.ref[ReplayResult]) -> None:
+        # no lock: a collection inside the locked block may run this (one dict pop is atomic)
+        _memo.pop(key, None)
+
+    return drop
+
+
+def _checks_once(
+    res: ReplayResult,
+    arm: Arm,
+    mask: NDArray[np.bool_],
+    fam_idx: tuple[int, ...],
+    bucket_idx: tuple[int, ...],
+) -> tuple[DepthCheck, ...]:
+    """Return :func:`cell_checks` of ``arm`` over one cell of ``res``, computed once per replay.
+
+    The memo lives as long as ``res`` (a weak reference drops it with the replay) and is keyed
+    by everything the checks read besides ``res``: the arm, its depth, the cell's finest cells
+    and its rows (``mask``).
+    """
+    with _memo_lock:
+        entry = _memo.get(id(res))
+        if entry is None or entry[0]() is not res:
+            ref = weakref.ref(res, _forget(id(res)))
+            entry = _memo[id(res)] = (ref, {})
+    memo = entry[1]
+    key = (arm.canonical, arm.depth, fam_idx, bucket_idx, mask.tobytes())
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = cell_checks(
+            res.sums[arm.canonical], res.tails[arm.canonical], arm, mask, fam_idx, bucket_idx
+        )
+    return got
+
+
 def _checks(res: ReplayResult, arm: Arm, spec: CellSpec) -> tuple[DepthCheck, ...]:
     s = res.sums[arm.canonical]
-    mask = spec.mask(s.family, s.bucket)
-    return cell_checks(s, res.tails[arm.canonical], arm, mask, spec.fam_idx, spec.bucket_idx)
+    return _checks_once(res, arm, spec.mask(s.family, s.bucket), spec.fam_idx, spec.bucket_idx)
 
 
 def _finite(x: float | None) -> float | None:
@@ -97,9 +145,7 @@ def importance_diagnostics(
     """
     if res.estimator != "importance":
         return ()
-    checks = cell_checks(
-        res.sums[arm.canonical], res.tails[arm.canonical], arm, mask, fam_idx, bucket_idx
-    )
+    checks = _checks_once(res, arm, mask, fam_idx, bucket_idx)
     return tuple(
         ImportanceDiagnostic(
             arm=arm.canonical,

@@ -222,7 +222,8 @@ def holm_smallest_margins(
         lo, hi = lo * (1 - 1e-12), hi * (1 + 1e-12) + 1e-300
 
         def adj(m: float, j: int = j) -> float:
-            return holm(list(every(m)))[j]
+            # holm(...)[j] without rounding the family's other k − 1 values (the same figure)
+            return round(float(holm_adjust(list(every(m)))[j]), 15)
 
         if adj(hi) >= alpha:  # replicate ties at the bound: widen until EQUIVALENT
             while adj(hi) >= alpha and hi < 1e300:
