@@ -99,8 +99,10 @@ def _root(
     """Statistical replay and bootstrap simulator for speculative decoding."""
     from specreplay import numba_cache_dir
     from specreplay.replay.archive.filehash import new_run
+    from specreplay.replay.archive.validated import new_run as validated_run
 
     new_run()  # the hashing a command reports, and the stamps it checks, are its own
+    validated_run(honour=True)  # files a full check passed unchanged: not checked row by row
 
     if ctx.invoked_subcommand in COMPILING and "--help" not in sys.argv:
         cache = Path(numba_cache_dir())
@@ -262,6 +264,14 @@ IgnoreOpt = Annotated[
         "is an error; what was skipped is listed in results.json (inputs_ignored).",
     ),
 ]
+RevalidateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--revalidate",
+        help="Check every row of the archive again, even the files a full check of this "
+        "validator passed unchanged (docs/scale.md#rows-validated-earlier); rewrites their marks.",
+    ),
+]
 HashIdsOpt = Annotated[
     bool,
     typer.Option(
@@ -412,6 +422,14 @@ def _user_errors(command: str, out: Path | None = None) -> Iterator[None]:
         if not failed:
             for n in cache_notes():
                 typer.echo(n.line(), err=True)
+
+
+def _revalidate(revalidate: bool) -> None:
+    """``--revalidate``: honour no "validated" mark this run (every row is checked)."""
+    if revalidate:
+        from specreplay.replay.archive.validated import force_full
+
+        force_full()
 
 
 def _disk_line(command: str, exc: Exception, out: Path | None, code: int) -> str:
@@ -857,6 +875,7 @@ def requalify(
     cache: CacheOpt = None,
     short_rounds: ShortRoundsOpt = ShortRounds.CAPPED,
     ignore: IgnoreOpt = None,
+    revalidate: RevalidateOpt = False,
     max_dropped: MaxDroppedOpt = MAX_DROPPED.default,
 ) -> None:
     """Replay an archive under baseline and candidate arms and requalify the change.
@@ -872,6 +891,7 @@ def requalify(
     """
     params = dict(locals())  # the parameters, before any other name is bound
     with _user_errors("requalify", out):
+        _revalidate(revalidate)
         from specreplay.commands.requalify import run_requalify
         from specreplay.pipelines.options import RequalifyOptions
 
@@ -940,6 +960,7 @@ def sweep(
     cache: CacheOpt = None,
     short_rounds: ShortRoundsOpt = ShortRounds.CAPPED,
     ignore: IgnoreOpt = None,
+    revalidate: RevalidateOpt = False,
     max_dropped: MaxDroppedOpt = MAX_DROPPED.default,
 ) -> None:
     """R (retained tokens per round) at every fixed depth per arm and cell from one replay pass.
@@ -954,6 +975,7 @@ def sweep(
     params["arms"] = params.pop("arm") or ()
     params["policies"] = params.pop("policy") or ()
     with _user_errors("sweep", out):
+        _revalidate(revalidate)
         from specreplay.commands.sweep import run_sweep
         from specreplay.pipelines.options import SweepOptions
 
@@ -1050,6 +1072,7 @@ def lawtest(
     quiet: QuietOpt = False,  # accepted like every command's; lawtest draws no progress bar
     hash_ids: HashIdsOpt = False,
     ignore: IgnoreOpt = None,
+    revalidate: RevalidateOpt = False,
 ) -> None:
     """Test that an arm's verifier keeps the target law (exact TV and a Monte Carlo G-test).
 
@@ -1058,6 +1081,7 @@ def lawtest(
     chosen for 0.99 power against its exact total-variation distance.
     """
     with _user_errors("lawtest", out):
+        _revalidate(revalidate)
         from specreplay.commands.lawtest import run_lawtest
         from specreplay.pipelines.options import LawtestOptions
 

@@ -78,6 +78,7 @@ __all__ = [
     "ImportanceDiagnostic",
     "InputFile",
     "InputIgnored",
+    "InputValidation",
     "IntervalMethod",
     "KeptMass",
     "KeptMasses",
@@ -170,6 +171,21 @@ class InputIgnored:
 
     path: str
     glob: str
+
+
+@dataclass(frozen=True)
+class InputValidation:
+    """How the run's position-archive files were validated (docs/scale.md#rows-validated-earlier).
+
+    ``files`` the archive files the run read; ``validated_earlier`` those whose rows were not
+    checked again (a "validated" mark of this validator matched: the replay's guards only);
+    ``validator`` the hash of the validator's sources
+    (:func:`specreplay.replay.archive.validated.validator_hash`).
+    """
+
+    files: Count
+    validated_earlier: Count
+    validator: str
 
 
 OMIT_NONE = "omit_none"
@@ -1093,6 +1109,7 @@ class Result:
     sensitivity: tuple[Sensitivity, ...] | None = None
     columns_not_read: tuple[str, ...] | None = None
     inputs_ignored: tuple[InputIgnored, ...] = ()
+    validation: InputValidation | None = field(default=None, metadata={OMIT_NONE: True})
     interval_method: IntervalMethod | None = None
     scrapes: tuple[ScrapeFigures, ...] | None = field(default=None, metadata={OMIT_NONE: True})
     scrape_delta: ScrapeDelta | None = field(default=None, metadata={OMIT_NONE: True})
