@@ -30,6 +30,15 @@ os.environ.setdefault(
 )
 
 
+@pytest.fixture(autouse=True)
+def _marks_not_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Honour no "validated" mark in-process (a test's second run of a shared archive checks every
+    row, as before marks existed); tests/test_validated.py opts back in."""
+    from specreplay.replay.archive import validated
+
+    monkeypatch.setattr(validated, "HONOURED", False)
+
+
 @pytest.fixture(scope="session")
 def small_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 4-shard Parquet archive from the toy model pair: 64 requests × 8 rounds × 5 positions."""
