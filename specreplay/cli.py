@@ -375,8 +375,13 @@ def _echo(text: str) -> None:
 
 
 @contextmanager
-def _user_errors(command: str, out: Path | None = None) -> Iterator[None]:
+def _user_errors(
+    command: str, out: Path | None = None, *, revalidate: bool = False
+) -> Iterator[None]:
     """Run ``command``'s body: say what it replaced and what stopped it, on stderr.
+
+    ``revalidate`` (``--revalidate``): honour no "validated" mark this run, every row is checked
+    (:mod:`specreplay.replay.archive.validated`).
 
     The project's error type becomes one line and exit code 2. SIGINT and SIGTERM unwind (the
     output's temporary folder is removed) and become one line and exit code 128 + the signal's
@@ -391,6 +396,10 @@ def _user_errors(command: str, out: Path | None = None) -> Iterator[None]:
 
     reset_swaps()
     reset_cache_notes()
+    if revalidate:
+        from specreplay.replay.archive.validated import force_full
+
+        force_full()
     failed = True
     try:
         with _signals_unwind():
@@ -422,14 +431,6 @@ def _user_errors(command: str, out: Path | None = None) -> Iterator[None]:
         if not failed:
             for n in cache_notes():
                 typer.echo(n.line(), err=True)
-
-
-def _revalidate(revalidate: bool) -> None:
-    """``--revalidate``: honour no "validated" mark this run (every row is checked)."""
-    if revalidate:
-        from specreplay.replay.archive.validated import force_full
-
-        force_full()
 
 
 def _disk_line(command: str, exc: Exception, out: Path | None, code: int) -> str:
@@ -885,13 +886,11 @@ def requalify(
     test fails, else INCONCLUSIVE. The interval that decides Δ's verdict is cr2-eff-hall (a CR2
     variance with requests as clusters, a t with effective degrees of freedom, Hall's skewness
     correction); each Δ's method field names the interval printed. Line 2 says what the run
-    excluded or reused; then Δ per family, the gain over --reference, the path-bias diagnostic of
-    the logging arm, one line per arm on the estimator's weights and the law tests (every cell,
-    survival P(A ≥ j) and the rest in TABLES.md).
+    excluded or reused; then Δ per family, the gain over --reference, the path-bias diagnostic,
+    the estimator's weights and the law tests (every cell and survival in TABLES.md).
     """
     params = dict(locals())  # the parameters, before any other name is bound
-    with _user_errors("requalify", out):
-        _revalidate(revalidate)
+    with _user_errors("requalify", out, revalidate=revalidate):
         from specreplay.commands.requalify import run_requalify
         from specreplay.pipelines.options import RequalifyOptions
 
@@ -974,8 +973,7 @@ def sweep(
     params = dict(locals())  # the parameters, before any other name is bound
     params["arms"] = params.pop("arm") or ()
     params["policies"] = params.pop("policy") or ()
-    with _user_errors("sweep", out):
-        _revalidate(revalidate)
+    with _user_errors("sweep", out, revalidate=revalidate):
         from specreplay.commands.sweep import run_sweep
         from specreplay.pipelines.options import SweepOptions
 
@@ -1080,8 +1078,7 @@ def lawtest(
     such as top32:t0.7:dyadic8/float64@5 is detected wherever it is detectable at the draws
     chosen for 0.99 power against its exact total-variation distance.
     """
-    with _user_errors("lawtest", out):
-        _revalidate(revalidate)
+    with _user_errors("lawtest", out, revalidate=revalidate):
         from specreplay.commands.lawtest import run_lawtest
         from specreplay.pipelines.options import LawtestOptions
 
