@@ -26,7 +26,9 @@ Fields are always written, ``null`` where they do not apply (so a program readin
 finds the same keys in every delta); their order is the order of the dataclass fields. The
 exceptions are :attr:`Result.replicates`, which a run keeps in memory only (:func:`written`), and
 ``screen``'s :attr:`Result.scrapes` (:class:`ScrapeFigures`, what two vLLM scrapes measure) and
-:attr:`Result.scrape_delta` (:class:`ScrapeDelta`), left out while None (``OMIT_NONE``).
+:attr:`Result.scrape_delta` (:class:`ScrapeDelta`), and :attr:`Result.validation`
+(:class:`InputValidation`, a command that read a position archive), left out while None
+(``OMIT_NONE``).
 
 What results.json may hold is declared here and nowhere else (docs/outputs.md#what-report-checks):
 the fields' annotations say what a value may be beyond its type (:data:`Count`, :data:`Seed`,

@@ -8,6 +8,11 @@ rule of docs/inputs.md#position-traces-schema-v1 as it goes (row rules in
 round of a chunk is carried into the next one (docs/scale.md), so memory is bounded by the batch
 size plus tables that grow with the number of requests.
 
+Validated earlier: a file whose "validated" mark matches (:mod:`~specreplay.replay.archive.
+validated`) goes through :meth:`ArchiveReader._skipped_chunk`: the replay's guards
+(:mod:`~specreplay.replay.archive.guards`) in place of the null, list-length and row rules; every
+other check stays. A chunk where a guard fires is checked in full.
+
 Errors: with ``max_errors=1`` (every command but ``validate``) the first error raises
 :class:`~specreplay.errors.SpecReplayError`; otherwise up to ``max_errors`` errors are collected in
 ``reader.errors`` (in archive order within each chunk) and no batch is yielded after the first one.
