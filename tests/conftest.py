@@ -30,13 +30,16 @@ os.environ.setdefault(
 )
 
 
-@pytest.fixture(autouse=True)
-def _marks_not_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Honour no "validated" mark in-process (a test's second run of a shared archive checks every
-    row, as before marks existed); tests/test_validated.py opts back in."""
+@pytest.fixture(scope="session", autouse=True)
+def _marks_not_honoured() -> Iterator[None]:
+    """Honour no "validated" mark in-process, from the session's first fixture on (a test's
+    second run of a shared archive checks every row, as before marks existed; a module fixture's
+    run too); tests/test_validated.py opts back in, test by test."""
     from specreplay.replay.archive import validated
 
-    monkeypatch.setattr(validated, "HONOURED", False)
+    validated.HONOURED = False
+    yield
+    validated.HONOURED = True
 
 
 @pytest.fixture(scope="session")

@@ -253,3 +253,8 @@ def test_a_mark_covers_only_the_columns_its_pass_read(shard: Path) -> None:
     assert not validated.skips(shard, frozenset({"cand_ids", "emitted_q"}))
     validated.new_run(honour=False)  # --revalidate, validate, a Dask worker
     assert not validated.skips(shard, frozenset({"cand_ids"}))
+    validated.new_run(honour=True)
+    assert validated.skips(shard, frozenset({"cand_ids"}))  # the first batch, read locally
+    validated.dask_run()  # --workers / --scheduler: the workers read every shard again
+    assert not validated.skips(shard, frozenset({"cand_ids"}))
+    assert validated.summary([shard]) == validated.Validation(1, 0, validated.validator_hash())
