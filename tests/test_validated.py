@@ -258,3 +258,17 @@ def test_a_mark_covers_only_the_columns_its_pass_read(shard: Path) -> None:
     validated.dask_run()  # --workers / --scheduler: the workers read every shard again
     assert not validated.skips(shard, frozenset({"cand_ids"}))
     assert validated.summary([shard]) == validated.Validation(1, 0, validated.validator_hash())
+
+
+def test_lawtest_says_which_files_it_validated_earlier(shard: Path) -> None:
+    args = ["lawtest", str(shard.parent), "--arm", CAND, "--positions", "20", "--max-draws",
+            "20000", "-q"]  # fmt: skip
+    first = invoke([*args, "--out", str(shard.parent.parent / "first")])
+    assert first.exit_code == 0 and "validated earlier" not in first.stdout, first.output
+    second = invoke([*args, "--out", str(shard.parent.parent / "second")])
+    assert second.exit_code == 0, second.output
+    reused = [x for x in second.stdout.splitlines() if x.startswith("Reused: ")]
+    assert reused == [
+        f"Reused: rows validated earlier: 1 of 1 file unchanged since a full check (validator "
+        f"{validated.validator_hash()[:8]}); --revalidate checks every row"
+    ]
