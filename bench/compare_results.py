@@ -3,8 +3,10 @@
 Pairs the ``results.json`` files of OLD_DIR and NEW_DIR by their path relative to each folder and
 walks both JSON trees together (lists by index, objects by key; ``cells`` by their level, family
 and bucket, so a new cell order is no difference). Left out, because they differ
-between any two runs: ``created_utc``, ``environment``, ``inputs[].path``, ``inputs[].sha256`` and
-path-valued ``options`` (absolute paths, and the ``archive``/``out`` options).
+between any two runs: ``created_utc``, ``environment``, ``validation`` (how many input files were
+validated earlier: a second run skips what the first checked), ``inputs[].path``,
+``inputs[].sha256`` and path-valued ``options`` (absolute paths, and the ``archive``/``out``
+options).
 
 Prints the verdict differences (``verdict`` and ``passed`` fields), every other non-numeric
 difference (strings, booleans, a null against a number, a missing key, a list length), how many
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 VERDICT_KEYS = frozenset({"verdict", "passed"})
-IGNORED_TOP = frozenset({"created_utc", "environment"})
+IGNORED_TOP = frozenset({"created_utc", "environment", "validation"})
 IGNORED_INPUT_KEYS = frozenset({"path", "sha256"})
 PATH_OPTIONS = frozenset({"archive", "out", "output", "path"})
 

@@ -138,6 +138,7 @@ from specreplay.pipelines.options import (
 from specreplay.render.files import write_run
 from specreplay.replay.archive.filehash import new_run
 from specreplay.replay.archive.memory import ArmInMemory
+from specreplay.replay.archive.validated import new_run as validated_run
 from specreplay.replay.backend import Backend
 from specreplay.replay.scan import Progress, no_progress
 from specreplay.results import io
@@ -223,9 +224,15 @@ def _bar(progress: bool) -> Progress:
     return lambda what, total: progress_bar(False, what, total)
 
 
-def _before(out: PathLike | None, force: bool, inputs: Sequence[Path]) -> Path | None:
-    """Start the run, check ``out`` before any work (as the CLI does); return it as a Path."""
+def _before(
+    out: PathLike | None, force: bool, inputs: Sequence[Path], *, revalidate: bool = False
+) -> Path | None:
+    """Start the run, check ``out`` before any work (as the CLI does); return it as a Path.
+
+    ``revalidate``: as ``--revalidate``, check every row (honour no "validated" mark).
+    """
     new_run()  # the stamps the run checks its inputs against are its own
+    validated_run(honour=not revalidate)
     if out is None:
         return None
     check_out(Path(out), force=force, inputs=inputs)
@@ -404,6 +411,7 @@ def requalify(
     cache: PathLike | None = None,
     short_rounds: ShortRounds | str = ShortRounds.CAPPED,
     ignore: str | Sequence[str] = (),
+    revalidate: bool = False,
     max_dropped: float = MAX_DROPPED.default,
 ) -> Result:
     """Replay an archive under baseline and candidate arms and requalify the change.
@@ -414,7 +422,8 @@ def requalify(
     law tests. ``families``: comma-separated or a sequence. ``scheduler``, ``workers``,
     ``cache``: as ``--scheduler``, ``--workers``, ``--cache`` (:func:`_backend`). ``ignore``:
     as ``--ignore`` (``result.inputs_ignored`` lists what was skipped). ``max_dropped``: as
-    ``--max-dropped`` (a capture with more bad rounds is refused). ``short_rounds``:
+    ``--max-dropped`` (a capture with more bad rounds is refused). ``revalidate``: as
+    ``--revalidate``, check every row again. ``short_rounds``:
     ``capped`` (the default), ``null`` or ``exclude``, as ``--short-rounds``
     (:mod:`specreplay.pipelines.shortrounds`). ``confidence_level``: ``level`` as
     ``scipy.stats.bootstrap`` spells it.
@@ -423,7 +432,7 @@ def requalify(
     a = Path(archive)
     opts = RequalifyOptions.build(**options_of(params))
     backend = _backend(scheduler, workers, cache)
-    target = _before(out, force, [a])
+    target = _before(out, force, [a], revalidate=revalidate)
     result = requalify_run(a, opts, progress=_bar(progress), backend=backend)
     return _after(result, target, force, [a])
 
@@ -457,6 +466,7 @@ def sweep(
     cache: PathLike | None = None,
     short_rounds: ShortRounds | str = ShortRounds.CAPPED,
     ignore: str | Sequence[str] = (),
+    revalidate: bool = False,
     max_dropped: float = MAX_DROPPED.default,
 ) -> Result:
     """R at every fixed depth per arm and cell from one replay pass.
@@ -469,6 +479,7 @@ def sweep(
     the survival truncation proxy. ``scheduler``, ``workers``, ``cache``: as ``--scheduler``,
     ``--workers``, ``--cache`` (:func:`_backend`). ``ignore``: as ``--ignore``.
     ``max_dropped``: as ``--max-dropped``. ``short_rounds``: as ``--short-rounds``.
+    ``revalidate``: as ``--revalidate``, check every row again.
     ``policies``: the ``--policy`` values (one string or a sequence; brace lists expand); each
     cell's ``policies`` then hold them (docs/methods.md#policies-adaptive-drafting).
     """
@@ -477,7 +488,7 @@ def sweep(
     a = Path(archive)
     opts = SweepOptions.build(**options_of(params))
     backend = _backend(scheduler, workers, cache)
-    target = _before(out, force, [a])
+    target = _before(out, force, [a], revalidate=revalidate)
     result = sweep_run(a, opts, progress=_bar(progress), backend=backend)
     return _after(result, target, force, [a])
 
@@ -619,6 +630,7 @@ def lawtest(
     force: bool = False,
     hash_ids: bool = False,
     ignore: str | Sequence[str] = (),
+    revalidate: bool = False,
 ) -> Result:
     """Test that an arm's verifier keeps the target law (exact TV and a Monte Carlo G-test).
 
@@ -626,6 +638,7 @@ def lawtest(
     archive also ``positions`` of its positions per arm. ``result.law_tests`` (or
     ``to_polars("law_tests")``) holds each test; ``passed`` is False for a failed one.
     ``ignore``: as ``--ignore``, globs of entries of the archive's folder to skip.
+    ``revalidate``: as ``--revalidate``, check every row again.
     """
     opts = LawtestOptions.build(
         arms=(arms,) if isinstance(arms, str | Arm) else arms,
@@ -640,7 +653,7 @@ def lawtest(
     )
     path = Path(archive) if archive is not None else None
     inputs = [path] if path is not None else []
-    target = _before(out, force, inputs)
+    target = _before(out, force, inputs, revalidate=revalidate)
     result = lawtest_result(opts, archive=path)
     return _after(result, target, force, inputs)
 

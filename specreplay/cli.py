@@ -99,8 +99,10 @@ def _root(
     """Statistical replay and bootstrap simulator for speculative decoding."""
     from specreplay import numba_cache_dir
     from specreplay.replay.archive.filehash import new_run
+    from specreplay.replay.archive.validated import new_run as validated_run
 
     new_run()  # the hashing a command reports, and the stamps it checks, are its own
+    validated_run(honour=True)  # files a full check passed unchanged: not checked row by row
 
     if ctx.invoked_subcommand in COMPILING and "--help" not in sys.argv:
         cache = Path(numba_cache_dir())
@@ -262,6 +264,14 @@ IgnoreOpt = Annotated[
         "is an error; what was skipped is listed in results.json (inputs_ignored).",
     ),
 ]
+RevalidateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--revalidate",
+        help="Check every row of the archive again, even the files a full check of this "
+        "validator passed unchanged (docs/scale.md#rows-validated-earlier); rewrites their marks.",
+    ),
+]
 HashIdsOpt = Annotated[
     bool,
     typer.Option(
@@ -365,8 +375,13 @@ def _echo(text: str) -> None:
 
 
 @contextmanager
-def _user_errors(command: str, out: Path | None = None) -> Iterator[None]:
+def _user_errors(
+    command: str, out: Path | None = None, *, revalidate: bool = False
+) -> Iterator[None]:
     """Run ``command``'s body: say what it replaced and what stopped it, on stderr.
+
+    ``revalidate`` (``--revalidate``): honour no "validated" mark this run, every row is checked
+    (:mod:`specreplay.replay.archive.validated`).
 
     The project's error type becomes one line and exit code 2. SIGINT and SIGTERM unwind (the
     output's temporary folder is removed) and become one line and exit code 128 + the signal's
@@ -381,6 +396,10 @@ def _user_errors(command: str, out: Path | None = None) -> Iterator[None]:
 
     reset_swaps()
     reset_cache_notes()
+    if revalidate:
+        from specreplay.replay.archive.validated import force_full
+
+        force_full()
     failed = True
     try:
         with _signals_unwind():
@@ -857,6 +876,7 @@ def requalify(
     cache: CacheOpt = None,
     short_rounds: ShortRoundsOpt = ShortRounds.CAPPED,
     ignore: IgnoreOpt = None,
+    revalidate: RevalidateOpt = False,
     max_dropped: MaxDroppedOpt = MAX_DROPPED.default,
 ) -> None:
     """Replay an archive under baseline and candidate arms and requalify the change.
@@ -866,12 +886,11 @@ def requalify(
     test fails, else INCONCLUSIVE. The interval that decides Δ's verdict is cr2-eff-hall (a CR2
     variance with requests as clusters, a t with effective degrees of freedom, Hall's skewness
     correction); each Δ's method field names the interval printed. Line 2 says what the run
-    excluded or reused; then Δ per family, the gain over --reference, the path-bias diagnostic of
-    the logging arm, one line per arm on the estimator's weights and the law tests (every cell,
-    survival P(A ≥ j) and the rest in TABLES.md).
+    excluded or reused; then Δ per family, the gain over --reference, the path-bias diagnostic,
+    the estimator's weights and the law tests (every cell and survival in TABLES.md).
     """
     params = dict(locals())  # the parameters, before any other name is bound
-    with _user_errors("requalify", out):
+    with _user_errors("requalify", out, revalidate=revalidate):
         from specreplay.commands.requalify import run_requalify
         from specreplay.pipelines.options import RequalifyOptions
 
@@ -940,6 +959,7 @@ def sweep(
     cache: CacheOpt = None,
     short_rounds: ShortRoundsOpt = ShortRounds.CAPPED,
     ignore: IgnoreOpt = None,
+    revalidate: RevalidateOpt = False,
     max_dropped: MaxDroppedOpt = MAX_DROPPED.default,
 ) -> None:
     """R (retained tokens per round) at every fixed depth per arm and cell from one replay pass.
@@ -953,7 +973,7 @@ def sweep(
     params = dict(locals())  # the parameters, before any other name is bound
     params["arms"] = params.pop("arm") or ()
     params["policies"] = params.pop("policy") or ()
-    with _user_errors("sweep", out):
+    with _user_errors("sweep", out, revalidate=revalidate):
         from specreplay.commands.sweep import run_sweep
         from specreplay.pipelines.options import SweepOptions
 
@@ -1052,6 +1072,7 @@ def lawtest(
     quiet: QuietOpt = False,  # accepted like every command's; lawtest draws no progress bar
     hash_ids: HashIdsOpt = False,
     ignore: IgnoreOpt = None,
+    revalidate: RevalidateOpt = False,
 ) -> None:
     """Test that an arm's verifier keeps the target law (exact TV and a Monte Carlo G-test).
 
@@ -1059,7 +1080,7 @@ def lawtest(
     such as top32:t0.7:dyadic8/float64@5 is detected wherever it is detectable at the draws
     chosen for 0.99 power against its exact total-variation distance.
     """
-    with _user_errors("lawtest", out):
+    with _user_errors("lawtest", out, revalidate=revalidate):
         from specreplay.commands.lawtest import run_lawtest
         from specreplay.pipelines.options import LawtestOptions
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from specreplay.pipelines.lawtest import lawtest_result
 from specreplay.pipelines.options import LawtestOptions
+from specreplay.render.console import validated_earlier
 from specreplay.render.files import outputs_line, write_all
 from specreplay.render.tables import lawtest_table
 from specreplay.results.output import check_out, output_dir
@@ -28,4 +29,6 @@ def run_lawtest(
         result = lawtest_result(opts, archive=archive)
         files = write_all(result, tmp)
     ok = all(t.passed is not False for t in result.law_tests)
-    return lawtest_table(result) + "\n" + outputs_line(out, files), ok
+    reused = validated_earlier(result)  # an archive's files a full check passed unchanged
+    note = "" if reused is None else f"Reused: {reused}\n"
+    return lawtest_table(result) + "\n" + note + outputs_line(out, files), ok

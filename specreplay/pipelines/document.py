@@ -15,11 +15,14 @@ import polars as pl
 
 from specreplay import __version__
 from specreplay.replay.archive.filehash import file_sha256, hash_stats, recorded_digest
+from specreplay.replay.archive.validated import commit as commit_mark
+from specreplay.replay.archive.validated import summary as validation_summary
 from specreplay.results.model import (
     Cell,
     Excluded,
     InputFile,
     InputIgnored,
+    InputValidation,
     IntervalMethod,
     LawTest,
     Result,
@@ -36,6 +39,7 @@ __all__ = [
     "input_files",
     "new_result",
     "sha256_file",
+    "validation_entry",
 ]
 
 
@@ -58,8 +62,23 @@ def input_files(files: Sequence[tuple[Path, int | None]]) -> tuple[InputFile, ..
     out = []
     for p, rows in files:
         d = recorded_digest(p)
+        commit_mark(p, d.sha256)  # a file this run checked in full: validated once per content
         out.append(InputFile(path=str(p), sha256=d.sha256, bytes=d.bytes, rows=rows))
     return tuple(out)
+
+
+def validation_entry(inputs: Sequence[InputFile]) -> InputValidation | None:
+    """Return results.json ``validation``: how many input files were validated earlier.
+
+    None (the key is left out) when the command read no position archive through the reader.
+    See :mod:`~specreplay.replay.archive.validated`.
+    """
+    v = validation_summary([Path(f.path) for f in inputs])
+    if v is None:
+        return None
+    return InputValidation(
+        files=v.files, validated_earlier=v.validated_earlier, validator=v.validator
+    )
 
 
 def cache_entry() -> dict[str, Any]:
@@ -142,6 +161,8 @@ def new_result(
     Its ``extra`` holds the ``cache`` entry (:func:`cache_entry`) beside any ``extra`` given.
     """
     more = fields.pop("extra", None) or {}
+    if "validation" not in fields:
+        fields["validation"] = validation_entry(inputs)
     if "interval_method" not in fields and any(c.deltas for c in cells):
         fields["interval_method"] = INTERVAL_METHOD
     return Result(

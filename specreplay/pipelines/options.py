@@ -110,10 +110,23 @@ __all__ = [
 
 
 NOT_OPTIONS = frozenset(
-    {"archive", "a", "b", "out", "force", "quiet", "progress", "scheduler", "workers", "cache"}
+    {
+        "archive",
+        "a",
+        "b",
+        "out",
+        "force",
+        "quiet",
+        "progress",
+        "scheduler",
+        "workers",
+        "cache",
+        "revalidate",
+    }
 )
 """A front end's parameters that are not options of a verb's typed options: the inputs, the output
-folder and its flags, progress, and the backend (the command itself takes those)."""
+folder and its flags, progress, the backend and ``--revalidate`` (the command itself takes those:
+none of them changes a figure)."""
 
 
 def options_of(params: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from specreplay.errors import InvalidArchive
 from specreplay.pipelines.builders import measured_result
 from specreplay.pipelines.options import ValidateOptions
 from specreplay.replay.archive.dropped import check_dropped, dropped_of, recorded_writers
+from specreplay.replay.archive.validated import force_full
 from specreplay.replay.scan import Progress, no_progress, scan_archive
 from specreplay.results.model import Result
 from specreplay.results.privacy import IdHasher, hash_result
@@ -52,6 +53,7 @@ def validate_result(
         When a capture's recorders dropped more than ``opts.max_dropped`` of its rounds as bad.
     """
     check_dropped(path, opts.max_dropped)
+    force_full()  # validate checks every row, always (and writes the marks of clean files)
     logging_arm = opts.logging_arm.spelled if opts.logging_arm is not None else None
     scan = scan_archive(
         path,

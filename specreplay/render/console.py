@@ -133,6 +133,22 @@ def folded(lines: list[str]) -> list[str]:
 # -- line 2 --------------------------------------------------------------------------------------
 
 
+def validated_earlier(result: Result) -> str | None:
+    """Return the files whose rows were validated earlier (None when none was).
+
+    See docs/scale.md#rows-validated-earlier: a file unchanged since a full check under this
+    validator is not checked row by row again; ``--revalidate`` checks every row.
+    """
+    v = result.validation
+    if v is None or v.validated_earlier == 0:
+        return None
+    return (
+        f"rows validated earlier: {v.validated_earlier:,} of {v.files:,} "
+        f"file{'s' if v.files != 1 else ''} unchanged since a full check "
+        f"(validator {v.validator[:8]}); --revalidate checks every row"
+    )
+
+
 def excluded_reused(result: Result) -> list[str]:
     """Return what the run excluded or reused: one line per kind, ``Excluded: nothing`` if neither.
 
@@ -148,9 +164,11 @@ def excluded_reused(result: Result) -> list[str]:
         ]
         what = " in ".join(counts[-2:]) if counts else "some"
         out.append(f"Excluded: {what} ({e.reason}){measured_r_note(e)}")
-    reused = backend_note(result.extra.get("replay_backend"))
-    if reused is not None:
-        out.append(f"Reused: {reused}" + ("" if out else "; nothing excluded"))
+    reused = [] if (v := validated_earlier(result)) is None else [v]
+    if (note := backend_note(result.extra.get("replay_backend"))) is not None:
+        reused.append(note)
+    for i, what in enumerate(reused):
+        out.append(f"Reused: {what}" + ("; nothing excluded" if i == 0 and not out else ""))
     return folded(out or ["Excluded: nothing"])
 
 

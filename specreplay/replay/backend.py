@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from specreplay.errors import SpecReplayError
+from specreplay.replay.archive.validated import dask_run
 from specreplay.replay.distributed import DaskRunner, Runner, local_runner, open_dask
 from specreplay.replay.shardcache import ShardCache, cached_runner, check_cache_folder
 
@@ -112,6 +113,7 @@ def backend_runner(
             run.cache = ShardCache(b.cache, filters, inputs)
         if b.scheduler is not None or b.workers is not None:
             run.dask = stack.enter_context(open_dask(b.scheduler, b.workers))
+            dask_run()  # the workers check every row: no mark is honoured (validated.py)
             run.workers = run.dask.workers
             inner = run.dask
         if run.cache is not None:

@@ -26,7 +26,9 @@ Fields are always written, ``null`` where they do not apply (so a program readin
 finds the same keys in every delta); their order is the order of the dataclass fields. The
 exceptions are :attr:`Result.replicates`, which a run keeps in memory only (:func:`written`), and
 ``screen``'s :attr:`Result.scrapes` (:class:`ScrapeFigures`, what two vLLM scrapes measure) and
-:attr:`Result.scrape_delta` (:class:`ScrapeDelta`), left out while None (``OMIT_NONE``).
+:attr:`Result.scrape_delta` (:class:`ScrapeDelta`), and :attr:`Result.validation`
+(:class:`InputValidation`, a command that read a position archive), left out while None
+(``OMIT_NONE``).
 
 What results.json may hold is declared here and nowhere else (docs/outputs.md#what-report-checks):
 the fields' annotations say what a value may be beyond its type (:data:`Count`, :data:`Seed`,
@@ -78,6 +80,7 @@ __all__ = [
     "ImportanceDiagnostic",
     "InputFile",
     "InputIgnored",
+    "InputValidation",
     "IntervalMethod",
     "KeptMass",
     "KeptMasses",
@@ -170,6 +173,21 @@ class InputIgnored:
 
     path: str
     glob: str
+
+
+@dataclass(frozen=True)
+class InputValidation:
+    """How the run's position-archive files were validated (docs/scale.md#rows-validated-earlier).
+
+    ``files`` the archive files the run read; ``validated_earlier`` those whose rows were not
+    checked again (a "validated" mark of this validator matched: the replay's guards only);
+    ``validator`` the hash of the validator's sources
+    (:func:`specreplay.replay.archive.validated.validator_hash`).
+    """
+
+    files: Count
+    validated_earlier: Count
+    validator: str
 
 
 OMIT_NONE = "omit_none"
@@ -1093,6 +1111,7 @@ class Result:
     sensitivity: tuple[Sensitivity, ...] | None = None
     columns_not_read: tuple[str, ...] | None = None
     inputs_ignored: tuple[InputIgnored, ...] = ()
+    validation: InputValidation | None = field(default=None, metadata={OMIT_NONE: True})
     interval_method: IntervalMethod | None = None
     scrapes: tuple[ScrapeFigures, ...] | None = field(default=None, metadata={OMIT_NONE: True})
     scrape_delta: ScrapeDelta | None = field(default=None, metadata={OMIT_NONE: True})

@@ -54,7 +54,10 @@ __all__ = [
     "HashStats",
     "RecordedDigest",
     "Stamp",
+    "cached_digest",
+    "entry_path",
     "file_sha256",
+    "first_stamp",
     "hash_stats",
     "new_run",
     "recorded_digest",
@@ -153,6 +156,11 @@ def watch(path: Path) -> None:
         _first(path, Stamp.of(path))
 
 
+def first_stamp(path: Path) -> Stamp | None:
+    """Return the run's first stamp of ``path`` (None: the run has not listed or hashed it)."""
+    return _LEDGER.get(os.path.realpath(path))
+
+
 def _changed(path: Path) -> SpecReplayError:
     return SpecReplayError(f"{path}: changed during the run")
 
@@ -161,6 +169,24 @@ def _entry(stamp: Stamp) -> Path:
     key = "\0".join(str(v) for v in astuple(stamp))
     name = hashlib.blake2b(key.encode(), digest_size=20).hexdigest()
     return Path(cache_root()) / "hashes" / name[:2] / name
+
+
+def entry_path(stamp: Stamp) -> Path:
+    """Return the path of the cache entry of ``stamp`` (it may not exist)."""
+    return _entry(stamp)
+
+
+def cached_digest(stamp: Stamp) -> str | None:
+    """Return the digest the cache holds for ``stamp``, None when absent or failing its check.
+
+    Reads nothing but the entry (the validation marks tie themselves to it:
+    :mod:`~specreplay.replay.archive.validated`); counts nothing.
+    """
+    try:
+        data = _entry(stamp).read_bytes()
+    except OSError:
+        return None
+    return _cached(unseal(FORMAT, data), stamp)
 
 
 def _compute(path: Path, stamp: Stamp) -> str:

@@ -8,6 +8,11 @@ rule of docs/inputs.md#position-traces-schema-v1 as it goes (row rules in
 round of a chunk is carried into the next one (docs/scale.md), so memory is bounded by the batch
 size plus tables that grow with the number of requests.
 
+Validated earlier: a file whose "validated" mark matches (:mod:`~specreplay.replay.archive.
+validated`) goes through :meth:`ArchiveReader._skipped_chunk`: the replay's guards
+(:mod:`~specreplay.replay.archive.guards`) in place of the null, list-length and row rules; every
+other check stays. A chunk where a guard fires is checked in full.
+
 Errors: with ``max_errors=1`` (every command but ``validate``) the first error raises
 :class:`~specreplay.errors.SpecReplayError`; otherwise up to ``max_errors`` errors are collected in
 ``reader.errors`` (in archive order within each chunk) and no batch is yielded after the first one.
@@ -37,7 +42,7 @@ from numpy.typing import NDArray
 
 from specreplay.errors import SpecReplayError
 from specreplay.names import name_problem
-from specreplay.replay.archive import ordercheck, rowcheck
+from specreplay.replay.archive import guards, ordercheck, rowcheck, validated
 from specreplay.replay.archive.batch import AT_FILE_SHIFT, RoundBatch
 from specreplay.replay.archive.schema import (
     LIST_COLUMNS,
@@ -326,6 +331,7 @@ class ArchiveReader:
         self._last_loc: dict[int, int] = {}
         self._first_rows: list[NDArray[np.int64]] = []  # per chunk: (code, round, file, loc)
         self._arm_loc: tuple[ArchiveFile, int] | None = None
+        self._passes = validated.Passes()  # rows validated earlier: skipped (validated.py)
 
     # -- public ----------------------------------------------------------------------------
 
@@ -363,6 +369,7 @@ class ArchiveReader:
                     yield from self._emit([*pending[:-1], whole])
                     pending, n_pending = [tail], tail.n
             self.files.append(FileInfo(file.path, rows_in_file))
+            self._passes.done(file.path, clean=not self.errors and not self.truncated)
             if self.truncated:
                 break
         if pending and not self.errors:
@@ -480,6 +487,11 @@ class ArchiveReader:
 
     def _check_chunk(self, chunk: RawChunk) -> _Rows | None:
         self._check_columns(chunk)
+        if not chunk.issues and self._passes.skips(chunk.file.path, chunk.frame.columns):
+            skipped = self._skipped_chunk(chunk)
+            if skipped is not None:
+                return skipped
+        self._passes.full(chunk.file.path, chunk.frame.columns)
         issues = list(chunk.issues)
         frame, locs = chunk.frame, chunk.locs
         reported = {i.loc for i in issues}
@@ -539,12 +551,32 @@ class ArchiveReader:
         self._report(chunk.file, issues)
         return rows
 
+    def _skipped_chunk(self, chunk: RawChunk) -> _Rows | None:
+        """Check a chunk of a file validated earlier: the guards only (None: one fired).
+
+        See :mod:`~specreplay.replay.archive.validated`: no row of such a file was dropped, so no
+        continuity check is disabled.
+        """
+        frame, locs = chunk.frame, chunk.locs
+        present = [c for c in frame.columns if c in SCHEMA_V1 and c not in TAIL_COLUMNS]
+        if frame.height == 0 or guards.nulls(frame, [c for c in present if c not in MARK_COLUMNS]):
+            return None
+        after_drop = np.zeros(frame.height, dtype=np.bool_)
+        rows, issues = self._check_rows(chunk.file, frame, locs, after_drop, skipped=True)
+        if rows is None:
+            return None
+        self._last_loc[chunk.file.index] = int(locs[-1])
+        self._report(chunk.file, issues)
+        return rows
+
     def _check_rows(
         self,
         file: ArchiveFile,
         frame: pl.DataFrame,
         locs: NDArray[np.int64],
         after_drop: NDArray[np.bool_],
+        *,
+        skipped: bool = False,
     ) -> tuple[_Rows | None, list[Issue]]:
         issues: list[Issue] = []
         n = frame.height
@@ -569,9 +601,14 @@ class ArchiveReader:
         detail = np.empty(n, dtype=np.float64)
         didx = np.empty(n, dtype=np.int32)
         tails = _tails(frame, self.columns)
-        rowcheck.validate_rows(
-            offsets, cand, lp, tp, eq, drafted, has_eq, has_drafted, code, detail, didx, tails
-        )
+        if skipped:  # validated earlier: the guards, then the full check where one fires
+            if guards.fired(offsets, cand, lp, tp, eq, drafted, has_eq, has_drafted, didx, tails):
+                return None, issues
+            code[:] = rowcheck.OK
+        else:
+            rowcheck.validate_rows(
+                offsets, cand, lp, tp, eq, drafted, has_eq, has_drafted, code, detail, didx, tails
+            )
         if not has_eq and "emitted_q" in self.unread:  # emitted_q is the logging law, unread
             code[code == rowcheck.LP_ZERO] = rowcheck.OK  # here: the rule does not apply
         issues.extend(_rule_issues(code, detail, drafted, locs))
@@ -601,7 +638,10 @@ class ArchiveReader:
             self._order_issues(file, frame, (req, rnd, pos, ctx, fam, acc), locs, after_drop)
         )
         if "logging_arm" in self.columns:
-            issues.extend(self._check_logging_arm(file, frame.get_column("logging_arm"), locs))
+            arms, at = frame.get_column("logging_arm"), locs
+            if skipped:  # one value in the file (validated): its first against the archive's
+                arms, at = arms[:1], locs[:1]
+            issues.extend(self._check_logging_arm(file, arms, at))
         issues.extend(self._check_logging_k(lens0, code, locs, tails))
         extras = frame.select([c for c in frame.columns if c not in SCHEMA_V1])
         place = (np.int64(file.index) << np.int64(AT_FILE_SHIFT)) | locs.astype(np.int64)

@@ -45,6 +45,7 @@ __all__ = [
     "TOL",
     "check_rows",
     "compile_rules",
+    "screen",
     "validate_rows",
 ]
 
@@ -270,20 +271,25 @@ def _screen_row(
     tails: NDArray[np.float64],
     drafted_idx: NDArray[np.int32],
     bm: NDArray[np.uint64],
+    ids: bool,
 ) -> bool:
-    """Whether row ``i`` might break a rule its elements cannot break alone; its drafted index."""
+    """Whether row ``i`` might break a rule its elements cannot break alone; its drafted index.
+
+    ``ids``: look for a repeated id too (a row wider than :data:`SCREEN_WIDTH` is suspect
+    either way).
+    """
     a = offsets[i]
     b = offsets[i + 1]
     drafted_idx[i] = -1
-    if b <= a or b - a > SCREEN_WIDTH or _ids_suspect(cand, a, b, bm):
+    if b <= a or b - a > SCREEN_WIDTH or (ids and _ids_suspect(cand, a, b, bm)):
         return True
     at = -1
     if has_drafted:
         k = -1
-        ids = cand[a:b]
+        row = cand[a:b]
         d = drafted[i]
-        for j in range(ids.shape[0]):
-            if ids[j] == d:
+        for j in range(row.shape[0]):
+            if row[j] == d:
                 k = j
                 break
         if k < 0 or (not has_eq and lp[a + k] == -np.inf):
@@ -307,6 +313,7 @@ def _screen(
     tails: NDArray[np.float64],
     suspect: NDArray[np.bool_],
     drafted_idx: NDArray[np.int32],
+    ids: bool,
 ) -> None:
     """Screen every row in chunks over both threads: elements first, then each row's sums.
 
@@ -326,7 +333,7 @@ def _screen(
             )
             suspect[i] = bad or _screen_row(
                 i, offsets, cand, e, lp, tp, eq, drafted, has_eq, has_drafted, tails,
-                drafted_idx, bm,
+                drafted_idx, bm, ids,
             )  # fmt: skip
 
 
@@ -354,6 +361,43 @@ def _check_at(
         )  # fmt: skip
 
 
+def screen(
+    offsets: NDArray[np.int64],
+    cand: NDArray[np.int64],
+    lp: NDArray[np.float64],
+    tp: NDArray[np.float64],
+    eq: NDArray[np.float64],
+    drafted: NDArray[np.int64],
+    has_eq: bool,
+    has_drafted: bool,
+    tails: NDArray[np.float64],
+    drafted_idx: NDArray[np.int32],
+    *,
+    ids: bool = True,
+) -> NDArray[np.bool_]:
+    """Flag every row that might break a rule; write the drafted index of every other row.
+
+    One read of each row with no branch per candidate: NumPy's vectorised ``exp`` for
+    Σ exp(draft_logprobs), sums over eight lanes, the elements' own rules on the floats' bits
+    (:func:`_elements_suspect`), a 1,024-bit signature for repeated ids (``ids``; the guards of
+    a file validated earlier leave it out: :mod:`~specreplay.replay.archive.guards`). A row is
+    flagged for a value out of range, a sum within :data:`BAND` of its threshold, a repeated
+    or negative id, a drafted id not found, no candidate, more than :data:`SCREEN_WIDTH`.
+    Arguments as :func:`check_rows` takes them.
+    """
+    n = offsets.shape[0] - 1
+    suspect = np.empty(n, np.bool_)
+    if n == 0:
+        return suspect
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(lp)
+    _screen(
+        offsets, cand, e, lp, tp, eq, drafted, has_eq, has_drafted, tails, suspect, drafted_idx,
+        ids,
+    )  # fmt: skip
+    return suspect
+
+
 def validate_rows(
     offsets: NDArray[np.int64],
     cand: NDArray[np.int64],
@@ -370,23 +414,14 @@ def validate_rows(
 ) -> int:
     """:func:`check_rows`'s outputs, to the bit, in two stages; return the rows the rules saw.
 
-    A screen reads each row once with no branch per candidate (NumPy's vectorised ``exp`` for
-    Σ exp(draft_logprobs), sums over eight lanes, a 1,024-bit signature for duplicate ids) and
-    flags every row that might break a rule: a value out of range, a sum within :data:`BAND` of
-    its threshold, a repeated or negative id, a drafted id not found. The exact rules
+    :func:`screen` flags every row that might break a rule; the exact rules
     (:func:`check_rows`) then run on the flagged rows only and write their code, detail and
     drafted index; every other row passes every rule (code ``OK``, detail NaN, its drafted index
     from the screen). Measured in docs/scale.md ("validating rows").
     """
-    n = offsets.shape[0] - 1
     code[:] = OK
     detail[:] = np.nan
-    if n == 0:
-        return 0
-    with np.errstate(over="ignore", invalid="ignore"):
-        e = np.exp(lp)
-    suspect = np.empty(n, np.bool_)
-    _screen(offsets, cand, e, lp, tp, eq, drafted, has_eq, has_drafted, tails, suspect, drafted_idx)
+    suspect = screen(offsets, cand, lp, tp, eq, drafted, has_eq, has_drafted, tails, drafted_idx)
     rows = np.flatnonzero(suspect).astype(np.int64)
     if rows.shape[0]:
         _check_at(
