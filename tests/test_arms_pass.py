@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 
@@ -129,6 +130,20 @@ def test_fused_equals_per_arm_on_random_batches(seed: int, depth: int) -> None:
     # the batch reaches the branches it is meant to
     flags = np.bitwise_or.reduce(np.concatenate([v.flag for v in got.importance]))
     assert flags == 1 | 4  # FLAG_K_EXCEEDS (top64) and FLAG_LOGGING_SUPPORT (zeros in q^L)
+
+
+def test_fused_same_values_with_one_and_two_threads() -> None:
+    """Each round's arithmetic is its own: the thread count changes no bit."""
+    b = _batch(6)
+    arms = [parse_arm(a) for a in ARMS]
+    numba.set_num_threads(1)
+    try:
+        one = all_arms_rounds(arms=arms, max_depth=4, **b)
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    two = all_arms_rounds(arms=arms, max_depth=4, **b)
+    assert one.importance is not None and two.importance is not None
+    _assert_same(one.analytic + one.importance, two.analytic + two.importance)
 
 
 def test_fused_analytic_alone_with_unknown_drafted_tokens() -> None:
