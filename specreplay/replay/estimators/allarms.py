@@ -28,7 +28,7 @@ Decisions
   :func:`~specreplay.sim.accept.alpha_row` and :func:`~specreplay.sim.accept.advance` for α and
   the round state, :func:`~specreplay.replay.estimators.importance.ratio_row` for the bound and
   the moment. The matched dyadic-nearest fast path runs the threshold search once
-  (:func:`~specreplay.replay.estimators.analytic._nearest_cut`) and writes both the analytic
+  (:func:`~specreplay.replay.estimators.analytic.nearest_cut`) and writes both the analytic
   terms min(m_i·2^−N, p_i) (summed in lane order as the analytic kernel sums them) and the
   quantized row m_i·2^−N (as :func:`~specreplay.replay.estimators.analytic.dyadic_nearest_row`
   writes it); every other value there is an exact dyadic, equal whichever way it is formed.
@@ -42,8 +42,12 @@ Decisions
 - **Fast-math**: no-NaN and no-signed-zero, as the analytic kernel (never ``reassoc``, no
   ``contract``): the sums run in lane order (:mod:`specreplay.sim.lanes`).
 
-Speed: ``bench/arms_pass.py`` (the per-arm kernels and the fused one on the same batch, in one
-process, best of 3) and the ``arms (all)`` stage of ``SPECREPLAY_TIMINGS`` (docs/scale.md).
+Speed: ``bench/arms_pass.py`` (the per-arm kernels and the fused one on the same batches, in
+one process, best of 3) and the ``arms (all)`` stage of ``SPECREPLAY_TIMINGS``; the figures are
+in docs/scale.md#benchmarks. :func:`_position` (every arm at one position) is a compiled call,
+not inlined into the parallel kernel: a cold compile then took 23 s of CPU time here instead of
+39 s (the parallel kernel's body is compiled twice, once as its gufunc), and the call per
+position did not measurably slow the pass.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ from numba import njit, prange
 from numpy.typing import NDArray
 
 from specreplay import use_numba_cache
-from specreplay.replay.estimators.analytic import _nearest_cut
+from specreplay.replay.estimators.analytic import nearest_cut
 from specreplay.replay.estimators.base import RoundValues
 from specreplay.replay.estimators.importance import ratio_row
 from specreplay.sim.accept import ROUND_START, accept_prob, advance, alpha_row
@@ -104,7 +108,7 @@ def _dyadic_both(
     parts straddle the cut): fall back to the reference quantizer, as both kernels do.
     """
     n = q.shape[0]
-    scale, r, units, t = _nearest_cut(q, bits, frac, fl)
+    scale, r, units, t = nearest_cut(q, bits, frac, fl)
     if t < 0.0:
         return 0.0, 0.0, False
     inv = 1.0 / scale
@@ -188,23 +192,36 @@ def _importance_step(
 
 
 @njit(inline="always", fastmath=_FM, cache=True)
-def _row_flags(
+def _round_start(
+    offsets: NDArray[np.int64],
     lp: NDArray[np.float64],
+    past: int,
+    end: int,
     greedy: NDArray[np.bool_],
     top_k: NDArray[np.int64],
     arm_pol: NDArray[np.int64],
-    row: int,
     pflag: NDArray[np.int8],
     iflag: NDArray[np.int8],
+    st: NDArray[np.float64],
+    ist: NDArray[np.float64],
 ) -> None:
-    """Write the policy flags of a row past the depth (no law needed) and every arm's copy."""
-    for k in range(greedy.shape[0]):
-        pflag[k, row] = policy_row_flag(lp, greedy[k], top_k[k])
+    """Start a round: every arm's state, and the flags of its rows [past, end) past the depth.
+
+    Those rows are not evaluated: their policy flags need no law (each arm's copy as well).
+    """
     for k in range(arm_pol.shape[0]):
-        iflag[k, row] = pflag[arm_pol[k], row]
+        for i in range(_ST):
+            st[k, i] = ROUND_START[i]
+        ist[k, :] = 1.0
+    for row in range(past, end):
+        lrow = lp[offsets[row] : offsets[row + 1]]
+        for k in range(greedy.shape[0]):
+            pflag[k, row] = policy_row_flag(lrow, greedy[k], top_k[k])
+        for k in range(arm_pol.shape[0]):
+            iflag[k, row] = pflag[arm_pol[k], row]
 
 
-@njit(inline="always", fastmath=_FM, cache=True)
+@njit(fastmath=_FM, cache=True)  # a call, not inlined: compiles in half the time (docstring)
 def _position(
     r: int,
     j: int,
@@ -288,18 +305,13 @@ def _all_arms_kernel(
 ) -> None:
     """Fill every arm's analytic (and importance) values of every round (:func:`all_arms_rounds`).
 
-    Policies (P of them): ``greedy`` bool, ``top_k`` int64 (0: all), ``temperature``, ``top_p``
-    float64, each (P,). Arms (A): ``arm_pol`` int64 (A,) their policy's index, ``codes`` int64
-    (A, 7) their quantizers (sampler kind, bits, rounding, verifier kind, bits, rounding,
-    matched). Written: ``depth`` int32 (n_rounds,); ``pflag`` int8 (P, n_rows) the policies'
-    row flags; ``iflag`` int8 (A, n_rows) the importance flags; ``an`` float64 (A, 2, n_rounds,
-    D) analytic t, surv; ``offpath`` float64 (A, n_rounds, 4); ``im`` float64 (A, 5, n_rounds,
-    D) importance t, surv, ratio, bound, moment (columns < depth; the rest as given). ``q_log``
-    (nnz,) and ``drafted`` ≥ 0 are read only when ``importance``.
+    P policies: ``greedy``, ``top_k`` (0: all), ``temperature``, ``top_p``, each (P,). A arms:
+    ``arm_pol`` (A,) their policy's index, ``codes`` (A, 7) (sampler kind, bits, rounding,
+    verifier kind, bits, rounding, matched). Written: ``depth`` (n_rounds,), ``pflag`` (P,
+    n_rows), ``iflag`` (A, n_rows), ``an`` (A, 2, n_rounds, D) analytic t, surv, ``offpath``
+    (A, n_rounds, 4), ``im`` (A, 5, n_rounds, D) importance t, surv, ratio, bound, moment.
     """
-    n_rounds = round_offsets.shape[0] - 1
-    n_pol = greedy.shape[0]
-    n_arms = arm_pol.shape[0]
+    n_rounds, n_pol, n_arms = round_offsets.shape[0] - 1, greedy.shape[0], arm_pol.shape[0]
     width = 1
     for i in range(offsets.shape[0] - 1):
         width = max(width, offsets[i + 1] - offsets[i])
@@ -321,16 +333,10 @@ def _all_arms_kernel(
         off = np.zeros(n_arms, np.bool_)
         for r in range(c * n_rounds // n_chunks, (c + 1) * n_rounds // n_chunks):
             a = round_offsets[r]
-            b = round_offsets[r + 1]
-            d_r = min(b - a, max_depth)
+            d_r = min(round_offsets[r + 1] - a, max_depth)
             depth[r] = d_r
-            for k in range(n_arms):
-                for i in range(_ST):
-                    st[k, i] = ROUND_START[i]
-                ist[k, :] = 1.0
-            for row in range(a + d_r, b):  # past the depth: flags only
-                lrow = lp[offsets[row] : offsets[row + 1]]
-                _row_flags(lrow, greedy, top_k, arm_pol, row, pflag, iflag)
+            _round_start(offsets, lp, a + d_r, round_offsets[r + 1], greedy, top_k, arm_pol,
+                         pflag, iflag, st, ist)  # fmt: skip
             for j in range(d_r):
                 row = a + j
                 lo = offsets[row]
@@ -437,6 +443,7 @@ def all_arms_rounds(
     offpath = np.zeros((n_arms, n, 4))
     importance = q_logging is not None
     im = np.full((n_arms, _IM, n, d) if importance else (n_arms, _IM, 0, d), np.nan)
+    pol_of = [policies.index(a.policy) for a in arms]
     if n and n_arms:
         _all_arms_kernel(
             offsets,
@@ -449,7 +456,7 @@ def all_arms_rounds(
             np.array([0 if pol.top_k is None else pol.top_k for pol in policies], np.int64),
             np.array([pol.temperature for pol in policies], np.float64),
             np.array([pol.top_p for pol in policies], np.float64),
-            np.array([policies.index(a.policy) for a in arms], np.int64),
+            np.array(pol_of, np.int64),
             _codes(arms),
             int(max_depth),
             importance,
@@ -460,6 +467,19 @@ def all_arms_rounds(
             offpath,
             im,
         )
+    return _values(depth, an, offpath, pflag[pol_of], im if importance else None, iflag)
+
+
+def _values(
+    depth: NDArray[np.int32],
+    an: NDArray[np.float64],
+    offpath: NDArray[np.float64],
+    flag: NDArray[np.int8],
+    im: NDArray[np.float64] | None,
+    iflag: NDArray[np.int8],
+) -> AllArms:
+    """Each arm's :class:`RoundValues` from the kernel's planes (``flag``: each arm's policy's)."""
+    n, d = an.shape[2], an.shape[3]
     analytic = tuple(
         RoundValues(
             depth=depth.copy(),
@@ -467,11 +487,11 @@ def all_arms_rounds(
             var=np.zeros((n, d)),
             surv=an[k, 1],
             offpath=offpath[k],
-            flag=pflag[policies.index(a.policy)],
+            flag=flag[k],
         )
-        for k, a in enumerate(arms)
+        for k in range(an.shape[0])
     )
-    if not importance:
+    if im is None:
         return AllArms(analytic, None)
     weights = tuple(
         RoundValues(
@@ -485,6 +505,6 @@ def all_arms_rounds(
             bound=im[k, 3],
             moment=im[k, 4],
         )
-        for k in range(n_arms)
+        for k in range(im.shape[0])
     )
     return AllArms(analytic, weights)
