@@ -4,7 +4,8 @@ With ``fastmath`` reassociation the analytic kernel of a dyadic arm gave sums th
 the last bits between the run that compiled it and the runs that loaded it from the cache (1,697
 of the values below, by up to 1.8e-15): a user's first run would not reproduce. The kernels now
 compile without ``reassoc`` (``specreplay/replay/estimators/analytic.py``, ``sim/policy.py``,
-``stats/bootstrap.py``, whose one resample pass is compared here too) and sum rows in a fixed
+``stats/bootstrap.py``, whose one resample pass is compared here too, and the fused pass over
+every arm, ``replay/estimators/allarms.py``) and sum rows in a fixed
 lane order (``specreplay/sim/lanes.py``) that the compiler may vectorise but not reorder. Each
 side runs in a fresh process on a fresh cache folder: the first compiles, the second loads.
 
@@ -52,6 +53,18 @@ v = get_estimator("importance").rounds(
     replicates=1, max_depth=5, logging=None,
 )
 out += [v.t.ravel(), v.surv.ravel(), v.ratio.ravel(), v.bound.ravel(), v.moment.ravel()]
+# the fused pass over every arm (issue 18): analytic and importance of four arms in one kernel
+from specreplay.replay.estimators.allarms import all_arms_rounds
+arms = [parse_arm(a) for a in ("top32:t0.7@5", "top32:t0.7:dyadic24@5", "top16:t1.3:dyadic8/"
+                               "float32@5", "greedy@5")]
+got = all_arms_rounds(
+    arms=arms, offsets=batch.offsets, draft_logprobs=batch.draft_logprobs,
+    target_probs=batch.target_probs, drafted_idx=batch.drafted_idx,
+    round_offsets=batch.round_offsets, max_depth=5, q_logging=batch.emitted_q,
+)
+for w in got.analytic + got.importance:
+    out += [w.t.ravel(), w.surv.ravel(), w.offpath.ravel()]
+    out += [x.ravel() for x in (w.ratio, w.bound, w.moment) if x is not None]
 # the bootstrap's one pass: three tables, two sharing a layout (eight columns at a time)
 from specreplay.stats.bootstrap import PairedSums, resample_sums, resampling
 rng = np.random.default_rng(7)

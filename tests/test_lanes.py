@@ -21,10 +21,11 @@ from numba import njit
 from numpy.typing import NDArray
 from test_arms import GRID_LP, GRID_OFFSETS, GRID_ROWS, QUANT_POLICIES, QUANTS, ref_cast, ref_dyadic
 
+from specreplay.replay.estimators.allarms import all_arms_rounds
 from specreplay.replay.estimators.analytic import analytic_rounds, dyadic_nearest_row
 from specreplay.replay.estimators.importance import importance_rounds
 from specreplay.sim.accept import accept_prob, accept_probs, alpha_row
-from specreplay.sim.arms import Policy, Quant
+from specreplay.sim.arms import Arm, Policy, Quant
 from specreplay.sim.lanes import lane_max, lane_sum, lane_sum_reference
 from specreplay.sim.policy import policy_law_of
 
@@ -213,6 +214,12 @@ def test_analytic_alpha_is_the_lane_sum(sampler: Quant, verifier: Quant) -> None
             for qr, pr in zip(_rows(q), _rows(P_GRID), strict=True)
         ]
         assert v.surv[:, 0].tolist() == want, f"{pol} {sampler.spelling}/{verifier.spelling}"
+        # the fused pass over every arm (issue 18) forms α with the same sums
+        fused = all_arms_rounds(
+            arms=[Arm(pol, sampler, verifier, 1)], offsets=GRID_OFFSETS, draft_logprobs=GRID_LP,
+            target_probs=P_GRID, drafted_idx=DRAFTED, round_offsets=ONE_ROW_ROUNDS, max_depth=1,
+        )  # fmt: skip
+        assert fused.analytic[0].surv[:, 0].tolist() == want, f"fused {pol} {sampler.spelling}"
 
 
 @pytest.mark.parametrize("quant", [Quant("float64"), Quant("dyadic", 8), Quant("dyadic", 24)])
@@ -227,6 +234,13 @@ def test_importance_moment_and_bound_are_exact(quant: Quant) -> None:
             verifier=quant, q_logging=logging, drafted_idx=drafted,
             round_offsets=ONE_ROW_ROUNDS, max_depth=1,
         )  # fmt: skip
+        fused = all_arms_rounds(
+            arms=[Arm(pol, quant, quant, 1)], offsets=GRID_OFFSETS, draft_logprobs=GRID_LP,
+            target_probs=P_GRID, drafted_idx=drafted, round_offsets=ONE_ROW_ROUNDS, max_depth=1,
+            q_logging=logging,
+        ).importance  # fmt: skip
+        # the fused pass over every arm (issue 18): the same sums
+        assert fused is not None
         for i, (qr, lr) in enumerate(zip(_rows(q), _rows(logging), strict=True)):
             qs = _ref_quant(qr, quant)
             ratios = [a / b if b > 0.0 else 0.0 for a, b in zip(qs, lr, strict=True)]
@@ -234,3 +248,4 @@ def test_importance_moment_and_bound_are_exact(quant: Quant) -> None:
             where = f"{pol} {quant.spelling} row {i}"
             assert v.moment[i, 0] == moment, where  # m_1 = Σ_x q^s(x)²/q^L(x), lane order
             assert v.bound[i, 0] == max(ratios), where  # b_1: a maximum, in any order
+            assert fused[0].moment[i, 0] == moment and fused[0].bound[i, 0] == max(ratios), where

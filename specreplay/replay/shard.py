@@ -44,7 +44,9 @@ from specreplay.replay.archive.batch import AT_FILE_SHIFT, RoundBatch, at_parts,
 from specreplay.replay.archive.reader import ArchiveReader, FileInfo, changed_part
 from specreplay.replay.archive.sources import ArchiveFile, format_location
 from specreplay.replay.estimators import get_estimator
+from specreplay.replay.estimators.allarms import all_arms_rounds
 from specreplay.replay.estimators.base import RoundValues
+from specreplay.replay.estimators.importance import logging_law
 from specreplay.replay.estimators.policies import remember_fixed
 from specreplay.replay.lawsample import LawSample
 from specreplay.replay.measured import MeasuredAccumulator, merge_measured, reindex_measured
@@ -85,6 +87,10 @@ _BOUNDS = (
     "family_file",
     "family_loc",
 )
+FUSED_ARMS = True
+"""Replay the fixed-depth arms of an analytic pass in one kernel (:func:`_all_arms`); False:
+arm by arm, each estimator's own kernel (the same values to the bit: tests and benches)."""
+
 # row flags of the run's own estimator counted per arm and request: flagged, no_support (the
 # third, outside the logging law's support, is counted per estimator: EstimatorSums.unlogged)
 _FLAG_BITS = (FLAG_K_EXCEEDS, FLAG_NO_SUPPORT)
@@ -360,20 +366,26 @@ class _EstimatorRun:
             self.ok = self.ok and companion_possible(batch, logging)
         return self.ok
 
-    def add(self, batch: RoundBatch, arm: Arm, ctx: _BatchContext) -> RoundValues:
-        """Replay ``arm`` on ``batch`` and add its rounds; return the per-round values."""
+    def add(
+        self, batch: RoundBatch, arm: Arm, ctx: _BatchContext, v: RoundValues | None = None
+    ) -> RoundValues:
+        """Replay ``arm`` on ``batch`` (unless ``v``, from the fused pass) and add its rounds.
+
+        Returns the per-round values.
+        """
         c = arm.canonical
         opts = ctx.options
-        with stage(f"arms ({self.name})"):
-            v = self.est.rounds(
-                batch,
-                arm,
-                ctx.cache,
-                seed=opts.seed,
-                replicates=self.reps,
-                max_depth=opts.max_depth,
-                logging=ctx.logging,
-            )
+        if v is None:
+            with stage(f"arms ({self.name})"):
+                v = self.est.rounds(
+                    batch,
+                    arm,
+                    ctx.cache,
+                    seed=opts.seed,
+                    replicates=self.reps,
+                    max_depth=opts.max_depth,
+                    logging=ctx.logging,
+                )
         remember_fixed(ctx.cache, self.name, arm, ctx.logging, v)
         keys, row_request = ctx.keys, ctx.row_request
         with stage("accumulating"):
@@ -387,6 +399,39 @@ class _EstimatorRun:
                     batch.round_family, batch.round_bucket, batch.round_key, v.depth, v.ratio
                 )
         return v
+
+
+def _all_arms(
+    batch: RoundBatch, arms: Sequence[Arm], runs: list[_EstimatorRun], ctx: _BatchContext
+) -> dict[tuple[str, str], RoundValues]:
+    """Return the fused pass's values by (estimator, arm): what the per-arm kernels would give.
+
+    Runs when the pass's own estimator is analytic (``auto`` included) and the batch has no
+    truncated rows (schema v2 tails, replayed over bounds arm by arm): every arm without a
+    drafting rule in one kernel (:mod:`~specreplay.replay.estimators.allarms`), the importance
+    companion's values too when it replays this batch. Empty otherwise: each run replays its
+    arms as before (Monte Carlo, importance as the run's own, drafting policies).
+    """
+    fixed = [a for a in arms if a.rule is None]
+    if not FUSED_ARMS or runs[0].name != "analytic" or not fixed or tail_rows(batch).size:
+        return {}
+    imp = next((r for r in runs[1:] if r.name == "importance"), None)
+    with_imp = imp is not None and imp.admits(batch, ctx.logging)
+    with stage("arms (all)"):
+        got = all_arms_rounds(
+            arms=fixed,
+            offsets=batch.offsets,
+            draft_logprobs=batch.draft_logprobs,
+            target_probs=batch.target_probs,
+            drafted_idx=batch.drafted_idx,
+            round_offsets=batch.round_offsets,
+            max_depth=ctx.options.max_depth,
+            q_logging=logging_law(batch, ctx.cache, ctx.logging) if with_imp else None,
+        )
+    out = {("analytic", a.canonical): v for a, v in zip(fixed, got.analytic, strict=True)}
+    if got.importance is not None:
+        out |= {("importance", a.canonical): v for a, v in zip(fixed, got.importance, strict=True)}
+    return out
 
 
 def replay_shard(
@@ -586,9 +631,10 @@ def replay_reader(
         )
         done = 0  # positions reported: a share after each arm, so one batch moves the bar too
         cut = tail_rows(batch)  # schema v2: a top-K above a row's kept candidates is expected
+        fused = _all_arms(batch, arms, runs, ctx)
         for i, arm in enumerate(arms):
             c = arm.canonical
-            v = own.add(batch, arm, ctx)
+            v = own.add(batch, arm, ctx, fused.get((own.name, c)))
             flag = v.flag
             if cut.size and flag.any():
                 flag = flag.copy()
@@ -605,7 +651,7 @@ def replay_reader(
         for run in runs[1:]:
             if run.admits(batch, logging):
                 for arm in arms:
-                    run.add(batch, arm, ctx)
+                    run.add(batch, arm, ctx, fused.get((run.name, arm.canonical)))
         if progress is not None:
             progress(batch.n_positions - done)
     return _finish(reader, runs, counts, rows, measured, sample, options)

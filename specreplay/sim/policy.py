@@ -97,6 +97,7 @@ __all__ = [
     "policy_law",
     "policy_law_of",
     "policy_row",
+    "policy_row_flag",
     "quantize",
     "quantize_law",
     "quantize_row",
@@ -315,6 +316,24 @@ def policy_row(
     s = lane_sum(out_q, n)
     for j in range(n):
         out_q[j] = out_q[j] / s
+    return flag
+
+
+@njit(inline="always", fastmath=_FM, cache=True)
+def policy_row_flag(lp: NDArray[np.float64], greedy: bool, top_k: int | np.int64) -> int:
+    """Return the flags :func:`policy_row` gives the row ``lp`` (a slice), without its law.
+
+    For the rows a replay reads only to count their flags (positions past the arms' depth:
+    :mod:`specreplay.replay.estimators.allarms`); each branch is :func:`policy_row`'s.
+    """
+    n = lp.shape[0]
+    if n == 0:
+        return FLAG_NO_SUPPORT
+    flag = 0
+    if not greedy and top_k > n:
+        flag |= FLAG_K_EXCEEDS
+    if lane_max(lp, n, -np.inf) == -np.inf:
+        return flag | FLAG_NO_SUPPORT
     return flag
 
 

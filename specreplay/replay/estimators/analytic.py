@@ -77,6 +77,7 @@ __all__ = [
     "bounded_rounds",
     "dyadic_nearest_at",
     "dyadic_nearest_row",
+    "nearest_cut",
 ]
 
 use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
@@ -162,7 +163,7 @@ def _nearest_threshold(frac: NDArray[np.float64], n: int, u: int, n_support: int
 
 
 @njit(inline="always", fastmath=_FM, cache=True)
-def _nearest_cut(
+def nearest_cut(
     q: NDArray[np.float64], bits: int, frac: NDArray[np.float64], fl: NDArray[np.float64]
 ) -> tuple[float, float, float, float]:
     """Return the dyadic-nearest cut of a row: (2^N, r, units, t); t < 0: fall back.
@@ -210,7 +211,7 @@ def _alpha_dyadic_nearest(
     index goes through Numba's negative-index wraparound, which blocks it).
     """
     n = q.shape[0]
-    scale, r, units, t = _nearest_cut(q, bits, frac, fl)
+    scale, r, units, t = nearest_cut(q, bits, frac, fl)
     if t < 0.0:
         return 0.0, 0.0, 0.0, False
     inv = 1.0 / scale
@@ -271,7 +272,7 @@ def dyadic_nearest_row(
     at least.
     """
     n = q.shape[0]
-    scale, r, units, t = _nearest_cut(q, bits, frac, out)  # out holds the floors
+    scale, r, units, t = nearest_cut(q, bits, frac, out)  # out holds the floors
     if t < 0.0:
         return False
     inv = 1.0 / scale

@@ -93,7 +93,7 @@ from specreplay.sim.policy import (
     quantize_row,
 )
 
-__all__ = ["ImportanceEstimator", "importance_rounds"]
+__all__ = ["ImportanceEstimator", "importance_rounds", "ratio_row"]
 
 use_numba_cache()  # before the kernels below are decorated (Numba picks their cache dir then)
 
@@ -120,10 +120,8 @@ def _row_laws(
     ``codes`` = (sampler kind, bits, rounding, verifier kind, bits, rounding). A matched
     dyadic-nearest row takes the analytic kernel's fast path (:func:`dyadic_nearest_row`);
     any other row, or one where the fast path does not settle, is quantized into scratch by
-    the reference quantizer. Then, candidate by candidate: the support check (a_j(x) > 0 where
-    q^L_j(x) = 0), the bound max_x q^s_j(x)/q^L_j(x) and the second moment
-    Σ_x q^s_j(x)²/q^L_j(x), both over the candidates with q^L_j(x) > 0 (module docstring,
-    "Ratio bound").
+    the reference quantizer. Then :func:`ratio_row`: the support check, the bound and the
+    second moment.
     """
     frac, qs, qv, m, key, order, hist = scratch
     n = q.shape[0]
@@ -132,7 +130,27 @@ def _row_laws(
     if not matched:
         quantize_row(q, 0, n, codes[3], codes[4], codes[5], qv, m, key, order, hist)
     qver = qs if matched else qv
-    ratio = frac  # free scratch once the row is quantized
+    off, bound, moment = ratio_row(qs, p, q_log, n, frac, key)  # frac: free once quantized
+    return qs[dr], qver[dr], off, bound, moment
+
+
+@njit(inline="always", cache=True)
+def ratio_row(
+    qs: NDArray[np.float64],
+    p: NDArray[np.float64],
+    q_log: NDArray[np.float64],
+    n: int,
+    ratio: NDArray[np.float64],
+    key: NDArray[np.float64],
+) -> tuple[bool, float, float]:
+    """Support flag, ratio bound and exact second moment of one quantized row (module docstring).
+
+    ``qs`` holds the row's sampler law in its first ``n`` entries, ``p`` and ``q_log`` are the
+    row's slices; ``ratio`` and ``key`` are scratch of the row's length at least (written: the
+    ratios q^s/q^L and the moment's terms). Candidate by candidate: the support check (a_j(x) > 0
+    where q^L_j(x) = 0), the bound max_x q^s_j(x)/q^L_j(x) and the second moment
+    Σ_x q^s_j(x)²/q^L_j(x), both over the candidates with q^L_j(x) > 0 ("Ratio bound").
+    """
     n_off = 0
     for i in range(n):  # element-wise, branch-free: vectorises
         logged = q_log[i] > 0.0
@@ -144,7 +162,7 @@ def _row_laws(
     for i in range(n):
         bound = max(bound, ratio[i])
     moment = lane_sum(key, n)  # lane order (specreplay.sim.lanes)
-    return qs[dr], qver[dr], n_off > 0, bound, moment
+    return n_off > 0, bound, moment
 
 
 @njit(parallel=True, cache=True)
