@@ -21,7 +21,7 @@ from pathlib import Path as _Path
 IMPORTED_AT = _time.perf_counter()
 """When the package was first imported: start-up's origin where /proc fails (timing.py)."""
 
-__version__ = "0.7.0"
+__version__ = "0.8.0"
 
 __all__ = [
     "IMPORTED_AT",
