@@ -176,8 +176,9 @@ def _importance_step(
 ) -> None:
     """Advance one arm's importance state (w, 1 + Σw, r_k, b_k, m_k) by one position, in place.
 
-    The importance kernel's per-position step (docs/methods.md#the-importance-estimator-and-
-    its-weight): a_j(x_j)/q^L_j(x_j) with the policy ratio first, then the bound and moment.
+    The importance kernel's per-position step
+    (docs/methods.md#the-importance-estimator-and-its-weight): a_j(x_j)/q^L_j(x_j) with the
+    policy ratio first, then the bound and moment.
     """
     ratio = 0.0
     pol = 0.0
