@@ -406,8 +406,9 @@ def test_requalify_onto_a_full_tmpfs_is_one_line(inputs: Path, tmp_path: Path) -
 def test_caches_on_a_full_disk_are_notes_and_the_run_completes(
     inputs: Path, tmp_path: Path, shim: Path
 ) -> None:
-    """sweep --cache with the shard cache and the input-hash cache on a disk that takes no byte:
-    exit 0, one note per cache naming it and ENOSPC, the cells of a run without any cache."""
+    """sweep --cache with the shard cache, the input-hash cache and the validation marks on a
+    disk that takes no byte: exit 0, one note per cache naming it and ENOSPC, the cells of a run
+    without any cache."""
     caches = tmp_path / "caches"
     caches.mkdir()
     o = tmp_path / "out"
@@ -424,6 +425,8 @@ def test_caches_on_a_full_disk_are_notes_and_the_run_completes(
         "shards replayed in this run are replayed again next run (the run is unaffected)",
         f"note: the input-hash cache {caches / 'user' / 'hashes'} not written: {ENOSPC}; its "
         "inputs are hashed again next run",
+        f"note: the validation marks {caches / 'user' / 'validated'} not written: {ENOSPC}; "
+        "its rows are checked again next run",
     ]), notes  # fmt: skip
     assert not [p for p in caches.rglob("*") if p.name.startswith(".tmp-")]
     plain = invoke([*sweep[:-4], str(o / "plain"), *sweep[-3:]])
