@@ -39,7 +39,6 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
@@ -47,7 +46,7 @@ from pathlib import Path
 from specreplay import cache_root
 from specreplay.diskfull import note_cache_failure
 from specreplay.errors import SpecReplayError
-from specreplay.replay.archive.sealed import seal, unseal
+from specreplay.replay.archive.sealed import unseal, write_sealed
 
 __all__ = [
     "FORMAT",
@@ -233,17 +232,9 @@ def _store(entry: Path, stamp: Stamp, digest: str) -> None:
     noted (:func:`specreplay.diskfull.note_cache_failure`; the command line prints it).
     """
     payload = json.dumps({"stamp": list(astuple(stamp)), "sha256": digest}).encode()
-    tmp: str | None = None
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=entry.parent)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(seal(FORMAT, payload))
-        os.replace(tmp, entry)
+        write_sealed(entry, FORMAT, payload)
     except OSError as exc:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
         folder = Path(cache_root()) / "hashes"
         note_cache_failure(HASH_CACHE, folder, exc, "its inputs are hashed again next run")
 

@@ -11,9 +11,13 @@ version is never used: the caller recomputes it (and counts it as recomputed).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import tempfile
+from pathlib import Path
 
-__all__ = ["seal", "unseal"]
+__all__ = ["seal", "unseal", "write_sealed"]
 
 
 def seal(fmt: str, payload: bytes) -> bytes:
@@ -36,3 +40,23 @@ def unseal(fmt: str, data: bytes) -> bytes | None:
         return None  # no header line: truncated inside the header
     expected = f"{fmt} {hashlib.sha256(payload).hexdigest()}".encode("ascii")
     return payload if head == expected else None
+
+
+def write_sealed(entry: Path, fmt: str, payload: bytes) -> None:
+    """Write the sealed entry of ``payload`` to ``entry``: a temporary name, then a rename.
+
+    Concurrent runs never see half an entry. On an OSError (a full disk, a size limit, no
+    permission) the temporary file is removed and the error raised: the caller notes it.
+    """
+    tmp: str | None = None
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=entry.parent)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(seal(fmt, payload))
+        os.replace(tmp, entry)
+    except OSError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise

@@ -48,13 +48,11 @@ rules). A mark that fails its seal (a changed byte, truncated) is ignored and re
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
 import os
 import stat
-import tempfile
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
@@ -62,7 +60,7 @@ from pathlib import Path
 from specreplay import __version__, cache_root
 from specreplay.diskfull import note_cache_failure
 from specreplay.replay.archive import filehash
-from specreplay.replay.archive.sealed import seal, unseal
+from specreplay.replay.archive.sealed import unseal, write_sealed
 
 __all__ = [
     "FORMAT",
@@ -288,17 +286,9 @@ def write_mark(stamp: filehash.Stamp, sha256: str, columns: frozenset[str]) -> N
             "columns": sorted(columns),
         }
     ).encode()
-    tmp: str | None = None
     try:
-        mark.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=mark.parent)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(seal(FORMAT, payload))
-        os.replace(tmp, mark)
+        write_sealed(mark, FORMAT, payload)
     except OSError as exc:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
         folder = Path(cache_root()) / "validated"
         note_cache_failure(MARKS, folder, exc, "its rows are checked again next run")
 
